@@ -1,0 +1,1 @@
+"""HTTP and WebSocket: the only place that knows FastAPI."""

@@ -1,0 +1,96 @@
+"""create_app(settings): the lifespan owns the store and the registry."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from bridge import __version__
+from bridge.api.security import resolve_token
+from bridge.config import Settings
+from bridge.errors import BridgeError
+from bridge.sessions.registry import Registry
+from bridge.store.sqlite import SqliteStore
+
+log = structlog.get_logger("bridge.api")
+
+
+def error_body(code: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message}}
+
+
+def create_app(settings: Settings, *, on_ready: Callable[[], None] | None = None) -> FastAPI:
+    from bridge.api import threads, ws
+
+    token = resolve_token(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = SqliteStore(settings.data_dir / "bridge.db")
+        await store.open()
+        registry = Registry(settings, store)
+        await registry.start()
+        app.state.store = store
+        app.state.registry = registry
+        log.info("daemon.started", data_dir=str(settings.data_dir), agents=list(settings.agents))
+        if on_ready is not None:
+            on_ready()
+        try:
+            yield
+        finally:
+            log.info("daemon.stopping")
+            await registry.shutdown()
+            await store.close()
+            log.info("daemon.stopped")
+
+    app = FastAPI(title="agent-bridge", version=__version__, lifespan=lifespan,
+                  docs_url=None, redoc_url=None)
+    app.state.settings = settings
+    app.state.token = token
+
+    @app.exception_handler(BridgeError)
+    async def bridge_error(_: Request, exc: BridgeError) -> JSONResponse:
+        return JSONResponse(error_body(exc.code, exc.message), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        return JSONResponse(error_body("invalid_request", f"{where}: {first.get('msg', 'invalid')}"),
+                            status_code=400)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz(request: Request) -> JSONResponse:
+        try:
+            await request.app.state.store.ping()
+        except BridgeError as exc:
+            return JSONResponse({"status": "unavailable", "error": exc.message}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> PlainTextResponse:
+        reg: Registry = request.app.state.registry
+        live = reg.live_count()
+        body = (
+            "# HELP agent_bridge_live_agents Agent processes running now.\n"
+            "# TYPE agent_bridge_live_agents gauge\n"
+            f"agent_bridge_live_agents {live}\n"
+            "# HELP agent_bridge_loaded_threads Threads loaded in memory.\n"
+            "# TYPE agent_bridge_loaded_threads gauge\n"
+            f"agent_bridge_loaded_threads {reg.loaded_count()}\n"
+        )
+        return PlainTextResponse(body, media_type="text/plain; version=0.0.4")
+
+    app.include_router(threads.router)
+    app.include_router(ws.router)
+    return app

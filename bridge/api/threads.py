@@ -1,0 +1,173 @@
+"""REST (API.md §3). Thin handlers: parse, call the registry/conversation, shape JSON."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from bridge.api.content import normalize_prompt
+from bridge.api.security import bearer_from_header, token_matches
+from bridge.errors import BridgeError, InvalidRequest
+from bridge.process.launch import executable_problem
+from bridge.sessions.conversation import Conversation, thread_view
+from bridge.sessions.registry import Registry
+
+MAX_PAGE = 1000
+MAX_WAIT_S = 60.0
+ID_PATTERN = r"^thr_[0-9a-f]{16}$"
+
+
+class Unauthorized(BridgeError):
+    code = "unauthorized"
+    status = 401
+
+
+def require_auth(request: Request) -> None:
+    expected: str | None = request.app.state.token
+    if expected is None:
+        return
+    if not token_matches(expected, bearer_from_header(request.headers.get("authorization"))):
+        raise Unauthorized("missing or wrong bearer token")
+
+
+router = APIRouter(prefix="/v1", dependencies=[Depends(require_auth)])
+
+
+def registry(request: Request) -> Registry:
+    reg: Registry = request.app.state.registry
+    return reg
+
+
+class CreateThread(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    agent: str | None = Field(None, max_length=128)
+    cwd: str | None = Field(None, max_length=4096)
+    model: str | None = Field(None, max_length=256)
+    title: str | None = Field(None, max_length=512)
+    options: dict[str, Any] | None = None
+
+
+class PatchThread(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    title: str = Field(..., max_length=512)
+
+
+class PostMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: str | None = None
+    content: list[Any] | None = None
+    client_id: str | None = Field(None, min_length=1, max_length=128)
+
+
+async def _conv(request: Request, thread_id: str) -> Conversation:
+    return await registry(request).get(thread_id)
+
+
+@router.get("/agents")
+async def list_agents(request: Request) -> list[dict[str, Any]]:
+    settings = request.app.state.settings
+    return [{"name": name, "protocol": p.protocol, "model": p.model,
+             "available": (problem := executable_problem(p.executable)) is None,
+             "problem": problem, "default": name == settings.default_agent}
+            for name, p in settings.agents.items()]
+
+
+@router.post("/threads", status_code=201)
+async def create_thread(body: CreateThread, request: Request) -> dict[str, Any]:
+    conv = await registry(request).create(agent=body.agent, cwd=body.cwd, model=body.model,
+                                          title=body.title, options=body.options)
+    return conv.thread_view()
+
+
+@router.get("/threads")
+async def list_threads(request: Request, limit: int = Query(50, ge=1, le=200),
+                       cursor: str | None = Query(None, max_length=512),
+                       agent: str | None = Query(None, max_length=128)) -> dict[str, Any]:
+    reg = registry(request)
+    rows, next_cursor = await reg.store.list_threads(limit=limit, cursor=cursor, agent=agent)
+    return {"threads": [reg.view(r) for r in rows], "next_cursor": next_cursor}
+
+
+@router.get("/threads/{thread_id}")
+async def get_thread(thread_id: str, request: Request) -> dict[str, Any]:
+    return (await _conv(request, thread_id)).thread_view()
+
+
+@router.patch("/threads/{thread_id}")
+async def patch_thread(thread_id: str, body: PatchThread, request: Request) -> dict[str, Any]:
+    conv = await _conv(request, thread_id)
+    await conv.set_fields({"title": body.title})
+    return conv.thread_view()
+
+
+@router.delete("/threads/{thread_id}", status_code=204)
+async def delete_thread(thread_id: str, request: Request) -> Response:
+    await registry(request).delete(thread_id)
+    return Response(status_code=204)
+
+
+@router.post("/threads/{thread_id}/messages", status_code=202)
+async def post_message(thread_id: str, body: PostMessage, request: Request,
+                       response: Response) -> dict[str, Any]:
+    content = normalize_prompt(body.text, body.content)
+    conv = await _conv(request, thread_id)
+    acc = await conv.submit(content, body.client_id)
+    if acc.duplicate:
+        response.status_code = 200
+    return {"seq": acc.seq, "turn_id": acc.turn_id, "duplicate": acc.duplicate,
+            "queued": acc.queued}
+
+
+@router.post("/threads/{thread_id}/interrupt", status_code=202)
+async def interrupt(thread_id: str, request: Request) -> dict[str, Any]:
+    conv = await _conv(request, thread_id)
+    return {"interrupted": await conv.interrupt()}
+
+
+@router.post("/threads/{thread_id}/resume", status_code=202)
+async def resume(thread_id: str, request: Request) -> dict[str, Any]:
+    conv = await _conv(request, thread_id)
+    await conv.ensure_started()
+    return conv.thread_view()
+
+
+@router.post("/threads/{thread_id}/stop", status_code=202)
+async def stop(thread_id: str, request: Request) -> dict[str, Any]:
+    conv = await _conv(request, thread_id)
+    await conv.stop("stopped")
+    return conv.thread_view()
+
+
+@router.get("/threads/{thread_id}/events")
+async def events(thread_id: str, request: Request, after: int = Query(0, ge=0),
+                 limit: int = Query(200, ge=1, le=MAX_PAGE),
+                 wait: float = Query(0, ge=0, le=MAX_WAIT_S)) -> dict[str, Any]:
+    conv = await _conv(request, thread_id)
+    page = await conv.read_page(after, limit)
+    if not page and wait > 0:
+        sub = conv.subscribe()
+        try:
+            page = await conv.read_page(after, limit)
+            if not page:
+                try:
+                    await asyncio.wait_for(sub.wake.wait(), timeout=wait)
+                except TimeoutError:
+                    pass
+                page = await conv.read_page(after, limit)
+        finally:
+            conv.unsubscribe(sub)
+    return {"events": [r.to_dict() for r in page], "last_seq": conv.thread["last_seq"]}
+
+
+def validate_after(value: str | None) -> int:
+    if value is None or value == "":
+        return 0
+    if not value.isdigit() or len(value) > 18:
+        raise InvalidRequest("after must be a non-negative integer", code="invalid_cursor")
+    return int(value)
+
+
+__all__ = ["ID_PATTERN", "router", "thread_view", "validate_after"]

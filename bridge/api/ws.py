@@ -1,0 +1,196 @@
+"""WebSocket ``/v1/threads/{id}/ws`` (API.md §4), events and raw modes.
+
+Close codes (also in docs/websocket.md):
+  1000 normal · 1001 daemon shutting down · 1003 raw mode frame was not one JSON object
+  4401 unauthorized · 4404 thread not found · 4400 bad query parameter · 4410 thread deleted
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any
+
+import structlog
+from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocketState
+
+from bridge.api.content import normalize_prompt
+from bridge.api.security import (
+    SUBPROTOCOL,
+    bearer_from_header,
+    bearer_from_subprotocols,
+    token_matches,
+)
+from bridge.errors import BridgeError, InvalidRequest
+from bridge.protocols.events import Record, ephemeral
+from bridge.sessions.conversation import Conversation, now_iso
+from bridge.sessions.fanout import deliver
+from bridge.sessions.registry import Registry
+
+log = structlog.get_logger("bridge.ws")
+
+router = APIRouter()
+
+CLOSE_CODES = {"daemon_shutdown": 1001, "deleted": 4410}
+MAX_FRAME_BYTES = 8 * 1024 * 1024
+
+
+def _authorized(ws: WebSocket) -> bool:
+    expected: str | None = ws.app.state.token
+    if expected is None:
+        return True
+    given = bearer_from_header(ws.headers.get("authorization"))
+    if given is None:
+        offered = [p.strip() for p in ws.headers.get("sec-websocket-protocol", "").split(",")]
+        given = bearer_from_subprotocols(offered)
+    return token_matches(expected, given)
+
+
+@router.websocket("/v1/threads/{thread_id}/ws")
+async def thread_ws(ws: WebSocket, thread_id: str) -> None:
+    if not _authorized(ws):
+        await ws.close(code=4401, reason="unauthorized")
+        return
+    mode = ws.query_params.get("mode", "events")
+    after_raw = ws.query_params.get("after", "0") or "0"
+    if mode not in ("events", "raw") or not after_raw.isdigit() or len(after_raw) > 18:
+        await ws.close(code=4400, reason="mode must be events|raw and after a non-negative integer")
+        return
+    reg: Registry = ws.app.state.registry
+    try:
+        conv = await reg.get(thread_id)
+    except BridgeError as exc:
+        await ws.close(code=4404, reason=exc.code)
+        return
+    offered = [p.strip() for p in ws.headers.get("sec-websocket-protocol", "").split(",")]
+    await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
+    session = _Session(ws, conv, raw=(mode == "raw"))
+    await session.run(int(after_raw))
+
+
+class _Session:
+    def __init__(self, ws: WebSocket, conv: Conversation, *, raw: bool) -> None:
+        self.ws = ws
+        self.conv = conv
+        self.raw = raw
+        self._send_lock = asyncio.Lock()
+
+    async def _send_text(self, text: str) -> None:
+        async with self._send_lock:
+            await self.ws.send_text(text)
+
+    async def _send_record(self, rec: Record) -> None:
+        if self.raw:
+            if rec.source == "agent" and rec.relay and rec.raw is not None:
+                await self._send_text(rec.raw)
+        else:
+            await self._send_text(rec.envelope())
+
+    async def run(self, after: int) -> None:
+        sub = self.conv.subscribe()
+        sender = asyncio.create_task(deliver(sub, after, self.conv.read_page, self._send_record))
+        receiver = asyncio.create_task(self._receive())
+        close_code, reason = 1000, ""
+        try:
+            done, _ = await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
+            if sender in done and not sender.cancelled() and sender.exception() is None:
+                why = sender.result() or ""
+                close_code, reason = CLOSE_CODES.get(why, 1000), why
+            elif receiver in done and not receiver.cancelled() and receiver.exception() is None:
+                close_code, reason = receiver.result()
+        finally:
+            self.conv.unsubscribe(sub)
+            for t in (sender, receiver):
+                t.cancel()
+            for t in (sender, receiver):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+            if self.ws.application_state == WebSocketState.CONNECTED:
+                with contextlib.suppress(Exception):
+                    await self.ws.close(code=close_code, reason=reason)
+
+    async def _receive(self) -> tuple[int, str]:
+        try:
+            while True:
+                msg = await self.ws.receive()
+                if msg["type"] == "websocket.disconnect":
+                    return 1000, ""
+                text = msg.get("text")
+                if text is None:
+                    if self.raw:
+                        return 1003, "raw mode takes text frames with one JSON object"
+                    await self._reject(None, "invalid_frame", "frames must be JSON text")
+                    continue
+                if len(text) > MAX_FRAME_BYTES:
+                    if self.raw:
+                        return 1009, "frame too large"
+                    await self._reject(None, "frame_too_large", "frame too large")
+                    continue
+                if self.raw:
+                    if not await self._raw_frame(text):
+                        return 1003, "raw mode frames must be one JSON object"
+                else:
+                    await self._op_frame(text)
+        except WebSocketDisconnect:
+            return 1000, ""
+
+    async def _raw_frame(self, text: str) -> bool:
+        try:
+            obj = json.loads(text)
+        except (ValueError, RecursionError):
+            return False
+        if not isinstance(obj, dict):
+            return False
+        try:
+            await self.conv.write_raw(obj)
+        except BridgeError as exc:
+            log.info("ws.raw_refused", thread_id=self.conv.id, code=exc.code)
+        return True
+
+    async def _reject(self, op: str | None, code: str, message: str, **extra: Any) -> None:
+        await self._send_text(ephemeral("client.rejected", now_iso(), op=op, code=code,
+                                        message=message, **extra))
+
+    async def _accept(self, op: str, **extra: Any) -> None:
+        await self._send_text(ephemeral("client.accepted", now_iso(), op=op, **extra))
+
+    async def _op_frame(self, text: str) -> None:
+        try:
+            frame = json.loads(text)
+        except (ValueError, RecursionError):
+            await self._reject(None, "invalid_json", "frame is not JSON")
+            return
+        if not isinstance(frame, dict):
+            await self._reject(None, "invalid_frame", "frame must be a JSON object")
+            return
+        op = frame.get("op")
+        client_id = frame.get("client_id")
+        ids = {"client_id": client_id} if isinstance(client_id, str) else {}
+        try:
+            if op == "prompt":
+                if client_id is not None and (not isinstance(client_id, str)
+                                              or not 0 < len(client_id) <= 128):
+                    raise InvalidRequest("client_id must be a string of 1-128 characters",
+                                         code="invalid_client_id")
+                content = normalize_prompt(frame.get("text"), frame.get("content"))
+                acc = await self.conv.submit(content, client_id)
+                await self._accept("prompt", seq=acc.seq, turn_id=acc.turn_id,
+                                   duplicate=acc.duplicate, queued=acc.queued, **ids)
+            elif op == "interrupt":
+                active = await self.conv.interrupt()
+                await self._accept("interrupt", active=active, **ids)
+            elif op == "raw":
+                message = frame.get("message")
+                if not isinstance(message, dict):
+                    raise InvalidRequest("'message' must be a JSON object", code="invalid_frame")
+                seq = await self.conv.write_raw(message)
+                await self._accept("raw", seq=seq, **ids)
+            elif op == "permission":
+                raise InvalidRequest("permission answers are not supported yet (issue #5)",
+                                     code="unsupported")
+            else:
+                raise InvalidRequest(f"unknown op {op!r}", code="unknown_op")
+        except BridgeError as exc:
+            await self._reject(op if isinstance(op, str) else None, exc.code, exc.message, **ids)

@@ -1,0 +1,155 @@
+"""Command line (API.md §1): ``serve``, ``agents``, ``--version``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import socket
+import sys
+from collections.abc import Iterator, Sequence
+
+import uvicorn
+
+from bridge import __version__
+from bridge.config import Settings, load_settings
+from bridge.errors import BridgeError
+from bridge.logs import configure_logging
+from bridge.process.launch import executable_problem, is_loopback_host
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="agent-bridge", description=__doc__)
+    p.add_argument("--version", action="version", version=f"agent-bridge {__version__}")
+    sub = p.add_subparsers(dest="command")
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--config", help="TOML config file (env AGENT_BRIDGE_CONFIG)")
+        sp.add_argument("--data-dir", help="data directory (env AGENT_BRIDGE_DATA_DIR)")
+
+    serve = sub.add_parser("serve", help="run the daemon")
+    common(serve)
+    serve.add_argument("--host", help="bind address (env AGENT_BRIDGE_HOST, default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port, 0 = any free one (env AGENT_BRIDGE_PORT)")
+    auth = serve.add_mutually_exclusive_group()
+    auth.add_argument("--token", help="auth token (env AGENT_BRIDGE_TOKEN)")
+    auth.add_argument("--no-auth", action="store_true", help="no token (loopback only)")
+    serve.add_argument("--log-format", choices=["json", "console"])
+
+    agents = sub.add_parser("agents", help="list agent profiles and whether each is usable")
+    common(agents)
+    agents.add_argument("--json", action="store_true", help="machine-readable output")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command is None:
+        _parser().print_help()
+        return 2
+    try:
+        if args.command == "agents":
+            settings = load_settings(config=args.config, data_dir=args.data_dir)
+            return _agents(settings, as_json=args.json)
+        settings = load_settings(config=args.config, host=args.host, port=args.port,
+                                 data_dir=args.data_dir, token=args.token,
+                                 no_auth=args.no_auth, log_format=args.log_format)
+        return serve(settings)
+    except BridgeError as exc:
+        print(f"agent-bridge: {exc.message}", file=sys.stderr)
+        return 2
+
+
+def _agents(settings: Settings, *, as_json: bool) -> int:
+    rows = []
+    for name, prof in settings.agents.items():
+        problem = executable_problem(prof.executable)
+        rows.append({"name": name, "protocol": prof.protocol, "model": prof.model,
+                     "executable": prof.executable, "available": problem is None,
+                     "problem": problem, "default": name == settings.default_agent})
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for r in rows:
+        mark = "ok " if r["available"] else "-- "
+        default = " (default)" if r["default"] else ""
+        print(f"{mark}{r['name']}{default}  [{r['protocol']}]  {r['executable']}")
+        if r["problem"]:
+            print(f"     unusable: {r['problem']}")
+    return 0
+
+
+def serve(settings: Settings) -> int:
+    from bridge.api.app import create_app
+
+    if settings.no_auth and not is_loopback_host(settings.host):
+        print("agent-bridge: --no-auth is refused unless the bind address is loopback",
+              file=sys.stderr)
+        return 2
+    configure_logging(settings.log_format)
+    sock = _bind(settings.host, settings.port)
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+
+    def ready() -> None:
+        # Scripts and tests parse exactly this first stdout line (API.md §1).
+        print(f"agent-bridge listening on http://{shown}:{port}", flush=True)
+
+    app = create_app(settings, on_ready=ready)
+    ssl = {}
+    if settings.server.tls_cert and settings.server.tls_key:
+        ssl = {"ssl_certfile": settings.server.tls_cert, "ssl_keyfile": settings.server.tls_key}
+    config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on",
+                            ws_max_size=16 * 1024 * 1024, ws_ping_interval=20.0,
+                            ws_ping_timeout=20.0, timeout_graceful_shutdown=15, **ssl)  # type: ignore[arg-type]
+    server = _Server(config)
+    try:
+        asyncio.run(server.serve(sockets=[sock]))
+    except KeyboardInterrupt:
+        pass
+    logging.shutdown()
+    return 0 if server.started else 1
+
+
+class _Server(uvicorn.Server):
+    """uvicorn re-raises SIGTERM/SIGINT after a graceful shutdown, which would make the
+    daemon exit by signal; a graceful stop should exit 0 (issue #3), so the signals are
+    handled here instead."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        loop = asyncio.get_running_loop()
+        sigs = (signal.SIGINT, signal.SIGTERM)
+        for sig in sigs:
+            loop.add_signal_handler(sig, self._on_signal)
+        try:
+            yield
+        finally:
+            for sig in sigs:
+                loop.remove_signal_handler(sig)
+
+    def _on_signal(self) -> None:
+        if self.should_exit:
+            self.force_exit = True
+        self.should_exit = True
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise BridgeError(f"cannot listen on {host}:{port}: {exc.strerror}",
+                          code="bind_failed") from exc
+    sock.listen(2048)
+    sock.set_inheritable(False)
+    return sock
+
+
+__all__ = ["main", "serve"]

@@ -1,0 +1,251 @@
+"""Settings and agent profiles: embedded defaults < TOML file < env twins < flags (API.md §1).
+
+Agent profiles come from, in order: the ``[agents.*]`` tables of the config file, the AWP
+launch variables (profile ``awp``), real agent CLIs found on ``PATH`` (``claude``,
+``qwen``, ``codebuddy``/``cbc``), and the bundled ``demo`` agent, which needs no API key
+and is always present. A profile whose executable is unusable is still listed, with the
+reason (``agent-bridge agents``, ``GET /v1/agents``); it is simply refused at launch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from bridge.errors import ConfigError
+
+Protocol = Literal["stream-json", "awp-jsonl"]
+PermissionMode = Literal["default", "acceptEdits", "plan", "bypassPermissions", "dontAsk"]
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+DEMO_PROFILE = "demo"
+
+# Agent CLIs we look for on PATH when nothing is configured under that name.
+KNOWN_CLIS: tuple[tuple[str, str, Protocol], ...] = (
+    ("claude", "claude", "stream-json"),
+    ("qwen", "qwen", "stream-json"),
+    ("codebuddy", "codebuddy", "stream-json"),
+    ("cbc", "codebuddy", "stream-json"),
+)
+
+# Keys a thread may override at creation (API.md §1, "options").
+THREAD_OPTION_KEYS = frozenset(
+    {"permission_mode", "allowed_tools", "disallowed_tools", "system_prompt", "mcp_config"}
+)
+
+
+class AgentProfile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = ""
+    protocol: Protocol = "stream-json"
+    executable: str
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    model: str | None = None
+    remote_api_opt_in: bool = False
+    permission_mode: PermissionMode | None = None
+    allowed_tools: list[str] | None = None
+    disallowed_tools: list[str] | None = None
+    system_prompt: str | None = None
+    mcp_config: str | None = None
+    builtin: bool = False
+
+    @field_validator("args")
+    @classmethod
+    def _args_are_lines(cls, v: list[str]) -> list[str]:
+        for a in v:
+            if "\x00" in a:
+                raise ValueError("argument contains a NUL byte")
+        return v
+
+
+class ServerSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = DEFAULT_HOST
+    port: int = Field(DEFAULT_PORT, ge=0, le=65535)
+    allowed_origins: list[str] = Field(default_factory=list)
+    max_conversations: int = Field(64, ge=1)
+    idle_timeout_s: float = Field(600, gt=0)
+    max_pending_prompts: int = Field(5, ge=0)
+    stop_grace_s: float = Field(5.0, ge=0)
+    tls_cert: str | None = None
+    tls_key: str | None = None
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    data_dir: Path
+    token: str | None = None
+    no_auth: bool = False
+    log_format: Literal["json", "console"] = "console"
+    agents: dict[str, AgentProfile] = Field(default_factory=dict)
+    default_agent: str = DEMO_PROFILE
+    config_file: Path | None = None
+
+    @property
+    def host(self) -> str:
+        return self.server.host
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+
+def default_data_dir(env: Mapping[str, str]) -> Path:
+    base = env.get("XDG_DATA_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".local/share")
+    return Path(base) / "agent-bridge"
+
+
+def demo_profile(data_dir: Path) -> AgentProfile:
+    """The bundled demo agent, run by this very interpreter in isolated mode (``-I``)."""
+    script = Path(__file__).resolve().parent / "demo_agent.py"
+    return AgentProfile(
+        name=DEMO_PROFILE,
+        protocol="stream-json",
+        executable=os.path.realpath(sys.executable),
+        args=["-I", str(script)],
+        env={"DEMO_AGENT_STATE_DIR": str(data_dir / "demo-agent")},
+        model="demo",
+        builtin=True,
+    )
+
+
+def _awp_profile(env: Mapping[str, str]) -> AgentProfile | None:
+    exe = env.get("AWP_AGENT_CLI_EXECUTABLE")
+    if not exe:
+        return None
+    try:
+        args = json.loads(env.get("AWP_AGENT_CLI_ARGS_JSON") or "[]")
+        child_env = json.loads(env.get("AWP_AGENT_CLI_ENV_JSON") or "{}")
+    except ValueError as exc:
+        raise ConfigError(f"AWP_AGENT_CLI_ARGS_JSON / AWP_AGENT_CLI_ENV_JSON is not JSON: {exc}") from exc
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise ConfigError("AWP_AGENT_CLI_ARGS_JSON must be a JSON array of strings")
+    if not isinstance(child_env, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in child_env.items()
+    ):
+        raise ConfigError("AWP_AGENT_CLI_ENV_JSON must be a JSON object of strings")
+    protocol = env.get("AWP_AGENT_CLI_PROTOCOL") or "awp-jsonl"
+    if protocol not in ("awp-jsonl", "stream-json"):
+        raise ConfigError(f"AWP_AGENT_CLI_PROTOCOL must be awp-jsonl or stream-json, not {protocol!r}")
+    try:
+        return AgentProfile(
+            name="awp", protocol=protocol, executable=exe, args=args, env=child_env,  # type: ignore[arg-type]
+            model=env.get("AWP_AGENT_DEFAULT_MODEL") or None,
+            remote_api_opt_in=env.get("AWP_AGENT_REMOTE_API_OPT_IN") == "1",
+        )
+    except ValidationError as exc:
+        raise ConfigError(f"AWP_AGENT_CLI_* variables: {exc}") from exc
+
+
+def _path_profiles(env: Mapping[str, str], taken: set[str]) -> dict[str, AgentProfile]:
+    found: dict[str, AgentProfile] = {}
+    for cmd, name, protocol in KNOWN_CLIS:
+        if name in taken or name in found:
+            continue
+        where = shutil.which(cmd, path=env.get("PATH", os.defpath))
+        if where:
+            # Launch rules want a non-symlink: npm installs CLIs as symlinks, so resolve.
+            found[name] = AgentProfile(name=name, protocol=protocol,
+                                       executable=os.path.realpath(where))
+    return found
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file not found: {path}") from exc
+    except (tomllib.TOMLDecodeError, OSError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+
+
+def load_settings(
+    *,
+    config: str | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    data_dir: str | None = None,
+    token: str | None = None,
+    no_auth: bool = False,
+    log_format: str | None = None,
+    env: Mapping[str, str] | None = None,
+    discover_path: bool = True,
+) -> Settings:
+    """Build Settings from flags (highest), env twins, the TOML file and defaults."""
+    env = os.environ if env is None else env
+    config = config or env.get("AGENT_BRIDGE_CONFIG")
+    raw: dict[str, Any] = load_toml(Path(config)) if config else {}
+    server_raw = dict(raw.pop("server", {}) or {})
+    agents_raw = raw.pop("agents", {}) or {}
+    if raw:
+        raise ConfigError(f"unknown config sections: {', '.join(sorted(raw))}")
+
+    host = host or env.get("AGENT_BRIDGE_HOST")
+    if host:
+        server_raw["host"] = host
+    if port is None and env.get("AGENT_BRIDGE_PORT"):
+        try:
+            port = int(env["AGENT_BRIDGE_PORT"])
+        except ValueError as exc:
+            raise ConfigError("AGENT_BRIDGE_PORT must be an integer") from exc
+    if port is not None:
+        server_raw["port"] = port
+    try:
+        server = ServerSettings(**server_raw)
+    except ValidationError as exc:
+        raise ConfigError(f"[server]: {_errors(exc)}") from exc
+
+    ddir = Path(data_dir or env.get("AGENT_BRIDGE_DATA_DIR") or default_data_dir(env)).expanduser()
+    ddir = ddir.absolute()
+
+    agents: dict[str, AgentProfile] = {}
+    if not isinstance(agents_raw, dict):
+        raise ConfigError("[agents] must be a table of profiles")
+    for name, prof in agents_raw.items():
+        if not isinstance(prof, dict):
+            raise ConfigError(f"[agents.{name}] must be a table")
+        try:
+            agents[name] = AgentProfile(**{**prof, "name": name})
+        except ValidationError as exc:
+            raise ConfigError(f"[agents.{name}]: {_errors(exc)}") from exc
+    configured = list(agents)
+    awp = _awp_profile(env)
+    if awp is not None and "awp" not in agents:
+        agents["awp"] = awp
+        configured.append("awp")
+    if discover_path:
+        agents.update(_path_profiles(env, set(agents) | {DEMO_PROFILE}))
+    if DEMO_PROFILE not in agents:
+        agents[DEMO_PROFILE] = demo_profile(ddir)
+
+    return Settings(
+        server=server,
+        data_dir=ddir,
+        token=token or env.get("AGENT_BRIDGE_TOKEN") or None,
+        no_auth=no_auth,
+        log_format=(log_format or env.get("AGENT_BRIDGE_LOG_FORMAT") or "console"),  # type: ignore[arg-type]
+        agents=agents,
+        default_agent=configured[0] if configured else DEMO_PROFILE,
+        config_file=Path(config).absolute() if config else None,
+    )
+
+
+def _errors(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in exc.errors()
+    )

@@ -1,0 +1,40 @@
+"""structlog setup: JSON or console lines on stderr (stdout's first line is reserved for
+the "listening" line). Secrets are redacted by key name before anything is rendered."""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from collections.abc import MutableMapping
+from typing import Any
+
+import structlog
+
+_SECRET_KEY = re.compile(r"(?i)(token|secret|password|passwd|api[_-]?key|authorization|cookie|credential)")
+REDACTED = "[redacted]"
+
+
+def redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    for key in list(event):
+        if _SECRET_KEY.search(key):
+            event[key] = REDACTED
+    return event
+
+
+def configure_logging(fmt: str = "console", level: int = logging.INFO) -> None:
+    renderer: Any = (structlog.processors.JSONRenderer() if fmt == "json"
+                     else structlog.dev.ConsoleRenderer(colors=False))
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            redact,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(name)s: %(message)s")

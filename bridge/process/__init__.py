@@ -1,0 +1,1 @@
+"""OS processes: pids, pipes, signals and environments. Knows bytes, never dialects."""

@@ -1,0 +1,195 @@
+"""One agent OS process: spawn (own process group, no shell), stdout lines, bounded
+stderr, serialized stdin writes, and the stop ladder of :mod:`bridge.process.shutdown`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+from bridge.errors import LaunchRefused
+from bridge.process.launch import LaunchSpec, executable_problem
+from bridge.protocols.framing import MAX_LINE_BYTES, LineFramer, LineTooLong
+
+READ_CHUNK = 64 * 1024
+# stderr is free-form diagnostics (protocols.md §0.1): relay it, but bounded — a line is
+# cut at this many bytes and at most this many lines per second reach the transcript.
+STDERR_LINE_BYTES = 4096
+STDERR_LINES_PER_S = 50
+
+
+@dataclass(slots=True)
+class ExitInfo:
+    code: int | None
+    signal: int | None
+
+
+class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """Signals the child's exit as soon as it is reaped. ``Process.wait()`` only returns
+    once every pipe is closed too, which a grandchild holding stdout open, or a reader we
+    stopped (line too long), can delay forever."""
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self.exited = asyncio.Event()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        self.exited.set()
+
+
+class AgentProcess:
+    def __init__(self, proc: asyncio.subprocess.Process, protocol: _Protocol,
+                 transport: asyncio.SubprocessTransport, spec: LaunchSpec, max_line: int) -> None:
+        self._proc = proc
+        self._protocol = protocol
+        self._transport = transport
+        self.spec = spec
+        self.pid = proc.pid
+        self.pgid = proc.pid  # start_new_session=True: the child leads its own group
+        self._write_lock = asyncio.Lock()
+        self._max_line = max_line
+        self._stdin_closed = False
+
+    @classmethod
+    async def spawn(cls, spec: LaunchSpec, *, max_line: int = MAX_LINE_BYTES) -> AgentProcess:
+        # Checked again right before the spawn: the file may have changed since load.
+        problem = executable_problem(spec.argv[0])
+        if problem:
+            raise LaunchRefused(problem, code="executable_unusable")
+        loop = asyncio.get_running_loop()
+        try:
+            transport, protocol = await loop.subprocess_exec(
+                lambda: _Protocol(READ_CHUNK * 4, loop),
+                *spec.argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=dict(spec.env),
+                cwd=spec.cwd,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as exc:
+            raise LaunchRefused(f"cannot start agent: {exc.strerror or exc}",
+                                code="spawn_failed") from exc
+        proc = asyncio.subprocess.Process(transport, protocol, loop)
+        return cls(proc, protocol, transport, spec, max_line)
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode
+
+    async def write_line(self, line: str) -> None:
+        """One locked write per message: several tasks (prompts, interrupts, permission
+        answers) share stdin and their bytes must never interleave."""
+        data = line.encode("utf-8") + b"\n"
+        async with self._write_lock:
+            stdin = self._proc.stdin
+            if stdin is None or self._stdin_closed or stdin.is_closing():
+                raise BrokenPipeError("agent stdin is closed")
+            stdin.write(data)
+            await stdin.drain()
+
+    async def close_stdin(self) -> None:
+        async with self._write_lock:
+            self._stdin_closed = True
+            stdin = self._proc.stdin
+            if stdin is not None and not stdin.is_closing():
+                stdin.close()
+                with contextlib.suppress(Exception):
+                    await stdin.wait_closed()
+
+    async def stdout_lines(self) -> AsyncIterator[bytes]:
+        """Every stdout line; raises LineTooLong when the cap is crossed."""
+        stream = self._proc.stdout
+        assert stream is not None
+        framer = LineFramer(self._max_line)
+        while True:
+            chunk = await stream.read(READ_CHUNK)
+            if not chunk:
+                tail = framer.close()
+                if tail is not None:
+                    yield tail
+                return
+            for line in framer.feed(chunk):
+                yield line
+
+    async def pump_stderr(self, emit: Callable[[str], Awaitable[None]]) -> None:
+        """Relay stderr lines, each cut to STDERR_LINE_BYTES, at most STDERR_LINES_PER_S."""
+        stream = self._proc.stderr
+        assert stream is not None
+        loop = asyncio.get_running_loop()
+        window_start, in_window, dropped = loop.time(), 0, 0
+        buf = bytearray()
+        discarding = False  # inside an over-long line whose head was already relayed
+        while True:
+            chunk = await stream.read(READ_CHUNK)
+            buf += chunk
+            lines: list[bytes] = []
+            while (nl := buf.find(b"\n")) != -1:
+                line = bytes(buf[:nl])
+                del buf[: nl + 1]
+                if not discarding:
+                    lines.append(line)
+                discarding = False
+            if len(buf) > STDERR_LINE_BYTES or (not chunk and buf):
+                if not discarding:
+                    lines.append(bytes(buf))
+                discarding = bool(chunk)
+                buf.clear()
+            for line in lines:
+                now = loop.time()
+                if now - window_start >= 1.0:
+                    if dropped:
+                        await emit(f"[{dropped} stderr lines dropped: rate limit]")
+                    window_start, in_window, dropped = now, 0, 0
+                if in_window >= STDERR_LINES_PER_S:
+                    dropped += 1
+                    continue
+                in_window += 1
+                text = line[:STDERR_LINE_BYTES].decode("utf-8", "replace").rstrip("\r")
+                if len(line) > STDERR_LINE_BYTES:
+                    text += " …[cut]"
+                await emit(text)
+            if not chunk:
+                if dropped:
+                    await emit(f"[{dropped} stderr lines dropped: rate limit]")
+                return
+
+    async def wait(self) -> ExitInfo:
+        await self._protocol.exited.wait()
+        rc = self._transport.get_returncode()
+        assert rc is not None
+        return exit_info(rc)
+
+    def release(self) -> None:
+        """Close our ends of the pipes once the process is gone and its output drained."""
+        self._transport.close()
+
+    def signal_group(self, sig: int) -> bool:
+        """Signal the whole process group; False when nothing is left in it."""
+        try:
+            os.killpg(self.pgid, sig)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return False
+        return True
+
+    async def stop(self, grace_s: float, *, shutdown_line: str | None = None) -> ExitInfo:
+        from bridge.process.shutdown import stop_process
+
+        return await stop_process(self, grace_s, shutdown_line=shutdown_line)
+
+
+def exit_info(rc: int) -> ExitInfo:
+    if rc < 0:
+        return ExitInfo(code=None, signal=-rc)
+    return ExitInfo(code=rc, signal=None)
+
+
+__all__ = ["AgentProcess", "ExitInfo", "LineTooLong", "signal"]

@@ -1,0 +1,107 @@
+"""The normalized event model shared by every dialect (API.md §4).
+
+An :class:`Event` is what a codec produces from one agent line, what the bridge records
+when it writes to the agent, and what the bridge says itself. The conversation gives it a
+``seq`` and a timestamp when it enters the transcript; until then it has neither.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Source = Literal["agent", "client", "bridge"]
+
+# Normalized kinds (API.md §4). Kept as plain strings so that a newer kind never breaks
+# an older reader; this set documents what the bridge itself produces.
+KINDS = frozenset(
+    {
+        "session.started",
+        "turn.started",
+        "message.delta",
+        "message",
+        "tool.call",
+        "tool.result",
+        "task.updated",
+        "permission.requested",
+        "permission.resolved",
+        "turn.ended",
+        "plan",
+        "agent.status",
+        "tool.progress",
+        "hook",
+        "rate_limit",
+        "notice",
+        "diagnostic",
+        "process.started",
+        "process.exited",
+        "agent.other",
+        # client-sourced records of what the bridge wrote to the agent
+        "client.other",
+    }
+)
+
+TURN_STATUSES = ("success", "error", "cancelled")
+
+
+@dataclass(slots=True)
+class Event:
+    source: Source
+    kind: str
+    data: dict[str, Any] = field(default_factory=dict)
+    # The exact JSON line (no trailing newline) the agent wrote or the bridge wrote to the
+    # agent. ``None`` for bridge events and for agent lines that are not a JSON object.
+    raw: str | None = None
+    # True on exactly one event per agent stdout line that raw mode relays (the first
+    # event decoded from a JSON-object line); False on the extra events of that line.
+    relay: bool = False
+
+
+def agent_event(kind: str, data: dict[str, Any], raw: str | None) -> Event:
+    return Event("agent", kind, data, raw)
+
+
+def bridge_event(kind: str, **data: Any) -> Event:
+    return Event("bridge", kind, data, None)
+
+
+def diagnostic(stream: Literal["stderr", "protocol"], text: str) -> Event:
+    return Event("agent" if stream == "stderr" else "bridge", "diagnostic",
+                 {"stream": stream, "text": text}, None)
+
+
+@dataclass(slots=True)
+class Record:
+    """An event as it stands in the transcript: numbered, timestamped, immutable."""
+
+    seq: int
+    ts: str
+    source: str
+    kind: str
+    data: dict[str, Any]
+    raw: str | None
+    relay: bool
+    _envelope: str | None = None
+
+    def envelope(self) -> str:
+        """The events-mode frame (API.md §4). ``raw`` is the exact line the agent wrote,
+        embedded as-is (it is already one JSON object), never re-serialised."""
+        if self._envelope is None:
+            self._envelope = (
+                f'{{"seq":{self.seq},"ts":{json.dumps(self.ts)},"source":{json.dumps(self.source)},'
+                f'"kind":{json.dumps(self.kind)},"data":{json.dumps(self.data, ensure_ascii=False, separators=(",", ":"))},'
+                f'"raw":{self.raw if self.raw is not None else "null"}}}'
+            )
+        return self._envelope
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seq": self.seq, "ts": self.ts, "source": self.source, "kind": self.kind,
+                "data": self.data, "raw": json.loads(self.raw) if self.raw is not None else None}
+
+
+def ephemeral(kind: str, ts: str, **data: Any) -> str:
+    """A bridge frame for one client only (``client.accepted``/``client.rejected``): it is
+    not part of the transcript, so its ``seq`` is null."""
+    return json.dumps({"seq": None, "ts": ts, "source": "bridge", "kind": kind, "data": data,
+                       "raw": None}, ensure_ascii=False, separators=(",", ":"))

@@ -1,0 +1,361 @@
+"""Claude Code / CodeBuddy / Qwen Code ``stream-json`` dialect (protocols.md Part 1).
+
+Decoding maps every stdout line onto the normalized kinds of API.md §4. Parsing is
+lenient by design (protocols.md §0): unknown ``type``/``subtype`` values become
+``agent.other``, unknown keys are ignored, a missing field is never assumed present.
+A line that is not a JSON object becomes a ``diagnostic``; nothing here raises on agent
+output.
+
+The awp-jsonl dialect (``awp_jsonl.py``) is a subset with a few extras and reuses the
+decoder below with ``awp=True``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bridge.protocols.events import Event
+
+PROTOCOL = "stream-json"
+
+# Host launch flags (API.md §2; protocols.md §1.1). ``--verbose`` is mandatory with
+# ``--output-format stream-json``.
+LAUNCH_FLAGS = ("--output-format", "stream-json", "--input-format", "stream-json", "--verbose")
+
+_CANCELLED_TERMINAL_REASONS = ("aborted_streaming", "aborted_tools")
+
+
+@dataclass(slots=True)
+class Decoded:
+    """What one agent line produced: events for the transcript, and lines the codec must
+    write back to the agent right away (answers that keep the agent from hanging)."""
+
+    events: list[Event] = field(default_factory=list)
+    replies: list[str] = field(default_factory=list)
+
+
+def dumps(obj: Any) -> str:
+    """One line of compact JSON (never contains a raw newline) that always encodes as UTF-8.
+
+    A lone surrogate is legal in a parsed JSON string (``"\\ud800"``) but not in UTF-8, so
+    such a line falls back to ``\\uXXXX`` escapes, which the agent decodes to the same string
+    (protocols.md §0.1; a request_id echoed in a reply must round-trip exactly).
+    """
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(obj, ensure_ascii=True, separators=(",", ":"))
+    return text
+
+
+def _not_json_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"number out of range: {text}")
+    return value
+
+
+def parse_object(line: bytes) -> tuple[dict[str, Any] | None, str, str | None]:
+    """Return ``(obj, text, problem)``; ``obj`` is None when the line is not a JSON object."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, line.decode("utf-8", "replace"), "line is not valid UTF-8"
+    if not text.strip():
+        return None, text, "empty line"
+    try:
+        # Strict RFC 8259: ``raw`` is embedded verbatim in events-mode frames (API.md §4), so
+        # NaN/Infinity, out-of-range numbers and non-JSON whitespace (str.strip() would drop
+        # \x0c or U+3000) must not pass as an object.
+        obj = json.loads(text, parse_constant=_not_json_constant, parse_float=_finite_float)
+    except (ValueError, RecursionError):
+        return None, text, "line is not JSON"
+    if not isinstance(obj, dict):
+        return None, text, "line is not a JSON object"
+    return obj, text.rstrip("\r"), None
+
+
+def _s(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _d(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _l(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _block_text(content: Any) -> str:
+    """Flatten tool_result / message content (a string or a list of blocks) to text."""
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    for block in _l(content):
+        if isinstance(block, dict) and isinstance(block.get("text"), str):
+            parts.append(block["text"])
+    return "".join(parts)
+
+
+def _truncate(text: str, limit: int = 4096) -> str:
+    return text if len(text) <= limit else text[:limit] + f"… [{len(text) - limit} more chars]"
+
+
+class StreamJsonCodec:
+    """Sans-I/O codec for one agent process. Keeps only the little state the dialect needs
+    (the streaming content block types, so that a ``tool_use`` block start is recognised)."""
+
+    protocol = PROTOCOL
+    launch_flags: tuple[str, ...] = LAUNCH_FLAGS
+    supports_interrupt = True
+
+    def __init__(self, *, awp: bool = False) -> None:
+        self._awp = awp
+        self._req_counter = 0
+
+    # ------------------------------------------------------------------ decoding
+
+    def decode(self, line: bytes) -> Decoded:
+        obj, text, problem = parse_object(line)
+        if obj is None:
+            return Decoded([Event("agent", "diagnostic",
+                                  {"stream": "protocol", "text": f"{problem}: {_truncate(text, 512)}"})])
+        out = Decoded()
+        events = self._map(obj, text, out)
+        if not events:
+            events = [Event("agent", "agent.other", {}, text)]
+        events[0].relay = True
+        out.events = events
+        return out
+
+    def _map(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
+        handler = self._handlers.get(_s(obj.get("type")) or "")
+        if handler is None:
+            return []
+        return handler(self, obj, raw, out)
+
+    def _ev(self, kind: str, data: dict[str, Any], raw: str) -> Event:
+        return Event("agent", kind, data, raw)
+
+    def _system(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
+        sub = _s(obj.get("subtype")) or ""
+        if sub in ("init", "session_start"):
+            data: dict[str, Any] = {
+                "native_session_id": _s(obj.get("session_id")),
+                "model": _s(obj.get("model")),
+            }
+            if isinstance(obj.get("tools"), list):
+                data["tools"] = [t for t in obj["tools"] if isinstance(t, str)]
+            return [self._ev("session.started", data, raw)]
+        if sub == "status":
+            st = obj.get("status")
+            return [self._ev("agent.status", {"status": st if isinstance(st, str) else None}, raw)]
+        if sub == "session_state_changed":
+            return [self._ev("agent.status", {"state": _s(obj.get("state"))}, raw)]
+        if sub in ("hook_started", "hook_progress", "hook_response"):
+            data = {"hook_event": _s(obj.get("hook_event")), "hook_name": _s(obj.get("hook_name")),
+                    "phase": sub.removeprefix("hook_")}
+            if sub == "hook_response":
+                data["outcome"] = _s(obj.get("outcome"))
+            return [self._ev("hook", data, raw)]
+        if sub in ("task_started", "task_progress", "task_updated", "task_notification"):
+            return [self._ev("task.updated", self._task(sub, obj), raw)]
+        return []
+
+    @staticmethod
+    def _task(sub: str, obj: dict[str, Any]) -> dict[str, Any]:
+        patch = _d(obj.get("patch"))
+        status = _s(obj.get("status")) or _s(patch.get("status"))
+        if status is None:
+            status = "running" if sub in ("task_started", "task_progress") else None
+        data: dict[str, Any] = {
+            "task_id": _s(obj.get("task_id")),
+            "task_type": _s(obj.get("task_type")) or _s(obj.get("subagent_type")),
+            "status": status,
+            "event": sub,
+        }
+        for key in ("description", "summary", "tool_use_id"):
+            val = _s(obj.get(key)) or _s(patch.get(key))
+            if val is not None:
+                data[key] = val
+        if "workflow_progress" in obj:
+            data["workflow_progress"] = obj["workflow_progress"]
+        return data
+
+    def _assistant(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
+        msg = _d(obj.get("message"))
+        mid = _s(msg.get("id"))
+        events: list[Event] = []
+        content = msg.get("content")
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}]
+        for block in _l(content):
+            if not isinstance(block, dict):
+                continue
+            btype = block.get("type")
+            if btype == "text" and isinstance(block.get("text"), str):
+                data: dict[str, Any] = {"role": "assistant", "text": block["text"], "message_id": mid}
+                if obj.get("error") is not None or msg.get("model") == "<synthetic>":
+                    data["error"] = _s(obj.get("error")) or "unknown"
+                events.append(self._ev("message", data, raw))
+            elif btype == "thinking" and isinstance(block.get("thinking"), str):
+                events.append(self._ev("message", {"role": "assistant", "text": block["thinking"],
+                                                   "channel": "thought", "message_id": mid}, raw))
+            elif btype in ("tool_use", "server_tool_use"):
+                events.append(self._ev("tool.call", {
+                    "tool_call_id": _s(block.get("id")), "name": _s(block.get("name")),
+                    "input": block.get("input"), "parent_tool_use_id": _s(obj.get("parent_tool_use_id"))}, raw))
+        return events
+
+    def _user(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
+        if obj.get("isReplay"):
+            return []
+        msg = _d(obj.get("message"))
+        events: list[Event] = []
+        for block in _l(msg.get("content")):
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                events.append(self._ev("tool.result", {
+                    "tool_call_id": _s(block.get("tool_use_id")),
+                    "output": block.get("content") if block.get("content") is not None else "",
+                    "is_error": bool(block.get("is_error"))}, raw))
+        return events
+
+    def _stream_event(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
+        return self._raw_stream(_d(obj.get("event")), raw)
+
+    def _raw_stream(self, ev: dict[str, Any], raw: str) -> list[Event]:
+        etype = ev.get("type")
+        if etype == "content_block_delta":
+            delta = _d(ev.get("delta"))
+            dtype = delta.get("type")
+            if dtype == "text_delta" and isinstance(delta.get("text"), str):
+                return [self._ev("message.delta", {"text": delta["text"], "channel": "text"}, raw)]
+            if dtype == "thinking_delta" and isinstance(delta.get("thinking"), str):
+                return [self._ev("message.delta", {"text": delta["thinking"], "channel": "thought"}, raw)]
+        return []
+
+    def _awp_block(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
+        if not self._awp:
+            return []
+        if obj.get("type") == "content_block_start":
+            block = _d(obj.get("content_block"))
+            if block.get("type") == "tool_use":
+                return [self._ev("tool.call", {"tool_call_id": _s(block.get("id")),
+                                               "name": _s(block.get("name")),
+                                               "input": block.get("input")}, raw)]
+            return []
+        return self._raw_stream(obj, raw)
+
+    def _message_stop(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
+        # awp-jsonl: a raw stream may end its turn with a top-level message_stop (Part 2).
+        if not self._awp:
+            return []
+        return [self._ev("turn.ended", {"status": "success", "stop_reason": "message_stop"}, raw)]
+
+    def _result(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
+        sub = _s(obj.get("subtype")) or ""
+        is_error = bool(obj.get("is_error")) or (sub not in ("", "success"))
+        terminal_reason = _s(obj.get("terminal_reason"))
+        if not is_error:
+            status = "success"
+        elif sub == "error_during_execution" and terminal_reason in _CANCELLED_TERMINAL_REASONS:
+            status = "cancelled"
+        else:
+            status = "error"
+        data: dict[str, Any] = {"status": status, "stop_reason": _s(obj.get("stop_reason"))}
+        if isinstance(obj.get("usage"), dict):
+            data["usage"] = obj["usage"]
+        if is_error:
+            errors = [e for e in _l(obj.get("errors")) if isinstance(e, str)]
+            err = _s(obj.get("result")) if not errors else "; ".join(errors)
+            if isinstance(obj.get("error"), dict):  # qwen: error: {type?, message}
+                err = _s(obj["error"].get("message")) or err
+            data["error"] = err or sub or "error"
+            data["subtype"] = sub
+        if terminal_reason is not None:
+            data["terminal_reason"] = terminal_reason
+        if _s(obj.get("session_id")):
+            data["native_session_id"] = obj["session_id"]
+        return [self._ev("turn.ended", data, raw)]
+
+    def _control_request(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
+        request_id = _s(obj.get("request_id"))
+        req = _d(obj.get("request"))
+        sub = _s(req.get("subtype")) or ""
+        if sub == "can_use_tool" and request_id is not None:
+            return [self._ev("permission.requested", {
+                "request_id": request_id, "tool": _s(req.get("tool_name")),
+                "input": req.get("input") if isinstance(req.get("input"), dict) else {},
+                "options": [], "tool_call_id": _s(req.get("tool_use_id")),
+                "suggestions": req.get("permission_suggestions")}, raw)]
+        # Every other CLI → host request must be answered or the agent hangs (§1.4.4).
+        if request_id is not None:
+            out.replies.append(self.encode_control_error(request_id,
+                               f"Unsupported control request subtype: {sub}"))
+        return []
+
+    def _rate_limit(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
+        info = _d(obj.get("rate_limit_info"))
+        return [self._ev("rate_limit", {
+            "status": _s(info.get("status")) or _s(obj.get("status")),
+            "resets_at": info.get("resetsAt", obj.get("resets_at")),
+            "utilization": info.get("utilization", obj.get("utilization"))}, raw)]
+
+    def _tool_progress(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
+        return [self._ev("tool.progress", {
+            "tool_call_id": _s(obj.get("tool_use_id")), "name": _s(obj.get("tool_name")),
+            "elapsed_s": obj.get("elapsed_time_seconds")}, raw)]
+
+    _handlers: dict[str, Callable[[StreamJsonCodec, dict[str, Any], str, Decoded], list[Event]]] = {
+        "system": _system,
+        "assistant": _assistant,
+        "user": _user,
+        "stream_event": _stream_event,
+        "result": _result,
+        "control_request": _control_request,
+        "rate_limit_event": _rate_limit,
+        "tool_progress": _tool_progress,
+        "content_block_start": _awp_block,
+        "content_block_delta": _awp_block,
+        "message_stop": _message_stop,
+    }
+
+    # ------------------------------------------------------------------ encoding
+
+    def encode_prompt(self, content: list[dict[str, Any]]) -> str:
+        return dumps({"type": "user", "message": {"role": "user", "content": content},
+                      "parent_tool_use_id": None, "session_id": "", "uuid": str(uuid.uuid4())})
+
+    def _next_request_id(self) -> str:
+        self._req_counter += 1
+        return f"req_{self._req_counter}_{uuid.uuid4().hex[:8]}"
+
+    def encode_interrupt(self) -> str | None:
+        return dumps({"type": "control_request", "request_id": self._next_request_id(),
+                      "request": {"subtype": "interrupt"}})
+
+    def encode_shutdown(self) -> str | None:
+        return None  # closing stdin is stream-json's polite shutdown (§0.1)
+
+    def encode_permission(self, request_id: str, allow: bool, *, updated_input: dict[str, Any],
+                          message: str = "") -> str:
+        answer: dict[str, Any] = ({"behavior": "allow", "updatedInput": updated_input} if allow
+                                  else {"behavior": "deny", "message": message or "Denied"})
+        return dumps({"type": "control_response", "response": {
+            "subtype": "success", "request_id": request_id, "response": answer}})
+
+    @staticmethod
+    def encode_control_error(request_id: str, error: str) -> str:
+        return dumps({"type": "control_response", "response": {
+            "subtype": "error", "request_id": request_id, "error": error}})

@@ -1,0 +1,1 @@
+"""The only layer that joins an agent process to a codec."""

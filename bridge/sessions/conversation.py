@@ -1,0 +1,455 @@
+"""One thread's live state: its agent process, turns, and transcript.
+
+Invariants (issue #2, API.md §4):
+
+* every event gets the next ``seq`` and is in the store before any subscriber sees it;
+* a turn starts when its prompt is written to the agent, and every accepted prompt ends in
+  exactly one ``turn.ended`` — from the agent's terminal line, or from the bridge when the
+  process exits first (status ``error``, or ``cancelled`` when the user stopped it);
+* a terminal line with no turn pending is recorded as ``agent.other`` and never ends the
+  next turn;
+* prompts sent during a turn wait in order (up to ``max_pending_prompts``) and are written
+  one at a time; nothing accepted is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import signal
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+
+from bridge.config import AgentProfile, Settings
+from bridge.errors import BridgeError, Busy, Conflict, LaunchRefused
+from bridge.process.agent_process import AgentProcess, ExitInfo
+from bridge.process.launch import build_launch, valid_session_id
+from bridge.protocols.codecs import make_codec
+from bridge.protocols.events import Event, Record
+from bridge.protocols.framing import LineTooLong
+from bridge.protocols.stream_json import StreamJsonCodec, dumps
+from bridge.sessions.fanout import Fanout, Subscriber
+from bridge.store.base import Store, ThreadRow
+
+log = structlog.get_logger("bridge.conversation")
+
+# If an interrupted agent has not ended its turn after this long, the bridge stops the
+# process and ends the turn ``cancelled`` itself (issue #5 makes it configurable).
+INTERRUPT_TIMEOUT_S = 10.0
+# After the process exits, its pipes get this long to drain before they are abandoned
+# (a grandchild may hold them open).
+DRAIN_TIMEOUT_S = 2.0
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(8)}"
+
+
+@dataclass(slots=True)
+class Turn:
+    turn_id: str
+    line: str
+    prompt_seq: int
+
+
+@dataclass(slots=True)
+class Accepted:
+    seq: int
+    turn_id: str | None
+    duplicate: bool = False
+    queued: bool = False
+
+
+def _prompt_text(content: Sequence[dict[str, Any]]) -> str:
+    return "".join(b.get("text", "") for b in content if b.get("type") == "text")
+
+
+class Conversation:
+    def __init__(self, thread: ThreadRow, profile: AgentProfile | None, settings: Settings,
+                 store: Store, *, can_start: Callable[[Conversation], None]) -> None:
+        self.thread = thread
+        self.id: str = thread["id"]
+        self.profile = profile
+        self.settings = settings
+        self.store = store
+        self.fanout = Fanout()
+        self._can_start = can_start
+        self._seq: int = thread["last_seq"]
+        self._emit_lock = asyncio.Lock()
+        self._life_lock = asyncio.Lock()  # start / stop / delete
+        self._turn_lock = asyncio.Lock()
+        self._proc: AgentProcess | None = None
+        self._codec: StreamJsonCodec | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._watcher: asyncio.Task[None] | None = None
+        self._exit_reason: str | None = None
+        self._active: Turn | None = None
+        self._queue: deque[Turn] = deque()
+        self._interrupting = False
+        self._interrupt_timer: asyncio.TimerHandle | None = None
+        self.last_activity = time.monotonic()
+        self.deleted = False
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None
+
+    @property
+    def turn_active(self) -> bool:
+        return self._active is not None
+
+    @property
+    def busy(self) -> bool:
+        return self._active is not None or bool(self._queue)
+
+    def touch(self) -> None:
+        self.last_activity = time.monotonic()
+
+    # ------------------------------------------------------------------ transcript
+
+    async def emit(self, events: Sequence[Event], *, client_ids: Sequence[str | None] | None = None,
+                   fields: dict[str, Any] | None = None) -> list[Record]:
+        """Number, persist, then publish: durable before visible."""
+        async with self._emit_lock:
+            ts = now_iso()
+            records = []
+            seq = self._seq
+            for ev in events:
+                seq += 1
+                records.append(Record(seq, ts, ev.source, ev.kind, ev.data, ev.raw, ev.relay))
+            thread_fields = {"updated_at": ts, **(fields or {})}
+            await self.store.append(self.id, records,
+                                    client_ids or [None] * len(records), thread_fields)
+            self._seq = seq
+            self.thread.update(thread_fields)
+            self.thread["last_seq"] = seq
+            self.fanout.publish(records)
+            self.touch()
+            return records
+
+    async def set_fields(self, fields: dict[str, Any]) -> None:
+        async with self._emit_lock:
+            fields = {"updated_at": now_iso(), **fields}
+            await self.store.update_thread(self.id, fields)
+            self.thread.update(fields)
+
+    async def read_page(self, after: int, limit: int) -> list[Record]:
+        return await self.store.read_events(self.id, after, limit)
+
+    def subscribe(self) -> Subscriber:
+        self.touch()
+        return self.fanout.subscribe()
+
+    def unsubscribe(self, sub: Subscriber) -> None:
+        self.fanout.unsubscribe(sub)
+        self.touch()
+
+    # ------------------------------------------------------------------ process life
+
+    async def ensure_started(self) -> None:
+        async with self._life_lock:
+            if self._proc is not None:
+                return
+            if self.deleted:
+                raise Conflict("thread was deleted", code="thread_deleted")
+            await self._start()
+
+    async def _start(self) -> None:
+        profile = self.profile
+        if profile is None:
+            raise LaunchRefused(f"agent profile {self.thread['agent']!r} is no longer configured",
+                                code="agent_not_found")
+        self._can_start(self)
+        codec = make_codec(profile.protocol)
+        opts = {**profile.model_dump(include=set(_OPTION_FIELDS)),
+                **(self.thread.get("options") or {})}
+        extra: list[str] = []
+        if profile.protocol == "stream-json":
+            if opts.get("permission_mode"):
+                extra += ["--permission-mode", opts["permission_mode"]]
+            if opts.get("allowed_tools"):
+                extra += ["--allowedTools", ",".join(opts["allowed_tools"])]
+            if opts.get("disallowed_tools"):
+                extra += ["--disallowedTools", ",".join(opts["disallowed_tools"])]
+            if opts.get("system_prompt") is not None:
+                extra += ["--system-prompt", opts["system_prompt"]]
+        resume = self.thread.get("native_session_id")
+        spec = build_launch(
+            executable=profile.executable, args=profile.args, protocol_flags=codec.launch_flags,
+            profile_env=profile.env, cwd=self.thread["cwd"], model=self.thread.get("model"),
+            resume_id=resume, extra_args=extra, mcp_config=opts.get("mcp_config"),
+            remote_api_opt_in=profile.remote_api_opt_in)
+        await self.set_fields({"state": "starting"})
+        try:
+            proc = await AgentProcess.spawn(spec)
+        except BridgeError:
+            await self.set_fields({"state": "exited" if self.thread.get("last_exit") else "idle"})
+            raise
+        self._proc, self._codec, self._exit_reason = proc, codec, None
+        self._interrupting = False
+        log.info("agent.spawned", thread_id=self.id, pid=proc.pid, agent=profile.name,
+                 argv0=spec.argv[0], resume=resume is not None)
+        await self.emit([Event("bridge", "process.started",
+                               {"pid": proc.pid, "resume": resume})],
+                        fields={"state": "running", "pid": proc.pid})
+        reader = asyncio.create_task(self._read_stdout(proc, codec), name=f"stdout-{self.id}")
+        errs = asyncio.create_task(proc.pump_stderr(self._on_stderr), name=f"stderr-{self.id}")
+        self._tasks = [reader, errs]
+        self._watcher = asyncio.create_task(self._watch(proc, reader, errs),
+                                            name=f"watch-{self.id}")
+
+    async def _on_stderr(self, text: str) -> None:
+        await self.emit([Event("agent", "diagnostic", {"stream": "stderr", "text": text})])
+
+    async def _read_stdout(self, proc: AgentProcess, codec: StreamJsonCodec) -> None:
+        try:
+            async for line in proc.stdout_lines():
+                decoded = codec.decode(line)
+                await self._on_agent_events(decoded.events)
+                for reply in decoded.replies:
+                    await self._write(proc, reply, kind="client.other",
+                                      data={"op": "auto_reply"})
+        except LineTooLong as exc:
+            self._exit_reason = "line_too_long"
+            await self.emit([Event("bridge", "diagnostic",
+                                   {"stream": "protocol", "text": str(exc)})])
+            log.warning("agent.line_too_long", thread_id=self.id, pid=proc.pid)
+            await proc.stop(0.0)  # the watcher reaps it and ends the turn
+
+    async def _on_agent_events(self, events: list[Event]) -> None:
+        fields: dict[str, Any] = {}
+        extra: list[Event] = []
+        ended = False
+        for ev in events:
+            if ev.kind == "session.started":
+                sid = ev.data.get("native_session_id")
+                if sid is not None and not valid_session_id(sid):
+                    extra.append(Event("bridge", "diagnostic", {
+                        "stream": "protocol",
+                        "text": "agent reported a native session id that is not valid; ignored"}))
+                elif sid and sid != self.thread.get("native_session_id"):
+                    fields["native_session_id"] = sid
+            elif ev.kind == "turn.ended" and ev.source == "agent":
+                if self._active is None:
+                    # No turn pending (e.g. after a background task): record, never assign.
+                    ev.kind = "agent.other"
+                    ev.data = {"unsolicited": "turn.ended", **ev.data}
+                    continue
+                ev.data["turn_id"] = self._active.turn_id
+                if self._interrupting and ev.data.get("status") == "error" \
+                        and ev.data.get("subtype") == "error_during_execution":
+                    ev.data["status"] = "cancelled"
+                ended = True
+                fields["turn_active"] = False
+            elif ev.kind == "permission.requested" and ev.source == "agent":
+                # Permission prompts reach clients in issue #5; until then the profile has no
+                # prompt tool and any request is denied so the agent never hangs.
+                extra.append(Event("bridge", "permission.resolved", {
+                    "request_id": ev.data.get("request_id"), "decision": "deny", "by": "policy"}))
+        await self.emit([*events, *extra], fields=fields)
+        for ev in extra:
+            if ev.kind == "permission.resolved" and self._proc and self._codec:
+                req = next(e for e in events if e.kind == "permission.requested"
+                           and e.data.get("request_id") == ev.data["request_id"])
+                await self._write(self._proc, self._codec.encode_permission(
+                    ev.data["request_id"], False, updated_input=req.data.get("input") or {},
+                    message="Permission prompts are not enabled for this agent profile"),
+                    kind="client.other", data={"op": "permission"})
+        if ended:
+            self._end_turn_state()
+            await self._pump()
+
+    def _end_turn_state(self) -> None:
+        self._active = None
+        self._interrupting = False
+        if self._interrupt_timer is not None:
+            self._interrupt_timer.cancel()
+            self._interrupt_timer = None
+
+    async def _write(self, proc: AgentProcess, line: str, *, kind: str,
+                     data: dict[str, Any]) -> None:
+        """Record what we write, then write it (one locked write per message)."""
+        await self.emit([Event("client", kind, data, line)])
+        try:
+            await proc.write_line(line)
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            log.info("agent.stdin_closed", thread_id=self.id, error=str(exc))
+
+    async def _watch(self, proc: AgentProcess, reader: asyncio.Task[None],
+                     errs: asyncio.Task[None]) -> None:
+        info = await proc.wait()
+        _done, pending = await asyncio.wait({reader, errs}, timeout=DRAIN_TIMEOUT_S)
+        for t in pending:
+            t.cancel()
+        for t in (reader, errs):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        proc.signal_group(signal.SIGKILL)  # anything the agent left in its group
+        proc.release()
+        await self._on_exit(proc, info)
+
+    async def _on_exit(self, proc: AgentProcess, info: ExitInfo) -> None:
+        async with self._turn_lock:
+            reason = self._exit_reason or ("exited" if info.code == 0 else "crashed")
+            last_exit = {"code": info.code, "signal": info.signal, "reason": reason}
+            events = [Event("bridge", "process.exited", {"pid": proc.pid, **last_exit})]
+            user_ended = reason in ("stopped", "interrupted", "interrupt_timeout", "deleted")
+            if self._active is not None:
+                events.append(Event("bridge", "turn.ended", {
+                    "turn_id": self._active.turn_id,
+                    "status": "cancelled" if user_ended else "error",
+                    "error": f"agent process ended: {reason}", "exit": last_exit}))
+            for turn in self._queue:
+                events.append(Event("bridge", "turn.ended", {
+                    "turn_id": turn.turn_id, "status": "cancelled" if user_ended else "error",
+                    "error": f"not started: agent process ended ({reason})"}))
+            self._queue.clear()
+            self._end_turn_state()
+            self._proc = None
+            self._codec = None
+            log.info("agent.exited", thread_id=self.id, pid=proc.pid, **last_exit)
+            await self.emit(events, fields={"state": "exited", "turn_active": False,
+                                            "last_exit": last_exit, "pid": None})
+
+    async def stop(self, reason: str = "stopped") -> None:
+        async with self._life_lock:
+            await self._stop_locked(reason)
+
+    async def _stop_locked(self, reason: str) -> None:
+        proc, watcher, codec = self._proc, self._watcher, self._codec
+        if proc is None or watcher is None:
+            return
+        self._exit_reason = reason
+        await self.set_fields({"state": "stopping"})
+        await proc.stop(self.settings.server.stop_grace_s,
+                        shutdown_line=codec.encode_shutdown() if codec else None)
+        await watcher
+
+    async def close(self, reason: str) -> None:
+        """Stop the process and disconnect every subscriber (delete, daemon shutdown)."""
+        async with self._life_lock:
+            if reason == "deleted":
+                self.deleted = True
+            await self._stop_locked(reason)
+            self.fanout.close_all(reason)
+
+    # ------------------------------------------------------------------ client operations
+
+    async def submit(self, content: list[dict[str, Any]], client_id: str | None) -> Accepted:
+        async with self._turn_lock:
+            if client_id is not None:
+                seq = await self.store.find_client_event(self.id, client_id)
+                if seq is not None:
+                    return Accepted(seq=seq, turn_id=None, duplicate=True)
+            if self.busy and len(self._queue) >= self.settings.server.max_pending_prompts:
+                raise Busy(f"a turn is in progress and {len(self._queue)} prompts are queued",
+                           code="busy")
+        await self.ensure_started()
+        async with self._turn_lock:
+            proc, codec = self._proc, self._codec
+            if proc is None or codec is None:
+                raise Conflict("the agent process ended before the prompt could be sent",
+                               code="agent_exited")
+            line = codec.encode_prompt(content)
+            turn_id = new_id("turn")
+            data: dict[str, Any] = {"role": "user", "text": _prompt_text(content),
+                                    "turn_id": turn_id}
+            if any(b.get("type") != "text" for b in content):
+                data["content"] = [b if b.get("type") == "text" else
+                                   {"type": b.get("type"), "media_type":
+                                    (b.get("source") or {}).get("media_type")} for b in content]
+            if client_id is not None:
+                data["client_id"] = client_id
+            queued = self.busy
+            recs = await self.emit([Event("client", "message", data, line)], client_ids=[client_id])
+            self._queue.append(Turn(turn_id, line, recs[0].seq))
+        await self._pump()
+        return Accepted(seq=recs[0].seq, turn_id=turn_id, queued=queued)
+
+    async def _pump(self) -> None:
+        """Write the next queued prompt when no turn is active."""
+        async with self._turn_lock:
+            proc = self._proc
+            if self._active is not None or not self._queue or proc is None:
+                return
+            turn = self._queue.popleft()
+            self._active = turn
+            await self.emit([Event("bridge", "turn.started",
+                                   {"turn_id": turn.turn_id, "prompt_seq": turn.prompt_seq})],
+                            fields={"turn_active": True})
+            try:
+                await proc.write_line(turn.line)
+            except (BrokenPipeError, ConnectionResetError):
+                log.info("agent.stdin_closed", thread_id=self.id)  # the watcher ends the turn
+
+    async def interrupt(self) -> bool:
+        """Cancel the active turn. Idempotent; False when no turn is active."""
+        async with self._turn_lock:
+            proc, codec = self._proc, self._codec
+            if self._active is None or proc is None or codec is None:
+                return False
+            if self._interrupting:
+                return True
+            self._interrupting = True
+            line = codec.encode_interrupt()
+        if line is None:
+            # awp-jsonl has no interrupt message: stopping the process ends the turn.
+            asyncio.create_task(self.stop("interrupted"))  # noqa: RUF006
+            return True
+        await self._write(proc, line, kind="client.other", data={"op": "interrupt"})
+        loop = asyncio.get_running_loop()
+        self._interrupt_timer = loop.call_later(
+            INTERRUPT_TIMEOUT_S, lambda: asyncio.ensure_future(self._interrupt_expired()))
+        return True
+
+    async def _interrupt_expired(self) -> None:
+        if self._interrupting and self._active is not None:
+            await self.emit([Event("bridge", "notice", {
+                "code": "interrupt_timeout",
+                "text": f"the agent did not end the turn within {INTERRUPT_TIMEOUT_S:g}s of the "
+                        "interrupt; stopping it"})])
+            await self.stop("interrupt_timeout")
+
+    async def write_raw(self, message: dict[str, Any]) -> int:
+        """The ``raw`` op / raw mode: write a client's JSON object to stdin unchanged."""
+        await self.ensure_started()
+        proc = self._proc
+        if proc is None:
+            raise Conflict("the agent process is not running", code="agent_exited")
+        line = dumps(message)
+        recs = await self.emit([Event("client", "client.other", {"op": "raw"}, line)])
+        try:
+            await proc.write_line(line)
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise Conflict("the agent process closed its stdin", code="agent_exited") from exc
+        return recs[0].seq
+
+    def thread_view(self) -> dict[str, Any]:
+        return thread_view(self.thread)
+
+
+_OPTION_FIELDS = ("permission_mode", "allowed_tools", "disallowed_tools", "system_prompt",
+                  "mcp_config")
+
+PUBLIC_THREAD_FIELDS = ("id", "agent", "protocol", "model", "cwd", "title", "native_session_id",
+                        "state", "turn_active", "last_seq", "created_at", "updated_at",
+                        "last_exit")
+
+
+def thread_view(row: ThreadRow) -> dict[str, Any]:
+    out = {k: row.get(k) for k in PUBLIC_THREAD_FIELDS}
+    out["options"] = row.get("options") or {}
+    return out

@@ -1,0 +1,109 @@
+"""Fan-out of transcript records to live subscribers.
+
+Each subscriber has a bounded buffer. A subscriber that falls behind never blocks the
+agent, the store or the other subscribers: its buffer is dropped and it is marked
+``lagging``; its sender then re-reads the missed records from the store (which holds
+every record before it is published) and carries on from the buffer, skipping what it
+has already sent by ``seq``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+
+from bridge.protocols.events import Record
+
+DEFAULT_BUFFER = 1024
+REPLAY_PAGE = 500
+
+
+class Subscriber:
+    __slots__ = ("buf", "close_reason", "closed", "lagging", "limit", "wake")
+
+    def __init__(self, limit: int = DEFAULT_BUFFER) -> None:
+        self.buf: deque[Record] = deque()
+        self.limit = limit
+        self.lagging = False
+        self.closed = False
+        self.close_reason: str | None = None
+        self.wake = asyncio.Event()
+
+    def push(self, records: Sequence[Record]) -> None:
+        if self.lagging or self.closed:
+            return
+        if len(self.buf) + len(records) > self.limit:
+            self.buf.clear()
+            self.lagging = True
+        else:
+            self.buf.extend(records)
+        self.wake.set()
+
+    def close(self, reason: str) -> None:
+        self.closed = True
+        self.close_reason = reason
+        self.wake.set()
+
+
+class Fanout:
+    def __init__(self) -> None:
+        self._subs: set[Subscriber] = set()
+
+    def __len__(self) -> int:
+        return len(self._subs)
+
+    def subscribe(self, limit: int = DEFAULT_BUFFER) -> Subscriber:
+        sub = Subscriber(limit)
+        self._subs.add(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscriber) -> None:
+        self._subs.discard(sub)
+
+    def publish(self, records: Sequence[Record]) -> None:
+        for sub in self._subs:
+            sub.push(records)
+
+    def close_all(self, reason: str) -> None:
+        for sub in list(self._subs):
+            sub.close(reason)
+        self._subs.clear()
+
+
+ReadPage = Callable[[int, int], Awaitable[list[Record]]]
+Send = Callable[[Record], Awaitable[None]]
+
+
+async def deliver(sub: Subscriber, after: int, read_page: ReadPage, send: Send) -> str | None:
+    """Send every record with ``seq > after`` to one subscriber, in order, exactly once:
+    first from the store, then live, resyncing from the store whenever it lagged.
+    Returns the close reason when the subscriber is closed."""
+    last = after
+
+    async def catch_up() -> None:
+        nonlocal last
+        while True:
+            sub.lagging = False  # from here on, anything published is also buffered
+            page = await read_page(last, REPLAY_PAGE)
+            for rec in page:
+                await send(rec)
+                last = rec.seq
+            if len(page) < REPLAY_PAGE and not sub.lagging:
+                return
+
+    await catch_up()
+    while True:
+        while sub.buf:
+            rec = sub.buf.popleft()
+            if rec.seq <= last:
+                continue
+            await send(rec)
+            last = rec.seq
+        if sub.lagging:
+            await catch_up()
+            continue
+        if sub.closed:
+            return sub.close_reason
+        sub.wake.clear()
+        await sub.wake.wait()

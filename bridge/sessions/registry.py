@@ -1,0 +1,158 @@
+"""thread id → Conversation; thread creation, capacity, idle reaping, daemon shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from typing import Any
+
+import structlog
+
+from bridge.config import THREAD_OPTION_KEYS, AgentProfile, Settings
+from bridge.errors import Busy, InvalidRequest, LaunchRefused, NotFound
+from bridge.process.launch import executable_problem
+from bridge.protocols.events import Event
+from bridge.sessions.conversation import Conversation, new_id, now_iso, thread_view
+from bridge.store.base import Store
+
+log = structlog.get_logger("bridge.registry")
+
+IDLE_SCAN_S = 1.0
+
+
+class Registry:
+    def __init__(self, settings: Settings, store: Store) -> None:
+        self.settings = settings
+        self.store = store
+        self._convs: dict[str, Conversation] = {}
+        self._lock = asyncio.Lock()
+        self._reaper: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        await self._recover()
+        self._reaper = asyncio.create_task(self._reap_idle(), name="idle-reaper")
+
+    async def _recover(self) -> None:
+        """A previous daemon died with processes or turns in flight: close their books so
+        every accepted turn still ends exactly once and the thread is resumable."""
+        for row in await self.store.live_threads():
+            conv = await self.get(row["id"])
+            last_exit = {"code": None, "signal": None, "reason": "daemon_stopped"}
+            events = []
+            if row["state"] in ("starting", "running", "stopping"):
+                events.append(Event("bridge", "process.exited", {"pid": row.get("pid"), **last_exit}))
+            if row["turn_active"]:
+                events.append(Event("bridge", "turn.ended", {
+                    "status": "error", "error": "the daemon stopped during this turn"}))
+            await conv.emit(events, fields={"state": "exited", "turn_active": False,
+                                            "last_exit": last_exit, "pid": None})
+            log.info("thread.recovered", thread_id=row["id"])
+
+    async def shutdown(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        convs = list(self._convs.values())
+        await asyncio.gather(*(c.close("daemon_shutdown") for c in convs),
+                             return_exceptions=True)
+
+    async def _reap_idle(self) -> None:
+        idle_s = self.settings.server.idle_timeout_s
+        while True:
+            await asyncio.sleep(min(IDLE_SCAN_S, idle_s / 2))
+            now = time.monotonic()
+            for conv in list(self._convs.values()):
+                if (conv.running and not conv.busy and len(conv.fanout) == 0
+                        and now - conv.last_activity >= idle_s):
+                    log.info("agent.idle_stop", thread_id=conv.id)
+                    asyncio.create_task(conv.stop("idle_timeout"))  # noqa: RUF006
+
+    # ------------------------------------------------------------------ threads
+
+    def profile(self, name: str) -> AgentProfile:
+        prof = self.settings.agents.get(name)
+        if prof is None:
+            raise NotFound(f"no agent profile named {name!r}", code="agent_not_found")
+        return prof
+
+    def _check_capacity(self, conv: Conversation) -> None:
+        live = sum(1 for c in self._convs.values() if c.running and c is not conv)
+        if live >= self.settings.server.max_conversations:
+            raise Busy(f"{live} agents are running (max_conversations); stop one or retry later",
+                       code="capacity")
+
+    async def create(self, *, agent: str | None, cwd: str | None, model: str | None,
+                     title: str | None, options: dict[str, Any] | None) -> Conversation:
+        name = agent or self.settings.default_agent
+        prof = self.profile(name)
+        problem = executable_problem(prof.executable)
+        if problem:
+            raise LaunchRefused(problem, code="executable_unusable")
+        options = dict(options or {})
+        unknown = set(options) - THREAD_OPTION_KEYS
+        if unknown:
+            raise InvalidRequest(f"unknown options: {', '.join(sorted(unknown))}",
+                                 code="unknown_option")
+        try:
+            AgentProfile.model_validate({**prof.model_dump(), **options})
+        except ValueError as exc:
+            raise InvalidRequest(f"invalid options: {exc}", code="invalid_option") from exc
+        tid = new_id("thr")
+        if cwd is None:
+            path = self.settings.data_dir / "workspaces" / tid
+            path.mkdir(parents=True, exist_ok=True)
+            cwd = str(path)
+        elif not os.path.isabs(cwd) or not os.path.isdir(cwd):
+            raise InvalidRequest(f"cwd must be an existing absolute directory: {cwd}",
+                                 code="bad_cwd")
+        ts = now_iso()
+        row = {"id": tid, "agent": name, "protocol": prof.protocol, "model": model or prof.model,
+               "cwd": cwd, "title": title or "", "native_session_id": None, "state": "idle",
+               "turn_active": False, "last_seq": 0, "created_at": ts, "updated_at": ts,
+               "last_exit": None, "options": options, "pid": None}
+        await self.store.create_thread(row)
+        conv = self._make(row)
+        log.info("thread.created", thread_id=tid, agent=name)
+        return conv
+
+    def _make(self, row: dict[str, Any]) -> Conversation:
+        conv = Conversation(row, self.settings.agents.get(row["agent"]), self.settings,
+                            self.store, can_start=self._check_capacity)
+        self._convs[row["id"]] = conv
+        return conv
+
+    async def get(self, thread_id: str) -> Conversation:
+        conv = self._convs.get(thread_id)
+        if conv is not None:
+            return conv
+        async with self._lock:
+            conv = self._convs.get(thread_id)
+            if conv is not None:
+                return conv
+            row = await self.store.get_thread(thread_id)
+            if row is None:
+                raise NotFound(f"no thread {thread_id}", code="thread_not_found")
+            return self._make(row)
+
+    async def delete(self, thread_id: str) -> None:
+        conv = await self.get(thread_id)
+        await conv.close("deleted")
+        await self.store.delete_thread(thread_id)
+        self._convs.pop(thread_id, None)
+        log.info("thread.deleted", thread_id=thread_id)
+
+    def live_count(self) -> int:
+        return sum(1 for c in self._convs.values() if c.running)
+
+    def loaded_count(self) -> int:
+        return len(self._convs)
+
+    def view(self, row: dict[str, Any]) -> dict[str, Any]:
+        """Thread object for a listing: the live copy when the thread is loaded."""
+        conv = self._convs.get(row["id"])
+        return conv.thread_view() if conv is not None else thread_view(row)

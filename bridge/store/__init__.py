@@ -1,0 +1,1 @@
+"""Persistence: the only place that knows SQL."""

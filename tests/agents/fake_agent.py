@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""Scripted fake agent for the test suite: speaks stream-json or awp-jsonl, with
+misbehaviours on demand. Standard library only; run as ``python -I fake_agent.py
+--dialect stream-json|awp-jsonl [bridge flags...]``.
+
+Directives are the first word of a prompt:
+  (anything)         stream "echo: <prompt>" in three deltas, then a terminal line
+  crash              start a reply, then exit 3 without a terminal line
+  exit0              exit 0 right away, mid-turn
+  garbage            write a non-JSON line, a JSON array and a bare string, then reply
+  huge               write 5 MiB with no newline, then wait to be killed
+  big                reply with one valid 1 MiB line
+  tool               a tool_use, its tool_result, then text
+  slow               stream a tick every 50 ms for up to 10 s; honours interrupt
+  hang               start a turn and never end it (ignores interrupt)
+  stderr             write three stderr lines, then reply
+  orphan             reply, then write a second terminal line with no turn pending
+  recall             reply with every prompt this native session has seen (proves resume)
+  ask                (stream-json) send a can_use_tool control_request and wait for the answer
+  badsession         report a native session id that is not valid
+
+Environment: FAKE_AGENT_LOG (append JSON lines: start argv/env/cwd/pid, every stdin line),
+FAKE_AGENT_STATE (directory for per-session history files), FAKE_IGNORE_SIGTERM=1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+import uuid
+
+LOCK = threading.Lock()
+INBOX: queue.Queue[dict | None] = queue.Queue()
+
+
+def log(**entry: object) -> None:
+    path = os.environ.get("FAKE_AGENT_LOG")
+    if path:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(entry) + "\n")
+
+
+def out(obj: object) -> None:
+    with LOCK:
+        sys.stdout.write(json.dumps(obj, separators=(",", ":")) + "\n")
+        sys.stdout.flush()
+
+
+def raw_out(data: str) -> None:
+    with LOCK:
+        sys.stdout.write(data)
+        sys.stdout.flush()
+
+
+def parse_args(argv: list[str]) -> dict[str, str | None]:
+    opts: dict[str, str | None] = {"dialect": "stream-json", "model": None, "resume": None}
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--dialect":
+            opts["dialect"] = argv[i + 1]
+            i += 1
+        elif a == "--model":
+            opts["model"] = argv[i + 1]
+            i += 1
+        elif a.startswith("--resume="):
+            opts["resume"] = a.split("=", 1)[1]
+        elif a == "--resume":
+            opts["resume"] = argv[i + 1]
+            i += 1
+        elif a == "--mcp-config":
+            i += 1
+        i += 1
+    return opts
+
+
+def reader() -> None:
+    for line in sys.stdin:
+        log(event="stdin", line=line.rstrip("\n"))
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            INBOX.put(obj)
+    INBOX.put(None)
+
+
+class Agent:
+    def __init__(self, opts: dict[str, str | None]) -> None:
+        self.awp = opts["dialect"] == "awp-jsonl"
+        self.model = opts["model"] or "fake-model"
+        self.session_id = opts["resume"] or f"fake-{uuid.uuid4()}"
+        self.state_dir = os.environ.get("FAKE_AGENT_STATE")
+        self.history: list[str] = self._load()
+        self.deferred: list[dict] = []
+
+    def _path(self) -> str | None:
+        return os.path.join(self.state_dir, f"{self.session_id}.json") if self.state_dir else None
+
+    def _load(self) -> list[str]:
+        path = self._path()
+        if path and os.path.exists(path):
+            with open(path, encoding="utf-8") as fh:
+                return json.load(fh)
+        return []
+
+    def _save(self) -> None:
+        path = self._path()
+        if path:
+            with open(path, "w", encoding="utf-8") as fh:
+                json.dump(self.history, fh)
+
+    # -- output helpers
+    def delta(self, text: str) -> None:
+        ev = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}
+        out(ev if self.awp else {"type": "stream_event", "event": ev, "session_id": self.session_id,
+                                 "parent_tool_use_id": None, "uuid": str(uuid.uuid4())})
+
+    def assistant(self, blocks: list[dict]) -> None:
+        out({"type": "assistant", "message": {"id": "msg_fake", "role": "assistant", "type": "message",
+             "model": self.model, "content": blocks}, "parent_tool_use_id": None,
+             "session_id": self.session_id, "uuid": str(uuid.uuid4())})
+
+    def result(self, text: str, *, error: bool = False, subtype: str | None = None,
+               terminal_reason: str | None = None) -> None:
+        sub = subtype or ("error" if (error and self.awp) else "success")
+        obj = {"type": "result", "subtype": sub, "is_error": error, "result": text,
+               "session_id": self.session_id, "usage": {"input_tokens": 3, "output_tokens": 5},
+               "stop_reason": None if error else "end_turn", "uuid": str(uuid.uuid4())}
+        if terminal_reason:
+            obj["terminal_reason"] = terminal_reason
+        out(obj)
+
+    def reply(self, text: str) -> None:
+        third = max(1, len(text) // 3)
+        for chunk in (text[:third], text[third:2 * third], text[2 * third:]):
+            if chunk:
+                self.delta(chunk)
+        self.assistant([{"type": "text", "text": text}])
+        self.result(text)
+
+    # -- turns
+    def turn(self, msg: dict) -> None:
+        content = msg.get("message", {}).get("content")
+        if isinstance(content, list):
+            text = "".join(b.get("text", "") for b in content if isinstance(b, dict))
+            kinds = [b.get("type") for b in content if isinstance(b, dict)]
+        else:
+            text, kinds = str(content), ["text"]
+        word = (text.split() or [""])[0].lower()
+        self.history.append(text)
+        self._save()
+        sid = "not a valid id!" if word == "badsession" else self.session_id
+        out({"type": "system", "subtype": "init", "session_id": sid, "model": self.model,
+             "cwd": os.getcwd(), "tools": ["Bash"], "uuid": str(uuid.uuid4())})
+        handler = getattr(self, f"do_{word}", None)
+        if handler is not None:
+            handler(text)
+        else:
+            extra = f" [{','.join(k for k in kinds if k != 'text')}]" if kinds != ["text"] else ""
+            self.reply(f"echo: {text}{extra}")
+
+    def do_crash(self, text: str) -> None:
+        self.delta("about to crash")
+        sys.stderr.write("fake agent: crashing on purpose\n")
+        sys.stderr.flush()
+        os._exit(3)
+
+    def do_exit0(self, text: str) -> None:
+        os._exit(0)
+
+    def do_garbage(self, text: str) -> None:
+        raw_out("this is not json\n[1,2,3]\n\"just a string\"\n")
+        self.reply("after garbage")
+
+    def do_huge(self, text: str) -> None:
+        raw_out("x" * (5 * 1024 * 1024))
+        time.sleep(60)
+
+    def do_big(self, text: str) -> None:
+        self.assistant([{"type": "text", "text": "B" * (1024 * 1024)}])
+        self.result("big done")
+
+    def do_tool(self, text: str) -> None:
+        tid = f"toolu_{uuid.uuid4().hex[:8]}"
+        self.assistant([{"type": "tool_use", "id": tid, "name": "Bash", "input": {"command": "echo hi"}}])
+        out({"type": "user", "message": {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": tid, "content": "hi", "is_error": False}]},
+            "session_id": self.session_id, "parent_tool_use_id": None})
+        self.reply("tool done")
+
+    def do_slow(self, text: str) -> None:
+        deadline = time.monotonic() + 10
+        sent = ""
+        while time.monotonic() < deadline:
+            try:
+                msg = INBOX.get(timeout=0.05)
+            except queue.Empty:
+                self.delta("tick ")
+                sent += "tick "
+                continue
+            if msg is None:
+                os._exit(0)
+            if msg.get("type") == "control_request" and msg.get("request", {}).get("subtype") == "interrupt":
+                out({"type": "control_response", "response": {"subtype": "success",
+                                                              "request_id": msg.get("request_id")}})
+                self.assistant([{"type": "text", "text": sent}])
+                out({"type": "user", "message": {"role": "user", "content": [
+                    {"type": "text", "text": "[Request interrupted by user]"}]}})
+                self.result("", error=True, subtype="error_during_execution",
+                            terminal_reason="aborted_streaming")
+                return
+            self.deferred.append(msg)
+        self.reply("slow done")
+
+    def do_hang(self, text: str) -> None:
+        self.delta("hanging")
+        while True:
+            msg = INBOX.get()
+            if msg is None:
+                os._exit(0)
+            log(event="ignored_while_hanging", msg=msg)
+
+    def do_stderr(self, text: str) -> None:
+        for i in range(3):
+            sys.stderr.write(f"diagnostic line {i}\n")
+        sys.stderr.flush()
+        self.reply("stderr done")
+
+    def do_orphan(self, text: str) -> None:
+        self.reply("first")
+        self.result("unsolicited")
+
+    def do_recall(self, text: str) -> None:
+        self.reply("history: " + " | ".join(self.history[:-1]))
+
+    def do_ask(self, text: str) -> None:
+        rid = str(uuid.uuid4())
+        out({"type": "control_request", "request_id": rid, "request": {
+            "subtype": "can_use_tool", "tool_name": "Bash", "input": {"command": "touch x"},
+            "tool_use_id": "toolu_ask"}})
+        while True:
+            msg = INBOX.get()
+            if msg is None:
+                os._exit(0)
+            if msg.get("type") == "control_response" and msg.get("response", {}).get("request_id") == rid:
+                behavior = msg["response"].get("response", {}).get("behavior")
+                self.reply(f"permission: {behavior}")
+                return
+            self.deferred.append(msg)
+
+    def do_badsession(self, text: str) -> None:
+        self.reply("bad session reported")
+
+    def handle(self, msg: dict) -> bool:
+        mtype = msg.get("type")
+        if mtype == "user":
+            self.turn(msg)
+        elif mtype == "shutdown":
+            return False
+        elif mtype == "control_request":
+            rid = msg.get("request_id")
+            sub = msg.get("request", {}).get("subtype")
+            if sub == "interrupt":
+                out({"type": "control_response", "response": {"subtype": "success", "request_id": rid}})
+            else:
+                out({"type": "control_response", "response": {"subtype": "error", "request_id": rid,
+                                                              "error": f"unsupported {sub}"}})
+        return True
+
+    def run(self) -> None:
+        while True:
+            msg = self.deferred.pop(0) if self.deferred else INBOX.get()
+            if msg is None or not self.handle(msg):
+                return
+
+
+def main() -> None:
+    if os.environ.get("FAKE_IGNORE_SIGTERM") == "1":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    opts = parse_args(sys.argv[1:])
+    log(event="start", argv=sys.argv, env=dict(os.environ), cwd=os.getcwd(), pid=os.getpid())
+    threading.Thread(target=reader, daemon=True).start()
+    Agent(opts).run()
+    log(event="exit")
+
+
+if __name__ == "__main__":
+    main()

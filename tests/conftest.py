@@ -1,0 +1,272 @@
+"""Shared test helpers: a real daemon in a subprocess, real HTTP and WebSocket clients,
+and a check that no agent process outlives its test."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import websockets
+
+ROOT = Path(__file__).resolve().parent.parent
+FAKE_AGENT = ROOT / "tests" / "agents" / "fake_agent.py"
+PYTHON = os.path.realpath(sys.executable)
+TOKEN = "test-token-0123456789abcdef"
+DIALECTS = ("stream-json", "awp-jsonl")
+STEP_TIMEOUT = 15.0
+
+
+def processes_mentioning(marker: str) -> list[tuple[int, str]]:
+    """Live processes whose command line contains ``marker`` (zombies included)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        if marker in cmd:
+            found.append((int(pid), f"{state} {cmd}"))
+    return found
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = STEP_TIMEOUT,
+                     what: str = "condition") -> None:
+    """Poll a cheap condition (process table, files) until true; fail after ``timeout``."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not predicate():
+        if loop.time() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def profile_toml(name: str, dialect: str, env: dict[str, str], extra_args: list[str] | None = None,
+                 **fields: Any) -> str:
+    args = ["-I", str(FAKE_AGENT), "--dialect", dialect, *(extra_args or [])]
+    lines = [f"[agents.{name}]", f'protocol = "{dialect}"', f"executable = {json.dumps(PYTHON)}",
+             f"args = {json.dumps(args)}",
+             "env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }"]
+    for k, v in fields.items():
+        lines.append(f"{k} = {json.dumps(v)}")
+    return "\n".join(lines) + "\n"
+
+
+class Daemon:
+    """A real ``python -m bridge serve`` on port 0."""
+
+    def __init__(self, tmp: Path, config: str, token: str | None = TOKEN,
+                 extra_env: dict[str, str] | None = None) -> None:
+        self.tmp = tmp
+        self.data_dir = tmp / "data"
+        self.config_path = tmp / "config.toml"
+        self.config_path.write_text(config)
+        self.token = token
+        self.extra_env = extra_env or {}
+        self.proc: asyncio.subprocess.Process | None = None
+        self.url = ""
+        self.first_line = ""
+        self.stderr_path = tmp / "daemon.stderr"
+
+    async def start(self) -> None:
+        argv = [sys.executable, "-m", "bridge", "serve", "--port", "0", "--config",
+                str(self.config_path), "--data-dir", str(self.data_dir), "--log-format", "json"]
+        if self.token:
+            argv += ["--token", self.token]
+        env = {**os.environ, **self.extra_env}
+        env.pop("AGENT_BRIDGE_TOKEN", None)
+        with self.stderr_path.open("ab") as err:
+            self.proc = await asyncio.create_subprocess_exec(
+                *argv, stdout=asyncio.subprocess.PIPE, stderr=err, env=env, cwd=str(self.tmp))
+        assert self.proc.stdout is not None
+        try:
+            line = await asyncio.wait_for(self.proc.stdout.readline(), STEP_TIMEOUT)
+        except TimeoutError:
+            self.proc.kill()
+            raise AssertionError(f"daemon did not start: {self.stderr_path.read_text()}") from None
+        self.first_line = line.decode().rstrip("\n")
+        assert self.first_line.startswith("agent-bridge listening on http://"), (
+            self.first_line, self.stderr_path.read_text())
+        self.url = self.first_line.removeprefix("agent-bridge listening on ")
+
+    @property
+    def ws_url(self) -> str:
+        return self.url.replace("http://", "ws://", 1)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+    def http(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=self.url, headers=self.headers, timeout=STEP_TIMEOUT)
+
+    async def stop(self, sig: int = signal.SIGTERM) -> int:
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            self.proc.send_signal(sig)
+        rc = await asyncio.wait_for(self.proc.wait(), 30)
+        return rc
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text() if self.stderr_path.exists() else ""
+
+    async def ws(self, thread_id: str, *, after: int | None = None, mode: str = "events") -> Client:
+        q = f"?mode={mode}" + (f"&after={after}" if after is not None else "")
+        conn = await websockets.connect(f"{self.ws_url}/v1/threads/{thread_id}/ws{q}",
+                                        additional_headers=self.headers, max_size=None,
+                                        open_timeout=STEP_TIMEOUT)
+        return Client(conn)
+
+
+class Client:
+    """A WebSocket client that keeps every frame it has seen."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.frames: list[dict[str, Any]] = []
+        self.texts: list[str] = []
+        self._cursor = 0
+
+    async def send(self, **frame: Any) -> None:
+        await self.conn.send(json.dumps(frame))
+
+    async def _recv(self, timeout: float) -> dict[str, Any]:
+        text = await asyncio.wait_for(self.conn.recv(), timeout)
+        self.texts.append(text)
+        frame = json.loads(text)
+        self.frames.append(frame)
+        return frame
+
+    async def next(self, pred: Callable[[dict[str, Any]], bool],
+                   timeout: float = STEP_TIMEOUT) -> dict[str, Any]:
+        """The next frame (after the last one matched) satisfying ``pred``."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while True:
+            while self._cursor < len(self.frames):
+                frame = self.frames[self._cursor]
+                self._cursor += 1
+                if pred(frame):
+                    return frame
+            left = end - loop.time()
+            try:
+                if left <= 0:
+                    raise TimeoutError
+                await self._recv(left)
+            except TimeoutError:
+                seen = [(f.get("seq"), f.get("kind")) for f in self.frames]
+                raise AssertionError(f"no matching frame within {timeout}s; saw {seen}") from None
+
+    async def kind(self, kind: str, timeout: float = STEP_TIMEOUT, **data: Any) -> dict[str, Any]:
+        return await self.next(lambda f: f.get("kind") == kind and all(
+            f.get("data", {}).get(k) == v for k, v in data.items()), timeout)
+
+    async def prompt(self, text: str, **extra: Any) -> dict[str, Any]:
+        await self.send(op="prompt", text=text, **extra)
+        return await self.next(lambda f: f.get("kind") in ("client.accepted", "client.rejected")
+                               and f["data"].get("op") == "prompt")
+
+    async def turn(self, text: str) -> dict[str, Any]:
+        """Send a prompt and wait for its turn.ended."""
+        acc = await self.prompt(text)
+        assert acc["kind"] == "client.accepted", acc
+        return await self.kind("turn.ended", turn_id=acc["data"]["turn_id"])
+
+    async def upto(self, seq: int, timeout: float = STEP_TIMEOUT) -> None:
+        """Wait until the frame with ``seq`` has arrived (it may already have)."""
+        if any(f.get("seq") == seq for f in self.frames):
+            return
+        await self.next(lambda f: f.get("seq") == seq, timeout)
+
+    def seen(self, kind: str, **data: Any) -> list[dict[str, Any]]:
+        """Every frame received so far of ``kind`` whose data matches ``data``."""
+        return [f for f in self.frames if f.get("kind") == kind
+                and all(f.get("data", {}).get(k) == v for k, v in data.items())]
+
+    def seqs(self) -> list[int]:
+        return [f["seq"] for f in self.frames if f.get("seq") is not None]
+
+    async def close(self) -> None:
+        await self.conn.close()
+
+
+@pytest.fixture
+def agent_env(tmp_path: Path) -> dict[str, str]:
+    state = tmp_path / "agent-state"
+    state.mkdir()
+    return {"FAKE_AGENT_LOG": str(tmp_path / "agent.log"), "FAKE_AGENT_STATE": str(state)}
+
+
+def agent_log(tmp_path: Path) -> list[dict[str, Any]]:
+    path = tmp_path / "agent.log"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def base_config(tmp_path: Path, agent_env: dict[str, str], *, server: str = "") -> str:
+    cfg = "[server]\nstop_grace_s = 2\n" + server + "\n"
+    for dialect in DIALECTS:
+        cfg += profile_toml(dialect, dialect, agent_env) + "\n"
+    return cfg
+
+
+@pytest.fixture
+async def daemon_factory(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
+    started: list[Daemon] = []
+
+    async def make(config: str, **kw: Any) -> Daemon:
+        d = Daemon(tmp_path, config, **kw)
+        await d.start()
+        started.append(d)
+        return d
+
+    yield make
+    for d in started:
+        if d.proc is not None and d.proc.returncode is None:
+            await d.stop()
+    # No agent (nor anything it spawned) outlives the test.
+    await wait_until(lambda: not _own_agents(tmp_path), what="agents to exit")
+    leftovers = _own_agents(tmp_path)
+    assert not leftovers, f"agent processes outlived the test: {leftovers}"
+
+
+def _own_agents(tmp_path: Path) -> list[tuple[int, str]]:
+    # Agents of this test carry its FAKE_AGENT_LOG path in their environment.
+    marker = str(tmp_path / "agent.log").encode()
+    own = []
+    for pid, desc in processes_mentioning(str(FAKE_AGENT)):
+        try:
+            if marker in Path(f"/proc/{pid}/environ").read_bytes():
+                own.append((pid, desc))
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return own
+
+
+@pytest.fixture
+async def daemon(daemon_factory: Callable[..., Any], tmp_path: Path,
+                 agent_env: dict[str, str]) -> Daemon:
+    return await daemon_factory(base_config(tmp_path, agent_env))
+
+
+@pytest.fixture(params=DIALECTS)
+def dialect(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+async def new_thread(d: Daemon, agent: str, **body: Any) -> dict[str, Any]:
+    async with d.http() as http:
+        r = await http.post("/v1/threads", json={"agent": agent, **body})
+        assert r.status_code == 201, r.text
+        return dict(r.json())

@@ -1,0 +1,705 @@
+"""stream-json decoding against real Claude Code 2.1.197 transcripts (protocols.md Part 1,
+API.md §4).
+
+Golden files live in ``tests/protocols/golden/<scenario>.json``, one per transcript. To
+rewrite them after an intended mapping change::
+
+    REGENERATE_GOLDEN=1 .venv/bin/python -m pytest tests/protocols/test_stream_json_golden.py
+
+then read the diff: a golden file is only as good as the review it got.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.protocols.events import KINDS
+from bridge.protocols.stream_json import (
+    LAUNCH_FLAGS,
+    Decoded,
+    StreamJsonCodec,
+)
+
+HERE = Path(__file__).resolve().parent
+GOLDEN_DIR = HERE / "golden"
+# ../shared/transcripts relative to the repository (protocols.md A.4); overridable so the
+# suite can run from another checkout.
+TRANSCRIPTS = Path(
+    os.environ.get(
+        "AGENT_BRIDGE_TRANSCRIPTS",
+        HERE.parents[2] / "shared" / "transcripts" / "claude-code-2.1.197",
+    )
+)
+REGENERATE = os.environ.get("REGENERATE_GOLDEN") == "1"
+
+
+
+def require_transcripts() -> None:
+    if not TRANSCRIPTS.is_dir():
+        pytest.skip(f"real transcripts not found at {TRANSCRIPTS} (set AGENT_BRIDGE_TRANSCRIPTS)")
+
+
+def transcript_files() -> list[Path]:
+    return sorted(TRANSCRIPTS.glob("*.transcript.jsonl")) if TRANSCRIPTS.is_dir() else []
+
+
+def scenario_of(path: Path) -> str:
+    return path.name.removesuffix(".transcript.jsonl")
+
+
+def agent_lines(path: Path) -> list[str]:
+    """The exact stdout lines (``dir == "<"``) of a transcript, in order."""
+    require_transcripts()
+    out: list[str] = []
+    for record_text in path.read_text(encoding="utf-8").splitlines():
+        record = json.loads(record_text)
+        if record.get("dir") == "<":
+            out.append(record["line"])
+    return out
+
+
+def all_agent_lines() -> list[tuple[str, int, str]]:
+    return [(scenario_of(p), i, line) for p in transcript_files()
+            for i, line in enumerate(agent_lines(p))]
+
+
+def decode_all(lines: list[str]) -> list[Decoded]:
+    codec = StreamJsonCodec()
+    return [codec.decode(line.encode("utf-8")) for line in lines]
+
+
+def find_line(pred) -> tuple[str, str]:
+    require_transcripts()
+    for scenario, _, line in all_agent_lines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and pred(obj):
+            return scenario, line
+    raise AssertionError("no transcript line matches")
+
+
+def decode_one(line: str) -> Decoded:
+    return StreamJsonCodec().decode(line.encode("utf-8"))
+
+
+# ---------------------------------------------------------------- golden summary
+
+def _short(value: Any, limit: int = 160) -> Any:
+    if isinstance(value, str) and len(value) > limit:
+        return value[:limit] + f"…(+{len(value) - limit})"
+    if isinstance(value, list):
+        return [_short(v, limit) for v in value]
+    if isinstance(value, dict):
+        return {k: _short(v, limit) for k, v in value.items()}
+    return value
+
+
+def select(kind: str, data: dict[str, Any]) -> dict[str, Any]:
+    """The event data worth pinning, with bulky fields reduced to what a reviewer checks."""
+    out: dict[str, Any] = {}
+    for key, value in sorted(data.items()):
+        if key == "tools" and isinstance(value, list):
+            out["tools#"] = len(value)
+            out["tools_has_Bash"] = "Bash" in value
+        elif key == "usage" and isinstance(value, dict):
+            out[key] = {k: value.get(k) for k in ("input_tokens", "output_tokens")}
+        elif key == "suggestions" and isinstance(value, list):
+            out[key] = [s.get("type") if isinstance(s, dict) else s for s in value]
+        else:
+            out[key] = _short(value)
+    return out
+
+
+def line_label(line: str) -> str:
+    obj = json.loads(line)
+    parts = [str(obj.get("type"))]
+    for sub in (obj.get("subtype"), (obj.get("request") or {}).get("subtype"),
+                (obj.get("event") or {}).get("type")):
+        if isinstance(sub, str):
+            parts.append(sub)
+    if obj.get("isReplay"):
+        parts.append("replay")
+    return "/".join(parts)
+
+
+def summarize(lines: list[str]) -> dict[str, Any]:
+    events: list[dict[str, Any]] = []
+    replies: list[dict[str, Any]] = []
+    for n, (line, decoded) in enumerate(zip(lines, decode_all(lines), strict=True)):
+        for ev in decoded.events:
+            events.append({"line": n, "in": line_label(line), "kind": ev.kind,
+                           "relay": ev.relay, "data": select(ev.kind, ev.data)})
+        for reply in decoded.replies:
+            replies.append({"line": n, "reply": json.loads(reply)})
+    return {"events": events, "replies": replies}
+
+
+def render_golden(summary: dict[str, Any]) -> str:
+    """JSON with one event per line, so a diff shows exactly which mapping moved."""
+    parts = []
+    for key, items in summary.items():
+        rows = ",\n".join("  " + json.dumps(item, ensure_ascii=False) for item in items)
+        parts.append(f' "{key}": [\n{rows}\n ]' if items else f' "{key}": []')
+    return "{\n" + ",\n".join(parts) + "\n}\n"
+
+
+@pytest.mark.parametrize("path", transcript_files(), ids=scenario_of)
+def test_transcript_matches_golden(path):
+    got = summarize(agent_lines(path))
+    golden = GOLDEN_DIR / f"{scenario_of(path)}.json"
+    if REGENERATE:
+        GOLDEN_DIR.mkdir(exist_ok=True)
+        golden.write_text(render_golden(got), encoding="utf-8")
+    assert golden.exists(), f"missing {golden}; run with REGENERATE_GOLDEN=1 and review it"
+    assert got == json.loads(golden.read_text(encoding="utf-8"))
+
+
+def test_every_transcript_has_a_golden_and_no_golden_is_stale():
+    require_transcripts()
+    scenarios = {scenario_of(p) for p in transcript_files()}
+    goldens = {p.stem for p in GOLDEN_DIR.glob("*.json")}
+    assert scenarios, "no transcripts found"
+    assert goldens == scenarios
+
+
+# ---------------------------------------------------------------- whole-transcript invariants
+
+@pytest.mark.parametrize("path", transcript_files(), ids=scenario_of)
+def test_every_line_relays_exactly_once_with_its_exact_text(path):
+    lines = agent_lines(path)
+    assert lines
+    for line, decoded in zip(lines, decode_all(lines), strict=True):
+        assert isinstance(json.loads(line), dict)
+        assert decoded.events, line[:120]
+        relayed = [e for e in decoded.events if e.relay]
+        assert len(relayed) == 1
+        assert relayed[0] is decoded.events[0]
+        assert relayed[0].raw == line
+        for ev in decoded.events:
+            assert ev.source == "agent"
+            assert ev.kind in KINDS
+            assert ev.raw == line
+            json.dumps(ev.data)  # data is plain JSON
+
+
+def test_exactly_one_turn_end_per_result_line_and_nowhere_else():
+    require_transcripts()
+    for path in transcript_files():
+        lines = agent_lines(path)
+        for line, decoded in zip(lines, decode_all(lines), strict=True):
+            ends = [e for e in decoded.events if e.kind == "turn.ended"]
+            assert len(ends) == (1 if json.loads(line)["type"] == "result" else 0), line[:120]
+
+
+def test_transcripts_only_produce_replies_for_unsupported_control_requests():
+    require_transcripts()
+    seen = 0
+    for path in transcript_files():
+        lines = agent_lines(path)
+        for line, decoded in zip(lines, decode_all(lines), strict=True):
+            obj = json.loads(line)
+            unanswerable = (obj["type"] == "control_request"
+                            and obj["request"]["subtype"] != "can_use_tool")
+            assert len(decoded.replies) == (1 if unanswerable else 0), line[:120]
+            seen += unanswerable
+    assert seen >= 1
+
+
+# ---------------------------------------------------------------- explicit mappings
+
+def test_system_init_becomes_session_started_with_the_native_session_id():
+    _, line = find_line(lambda o: o.get("subtype") == "init")
+    obj = json.loads(line)
+    [ev] = decode_one(line).events
+    assert ev.kind == "session.started"
+    assert ev.data["native_session_id"] == obj["session_id"]
+    assert ev.data["model"] == obj["model"]
+    assert ev.data["tools"] == obj["tools"]
+
+
+def test_session_id_flag_is_what_init_reports():
+    path = TRANSCRIPTS / "sessid.transcript.jsonl"
+    started = [e for d in decode_all(agent_lines(path)) for e in d.events
+               if e.kind == "session.started"]
+    assert [e.data["native_session_id"] for e in started] == [
+        "22222222-2222-4222-8222-222222222222"]
+
+
+def test_resume_keeps_and_fork_changes_the_session_id():
+    def ids(name: str) -> set[str]:
+        lines = agent_lines(TRANSCRIPTS / f"{name}.transcript.jsonl")
+        return {e.data["native_session_id"] for d in decode_all(lines) for e in d.events
+                if e.kind == "session.started"}
+    assert ids("resume") == {"c8aaeb44-0c48-4a75-9150-f93a46012192"}
+    assert ids("fork") and ids("fork") != ids("resume")
+
+
+def test_result_success_becomes_turn_ended_success():
+    _, line = find_line(lambda o: o.get("type") == "result" and o.get("subtype") == "success"
+                        and o.get("is_error") is False)
+    obj = json.loads(line)
+    [ev] = decode_one(line).events
+    assert ev.kind == "turn.ended"
+    assert ev.data["status"] == "success"
+    assert ev.data["stop_reason"] == obj["stop_reason"] == "end_turn"
+    assert ev.data["usage"] == obj["usage"]
+    assert ev.data["native_session_id"] == obj["session_id"]
+    assert "error" not in ev.data
+
+
+def test_success_subtype_with_is_error_is_an_error_turn_end():
+    # protocols.md §1.5.6: subtype success + is_error true = the turn ended on an API error.
+    for scenario in ("errors", "err529"):
+        lines = agent_lines(TRANSCRIPTS / f"{scenario}.transcript.jsonl")
+        results = [(json.loads(line), d) for line, d in zip(lines, decode_all(lines), strict=True)
+                   if json.loads(line)["type"] == "result"]
+        assert results
+        for obj, decoded in results:
+            assert obj["subtype"] == "success" and obj["is_error"] is True
+            [ev] = decoded.events
+            assert ev.data["status"] == "error"
+            assert ev.data["error"] == obj["result"]
+
+
+def test_synthetic_assistant_message_carries_the_api_error():
+    _, line = find_line(lambda o: o.get("type") == "assistant"
+                        and o["message"].get("model") == "<synthetic>")
+    obj = json.loads(line)
+    [ev] = decode_one(line).events
+    assert ev.kind == "message"
+    assert ev.data["text"].startswith("API Error:")
+    assert ev.data["error"] == obj["error"]
+
+
+@pytest.mark.parametrize("reason", ["aborted_streaming", "aborted_tools"])
+def test_interrupted_turn_is_cancelled(reason):
+    _, line = find_line(lambda o: o.get("type") == "result"
+                        and o.get("subtype") == "error_during_execution"
+                        and o.get("terminal_reason") == reason)
+    [ev] = decode_one(line).events
+    assert ev.kind == "turn.ended"
+    assert ev.data["status"] == "cancelled"
+    assert ev.data["terminal_reason"] == reason
+
+
+def test_error_during_execution_without_an_abort_reason_is_an_error():
+    _, line = find_line(lambda o: o.get("type") == "result"
+                        and o.get("subtype") == "error_during_execution")
+    obj = json.loads(line)
+    obj["terminal_reason"] = "model_error"
+    [ev] = StreamJsonCodec().decode(json.dumps(obj).encode()).events
+    assert ev.data["status"] == "error"
+    del obj["terminal_reason"]
+    [ev] = StreamJsonCodec().decode(json.dumps(obj).encode()).events
+    assert ev.data["status"] == "error"
+
+
+def test_error_max_turns_is_an_error_with_the_cli_message():
+    _, line = find_line(lambda o: o.get("subtype") == "error_max_turns")
+    [ev] = decode_one(line).events
+    assert ev.kind == "turn.ended"
+    assert ev.data["status"] == "error"
+    assert ev.data["subtype"] == "error_max_turns"
+    assert ev.data["error"] == "Reached maximum number of turns (1)"
+    assert ev.data["terminal_reason"] == "max_turns"
+
+
+def test_can_use_tool_becomes_permission_requested_without_a_reply():
+    _, line = find_line(lambda o: o.get("type") == "control_request"
+                        and o["request"].get("subtype") == "can_use_tool")
+    obj = json.loads(line)
+    decoded = decode_one(line)
+    [ev] = decoded.events
+    assert decoded.replies == []  # the user answers this one, not the codec
+    assert ev.kind == "permission.requested"
+    assert ev.data["request_id"] == obj["request_id"]
+    assert ev.data["tool"] == obj["request"]["tool_name"] == "Bash"
+    assert ev.data["input"] == obj["request"]["input"]
+    assert ev.data["options"] == []
+    assert ev.data["tool_call_id"] == obj["request"]["tool_use_id"]
+
+
+def test_unknown_control_request_gets_an_error_reply_with_the_same_request_id():
+    scenario, line = find_line(lambda o: o.get("type") == "control_request"
+                               and o["request"].get("subtype") == "hook_callback")
+    assert scenario == "deny"  # the only transcript whose host registered a hook
+    obj = json.loads(line)
+    decoded = decode_one(line)
+    [ev] = decoded.events
+    assert ev.kind == "agent.other" and ev.relay and ev.raw == line
+    [reply_line] = decoded.replies
+    assert "\n" not in reply_line
+    reply = json.loads(reply_line)
+    assert reply == {"type": "control_response", "response": {
+        "subtype": "error", "request_id": obj["request_id"],
+        "error": "Unsupported control request subtype: hook_callback"}}
+
+
+@pytest.mark.parametrize("subtype", ["mcp_message", "elicitation", "bogus_subtype", ""])
+def test_other_cli_requests_are_answered_with_an_error(subtype):
+    line = json.dumps({"type": "control_request", "request_id": "r-42",
+                       "request": {"subtype": subtype}})
+    decoded = decode_one(line)
+    [reply] = [json.loads(r) for r in decoded.replies]
+    assert reply["type"] == "control_response"
+    assert reply["response"]["subtype"] == "error"
+    assert reply["response"]["request_id"] == "r-42"
+    assert decoded.events[0].kind == "agent.other"
+
+
+def test_control_request_without_a_request_id_gets_no_reply():
+    decoded = decode_one('{"type":"control_request","request":{"subtype":"hook_callback"}}')
+    assert decoded.replies == []
+    assert [e.kind for e in decoded.events] == ["agent.other"]
+
+
+def test_text_delta_becomes_message_delta():
+    _, line = find_line(lambda o: o.get("type") == "stream_event"
+                        and o["event"].get("type") == "content_block_delta"
+                        and o["event"]["delta"].get("type") == "text_delta")
+    obj = json.loads(line)
+    [ev] = decode_one(line).events
+    assert ev.kind == "message.delta"
+    assert ev.data == {"text": obj["event"]["delta"]["text"], "channel": "text"}
+
+
+def test_thinking_delta_is_a_thought_channel_delta():
+    line = json.dumps({"type": "stream_event", "event": {
+        "type": "content_block_delta", "index": 0,
+        "delta": {"type": "thinking_delta", "thinking": "hmm"}}})
+    [ev] = decode_one(line).events
+    assert (ev.kind, ev.data) == ("message.delta", {"text": "hmm", "channel": "thought"})
+
+
+@pytest.mark.parametrize("event", ["message_start", "content_block_start", "content_block_stop",
+                                   "message_delta", "message_stop"])
+def test_other_stream_events_are_agent_other(event):
+    _, line = find_line(lambda o: o.get("type") == "stream_event"
+                        and o["event"].get("type") == event)
+    assert [e.kind for e in decode_one(line).events] == ["agent.other"]
+
+
+def test_top_level_awp_events_are_not_stream_json():
+    # stream-json wraps raw events in stream_event; a bare message_stop is not a turn end.
+    for line in ('{"type":"message_stop"}',
+                 '{"type":"content_block_delta","delta":{"type":"text_delta","text":"x"}}',
+                 '{"type":"content_block_start","content_block":{"type":"tool_use","id":"t"}}'):
+        assert [e.kind for e in decode_one(line).events] == ["agent.other"]
+
+
+def test_assistant_tool_use_becomes_tool_call():
+    _, line = find_line(lambda o: o.get("type") == "assistant"
+                        and o["message"]["content"][0].get("type") == "tool_use")
+    block = json.loads(line)["message"]["content"][0]
+    [ev] = decode_one(line).events
+    assert ev.kind == "tool.call"
+    assert ev.data["tool_call_id"] == block["id"]
+    assert ev.data["name"] == block["name"]
+    assert ev.data["input"] == block["input"]
+
+
+def test_assistant_text_becomes_message():
+    _, line = find_line(lambda o: o.get("type") == "assistant"
+                        and o["message"]["content"][0].get("type") == "text"
+                        and o["message"].get("model") != "<synthetic>")
+    msg = json.loads(line)["message"]
+    [ev] = decode_one(line).events
+    assert ev.kind == "message"
+    assert ev.data == {"role": "assistant", "text": msg["content"][0]["text"],
+                       "message_id": msg["id"]}
+
+
+def test_assistant_line_with_several_blocks_yields_one_event_each_and_relays_once():
+    line = json.dumps({"type": "assistant", "message": {"id": "m1", "content": [
+        {"type": "thinking", "thinking": "plan", "signature": "s"},
+        {"type": "text", "text": "doing it"},
+        {"type": "tool_use", "id": "tu1", "name": "Read", "input": {"file_path": "/x"}},
+    ]}, "parent_tool_use_id": "tu0"})
+    events = decode_one(line).events
+    assert [e.kind for e in events] == ["message", "message", "tool.call"]
+    assert events[0].data["channel"] == "thought"
+    assert [e.relay for e in events] == [True, False, False]
+    assert all(e.raw == line for e in events)
+    assert events[2].data["parent_tool_use_id"] == "tu0"
+
+
+@pytest.mark.parametrize("is_error", [False, True])
+def test_tool_result_becomes_tool_result(is_error):
+    _, line = find_line(lambda o: o.get("type") == "user" and not o.get("isReplay")
+                        and isinstance(o["message"]["content"], list)
+                        and o["message"]["content"][0].get("type") == "tool_result"
+                        and o["message"]["content"][0].get("is_error") is is_error)
+    block = json.loads(line)["message"]["content"][0]
+    [ev] = decode_one(line).events
+    assert ev.kind == "tool.result"
+    assert ev.data == {"tool_call_id": block["tool_use_id"], "output": block["content"],
+                       "is_error": is_error}
+
+
+def test_replayed_user_lines_are_agent_other():
+    _, line = find_line(lambda o: o.get("type") == "user" and o.get("isReplay") is True)
+    [ev] = decode_one(line).events
+    assert ev.kind == "agent.other" and ev.relay and ev.raw == line
+
+
+def test_replayed_tool_result_is_still_agent_other():
+    line = json.dumps({"type": "user", "isReplay": True, "message": {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t1", "content": "x"}]}})
+    assert [e.kind for e in decode_one(line).events] == ["agent.other"]
+
+
+def test_interrupt_marker_user_line_is_agent_other():
+    _, line = find_line(lambda o: o.get("type") == "user"
+                        and "[Request interrupted by user" in json.dumps(o["message"]))
+    assert [e.kind for e in decode_one(line).events] == ["agent.other"]
+
+
+@pytest.mark.parametrize("phase", ["started", "response"])
+def test_hook_lines_become_hook_events(phase):
+    _, line = find_line(lambda o: o.get("subtype") == f"hook_{phase}")
+    obj = json.loads(line)
+    [ev] = decode_one(line).events
+    assert ev.kind == "hook"
+    assert ev.data["phase"] == phase
+    assert ev.data["hook_event"] == obj["hook_event"] == "UserPromptSubmit"
+    assert ev.data["hook_name"] == obj["hook_name"]
+    if phase == "response":
+        assert ev.data["outcome"] == "success"
+    else:
+        assert "outcome" not in ev.data
+
+
+def test_session_state_changed_becomes_agent_status_state():
+    path = TRANSCRIPTS / "cancelperm.transcript.jsonl"
+    lines = agent_lines(path)
+    states = [e.data for line, d in zip(lines, decode_all(lines), strict=True)
+              for e in d.events if json.loads(line).get("subtype") == "session_state_changed"]
+    assert states == [{"state": s} for s in
+                      ("running", "requires_action", "running", "idle", "running", "idle")]
+    assert all(e.kind == "agent.status" for d in decode_all(lines) for e in d.events
+               if e.data.keys() == {"state"})
+
+
+def test_system_status_becomes_agent_status_status():
+    _, line = find_line(lambda o: o.get("subtype") == "status" and o.get("status") == "requesting")
+    [ev] = decode_one(line).events
+    assert (ev.kind, ev.data) == ("agent.status", {"status": "requesting"})
+
+
+@pytest.mark.parametrize("label", ["system/api_retry", "control_response",
+                                   "control_cancel_request"])
+def test_lines_without_a_normalized_kind_are_agent_other(label):
+    _, line = find_line(lambda o: line_label(json.dumps(o)).startswith(label))
+    [ev] = decode_one(line).events
+    assert ev.kind == "agent.other" and ev.data == {} and ev.relay and ev.raw == line
+
+
+def test_cancelperm_sequence():
+    # protocols.md §1.6.3, as the normalized kinds a client sees.
+    lines = agent_lines(TRANSCRIPTS / "cancelperm.transcript.jsonl")
+    kinds = [e.kind for d in decode_all(lines) for e in d.events]
+    start = kinds.index("permission.requested")
+    assert kinds[start:kinds.index("turn.ended") + 1] == [
+        "permission.requested", "agent.other", "agent.other", "agent.status",
+        "tool.result", "agent.other", "turn.ended"]
+
+
+def test_each_turn_of_full_ends_with_the_expected_status():
+    lines = agent_lines(TRANSCRIPTS / "full.transcript.jsonl")
+    ends = [e.data["status"] for d in decode_all(lines) for e in d.events
+            if e.kind == "turn.ended"]
+    assert ends == ["success", "success", "cancelled", "success"]
+
+
+def test_task_and_auxiliary_messages_from_the_types():
+    # Shapes from protocols.md §1.5.2 / §1.5.8 (not produced by the fake model).
+    cases = {
+        '{"type":"system","subtype":"task_started","task_id":"t_01","tool_use_id":"toolu_01",'
+        '"description":"Explore repo","subagent_type":"Explore"}':
+            ("task.updated", {"task_id": "t_01", "task_type": "Explore", "status": "running",
+                              "event": "task_started", "description": "Explore repo",
+                              "tool_use_id": "toolu_01"}),
+        '{"type":"system","subtype":"task_updated","task_id":"t_01",'
+        '"patch":{"status":"completed","end_time":1}}':
+            ("task.updated", {"task_id": "t_01", "task_type": None, "status": "completed",
+                              "event": "task_updated"}),
+        '{"type":"system","subtype":"task_notification","task_id":"t_01","status":"failed",'
+        '"summary":"boom","output_file":"/x"}':
+            ("task.updated", {"task_id": "t_01", "task_type": None, "status": "failed",
+                              "event": "task_notification", "summary": "boom"}),
+        '{"type":"tool_progress","tool_use_id":"toolu_01","tool_name":"Bash",'
+        '"elapsed_time_seconds":12}':
+            ("tool.progress", {"tool_call_id": "toolu_01", "name": "Bash", "elapsed_s": 12}),
+        '{"type":"rate_limit_event","rate_limit_info":{"status":"allowed_warning",'
+        '"resetsAt":1764470000,"rateLimitType":"five_hour","utilization":0.82}}':
+            ("rate_limit", {"status": "allowed_warning", "resets_at": 1764470000,
+                            "utilization": 0.82}),
+        '{"type":"system","subtype":"compacting"}': ("agent.other", {}),
+        '{"type":"keep_alive"}': ("agent.other", {}),
+        '{"type":"system","subtype":"session_start","session_id":"q1","model":"qwen3"}':
+            ("session.started", {"native_session_id": "q1", "model": "qwen3"}),
+    }
+    for line, expected in cases.items():
+        [ev] = decode_one(line).events
+        assert (ev.kind, ev.data) == expected, line
+
+
+def test_qwen_error_object_is_the_error_text():
+    line = ('{"type":"result","subtype":"error_during_execution","is_error":true,'
+            '"error":{"type":"x","message":"qwen broke"}}')
+    [ev] = decode_one(line).events
+    assert ev.data["status"] == "error"
+    assert ev.data["error"] == "qwen broke"
+
+
+# ---------------------------------------------------------------- malformed lines
+
+@pytest.mark.parametrize("line", [
+    b"not json at all",
+    b"[1, 2, 3]",
+    b'["type", "result"]',
+    b'"a string"',
+    b"42",
+    b"null",
+    b"{\"type\": \"result\"",  # truncated
+    b"\xff\xfe{\"type\":\"result\"}",  # invalid UTF-8
+    b'{"type":"assistant","text":"\xc3"}',  # truncated multi-byte sequence
+    b"",
+    b"   ",
+    b"\r",
+    # Python's json.loads accepts these; RFC 8259 (and a browser's JSON.parse) does not, and
+    # raw is embedded verbatim in events-mode frames.
+    b'{"type":"result","subtype":"success","total_cost_usd":NaN}',
+    b'{"type":"tool_progress","elapsed_time_seconds":Infinity}',
+    b'{"type":"tool_progress","elapsed_time_seconds":-1e999}',
+    b'\x0c{"type":"result","subtype":"success"}',
+    '{"type":"result","subtype":"success"}\u3000'.encode(),
+])
+def test_non_object_lines_become_a_single_unrelayed_diagnostic(line):
+    decoded = StreamJsonCodec().decode(line)
+    [ev] = decoded.events
+    assert ev.kind == "diagnostic"
+    assert ev.relay is False
+    assert ev.raw is None
+    assert ev.data["stream"] == "protocol"
+    assert isinstance(ev.data["text"], str) and ev.data["text"]
+    assert decoded.replies == []
+
+
+def test_diagnostic_text_is_bounded():
+    [ev] = StreamJsonCodec().decode(b"x" * 100_000).events
+    assert ev.kind == "diagnostic"
+    assert len(ev.data["text"]) < 1000
+
+
+def test_crlf_terminated_line_relays_without_the_carriage_return():
+    line = '{"type":"system","subtype":"init","session_id":"s1","model":"m"}'
+    decoded = StreamJsonCodec().decode(line.encode() + b"\r")
+    [ev] = decoded.events
+    assert ev.kind == "session.started" and ev.raw == line and ev.relay
+
+
+def test_unknown_type_is_agent_other_with_the_raw_line():
+    line = '{"type":"worker_shutting_down","whatever":[1,2]}'
+    [ev] = decode_one(line).events
+    assert (ev.kind, ev.data, ev.raw, ev.relay) == ("agent.other", {}, line, True)
+
+
+def test_non_ascii_text_decodes_and_raw_keeps_the_escapes():
+    line = '{"type":"assistant","message":{"content":[{"type":"text","text":"h\\u00e9 ✓"}]}}'
+    [ev] = decode_one(line).events
+    assert ev.raw == line and ev.data["text"] == "hé ✓"
+
+
+# ---------------------------------------------------------------- encoding
+
+def test_launch_flags_include_verbose():
+    assert StreamJsonCodec.launch_flags == LAUNCH_FLAGS
+    assert "--verbose" in LAUNCH_FLAGS
+    i = LAUNCH_FLAGS.index("--output-format")
+    assert LAUNCH_FLAGS[i + 1] == "stream-json"
+    i = LAUNCH_FLAGS.index("--input-format")
+    assert LAUNCH_FLAGS[i + 1] == "stream-json"
+
+
+def test_encode_prompt_matches_the_writer_shape():
+    content = [{"type": "text", "text": "line one\nline two"}]
+    line = StreamJsonCodec().encode_prompt(content)
+    assert "\n" not in line
+    obj = json.loads(line)
+    assert obj["type"] == "user"
+    assert obj["message"] == {"role": "user", "content": content}
+    assert obj["parent_tool_use_id"] is None
+    assert obj["session_id"] == ""
+    assert uuid.UUID(obj["uuid"]).version == 4
+
+
+def test_encode_prompt_keeps_non_ascii_readable():
+    line = StreamJsonCodec().encode_prompt([{"type": "text", "text": "héllo ✓ 日本"}])
+    assert "héllo ✓ 日本" in line
+
+
+def test_encode_prompt_escapes_a_lone_surrogate_so_the_line_is_valid_utf8():
+    # A client frame '{"op":"prompt","text":"\\ud800"}' parses to a lone surrogate.
+    text = json.loads('"a\\ud800b é"')
+    line = StreamJsonCodec().encode_prompt([{"type": "text", "text": text}])
+    line.encode("utf-8")
+    assert "\\ud800" in line
+    assert json.loads(line)["message"]["content"][0]["text"] == text
+
+
+def test_error_reply_echoes_a_lone_surrogate_request_id_exactly():
+    decoded = StreamJsonCodec().decode(
+        b'{"type":"control_request","request_id":"r\\udc00","request":{"subtype":"x"}}')
+    [reply] = decoded.replies
+    reply.encode("utf-8")
+    assert json.loads(reply)["response"]["request_id"] == "r\udc00"
+
+
+def test_encode_prompt_uuids_are_unique():
+    codec = StreamJsonCodec()
+    assert len({json.loads(codec.encode_prompt([]))["uuid"] for _ in range(50)}) == 50
+
+
+def test_encode_interrupt_uses_unique_sdk_style_request_ids():
+    codec = StreamJsonCodec()
+    objs = [json.loads(codec.encode_interrupt() or "") for _ in range(3)]
+    assert all(o["type"] == "control_request" for o in objs)
+    assert all(o["request"] == {"subtype": "interrupt"} for o in objs)
+    ids = [o["request_id"] for o in objs]
+    assert len(set(ids)) == 3
+    for n, rid in enumerate(ids, start=1):
+        prefix, counter, hexpart = rid.split("_")
+        assert (prefix, counter) == ("req", str(n))
+        assert len(hexpart) == 8 and int(hexpart, 16) >= 0
+
+
+def test_stream_json_shuts_down_by_closing_stdin():
+    assert StreamJsonCodec().encode_shutdown() is None
+    assert StreamJsonCodec.supports_interrupt is True
+
+
+def test_encode_permission_allow_and_deny():
+    codec = StreamJsonCodec()
+    allow = json.loads(codec.encode_permission("p1", True, updated_input={"command": "ls"}))
+    assert allow == {"type": "control_response", "response": {
+        "subtype": "success", "request_id": "p1",
+        "response": {"behavior": "allow", "updatedInput": {"command": "ls"}}}}
+    deny = json.loads(codec.encode_permission("p2", False, updated_input={}, message="no"))
+    assert deny["response"]["response"] == {"behavior": "deny", "message": "no"}
+    default = json.loads(codec.encode_permission("p3", False, updated_input={}))
+    assert default["response"]["response"]["message"]
+
+
+def test_encode_control_error_shape():
+    assert json.loads(StreamJsonCodec.encode_control_error("r1", "nope")) == {
+        "type": "control_response",
+        "response": {"subtype": "error", "request_id": "r1", "error": "nope"}}

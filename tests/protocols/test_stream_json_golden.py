@@ -28,12 +28,11 @@ from bridge.protocols.stream_json import (
 
 HERE = Path(__file__).resolve().parent
 GOLDEN_DIR = HERE / "golden"
-# ../shared/transcripts relative to the repository (protocols.md A.4); overridable so the
-# suite can run from another checkout.
+# A copy of ../shared/transcripts ships in tests/fixtures (protocols.md A.4).
 TRANSCRIPTS = Path(
     os.environ.get(
         "AGENT_BRIDGE_TRANSCRIPTS",
-        HERE.parents[2] / "shared" / "transcripts" / "claude-code-2.1.197",
+        HERE.parent / "fixtures" / "transcripts" / "claude-code-2.1.197",
     )
 )
 REGENERATE = os.environ.get("REGENERATE_GOLDEN") == "1"
@@ -42,7 +41,7 @@ REGENERATE = os.environ.get("REGENERATE_GOLDEN") == "1"
 
 def require_transcripts() -> None:
     if not TRANSCRIPTS.is_dir():
-        pytest.skip(f"real transcripts not found at {TRANSCRIPTS} (set AGENT_BRIDGE_TRANSCRIPTS)")
+        raise AssertionError(f"real transcripts not found at {TRANSCRIPTS}")
 
 
 def transcript_files() -> list[Path]:

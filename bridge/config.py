@@ -86,7 +86,7 @@ class ServerSettings(BaseModel):
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    server: ServerSettings = Field(default_factory=ServerSettings)
+    server: ServerSettings = Field(default_factory=lambda: ServerSettings())
     data_dir: Path
     token: str | None = None
     no_auth: bool = False
@@ -143,7 +143,7 @@ def _awp_profile(env: Mapping[str, str]) -> AgentProfile | None:
         raise ConfigError(f"AWP_AGENT_CLI_PROTOCOL must be awp-jsonl or stream-json, not {protocol!r}")
     try:
         return AgentProfile(
-            name="awp", protocol=protocol, executable=exe, args=args, env=child_env,  # type: ignore[arg-type]
+            name="awp", protocol=protocol, executable=exe, args=args, env=child_env,
             model=env.get("AWP_AGENT_DEFAULT_MODEL") or None,
             remote_api_opt_in=env.get("AWP_AGENT_REMOTE_API_OPT_IN") == "1",
         )
@@ -238,7 +238,7 @@ def load_settings(
         data_dir=ddir,
         token=token or env.get("AGENT_BRIDGE_TOKEN") or None,
         no_auth=no_auth,
-        log_format=(log_format or env.get("AGENT_BRIDGE_LOG_FORMAT") or "console"),  # type: ignore[arg-type]
+        log_format=(log_format or env.get("AGENT_BRIDGE_LOG_FORMAT") or "console"),
         agents=agents,
         default_agent=configured[0] if configured else DEMO_PROFILE,
         config_file=Path(config).absolute() if config else None,

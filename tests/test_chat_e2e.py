@@ -294,3 +294,37 @@ async def test_sigkill_of_daemon_is_recovered_on_next_start(daemon_factory: Any,
     assert acc["data"]["turn_id"]
     await c2.close()
     await asyncio.sleep(0)
+
+
+async def test_idle_agent_is_stopped_and_the_thread_stays_resumable(daemon_factory: Any, tmp_path: Path,
+                                                                     agent_env: dict[str, str]) -> None:
+    d = await daemon_factory(base_config(tmp_path, agent_env, server="idle_timeout_s = 0.5\n"))
+    thread = await new_thread(d, "stream-json")
+    c = await d.ws(thread["id"])
+    await c.turn("hello")
+    last = c.seqs()[-1]
+    await c.close()  # no client, no turn: the agent is idle
+    async with d.http() as http:
+        page = (await http.get(f"/v1/threads/{thread['id']}/events",
+                               params={"after": last, "wait": 10})).json()
+        assert [e["kind"] for e in page["events"]] == ["process.exited"]
+        assert page["events"][0]["data"]["reason"] == "idle_timeout"
+    c2 = await d.ws(thread["id"], after=last)
+    await c2.turn("recall")
+    reply = [f for f in c2.seen("message", role="assistant") if f["source"] == "agent"][-1]
+    assert "hello" in reply["data"]["text"]
+    await c2.close()
+
+
+async def test_agent_exit_with_queued_prompts_ends_every_turn_once(daemon: Daemon) -> None:
+    thread = await new_thread(daemon, "stream-json")
+    c = await daemon.ws(thread["id"])
+    first = await c.prompt("crash")
+    second = await c.prompt("never written")
+    assert second["data"]["queued"] is True
+    for acc in (first, second):
+        end = await c.kind("turn.ended", turn_id=acc["data"]["turn_id"])
+        assert end["data"]["status"] == "error"
+    assert len(c.seen("turn.ended")) == 2
+    assert not any("never written" in x for x in stdin_lines(daemon.tmp))
+    await c.close()

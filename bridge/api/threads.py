@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -148,17 +147,8 @@ async def events(thread_id: str, request: Request, after: int = Query(0, ge=0),
     conv = await _conv(request, thread_id)
     page = await conv.read_page(after, limit)
     if not page and wait > 0:
-        sub = conv.subscribe()
-        try:
-            page = await conv.read_page(after, limit)
-            if not page:
-                try:
-                    await asyncio.wait_for(sub.wake.wait(), timeout=wait)
-                except TimeoutError:
-                    pass
-                page = await conv.read_page(after, limit)
-        finally:
-            conv.unsubscribe(sub)
+        await conv.wait_beyond(after, wait)
+        page = await conv.read_page(after, limit)
     return {"events": [r.to_dict() for r in page], "last_seq": conv.thread["last_seq"]}
 
 

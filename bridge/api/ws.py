@@ -2,7 +2,7 @@
 
 Close codes (also in docs/websocket.md):
   1000 normal · 1001 daemon shutting down · 1003 raw mode frame was not one JSON object
-  4401 unauthorized · 4404 thread not found · 4400 bad query parameter · 4410 thread deleted
+  HTTP 401 before the upgrade when unauthorized · 4404 thread not found · 4400 bad query parameter · 4410 thread deleted
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 import structlog
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+from fastapi.responses import JSONResponse
 from starlette.websockets import WebSocketState
 
 from bridge.api.content import normalize_prompt
@@ -51,8 +52,13 @@ def _authorized(ws: WebSocket) -> bool:
 @router.websocket("/v1/threads/{thread_id}/ws")
 async def thread_ws(ws: WebSocket, thread_id: str) -> None:
     if not _authorized(ws):
-        await ws.close(code=4401, reason="unauthorized")
+        # Refused before the upgrade: an HTTP 401, nothing of the thread is looked up.
+        await ws.send_denial_response(JSONResponse(
+            {"error": {"code": "unauthorized", "message": "missing or wrong bearer token"}},
+            status_code=401))
         return
+    offered = [p.strip() for p in ws.headers.get("sec-websocket-protocol", "").split(",")]
+    await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
     mode = ws.query_params.get("mode", "events")
     after_raw = ws.query_params.get("after", "0") or "0"
     if mode not in ("events", "raw") or not after_raw.isdigit() or len(after_raw) > 18:
@@ -64,8 +70,6 @@ async def thread_ws(ws: WebSocket, thread_id: str) -> None:
     except BridgeError as exc:
         await ws.close(code=4404, reason=exc.code)
         return
-    offered = [p.strip() for p in ws.headers.get("sec-websocket-protocol", "").split(",")]
-    await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
     session = _Session(ws, conv, raw=(mode == "raw"))
     await session.run(int(after_raw))
 

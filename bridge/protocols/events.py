@@ -88,9 +88,10 @@ class Record:
         """The events-mode frame (API.md §4). ``raw`` is the exact line the agent wrote,
         embedded as-is (it is already one JSON object), never re-serialised."""
         if self._envelope is None:
+            data = json.dumps(self.data, ensure_ascii=False, separators=(",", ":"))
             self._envelope = (
                 f'{{"seq":{self.seq},"ts":{json.dumps(self.ts)},"source":{json.dumps(self.source)},'
-                f'"kind":{json.dumps(self.kind)},"data":{json.dumps(self.data, ensure_ascii=False, separators=(",", ":"))},'
+                f'"kind":{json.dumps(self.kind)},"data":{data},'
                 f'"raw":{self.raw if self.raw is not None else "null"}}}'
             )
         return self._envelope

@@ -17,7 +17,7 @@ import math
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from bridge.protocols.events import Event
 
@@ -317,7 +317,7 @@ class StreamJsonCodec:
             "tool_call_id": _s(obj.get("tool_use_id")), "name": _s(obj.get("tool_name")),
             "elapsed_s": obj.get("elapsed_time_seconds")}, raw)]
 
-    _handlers: dict[str, Callable[[StreamJsonCodec, dict[str, Any], str, Decoded], list[Event]]] = {
+    _handlers: ClassVar[dict[str, Callable[[StreamJsonCodec, dict[str, Any], str, Decoded], list[Event]]]] = {
         "system": _system,
         "assistant": _assistant,
         "user": _user,

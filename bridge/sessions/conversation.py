@@ -100,6 +100,7 @@ class Conversation:
         self._interrupt_timer: asyncio.TimerHandle | None = None
         self.last_activity = time.monotonic()
         self.deleted = False
+        self._appended = asyncio.Event()  # replaced on every append; wakes long-polls
 
     # ------------------------------------------------------------------ state
 
@@ -137,8 +138,19 @@ class Conversation:
             self.thread.update(thread_fields)
             self.thread["last_seq"] = seq
             self.fanout.publish(records)
+            self._appended.set()
+            self._appended = asyncio.Event()
             self.touch()
             return records
+
+    async def wait_beyond(self, seq: int, timeout: float) -> None:
+        """Return once the transcript has an event after ``seq``, or after ``timeout``.
+        A long-poll is not a subscriber: it does not keep an idle agent alive."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while self._seq <= seq and (left := end - loop.time()) > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._appended.wait(), left)
 
     async def set_fields(self, fields: dict[str, Any]) -> None:
         async with self._emit_lock:

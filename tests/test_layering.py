@@ -1,0 +1,50 @@
+"""DESIGN.md's import rules, checked by walking the AST of every module in bridge/."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+BRIDGE = Path(__file__).resolve().parent.parent / "bridge"
+
+# module prefix → imports it must never make
+FORBIDDEN = {
+    "bridge.protocols": ("asyncio", "subprocess", "os", "sqlite3", "fastapi", "starlette",
+                         "uvicorn", "bridge.process", "bridge.sessions", "bridge.store",
+                         "bridge.api"),
+    "bridge.process": ("sqlite3", "fastapi", "starlette", "bridge.sessions", "bridge.store",
+                       "bridge.api", "bridge.protocols.stream_json", "bridge.protocols.awp_jsonl",
+                       "bridge.protocols.codecs"),
+    "bridge.store": ("fastapi", "starlette", "subprocess", "bridge.process", "bridge.sessions",
+                     "bridge.api"),
+    "bridge.sessions": ("sqlite3", "fastapi", "starlette", "bridge.api"),
+}
+ONLY_IN = {"sqlite3": "bridge.store", "fastapi": "bridge.api", "starlette": "bridge.api"}
+
+
+def modules() -> list[tuple[str, set[str]]]:
+    out = []
+    for path in sorted(BRIDGE.rglob("*.py")):
+        name = ".".join(path.relative_to(BRIDGE.parent).with_suffix("").parts)
+        imports: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imports |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                imports.add(node.module)
+        out.append((name, imports))
+    return out
+
+
+@pytest.mark.parametrize(("module", "imports"), modules(), ids=[m for m, _ in modules()])
+def test_module_respects_the_layering(module: str, imports: set[str]) -> None:
+    for prefix, banned in FORBIDDEN.items():
+        if module.startswith(prefix):
+            bad = {i for i in imports for b in banned if i == b or i.startswith(b + ".")}
+            assert not bad, f"{module} imports {bad}"
+    for lib, home in ONLY_IN.items():
+        if any(i == lib or i.startswith(lib + ".") for i in imports):
+            assert module.startswith(home), (
+                f"{module} imports {lib}; only {home} may")

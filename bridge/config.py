@@ -190,7 +190,10 @@ def load_settings(
     env = os.environ if env is None else env
     config = config or env.get("AGENT_BRIDGE_CONFIG")
     raw: dict[str, Any] = load_toml(Path(config)) if config else {}
-    server_raw = dict(raw.pop("server", {}) or {})
+    server_raw = raw.pop("server", {}) or {}
+    if not isinstance(server_raw, dict):
+        raise ConfigError("[server] must be a table")
+    server_raw = dict(server_raw)
     agents_raw = raw.pop("agents", {}) or {}
     if raw:
         raise ConfigError(f"unknown config sections: {', '.join(sorted(raw))}")
@@ -238,11 +241,17 @@ def load_settings(
         data_dir=ddir,
         token=token or env.get("AGENT_BRIDGE_TOKEN") or None,
         no_auth=no_auth,
-        log_format=(log_format or env.get("AGENT_BRIDGE_LOG_FORMAT") or "console"),
+        log_format=_log_format(log_format or env.get("AGENT_BRIDGE_LOG_FORMAT") or "console"),
         agents=agents,
         default_agent=configured[0] if configured else DEMO_PROFILE,
         config_file=Path(config).absolute() if config else None,
     )
+
+
+def _log_format(value: str) -> Literal["json", "console"]:
+    if value not in ("json", "console"):
+        raise ConfigError(f"log format must be json or console, not {value!r}")
+    return value  # type: ignore[return-value]
 
 
 def _errors(exc: ValidationError) -> str:

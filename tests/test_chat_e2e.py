@@ -159,7 +159,7 @@ async def test_two_clients_see_the_same_events_in_the_same_order(daemon: Daemon,
     last = max(a.seqs()[-1], b.seqs()[-1])
     await a.upto(last)
     await b.upto(last)
-    strip = lambda c: [t for t, f in zip(c.texts, c.frames) if f.get("seq") is not None]  # noqa: E731
+    strip = lambda c: [t for t, f in zip(c.texts, c.frames, strict=True) if f.get("seq") is not None]  # noqa: E731
     assert strip(a) == strip(b)
     await a.close()
     await b.close()

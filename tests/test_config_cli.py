@@ -74,15 +74,15 @@ class Served:
 
 
 async def terminate(proc: asyncio.subprocess.Process, sig: int = signal.SIGTERM,
-                    timeout: float = 10) -> int:
+                    within_s: float = 10) -> int:
     if proc.returncode is None:
         proc.send_signal(sig)
     try:
-        return await asyncio.wait_for(proc.wait(), timeout)
+        return await asyncio.wait_for(proc.wait(), within_s)
     except TimeoutError:
         proc.kill()
         await proc.wait()
-        raise AssertionError(f"serve did not exit within {timeout}s of signal {sig}") from None
+        raise AssertionError(f"serve did not exit within {within_s}s of signal {sig}") from None
 
 
 @contextlib.asynccontextmanager
@@ -127,7 +127,7 @@ async def get_agents(url: str, token: str | None) -> httpx.Response:
 
 def free_port() -> int:
     with socket.socket() as s:
-        s.bind(("0.0.0.0", 0))  # noqa: S104
+        s.bind(("0.0.0.0", 0))
         return int(s.getsockname()[1])
 
 
@@ -193,6 +193,7 @@ def test_relative_data_dir_becomes_absolute(tmp_path: Path, monkeypatch: pytest.
 
 @pytest.mark.parametrize(("env", "words"), [
     ({"AGENT_BRIDGE_PORT": "eighty"}, ["AGENT_BRIDGE_PORT"]),
+    ({"AGENT_BRIDGE_LOG_FORMAT": "xml"}, ["log format", "xml"]),
     ({"AGENT_BRIDGE_PORT": "70000"}, ["[server]", "port"]),
 ])
 def test_bad_env_twin_values(tmp_path: Path, env: dict[str, str], words: list[str]) -> None:
@@ -274,6 +275,10 @@ def test_malformed_awp_variables_are_a_clear_config_error(
      ["[agents.mine]", "protocol"]),
     ('[agents.mine]\nargs = []\n', ["[agents.mine]", "executable"]),
     ('[servr]\nport = 1\n', ["unknown config sections", "servr"]),
+    ('server = 5\n', ["[server]", "table"]),
+    ('server = "ab"\n', ["[server]", "table"]),
+    ('agents = 5\n', ["[agents]", "table"]),
+    ('[agents]\nmine = 5\n', ["[agents.mine]", "table"]),
     ('[server\nport = 1\n', ["cannot read config file"]),
 ])
 def test_bad_config_file_is_a_config_error_naming_the_problem(
@@ -294,6 +299,7 @@ def test_missing_config_file(tmp_path: Path) -> None:
     ("serve", '[agents.mine]\nexecutable = "/bin/true"\ncolour = "red"\n', "colour"),
     ("agents", '[agents.mine]\nexecutable = "/bin/true"\ncolour = "red"\n', "colour"),
     ("serve", '[server\n', "cannot read config file"),
+    ("agents", 'server = 5\n', "[server] must be a table"),
 ])
 def test_cli_bad_config_exits_2_with_one_line_on_stderr(
         tmp_path: Path, command: str, toml: str, word: str) -> None:
@@ -322,7 +328,7 @@ async def test_token_file_is_generated_0600_and_reused(tmp_path: Path) -> None:
         r = await get_agents(s.url, token)
         assert r.status_code == 200, r.text
         assert "demo" in [a["name"] for a in r.json()]
-        for wrong in ("wrong-token", token[:-1], ""):
+        for wrong in ("wrong-token", token[:-1], token + "x"):
             r = await get_agents(s.url, wrong)
             assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized", r.text
         r = await get_agents(s.url, None)
@@ -377,9 +383,9 @@ def test_no_auth_on_a_non_loopback_address_is_refused(tmp_path: Path, how: str) 
     args = ["serve", "--no-auth", "--port", str(port), "--data-dir", str(tmp_path / "d")]
     env = clean_env(tmp_path)
     if how == "flag":
-        args += ["--host", "0.0.0.0"]  # noqa: S104
+        args += ["--host", "0.0.0.0"]
     else:
-        env["AGENT_BRIDGE_HOST"] = "0.0.0.0"  # noqa: S104
+        env["AGENT_BRIDGE_HOST"] = "0.0.0.0"
     r = run_cli(tmp_path, *args, env=env)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert r.stdout == ""
@@ -387,6 +393,13 @@ def test_no_auth_on_a_non_loopback_address_is_refused(tmp_path: Path, how: str) 
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert nothing_listens(port)
     assert not (tmp_path / "d" / "token").exists()
+
+
+def test_cli_bad_env_twin_exits_2_with_one_line_on_stderr(tmp_path: Path) -> None:
+    env = clean_env(tmp_path, AGENT_BRIDGE_LOG_FORMAT="xml")
+    r = run_cli(tmp_path, "serve", "--port", "0", "--data-dir", str(tmp_path / "d"), env=env)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip() == "agent-bridge: log format must be json or console, not 'xml'"
 
 
 def test_no_auth_and_token_are_mutually_exclusive(tmp_path: Path) -> None:
@@ -478,5 +491,5 @@ async def test_signal_stops_serve_with_exit_0(tmp_path: Path, sig: int) -> None:
                        "--token", "t-0123456789") as s:
         port = port_of(s.first_line)
         assert (await get_agents(s.url, "t-0123456789")).status_code == 200
-        assert await terminate(s.proc, sig, timeout=5) == 0
+        assert await terminate(s.proc, sig, within_s=5) == 0
         assert nothing_listens(port)

@@ -11,7 +11,6 @@ import httpx
 import pytest
 import websockets
 import websockets.exceptions
-
 from conftest import TOKEN, Daemon, agent_log, new_thread
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from typing import Any
 
 import structlog
@@ -25,7 +24,7 @@ from bridge.api.security import (
     token_matches,
 )
 from bridge.errors import BridgeError, InvalidRequest
-from bridge.protocols.events import Record, ephemeral
+from bridge.protocols.events import Record, ephemeral, loads_strict
 from bridge.sessions.conversation import Conversation, now_iso
 from bridge.sessions.fanout import deliver
 from bridge.sessions.registry import Registry
@@ -142,7 +141,7 @@ class _Session:
 
     async def _raw_frame(self, text: str) -> bool:
         try:
-            obj = json.loads(text)
+            obj = loads_strict(text)
         except (ValueError, RecursionError):
             return False
         if not isinstance(obj, dict):
@@ -162,7 +161,7 @@ class _Session:
 
     async def _op_frame(self, text: str) -> None:
         try:
-            frame = json.loads(text)
+            frame = loads_strict(text)
         except (ValueError, RecursionError):
             await self._reject(None, "invalid_json", "frame is not JSON")
             return

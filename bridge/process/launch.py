@@ -27,7 +27,11 @@ ENV_ALLOWLIST = frozenset(
 )
 ENV_ALLOWLIST_PREFIXES = ("LC_",)
 
-_URL_RE = re.compile(r"(?i)\b(https?)://[^\s\"'<>]*")
+# "http:" + any slashes + the rest: WHATWG URL parsers (Node, i.e. the agent CLIs) accept
+# "http:host" and "http:/host" too, read a backslash as "/" and drop ASCII tabs and newlines
+# anywhere, so url_problem checks each value as written and as such a parser reads it.
+_URL_RE = re.compile(r"(?i)\b(https?):(/*)([^\s\"'<>]*)")
+_WHATWG_DROP = str.maketrans("", "", "\t\n\r")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,18 +80,25 @@ def url_problem(values: Iterable[str], *, opt_in: bool) -> str | None:
     """Remote-URL rule: loopback always allowed; remote https needs the opt-in; remote
     plain http is refused even with it."""
     for value in values:
-        for match in _URL_RE.finditer(value):
-            try:
-                host = urlsplit(match.group(0)).hostname
-            except ValueError:
-                return f"malformed URL in agent arguments or environment: {match.group(0)[:100]}"
-            if is_loopback_host(host):
-                continue
-            if not opt_in:
-                return (f"remote URL {match.group(1)}://{host} needs remote_api_opt_in "
-                        "(AWP_AGENT_REMOTE_API_OPT_IN=1)")
-            if match.group(1).lower() == "http":
-                return f"plain http to a non-loopback host is refused: http://{host}"
+        # Otherwise "https://evil.example\\@127.0.0.1" or "http://localhost\n.evil.example"
+        # would be loopback here and remote for the agent.
+        whatwg = value.translate(_WHATWG_DROP).replace("\\", "/")
+        for text in dict.fromkeys((value, whatwg)):
+            for match in _URL_RE.finditer(text):
+                scheme, slashes, rest = match.group(1).lower(), match.group(2), match.group(3)
+                if not slashes and not rest:
+                    continue  # a bare "http:" in prose
+                try:
+                    host = urlsplit(f"{scheme}://{rest}").hostname
+                except ValueError:
+                    return f"malformed URL in agent arguments or environment: {match.group(0)[:100]}"
+                if is_loopback_host(host):
+                    continue
+                if not opt_in:
+                    return (f"remote URL {scheme}://{host} needs remote_api_opt_in "
+                            "(AWP_AGENT_REMOTE_API_OPT_IN=1)")
+                if scheme == "http":
+                    return f"plain http to a non-loopback host is refused: http://{host}"
     return None
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bridge.protocols.stream_json import StreamJsonCodec, dumps
+from bridge.protocols.events import dumps
+from bridge.protocols.stream_json import StreamJsonCodec
 
 PROTOCOL = "awp-jsonl"
 

@@ -45,6 +45,32 @@ KINDS = frozenset(
 TURN_STATUSES = ("success", "error", "cancelled")
 
 
+def dumps(obj: Any) -> str:
+    """One line of compact JSON (never contains a raw newline) that always encodes as UTF-8.
+
+    A lone surrogate is legal in a parsed JSON string (``"\\ud800"``) but not in UTF-8, so
+    such a value falls back to ``\\uXXXX`` escapes, which a reader decodes to the same string
+    (protocols.md §0.1; a request_id echoed in a reply must round-trip exactly). Used for
+    everything the bridge writes: agent stdin, the store, WebSocket frames.
+    """
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(obj, ensure_ascii=True, separators=(",", ":"))
+    return text
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads_strict(text: str) -> Any:
+    """json.loads without the NaN/Infinity extensions, so whatever we accept we can write
+    back as standard JSON."""
+    return json.loads(text, parse_constant=_reject_constant)
+
+
 @dataclass(slots=True)
 class Event:
     source: Source
@@ -88,7 +114,7 @@ class Record:
         """The events-mode frame (API.md §4). ``raw`` is the exact line the agent wrote,
         embedded as-is (it is already one JSON object), never re-serialised."""
         if self._envelope is None:
-            data = json.dumps(self.data, ensure_ascii=False, separators=(",", ":"))
+            data = dumps(self.data)
             self._envelope = (
                 f'{{"seq":{self.seq},"ts":{json.dumps(self.ts)},"source":{json.dumps(self.source)},'
                 f'"kind":{json.dumps(self.kind)},"data":{data},'
@@ -104,5 +130,4 @@ class Record:
 def ephemeral(kind: str, ts: str, **data: Any) -> str:
     """A bridge frame for one client only (``client.accepted``/``client.rejected``): it is
     not part of the transcript, so its ``seq`` is null."""
-    return json.dumps({"seq": None, "ts": ts, "source": "bridge", "kind": kind, "data": data,
-                       "raw": None}, ensure_ascii=False, separators=(",", ":"))
+    return dumps({"seq": None, "ts": ts, "source": "bridge", "kind": kind, "data": data, "raw": None})

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from bridge.protocols.events import Event
+from bridge.protocols.events import Event, dumps
 
 PROTOCOL = "stream-json"
 
@@ -37,21 +37,6 @@ class Decoded:
 
     events: list[Event] = field(default_factory=list)
     replies: list[str] = field(default_factory=list)
-
-
-def dumps(obj: Any) -> str:
-    """One line of compact JSON (never contains a raw newline) that always encodes as UTF-8.
-
-    A lone surrogate is legal in a parsed JSON string (``"\\ud800"``) but not in UTF-8, so
-    such a line falls back to ``\\uXXXX`` escapes, which the agent decodes to the same string
-    (protocols.md §0.1; a request_id echoed in a reply must round-trip exactly).
-    """
-    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = json.dumps(obj, ensure_ascii=True, separators=(",", ":"))
-    return text
 
 
 def _not_json_constant(name: str) -> Any:
@@ -290,6 +275,8 @@ class StreamJsonCodec:
         return [self._ev("turn.ended", data, raw)]
 
     def _control_request(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
+        if self._awp:
+            return []  # awp-jsonl has no control protocol: never write a reply it does not define
         request_id = _s(obj.get("request_id"))
         req = _d(obj.get("request"))
         sub = _s(req.get("subtype")) or ""

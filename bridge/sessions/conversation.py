@@ -32,9 +32,9 @@ from bridge.errors import BridgeError, Busy, Conflict, LaunchRefused
 from bridge.process.agent_process import AgentProcess, ExitInfo
 from bridge.process.launch import build_launch, valid_session_id
 from bridge.protocols.codecs import make_codec
-from bridge.protocols.events import Event, Record
+from bridge.protocols.events import Event, Record, dumps
 from bridge.protocols.framing import LineTooLong
-from bridge.protocols.stream_json import StreamJsonCodec, dumps
+from bridge.protocols.stream_json import StreamJsonCodec
 from bridge.sessions.fanout import Fanout, Subscriber
 from bridge.store.base import Store, ThreadRow
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bridge.errors import StoreError
-from bridge.protocols.events import Record
+from bridge.protocols.events import Record, dumps
 from bridge.store.base import ThreadRow
 
 T = TypeVar("T")
@@ -222,8 +222,7 @@ class SqliteStore:
 
     async def append(self, thread_id: str, records: Sequence[Record],
                      client_ids: Sequence[str | None], thread_fields: dict[str, Any]) -> None:
-        rows = [(thread_id, r.seq, r.ts, r.source, r.kind,
-                 json.dumps(r.data, ensure_ascii=False, separators=(",", ":")), r.raw,
+        rows = [(thread_id, r.seq, r.ts, r.source, r.kind, dumps(r.data), r.raw,
                  int(r.relay), cid) for r, cid in zip(records, client_ids, strict=True)]
         fields = self._dump({**thread_fields, "last_seq": records[-1].seq} if records
                             else thread_fields)

@@ -82,15 +82,15 @@ def assert_refused(r: httpx.Response, code: str, status: int = 422) -> dict[str,
 
 
 async def wait_event(d: Daemon, thread_id: str, pred: Callable[[dict[str, Any]], bool],
-                     timeout: float = STEP_TIMEOUT) -> list[dict[str, Any]]:
+                     within_s: float = STEP_TIMEOUT) -> list[dict[str, Any]]:
     """Long-poll the transcript until an event matches ``pred``; every event so far."""
     loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
+    end = loop.time() + within_s
     events: list[dict[str, Any]] = []
     async with d.http() as http:
         while not any(pred(e) for e in events):
             if loop.time() > end:
-                raise AssertionError(f"no matching event within {timeout}s; saw "
+                raise AssertionError(f"no matching event within {within_s}s; saw "
                                      f"{[e['kind'] for e in events]}")
             after = events[-1]["seq"] if events else 0
             r = await http.get(f"/v1/threads/{thread_id}/events",
@@ -177,6 +177,19 @@ def test_executable_problem_for_each_rule(tmp_path: Path) -> None:
     (["https://localhost/v1", "http://[::1]:9/a?b=c"], False, None),
     (["no url here", "ftp://example.com", "file:///etc/passwd"], False, None),
     (["http://127.0.0.1:9", "x https://evil.example"], False, "remote_api_opt_in"),
+    (["http://127.0.0.1:9@evil.example/"], False, "evil.example"),
+    (["http://evil.example#@127.0.0.1"], False, "evil.example"),
+    (["http://localhost.evil.example"], False, "remote_api_opt_in"),
+    # What a WHATWG parser (Node: the agent CLIs) reads as a remote host is remote here too.
+    (["https://evil.example\\@127.0.0.1/"], False, "evil.example"),
+    (["http://localhost\n.evil.example/"], False, "localhost.evil.example"),
+    (["http://127.0.0.1\t.evil.example"], False, "127.0.0.1.evil.example"),
+    (["line one\nhttps://evil.example"], False, "evil.example"),
+    (["http:evil.example"], False, "evil.example"),
+    (["--api=https:/evil.example/v1"], False, "evil.example"),
+    (["http:\\\\evil.example"], False, "evil.example"),
+    (["http:localhost:9", "https:/127.0.0.1:9"], False, None),
+    (["Use https: everywhere; http: too."], False, None),
 ])
 def test_url_problem(values: list[str], opt_in: bool, refused: str | None) -> None:
     problem = url_problem(values, opt_in=opt_in)

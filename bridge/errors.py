@@ -5,7 +5,8 @@
     ├── LaunchRefused                a launch rule said no; nothing was spawned (API.md §2)
     ├── NotFound                     thread_not_found, agent_not_found
     ├── InvalidRequest               a client sent something we will not act on
-    ├── Busy                         too many queued prompts / capacity reached
+    ├── Busy                         too many queued prompts on one thread
+    ├── Capacity                     max_conversations agents are already running
     ├── Conflict                     the thread is not in a state that allows this
     └── StoreError                   the store failed; nothing acknowledged was lost
 
@@ -52,6 +53,11 @@ class InvalidRequest(BridgeError):
 class Busy(BridgeError):
     code = "busy"
     status = 429
+
+
+class Capacity(BridgeError):
+    code = "capacity"
+    status = 503
 
 
 class Conflict(BridgeError):

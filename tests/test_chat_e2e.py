@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import signal
 from pathlib import Path
 from typing import Any
@@ -293,7 +292,6 @@ async def test_sigkill_of_daemon_is_recovered_on_next_start(daemon_factory: Any,
     assert c2.seqs() == list(range(1, len(c2.seqs()) + 1))
     assert acc["data"]["turn_id"]
     await c2.close()
-    await asyncio.sleep(0)
 
 
 async def test_idle_agent_is_stopped_and_the_thread_stays_resumable(daemon_factory: Any, tmp_path: Path,
@@ -328,3 +326,17 @@ async def test_agent_exit_with_queued_prompts_ends_every_turn_once(daemon: Daemo
     assert len(c.seen("turn.ended")) == 2
     assert not any("never written" in x for x in stdin_lines(daemon.tmp))
     await c.close()
+
+
+async def test_capacity_is_a_clear_503_and_nothing_is_spawned(daemon_factory: Any, tmp_path: Path,
+                                                              agent_env: dict[str, str]) -> None:
+    d = await daemon_factory(base_config(tmp_path, agent_env, server="max_conversations = 1\n"))
+    first = await new_thread(d, "stream-json")
+    second = await new_thread(d, "stream-json")
+    async with d.http() as http:
+        assert (await http.post(f"/v1/threads/{first['id']}/messages", json={"text": "a"})).status_code == 202
+        r = await http.post(f"/v1/threads/{second['id']}/messages", json={"text": "b"})
+        assert r.status_code == 503 and r.json()["error"]["code"] == "capacity"
+        t = (await http.get(f"/v1/threads/{second['id']}")).json()
+        assert t["state"] == "idle" and t["last_seq"] == 0
+    assert len([e for e in agent_log(tmp_path) if e["event"] == "start"]) == 1

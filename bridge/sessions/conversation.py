@@ -89,6 +89,7 @@ class Conversation:
         self._emit_lock = asyncio.Lock()
         self._life_lock = asyncio.Lock()  # start / stop / delete
         self._turn_lock = asyncio.Lock()
+        self._submit_lock = asyncio.Lock()
         self._proc: AgentProcess | None = None
         self._codec: StreamJsonCodec | None = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -361,7 +362,8 @@ class Conversation:
     # ------------------------------------------------------------------ client operations
 
     async def submit(self, content: list[dict[str, Any]], client_id: str | None) -> Accepted:
-        async with self._turn_lock:
+        # One submission at a time per thread: a resent client_id can never race its twin.
+        async with self._submit_lock:
             if client_id is not None:
                 seq = await self.store.find_client_event(self.id, client_id)
                 if seq is not None:
@@ -369,25 +371,26 @@ class Conversation:
             if self.busy and len(self._queue) >= self.settings.server.max_pending_prompts:
                 raise Busy(f"a turn is in progress and {len(self._queue)} prompts are queued",
                            code="busy")
-        await self.ensure_started()
-        async with self._turn_lock:
-            proc, codec = self._proc, self._codec
-            if proc is None or codec is None:
-                raise Conflict("the agent process ended before the prompt could be sent",
-                               code="agent_exited")
-            line = codec.encode_prompt(content)
-            turn_id = new_id("turn")
-            data: dict[str, Any] = {"role": "user", "text": _prompt_text(content),
-                                    "turn_id": turn_id}
-            if any(b.get("type") != "text" for b in content):
-                data["content"] = [b if b.get("type") == "text" else
-                                   {"type": b.get("type"), "media_type":
-                                    (b.get("source") or {}).get("media_type")} for b in content]
-            if client_id is not None:
-                data["client_id"] = client_id
-            queued = self.busy
-            recs = await self.emit([Event("client", "message", data, line)], client_ids=[client_id])
-            self._queue.append(Turn(turn_id, line, recs[0].seq))
+            await self.ensure_started()
+            async with self._turn_lock:
+                proc, codec = self._proc, self._codec
+                if proc is None or codec is None:
+                    raise Conflict("the agent process ended before the prompt could be sent",
+                                   code="agent_exited")
+                line = codec.encode_prompt(content)
+                turn_id = new_id("turn")
+                data: dict[str, Any] = {"role": "user", "text": _prompt_text(content),
+                                        "turn_id": turn_id}
+                if any(b.get("type") != "text" for b in content):
+                    data["content"] = [b if b.get("type") == "text" else
+                                       {"type": b.get("type"), "media_type":
+                                        (b.get("source") or {}).get("media_type")} for b in content]
+                if client_id is not None:
+                    data["client_id"] = client_id
+                queued = self.busy
+                recs = await self.emit([Event("client", "message", data, line)],
+                                       client_ids=[client_id])
+                self._queue.append(Turn(turn_id, line, recs[0].seq))
         await self._pump()
         return Accepted(seq=recs[0].seq, turn_id=turn_id, queued=queued)
 

@@ -11,7 +11,7 @@ from typing import Any
 import structlog
 
 from bridge.config import THREAD_OPTION_KEYS, AgentProfile, Settings
-from bridge.errors import Busy, InvalidRequest, LaunchRefused, NotFound
+from bridge.errors import Capacity, InvalidRequest, LaunchRefused, NotFound
 from bridge.process.launch import executable_problem
 from bridge.protocols.events import Event
 from bridge.sessions.conversation import Conversation, new_id, now_iso, thread_view
@@ -83,8 +83,7 @@ class Registry:
     def _check_capacity(self, conv: Conversation) -> None:
         live = sum(1 for c in self._convs.values() if c.running and c is not conv)
         if live >= self.settings.server.max_conversations:
-            raise Busy(f"{live} agents are running (max_conversations); stop one or retry later",
-                       code="capacity")
+            raise Capacity(f"{live} agents are running (max_conversations); stop one or retry later")
 
     async def create(self, *, agent: str | None, cwd: str | None, model: str | None,
                      title: str | None, options: dict[str, Any] | None) -> Conversation:

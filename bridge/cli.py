@@ -94,9 +94,11 @@ def serve(settings: Settings) -> int:
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
 
+    scheme = "https" if settings.server.tls_cert and settings.server.tls_key else "http"
+
     def ready() -> None:
         # Scripts and tests parse exactly this first stdout line (API.md §1).
-        print(f"agent-bridge listening on http://{shown}:{port}", flush=True)
+        print(f"agent-bridge listening on {scheme}://{shown}:{port}", flush=True)
 
     app = create_app(settings, on_ready=ready)
     ssl = {}

@@ -222,6 +222,9 @@ def load_settings(
     for name, prof in agents_raw.items():
         if not isinstance(prof, dict):
             raise ConfigError(f"[agents.{name}] must be a table")
+        reserved = {"name", "builtin"} & set(prof)
+        if reserved:
+            raise ConfigError(f"[agents.{name}]: {', '.join(sorted(reserved))} cannot be set")
         try:
             agents[name] = AgentProfile(**{**prof, "name": name})
         except ValidationError as exc:

@@ -103,8 +103,9 @@ class AgentProcess:
                 with contextlib.suppress(Exception):
                     await stdin.wait_closed()
 
-    async def stdout_lines(self) -> AsyncIterator[bytes]:
-        """Every stdout line; raises LineTooLong when the cap is crossed."""
+    async def stdout_batches(self) -> AsyncIterator[list[bytes]]:
+        """Stdout lines, as many as one read brought (so they can be stored together);
+        raises LineTooLong when the cap is crossed, after yielding the lines before it."""
         stream = self._proc.stdout
         assert stream is not None
         framer = LineFramer(self._max_line)
@@ -113,10 +114,16 @@ class AgentProcess:
             if not chunk:
                 tail = framer.close()
                 if tail is not None:
-                    yield tail
+                    yield [tail]
                 return
-            for line in framer.feed(chunk):
-                yield line
+            try:
+                lines = framer.feed(chunk)
+            except LineTooLong as exc:
+                if exc.lines:
+                    yield exc.lines
+                raise
+            if lines:
+                yield lines
 
     async def pump_stderr(self, emit: Callable[[str], Awaitable[None]]) -> None:
         """Relay stderr lines, each cut to STDERR_LINE_BYTES, at most STDERR_LINES_PER_S."""

@@ -13,9 +13,12 @@ MAX_LINE_BYTES = 4 * 1024 * 1024
 
 
 class LineTooLong(Exception):
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, lines: list[bytes] | None = None) -> None:
         super().__init__(f"agent wrote more than {limit} bytes without a newline")
         self.limit = limit
+        # Complete lines that came before the offending one in the same feed: they are
+        # valid output and still belong in the transcript.
+        self.lines = lines or []
 
 
 class LineFramer:
@@ -35,7 +38,7 @@ class LineFramer:
         pos = buf.find(b"\n", self._scanned)
         while pos != -1:
             if pos - start > self.max_line:
-                raise LineTooLong(self.max_line)
+                raise LineTooLong(self.max_line, lines)
             lines.append(bytes(buf[start:pos]))
             start = pos + 1
             pos = buf.find(b"\n", start)
@@ -43,7 +46,7 @@ class LineFramer:
             del buf[:start]
         self._scanned = len(buf)
         if len(buf) > self.max_line:
-            raise LineTooLong(self.max_line)
+            raise LineTooLong(self.max_line, lines)
         return lines
 
     def close(self) -> bytes | None:

@@ -28,13 +28,13 @@ from typing import Any
 import structlog
 
 from bridge.config import AgentProfile, Settings
-from bridge.errors import BridgeError, Busy, Conflict, LaunchRefused
+from bridge.errors import BridgeError, Busy, Conflict, LaunchRefused, StoreError
 from bridge.process.agent_process import AgentProcess, ExitInfo
 from bridge.process.launch import build_launch, valid_session_id
 from bridge.protocols.codecs import make_codec
 from bridge.protocols.events import Event, Record, dumps
 from bridge.protocols.framing import LineTooLong
-from bridge.protocols.stream_json import StreamJsonCodec
+from bridge.protocols.stream_json import Decoded, StreamJsonCodec
 from bridge.sessions.fanout import Fanout, Subscriber
 from bridge.store.base import Store, ThreadRow
 
@@ -229,12 +229,10 @@ class Conversation:
 
     async def _read_stdout(self, proc: AgentProcess, codec: StreamJsonCodec) -> None:
         try:
-            async for line in proc.stdout_lines():
-                decoded = codec.decode(line)
-                await self._on_agent_events(decoded.events)
-                for reply in decoded.replies:
-                    await self._write(proc, reply, kind="client.other",
-                                      data={"op": "auto_reply"})
+            async for lines in proc.stdout_batches():
+                # Everything one read brought is decoded, stored and published together:
+                # one transaction for a burst of deltas instead of one per line.
+                await self._on_agent_output(proc, codec, [codec.decode(line) for line in lines])
         except LineTooLong as exc:
             self._exit_reason = "line_too_long"
             await self.emit([Event("bridge", "diagnostic",
@@ -242,47 +240,60 @@ class Conversation:
             log.warning("agent.line_too_long", thread_id=self.id, pid=proc.pid)
             await proc.stop(0.0)  # the watcher reaps it and ends the turn
 
-    async def _on_agent_events(self, events: list[Event]) -> None:
-        fields: dict[str, Any] = {}
-        extra: list[Event] = []
+    async def _on_agent_output(self, proc: AgentProcess, codec: StreamJsonCodec,
+                               decoded: list[Decoded]) -> None:
         ended = False
-        for ev in events:
-            if ev.kind == "session.started":
-                sid = ev.data.get("native_session_id")
-                if sid is not None and not valid_session_id(sid):
-                    extra.append(Event("bridge", "diagnostic", {
-                        "stream": "protocol",
-                        "text": "agent reported a native session id that is not valid; ignored"}))
-                elif sid and sid != self.thread.get("native_session_id"):
-                    fields["native_session_id"] = sid
-            elif ev.kind == "turn.ended" and ev.source == "agent":
-                if self._active is None:
-                    # No turn pending (e.g. after a background task): record, never assign.
-                    ev.kind = "agent.other"
-                    ev.data = {"unsolicited": "turn.ended", **ev.data}
-                    continue
-                ev.data["turn_id"] = self._active.turn_id
-                if self._interrupting and ev.data.get("status") == "error" \
-                        and ev.data.get("subtype") == "error_during_execution":
-                    ev.data["status"] = "cancelled"
-                ended = True
-                fields["turn_active"] = False
-            elif ev.kind == "permission.requested" and ev.source == "agent":
-                # Permission prompts reach clients in issue #5; until then the profile has no
-                # prompt tool and any request is denied so the agent never hangs.
-                extra.append(Event("bridge", "permission.resolved", {
-                    "request_id": ev.data.get("request_id"), "decision": "deny", "by": "policy"}))
-        await self.emit([*events, *extra], fields=fields)
-        for ev in extra:
-            if ev.kind == "permission.resolved" and self._proc and self._codec:
-                req = next(e for e in events if e.kind == "permission.requested"
-                           and e.data.get("request_id") == ev.data["request_id"])
-                await self._write(self._proc, self._codec.encode_permission(
-                    ev.data["request_id"], False, updated_input=req.data.get("input") or {},
-                    message="Permission prompts are not enabled for this agent profile"),
-                    kind="client.other", data={"op": "permission"})
+        async with self._turn_lock:
+            fields: dict[str, Any] = {}
+            out: list[Event] = []
+            writes: list[str] = []
+            for d in decoded:
+                for ev in d.events:
+                    out.append(ev)
+                    if ev.kind == "session.started":
+                        sid = ev.data.get("native_session_id")
+                        if sid is not None and not valid_session_id(sid):
+                            out.append(Event("bridge", "diagnostic", {
+                                "stream": "protocol",
+                                "text": "agent reported a native session id that is not valid; ignored"}))
+                        elif sid and sid != self.thread.get("native_session_id"):
+                            fields["native_session_id"] = sid
+                    elif ev.kind == "turn.ended" and ev.source == "agent":
+                        if self._active is None:
+                            # No turn pending (e.g. after a background task): record it,
+                            # never assign it to the next turn.
+                            ev.kind = "agent.other"
+                            ev.data = {"unsolicited": "turn.ended", **ev.data}
+                            continue
+                        ev.data["turn_id"] = self._active.turn_id
+                        if self._interrupting and ev.data.get("status") == "error" \
+                                and ev.data.get("subtype") == "error_during_execution":
+                            ev.data["status"] = "cancelled"
+                        self._end_turn_state()
+                        ended = True
+                        fields["turn_active"] = False
+                    elif ev.kind == "permission.requested" and ev.source == "agent":
+                        # Permission prompts reach clients in issue #5; until then any request
+                        # is denied by policy so the agent never hangs.
+                        rid = ev.data.get("request_id")
+                        out.append(Event("bridge", "permission.resolved",
+                                         {"request_id": rid, "decision": "deny", "by": "policy"}))
+                        line = codec.encode_permission(
+                            str(rid), False, updated_input=ev.data.get("input") or {},
+                            message="Permission prompts are not enabled for this agent profile")
+                        out.append(Event("client", "client.other", {"op": "permission"}, line))
+                        writes.append(line)
+                for reply in d.replies:
+                    out.append(Event("client", "client.other", {"op": "auto_reply"}, reply))
+                    writes.append(reply)
+            if out:
+                await self.emit(out, fields=fields)
+            for line in writes:
+                try:
+                    await proc.write_line(line)
+                except (BrokenPipeError, ConnectionResetError) as exc:
+                    log.info("agent.stdin_closed", thread_id=self.id, error=str(exc))
         if ended:
-            self._end_turn_state()
             await self._pump()
 
     def _end_turn_state(self) -> None:
@@ -363,6 +374,9 @@ class Conversation:
 
     async def submit(self, content: list[dict[str, Any]], client_id: str | None) -> Accepted:
         # One submission at a time per thread: a resent client_id can never race its twin.
+        if not self.store.healthy:
+            raise StoreError("the transcript store cannot be written right now; retry later",
+                             code="store_unavailable")
         async with self._submit_lock:
             if client_id is not None:
                 seq = await self.store.find_client_event(self.id, client_id)

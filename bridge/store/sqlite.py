@@ -1,28 +1,42 @@
 """The default embedded store: one SQLite file in the data dir, WAL mode.
 
-All SQL runs on one dedicated thread (sqlite3 connections are not shared across threads),
-so calls are serialized in the order they were awaited. A transcript append and the
-thread's ``last_seq`` update commit in one transaction: what a client has been shown is
-on disk (``synchronous=NORMAL`` in WAL mode survives a process kill). Schema migrations
-are keyed by ``PRAGMA user_version``.
+Writes run on one dedicated thread with its own connection; reads on a second thread with
+another (WAL lets them run side by side, and a reader sees every committed write).
+
+Transcript appends are group-committed: every append waiting when the writer comes round
+goes into one transaction (each in its own SAVEPOINT, so one bad append cannot sink the
+others), and each caller is told only after the COMMIT. Callers publish an event only
+after that, so whatever a client has seen is on disk (``synchronous=NORMAL`` in WAL mode
+survives a process kill). If the database cannot be written (locked, disk full, I/O
+error) the batch is retried with backoff until it commits; callers wait — which stops the
+agent's stdout being read, so the agent itself is held back — and ``healthy`` is False
+meanwhile. Nothing acknowledged is ever lost. Migrations are keyed by ``PRAGMA user_version``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+
+import structlog
 
 from bridge.errors import StoreError
 from bridge.protocols.events import Record, dumps
 from bridge.store.base import ThreadRow
 
 T = TypeVar("T")
+log = structlog.get_logger("bridge.store")
+
+MAX_BATCH = 512  # appends per transaction
+MAX_BACKOFF_S = 2.0
 
 _MIGRATIONS: list[str] = [
     # 1: threads and their transcripts
@@ -67,60 +81,130 @@ _THREAD_COLUMNS = ("id", "agent", "protocol", "model", "cwd", "title", "native_s
 _JSON_COLUMNS = ("last_exit", "options")
 
 
+@dataclass(slots=True)
+class _Append:
+    thread_id: str
+    rows: list[tuple[Any, ...]]
+    fields: dict[str, Any]
+    done: asyncio.Future[None]
+
+
 class SqliteStore:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, busy_timeout_ms: int = 2000) -> None:
         self.path = path
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite")
-        self._db: sqlite3.Connection | None = None
+        self.busy_timeout_ms = busy_timeout_ms
+        self._wexec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-w")
+        self._rexec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-r")
+        self._wdb: sqlite3.Connection | None = None
+        self._rdb: sqlite3.Connection | None = None
+        self._pending: list[_Append] = []
+        self._wake: asyncio.Event | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._idle = asyncio.Event()  # set whenever nothing waits to be written
+        self.healthy = True
+        self.last_error: str | None = None
+        self.on_health: Callable[[bool, str | None], None] | None = None
+        self.batches = 0
+        self.appended = 0
 
     # ------------------------------------------------------------------ plumbing
 
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        db.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
+        db.execute("PRAGMA synchronous=NORMAL")
+        return db
+
+    async def _call(self, executor: ThreadPoolExecutor, db_attr: str,
+                    fn: Callable[[sqlite3.Connection], T]) -> T:
         def call() -> T:
-            if self._db is None:
+            db: sqlite3.Connection | None = getattr(self, db_attr)
+            if db is None:
                 raise StoreError("store is closed")
             try:
-                return fn(self._db)
+                return fn(db)
             except sqlite3.Error as exc:
-                if self._db.in_transaction:
-                    self._db.rollback()
+                if db.in_transaction:
+                    db.rollback()
                 raise StoreError(f"store error: {exc}") from exc
 
-        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        return await asyncio.get_running_loop().run_in_executor(executor, call)
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """A write (or a read that must follow earlier writes) on the writer thread."""
+        return await self._call(self._wexec, "_wdb", fn)
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await self._call(self._rexec, "_rdb", fn)
 
     async def open(self) -> None:
         def do_open() -> None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            db = self._connect()
             db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA busy_timeout=5000")
-            db.execute("PRAGMA foreign_keys=ON")
             version = db.execute("PRAGMA user_version").fetchone()[0]
             for i, ddl in enumerate(_MIGRATIONS[version:], start=version + 1):
-                db.execute("BEGIN")
+                db.execute("BEGIN IMMEDIATE")
                 for stmt in filter(str.strip, ddl.split(";")):
                     db.execute(stmt)
                 db.execute(f"PRAGMA user_version={i}")
                 db.execute("COMMIT")
-            self._db = db
+            self._wdb = db
 
+        def open_reader() -> None:
+            self._rdb = self._connect()
+
+        loop = asyncio.get_running_loop()
         try:
-            await asyncio.get_running_loop().run_in_executor(self._executor, do_open)
+            await loop.run_in_executor(self._wexec, do_open)
+            await loop.run_in_executor(self._rexec, open_reader)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open store {self.path}: {exc}") from exc
+        self._wake = asyncio.Event()
+        self._writer = asyncio.create_task(self._write_loop(), name="store-writer")
 
-    async def close(self) -> None:
-        def do_close() -> None:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
+    async def close(self, *, drain_timeout: float = 10.0) -> None:
+        if self._writer is not None:
+            if self._pending:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._drained(), drain_timeout)
+            self._writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._writer
+            for item in self._pending:  # never acknowledged, so never shown to anyone
+                if not item.done.done():
+                    item.done.set_exception(StoreError("store closed before this was written"))
+            self._pending.clear()
 
-        await asyncio.get_running_loop().run_in_executor(self._executor, do_close)
-        self._executor.shutdown(wait=True)
+        def close_conn(attr: str) -> Callable[[], None]:
+            def do() -> None:
+                db = getattr(self, attr)
+                if db is not None:
+                    db.close()
+                    setattr(self, attr, None)
+            return do
+
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._wexec, close_conn("_wdb"))
+        await loop.run_in_executor(self._rexec, close_conn("_rdb"))
+        self._wexec.shutdown(wait=True)
+        self._rexec.shutdown(wait=True)
+
+    async def _drained(self) -> None:
+        await self._idle.wait()
 
     async def ping(self) -> None:
-        await self._run(lambda db: db.execute("SELECT 1").fetchone())
+        await self._read(lambda db: db.execute("SELECT 1").fetchone())
+        if not self.healthy:
+            raise StoreError(f"store cannot be written: {self.last_error}")
+
+    def _set_health(self, healthy: bool, error: str | None) -> None:
+        if healthy == self.healthy:
+            self.last_error = error or self.last_error
+            return
+        self.healthy, self.last_error = healthy, error
+        if self.on_health is not None:
+            self.on_health(healthy, error)
 
     # ------------------------------------------------------------------ threads
 
@@ -161,7 +245,7 @@ class SqliteStore:
                              (thread_id,)).fetchone()
             return self._row(row) if row else None
 
-        return await self._run(do)
+        return await self._read(do)
 
     async def list_threads(self, *, limit: int, cursor: str | None,
                            agent: str | None) -> tuple[list[ThreadRow], str | None]:
@@ -180,7 +264,7 @@ class SqliteStore:
         def do(db: sqlite3.Connection) -> list[ThreadRow]:
             return [self._row(r) for r in db.execute(sql, (*params, limit + 1)).fetchall()]
 
-        rows = await self._run(do)
+        rows = await self._read(do)
         next_cursor = None
         if len(rows) > limit:
             rows = rows[:limit]
@@ -222,21 +306,52 @@ class SqliteStore:
 
     async def append(self, thread_id: str, records: Sequence[Record],
                      client_ids: Sequence[str | None], thread_fields: dict[str, Any]) -> None:
+        """Return once the records (and the thread fields) are committed."""
         rows = [(thread_id, r.seq, r.ts, r.source, r.kind, dumps(r.data), r.raw,
                  int(r.relay), cid) for r, cid in zip(records, client_ids, strict=True)]
         fields = self._dump({**thread_fields, "last_seq": records[-1].seq} if records
                             else thread_fields)
-        sets = ",".join(f"{k}=?" for k in fields)
+        if self._writer is None or self._wake is None:
+            raise StoreError("store is not open")
+        item = _Append(thread_id, rows, fields, asyncio.get_running_loop().create_future())
+        self._pending.append(item)
+        self._idle.clear()
+        self._wake.set()
+        await item.done
 
-        def do(db: sqlite3.Connection) -> None:
-            db.execute("BEGIN IMMEDIATE")
-            db.executemany("INSERT INTO events (thread_id,seq,ts,source,kind,data,raw,relay,client_id)"
-                           " VALUES (?,?,?,?,?,?,?,?,?)", rows)
-            if fields:
-                db.execute(f"UPDATE threads SET {sets} WHERE id=?", (*fields.values(), thread_id))  # noqa: S608
-            db.execute("COMMIT")
-
-        await self._run(do)
+    async def _write_loop(self) -> None:
+        assert self._wake is not None
+        backoff = 0.05
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                batch = self._pending[:MAX_BATCH]
+                try:
+                    failed = await self._run(lambda db, b=batch: _commit(db, b))  # type: ignore[misc]
+                except StoreError as exc:
+                    # Locked, full or broken: nothing in the batch is acknowledged; try again.
+                    self._set_health(False, exc.message)
+                    log.error("store.write_failed", error=exc.message, pending=len(self._pending),
+                              retry_in_s=backoff)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, MAX_BACKOFF_S)
+                    continue
+                backoff = 0.05
+                if not self.healthy:
+                    log.info("store.recovered")
+                self._set_health(True, None)
+                del self._pending[: len(batch)]
+                self.batches += 1
+                for i, item in enumerate(batch):
+                    if item.done.done():
+                        continue
+                    if i in failed:
+                        item.done.set_exception(StoreError(f"append refused: {failed[i]}"))
+                    else:
+                        self.appended += len(item.rows)
+                        item.done.set_result(None)
+            self._idle.set()
 
     async def read_events(self, thread_id: str, after: int, limit: int) -> list[Record]:
         def do(db: sqlite3.Connection) -> list[Record]:
@@ -246,7 +361,7 @@ class SqliteStore:
             return [Record(seq, ts, source, kind, json.loads(data), raw, bool(relay))
                     for seq, ts, source, kind, data, raw, relay in rows]
 
-        return await self._run(do)
+        return await self._read(do)
 
     async def find_client_event(self, thread_id: str, client_id: str) -> int | None:
         def do(db: sqlite3.Connection) -> int | None:
@@ -254,7 +369,29 @@ class SqliteStore:
                              (thread_id, client_id)).fetchone()
             return int(row[0]) if row else None
 
-        return await self._run(do)
+        return await self._read(do)
+
+
+def _commit(db: sqlite3.Connection, batch: list[_Append]) -> dict[int, str]:
+    """One transaction for the whole batch; an append that violates a constraint is rolled
+    back alone (its savepoint) and reported, the rest commit."""
+    failed: dict[int, str] = {}
+    db.execute("BEGIN IMMEDIATE")
+    for i, item in enumerate(batch):
+        db.execute("SAVEPOINT a")
+        try:
+            db.executemany("INSERT INTO events (thread_id,seq,ts,source,kind,data,raw,relay,client_id)"
+                           " VALUES (?,?,?,?,?,?,?,?,?)", item.rows)
+            if item.fields:
+                sets = ",".join(f"{k}=?" for k in item.fields)
+                db.execute(f"UPDATE threads SET {sets} WHERE id=?",  # noqa: S608
+                           (*item.fields.values(), item.thread_id))
+        except sqlite3.IntegrityError as exc:
+            db.execute("ROLLBACK TO a")
+            failed[i] = str(exc)
+        db.execute("RELEASE a")
+    db.execute("COMMIT")
+    return failed
 
 
 def encode_cursor(updated_at: str, thread_id: str) -> str:

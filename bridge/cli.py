@@ -105,8 +105,9 @@ def serve(settings: Settings) -> int:
     if settings.server.tls_cert and settings.server.tls_key:
         ssl = {"ssl_certfile": settings.server.tls_cert, "ssl_keyfile": settings.server.tls_key}
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on",
-                            ws_max_size=16 * 1024 * 1024, ws_ping_interval=20.0,
-                            ws_ping_timeout=20.0, timeout_graceful_shutdown=15, **ssl)  # type: ignore[arg-type]
+                            ws_max_size=16 * 1024 * 1024,
+                            ws_ping_interval=settings.server.ws_ping_interval_s,
+                            ws_ping_timeout=settings.server.ws_ping_timeout_s, timeout_graceful_shutdown=15, **ssl)  # type: ignore[arg-type]
     server = _Server(config)
     try:
         asyncio.run(server.serve(sockets=[sock]))

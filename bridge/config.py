@@ -79,6 +79,10 @@ class ServerSettings(BaseModel):
     idle_timeout_s: float = Field(600, gt=0)
     max_pending_prompts: int = Field(5, ge=0)
     stop_grace_s: float = Field(5.0, ge=0)
+    interrupt_timeout_s: float = Field(10.0, gt=0)
+    ws_ping_interval_s: float = Field(20.0, gt=0)
+    ws_ping_timeout_s: float = Field(20.0, gt=0)
+    subscriber_buffer: int = Field(1024, ge=16)
     tls_cert: str | None = None
     tls_key: str | None = None
 

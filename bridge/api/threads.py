@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from bridge.api.content import normalize_prompt
 from bridge.api.security import bearer_from_header, token_matches
 from bridge.errors import BridgeError, InvalidRequest
 from bridge.process.launch import executable_problem
+from bridge.protocols.events import Record, dumps
 from bridge.sessions.conversation import Conversation, thread_view
+from bridge.sessions.fanout import deliver
 from bridge.sessions.registry import Registry
 
 MAX_PAGE = 1000
@@ -150,6 +156,58 @@ async def events(thread_id: str, request: Request, after: int = Query(0, ge=0),
         await conv.wait_beyond(after, wait)
         page = await conv.read_page(after, limit)
     return {"events": [r.to_dict() for r in page], "last_seq": conv.thread["last_seq"]}
+
+
+SSE_HEARTBEAT_S = 15.0
+
+
+@router.get("/threads/{thread_id}/events/stream")
+async def events_stream(thread_id: str, request: Request,
+                        after: int = Query(0, ge=0)) -> StreamingResponse:
+    """Server-Sent Events: the same envelopes, order and seq as the WebSocket, for networks
+    that break WebSockets. ``id:`` is the seq, so a reconnecting EventSource resumes
+    from ``Last-Event-ID`` (which wins over ``after``)."""
+    last_id = request.headers.get("last-event-id")
+    if last_id:
+        after = validate_after(last_id)
+    conv = await _conv(request, thread_id)
+    sub = conv.subscribe()
+    queue: asyncio.Queue[str | None] = asyncio.Queue(maxsize=64)
+
+    async def send(rec: Record) -> None:
+        await queue.put(f"id: {rec.seq}\ndata: {rec.envelope()}\n\n")
+
+    async def send_side(text: str) -> None:
+        await queue.put(f"data: {text}\n\n")
+
+    async def pump() -> None:
+        try:
+            reason = await deliver(sub, after, conv.read_page, send, send_side)
+            await queue.put(f"event: close\ndata: {dumps({'reason': reason})}\n\n")
+        finally:
+            await queue.put(None)
+
+    async def body() -> AsyncIterator[str]:
+        task = asyncio.create_task(pump())
+        try:
+            yield "retry: 2000\n\n"
+            while True:
+                try:
+                    item = await asyncio.wait_for(queue.get(), SSE_HEARTBEAT_S)
+                except TimeoutError:
+                    yield ": ping\n\n"  # keeps proxies from timing the stream out
+                    continue
+                if item is None:
+                    return
+                yield item
+        finally:
+            conv.unsubscribe(sub)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    return StreamingResponse(body(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
 def validate_after(value: str | None) -> int:

@@ -93,7 +93,8 @@ class _Session:
 
     async def run(self, after: int) -> None:
         sub = self.conv.subscribe()
-        sender = asyncio.create_task(deliver(sub, after, self.conv.read_page, self._send_record))
+        sender = asyncio.create_task(deliver(sub, after, self.conv.read_page, self._send_record,
+                                             None if self.raw else self._send_text))
         receiver = asyncio.create_task(self._receive())
         close_code, reason = 1000, ""
         try:

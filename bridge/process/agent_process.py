@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from bridge.errors import LaunchRefused
 from bridge.process.launch import LaunchSpec, executable_problem
+from bridge.process.reaper import child_setup, start_time
 from bridge.protocols.framing import MAX_LINE_BYTES, LineFramer, LineTooLong
 
 READ_CHUNK = 64 * 1024
@@ -50,6 +51,7 @@ class AgentProcess:
         self.spec = spec
         self.pid = proc.pid
         self.pgid = proc.pid  # start_new_session=True: the child leads its own group
+        self.start_time = start_time(proc.pid)
         self._write_lock = asyncio.Lock()
         self._max_line = max_line
         self._stdin_closed = False
@@ -72,6 +74,7 @@ class AgentProcess:
                 cwd=spec.cwd,
                 start_new_session=True,
                 close_fds=True,
+                preexec_fn=child_setup(),
             )
         except OSError as exc:
             raise LaunchRefused(f"cannot start agent: {exc.strerror or exc}",

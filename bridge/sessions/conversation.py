@@ -40,9 +40,6 @@ from bridge.store.base import Store, ThreadRow
 
 log = structlog.get_logger("bridge.conversation")
 
-# If an interrupted agent has not ended its turn after this long, the bridge stops the
-# process and ends the turn ``cancelled`` itself (issue #5 makes it configurable).
-INTERRUPT_TIMEOUT_S = 10.0
 # After the process exits, its pipes get this long to drain before they are abandoned
 # (a grandchild may hold them open).
 DRAIN_TIMEOUT_S = 2.0
@@ -164,7 +161,7 @@ class Conversation:
 
     def subscribe(self) -> Subscriber:
         self.touch()
-        return self.fanout.subscribe()
+        return self.fanout.subscribe(self.settings.server.subscriber_buffer)
 
     def unsubscribe(self, sub: Subscriber) -> None:
         self.fanout.unsubscribe(sub)
@@ -217,7 +214,7 @@ class Conversation:
                  argv0=spec.argv[0], resume=resume is not None)
         await self.emit([Event("bridge", "process.started",
                                {"pid": proc.pid, "resume": resume})],
-                        fields={"state": "running", "pid": proc.pid})
+                        fields={"state": "running", "pid": proc.pid, "pid_start": proc.start_time})
         reader = asyncio.create_task(self._read_stdout(proc, codec), name=f"stdout-{self.id}")
         errs = asyncio.create_task(proc.pump_stderr(self._on_stderr), name=f"stderr-{self.id}")
         self._tasks = [reader, errs]
@@ -346,7 +343,7 @@ class Conversation:
             self._codec = None
             log.info("agent.exited", thread_id=self.id, pid=proc.pid, **last_exit)
             await self.emit(events, fields={"state": "exited", "turn_active": False,
-                                            "last_exit": last_exit, "pid": None})
+                                            "last_exit": last_exit, "pid": None, "pid_start": None})
 
     async def stop(self, reason: str = "stopped") -> None:
         async with self._life_lock:
@@ -439,17 +436,20 @@ class Conversation:
             asyncio.create_task(self.stop("interrupted"))  # noqa: RUF006
             return True
         await self._write(proc, line, kind="client.other", data={"op": "interrupt"})
+        # If the agent does not end the turn in time, the bridge stops the process and the
+        # turn ends ``cancelled`` (server.interrupt_timeout_s).
         loop = asyncio.get_running_loop()
         self._interrupt_timer = loop.call_later(
-            INTERRUPT_TIMEOUT_S, lambda: asyncio.ensure_future(self._interrupt_expired()))
+            self.settings.server.interrupt_timeout_s,
+            lambda: asyncio.ensure_future(self._interrupt_expired()))
         return True
 
     async def _interrupt_expired(self) -> None:
         if self._interrupting and self._active is not None:
             await self.emit([Event("bridge", "notice", {
                 "code": "interrupt_timeout",
-                "text": f"the agent did not end the turn within {INTERRUPT_TIMEOUT_S:g}s of the "
-                        "interrupt; stopping it"})])
+                "text": f"the agent did not end the turn within "
+                        f"{self.settings.server.interrupt_timeout_s:g}s of the interrupt; stopping it"})])
             await self.stop("interrupt_timeout")
 
     async def write_raw(self, message: dict[str, Any]) -> int:

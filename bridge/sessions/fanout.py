@@ -19,11 +19,17 @@ DEFAULT_BUFFER = 1024
 REPLAY_PAGE = 500
 
 
+SIDE_LIMIT = 16  # ephemeral notices kept for a subscriber that is not reading
+
+
 class Subscriber:
-    __slots__ = ("buf", "close_reason", "closed", "lagging", "limit", "wake")
+    __slots__ = ("buf", "close_reason", "closed", "lagging", "limit", "side", "wake")
 
     def __init__(self, limit: int = DEFAULT_BUFFER) -> None:
         self.buf: deque[Record] = deque()
+        # Frames that are not transcript events (e.g. "the store is unavailable"): they
+        # cannot be replayed, so a slow subscriber keeps only the newest few.
+        self.side: deque[str] = deque(maxlen=SIDE_LIMIT)
         self.limit = limit
         self.lagging = False
         self.closed = False
@@ -39,6 +45,11 @@ class Subscriber:
         else:
             self.buf.extend(records)
         self.wake.set()
+
+    def push_side(self, text: str) -> None:
+        if not self.closed:
+            self.side.append(text)
+            self.wake.set()
 
     def close(self, reason: str) -> None:
         self.closed = True
@@ -65,6 +76,10 @@ class Fanout:
         for sub in self._subs:
             sub.push(records)
 
+    def broadcast_side(self, text: str) -> None:
+        for sub in self._subs:
+            sub.push_side(text)
+
     def close_all(self, reason: str) -> None:
         for sub in list(self._subs):
             sub.close(reason)
@@ -73,9 +88,11 @@ class Fanout:
 
 ReadPage = Callable[[int, int], Awaitable[list[Record]]]
 Send = Callable[[Record], Awaitable[None]]
+SendSide = Callable[[str], Awaitable[None]]
 
 
-async def deliver(sub: Subscriber, after: int, read_page: ReadPage, send: Send) -> str | None:
+async def deliver(sub: Subscriber, after: int, read_page: ReadPage, send: Send,
+                  send_side: SendSide | None = None) -> str | None:
     """Send every record with ``seq > after`` to one subscriber, in order, exactly once:
     first from the store, then live, resyncing from the store whenever it lagged.
     Returns the close reason when the subscriber is closed."""
@@ -94,6 +111,10 @@ async def deliver(sub: Subscriber, after: int, read_page: ReadPage, send: Send) 
 
     await catch_up()
     while True:
+        while sub.side:
+            text = sub.side.popleft()
+            if send_side is not None:
+                await send_side(text)
         while sub.buf:
             rec = sub.buf.popleft()
             if rec.seq <= last:
@@ -105,5 +126,7 @@ async def deliver(sub: Subscriber, after: int, read_page: ReadPage, send: Send) 
             continue
         if sub.closed:
             return sub.close_reason
+        if sub.side:
+            continue
         sub.wake.clear()
         await sub.wake.wait()

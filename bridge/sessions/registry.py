@@ -13,7 +13,8 @@ import structlog
 from bridge.config import THREAD_OPTION_KEYS, AgentProfile, Settings
 from bridge.errors import Capacity, InvalidRequest, LaunchRefused, NotFound
 from bridge.process.launch import executable_problem
-from bridge.protocols.events import Event
+from bridge.process.reaper import reap_group
+from bridge.protocols.events import Event, ephemeral
 from bridge.sessions.conversation import Conversation, new_id, now_iso, thread_view
 from bridge.store.base import Store
 
@@ -33,6 +34,7 @@ class Registry:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
+        self.store.on_health = self._on_store_health
         await self._recover()
         self._reaper = asyncio.create_task(self._reap_idle(), name="idle-reaper")
 
@@ -40,6 +42,10 @@ class Registry:
         """A previous daemon died with processes or turns in flight: close their books so
         every accepted turn still ends exactly once and the thread is resumable."""
         for row in await self.store.live_threads():
+            if row.get("pid") and row.get("pid_start") is not None:
+                killed = reap_group(row["pid"], row["pid_start"])
+                if killed:
+                    log.warning("agent.orphans_reaped", thread_id=row["id"], pids=killed)
             conv = await self.get(row["id"])
             last_exit = {"code": None, "signal": None, "reason": "daemon_stopped"}
             events = []
@@ -49,8 +55,21 @@ class Registry:
                 events.append(Event("bridge", "turn.ended", {
                     "status": "error", "error": "the daemon stopped during this turn"}))
             await conv.emit(events, fields={"state": "exited", "turn_active": False,
-                                            "last_exit": last_exit, "pid": None})
+                                            "last_exit": last_exit, "pid": None, "pid_start": None})
             log.info("thread.recovered", thread_id=row["id"])
+
+    def _on_store_health(self, healthy: bool, error: str | None) -> None:
+        """Tell every live client at once: while the store cannot be written, agents are
+        held back and prompts are refused; nothing already shown is lost."""
+        if healthy:
+            frame = ephemeral("notice", now_iso(), code="store_recovered",
+                              text="the transcript store is writable again")
+        else:
+            frame = ephemeral("notice", now_iso(), code="store_unavailable",
+                              text=f"the transcript store cannot be written ({error}); agents are "
+                                   "paused and new prompts are refused until it recovers")
+        for conv in self._convs.values():
+            conv.fanout.broadcast_side(frame)
 
     async def shutdown(self) -> None:
         if self._reaper is not None:

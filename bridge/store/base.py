@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from bridge.protocols.events import Record
@@ -11,7 +11,8 @@ ThreadRow = dict[str, Any]
 
 
 class Store(Protocol):
-    healthy: bool
+    healthy: bool  # False while writes fail (they are retried; nothing acknowledged is lost)
+    on_health: Callable[[bool, str | None], None] | None
     async def open(self) -> None: ...
     async def close(self) -> None: ...
     async def ping(self) -> None: ...

@@ -73,11 +73,16 @@ _MIGRATIONS: list[str] = [
     ) WITHOUT ROWID;
     CREATE INDEX events_by_client_id ON events(thread_id, client_id) WHERE client_id IS NOT NULL;
     """,
+    # 2: the agent's start time, so a later daemon can tell its process group from a
+    # recycled pid (process/reaper.py)
+    """
+    ALTER TABLE threads ADD COLUMN pid_start INTEGER;
+    """,
 ]
 
 _THREAD_COLUMNS = ("id", "agent", "protocol", "model", "cwd", "title", "native_session_id",
                    "state", "turn_active", "last_seq", "created_at", "updated_at", "last_exit",
-                   "options", "pid")
+                   "options", "pid", "pid_start")
 _JSON_COLUMNS = ("last_exit", "options")
 
 

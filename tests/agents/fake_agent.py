@@ -18,9 +18,14 @@ Directives are the first word of a prompt:
   recall             reply with every prompt this native session has seen (proves resume)
   ask                (stream-json) send a can_use_tool control_request and wait for the answer
   badsession         report a native session id that is not valid
+  flood N            write N deltas as fast as possible, then a terminal line
+  spawnchild         start a grandchild (sleeps 300 s, cmdline carries FAKE_AGENT_LOG) and hang
+
+Flags: --exit-at-start (exit 5 before reading anything).
 
 Environment: FAKE_AGENT_LOG (append JSON lines: start argv/env/cwd/pid, every stdin line),
-FAKE_AGENT_STATE (directory for per-session history files), FAKE_IGNORE_SIGTERM=1.
+FAKE_AGENT_STATE (directory for per-session history files), FAKE_IGNORE_SIGTERM=1,
+FAKE_IGNORE_EOF=1 (keep running after stdin closes).
 """
 
 from __future__ import annotations
@@ -88,6 +93,8 @@ def reader() -> None:
             continue
         if isinstance(obj, dict):
             INBOX.put(obj)
+    if os.environ.get("FAKE_IGNORE_EOF") == "1":
+        return  # never tell the agent: it keeps running with its stdin closed
     INBOX.put(None)
 
 
@@ -255,6 +262,23 @@ class Agent:
                 return
             self.deferred.append(msg)
 
+    def do_flood(self, text: str) -> None:
+        parts = text.split()
+        count = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 1000
+        for i in range(count):
+            self.delta(f"{i} ")
+        self.assistant([{"type": "text", "text": f"flooded {count}"}])
+        self.result(f"flooded {count}")
+
+    def do_spawnchild(self, text: str) -> None:
+        import subprocess
+
+        marker = os.environ.get("FAKE_AGENT_LOG", "fake-agent-child")
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", marker])
+        log(event="child", pid=child.pid)
+        self.delta(f"child {child.pid}")
+        self.do_hang(text)
+
     def do_badsession(self, text: str) -> None:
         self.reply("bad session reported")
 
@@ -286,6 +310,9 @@ def main() -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     opts = parse_args(sys.argv[1:])
     log(event="start", argv=sys.argv, env=dict(os.environ), cwd=os.getcwd(), pid=os.getpid())
+    if "--exit-at-start" in sys.argv:
+        sys.stderr.write("fake agent: refusing to start\n")
+        sys.exit(5)
     threading.Thread(target=reader, daemon=True).start()
     Agent(opts).run()
     log(event="exit")

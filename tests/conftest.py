@@ -257,9 +257,10 @@ async def daemon_factory(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
 
 
 def _own_agents(tmp_path: Path) -> list[tuple[int, str]]:
-    # Agents of this test carry its FAKE_AGENT_LOG path in their environment.
+    # Agents of this test carry its FAKE_AGENT_LOG path in their environment; what they
+    # spawn ("spawnchild") carries it on its command line.
     marker = str(tmp_path / "agent.log").encode()
-    own = []
+    own = processes_mentioning(marker.decode())
     for pid, desc in processes_mentioning(str(FAKE_AGENT)):
         try:
             if marker in Path(f"/proc/{pid}/environ").read_bytes():

@@ -80,6 +80,7 @@ def create_app(settings: Settings, *, on_ready: Callable[[], None] | None = None
     @app.get("/metrics")
     async def metrics(request: Request) -> PlainTextResponse:
         reg: Registry = request.app.state.registry
+        store: SqliteStore = request.app.state.store
         live = reg.live_count()
         body = (
             "# HELP agent_bridge_live_agents Agent processes running now.\n"
@@ -88,6 +89,18 @@ def create_app(settings: Settings, *, on_ready: Callable[[], None] | None = None
             "# HELP agent_bridge_loaded_threads Threads loaded in memory.\n"
             "# TYPE agent_bridge_loaded_threads gauge\n"
             f"agent_bridge_loaded_threads {reg.loaded_count()}\n"
+            "# HELP agent_bridge_subscribers Live WebSocket and SSE subscribers.\n"
+            "# TYPE agent_bridge_subscribers gauge\n"
+            f"agent_bridge_subscribers {reg.subscriber_count()}\n"
+            "# HELP agent_bridge_store_healthy 1 while the transcript store accepts writes.\n"
+            "# TYPE agent_bridge_store_healthy gauge\n"
+            f"agent_bridge_store_healthy {int(store.healthy)}\n"
+            "# HELP agent_bridge_store_batches_total Group commits of transcript events.\n"
+            "# TYPE agent_bridge_store_batches_total counter\n"
+            f"agent_bridge_store_batches_total {store.batches}\n"
+            "# HELP agent_bridge_events_total Transcript events committed.\n"
+            "# TYPE agent_bridge_events_total counter\n"
+            f"agent_bridge_events_total {store.appended}\n"
         )
         return PlainTextResponse(body, media_type="text/plain; version=0.0.4")
 

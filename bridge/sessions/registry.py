@@ -167,6 +167,9 @@ class Registry:
     def live_count(self) -> int:
         return sum(1 for c in self._convs.values() if c.running)
 
+    def subscriber_count(self) -> int:
+        return sum(len(c.fanout) for c in self._convs.values())
+
     def loaded_count(self) -> int:
         return len(self._convs)
 

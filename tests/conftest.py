@@ -77,6 +77,7 @@ class Daemon:
         self.url = ""
         self.first_line = ""
         self.stderr_path = tmp / "daemon.stderr"
+        self.clients: list[Client] = []
 
     async def start(self) -> None:
         argv = [sys.executable, "-m", "bridge", "serve", "--port", "0", "--config",
@@ -125,7 +126,9 @@ class Daemon:
         conn = await websockets.connect(f"{self.ws_url}/v1/threads/{thread_id}/ws{q}",
                                         additional_headers=self.headers, max_size=None,
                                         open_timeout=STEP_TIMEOUT)
-        return Client(conn)
+        client = Client(conn)
+        self.clients.append(client)  # closed at teardown, even if the daemon died
+        return client
 
 
 class Client:
@@ -248,6 +251,8 @@ async def daemon_factory(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
 
     yield make
     for d in started:
+        for c in d.clients:
+            await asyncio.wait_for(c.close(), STEP_TIMEOUT)
         if d.proc is not None and d.proc.returncode is None:
             await d.stop()
     # No agent (nor anything it spawned) outlives the test.

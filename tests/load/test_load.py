@@ -17,16 +17,17 @@ import json
 import os
 import resource
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from conftest import Client, Daemon, base_config
 
-LOAD_STEP_TIMEOUT = 120.0  # one wait under load (a turn, a catch-up); a hang still fails
 SETUP_CONCURRENCY = 25  # thread creations / WebSocket handshakes in flight at once
 SAMPLE_EVERY_S = 0.25
+
+T = TypeVar("T")
 
 
 def raise_nofile(want: int) -> tuple[int, int]:
@@ -65,19 +66,24 @@ def child_pids(pid: int) -> list[int]:
 
 
 class Sampler:
-    """Samples the daemon's agent children while the turns run: the peak number alive and
-    the peak of the summed VmHWM over them."""
+    """Samples the daemon while the turns run: the peak number of agent children alive, the
+    peak of their summed VmHWM, and the peak number of open file descriptors."""
 
     def __init__(self, daemon_pid: int) -> None:
         self.pid = daemon_pid
         self.peak_agents = 0
         self.peak_agents_hwm_kib = 0
+        self.peak_daemon_fds = 0
         self._task: asyncio.Task[None] | None = None
 
     def sample(self) -> None:
         kids = child_pids(self.pid)
         self.peak_agents = max(self.peak_agents, len(kids))
         self.peak_agents_hwm_kib = max(self.peak_agents_hwm_kib, sum(vm_kib(p, "VmHWM") for p in kids))
+        try:
+            self.peak_daemon_fds = max(self.peak_daemon_fds, len(os.listdir(f"/proc/{self.pid}/fd")))
+        except FileNotFoundError:
+            pass
 
     async def _run(self) -> None:
         while True:
@@ -97,14 +103,15 @@ class Sampler:
         self.sample()
 
 
-async def bounded(limit: int, factories: list[Callable[[], Any]]) -> list[Any]:
+async def bounded(limit: int, coros: list[Coroutine[Any, Any, T]]) -> list[T]:
+    """Await ``coros`` with at most ``limit`` in flight (each starts only when admitted)."""
     sem = asyncio.Semaphore(limit)
 
-    async def one(factory: Callable[[], Any]) -> Any:
+    async def one(coro: Coroutine[Any, Any, T]) -> T:
         async with sem:
-            return await factory()
+            return await coro
 
-    return list(await asyncio.gather(*(one(f) for f in factories)))
+    return list(await asyncio.gather(*(one(c) for c in coros)))
 
 
 def transcript(c: Client) -> list[tuple[str, dict[str, Any]]]:
@@ -113,25 +120,49 @@ def transcript(c: Client) -> list[tuple[str, dict[str, Any]]]:
     return [(t, f) for t, f in zip(c.texts, c.frames, strict=True) if f.get("seq") is not None]
 
 
-async def run_thread_turns(thread_id: str, clients: tuple[Client, Client], turns: int) -> list[str]:
+async def run_thread_turns(thread_id: str, clients: tuple[Client, Client], turns: int,
+                           step_timeout: float, progress: dict[str, str]) -> list[str]:
     """``turns`` prompts on one thread, sent alternately by its two clients; both clients
     read through every turn until its turn.ended. Returns the accepted turn ids."""
     turn_ids: list[str] = []
     for k in range(turns):
         sender, other = clients[k % 2], clients[1 - k % 2]
         text = f"load {thread_id} turn {k}"
+        progress[thread_id] = f"turn {k}: awaiting client.accepted"
         await sender.send(op="prompt", text=text)
         acc = await sender.next(lambda f: f.get("kind") in ("client.accepted", "client.rejected")
-                                and f["data"].get("op") == "prompt", LOAD_STEP_TIMEOUT)
+                                and f["data"].get("op") == "prompt", step_timeout)
         assert acc["kind"] == "client.accepted", (thread_id, k, acc)
         assert acc["seq"] is None, acc
         tid = acc["data"]["turn_id"]
         turn_ids.append(tid)
-        ends = await asyncio.gather(sender.kind("turn.ended", LOAD_STEP_TIMEOUT, turn_id=tid),
-                                    other.kind("turn.ended", LOAD_STEP_TIMEOUT, turn_id=tid))
+        progress[thread_id] = f"turn {k}: awaiting turn.ended {tid}"
+        ends = await asyncio.gather(sender.kind("turn.ended", step_timeout, turn_id=tid),
+                                    other.kind("turn.ended", step_timeout, turn_id=tid))
         for end in ends:
             assert end["data"]["status"] == "success", (thread_id, k, end)
+    progress[thread_id] = "done"
     return turn_ids
+
+
+async def stuck_report(http: Any, d: Daemon, ids: list[str], clients: list[tuple[Client, Client]],
+                       progress: dict[str, str], errors: list[BaseException | None]) -> str:
+    """What every unfinished thread was waiting for, what the bridge says about it, and the
+    last frames each client saw: the evidence for a hang or a lost event."""
+    lines = []
+    for tid, pair, err in zip(ids, clients, errors, strict=True):
+        if progress.get(tid) == "done" and err is None:
+            continue
+        try:
+            view = (await http.get(f"/v1/threads/{tid}")).json()
+            view = {k: view.get(k) for k in ("state", "turn_active", "last_seq", "last_exit")}
+        except Exception as exc:  # the report must not hide the original failure
+            view = {"error": repr(exc)}
+        tails = [[(f.get("seq"), f.get("kind")) for f in c.frames[-6:]] for c in pair]
+        lines.append(f"{tid}: {progress.get(tid)}; bridge {view}; A tail {tails[0]}; B tail {tails[1]}; "
+                     f"error {err!r:.300}")
+    return (f"{len(lines)} thread(s) did not finish; daemon stderr at {d.stderr_path}\n"
+            + "\n".join(lines[:40]))
 
 
 async def store_events(http: Any, thread_id: str) -> list[dict[str, Any]]:
@@ -175,6 +206,21 @@ def check_thread(thread_id: str, clients: tuple[Client, Client], last_seq: int,
     return last_seq
 
 
+def daemon_log_problems(stderr: str) -> list[str]:
+    """Daemon log lines at error level or above, and anything that is not a JSON log line
+    (a traceback, say): under load there should be none."""
+    bad = []
+    for line in stderr.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            bad.append(line)
+            continue
+        if not isinstance(entry, dict) or entry.get("level") in ("error", "critical", "exception"):
+            bad.append(line)
+    return bad
+
+
 def report(figures: dict[str, Any]) -> None:
     print("\nload figures: " + json.dumps(figures, indent=2))
     path = os.environ.get("LOAD_REPORT")
@@ -191,7 +237,11 @@ def report(figures: dict[str, Any]) -> None:
 
 
 async def run_load(daemon_factory: Callable[..., Any], tmp_path: Path, agent_env: dict[str, str], *,
-                   label: str, threads: int, turns: int, awp_every: int = 4) -> dict[str, Any]:
+                   label: str, threads: int, turns: int, budget_s: float, step_timeout: float,
+                   awp_every: int = 4) -> dict[str, Any]:
+    """The shared body of both load tests. ``budget_s`` bounds all the turns together and
+    ``step_timeout`` any single wait; both stay below the test's pytest timeout, so a hang
+    fails with a report of the stuck threads rather than a bare timeout."""
     # Per agent: 3 pipes in the daemon; per thread: 2 sockets on each side of loopback.
     nofile = raise_nofile(max(4096, threads * 16 + 256))
     cfg = base_config(tmp_path, agent_env, server=f"max_conversations = {max(200, threads)}\n")
@@ -206,42 +256,53 @@ async def run_load(daemon_factory: Callable[..., Any], tmp_path: Path, agent_env
             assert r.status_code == 201, r.text
             return str(r.json()["id"])
 
-        ids: list[str] = await bounded(SETUP_CONCURRENCY, [lambda i=i: create(i) for i in range(threads)])
+        ids: list[str] = await bounded(SETUP_CONCURRENCY, [create(i) for i in range(threads)])
         assert len(set(ids)) == threads
 
         async def connect(tid: str) -> tuple[Client, Client]:
             return await d.ws(tid), await d.ws(tid)
 
         clients: list[tuple[Client, Client]] = await bounded(
-            SETUP_CONCURRENCY, [lambda t=t: connect(t) for t in ids])
+            SETUP_CONCURRENCY, [connect(t) for t in ids])
         setup_s = time.monotonic() - t_setup
 
         sampler = Sampler(d.proc.pid)
         sampler.start()
         t0 = time.monotonic()
-        try:
-            turn_ids = await asyncio.gather(*(run_thread_turns(t, c, turns) for t, c in zip(ids, clients)))
+        progress: dict[str, str] = {}
 
+        async def one_thread(tid: str, pair: tuple[Client, Client]) -> tuple[list[str], int]:
+            turn_ids = await run_thread_turns(tid, pair, turns, step_timeout, progress)
             # Wait until both clients have everything the thread says it has: no sleeps.
-            async def drain(tid: str, pair: tuple[Client, Client]) -> int:
-                r = await http.get(f"/v1/threads/{tid}")
-                assert r.status_code == 200, r.text
-                last = int(r.json()["last_seq"])
-                await asyncio.gather(*(c.upto(last, LOAD_STEP_TIMEOUT) for c in pair))
-                return last
+            progress[tid] = "draining"
+            r = await http.get(f"/v1/threads/{tid}")
+            assert r.status_code == 200, r.text
+            last = int(r.json()["last_seq"])
+            await asyncio.gather(*(c.upto(last, step_timeout) for c in pair))
+            progress[tid] = "done"
+            return turn_ids, last
 
-            last_seqs = await asyncio.gather(*(drain(t, c) for t, c in zip(ids, clients)))
+        try:
+            tasks = [asyncio.create_task(one_thread(t, c)) for t, c in zip(ids, clients, strict=True)]
+            await asyncio.wait(tasks, timeout=budget_s)
             run_s = time.monotonic() - t0
+            for t in tasks:
+                t.cancel()
+            outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+            errors = [o if isinstance(o, BaseException) else None for o in outcomes]
+            if any(errors):
+                raise AssertionError(await stuck_report(http, d, ids, clients, progress, errors))
+            turn_ids = [o[0] for o in outcomes if not isinstance(o, BaseException)]
+            last_seqs = [o[1] for o in outcomes if not isinstance(o, BaseException)]
         finally:
             await sampler.stop()
         daemon_hwm_kib = vm_kib(d.proc.pid, "VmHWM")
 
-        stored = await bounded(SETUP_CONCURRENCY, [lambda t=t: store_events(http, t) for t in ids])
+        stored = await bounded(SETUP_CONCURRENCY, [store_events(http, t) for t in ids])
         total_events = 0
         for tid, pair, last, tids, st in zip(ids, clients, last_seqs, turn_ids, stored, strict=True):
             total_events += check_thread(tid, pair, last, tids, st)
 
-        # Nothing went wrong that the transcript would not show: no bridge-level error logs.
         frames = sum(len(c.frames) for pair in clients for c in pair)
         transcript_frames = sum(len(transcript(c)) for pair in clients for c in pair)
         await asyncio.gather(*(c.close() for pair in clients for c in pair))
@@ -264,10 +325,13 @@ async def run_load(daemon_factory: Callable[..., Any], tmp_path: Path, agent_env
         "daemon_peak_rss_mib": round(daemon_hwm_kib / 1024, 1),
         "agents_alive_at_peak": sampler.peak_agents,
         "agents_peak_summed_hwm_mib": round(sampler.peak_agents_hwm_kib / 1024, 1),
+        "daemon_peak_fds": sampler.peak_daemon_fds,
         "rlimit_nofile": list(nofile),
         "cpus": os.cpu_count(),
     }
     assert total_events == transcript_frames // 2
+    problems = daemon_log_problems(d.stderr())
+    assert not problems, f"daemon logged problems under load ({d.stderr_path}):\n" + "\n".join(problems[:20])
     assert sampler.peak_agents <= threads
     report(figures)
     return figures
@@ -277,11 +341,13 @@ async def run_load(daemon_factory: Callable[..., Any], tmp_path: Path, agent_env
 @pytest.mark.timeout(600)
 async def test_load_many_threads_two_clients_each(daemon_factory: Callable[..., Any], tmp_path: Path,
                                                   agent_env: dict[str, str]) -> None:
-    fig = await run_load(daemon_factory, tmp_path, agent_env, label="many", threads=100, turns=5)
+    fig = await run_load(daemon_factory, tmp_path, agent_env, label="many", threads=100, turns=5,
+                         budget_s=400, step_timeout=120)
     assert fig["agents_alive_at_peak"] >= 1
 
 
 async def test_load_small_ci_variant(daemon_factory: Callable[..., Any], tmp_path: Path,
                                      agent_env: dict[str, str]) -> None:
-    fig = await run_load(daemon_factory, tmp_path, agent_env, label="small", threads=20, turns=3)
+    fig = await run_load(daemon_factory, tmp_path, agent_env, label="small", threads=20, turns=3,
+                         budget_s=35, step_timeout=25)
     assert fig["agents_alive_at_peak"] >= 1

@@ -303,6 +303,8 @@ async def run_load(daemon_factory: Callable[..., Any], tmp_path: Path, agent_env
         for tid, pair, last, tids, st in zip(ids, clients, last_seqs, turn_ids, stored, strict=True):
             total_events += check_thread(tid, pair, last, tids, st)
 
+        agent_pids = [f["data"]["pid"] for pair in clients for f in pair[0].frames
+                      if f.get("kind") == "process.started"]
         frames = sum(len(c.frames) for pair in clients for c in pair)
         transcript_frames = sum(len(transcript(c)) for pair in clients for c in pair)
         await asyncio.gather(*(c.close() for pair in clients for c in pair))
@@ -329,25 +331,20 @@ async def run_load(daemon_factory: Callable[..., Any], tmp_path: Path, agent_env
         "rlimit_nofile": list(nofile),
         "cpus": os.cpu_count(),
     }
+    report(figures)
     assert total_events == transcript_frames // 2
     problems = daemon_log_problems(d.stderr())
     assert not problems, f"daemon logged problems under load ({d.stderr_path}):\n" + "\n".join(problems[:20])
-    assert sampler.peak_agents <= threads
-    report(figures)
+    # Each thread ran its own agent process, and all of them were alive at once.
+    assert len(set(agent_pids)) == threads, agent_pids
+    assert sampler.peak_agents == threads, figures
     return figures
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(600)
+# 100 threads × 2 clients × 10 turns takes ~25 s here, so it runs in every CI run
+# (issue #3: "part of CI if it fits in a few minutes").
+@pytest.mark.timeout(300)
 async def test_load_many_threads_two_clients_each(daemon_factory: Callable[..., Any], tmp_path: Path,
                                                   agent_env: dict[str, str]) -> None:
-    fig = await run_load(daemon_factory, tmp_path, agent_env, label="many", threads=100, turns=5,
-                         budget_s=400, step_timeout=120)
-    assert fig["agents_alive_at_peak"] >= 1
-
-
-async def test_load_small_ci_variant(daemon_factory: Callable[..., Any], tmp_path: Path,
-                                     agent_env: dict[str, str]) -> None:
-    fig = await run_load(daemon_factory, tmp_path, agent_env, label="small", threads=20, turns=3,
-                         budget_s=35, step_timeout=25)
-    assert fig["agents_alive_at_peak"] >= 1
+    await run_load(daemon_factory, tmp_path, agent_env, label="many", threads=100, turns=10,
+                   budget_s=240, step_timeout=120)

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from bridge.errors import ConfigError
 
-Protocol = Literal["stream-json", "awp-jsonl"]
+Protocol = Literal["stream-json", "awp-jsonl", "acp"]
 PermissionMode = Literal["default", "acceptEdits", "plan", "bypassPermissions", "dontAsk"]
 
 DEFAULT_HOST = "127.0.0.1"
@@ -58,6 +58,7 @@ class AgentProfile(BaseModel):
     disallowed_tools: list[str] | None = None
     system_prompt: str | None = None
     mcp_config: str | None = None
+    auth_method: str | None = None  # ACP: the authMethods id to authenticate with
     builtin: bool = False
 
     @field_validator("args")

@@ -79,10 +79,16 @@ class _Session:
         self.conv = conv
         self.raw = raw
         self._send_lock = asyncio.Lock()
+        # A peer that has not taken a frame for a whole ping round (interval + timeout)
+        # has failed keepalive. uvicorn then closes the transport gracefully, which waits
+        # forever to flush to a peer that never reads, so no disconnect ever reaches us:
+        # bound every send (and the final close) ourselves, or the subscriber leaks.
+        server = ws.app.state.settings.server
+        self._send_deadline = server.ws_ping_interval_s + server.ws_ping_timeout_s
 
     async def _send_text(self, text: str) -> None:
         async with self._send_lock:
-            await self.ws.send_text(text)
+            await asyncio.wait_for(self.ws.send_text(text), self._send_deadline)
 
     async def _send_record(self, rec: Record) -> None:
         if self.raw:
@@ -113,7 +119,8 @@ class _Session:
                     await t
             if self.ws.application_state == WebSocketState.CONNECTED:
                 with contextlib.suppress(Exception):
-                    await self.ws.close(code=close_code, reason=reason)
+                    await asyncio.wait_for(self.ws.close(code=close_code, reason=reason),
+                                           self._send_deadline)
 
     async def _receive(self) -> tuple[int, str]:
         try:

@@ -104,6 +104,8 @@ class StreamJsonCodec:
     protocol = PROTOCOL
     launch_flags: tuple[str, ...] = LAUNCH_FLAGS
     supports_interrupt = True
+    resume_on_argv = True  # --resume=ID (API.md §2)
+    ready = True  # no handshake: prompts may be written as soon as the process runs
 
     def __init__(self, *, awp: bool = False) -> None:
         self._awp = awp
@@ -334,6 +336,19 @@ class StreamJsonCodec:
 
     def encode_shutdown(self) -> str | None:
         return None  # closing stdin is stream-json's polite shutdown (§0.1)
+
+    def start(self) -> list[str]:
+        return []
+
+    def interrupt(self) -> list[str] | None:
+        """Lines that interrupt the turn; None when the dialect cannot (stop the process)."""
+        line = self.encode_interrupt()
+        return None if line is None else [line]
+
+    def answer_permission(self, request_id: str, decision: str, *, updated_input: dict[str, Any] | None = None,
+                          message: str = "", **_: Any) -> str | None:
+        return self.encode_permission(request_id, decision == "allow", updated_input=updated_input or {},
+                                      message=message)
 
     def encode_permission(self, request_id: str, allow: bool, *, updated_input: dict[str, Any],
                           message: str = "") -> str:

@@ -27,14 +27,17 @@ from typing import Any
 
 import structlog
 
+from bridge import __version__
 from bridge.config import AgentProfile, Settings
 from bridge.errors import BridgeError, Busy, Conflict, LaunchRefused, StoreError
 from bridge.process.agent_process import AgentProcess, ExitInfo
 from bridge.process.launch import build_launch, valid_session_id
-from bridge.protocols.codecs import make_codec
+from bridge.protocols.acp import AcpCodec, AcpDecoded, AgentRequest, Fatal
+from bridge.protocols.codecs import Codec, make_codec
 from bridge.protocols.events import Event, Record, dumps
 from bridge.protocols.framing import LineTooLong
-from bridge.protocols.stream_json import Decoded, StreamJsonCodec
+from bridge.protocols.stream_json import Decoded
+from bridge.sessions import acp_fs
 from bridge.sessions.fanout import Fanout, Subscriber
 from bridge.store.base import Store, ThreadRow
 
@@ -56,8 +59,11 @@ def new_id(prefix: str) -> str:
 @dataclass(slots=True)
 class Turn:
     turn_id: str
-    line: str
+    content: list[dict[str, Any]]
     prompt_seq: int
+    # The exact line, when the codec could encode it at acceptance; ACP prompts need the
+    # session id, so before the handshake completes they are encoded when written.
+    line: str | None
 
 
 @dataclass(slots=True)
@@ -88,7 +94,7 @@ class Conversation:
         self._turn_lock = asyncio.Lock()
         self._submit_lock = asyncio.Lock()
         self._proc: AgentProcess | None = None
-        self._codec: StreamJsonCodec | None = None
+        self._codec: Codec | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._watcher: asyncio.Task[None] | None = None
         self._exit_reason: str | None = None
@@ -183,7 +189,9 @@ class Conversation:
             raise LaunchRefused(f"agent profile {self.thread['agent']!r} is no longer configured",
                                 code="agent_not_found")
         self._can_start(self)
-        codec = make_codec(profile.protocol)
+        resume = self.thread.get("native_session_id")
+        codec = make_codec(profile.protocol, cwd=self.thread["cwd"], resume_id=resume,
+                           auth_method=profile.auth_method, client_version=__version__)
         opts = {**profile.model_dump(include=set(_OPTION_FIELDS)),
                 **(self.thread.get("options") or {})}
         extra: list[str] = []
@@ -196,11 +204,13 @@ class Conversation:
                 extra += ["--disallowedTools", ",".join(opts["disallowed_tools"])]
             if opts.get("system_prompt") is not None:
                 extra += ["--system-prompt", opts["system_prompt"]]
-        resume = self.thread.get("native_session_id")
+        if resume is not None and not valid_session_id(resume):
+            raise LaunchRefused("native session id is not valid; refusing to pass it on",
+                                code="invalid_session_id")
         spec = build_launch(
             executable=profile.executable, args=profile.args, protocol_flags=codec.launch_flags,
             profile_env=profile.env, cwd=self.thread["cwd"], model=self.thread.get("model"),
-            resume_id=resume, extra_args=extra, mcp_config=opts.get("mcp_config"),
+            resume_id=resume if codec.resume_on_argv else None, extra_args=extra, mcp_config=opts.get("mcp_config"),
             remote_api_opt_in=profile.remote_api_opt_in)
         await self.set_fields({"state": "starting"})
         try:
@@ -220,11 +230,13 @@ class Conversation:
         self._tasks = [reader, errs]
         self._watcher = asyncio.create_task(self._watch(proc, reader, errs),
                                             name=f"watch-{self.id}")
+        for line in codec.start():  # ACP: initialize; the rest of the handshake follows replies
+            await self._write(proc, line, kind="client.other", data={"op": "handshake"})
 
     async def _on_stderr(self, text: str) -> None:
         await self.emit([Event("agent", "diagnostic", {"stream": "stderr", "text": text})])
 
-    async def _read_stdout(self, proc: AgentProcess, codec: StreamJsonCodec) -> None:
+    async def _read_stdout(self, proc: AgentProcess, codec: Codec) -> None:
         try:
             async for lines in proc.stdout_batches():
                 # Everything one read brought is decoded, stored and published together:
@@ -237,14 +249,22 @@ class Conversation:
             log.warning("agent.line_too_long", thread_id=self.id, pid=proc.pid)
             await proc.stop(0.0)  # the watcher reaps it and ends the turn
 
-    async def _on_agent_output(self, proc: AgentProcess, codec: StreamJsonCodec,
+    async def _on_agent_output(self, proc: AgentProcess, codec: Codec,
                                decoded: list[Decoded]) -> None:
-        ended = False
+        ended = ready = False
+        fatal: Fatal | None = None
         async with self._turn_lock:
             fields: dict[str, Any] = {}
             out: list[Event] = []
             writes: list[str] = []
+            requests: list[AgentRequest] = []
             for d in decoded:
+                if isinstance(d, AcpDecoded):
+                    ready = ready or d.ready
+                    fatal = fatal or d.fatal
+                    requests += d.requests
+                    if d.agent is not None:
+                        fields["agent_info"] = d.agent
                 for ev in d.events:
                     out.append(ev)
                     if ev.kind == "session.started":
@@ -272,26 +292,45 @@ class Conversation:
                     elif ev.kind == "permission.requested" and ev.source == "agent":
                         # Permission prompts reach clients in issue #5; until then any request
                         # is denied by policy so the agent never hangs.
-                        rid = ev.data.get("request_id")
+                        rid = str(ev.data.get("request_id"))
+                        answer = codec.answer_permission(
+                            rid, "deny", options=ev.data.get("options"),
+                            updated_input=ev.data.get("input") or {},
+                            message="Permission prompts are not enabled for this agent profile")
                         out.append(Event("bridge", "permission.resolved",
                                          {"request_id": rid, "decision": "deny", "by": "policy"}))
-                        line = codec.encode_permission(
-                            str(rid), False, updated_input=ev.data.get("input") or {},
-                            message="Permission prompts are not enabled for this agent profile")
-                        out.append(Event("client", "client.other", {"op": "permission"}, line))
-                        writes.append(line)
+                        if answer is not None:
+                            out.append(Event("client", "client.other", {"op": "permission"}, answer))
+                            writes.append(answer)
                 for reply in d.replies:
                     out.append(Event("client", "client.other", {"op": "auto_reply"}, reply))
                     writes.append(reply)
-            if out:
+            if out or fields:
                 await self.emit(out, fields=fields)
             for line in writes:
                 try:
                     await proc.write_line(line)
                 except (BrokenPipeError, ConnectionResetError) as exc:
                     log.info("agent.stdin_closed", thread_id=self.id, error=str(exc))
-        if ended:
+            if requests and isinstance(codec, AcpCodec):
+                await self._serve_agent_requests(proc, codec, requests)
+        if fatal is not None:
+            self._exit_reason = fatal.reason
+            log.warning("agent.handshake_failed", thread_id=self.id, reason=fatal.reason)
+            await proc.stop(min(self.settings.server.stop_grace_s, 1.0))
+        elif ended or ready:
             await self._pump()
+
+    async def _serve_agent_requests(self, proc: AgentProcess, codec: AcpCodec,
+                                    requests: list[AgentRequest]) -> None:
+        """ACP fs/* requests, served inside the thread's cwd (sessions/acp_fs.py)."""
+        for req in requests:
+            try:
+                line = codec.encode_result(req.id, await acp_fs.serve(self.thread["cwd"], req.method,
+                                                                      req.params))
+            except acp_fs.FsError as exc:
+                line = codec.encode_error(req.id, exc.code, exc.message)
+            await self._write(proc, line, kind="client.other", data={"op": "fs", "method": req.method})
 
     def _end_turn_state(self) -> None:
         self._active = None
@@ -388,7 +427,7 @@ class Conversation:
                 if proc is None or codec is None:
                     raise Conflict("the agent process ended before the prompt could be sent",
                                    code="agent_exited")
-                line = codec.encode_prompt(content)
+                line = codec.encode_prompt(content) if codec.ready else None
                 turn_id = new_id("turn")
                 data: dict[str, Any] = {"role": "user", "text": _prompt_text(content),
                                         "turn_id": turn_id}
@@ -401,23 +440,28 @@ class Conversation:
                 queued = self.busy
                 recs = await self.emit([Event("client", "message", data, line)],
                                        client_ids=[client_id])
-                self._queue.append(Turn(turn_id, line, recs[0].seq))
+                self._queue.append(Turn(turn_id, content, recs[0].seq, line))
         await self._pump()
         return Accepted(seq=recs[0].seq, turn_id=turn_id, queued=queued)
 
     async def _pump(self) -> None:
         """Write the next queued prompt when no turn is active."""
         async with self._turn_lock:
-            proc = self._proc
-            if self._active is not None or not self._queue or proc is None:
+            proc, codec = self._proc, self._codec
+            if self._active is not None or not self._queue or proc is None or codec is None \
+                    or not codec.ready:
                 return
             turn = self._queue.popleft()
             self._active = turn
-            await self.emit([Event("bridge", "turn.started",
-                                   {"turn_id": turn.turn_id, "prompt_seq": turn.prompt_seq})],
-                            fields={"turn_active": True})
+            events = [Event("bridge", "turn.started",
+                            {"turn_id": turn.turn_id, "prompt_seq": turn.prompt_seq})]
+            line = turn.line
+            if line is None:
+                line = codec.encode_prompt(turn.content)
+                events.append(Event("client", "client.other", {"op": "prompt", "turn_id": turn.turn_id}, line))
+            await self.emit(events, fields={"turn_active": True})
             try:
-                await proc.write_line(turn.line)
+                await proc.write_line(line)
             except (BrokenPipeError, ConnectionResetError):
                 log.info("agent.stdin_closed", thread_id=self.id)  # the watcher ends the turn
 
@@ -430,12 +474,13 @@ class Conversation:
             if self._interrupting:
                 return True
             self._interrupting = True
-            line = codec.encode_interrupt()
-        if line is None:
+            lines = codec.interrupt()
+        if lines is None:
             # awp-jsonl has no interrupt message: stopping the process ends the turn.
             asyncio.create_task(self.stop("interrupted"))  # noqa: RUF006
             return True
-        await self._write(proc, line, kind="client.other", data={"op": "interrupt"})
+        for line in lines:
+            await self._write(proc, line, kind="client.other", data={"op": "interrupt"})
         # If the agent does not end the turn in time, the bridge stops the process and the
         # turn ends ``cancelled`` (server.interrupt_timeout_s).
         loop = asyncio.get_running_loop()
@@ -475,7 +520,7 @@ _OPTION_FIELDS = ("permission_mode", "allowed_tools", "disallowed_tools", "syste
 
 PUBLIC_THREAD_FIELDS = ("id", "agent", "protocol", "model", "cwd", "title", "native_session_id",
                         "state", "turn_active", "last_seq", "created_at", "updated_at",
-                        "last_exit")
+                        "last_exit", "agent_info")
 
 
 def thread_view(row: ThreadRow) -> dict[str, Any]:

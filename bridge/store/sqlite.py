@@ -78,12 +78,16 @@ _MIGRATIONS: list[str] = [
     """
     ALTER TABLE threads ADD COLUMN pid_start INTEGER;
     """,
+    # 3: what an ACP agent said about itself in initialize (capabilities, info, version)
+    """
+    ALTER TABLE threads ADD COLUMN agent_info TEXT;
+    """,
 ]
 
 _THREAD_COLUMNS = ("id", "agent", "protocol", "model", "cwd", "title", "native_session_id",
                    "state", "turn_active", "last_seq", "created_at", "updated_at", "last_exit",
-                   "options", "pid", "pid_start")
-_JSON_COLUMNS = ("last_exit", "options")
+                   "options", "pid", "pid_start", "agent_info")
+_JSON_COLUMNS = ("last_exit", "options", "agent_info")
 
 
 @dataclass(slots=True)

@@ -171,7 +171,7 @@ def test_awp_identity_and_launch_flags():
 
 
 def test_make_codec_picks_the_dialect():
-    assert set(PROTOCOLS) == {"stream-json", "awp-jsonl"}
+    assert set(PROTOCOLS) == {"stream-json", "awp-jsonl", "acp"}
     assert type(make_codec("awp-jsonl")) is AwpJsonlCodec
     assert type(make_codec("stream-json")) is StreamJsonCodec
     with pytest.raises(ValueError, match="acp-ish"):

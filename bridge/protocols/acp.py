@@ -1,0 +1,447 @@
+"""Agent Client Protocol (ACP) v1: the bridge as the JSON-RPC *client* (protocols.md Part 3).
+
+A sans-I/O state machine. It owns the request ids, the pending requests and the
+handshake (``initialize`` → [``authenticate``] → ``session/new`` | ``session/load`` |
+``session/resume``), and turns every line the agent writes into normalized events plus the
+lines the bridge must write back. Anything that needs I/O — reading or writing a file for
+``fs/*`` — is handed to the caller as an :class:`AgentRequest`, answered later with
+:meth:`AcpCodec.encode_result` / :meth:`AcpCodec.encode_error`.
+
+Responses are matched by id in any order. Ids are per direction (§3.1): the agent's own
+requests may reuse numbers we use, so a line is a response only if it has no ``method``.
+Malformed lines and invalid JSON-RPC become ``diagnostic`` events, never exceptions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from bridge.protocols.events import Event, dumps
+from bridge.protocols.stream_json import Decoded, parse_object
+
+PROTOCOL = "acp"
+PROTOCOL_VERSION = 1
+
+# JSON-RPC / ACP error codes (§3.10)
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+REQUEST_CANCELLED = -32800
+AUTH_REQUIRED = -32000
+RESOURCE_NOT_FOUND = -32002
+
+# What the bridge implements, and so all it declares (issue #4: never claim more).
+CLIENT_CAPABILITIES: dict[str, Any] = {"fs": {"readTextFile": True, "writeTextFile": True},
+                                       "terminal": False}
+FS_METHODS = frozenset({"fs/read_text_file", "fs/write_text_file"})
+STOP_REASONS = frozenset({"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"})
+
+
+@dataclass(slots=True)
+class AgentRequest:
+    """An agent → client request the caller must serve (it needs I/O)."""
+
+    id: int | str
+    method: str
+    params: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Fatal:
+    """The handshake failed: the caller stops the agent with ``reason``."""
+
+    reason: str
+    message: str
+
+
+@dataclass(slots=True)
+class AcpDecoded(Decoded):
+    requests: list[AgentRequest] = field(default_factory=list)
+    ready: bool = False
+    fatal: Fatal | None = None
+    agent: dict[str, Any] | None = None  # what initialize told us, for the thread object
+
+
+def _s(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _d(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
+def _valid_id(v: Any) -> bool:
+    return (isinstance(v, str) or isinstance(v, int)) and not isinstance(v, bool)
+
+
+def _content_text(block: Any) -> str:
+    block = _d(block)
+    if block.get("type") == "text" and isinstance(block.get("text"), str):
+        return str(block["text"])
+    if block.get("type") == "resource_link":
+        return f"[{block.get('name') or block.get('uri')}]({block.get('uri')})"
+    return ""
+
+
+def to_acp_blocks(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Bridge (Anthropic-shaped) content blocks → ACP ContentBlocks (§3.6)."""
+    out: list[dict[str, Any]] = []
+    for b in content:
+        if b.get("type") == "text":
+            out.append({"type": "text", "text": b.get("text", "")})
+        elif b.get("type") == "image":
+            src = _d(b.get("source"))
+            out.append({"type": "image", "mimeType": src.get("media_type"), "data": src.get("data")})
+        elif b.get("type") == "document":
+            src = _d(b.get("source"))
+            out.append({"type": "resource", "resource": {
+                "uri": "attachment:document", "mimeType": src.get("media_type"), "blob": src.get("data")}})
+    return out
+
+
+class AcpCodec:
+    protocol = PROTOCOL
+    launch_flags: tuple[str, ...] = ()
+    resume_on_argv = False  # resume goes through session/load or session/resume
+
+    def __init__(self, *, cwd: str, resume_id: str | None = None, auth_method: str | None = None,
+                 client_name: str = "agent-bridge", client_version: str = "0") -> None:
+        self.cwd = cwd
+        self.resume_id = resume_id
+        self.auth_method = auth_method
+        self.client_info = {"name": client_name, "title": "agent-bridge", "version": client_version}
+        self._next_id = 0
+        self._pending: dict[int, tuple[str, dict[str, Any]]] = {}
+        self.session_id: str | None = None
+        self.ready = False
+        self.agent_capabilities: dict[str, Any] = {}
+        self.agent_info: dict[str, Any] = {}
+        self.auth_methods: list[dict[str, Any]] = []
+        self.protocol_version: int | None = None
+        self._loading = False
+        self._replayed = 0
+        self._cancel_sent = False  # session/cancel sent for the prompt in flight
+        # permission request_id (str) → the agent's JSON-RPC id, as it sent it
+        self._permissions: dict[str, int | str] = {}
+
+    # ------------------------------------------------------------------ requests we send
+
+    def _request(self, method: str, params: dict[str, Any], ctx: dict[str, Any] | None = None) -> str:
+        rid = self._next_id
+        self._next_id += 1
+        self._pending[rid] = (method, ctx or {})
+        return dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+
+    @staticmethod
+    def _notify(method: str, params: dict[str, Any]) -> str:
+        return dumps({"jsonrpc": "2.0", "method": method, "params": params})
+
+    @staticmethod
+    def encode_result(rid: int | str, result: Any) -> str:
+        return dumps({"jsonrpc": "2.0", "id": rid, "result": result})
+
+    @staticmethod
+    def encode_error(rid: int | str | None, code: int, message: str, data: Any = None) -> str:
+        err: dict[str, Any] = {"code": code, "message": message}
+        if data is not None:
+            err["data"] = data
+        return dumps({"jsonrpc": "2.0", "id": rid, "error": err})
+
+    def start(self) -> list[str]:
+        return [self._request("initialize", {"protocolVersion": PROTOCOL_VERSION,
+                                             "clientCapabilities": CLIENT_CAPABILITIES,
+                                             "clientInfo": self.client_info})]
+
+    def encode_prompt(self, content: list[dict[str, Any]]) -> str:
+        return self._request("session/prompt", {"sessionId": self.session_id,
+                                                "prompt": to_acp_blocks(content)})
+
+    def interrupt(self) -> list[str] | None:
+        """session/cancel, and ``cancelled`` for every pending permission request (§3.9)."""
+        if self.session_id is None:
+            return []
+        self._cancel_sent = True
+        lines = [self._notify("session/cancel", {"sessionId": self.session_id})]
+        for rid in list(self._permissions.values()):
+            lines.append(self.encode_result(rid, {"outcome": {"outcome": "cancelled"}}))
+        self._permissions.clear()
+        return lines
+
+    def encode_shutdown(self) -> str | None:
+        return None  # ACP has no shutdown method: close stdin, then terminate (§0.1)
+
+    def answer_permission(self, request_id: str, decision: str, *, option_id: str | None = None,
+                          options: list[dict[str, Any]] | None = None, **_: Any) -> str | None:
+        """``decision`` allow|deny|cancel; without ``option_id`` the first option of the
+        matching kind is chosen. None if the request is not pending (already answered)."""
+        rid = self._permissions.pop(request_id, None)
+        if rid is None:
+            return None
+        if decision == "cancel" or (option_id is None and not options):
+            return self.encode_result(rid, {"outcome": {"outcome": "cancelled"}})
+        if option_id is None:
+            kinds = ("allow_once", "allow_always") if decision == "allow" else ("reject_once", "reject_always")
+            option_id = next((o.get("optionId") for k in kinds for o in options or []
+                              if o.get("kind") == k), None)
+            if option_id is None:
+                return self.encode_result(rid, {"outcome": {"outcome": "cancelled"}})
+        return self.encode_result(rid, {"outcome": {"outcome": "selected", "optionId": option_id}})
+
+    def pending_permissions(self) -> list[str]:
+        return list(self._permissions)
+
+    # ------------------------------------------------------------------ decoding
+
+    def decode(self, line: bytes) -> AcpDecoded:
+        out = AcpDecoded()
+        obj, text, problem = parse_object(line)
+        if obj is None:
+            out.events.append(Event("agent", "diagnostic",
+                                    {"stream": "protocol", "text": f"{problem}: {text[:512]}"}))
+            return out
+        if obj.get("jsonrpc") != "2.0":
+            out.events.append(Event("agent", "diagnostic", {
+                "stream": "protocol", "text": "not a JSON-RPC 2.0 message"}, text))
+        elif isinstance(obj.get("method"), str):
+            if "id" in obj:
+                self._on_request(obj, text, out)
+            else:
+                self._on_notification(obj, text, out)
+        elif "id" in obj and ("result" in obj or "error" in obj):
+            self._on_response(obj, text, out)
+        else:
+            out.events.append(Event("agent", "diagnostic", {
+                "stream": "protocol", "text": "invalid JSON-RPC message"}, text))
+        if out.events:
+            out.events[0].relay = True
+        return out
+
+    # -- responses to our requests
+
+    def _on_response(self, obj: dict[str, Any], raw: str, out: AcpDecoded) -> None:
+        rid = obj.get("id")
+        pending = self._pending.pop(rid, None) if isinstance(rid, int) and not isinstance(rid, bool) else None
+        if pending is None:
+            out.events.append(Event("agent", "diagnostic", {
+                "stream": "protocol", "text": f"response to unknown request id {rid!r}"}, raw))
+            return
+        method, _ctx = pending
+        error = obj.get("error")
+        if error is not None:
+            err = _d(error)
+            self._on_error(method, err.get("code"), _s(err.get("message")) or "error", err, raw, out)
+            return
+        result = obj.get("result")
+        handler = getattr(self, "_result_" + method.replace("/", "_"), None)
+        if handler is None:
+            out.events.append(Event("agent", "agent.other", {"method": method}, raw))
+        else:
+            handler(_d(result), raw, out)
+
+    def _fail(self, out: AcpDecoded, reason: str, message: str, raw: str | None) -> None:
+        out.fatal = Fatal(reason, message)
+        out.events.append(Event("bridge", "notice", {"code": reason, "text": message}, None))
+        if raw is not None:
+            out.events.insert(0, Event("agent", "agent.other", {"error": message}, raw))
+
+    def _on_error(self, method: str, code: Any, message: str, err: dict[str, Any], raw: str,
+                  out: AcpDecoded) -> None:
+        if method == "session/prompt":
+            self._end_prompt(out, raw, status="cancelled" if self._cancel_sent else "error",
+                             error=f"{message} ({code})", code=code)
+        elif code == AUTH_REQUIRED:
+            self._fail(out, "auth_required",
+                       f"the agent needs authentication ({message}); set auth_method in its profile "
+                       f"to one of {[m.get('id') for m in self.auth_methods]}", raw)
+        elif method in ("session/load", "session/resume"):
+            # The old session is gone or cannot be restored: start afresh, and say so.
+            out.events.append(Event("agent", "agent.other", {"method": method, "error": message}, raw))
+            out.events.append(Event("bridge", "notice", {
+                "code": "history_not_restored",
+                "text": f"the agent could not restore session {self.resume_id} ({message}); "
+                        "a new session was started and its history is not available to the agent"}))
+            self._loading = False
+            out.replies.append(self._new_session())
+        elif method in ("initialize", "authenticate", "session/new"):
+            self._fail(out, "handshake_failed", f"{method} failed: {message} ({code})", raw)
+        else:
+            out.events.append(Event("agent", "agent.other", {"method": method, "error": message}, raw))
+
+    def _result_initialize(self, result: dict[str, Any], raw: str, out: AcpDecoded) -> None:
+        version = result.get("protocolVersion")
+        self.agent_capabilities = _d(result.get("agentCapabilities"))
+        self.agent_info = _d(result.get("agentInfo"))
+        self.auth_methods = [m for m in result.get("authMethods") or [] if isinstance(m, dict)]
+        self.protocol_version = version if isinstance(version, int) else None
+        out.agent = {"protocol_version": version, "info": self.agent_info,
+                     "capabilities": self.agent_capabilities,
+                     "auth_methods": [m.get("id") for m in self.auth_methods]}
+        out.events.append(Event("agent", "agent.other", {"method": "initialize", **out.agent}, raw))
+        if version != PROTOCOL_VERSION:
+            self._fail(out, "protocol_version",
+                       f"the agent speaks ACP protocol version {version!r}; the bridge speaks "
+                       f"{PROTOCOL_VERSION}", None)
+            return
+        ids = [m.get("id") for m in self.auth_methods]
+        if self.auth_method is not None:
+            if self.auth_method not in ids:
+                self._fail(out, "auth_required",
+                           f"auth_method {self.auth_method!r} is not offered by the agent (it offers {ids})",
+                           None)
+                return
+            out.replies.append(self._request("authenticate", {"methodId": self.auth_method}))
+            return
+        out.replies.append(self._open_session(out))
+
+    def _result_authenticate(self, result: dict[str, Any], raw: str, out: AcpDecoded) -> None:
+        out.events.append(Event("agent", "agent.other", {"method": "authenticate"}, raw))
+        out.replies.append(self._open_session(out))
+
+    def _new_session(self) -> str:
+        return self._request("session/new", {"cwd": self.cwd, "mcpServers": []})
+
+    def _open_session(self, out: AcpDecoded) -> str:
+        rid = self.resume_id
+        if rid is None:
+            return self._new_session()
+        params = {"sessionId": rid, "cwd": self.cwd, "mcpServers": []}
+        if self.agent_capabilities.get("loadSession") is True:
+            self._loading = True
+            self._replayed = 0
+            return self._request("session/load", params)
+        if isinstance(_d(self.agent_capabilities.get("sessionCapabilities")).get("resume"), dict):
+            return self._request("session/resume", params)
+        out.events.append(Event("bridge", "notice", {
+            "code": "history_not_restored",
+            "text": "the agent can neither load nor resume sessions; a new session was started and "
+                    "the earlier conversation is not available to it"}))
+        return self._new_session()
+
+    def _session_ready(self, sid: str | None, raw: str, out: AcpDecoded, how: str) -> None:
+        if sid is None:
+            self._fail(out, "handshake_failed", f"{how} returned no sessionId", raw)
+            return
+        self.session_id = sid
+        self.ready = True
+        out.ready = True
+        data: dict[str, Any] = {"native_session_id": sid, "model": None, "resumed": how}
+        if how == "load":
+            data["replayed_updates"] = self._replayed
+        out.events.append(Event("agent", "session.started", data, raw))
+
+    def _result_session_new(self, result: dict[str, Any], raw: str, out: AcpDecoded) -> None:
+        self._session_ready(_s(result.get("sessionId")), raw, out, "new")
+
+    def _result_session_load(self, result: dict[str, Any], raw: str, out: AcpDecoded) -> None:
+        self._loading = False
+        self._session_ready(_s(result.get("sessionId")) or self.resume_id, raw, out, "load")
+
+    def _result_session_resume(self, result: dict[str, Any], raw: str, out: AcpDecoded) -> None:
+        self._session_ready(_s(result.get("sessionId")) or self.resume_id, raw, out, "resume")
+
+    def _result_session_prompt(self, result: dict[str, Any], raw: str, out: AcpDecoded) -> None:
+        stop = _s(result.get("stopReason"))
+        status = "cancelled" if stop == "cancelled" else "success"
+        if stop not in STOP_REASONS:
+            status = "error"
+        self._end_prompt(out, raw, status=status, stop_reason=stop, usage=result.get("usage"))
+
+    def _end_prompt(self, out: AcpDecoded, raw: str, *, status: str, stop_reason: str | None = None,
+                    usage: Any = None, error: str | None = None, code: Any = None) -> None:
+        self._cancel_sent = False
+        data: dict[str, Any] = {"status": status, "stop_reason": stop_reason}
+        if usage is not None:
+            data["usage"] = usage
+        if error is not None and status != "cancelled":
+            data["error"] = error
+            if code == AUTH_REQUIRED:
+                data["error_code"] = "auth_required"
+        out.events.append(Event("agent", "turn.ended", data, raw))
+
+    # -- agent → client requests
+
+    def _on_request(self, obj: dict[str, Any], raw: str, out: AcpDecoded) -> None:
+        method, params = obj["method"], _d(obj.get("params"))
+        if not _valid_id(obj.get("id")):
+            out.events.append(Event("agent", "diagnostic", {
+                "stream": "protocol", "text": f"request {method} has an invalid id"}, raw))
+            out.replies.append(self.encode_error(None, INVALID_REQUEST, "Invalid request: bad id"))
+            return
+        rid: int | str = obj["id"]
+        if method == "session/request_permission":
+            key = str(rid)
+            self._permissions[key] = rid
+            call = _d(params.get("toolCall"))
+            options = [o for o in params.get("options") or [] if isinstance(o, dict)]
+            out.events.append(Event("agent", "permission.requested", {
+                "request_id": key, "tool": _s(call.get("title")) or _s(call.get("kind")),
+                "input": call.get("rawInput") if isinstance(call.get("rawInput"), dict) else {},
+                "options": options, "tool_call_id": _s(call.get("toolCallId"))}, raw))
+        elif method in FS_METHODS:
+            out.events.append(Event("agent", "agent.other", {"method": method,
+                                                            "path": _s(params.get("path"))}, raw))
+            out.requests.append(AgentRequest(rid, method, params))
+        else:
+            out.events.append(Event("agent", "agent.other", {"method": method}, raw))
+            out.replies.append(self.encode_error(rid, METHOD_NOT_FOUND, "Method not found",
+                                                 {"method": method}))
+
+    # -- notifications
+
+    def _on_notification(self, obj: dict[str, Any], raw: str, out: AcpDecoded) -> None:
+        method, params = obj["method"], _d(obj.get("params"))
+        if method != "session/update":
+            out.events.append(Event("agent", "agent.other", {"method": method}, raw))
+            return
+        sid = _s(params.get("sessionId"))
+        if self._loading and (sid is None or sid == self.resume_id):
+            # History the agent replays on session/load is already in our transcript.
+            self._replayed += 1
+            return
+        update = _d(params.get("update"))
+        kind = _s(update.get("sessionUpdate")) or ""
+        if self.session_id is not None and sid is not None and sid != self.session_id:
+            out.events.append(Event("agent", "agent.other", {
+                "session_update": kind, "foreign_session": sid}, raw))
+            return
+        out.events.extend(self._update_events(kind, update, raw))
+
+    def _update_events(self, kind: str, u: dict[str, Any], raw: str) -> list[Event]:
+        mid = _s(u.get("messageId"))
+        if kind in ("agent_message_chunk", "agent_thought_chunk"):
+            text = _content_text(u.get("content"))
+            channel = "text" if kind == "agent_message_chunk" else "thought"
+            return [Event("agent", "message.delta", {"text": text, "channel": channel,
+                                                     "message_id": mid}, raw)]
+        if kind == "user_message_chunk":
+            return [Event("agent", "agent.other", {"session_update": kind,
+                                                  "text": _content_text(u.get("content"))}, raw)]
+        if kind in ("tool_call", "tool_call_update"):
+            return [self._tool_event(kind, u, raw)]
+        if kind == "plan":
+            entries = [e for e in u.get("entries") or [] if isinstance(e, dict)]
+            return [Event("agent", "plan", {"entries": entries}, raw)]
+        if kind == "current_mode_update":
+            return [Event("agent", "agent.status", {
+                "mode": _s(u.get("currentModeId")) or _s(u.get("modeId"))}, raw)]
+        return [Event("agent", "agent.other", {"session_update": kind}, raw)]
+
+    @staticmethod
+    def _tool_event(kind: str, u: dict[str, Any], raw: str) -> Event:
+        tcid = _s(u.get("toolCallId"))
+        status = _s(u.get("status"))
+        if kind == "tool_call_update" and status in ("completed", "failed"):
+            output: Any = u.get("rawOutput")
+            if output is None:
+                output = "".join(_content_text(_d(c).get("content")) for c in u.get("content") or [])
+            return Event("agent", "tool.result", {"tool_call_id": tcid, "output": output,
+                                                  "is_error": status == "failed"}, raw)
+        data: dict[str, Any] = {"tool_call_id": tcid, "name": _s(u.get("title")) or _s(u.get("kind")),
+                                "input": u.get("rawInput"), "title": _s(u.get("title")),
+                                "kind": _s(u.get("kind")), "status": status}
+        if kind == "tool_call_update":
+            data["update"] = True
+        return Event("agent", "tool.call", data, raw)

@@ -1,0 +1,624 @@
+#!/usr/bin/env python3
+"""Scripted fake ACP agent (Agent Client Protocol, JSON-RPC 2.0 over stdio, one JSON
+object a line) for the test suite, with misbehaviours on demand. Standard library only;
+run as ``python -I fake_acp_agent.py [flags...]``. The bridge is the ACP client.
+
+Client → agent methods: initialize, authenticate, session/new, session/load,
+session/resume (only with --resume-cap), session/list, session/prompt, and the
+notification session/cancel. Anything else gets -32601 (notifications are ignored).
+
+Directives are the first word of a prompt's text (text blocks concatenated):
+  (anything)         "echo: <text>" (plus " [image,...]" for non-text blocks) in three
+                     agent_message_chunk updates with one messageId, a usage_update, end_turn
+  think              an agent_thought_chunk, then a message chunk
+  tool               tool_call (pending) → tool_call_update in_progress → completed
+                     (content "hi", rawOutput "hi") → message chunk
+  plan               a plan update with two entries
+  ask [command]      tool_call (pending), then session/request_permission (agent ids count
+                     from 0) with options allow / allow_always / reject; waits for the answer,
+                     a tool_call_update (completed or failed), a chunk "permission: <optionId
+                     or cancelled>"; stopReason "cancelled" if the outcome or the turn was
+  read <abs path>    fs/read_text_file, then a chunk "read: <content>" or "read error <code>: <msg>"
+  write <path> <txt> fs/write_text_file, then a chunk "write: ok" or "write error <code>: <msg>"
+  slow               a chunk "tick " every 50 ms for up to 10 s; session/cancel stops it with
+                     stopReason "cancelled"
+  hang               one chunk, then never answers (ignores cancel) until stdin EOF
+  crash              one chunk, then exit 3
+  unknown            sends the request "_fake/whatever" to the client, then a chunk
+                     "unknown: error <code>" (or "unknown: result <json>")
+  garbage            writes a non-JSON line and {"jsonrpc":"2.0"}, then echoes
+  twoupdates         a session/update for another sessionId, then echoes
+Every session/update of a turn is written before the session/prompt response.
+
+Flags: --version N (protocolVersion answered, default 1), --no-load (no loadSession;
+session/load is -32601), --resume-cap (advertise and serve session/resume),
+--auth-required (authMethods [fake-key]; session/new, load and resume answer -32000
+until authenticate{methodId:"fake-key"}), --delay-initialize S (answer initialize after
+S seconds, from a timer, so later requests can be answered first), --exit-at-start
+(exit 5 before reading), --exit-after-initialize (answer initialize, then exit 4).
+
+Environment: FAKE_AGENT_LOG (append JSON lines: start argv/env/cwd/pid, every stdin line,
+initialize clientCapabilities/clientInfo, ...), FAKE_AGENT_STATE (directory of per-session
+history files <sessionId>.json: a list of {"role": "user"|"agent", "text"}).
+Exits 0 on stdin EOF.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+LOCK = threading.Lock()
+INBOX: queue.Queue[Any] = queue.Queue()
+EOF = object()
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+AUTH_REQUIRED = -32000
+NOT_FOUND = -32002
+
+
+def log(**entry: object) -> None:
+    path = os.environ.get("FAKE_AGENT_LOG")
+    if path:
+        with LOCK, open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(entry) + "\n")
+
+
+def diag(text: str) -> None:
+    sys.stderr.write(f"fake acp agent: {text}\n")
+    sys.stderr.flush()
+
+
+def out(obj: object) -> None:
+    raw_out(json.dumps(obj, separators=(",", ":")) + "\n")
+
+
+def raw_out(data: str) -> None:
+    with LOCK:
+        sys.stdout.write(data)
+        sys.stdout.flush()
+
+
+def respond(rid: Any, result: Any) -> None:
+    out({"jsonrpc": "2.0", "id": rid, "result": result})
+
+
+def fail(rid: Any, code: int, message: str, data: Any = None) -> None:
+    err: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        err["data"] = data
+    out({"jsonrpc": "2.0", "id": rid, "error": err})
+
+
+def hard_exit(code: int) -> None:
+    """Exit now, without interpreter shutdown (worker threads may hold stdout)."""
+    log(event="exit", code=code)
+    with LOCK:
+        sys.stdout.flush()
+    os._exit(code)
+
+
+def opt_value(argv: list[str], name: str, default: str | None = None) -> str | None:
+    for i, a in enumerate(argv):
+        if a == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return default
+
+
+class Outgoing:
+    """The agent's own requests to the client: ids 0, 1, 2, …; responses matched by id."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.next_id = 0
+        self.waiting: dict[int, tuple[threading.Event, list[dict[str, Any]]]] = {}
+
+    def send(self, method: str, params: dict[str, Any]) -> tuple[int, threading.Event, list[dict[str, Any]]]:
+        with self.lock:
+            rid = self.next_id
+            self.next_id += 1
+            slot: tuple[threading.Event, list[dict[str, Any]]] = (threading.Event(), [])
+            self.waiting[rid] = slot
+        out({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        return rid, slot[0], slot[1]
+
+    def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Send a request and block for its response (the full response object)."""
+        _, event, box = self.send(method, params)
+        event.wait()
+        return box[0]
+
+    def deliver(self, msg: dict[str, Any]) -> None:
+        rid = msg.get("id")
+        with self.lock:
+            slot = self.waiting.pop(rid, None) if isinstance(rid, int) else None
+        if slot is None:
+            log(event="unmatched_response", msg=msg)
+            diag(f"response to unknown request id {rid!r}")
+            return
+        slot[1].append(msg)
+        slot[0].set()
+
+
+OUTGOING = Outgoing()
+
+
+def reader() -> None:
+    for line in sys.stdin:
+        line = line.rstrip("\n")
+        log(event="stdin", line=line)
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            fail(None, PARSE_ERROR, "Parse error")
+            continue
+        if not isinstance(obj, dict):
+            fail(None, INVALID_REQUEST, "Invalid Request")
+            continue
+        if "method" not in obj and "id" in obj and ("result" in obj or "error" in obj):
+            OUTGOING.deliver(obj)  # a response to one of our requests: never queued behind a turn
+        else:
+            INBOX.put(obj)
+    INBOX.put(EOF)
+
+
+class Turn:
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.cancelled = threading.Event()
+
+
+class Session:
+    def __init__(self, session_id: str, cwd: str, history: list[dict[str, Any]]) -> None:
+        self.id = session_id
+        self.cwd = cwd
+        self.history = history
+        self.lock = threading.Lock()  # one turn at a time; later prompts queue
+        self.turn: Turn | None = None
+
+
+class Agent:
+    def __init__(self, argv: list[str]) -> None:
+        self.version = int(opt_value(argv, "--version", "1") or "1")
+        self.load_cap = "--no-load" not in argv
+        self.resume_cap = "--resume-cap" in argv
+        self.auth_required = "--auth-required" in argv
+        self.authed = not self.auth_required
+        self.delay_init = float(opt_value(argv, "--delay-initialize", "0") or "0")
+        self.exit_after_init = "--exit-after-initialize" in argv
+        self.state_dir = os.environ.get("FAKE_AGENT_STATE")
+        self.sessions: dict[str, Session] = {}
+        self.lock = threading.Lock()
+
+    # -- persistence
+    def _path(self, sid: str) -> str | None:
+        if not self.state_dir or not sid or "/" in sid or sid.startswith("."):
+            return None
+        return os.path.join(self.state_dir, f"{sid}.json")
+
+    def _stored(self, sid: str) -> list[dict[str, Any]] | None:
+        path = self._path(sid)
+        if path and os.path.exists(path):
+            with open(path, encoding="utf-8") as fh:
+                history: list[dict[str, Any]] = json.load(fh)
+                return history
+        return None
+
+    def _save(self, s: Session) -> None:
+        path = self._path(s.id)
+        if path:
+            with open(path, "w", encoding="utf-8") as fh:
+                json.dump(s.history, fh)
+
+    def _record(self, s: Session, role: str, text: str) -> None:
+        if text:
+            s.history.append({"role": role, "text": text})
+            self._save(s)
+
+    def _find(self, sid: Any) -> tuple[Session | None, list[dict[str, Any]] | None]:
+        """A session open in this process, or the stored history of a closed one."""
+        if not isinstance(sid, str):
+            return None, None
+        with self.lock:
+            s = self.sessions.get(sid)
+        if s is not None:
+            return s, s.history
+        return None, self._stored(sid)
+
+    def _open(self, sid: str, cwd: str, history: list[dict[str, Any]]) -> Session:
+        with self.lock:
+            s = self.sessions.get(sid)
+            if s is None:
+                s = self.sessions[sid] = Session(sid, cwd, history)
+            s.cwd = cwd
+            return s
+
+    # -- output helpers
+    @staticmethod
+    def update(sid: str, upd: dict[str, Any]) -> None:
+        out({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": sid, "update": upd}})
+
+    def chunk(self, sid: str, text: str, mid: str, kind: str = "agent_message_chunk") -> None:
+        self.update(sid, {"sessionUpdate": kind, "content": {"type": "text", "text": text}, "messageId": mid})
+
+    def message(self, s: Session, text: str, *, chunks: int = 1) -> None:
+        mid = f"msg_{uuid.uuid4().hex[:16]}"
+        if chunks <= 1:
+            self.chunk(s.id, text, mid)
+        else:
+            size = max(1, len(text) // chunks)
+            parts = [text[i * size:(i + 1) * size] for i in range(chunks - 1)] + [text[(chunks - 1) * size:]]
+            for part in parts:
+                if part:
+                    self.chunk(s.id, part, mid)
+        self._record(s, "agent", text)
+
+    # -- dispatch (main thread)
+    def handle(self, msg: dict[str, Any]) -> None:
+        method = msg.get("method")
+        is_request = "id" in msg
+        rid = msg.get("id")
+        if not isinstance(method, str):
+            if is_request:
+                fail(rid, INVALID_REQUEST, "Invalid Request")
+            else:
+                log(event="invalid_message", msg=msg)
+            return
+        params = msg.get("params")
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            if is_request:
+                fail(rid, INVALID_PARAMS, "Invalid params", {"details": "params must be an object"})
+            return
+        if not is_request:
+            if method == "session/cancel":
+                self.cancel(params)
+            else:
+                log(event="ignored_notification", method=method)
+            return
+        handler = {
+            "initialize": self.initialize,
+            "authenticate": self.authenticate,
+            "session/new": self.session_new,
+            "session/load": self.session_load,
+            "session/resume": self.session_resume,
+            "session/list": self.session_list,
+            "session/prompt": self.session_prompt,
+        }.get(method)
+        if handler is None:
+            fail(rid, METHOD_NOT_FOUND, "Method not found", {"method": method})
+            return
+        handler(rid, params)
+
+    def initialize(self, rid: Any, params: dict[str, Any]) -> None:
+        log(event="initialize", protocolVersion=params.get("protocolVersion"),
+            clientCapabilities=params.get("clientCapabilities"), clientInfo=params.get("clientInfo"))
+        session_caps: dict[str, Any] = {"list": {}}
+        if self.resume_cap:
+            session_caps["resume"] = {}
+        result = {
+            "protocolVersion": self.version,
+            "agentCapabilities": {
+                "loadSession": self.load_cap,
+                "promptCapabilities": {"image": True, "embeddedContext": True},
+                "sessionCapabilities": session_caps,
+            },
+            "agentInfo": {"name": "fake-acp", "title": "Fake ACP", "version": "1.0"},
+            "authMethods": [{"id": "fake-key", "name": "Fake key"}] if self.auth_required else [],
+        }
+
+        def answer() -> None:
+            respond(rid, result)
+            if self.exit_after_init:
+                diag("exiting after initialize on purpose")
+                hard_exit(4)
+
+        if self.delay_init > 0 and not self.exit_after_init:
+            threading.Timer(self.delay_init, answer).start()
+        else:
+            if self.delay_init > 0:
+                time.sleep(self.delay_init)
+            answer()
+
+    def authenticate(self, rid: Any, params: dict[str, Any]) -> None:
+        method_id = params.get("methodId")
+        if method_id != "fake-key":
+            fail(rid, INVALID_PARAMS, "Invalid params", {"details": f"unknown auth method {method_id!r}"})
+            return
+        self.authed = True
+        respond(rid, {})
+
+    def _setup_params_ok(self, rid: Any, params: dict[str, Any], *, need_session: bool) -> bool:
+        if not self.authed:
+            fail(rid, AUTH_REQUIRED, "Authentication required")
+            return False
+        cwd = params.get("cwd")
+        if not isinstance(cwd, str) or not os.path.isabs(cwd):
+            fail(rid, INVALID_PARAMS, "Invalid params", {"details": "cwd must be an absolute path"})
+            return False
+        if not isinstance(params.get("mcpServers", []), list):
+            fail(rid, INVALID_PARAMS, "Invalid params", {"details": "mcpServers must be a list"})
+            return False
+        if need_session and not isinstance(params.get("sessionId"), str):
+            fail(rid, INVALID_PARAMS, "Invalid params", {"details": "sessionId must be a string"})
+            return False
+        return True
+
+    def session_new(self, rid: Any, params: dict[str, Any]) -> None:
+        if not self._setup_params_ok(rid, params, need_session=False):
+            return
+        if not isinstance(params.get("mcpServers"), list):
+            fail(rid, INVALID_PARAMS, "Invalid params", {"details": "mcpServers is required"})
+            return
+        sid = f"acp-{uuid.uuid4().hex}"
+        s = self._open(sid, params["cwd"], [])
+        self._save(s)
+        log(event="session_new", sessionId=sid, cwd=params["cwd"], mcpServers=params["mcpServers"])
+        respond(rid, {"sessionId": sid})
+
+    def session_load(self, rid: Any, params: dict[str, Any]) -> None:
+        if not self.load_cap:
+            fail(rid, METHOD_NOT_FOUND, "Method not found", {"method": "session/load"})
+            return
+        if not self._setup_params_ok(rid, params, need_session=True):
+            return
+        sid = params["sessionId"]
+        _, history = self._find(sid)
+        if history is None:
+            fail(rid, NOT_FOUND, "Resource not found", {"sessionId": sid})
+            return
+        s = self._open(sid, params["cwd"], history)
+        for entry in list(s.history):
+            kind = "user_message_chunk" if entry.get("role") == "user" else "agent_message_chunk"
+            self.chunk(sid, str(entry.get("text", "")), uuid.uuid4().hex, kind)
+        log(event="session_load", sessionId=sid, replayed=len(s.history))
+        respond(rid, {})
+
+    def session_resume(self, rid: Any, params: dict[str, Any]) -> None:
+        if not self.resume_cap:
+            fail(rid, METHOD_NOT_FOUND, "Method not found", {"method": "session/resume"})
+            return
+        if not self._setup_params_ok(rid, params, need_session=True):
+            return
+        sid = params["sessionId"]
+        _, history = self._find(sid)
+        if history is None:
+            fail(rid, NOT_FOUND, "Resource not found", {"sessionId": sid})
+            return
+        self._open(sid, params["cwd"], history)
+        log(event="session_resume", sessionId=sid)
+        respond(rid, {})
+
+    def session_list(self, rid: Any, params: dict[str, Any]) -> None:
+        found: dict[str, dict[str, Any]] = {}
+        if self.state_dir and os.path.isdir(self.state_dir):
+            for name in sorted(os.listdir(self.state_dir)):
+                if name.endswith(".json"):
+                    sid = name[:-5]
+                    history = self._stored(sid) or []
+                    found[sid] = {"sessionId": sid, "cwd": os.getcwd(), "history": history}
+        with self.lock:
+            for s in self.sessions.values():
+                found[s.id] = {"sessionId": s.id, "cwd": s.cwd, "history": s.history}
+        sessions = []
+        for info in found.values():
+            history = info.pop("history")
+            if params.get("cwd") and info["cwd"] != params["cwd"]:
+                continue
+            title = next((e.get("text") for e in history if e.get("role") == "user"), None)
+            if title:
+                info["title"] = title[:80]
+            sessions.append(info)
+        respond(rid, {"sessions": sessions, "nextCursor": None})
+
+    def cancel(self, params: dict[str, Any]) -> None:
+        s, _ = self._find(params.get("sessionId"))
+        log(event="cancel", sessionId=params.get("sessionId"), running=bool(s and s.turn))
+        if s is not None and s.turn is not None:
+            s.turn.cancelled.set()
+
+    def session_prompt(self, rid: Any, params: dict[str, Any]) -> None:
+        sid = params.get("sessionId")
+        s, _ = self._find(sid)
+        if s is None:
+            fail(rid, INTERNAL_ERROR, "Internal error", {"details": "Session not found"})
+            return
+        blocks = params.get("prompt")
+        if not isinstance(blocks, list) or not all(isinstance(b, dict) for b in blocks):
+            fail(rid, INVALID_PARAMS, "Invalid params", {"details": "prompt must be a list of content blocks"})
+            return
+        threading.Thread(target=self._run_turn, args=(s, rid, blocks), daemon=True).start()
+
+    # -- turns (worker threads)
+    def _run_turn(self, s: Session, rid: Any, blocks: list[dict[str, Any]]) -> None:
+        with s.lock:
+            turn = s.turn = Turn(s.id)
+            try:
+                text = "".join(str(b.get("text", "")) for b in blocks if b.get("type") == "text")
+                kinds = [str(b.get("type")) for b in blocks if b.get("type") != "text"]
+                self._record(s, "user", text)
+                word = (text.split() or [""])[0].lower()
+                handler = getattr(self, f"do_{word}", None)
+                if handler is None:
+                    stop = self.do_echo(s, turn, text, kinds)
+                else:
+                    stop = handler(s, turn, text, kinds)
+                respond(rid, {"stopReason": stop})
+            except Exception as exc:  # a bug in the fake must not look like a hang
+                diag(f"turn failed: {exc!r}")
+                fail(rid, INTERNAL_ERROR, "Internal error", {"details": repr(exc)})
+            finally:
+                s.turn = None
+
+    def do_echo(self, s: Session, turn: Turn, text: str, kinds: list[str]) -> str:
+        extra = f" [{','.join(kinds)}]" if kinds else ""
+        reply = f"echo: {text}{extra}"
+        self.message(s, reply, chunks=3)
+        self.update(s.id, {"sessionUpdate": "usage_update", "used": 10 + len(reply), "size": 1000000})
+        return "end_turn"
+
+    def do_think(self, s: Session, turn: Turn, text: str, kinds: list[str]) -> str:
+        self.chunk(s.id, "Let me think about that.", f"msg_{uuid.uuid4().hex[:16]}", "agent_thought_chunk")
+        self.message(s, "thought about it")
+        return "end_turn"
+
+    def do_tool(self, s: Session, turn: Turn, text: str, kinds: list[str]) -> str:
+        tid = f"call_{uuid.uuid4().hex[:12]}"
+        self.update(s.id, {"sessionUpdate": "tool_call", "toolCallId": tid, "title": "Run echo", "kind": "execute",
+                           "status": "pending", "rawInput": {"command": "echo hi"}})
+        self.update(s.id, {"sessionUpdate": "tool_call_update", "toolCallId": tid, "status": "in_progress"})
+        self.update(s.id, {"sessionUpdate": "tool_call_update", "toolCallId": tid, "status": "completed",
+                           "content": [{"type": "content", "content": {"type": "text", "text": "hi"}}],
+                           "rawOutput": "hi"})
+        self.message(s, "tool done")
+        return "end_turn"
+
+    def do_plan(self, s: Session, turn: Turn, text: str, kinds: list[str]) -> str:
+        self.update(s.id, {"sessionUpdate": "plan", "entries": [
+            {"content": "Read the code", "priority": "high", "status": "completed"},
+            {"content": "Write the fix", "priority": "medium", "status": "pending"}]})
+        return "end_turn"
+
+    def do_ask(self, s: Session, turn: Turn, text: str, kinds: list[str]) -> str:
+        command = text.split(None, 1)[1].strip() if len(text.split(None, 1)) > 1 else "touch x"
+        tid = f"call_{uuid.uuid4().hex[:12]}"
+        tool = {"toolCallId": tid, "title": command, "kind": "execute", "rawInput": {"command": command}}
+        self.update(s.id, {"sessionUpdate": "tool_call", **tool, "status": "pending"})
+        _, event, box = OUTGOING.send("session/request_permission", {
+            "sessionId": s.id, "toolCall": tool,
+            "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+                        {"optionId": "allow_always", "name": "Always", "kind": "allow_always"},
+                        {"optionId": "reject", "name": "Reject", "kind": "reject_once"}]})
+        cancel_seen: float | None = None
+        while not event.wait(0.05):
+            if turn.cancelled.is_set() and cancel_seen is None:
+                cancel_seen = time.monotonic()
+            if cancel_seen is not None and time.monotonic() - cancel_seen > 5:
+                # The client must answer a pending permission with "cancelled" after session/cancel.
+                log(event="permission_unanswered_after_cancel")
+                diag("client never answered the permission request after session/cancel")
+                break
+        resp = box[0] if box else {}
+        outcome = (resp.get("result") or {}).get("outcome") if isinstance(resp.get("result"), dict) else None
+        if isinstance(outcome, dict) and outcome.get("outcome") == "selected":
+            choice = str(outcome.get("optionId"))
+        elif "error" in resp:
+            choice = f"error {resp['error'].get('code')}"
+        else:
+            choice = "cancelled"
+        cancelled = choice == "cancelled" or turn.cancelled.is_set()
+        ok = choice.startswith("allow") and not cancelled
+        self.update(s.id, {"sessionUpdate": "tool_call_update", "toolCallId": tid,
+                           "status": "completed" if ok else "failed",
+                           "rawOutput": "done" if ok else f"not run: {choice}"})
+        self.message(s, f"permission: {choice}")
+        return "cancelled" if cancelled else "end_turn"
+
+    def _fs_report(self, label: str, resp: dict[str, Any], ok_text: str) -> str:
+        if "error" in resp and isinstance(resp["error"], dict):
+            return f"{label} error {resp['error'].get('code')}: {resp['error'].get('message')}"
+        return f"{label}: {ok_text}"
+
+    def do_read(self, s: Session, turn: Turn, text: str, kinds: list[str]) -> str:
+        parts = text.split(None, 1)
+        path = parts[1].strip() if len(parts) > 1 else ""
+        resp = OUTGOING.call("fs/read_text_file", {"sessionId": s.id, "path": path})
+        result = resp.get("result")
+        content = result.get("content") if isinstance(result, dict) else None
+        self.message(s, self._fs_report("read", resp, str(content)))
+        return "end_turn"
+
+    def do_write(self, s: Session, turn: Turn, text: str, kinds: list[str]) -> str:
+        parts = text.split(None, 2)
+        path = parts[1] if len(parts) > 1 else ""
+        content = parts[2] if len(parts) > 2 else ""
+        resp = OUTGOING.call("fs/write_text_file", {"sessionId": s.id, "path": path, "content": content})
+        self.message(s, self._fs_report("write", resp, "ok"))
+        return "end_turn"
+
+    def do_slow(self, s: Session, turn: Turn, text: str, kinds: list[str]) -> str:
+        mid = f"msg_{uuid.uuid4().hex[:16]}"
+        sent = ""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if turn.cancelled.wait(0.05):
+                self._record(s, "agent", sent)
+                return "cancelled"
+            self.chunk(s.id, "tick ", mid)
+            sent += "tick "
+        self.chunk(s.id, "slow done", mid)
+        self._record(s, "agent", sent + "slow done")
+        return "end_turn"
+
+    def do_hang(self, s: Session, turn: Turn, text: str, kinds: list[str]) -> str:
+        self.message(s, "hanging")
+        threading.Event().wait()  # forever; the process exits on stdin EOF
+        return "end_turn"
+
+    def do_crash(self, s: Session, turn: Turn, text: str, kinds: list[str]) -> str:
+        self.message(s, "about to crash")
+        diag("crashing on purpose")
+        hard_exit(3)
+        return "end_turn"
+
+    def do_unknown(self, s: Session, turn: Turn, text: str, kinds: list[str]) -> str:
+        resp = OUTGOING.call("_fake/whatever", {"sessionId": s.id, "x": 1})
+        if "error" in resp and isinstance(resp["error"], dict):
+            self.message(s, f"unknown: error {resp['error'].get('code')}")
+        else:
+            self.message(s, f"unknown: result {json.dumps(resp.get('result'))}")
+        return "end_turn"
+
+    def do_garbage(self, s: Session, turn: Turn, text: str, kinds: list[str]) -> str:
+        raw_out("this is not json\n")
+        out({"jsonrpc": "2.0"})
+        return self.do_echo(s, turn, text, kinds)
+
+    def do_twoupdates(self, s: Session, turn: Turn, text: str, kinds: list[str]) -> str:
+        self.update("acp-not-this-session", {"sessionUpdate": "agent_message_chunk",
+                                             "content": {"type": "text", "text": "stray"},
+                                             "messageId": "msg_stray"})
+        return self.do_echo(s, turn, text, kinds)
+
+    def run(self) -> None:
+        while True:
+            msg = INBOX.get()
+            if msg is EOF:
+                return
+            try:
+                self.handle(msg)
+            except Exception as exc:
+                diag(f"handler failed: {exc!r}")
+                if "id" in msg:
+                    fail(msg.get("id"), INTERNAL_ERROR, "Internal error", {"details": repr(exc)})
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    log(event="start", argv=sys.argv, env=dict(os.environ), cwd=os.getcwd(), pid=os.getpid())
+    if "--exit-at-start" in argv:
+        diag("refusing to start")
+        sys.exit(5)
+    agent = Agent(argv)
+    threading.Thread(target=reader, daemon=True).start()
+    agent.run()
+    hard_exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -10,7 +10,7 @@ import logging
 import signal
 import socket
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 import uvicorn
 
@@ -107,8 +107,8 @@ def serve(settings: Settings) -> int:
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on",
                             ws_max_size=16 * 1024 * 1024,
                             ws_ping_interval=settings.server.ws_ping_interval_s,
-                            ws_ping_timeout=settings.server.ws_ping_timeout_s, timeout_graceful_shutdown=15, **ssl)  # type: ignore[arg-type]
-    server = _Server(config)
+                            ws_ping_timeout=settings.server.ws_ping_timeout_s, timeout_graceful_shutdown=5, **ssl)  # type: ignore[arg-type]
+    server = _Server(config, before_shutdown=lambda: app.state.registry.close_clients("daemon_shutdown"))
     try:
         asyncio.run(server.serve(sockets=[sock]))
     except KeyboardInterrupt:
@@ -120,7 +120,19 @@ def serve(settings: Settings) -> int:
 class _Server(uvicorn.Server):
     """uvicorn re-raises SIGTERM/SIGINT after a graceful shutdown, which would make the
     daemon exit by signal; a graceful stop should exit 0 (issue #3), so the signals are
-    handled here instead."""
+    handled here instead. Before uvicorn waits for open connections, every WebSocket and
+    SSE client is told the daemon is going away (close 1001 / ``event: close``), so that
+    wait is short and clients know to reconnect with ``after=``."""
+
+    def __init__(self, config: uvicorn.Config, *,
+                 before_shutdown: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(config)
+        self._before_shutdown = before_shutdown
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        with contextlib.suppress(Exception):  # never let this stop the shutdown itself
+            await asyncio.wait_for(self._before_shutdown(), CLIENT_CLOSE_WAIT_S)
+        await super().shutdown(sockets)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -138,6 +150,10 @@ class _Server(uvicorn.Server):
         if self.should_exit:
             self.force_exit = True
         self.should_exit = True
+
+
+# How long a graceful shutdown waits for clients to take their 1001 / "event: close".
+CLIENT_CLOSE_WAIT_S = 2.0
 
 
 def _bind(host: str, port: int) -> socket.socket:

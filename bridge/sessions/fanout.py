@@ -60,6 +60,8 @@ class Subscriber:
 class Fanout:
     def __init__(self) -> None:
         self._subs: set[Subscriber] = set()
+        self._empty = asyncio.Event()
+        self._empty.set()
 
     def __len__(self) -> int:
         return len(self._subs)
@@ -67,10 +69,16 @@ class Fanout:
     def subscribe(self, limit: int = DEFAULT_BUFFER) -> Subscriber:
         sub = Subscriber(limit)
         self._subs.add(sub)
+        self._empty.clear()
         return sub
 
     def unsubscribe(self, sub: Subscriber) -> None:
         self._subs.discard(sub)
+        if not self._subs:
+            self._empty.set()
+
+    async def wait_empty(self) -> None:
+        await self._empty.wait()
 
     def publish(self, records: Sequence[Record]) -> None:
         for sub in self._subs:
@@ -81,9 +89,9 @@ class Fanout:
             sub.push_side(text)
 
     def close_all(self, reason: str) -> None:
+        """Close every subscriber; each leaves (unsubscribes) once its client is told."""
         for sub in list(self._subs):
             sub.close(reason)
-        self._subs.clear()
 
 
 ReadPage = Callable[[int, int], Awaitable[list[Record]]]

@@ -164,6 +164,14 @@ class Registry:
         self._convs.pop(thread_id, None)
         log.info("thread.deleted", thread_id=thread_id)
 
+    async def close_clients(self, reason: str) -> None:
+        """Disconnect every WebSocket/SSE subscriber (daemon shutdown) and wait until their
+        handlers have let go (each unsubscribes once its close frame is out)."""
+        convs = list(self._convs.values())
+        for conv in convs:
+            conv.fanout.close_all(reason)
+        await asyncio.gather(*(conv.fanout.wait_empty() for conv in convs))
+
     def live_count(self) -> int:
         return sum(1 for c in self._convs.values() if c.running)
 

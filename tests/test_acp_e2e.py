@@ -1,0 +1,267 @@
+"""ACP agents end to end through a real daemon (issue #4): the fake ACP agent with its
+misbehaviours, and an agent written with the official Python SDK."""
+
+from __future__ import annotations
+
+import json
+import os
+import site
+import sys
+from pathlib import Path
+from typing import Any
+
+from conftest import PYTHON, ROOT, agent_log, new_thread
+
+FAKE_ACP = ROOT / "tests" / "agents" / "fake_acp_agent.py"
+SDK_AGENT = ROOT / "tests" / "agents" / "sdk_echo_agent.py"
+
+
+def acp_profile(name: str, env: dict[str, str], *flags: str, **fields: Any) -> str:
+    args = ["-I", str(FAKE_ACP), *flags]
+    lines = [f"[agents.{name}]", 'protocol = "acp"', f"executable = {json.dumps(PYTHON)}",
+             f"args = {json.dumps(args)}",
+             "env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }"]
+    lines += [f"{k} = {json.dumps(v)}" for k, v in fields.items()]
+    return "\n".join(lines) + "\n"
+
+
+def config(env: dict[str, str], **profiles: tuple[str, ...]) -> str:
+    cfg = "[server]\nstop_grace_s = 1\ninterrupt_timeout_s = 5\n\n"
+    cfg += acp_profile("acp", env)
+    for name, flags in profiles.items():
+        cfg += acp_profile(name, env, *flags)
+    return cfg
+
+
+def sent(tmp_path: Path, method: str) -> list[dict[str, Any]]:
+    out = []
+    for e in agent_log(tmp_path):
+        if e["event"] == "stdin":
+            msg = json.loads(e["line"])
+            if msg.get("method") == method:
+                out.append(msg)
+    return out
+
+
+def reply_text(c: Any) -> str:
+    return "".join(f["data"]["text"] for f in c.seen("message.delta"))
+
+
+async def test_acp_chat_turn_handshake_and_agent_info(daemon_factory: Any, tmp_path: Path,
+                                                      agent_env: dict[str, str]) -> None:
+    d = await daemon_factory(config(agent_env))
+    thread = await new_thread(d, "acp")
+    assert thread["protocol"] == "acp"
+    c = await d.ws(thread["id"])
+    end = await c.turn("hello acp")
+    assert end["data"]["status"] == "success" and end["data"]["stop_reason"] == "end_turn"
+    assert reply_text(c) == "echo: hello acp"
+    started = c.seen("session.started")[0]
+    assert started["data"]["resumed"] == "new" and started["data"]["native_session_id"].startswith("acp-")
+    init = sent(tmp_path, "initialize")[0]["params"]
+    assert init["protocolVersion"] == 1
+    assert init["clientCapabilities"] == {"fs": {"readTextFile": True, "writeTextFile": True},
+                                          "terminal": False}
+    assert init["clientInfo"]["name"] == "agent-bridge"
+    new = sent(tmp_path, "session/new")[0]["params"]
+    assert new == {"cwd": thread["cwd"], "mcpServers": []}
+    async with d.http() as http:
+        t = (await http.get(f"/v1/threads/{thread['id']}")).json()
+    assert t["agent_info"]["info"]["name"] == "fake-acp"
+    assert t["agent_info"]["capabilities"]["loadSession"] is True
+    assert t["native_session_id"] == started["data"]["native_session_id"]
+    # No resume flag on argv for ACP: resume goes through session/load.
+    assert not any(a.startswith("--resume") for a in agent_log(tmp_path)[0]["argv"])
+    await c.close()
+
+
+async def test_acp_restart_loads_the_session_without_duplicating_history(
+        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
+    cfg = config(agent_env)
+    d1 = await daemon_factory(cfg)
+    thread = await new_thread(d1, "acp")
+    c = await d1.ws(thread["id"])
+    await c.turn("first words")
+    await c.turn("second words")
+    native = c.seen("session.started")[0]["data"]["native_session_id"]
+    deltas_before = len(c.seen("message.delta"))
+    last = c.seqs()[-1]
+    assert await d1.stop() == 0
+    d2 = await daemon_factory(cfg)
+    c2 = await d2.ws(thread["id"], after=0)
+    end = await c2.turn("third words")
+    assert end["data"]["status"] == "success"
+    load = sent(tmp_path, "session/load")
+    assert [m["params"]["sessionId"] for m in load] == [native]
+    resumed = [f for f in c2.seen("session.started") if f["seq"] > last][0]
+    assert resumed["data"]["resumed"] == "load" and resumed["data"]["replayed_updates"] >= 4
+    # The agent replayed the first two turns; none of it entered the transcript again.
+    assert len(c2.seen("message.delta")) == deltas_before + 3
+    assert c2.seqs() == list(range(1, len(c2.seqs()) + 1))
+    await c2.close()
+
+
+async def test_acp_resume_falls_back_to_session_resume_then_new_with_a_notice(
+        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
+    cfg = config(agent_env, resumable=("--no-load", "--resume-cap"), forgetful=("--no-load",))
+    d1 = await daemon_factory(cfg)
+    threads = {name: await new_thread(d1, name) for name in ("resumable", "forgetful")}
+    for t in threads.values():
+        c = await d1.ws(t["id"])
+        await c.turn("remember me")
+        await c.close()
+    assert await d1.stop() == 0
+    d2 = await daemon_factory(cfg)
+    c = await d2.ws(threads["resumable"]["id"], after=0)
+    await c.turn("again")
+    assert [f["data"]["resumed"] for f in c.seen("session.started")] == ["new", "resume"]
+    assert not c.seen("notice")
+    c = await d2.ws(threads["forgetful"]["id"], after=0)
+    await c.turn("again")
+    assert [f["data"]["resumed"] for f in c.seen("session.started")] == ["new", "new"]
+    notice = c.seen("notice", code="history_not_restored")
+    assert len(notice) == 1 and notice[0]["source"] == "bridge"
+    assert len(sent(tmp_path, "session/resume")) == 1
+
+
+async def test_acp_incompatible_protocol_version_ends_the_start_clearly(
+        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
+    d = await daemon_factory(config(agent_env, future=("--version", "2")))
+    thread = await new_thread(d, "future")
+    c = await d.ws(thread["id"])
+    end = await c.turn("hello")
+    assert end["data"]["status"] == "error" and "protocol_version" in end["data"]["error"]
+    assert c.seen("notice", code="protocol_version")
+    assert c.seen("process.exited", reason="protocol_version")
+    assert not sent(tmp_path, "session/new") and not sent(tmp_path, "session/prompt")
+    await c.close()
+
+
+async def test_acp_authentication_with_and_without_a_configured_method(
+        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
+    cfg = "[server]\nstop_grace_s = 1\n" + acp_profile("locked", agent_env, "--auth-required") + \
+        acp_profile("keyed", agent_env, "--auth-required", auth_method="fake-key")
+    d = await daemon_factory(cfg)
+    c = await d.ws((await new_thread(d, "keyed"))["id"])
+    end = await c.turn("let me in")
+    assert end["data"]["status"] == "success"
+    assert [m["params"] for m in sent(tmp_path, "authenticate")] == [{"methodId": "fake-key"}]
+    c2 = await d.ws((await new_thread(d, "locked"))["id"])
+    end = await c2.turn("let me in")
+    assert end["data"]["status"] == "error" and "auth_required" in end["data"]["error"]
+    notice = c2.seen("notice", code="auth_required")[0]
+    assert "fake-key" in notice["data"]["text"]
+    await c.close()
+    await c2.close()
+
+
+async def test_acp_interrupt_sends_session_cancel_and_the_turn_ends_cancelled(daemon_factory: Any, tmp_path: Path,
+                                                                            agent_env: dict[str, str]) -> None:
+    d = await daemon_factory(config(agent_env))
+    c = await d.ws((await new_thread(d, "acp"))["id"])
+    acc = await c.prompt("slow")
+    await c.kind("message.delta")
+    await c.send(op="interrupt")
+    end = await c.kind("turn.ended", turn_id=acc["data"]["turn_id"])
+    assert end["data"]["status"] == "cancelled" and end["data"]["stop_reason"] == "cancelled"
+    assert len(sent(tmp_path, "session/cancel")) == 1
+    end = await c.turn("after cancel")
+    assert end["data"]["status"] == "success"
+    await c.close()
+
+
+async def test_acp_permission_request_is_answered_by_policy_with_a_reject_option(
+        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
+    d = await daemon_factory(config(agent_env))
+    c = await d.ws((await new_thread(d, "acp"))["id"])
+    end = await c.turn("ask")
+    assert end["data"]["status"] == "success"
+    req = c.seen("permission.requested")[0]
+    assert [o["optionId"] for o in req["data"]["options"]] == ["allow", "allow_always", "reject"]
+    resolved = c.seen("permission.resolved", request_id=req["data"]["request_id"])[0]
+    assert resolved["data"]["decision"] == "deny"
+    assert "permission: reject" in reply_text(c)
+    await c.close()
+
+
+async def test_acp_fs_requests_are_served_only_inside_the_cwd(daemon_factory: Any, tmp_path: Path,
+                                                             agent_env: dict[str, str]) -> None:
+    d = await daemon_factory(config(agent_env))
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "notes.txt").write_text("line1\nline2\n")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("top secret")
+    (work / "escape").symlink_to(secret)
+    c = await d.ws((await new_thread(d, "acp", cwd=str(work)))["id"])
+    await c.turn(f"read {work / 'notes.txt'}")
+    assert "read: line1\nline2\n" in reply_text(c)
+    await c.turn(f"write {work / 'new.txt'} hello-file")
+    assert (work / "new.txt").read_text() == "hello-file"
+    for path in (secret, work / ".." / "secret.txt", work / "escape"):
+        before = len(c.seen("message.delta"))
+        await c.turn(f"read {path}")
+        text = "".join(f["data"]["text"] for f in c.seen("message.delta")[before:])
+        assert "read error -32001" in text and "top secret" not in text
+    await c.turn(f"write {tmp_path / 'outside.txt'} nope")
+    assert not (tmp_path / "outside.txt").exists()
+    await c.turn(f"read {work / 'missing.txt'}")
+    assert "read error -32002" in reply_text(c)
+    await c.close()
+
+
+async def test_acp_unknown_agent_requests_get_method_not_found(daemon_factory: Any, tmp_path: Path,
+                                                              agent_env: dict[str, str]) -> None:
+    d = await daemon_factory(config(agent_env))
+    c = await d.ws((await new_thread(d, "acp"))["id"])
+    end = await c.turn("unknown")
+    assert end["data"]["status"] == "success"
+    assert "unknown: error -32601" in reply_text(c)
+    end = await c.turn("garbage")
+    assert end["data"]["status"] == "success"
+    assert len(c.seen("diagnostic")) >= 2
+    end = await c.turn("twoupdates")
+    assert [f for f in c.seen("agent.other") if f["data"].get("foreign_session")]
+    await c.close()
+
+
+async def test_acp_tool_plan_and_thought_updates_map_to_normalized_kinds(
+        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
+    d = await daemon_factory(config(agent_env))
+    c = await d.ws((await new_thread(d, "acp"))["id"])
+    await c.turn("tool")
+    call = c.seen("tool.call")[0]
+    result = c.seen("tool.result", tool_call_id=call["data"]["tool_call_id"])[0]
+    assert result["data"]["output"] == "hi" and result["data"]["is_error"] is False
+    await c.turn("plan")
+    assert len(c.seen("plan")[0]["data"]["entries"]) == 2
+    await c.turn("think")
+    assert c.seen("message.delta", channel="thought")
+    await c.close()
+
+
+async def test_acp_agent_crash_during_a_prompt_ends_the_turn_with_error(
+        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
+    d = await daemon_factory(config(agent_env))
+    c = await d.ws((await new_thread(d, "acp"))["id"])
+    end = await c.turn("crash")
+    assert end["data"]["status"] == "error"
+    assert c.seen("process.exited", reason="crashed")
+    end = await c.turn("back again")  # restarts with session/load
+    assert end["data"]["status"] == "success"
+    await c.close()
+
+
+async def test_agent_built_with_the_official_python_sdk(daemon_factory: Any, tmp_path: Path) -> None:
+    # The SDK agent needs the test environment's site-packages (pydantic, acp).
+    paths = os.pathsep.join([*site.getsitepackages(), str(ROOT)])
+    cfg = "\n".join(["[agents.sdk]", 'protocol = "acp"', f"executable = {json.dumps(PYTHON)}",
+                     f"args = {json.dumps([str(SDK_AGENT)])}",
+                     f"env = {{ PYTHONPATH = {json.dumps(paths)} }}"]) + "\n"
+    d = await daemon_factory(cfg)
+    c = await d.ws((await new_thread(d, "sdk"))["id"])
+    end = await c.turn("hello sdk")
+    assert end["data"]["status"] == "success" and end["data"]["stop_reason"] == "end_turn"
+    assert "hello sdk" in reply_text(c)
+    assert sys.executable
+    await c.close()

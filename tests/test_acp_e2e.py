@@ -265,3 +265,37 @@ async def test_agent_built_with_the_official_python_sdk(daemon_factory: Any, tmp
     assert "hello sdk" in reply_text(c)
     assert sys.executable
     await c.close()
+
+
+async def test_acp_raw_mode_is_an_acp_connection_with_ids_rewritten_and_routed(
+        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
+    d = await daemon_factory(config(agent_env))
+    thread = await new_thread(d, "acp")
+    ev = await d.ws(thread["id"])
+    await ev.turn("hello")  # the bridge's own handshake used ids 0.. already
+    sid = ev.seen("session.started")[0]["data"]["native_session_id"]
+    a = await d.ws(thread["id"], mode="raw", after=ev.seqs()[-1])
+    b = await d.ws(thread["id"], mode="raw", after=ev.seqs()[-1])
+    # Both clients use id 1, which the bridge itself has used too.
+    await a.send(jsonrpc="2.0", id=1, method="session/prompt",
+                 params={"sessionId": sid, "prompt": [{"type": "text", "text": "from a"}]})
+    got_a = await a.next(lambda f: "result" in f or "error" in f)
+    assert got_a["id"] == 1 and got_a["result"]["stopReason"] == "end_turn"
+    await b.send(jsonrpc="2.0", id=1, method="session/list", params={})
+    got_b = await b.next(lambda f: "result" in f or "error" in f)
+    assert got_b["id"] == 1 and "sessions" in got_b["result"]
+    # a saw the session/update notifications of its prompt; b got only its own response.
+    assert any(f.get("method") == "session/update" for f in a.frames)
+    assert not any("stopReason" in json.dumps(f) for f in b.frames)
+    # On the wire the agent saw ids of the bridge's, never a repeated one.
+    ids = [json.loads(e["line"]).get("id") for e in agent_log(tmp_path) if e["event"] == "stdin"]
+    requests = [i for i in ids if i is not None]
+    assert len(requests) == len(set(requests))
+    # A response from a client is not forwarded (the bridge answers the agent itself).
+    before = len([e for e in agent_log(tmp_path) if e["event"] == "stdin"])
+    await a.send(jsonrpc="2.0", id=0, result={})
+    await ev.turn("still fine")
+    lines = [e["line"] for e in agent_log(tmp_path) if e["event"] == "stdin"][before:]
+    assert not any('"result"' in x for x in lines)
+    for c in (a, b, ev):
+        await c.close()

@@ -26,7 +26,7 @@ from bridge.api.security import (
 from bridge.errors import BridgeError, InvalidRequest
 from bridge.protocols.events import Record, ephemeral, loads_strict
 from bridge.sessions.conversation import Conversation, now_iso
-from bridge.sessions.fanout import deliver
+from bridge.sessions.fanout import Subscriber, deliver
 from bridge.sessions.registry import Registry
 
 log = structlog.get_logger("bridge.ws")
@@ -79,6 +79,7 @@ class _Session:
         self.conv = conv
         self.raw = raw
         self._send_lock = asyncio.Lock()
+        self._sub: Subscriber | None = None
         # A peer that has not taken a frame for a whole ping round (interval + timeout)
         # has failed keepalive. uvicorn then closes the transport gracefully, which waits
         # forever to flush to a peer that never reads, so no disconnect ever reaches us:
@@ -98,9 +99,10 @@ class _Session:
             await self._send_text(rec.envelope())
 
     async def run(self, after: int) -> None:
-        sub = self.conv.subscribe()
+        sub = self.conv.subscribe(raw=self.raw)
+        self._sub = sub
         sender = asyncio.create_task(deliver(sub, after, self.conv.read_page, self._send_record,
-                                             None if self.raw else self._send_text))
+                                             self._send_text))
         receiver = asyncio.create_task(self._receive())
         close_code, reason = 1000, ""
         try:
@@ -155,7 +157,7 @@ class _Session:
         if not isinstance(obj, dict):
             return False
         try:
-            await self.conv.write_raw(obj)
+            await self.conv.write_raw(obj, self._sub)
         except BridgeError as exc:
             log.info("ws.raw_refused", thread_id=self.conv.id, code=exc.code)
         return True

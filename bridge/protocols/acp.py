@@ -63,6 +63,9 @@ class AcpDecoded(Decoded):
     ready: bool = False
     fatal: Fatal | None = None
     agent: dict[str, Any] | None = None  # what initialize told us, for the thread object
+    # Responses to requests a raw-mode client forwarded: (route token, the line with the
+    # client's own id restored), for that client only.
+    routed: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _s(v: Any) -> str | None:
@@ -71,6 +74,10 @@ def _s(v: Any) -> str | None:
 
 def _d(v: Any) -> dict[str, Any]:
     return v if isinstance(v, dict) else {}
+
+
+def _l(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
 
 
 def _valid_id(v: Any) -> bool:
@@ -163,7 +170,9 @@ class AcpCodec:
         """session/cancel, and ``cancelled`` for every pending permission request (§3.9)."""
         if self.session_id is None:
             return []
-        self._cancel_sent = True
+        # Only a prompt still in flight is being cancelled: a late cancel must not turn the
+        # next prompt's error into a cancellation.
+        self._cancel_sent = any(m == "session/prompt" for m, _ in self._pending.values())
         lines = [self._notify("session/cancel", {"sessionId": self.session_id})]
         for rid in list(self._permissions.values()):
             lines.append(self.encode_result(rid, {"outcome": {"outcome": "cancelled"}}))
@@ -210,14 +219,25 @@ class AcpCodec:
                 self._on_request(obj, text, out)
             else:
                 self._on_notification(obj, text, out)
+                # Raw-mode clients see the agent's notifications as they are (issue #4.6);
+                # responses and agent requests are the bridge's business, or routed.
+                if out.events:
+                    out.events[0].relay = True
         elif "id" in obj and ("result" in obj or "error" in obj):
             self._on_response(obj, text, out)
         else:
             out.events.append(Event("agent", "diagnostic", {
                 "stream": "protocol", "text": "invalid JSON-RPC message"}, text))
-        if out.events:
-            out.events[0].relay = True
         return out
+
+    def forward_request(self, message: dict[str, Any], route: str) -> str:
+        """A raw-mode client's request, with its id replaced by one of ours so it can never
+        collide with the bridge's requests or another client's; the response is routed
+        back with the original id (:attr:`AcpDecoded.routed`)."""
+        rid = self._next_id
+        self._next_id += 1
+        self._pending[rid] = ("raw", {"route": route, "id": message.get("id")})
+        return dumps({**message, "id": rid})
 
     # -- responses to our requests
 
@@ -228,7 +248,11 @@ class AcpCodec:
             out.events.append(Event("agent", "diagnostic", {
                 "stream": "protocol", "text": f"response to unknown request id {rid!r}"}, raw))
             return
-        method, _ctx = pending
+        method, ctx = pending
+        if method == "raw":
+            out.routed.append((ctx["route"], dumps({**obj, "id": ctx["id"]})))
+            out.events.append(Event("agent", "agent.other", {"routed_response": True}, raw))
+            return
         error = obj.get("error")
         if error is not None:
             err = _d(error)
@@ -274,7 +298,7 @@ class AcpCodec:
         version = result.get("protocolVersion")
         self.agent_capabilities = _d(result.get("agentCapabilities"))
         self.agent_info = _d(result.get("agentInfo"))
-        self.auth_methods = [m for m in result.get("authMethods") or [] if isinstance(m, dict)]
+        self.auth_methods = [m for m in _l(result.get("authMethods")) if isinstance(m, dict)]
         self.protocol_version = version if isinstance(version, int) else None
         out.agent = {"protocol_version": version, "info": self.agent_info,
                      "capabilities": self.agent_capabilities,
@@ -375,7 +399,7 @@ class AcpCodec:
             key = str(rid)
             self._permissions[key] = rid
             call = _d(params.get("toolCall"))
-            options = [o for o in params.get("options") or [] if isinstance(o, dict)]
+            options = [o for o in _l(params.get("options")) if isinstance(o, dict)]
             out.events.append(Event("agent", "permission.requested", {
                 "request_id": key, "tool": _s(call.get("title")) or _s(call.get("kind")),
                 "input": call.get("rawInput") if isinstance(call.get("rawInput"), dict) else {},
@@ -422,7 +446,7 @@ class AcpCodec:
         if kind in ("tool_call", "tool_call_update"):
             return [self._tool_event(kind, u, raw)]
         if kind == "plan":
-            entries = [e for e in u.get("entries") or [] if isinstance(e, dict)]
+            entries = [e for e in _l(u.get("entries")) if isinstance(e, dict)]
             return [Event("agent", "plan", {"entries": entries}, raw)]
         if kind == "current_mode_update":
             return [Event("agent", "agent.status", {
@@ -436,7 +460,7 @@ class AcpCodec:
         if kind == "tool_call_update" and status in ("completed", "failed"):
             output: Any = u.get("rawOutput")
             if output is None:
-                output = "".join(_content_text(_d(c).get("content")) for c in u.get("content") or [])
+                output = "".join(_content_text(_d(c).get("content")) for c in _l(u.get("content")))
             return Event("agent", "tool.result", {"tool_call_id": tcid, "output": output,
                                                   "is_error": status == "failed"}, raw)
         data: dict[str, Any] = {"tool_call_id": tcid, "name": _s(u.get("title")) or _s(u.get("kind")),

@@ -29,7 +29,7 @@ import structlog
 
 from bridge import __version__
 from bridge.config import AgentProfile, Settings
-from bridge.errors import BridgeError, Busy, Conflict, LaunchRefused, StoreError
+from bridge.errors import BridgeError, Busy, Conflict, InvalidRequest, LaunchRefused, StoreError
 from bridge.process.agent_process import AgentProcess, ExitInfo
 from bridge.process.launch import build_launch, valid_session_id
 from bridge.protocols.acp import AcpCodec, AcpDecoded, AgentRequest, Fatal
@@ -105,6 +105,7 @@ class Conversation:
         self.last_activity = time.monotonic()
         self.deleted = False
         self._appended = asyncio.Event()  # replaced on every append; wakes long-polls
+        self._raw_routes: dict[str, Subscriber] = {}  # ACP raw-mode clients awaiting responses
 
     # ------------------------------------------------------------------ state
 
@@ -165,12 +166,13 @@ class Conversation:
     async def read_page(self, after: int, limit: int) -> list[Record]:
         return await self.store.read_events(self.id, after, limit)
 
-    def subscribe(self) -> Subscriber:
+    def subscribe(self, *, raw: bool = False) -> Subscriber:
         self.touch()
-        return self.fanout.subscribe(self.settings.server.subscriber_buffer)
+        return self.fanout.subscribe(self.settings.server.subscriber_buffer, raw=raw)
 
     def unsubscribe(self, sub: Subscriber) -> None:
         self.fanout.unsubscribe(sub)
+        self._raw_routes = {k: v for k, v in self._raw_routes.items() if v is not sub}
         self.touch()
 
     # ------------------------------------------------------------------ process life
@@ -258,11 +260,13 @@ class Conversation:
             out: list[Event] = []
             writes: list[str] = []
             requests: list[AgentRequest] = []
+            routed: list[tuple[str, str]] = []
             for d in decoded:
                 if isinstance(d, AcpDecoded):
                     ready = ready or d.ready
                     fatal = fatal or d.fatal
                     requests += d.requests
+                    routed += d.routed
                     if d.agent is not None:
                         fields["agent_info"] = d.agent
                 for ev in d.events:
@@ -307,6 +311,10 @@ class Conversation:
                     writes.append(reply)
             if out or fields:
                 await self.emit(out, fields=fields)
+            for route, text in routed:  # after the commit, like every other delivery
+                sub = self._raw_routes.get(route)
+                if sub is not None:
+                    sub.push_side(text)
             for line in writes:
                 try:
                     await proc.write_line(line)
@@ -497,13 +505,27 @@ class Conversation:
                         f"{self.settings.server.interrupt_timeout_s:g}s of the interrupt; stopping it"})])
             await self.stop("interrupt_timeout")
 
-    async def write_raw(self, message: dict[str, Any]) -> int:
-        """The ``raw`` op / raw mode: write a client's JSON object to stdin unchanged."""
+    async def write_raw(self, message: dict[str, Any], sub: Subscriber | None = None) -> int:
+        """The ``raw`` op / raw mode: write a client's JSON object to stdin. On an ACP thread
+        a raw-mode client's request gets an id of ours and its response goes back to that
+        client only; a response of its own is refused (the bridge answers the agent)."""
         await self.ensure_started()
-        proc = self._proc
-        if proc is None:
+        proc, codec = self._proc, self._codec
+        if proc is None or codec is None:
             raise Conflict("the agent process is not running", code="agent_exited")
         line = dumps(message)
+        if isinstance(codec, AcpCodec):
+            if "method" not in message:
+                raise InvalidRequest("the bridge answers the agent's requests; a response from a "
+                                     "client is not forwarded", code="not_forwarded")
+            if "id" in message:
+                # Always our id on the wire, so it cannot be taken for a response to one of
+                # the bridge's requests; the answer goes back to a raw-mode client, and is in
+                # the transcript for everyone.
+                route = f"r{id(sub)}" if sub is not None else ""
+                if sub is not None:
+                    self._raw_routes[route] = sub
+                line = codec.forward_request(message, route)
         recs = await self.emit([Event("client", "client.other", {"op": "raw"}, line)])
         try:
             await proc.write_line(line)

@@ -23,9 +23,10 @@ SIDE_LIMIT = 16  # ephemeral notices kept for a subscriber that is not reading
 
 
 class Subscriber:
-    __slots__ = ("buf", "close_reason", "closed", "lagging", "limit", "side", "wake")
+    __slots__ = ("buf", "close_reason", "closed", "lagging", "limit", "raw", "side", "wake")
 
-    def __init__(self, limit: int = DEFAULT_BUFFER) -> None:
+    def __init__(self, limit: int = DEFAULT_BUFFER, *, raw: bool = False) -> None:
+        self.raw = raw  # raw mode: only agent lines and responses routed to it, no notices
         self.buf: deque[Record] = deque()
         # Frames that are not transcript events (e.g. "the store is unavailable"): they
         # cannot be replayed, so a slow subscriber keeps only the newest few.
@@ -66,8 +67,8 @@ class Fanout:
     def __len__(self) -> int:
         return len(self._subs)
 
-    def subscribe(self, limit: int = DEFAULT_BUFFER) -> Subscriber:
-        sub = Subscriber(limit)
+    def subscribe(self, limit: int = DEFAULT_BUFFER, *, raw: bool = False) -> Subscriber:
+        sub = Subscriber(limit, raw=raw)
         self._subs.add(sub)
         self._empty.clear()
         return sub
@@ -85,8 +86,10 @@ class Fanout:
             sub.push(records)
 
     def broadcast_side(self, text: str) -> None:
+        """A bridge notice for every events-mode subscriber."""
         for sub in self._subs:
-            sub.push_side(text)
+            if not sub.raw:
+                sub.push_side(text)
 
     def close_all(self, reason: str) -> None:
         """Close every subscriber; each leaves (unsubscribes) once its client is told."""

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from bridge.protocols.acp import FS_METHODS, AcpCodec, AcpDecoded
 from bridge.protocols.events import KINDS
+from bridge.protocols.stream_json import parse_object
 
 HERE = Path(__file__).resolve().parent
 TRANSCRIPTS = HERE.parent / "fixtures" / "transcripts" / "claude-agent-acp-0.49.0"
@@ -93,17 +94,23 @@ def check_decoded(decoded: AcpDecoded, line: bytes, *, was_loading: bool) -> Non
             assert ev.raw is None and not ev.relay
     relayed = [e for e in decoded.events if e.relay]
     assert len(relayed) <= 1
-    if relayed:
-        assert relayed[0] is decoded.events[0]
-        assert relayed[0].raw is not None
-        assert isinstance(strict_loads(relayed[0].raw), dict)
-        assert relayed[0].raw.encode("utf-8") in line
-    elif decoded.events:
+    obj = parse_object(line)[0]
+    if obj is None:  # not a JSON object: one diagnostic, never relayed
         [ev] = decoded.events
-        assert ev.kind == "diagnostic" and ev.raw is None
+        assert ev.kind == "diagnostic" and ev.raw is None and not ev.relay
+        assert decoded.replies == [] and decoded.requests == []
+    elif decoded.events:
+        # The line is recorded once with its exact text, as the first event; only the agent's
+        # notifications are relayed to raw-mode clients.
+        first = decoded.events[0]
+        assert first.source == "agent" and first.raw is not None
+        assert isinstance(strict_loads(first.raw), dict)
+        assert first.raw.encode("utf-8") in line
+        notification = obj.get("jsonrpc") == "2.0" and isinstance(obj.get("method"), str) and "id" not in obj
+        assert relayed == ([first] if notification else [])
     else:
         # Only history replayed during session/load leaves no event.
-        assert was_loading
+        assert was_loading and obj.get("method") == "session/update"
         assert decoded.replies == [] and decoded.requests == []
     for reply in decoded.replies:
         check_wire(reply)
@@ -342,7 +349,7 @@ def test_responses_to_pending_requests_with_junk_results(state, rid, body):
        par=request_params)
 def test_agent_requests_with_junk_params(state, rid, method, par):
     d = decode(make_codec(state), dump({"jsonrpc": "2.0", "id": rid, "method": method, "params": par}))
-    assert d.events and d.events[0].relay
+    assert d.events and d.events[0].raw is not None
 
 
 @FUZZ
@@ -406,7 +413,7 @@ def test_decode_never_raises_on_mutated_real_lines(state, data):
 
 @FUZZ
 @given(state=states, data=st.data())
-def test_structurally_mutated_real_objects_decode_and_relay(state, data):
+def test_structurally_mutated_real_objects_decode_and_are_recorded(state, data):
     """Keep the JSON valid but replace one field of a real line with junk."""
     original = json.loads(data.draw(st.sampled_from(REAL_LINES), label="line"))
     obj = original
@@ -421,7 +428,7 @@ def test_structurally_mutated_real_objects_decode_and_relay(state, data):
     was_loading = codec._loading
     d = decode(codec, dump(original))
     if not was_loading:
-        assert d.events and d.events[0].relay
+        assert d.events and d.events[0].raw is not None
 
 
 @LIGHT

@@ -39,7 +39,8 @@ KNOWN_CLIS: tuple[tuple[str, str, Protocol], ...] = (
 
 # Keys a thread may override at creation (API.md §1, "options").
 THREAD_OPTION_KEYS = frozenset(
-    {"permission_mode", "allowed_tools", "disallowed_tools", "system_prompt", "mcp_config"}
+    {"permission_mode", "allowed_tools", "disallowed_tools", "system_prompt", "mcp_config",
+     "permission_prompts"}
 )
 
 
@@ -59,6 +60,9 @@ class AgentProfile(BaseModel):
     system_prompt: str | None = None
     mcp_config: str | None = None
     auth_method: str | None = None  # ACP: the authMethods id to authenticate with
+    # stream-json: send permission prompts to clients (--permission-prompt-tool stdio);
+    # ACP agents always ask clients.
+    permission_prompts: bool = False
     builtin: bool = False
 
     @field_validator("args")
@@ -81,6 +85,7 @@ class ServerSettings(BaseModel):
     max_pending_prompts: int = Field(5, ge=0)
     stop_grace_s: float = Field(5.0, ge=0)
     interrupt_timeout_s: float = Field(10.0, gt=0)
+    permission_timeout_s: float = Field(300.0, gt=0)  # unanswered prompts are denied
     ws_ping_interval_s: float = Field(20.0, gt=0)
     ws_ping_timeout_s: float = Field(20.0, gt=0)
     subscriber_buffer: int = Field(1024, ge=16)

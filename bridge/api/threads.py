@@ -146,6 +146,27 @@ async def stop(thread_id: str, request: Request) -> dict[str, Any]:
     return conv.thread_view()
 
 
+class PermissionAnswer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    decision: str = Field(..., pattern="^(allow|deny)$")
+    option_id: str | None = Field(None, min_length=1, max_length=256)
+    message: str | None = Field(None, max_length=4096)
+
+
+@router.get("/threads/{thread_id}/permissions")
+async def list_permissions(thread_id: str, request: Request) -> dict[str, Any]:
+    conv = await _conv(request, thread_id)
+    return {"permissions": conv.pending_permissions()}
+
+
+@router.post("/threads/{thread_id}/permissions/{request_id}")
+async def answer_permission(thread_id: str, request_id: str, body: PermissionAnswer,
+                            request: Request) -> dict[str, Any]:
+    conv = await _conv(request, thread_id)
+    return await conv.answer_permission(request_id, body.decision, by="rest",
+                                        option_id=body.option_id, message=body.message)
+
+
 @router.get("/threads/{thread_id}/events")
 async def events(thread_id: str, request: Request, after: int = Query(0, ge=0),
                  limit: int = Query(200, ge=1, le=MAX_PAGE),

@@ -201,8 +201,18 @@ class _Session:
                 seq = await self.conv.write_raw(message)
                 await self._accept("raw", seq=seq, **ids)
             elif op == "permission":
-                raise InvalidRequest("permission answers are not supported yet (issue #5)",
-                                     code="unsupported")
+                rid, decision = frame.get("request_id"), frame.get("decision")
+                option_id, message = frame.get("option_id"), frame.get("message")
+                if not isinstance(rid, str) or not rid or len(rid) > 256:
+                    raise InvalidRequest("request_id must be a string", code="invalid_frame")
+                if option_id is not None and not isinstance(option_id, str):
+                    raise InvalidRequest("option_id must be a string", code="invalid_frame")
+                if message is not None and (not isinstance(message, str) or len(message) > 4096):
+                    raise InvalidRequest("message must be a string", code="invalid_frame")
+                resolved = await self.conv.answer_permission(
+                    rid, str(decision), by=client_id if isinstance(client_id, str) else "websocket",
+                    option_id=option_id, message=message)
+                await self._accept("permission", **resolved)
             else:
                 raise InvalidRequest(f"unknown op {op!r}", code="unknown_op")
         except BridgeError as exc:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,6 +38,25 @@ class Decoded:
 
     events: list[Event] = field(default_factory=list)
     replies: list[str] = field(default_factory=list)
+
+
+_SECRET_KEY = re.compile(r"(?i)(token|secret|password|passwd|api[_-]?key|authorization|cookie|"
+                         r"credential|email|organi[sz]ation|account|session[_-]?key)")
+REDACTED = "[redacted]"
+
+
+def redact_secrets(value: Any, inside: bool = False, depth: int = 0) -> Any:
+    """Replace every scalar under a secret-looking key (at any depth below it) with
+    "[redacted]" (issue #5 item 5: the initialize response carries account tokens, e-mail
+    and organisation ids)."""
+    if depth > 64:
+        return REDACTED
+    if isinstance(value, dict):
+        return {k: redact_secrets(v, inside or bool(_SECRET_KEY.search(k)), depth + 1)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact_secrets(v, inside, depth + 1) for v in value]
+    return REDACTED if inside and value is not None else value
 
 
 def _not_json_constant(name: str) -> Any:
@@ -115,6 +135,10 @@ class StreamJsonCodec:
 
     def decode(self, line: bytes) -> Decoded:
         obj, text, problem = parse_object(line)
+        if obj is not None and obj.get("type") == "control_response":
+            cleaned = redact_secrets(obj)
+            if cleaned != obj:  # the transcript and clients get the redacted line instead
+                obj, text = cleaned, dumps(cleaned)
         if obj is None:
             return Decoded([Event("agent", "diagnostic",
                                   {"stream": "protocol", "text": f"{problem}: {_truncate(text, 512)}"})])
@@ -288,11 +312,51 @@ class StreamJsonCodec:
                 "input": req.get("input") if isinstance(req.get("input"), dict) else {},
                 "options": [], "tool_call_id": _s(req.get("tool_use_id")),
                 "suggestions": req.get("permission_suggestions")}, raw)]
-        # Every other CLI → host request must be answered or the agent hangs (§1.4.4).
-        if request_id is not None:
-            out.replies.append(self.encode_control_error(request_id,
-                               f"Unsupported control request subtype: {sub}"))
-        return []
+        # Every other CLI → host request must be answered or the agent hangs (§1.4.4):
+        # a default where the protocol has a harmless one, an error otherwise.
+        if request_id is None:
+            return [self._ev("diagnostic", {"stream": "protocol",
+                                            "text": f"control request {sub!r} without a request_id"}, raw)]
+        default = self._control_default(sub, req)
+        if default is None:
+            out.replies.append(self.encode_control_error(request_id, f"Unsupported control request subtype: {sub}"))
+            text = f"answered control request {sub!r} with an error: not supported by the bridge"
+        else:
+            out.replies.append(dumps({"type": "control_response", "response": {
+                "subtype": "success", "request_id": request_id, "response": default}}))
+            text = f"answered control request {sub!r} with the default {dumps(default)}"
+        return [self._ev("diagnostic", {"stream": "protocol", "text": text, "control": sub}, raw)]
+
+    @staticmethod
+    def _control_default(sub: str, req: dict[str, Any]) -> dict[str, Any] | None:
+        if sub == "hook_callback":
+            return {}  # "no opinion": the hook lets the agent continue (§1.4.4)
+        if sub == "elicitation":
+            return {"action": "decline"}
+        if sub == "mcp_message":
+            # The bridge hosts no SDK MCP servers: answer the JSON-RPC inside with an error.
+            msg = _d(req.get("message"))
+            if "id" not in msg:
+                return {"mcp_response": {"jsonrpc": "2.0", "result": {}}}
+            return {"mcp_response": {"jsonrpc": "2.0", "id": msg.get("id"), "error": {
+                "code": -32601, "message": f"no MCP server {req.get('server_name')!r} in this host"}}}
+        return None
+
+    def _control_cancel(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
+        # The agent withdrew one of its requests (a permission prompt, after an interrupt):
+        # dismiss it and write nothing back (§1.4.1).
+        if self._awp:
+            return []
+        rid = _s(obj.get("request_id"))
+        return [self._ev("permission.resolved", {"request_id": rid, "decision": "cancelled",
+                                                 "by": "agent"}, raw)]
+
+    def _control_response(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
+        # Answers to our control requests (interrupt acks, or a raw client's initialize,
+        # whose response carries account details): recorded with secrets redacted.
+        response = _d(obj.get("response"))
+        return [self._ev("agent.other", {"control_response": _s(response.get("subtype")),
+                                         "request_id": _s(response.get("request_id"))}, raw)]
 
     def _rate_limit(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
         info = _d(obj.get("rate_limit_info"))
@@ -313,6 +377,8 @@ class StreamJsonCodec:
         "stream_event": _stream_event,
         "result": _result,
         "control_request": _control_request,
+        "control_cancel_request": _control_cancel,
+        "control_response": _control_response,
         "rate_limit_event": _rate_limit,
         "tool_progress": _tool_progress,
         "content_block_start": _awp_block,

@@ -29,7 +29,7 @@ import structlog
 
 from bridge import __version__
 from bridge.config import AgentProfile, Settings
-from bridge.errors import BridgeError, Busy, Conflict, InvalidRequest, LaunchRefused, StoreError
+from bridge.errors import BridgeError, Busy, Conflict, InvalidRequest, LaunchRefused, NotFound, StoreError
 from bridge.process.agent_process import AgentProcess, ExitInfo
 from bridge.process.launch import build_launch, valid_session_id
 from bridge.protocols.acp import AcpCodec, AcpDecoded, AgentRequest, Fatal
@@ -67,11 +67,34 @@ class Turn:
 
 
 @dataclass(slots=True)
+class PendingPermission:
+    request_id: str
+    tool: str | None
+    input: dict[str, Any]
+    options: list[dict[str, Any]]
+    seq: int
+    created_at: str
+    expires_at: float  # loop time
+    timer: asyncio.TimerHandle | None = None
+
+    def view(self) -> dict[str, Any]:
+        return {"request_id": self.request_id, "tool": self.tool, "input": self.input,
+                "options": self.options, "seq": self.seq, "created_at": self.created_at}
+
+
+RESOLVED_MEMORY = 256  # recently resolved request ids, to tell "too late" from "unknown"
+
+
+@dataclass(slots=True)
 class Accepted:
     seq: int
     turn_id: str | None
     duplicate: bool = False
     queued: bool = False
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _prompt_text(content: Sequence[dict[str, Any]]) -> str:
@@ -106,6 +129,8 @@ class Conversation:
         self.deleted = False
         self._appended = asyncio.Event()  # replaced on every append; wakes long-polls
         self._raw_routes: dict[str, Subscriber] = {}  # ACP raw-mode clients awaiting responses
+        self._permissions: dict[str, PendingPermission] = {}
+        self._resolved: dict[str, str] = {}  # request_id → who decided (bounded)
 
     # ------------------------------------------------------------------ state
 
@@ -198,6 +223,9 @@ class Conversation:
                 **(self.thread.get("options") or {})}
         extra: list[str] = []
         if profile.protocol == "stream-json":
+            if opts.get("permission_prompts"):
+                # can_use_tool control requests come to us, and from us to clients (§1.4.4)
+                extra += ["--permission-prompt-tool", "stdio"]
             if opts.get("permission_mode"):
                 extra += ["--permission-mode", opts["permission_mode"]]
             if opts.get("allowed_tools"):
@@ -261,6 +289,7 @@ class Conversation:
             writes: list[str] = []
             requests: list[AgentRequest] = []
             routed: list[tuple[str, str]] = []
+            asks: list[Event] = []
             for d in decoded:
                 if isinstance(d, AcpDecoded):
                     ready = ready or d.ready
@@ -294,9 +323,11 @@ class Conversation:
                         ended = True
                         fields["turn_active"] = False
                     elif ev.kind == "permission.requested" and ev.source == "agent":
-                        # Permission prompts reach clients in issue #5; until then any request
-                        # is denied by policy so the agent never hangs.
                         rid = str(ev.data.get("request_id"))
+                        if self._prompts_to_clients(codec):
+                            asks.append(ev)  # pending until a client, the timeout or the agent decides
+                            continue
+                        # Prompts are off for this profile: deny by policy so the agent never hangs.
                         answer = codec.answer_permission(
                             rid, "deny", options=ev.data.get("options"),
                             updated_input=ev.data.get("input") or {},
@@ -306,11 +337,22 @@ class Conversation:
                         if answer is not None:
                             out.append(Event("client", "client.other", {"op": "permission"}, answer))
                             writes.append(answer)
+                    elif ev.kind == "permission.resolved" and ev.source == "agent":
+                        # The agent withdrew its request (control_cancel_request): nothing is
+                        # written back.
+                        pending = self._permissions.pop(str(ev.data.get("request_id")), None)
+                        if pending is None:
+                            ev.kind = "agent.other"
+                        else:
+                            self._forget(pending, "agent")
                 for reply in d.replies:
                     out.append(Event("client", "client.other", {"op": "auto_reply"}, reply))
                     writes.append(reply)
             if out or fields:
-                await self.emit(out, fields=fields)
+                records = await self.emit(out, fields=fields)
+                for ev, rec in zip(out, records, strict=True):
+                    if any(ev is a for a in asks):
+                        self._hold_permission(ev, rec)
             for route, text in routed:  # after the commit, like every other delivery
                 sub = self._raw_routes.get(route)
                 if sub is not None:
@@ -328,6 +370,86 @@ class Conversation:
             await proc.stop(min(self.settings.server.stop_grace_s, 1.0))
         elif ended or ready:
             await self._pump()
+
+    def _prompts_to_clients(self, codec: Codec) -> bool:
+        if isinstance(codec, AcpCodec):
+            return True  # ACP: always (issue #5)
+        opts = self.thread.get("options") or {}
+        return bool(opts.get("permission_prompts", self.profile.permission_prompts if self.profile else False))
+
+    def _hold_permission(self, ev: Event, rec: Record) -> None:
+        rid = str(ev.data.get("request_id"))
+        loop = asyncio.get_running_loop()
+        timeout = self.settings.server.permission_timeout_s
+        pending = PendingPermission(rid, ev.data.get("tool"), ev.data.get("input") or {},
+                                    list(ev.data.get("options") or []), rec.seq, rec.ts,
+                                    loop.time() + timeout)
+        pending.timer = loop.call_later(timeout, lambda: asyncio.ensure_future(self._permission_expired(rid)))
+        self._permissions[rid] = pending
+
+    def _forget(self, pending: PendingPermission, by: str) -> None:
+        if pending.timer is not None:
+            pending.timer.cancel()
+        self._resolved[pending.request_id] = by
+        while len(self._resolved) > RESOLVED_MEMORY:
+            self._resolved.pop(next(iter(self._resolved)))
+
+    def pending_permissions(self) -> list[dict[str, Any]]:
+        return [p.view() for p in self._permissions.values()]
+
+    async def _permission_expired(self, request_id: str) -> None:
+        with contextlib.suppress(BridgeError):
+            await self.answer_permission(request_id, "deny", by="timeout",
+                                         message="No answer to the permission request in time")
+
+    async def answer_permission(self, request_id: str, decision: str, *, by: str,
+                                option_id: str | None = None, message: str | None = None) -> dict[str, Any]:
+        """One answer per request: the first wins; later ones are refused (409)."""
+        if decision not in ("allow", "deny"):
+            raise InvalidRequest("decision must be 'allow' or 'deny'", code="invalid_decision")
+        async with self._turn_lock:
+            pending = self._permissions.get(request_id)
+            if pending is None:
+                if request_id in self._resolved:
+                    raise Conflict(f"permission request {request_id} was already resolved "
+                                   f"(by {self._resolved[request_id]})", code="already_resolved")
+                raise NotFound(f"no pending permission request {request_id}", code="permission_not_found")
+            if option_id is not None and pending.options and not any(
+                    o.get("optionId") == option_id for o in pending.options):
+                raise InvalidRequest(f"option_id {option_id!r} is not one of the request's options",
+                                     code="invalid_option_id")
+            proc, codec = self._proc, self._codec
+            del self._permissions[request_id]
+            self._forget(pending, by)
+            data: dict[str, Any] = {"request_id": request_id, "decision": decision, "by": by}
+            if option_id is not None:
+                data["option_id"] = option_id
+            events = [Event("bridge", "permission.resolved", data)]
+            line = None
+            if codec is not None:
+                line = codec.answer_permission(
+                    request_id, decision, option_id=option_id, options=pending.options,
+                    updated_input=pending.input,
+                    message=message or ("Denied by the user" if decision == "deny" else ""))
+                if line is not None:
+                    events.append(Event("client", "client.other", {"op": "permission"}, line))
+            await self.emit(events)
+            if line is not None and proc is not None:
+                try:
+                    await proc.write_line(line)
+                except (BrokenPipeError, ConnectionResetError) as exc:
+                    log.info("agent.stdin_closed", thread_id=self.id, error=str(exc))
+            return data
+
+    def _drop_permissions(self, by: str) -> list[Event]:
+        """Every pending request ends (interrupt, process exit): resolved as cancelled."""
+        events = []
+        for pending in self._permissions.values():
+            self._forget(pending, by)
+            events.append(Event("bridge", "permission.resolved", {
+                "request_id": pending.request_id, "decision": "cancelled", "by": by}))
+        self._permissions.clear()
+        return events
 
     async def _serve_agent_requests(self, proc: AgentProcess, codec: AcpCodec,
                                     requests: list[AgentRequest]) -> None:
@@ -384,6 +506,7 @@ class Conversation:
                 events.append(Event("bridge", "turn.ended", {
                     "turn_id": turn.turn_id, "status": "cancelled" if user_ended else "error",
                     "error": f"not started: agent process ended ({reason})"}))
+            events[1:1] = self._drop_permissions("agent_exited")
             self._queue.clear()
             self._end_turn_state()
             self._proc = None
@@ -483,6 +606,11 @@ class Conversation:
                 return True
             self._interrupting = True
             lines = codec.interrupt()
+            # ACP: the cancel answers every pending permission request (§3.9); stream-json
+            # agents withdraw theirs with control_cancel_request.
+            dropped = self._drop_permissions("interrupt") if isinstance(codec, AcpCodec) else []
+        if dropped:
+            await self.emit(dropped)
         if lines is None:
             # awp-jsonl has no interrupt message: stopping the process ends the turn.
             asyncio.create_task(self.stop("interrupted"))  # noqa: RUF006
@@ -514,6 +642,19 @@ class Conversation:
         if proc is None or codec is None:
             raise Conflict("the agent process is not running", code="agent_exited")
         line = dumps(message)
+        if message.get("type") == "control_response" and not isinstance(codec, AcpCodec):
+            # A stream-json client answering a permission prompt itself: the same flow as
+            # the permission op, so the first answer still wins and is recorded once.
+            resp = _as_dict(message.get("response"))
+            rid = resp.get("request_id")
+            if isinstance(rid, str) and rid in self._permissions:
+                inner = _as_dict(resp.get("response"))
+                note = inner.get("message")
+                await self.answer_permission(rid, "allow" if inner.get("behavior") == "allow" else "deny",
+                                             by="raw", message=note if isinstance(note, str) else None)
+                return self._seq
+            if isinstance(rid, str) and rid in self._resolved:
+                raise Conflict(f"permission request {rid} was already resolved", code="already_resolved")
         if isinstance(codec, AcpCodec):
             if "method" not in message:
                 raise InvalidRequest("the bridge answers the agent's requests; a response from a "
@@ -538,7 +679,7 @@ class Conversation:
 
 
 _OPTION_FIELDS = ("permission_mode", "allowed_tools", "disallowed_tools", "system_prompt",
-                  "mcp_config")
+                  "mcp_config", "permission_prompts")
 
 PUBLIC_THREAD_FIELDS = ("id", "agent", "protocol", "model", "cwd", "title", "native_session_id",
                         "state", "turn_active", "last_seq", "created_at", "updated_at",

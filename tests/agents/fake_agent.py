@@ -257,8 +257,16 @@ class Agent:
             if msg is None:
                 os._exit(0)
             if msg.get("type") == "control_response" and msg.get("response", {}).get("request_id") == rid:
-                behavior = msg["response"].get("response", {}).get("behavior")
-                self.reply(f"permission: {behavior}")
+                answer = msg["response"].get("response", {})
+                log(event="permission_answer", answer=answer)
+                self.reply(f"permission: {answer.get('behavior')}")
+                return
+            if msg.get("type") == "control_request" and msg.get("request", {}).get("subtype") == "interrupt":
+                # As Claude Code does (protocols.md §1.6.3): withdraw the prompt, ack, abort.
+                out({"type": "control_cancel_request", "request_id": rid})
+                out({"type": "control_response", "response": {"subtype": "success",
+                                                              "request_id": msg.get("request_id")}})
+                self.result("", error=True, subtype="error_during_execution", terminal_reason="aborted_tools")
                 return
             self.deferred.append(msg)
 

@@ -439,6 +439,98 @@ def test_every_real_line_unmutated_in_every_state(state):
         decode(codec, line)
 
 
+# ---------------------------------------------------------------- type confusion, exhaustively
+
+WRONG_TYPES: list[Any] = [0, 7, -1.5, True, None, "x", "", {}, {"k": 1}, [], [1], [None]]
+
+
+def _real(pred: Any) -> dict[str, Any]:
+    return next(o for o in map(json.loads, REAL_LINES) if pred(o))
+
+
+def _update_line(variant: str) -> dict[str, Any]:
+    return _real(lambda o: ((o.get("params") or {}).get("update") or {}).get("sessionUpdate") == variant)
+
+
+def _templates() -> list[tuple[str, dict[str, Any]]]:
+    """One message of every shape the codec reads, in the state where it reads it."""
+    init = _real(lambda o: o.get("id") == 0 and "agentCapabilities" in (o.get("result") or {}))
+    init["result"]["authMethods"] = [{"id": "key", "name": "K", "type": "agent"}]
+    new = _real(lambda o: "modes" in (o.get("result") or {}))
+    new["result"] = {**new["result"], "id": 1, "modes": {}, "configOptions": []}
+    new["id"] = 1
+    ready_sid = {"sessionId": SID}
+    out: list[tuple[str, dict[str, Any]]] = [
+        ("initializing", init),
+        ("initializing", {"jsonrpc": "2.0", "id": 0, "error": {"code": -32603, "message": "m", "data": {}}}),
+        ("opening", new),
+        ("opening", {"jsonrpc": "2.0", "id": 1, "error": {"code": -32000, "message": "login"}}),
+        ("authenticating", {"jsonrpc": "2.0", "id": 1, "result": {}}),
+        ("loading", {"jsonrpc": "2.0", "id": 1, "result": {"sessionId": OLD}}),
+        ("loading", {"jsonrpc": "2.0", "id": 1, "error": {"code": -32002, "message": "gone"}}),
+        ("resuming", {"jsonrpc": "2.0", "id": 1, "result": {"sessionId": OLD}}),
+        ("ready", {"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "end_turn", "usage": {"totalTokens": 1}}}),
+        ("ready", {"jsonrpc": "2.0", "id": 2, "error": {"code": -32603, "message": "m", "data": {"d": 1}}}),
+        ("ready", _real(lambda o: o.get("method") == "session/request_permission")),
+        ("ready", {"jsonrpc": "2.0", "id": 5, "method": "fs/read_text_file",
+                   "params": {**ready_sid, "path": "/w/a", "line": 1, "limit": 2}}),
+        ("ready", {"jsonrpc": "2.0", "id": 6, "method": "fs/write_text_file",
+                   "params": {**ready_sid, "path": "/w/a", "content": "x"}}),
+        ("ready", {"jsonrpc": "2.0", "id": 7, "method": "terminal/create", "params": {**ready_sid, "command": "ls"}}),
+        ("ready", {"jsonrpc": "2.0", "method": "session/update", "params": {**ready_sid, "update": {
+            "sessionUpdate": "plan", "entries": [{"content": "a", "priority": "high", "status": "pending"}]}}}),
+        ("ready", {"jsonrpc": "2.0", "method": "session/update", "params": {**ready_sid, "update": {
+            "sessionUpdate": "current_mode_update", "currentModeId": "plan", "modeId": "plan"}}}),
+        ("ready", {"jsonrpc": "2.0", "method": "session/update", "params": {**ready_sid, "update": {
+            "sessionUpdate": "agent_thought_chunk", "content": {"type": "resource_link", "uri": "u", "name": "n"},
+            "messageId": "m"}}}),
+        ("ready", {"jsonrpc": "2.0", "method": "session/update", "params": {**ready_sid, "update": {
+            "sessionUpdate": "tool_call_update", "toolCallId": "t", "status": "failed",
+            "content": [{"type": "content", "content": {"type": "text", "text": "a"}}]}}}),
+        ("loading", _update_line("user_message_chunk")),
+    ]
+    for variant in ("agent_message_chunk", "tool_call", "tool_call_update", "usage_update",
+                    "available_commands_update", "user_message_chunk"):
+        out.append(("ready_loaded", _update_line(variant)))
+    return out
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every key path into an object (only the first element of each list)."""
+    out: list[tuple[Any, ...]] = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out.append((*prefix, k))
+            out += _paths(v, (*prefix, k))
+    elif isinstance(value, list) and value:
+        out.append((*prefix, 0))
+        out += _paths(value[0], (*prefix, 0))
+    return out
+
+
+def _replaced(obj: Any, path: tuple[Any, ...], new: Any) -> Any:
+    if not path:
+        return new
+    copy = dict(obj) if isinstance(obj, dict) else list(obj)
+    copy[path[0]] = _replaced(obj[path[0]], path[1:], new)
+    return copy
+
+
+def test_every_field_of_every_message_shape_with_every_wrong_type():
+    """Deterministic complement to the random properties: each field the agent can send,
+    replaced in turn by a value of each JSON type (a list where an object belongs, a number
+    where a list belongs, ...), decoded in the state that reads it."""
+    count = 0
+    for state, template in _templates():
+        for path in [(), *_paths(template)]:
+            if path[:1] == ("jsonrpc",) or len(path) > 6:
+                continue
+            for wrong in WRONG_TYPES:
+                decode(make_codec(state), dump(_replaced(template, path, wrong)))
+                count += 1
+    assert count > 2000
+
+
 # ---------------------------------------------------------------- client operations interleaved
 
 client_ops = st.one_of(
@@ -456,6 +548,10 @@ client_ops = st.one_of(
                                                max_size=4))),
     st.tuples(st.just("line"), rpc_objects),
     st.tuples(st.just("permission"), ids),
+    # a raw-mode client's own request, forwarded under one of the codec's ids
+    st.tuples(st.just("forward"), st.fixed_dictionaries(
+        {"jsonrpc": st.just("2.0"), "method": st.sampled_from(["session/set_mode", "session/list", "_x"])},
+        optional={"id": ids, "params": junk})),
 )
 
 
@@ -464,6 +560,7 @@ client_ops = st.one_of(
 def test_interleaved_client_operations_write_only_valid_json_rpc(state, ops):
     codec = make_codec(state)
     request_ids: list[int] = []
+    forwarded: dict[int, Any] = {}  # codec id → the raw client's id
     for op, arg in ops:
         if op == "prompt":
             if not codec.ready:
@@ -496,11 +593,24 @@ def test_interleaved_client_operations_write_only_valid_json_rpc(state, ops):
                 assert outcome["outcome"] in ("selected", "cancelled")
                 assert target not in codec.pending_permissions()
                 assert codec.answer_permission(target, decision, options=options) is None
+        elif op == "forward":
+            line = codec.forward_request(arg, "client-1")
+            assert "\n" not in line and "\r" not in line
+            obj = strict_loads(line)
+            assert isinstance(obj["id"], int) and obj["method"] == arg["method"]
+            request_ids.append(obj["id"])
+            forwarded[obj["id"]] = arg.get("id")
         elif op == "permission":
             decode(codec, dump({"jsonrpc": "2.0", "id": arg, "method": "session/request_permission",
                                 "params": {"sessionId": codec.session_id or SID, "options": []}}))
         else:
             d = decode(codec, dump(arg))
+            for route, routed in d.routed:
+                assert route == "client-1"
+                assert "\n" not in routed and "\r" not in routed
+                back = strict_loads(routed)
+                assert back["id"] == json.loads(json.dumps(forwarded.pop(arg["id"])))
+                assert {k: v for k, v in back.items() if k != "id"} == {k: v for k, v in arg.items() if k != "id"}
             request_ids += [o["id"] for o in map(check_wire, d.replies) if "method" in o and "id" in o]
     assert len(request_ids) == len(set(request_ids)), "the codec reused one of its own request ids"
 

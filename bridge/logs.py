@@ -4,15 +4,14 @@ the "listening" line). Secrets are redacted by key name before anything is rende
 from __future__ import annotations
 
 import logging
-import re
 import sys
 from collections.abc import MutableMapping
 from typing import Any
 
 import structlog
 
-_SECRET_KEY = re.compile(r"(?i)(token|secret|password|passwd|api[_-]?key|authorization|cookie|credential)")
-REDACTED = "[redacted]"
+from bridge.protocols.events import REDACTED
+from bridge.protocols.events import SECRET_KEY_RE as _SECRET_KEY
 
 
 def redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:

@@ -190,3 +190,22 @@ async def test_acp_prompt_answered_with_an_option_and_cancelled_by_interrupt(
 
 def test_dialects_constant_is_used() -> None:
     assert "stream-json" in DIALECTS
+
+
+async def test_profile_secrets_never_reach_the_transcript_clients_or_logs(
+        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
+    secret = "sk-test-0123456789abcdef"
+    d = await daemon_factory(cfg({**agent_env, "FAKE_API_KEY": secret}))
+    thread = await new_thread(d, "sj")
+    c = await d.ws(thread["id"])
+    await c.turn("leak FAKE_API_KEY")
+    text = [f for f in c.seen("message") if f["source"] == "agent"][-1]["data"]["text"]
+    assert text == "the value of FAKE_API_KEY is [redacted]"
+    assert any("my secret is [redacted]" in f["data"]["text"] for f in c.seen("diagnostic"))
+    assert secret not in "".join(c.texts)
+    async with d.http() as http:
+        page = await http.get(f"/v1/threads/{thread['id']}/events", params={"limit": 1000})
+    assert secret not in page.text
+    assert secret not in d.stderr()
+    for db_file in d.data_dir.glob("bridge.db*"):  # the database and its WAL
+        assert secret.encode() not in db_file.read_bytes()

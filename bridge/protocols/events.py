@@ -8,6 +8,7 @@ when it writes to the agent, and what the bridge says itself. The conversation g
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -43,6 +44,12 @@ KINDS = frozenset(
 )
 
 TURN_STATUSES = ("success", "error", "cancelled")
+
+
+# Keys whose values are secrets: redacted from logs, control responses and agent output.
+SECRET_KEY_RE = re.compile(r"(?i)(token|secret|password|passwd|api[_-]?key|authorization|cookie|"
+                           r"credential|private[_-]?key|session[_-]?key)")
+REDACTED = "[redacted]"
 
 
 def dumps(obj: Any) -> str:

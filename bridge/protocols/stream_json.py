@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from bridge.protocols.events import Event, dumps
+from bridge.protocols.events import REDACTED, SECRET_KEY_RE, Event, dumps
 
 PROTOCOL = "stream-json"
 
@@ -40,9 +40,8 @@ class Decoded:
     replies: list[str] = field(default_factory=list)
 
 
-_SECRET_KEY = re.compile(r"(?i)(token|secret|password|passwd|api[_-]?key|authorization|cookie|"
-                         r"credential|email|organi[sz]ation|account|session[_-]?key)")
-REDACTED = "[redacted]"
+# The secret keys of events.py, plus the account details an initialize response carries.
+_SECRET_KEY = re.compile(SECRET_KEY_RE.pattern + r"|(?i:email|organi[sz]ation|account)")
 
 
 def redact_secrets(value: Any, inside: bool = False, depth: int = 0) -> Any:

@@ -34,7 +34,7 @@ from bridge.process.agent_process import AgentProcess, ExitInfo
 from bridge.process.launch import build_launch, valid_session_id
 from bridge.protocols.acp import AcpCodec, AcpDecoded, AgentRequest, Fatal
 from bridge.protocols.codecs import Codec, make_codec
-from bridge.protocols.events import Event, Record, dumps
+from bridge.protocols.events import REDACTED, SECRET_KEY_RE, Event, Record, dumps
 from bridge.protocols.framing import LineTooLong
 from bridge.protocols.stream_json import Decoded
 from bridge.sessions import acp_fs
@@ -130,6 +130,9 @@ class Conversation:
         self._appended = asyncio.Event()  # replaced on every append; wakes long-polls
         self._raw_routes: dict[str, Subscriber] = {}  # ACP raw-mode clients awaiting responses
         self._permissions: dict[str, PendingPermission] = {}
+        # Values of the profile's secret-looking env vars: never stored, never shown.
+        self._secrets: list[bytes] = [] if profile is None else [
+            v.encode() for k, v in profile.env.items() if SECRET_KEY_RE.search(k) and len(v) >= 6]
         self._resolved: dict[str, str] = {}  # request_id → who decided (bounded)
 
     # ------------------------------------------------------------------ state
@@ -263,7 +266,15 @@ class Conversation:
         for line in codec.start():  # ACP: initialize; the rest of the handshake follows replies
             await self._write(proc, line, kind="client.other", data={"op": "handshake"})
 
+    def _scrub(self, line: bytes) -> bytes:
+        for secret in self._secrets:
+            if secret in line:
+                line = line.replace(secret, REDACTED.encode())
+        return line
+
     async def _on_stderr(self, text: str) -> None:
+        for secret in self._secrets:
+            text = text.replace(secret.decode(), REDACTED)
         await self.emit([Event("agent", "diagnostic", {"stream": "stderr", "text": text})])
 
     async def _read_stdout(self, proc: AgentProcess, codec: Codec) -> None:
@@ -271,7 +282,7 @@ class Conversation:
             async for lines in proc.stdout_batches():
                 # Everything one read brought is decoded, stored and published together:
                 # one transaction for a burst of deltas instead of one per line.
-                await self._on_agent_output(proc, codec, [codec.decode(line) for line in lines])
+                await self._on_agent_output(proc, codec, [codec.decode(self._scrub(line)) for line in lines])
         except LineTooLong as exc:
             self._exit_reason = "line_too_long"
             await self.emit([Event("bridge", "diagnostic",

@@ -18,6 +18,7 @@ Directives are the first word of a prompt:
   recall             reply with every prompt this native session has seen (proves resume)
   ask                (stream-json) send a can_use_tool control_request and wait for the answer
   badsession         report a native session id that is not valid
+  leak NAME          reply with (and write to stderr) the value of env var NAME
   flood N            write N deltas as fast as possible, then a terminal line
   spawnchild         start a grandchild (sleeps 300 s, cmdline carries FAKE_AGENT_LOG) and hang
 
@@ -269,6 +270,13 @@ class Agent:
                 self.result("", error=True, subtype="error_during_execution", terminal_reason="aborted_tools")
                 return
             self.deferred.append(msg)
+
+    def do_leak(self, text: str) -> None:
+        name = (text.split() + ["", ""])[1]
+        value = os.environ.get(name, "")
+        sys.stderr.write(f"my secret is {value}\n")
+        sys.stderr.flush()
+        self.reply(f"the value of {name} is {value}")
 
     def do_flood(self, text: str) -> None:
         parts = text.split()

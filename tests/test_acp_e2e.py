@@ -170,16 +170,22 @@ async def test_acp_interrupt_sends_session_cancel_and_the_turn_ends_cancelled(da
     await c.close()
 
 
-async def test_acp_permission_request_is_answered_by_policy_with_a_reject_option(
+async def test_acp_permission_request_goes_to_clients_and_deny_picks_a_reject_option(
         daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
     d = await daemon_factory(config(agent_env))
-    c = await d.ws((await new_thread(d, "acp"))["id"])
-    end = await c.turn("ask")
-    assert end["data"]["status"] == "success"
-    req = c.seen("permission.requested")[0]
+    thread = await new_thread(d, "acp")
+    c = await d.ws(thread["id"])
+    acc = await c.prompt("ask")
+    req = await c.kind("permission.requested")
     assert [o["optionId"] for o in req["data"]["options"]] == ["allow", "allow_always", "reject"]
+    async with d.http() as http:
+        r = await http.post(f"/v1/threads/{thread['id']}/permissions/{req['data']['request_id']}",
+                            json={"decision": "deny"})
+        assert r.status_code == 200
+    end = await c.kind("turn.ended", turn_id=acc["data"]["turn_id"])
+    assert end["data"]["status"] == "success"
     resolved = c.seen("permission.resolved", request_id=req["data"]["request_id"])[0]
-    assert resolved["data"]["decision"] == "deny"
+    assert resolved["data"]["decision"] == "deny" and resolved["data"]["by"] == "rest"
     assert "permission: reject" in reply_text(c)
     await c.close()
 

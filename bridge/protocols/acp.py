@@ -396,7 +396,9 @@ class AcpCodec:
             return
         rid: int | str = obj["id"]
         if method == "session/request_permission":
-            key = str(rid)
+            key = rid if isinstance(rid, str) else dumps(rid)  # 0 and "0" stay distinct keys
+            if isinstance(rid, str) and rid.lstrip("-").isdigit():
+                key = dumps(rid)
             self._permissions[key] = rid
             call = _d(params.get("toolCall"))
             options = [o for o in _l(params.get("options")) if isinstance(o, dict)]
@@ -417,6 +419,20 @@ class AcpCodec:
 
     def _on_notification(self, obj: dict[str, Any], raw: str, out: AcpDecoded) -> None:
         method, params = obj["method"], _d(obj.get("params"))
+        if method == "$/cancel_request":
+            # The agent withdrew one of its requests (§3.9 rule 5): a pending permission
+            # request is resolved as cancelled and answered with -32800.
+            target = params.get("requestId")
+            key = None
+            for k, v in self._permissions.items():
+                if v == target and type(v) is type(target):
+                    key = k
+            if key is not None:
+                rid = self._permissions.pop(key)
+                out.events.append(Event("agent", "permission.resolved", {
+                    "request_id": key, "decision": "cancelled", "by": "agent"}, raw))
+                out.replies.append(self.encode_error(rid, REQUEST_CANCELLED, "Request cancelled"))
+                return
         if method != "session/update":
             out.events.append(Event("agent", "agent.other", {"method": method}, raw))
             return
@@ -450,7 +466,7 @@ class AcpCodec:
             return [Event("agent", "plan", {"entries": entries}, raw)]
         if kind == "current_mode_update":
             return [Event("agent", "agent.status", {
-                "mode": _s(u.get("currentModeId")) or _s(u.get("modeId"))}, raw)]
+                "status": "mode_changed", "mode": _s(u.get("currentModeId")) or _s(u.get("modeId"))}, raw)]
         return [Event("agent", "agent.other", {"session_update": kind}, raw)]
 
     @staticmethod
@@ -463,9 +479,21 @@ class AcpCodec:
                 output = "".join(_content_text(_d(c).get("content")) for c in _l(u.get("content")))
             return Event("agent", "tool.result", {"tool_call_id": tcid, "output": output,
                                                   "is_error": status == "failed"}, raw)
-        data: dict[str, Any] = {"tool_call_id": tcid, "name": _s(u.get("title")) or _s(u.get("kind")),
-                                "input": u.get("rawInput"), "title": _s(u.get("title")),
-                                "kind": _s(u.get("kind")), "status": status}
-        if kind == "tool_call_update":
-            data["update"] = True
+        # A stable tool name when the agent gives one (claude-agent-acp: _meta.claudeCode.toolName);
+        # the title is a human label that changes during the call.
+        meta_name = _s(_d(_d(u.get("_meta")).get("claudeCode")).get("toolName"))
+        data: dict[str, Any] = {"tool_call_id": tcid}
+        if kind == "tool_call":
+            data.update(name=meta_name or _s(u.get("title")) or _s(u.get("kind")),
+                        input=u.get("rawInput"), title=_s(u.get("title")), kind=_s(u.get("kind")),
+                        status=status or "pending")
+            return Event("agent", "tool.call", data, raw)
+        # tool_call_update patches the call: only the fields present (an absent field is
+        # unchanged, not cleared).
+        data["update"] = True
+        if meta_name:
+            data["name"] = meta_name
+        for src, dst in (("rawInput", "input"), ("title", "title"), ("kind", "kind"), ("status", "status")):
+            if src in u:
+                data[dst] = u[src]
         return Event("agent", "tool.call", data, raw)

@@ -345,7 +345,8 @@ def test_main_tool_call_updates_and_results():
     r = replay("acpmain")
     calls = events_of(r, "tool.call")
     bash = [c.data for c in calls if c.data["tool_call_id"] == "toolu_fake_72f9636044ba"]
-    assert bash[0] == {"tool_call_id": "toolu_fake_72f9636044ba", "name": "Terminal", "input": {},
+    # name is the stable _meta.claudeCode.toolName, not the changing human title
+    assert bash[0] == {"tool_call_id": "toolu_fake_72f9636044ba", "name": "Bash", "input": {},
                        "title": "Terminal", "kind": "execute", "status": "pending"}
     assert bash[1]["update"] is True
     assert bash[1]["input"] == {"command": "touch /home/user/project/wtest.txt", "description": "Create file"}
@@ -804,9 +805,9 @@ def test_update_mapping():
                       rawInput={"p": 1})) == (
         "tool.call", {"tool_call_id": "t1", "name": "Read a", "input": {"p": 1}, "title": "Read a",
                       "kind": "read", "status": "pending"})
+    # a patch carries only the fields present: absent means unchanged, not cleared
     assert one(update("tool_call_update", toolCallId="t1", status="in_progress")) == (
-        "tool.call", {"tool_call_id": "t1", "name": None, "input": None, "title": None, "kind": None,
-                      "status": "in_progress", "update": True})
+        "tool.call", {"tool_call_id": "t1", "status": "in_progress", "update": True})
     assert one(update("tool_call_update", toolCallId="t1", status="completed", rawOutput={"ok": 1})) == (
         "tool.result", {"tool_call_id": "t1", "output": {"ok": 1}, "is_error": False})
     assert one(update("tool_call_update", toolCallId="t1", status="failed",

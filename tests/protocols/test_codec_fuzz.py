@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bridge.protocols.awp_jsonl import AwpJsonlCodec
-from bridge.protocols.events import KINDS
+from bridge.protocols.events import KINDS, dumps
 from bridge.protocols.stream_json import StreamJsonCodec
 
 HERE = Path(__file__).resolve().parent
@@ -43,6 +43,25 @@ LIGHT = settings(FUZZ, max_examples=60)
 
 CODECS = [StreamJsonCodec, AwpJsonlCodec]
 
+# Issue #5 item 5, written independently of the codec: every scalar at any depth below a key
+# naming one of these is a secret that a relayed control_response must not carry.
+SECRET_KEY_PARTS = ("token", "secret", "password", "passwd", "apikey", "api_key", "api-key",
+                    "authorization", "cookie", "credential", "email", "organization",
+                    "organisation", "account", "sessionkey", "session_key", "session-key")
+REDACTED = "[redacted]"
+
+
+def is_secret_key(key: str) -> bool:
+    return any(part in key.casefold() for part in SECRET_KEY_PARTS)
+
+
+def expected_redaction(value, inside: bool = False):
+    if isinstance(value, dict):
+        return {k: expected_redaction(v, inside or is_secret_key(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [expected_redaction(v, inside) for v in value]
+    return REDACTED if inside and value is not None else value
+
 
 def check_decoded(decoded, line: bytes) -> None:
     assert decoded.events, "every line must leave a trace"
@@ -58,10 +77,20 @@ def check_decoded(decoded, line: bytes) -> None:
     if relayed:
         # Only a JSON-object line is relayed, as the first event, with its own text, and
         # that text must be strict JSON: Record.envelope embeds it verbatim (API.md §4).
+        # The one exception: a control_response carrying secrets relays redacted.
         assert relayed[0] is decoded.events[0]
-        assert relayed[0].raw is not None
-        assert isinstance(strict_loads(relayed[0].raw), dict)
-        assert relayed[0].raw.encode("utf-8") in line
+        raw = relayed[0].raw
+        assert raw is not None
+        assert isinstance(strict_loads(raw), dict)
+        obj = json.loads(line.decode("utf-8"))
+        redacted = expected_redaction(obj) if obj.get("type") == "control_response" else obj
+        if redacted == obj:
+            assert raw.encode("utf-8") in line
+        else:
+            assert raw == dumps(redacted)
+            assert REDACTED in raw
+        for ev in decoded.events:
+            assert ev.raw == raw
     else:
         [ev] = decoded.events
         assert ev.kind == "diagnostic" and ev.raw is None
@@ -172,7 +201,9 @@ def test_decode_never_raises_on_arbitrary_json_values(codec_cls, value):
     decoded = codec_cls().decode(line)
     check_decoded(decoded, line)
     if isinstance(value, dict):
-        assert decoded.events[0].relay and decoded.events[0].raw == line.decode()
+        redacted = expected_redaction(value) if value.get("type") == "control_response" else value
+        assert decoded.events[0].relay
+        assert decoded.events[0].raw == (line.decode() if redacted == value else dumps(redacted))
     else:
         assert [e.kind for e in decoded.events] == ["diagnostic"]
 
@@ -235,21 +266,134 @@ def test_json_whitespace_around_an_object_is_fine_and_kept_in_raw(codec_cls, obj
     assert first.raw == (lead + body + trail).removesuffix("\r")
 
 
+_ABSENT = object()
+mcp_inner_messages = (
+    st.just(_ABSENT)
+    | json_values
+    | st.fixed_dictionaries({"jsonrpc": st.just("2.0"), "method": st.text(max_size=12)},
+                            optional={"id": json_scalars, "params": json_values})
+)
+
+
+def _expected_answer(subtype: str, message) -> tuple[str, dict | str]:
+    """("success", response) or ("error", message) for a CLI → host control request."""
+    if subtype == "hook_callback":
+        return "success", {}
+    if subtype == "elicitation":
+        return "success", {"action": "decline"}
+    if subtype == "mcp_message":
+        inner = message if isinstance(message, dict) else {}
+        if "id" not in inner:
+            return "success", {"mcp_response": {"jsonrpc": "2.0", "result": {}}}
+        return "success", {"mcp_response": {"jsonrpc": "2.0", "id": inner["id"], "error": {
+            "code": -32601, "message": "no MCP server 'srv' in this host"}}}
+    return "error", f"Unsupported control request subtype: {subtype}"
+
+
 @FUZZ
 @given(request_id=nasty_text, subtype=st.text(max_size=20) | st.sampled_from(
-    ["hook_callback", "mcp_message", "elicitation", "request_user_dialog"]))
-def test_every_unanswerable_control_request_gets_one_error_reply_with_its_id(request_id, subtype):
+    ["hook_callback", "mcp_message", "elicitation", "request_user_dialog", "can_use_tool"]),
+    message=mcp_inner_messages)
+def test_every_cli_control_request_gets_exactly_one_reply_with_its_id(request_id, subtype, message):
+    request: dict = {"subtype": subtype, "server_name": "srv"}
+    if message is not _ABSENT:
+        request["message"] = message
     line = json.dumps({"type": "control_request", "request_id": request_id,
-                       "request": {"subtype": subtype}}).encode()
+                       "request": request}).encode()
     decoded = StreamJsonCodec().decode(line)
     check_decoded(decoded, line)
+    [ev] = decoded.events
+    assert ev.relay and ev.raw == line.decode()
     if subtype == "can_use_tool":
+        assert ev.kind == "permission.requested"
         assert decoded.replies == []
         return
+    assert ev.kind == "diagnostic"
+    assert (ev.data["stream"], ev.data["control"]) == ("protocol", subtype)
     [reply] = [check_wire_line(r) for r in decoded.replies]
-    assert reply["response"]["subtype"] == "error"
+    outcome, answer = _expected_answer(subtype, message)
     # What the agent meant: JSON cannot tell "\ud800\udfff" from U+103FF, nor can JS.
-    assert reply["response"]["request_id"] == json.loads(json.dumps(request_id))
+    rid = json.loads(json.dumps(request_id))
+    if outcome == "success":
+        assert reply == {"type": "control_response", "response": {
+            "subtype": "success", "request_id": rid, "response": json.loads(json.dumps(answer))}}
+    else:
+        assert reply == {"type": "control_response", "response": {
+            "subtype": "error", "request_id": rid, "error": answer}}
+
+
+@pytest.mark.parametrize("codec_cls", CODECS)
+@LIGHT
+@given(request_id=json_scalars)
+def test_control_cancel_requests_are_never_answered(codec_cls, request_id):
+    line = json.dumps({"type": "control_cancel_request", "request_id": request_id}).encode()
+    decoded = codec_cls().decode(line)
+    check_decoded(decoded, line)
+    assert decoded.replies == []
+    [ev] = decoded.events
+    if codec_cls is AwpJsonlCodec:  # no control protocol, no permission prompts
+        assert (ev.kind, ev.data) == ("agent.other", {})
+    else:
+        assert (ev.kind, ev.data) == ("permission.resolved", {
+            "request_id": request_id if isinstance(request_id, str) else None,
+            "decision": "cancelled", "by": "agent"})
+
+
+@pytest.mark.parametrize("codec_cls", CODECS)
+@LIGHT
+@given(subtype=json_scalars, request_id=json_scalars)
+def test_control_responses_are_agent_other_and_never_answered(codec_cls, subtype, request_id):
+    line = json.dumps({"type": "control_response",
+                       "response": {"subtype": subtype, "request_id": request_id}}).encode()
+    decoded = codec_cls().decode(line)
+    check_decoded(decoded, line)
+    assert decoded.replies == []
+    [ev] = decoded.events
+    assert (ev.kind, ev.raw) == ("agent.other", line.decode())
+    assert ev.data == {"control_response": subtype if isinstance(subtype, str) else None,
+                       "request_id": request_id if isinstance(request_id, str) else None}
+
+
+SECRET_KEYS = ["token", "accessToken", "oauth_token", "client_secret", "password", "passwd",
+               "apiKey", "api_key", "x-api-key", "Authorization", "cookie", "credentials", "email",
+               "organization", "organisation", "account", "accountUuid", "sessionKey", "session-key"]
+PUBLIC_KEYS = ["subtype", "request_id", "response", "commands", "models", "name", "value",
+               "session_id", "pid", "auth", "description"]
+secretive_values = st.recursive(
+    json_scalars | nasty_text,
+    lambda children: st.lists(children, max_size=3)
+    | st.dictionaries(st.sampled_from(SECRET_KEYS + PUBLIC_KEYS) | st.text(max_size=4), children,
+                      max_size=4),
+    max_leaves=14,
+)
+
+
+def _secret_scalars(value, inside: bool = False) -> list:
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in _secret_scalars(v, inside or is_secret_key(k))]
+    if isinstance(value, list):
+        return [s for v in value for s in _secret_scalars(v, inside)]
+    return [value] if inside and value is not None else []
+
+
+@pytest.mark.parametrize("codec_cls", CODECS)
+@FUZZ
+@given(body=st.dictionaries(st.sampled_from(SECRET_KEYS + PUBLIC_KEYS), secretive_values, max_size=5),
+       ascii_only=st.booleans())
+def test_control_responses_never_relay_a_secret(codec_cls, body, ascii_only):
+    obj = {"type": "control_response", "response": {"subtype": "success", "request_id": "r1",
+                                                    "response": body}}
+    line = json.dumps(obj, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
+    decoded = codec_cls().decode(line)
+    check_decoded(decoded, line)  # raw is the line, or exactly its redaction
+    if not ascii_only and not decoded.events[0].relay:
+        return  # a lone surrogate written as raw UTF-8 bytes: not UTF-8, a diagnostic
+    [ev] = decoded.events
+    assert ev.kind == "agent.other" and ev.relay
+    assert ev.data == {"control_response": "success", "request_id": "r1"}
+    relayed = json.loads(ev.raw)
+    assert relayed == expected_redaction(json.loads(line.decode("utf-8")))
+    assert all(s == REDACTED for s in _secret_scalars(relayed))
 
 
 assert REAL_LINES, f"no transcripts at {TRANSCRIPTS}"  # a copy ships in tests/fixtures

@@ -579,9 +579,9 @@ def test_json_round_trip_is_exact() -> None:
     # The restored table behaves exactly like the original from here on.
     for t in (table, back):
         assert notify(t, 9.0, "completed", task_id="gone").reason == "duplicate"
-        assert feed(t, 9.5, subtype="task_progress", task_id="wf").reason == "late"
-        assert notify(t, 10.0, "failed", task_id="bash").accepted
-        started(t, 11.0, task_id="new")
+        assert feed(t, 10.5, subtype="task_progress", task_id="wf").reason == "late"
+        assert notify(t, 11.0, "failed", task_id="bash").accepted
+        started(t, 12.0, task_id="new")
     assert back.to_json() == table.to_json()
 
 
@@ -616,13 +616,29 @@ def test_from_json_reapplies_the_caps() -> None:
 # ---------------------------------------------------------------------- property
 
 
-json_leaf = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False,
-                                                                                  allow_infinity=False) | st.text(
-    max_size=12)
+json_leaf = (st.none() | st.booleans() | st.integers(-(2**70), 2**70)
+             | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12))
 json_value = st.recursive(json_leaf, lambda kids: st.lists(kids, max_size=4) | st.dictionaries(
     st.text(max_size=6), kids, max_size=4), max_leaves=12)
 statuses = st.sampled_from(["pending", "running", "paused", "completed", "failed", "killed", "stopped",
                             "cancelled", "", "weird"]) | json_value
+
+OPTIONAL: dict[str, st.SearchStrategy[Any]] = {  # built once: strategies validate lazily
+    "task_id": st.sampled_from(["e", ""]) | json_value,
+    "tool_use_id": st.sampled_from(["toolu_1", "toolu_2"]) | json_value,
+    "status": statuses,
+    "description": st.text(max_size=10) | json_value,
+    "summary": st.text(max_size=10),
+    "usage": st.dictionaries(st.sampled_from(["total_tokens", "tool_uses", "duration_ms"]),
+                             st.integers(0, 10**6)) | json_value,
+    "last_tool_name": st.sampled_from(["Grep", "Read"]),
+    "workflow_progress": st.lists(json_value, max_size=4) | json_value,
+    "patch": st.fixed_dictionaries({}, optional={
+        "status": statuses, "description": json_value, "end_time": json_value, "error": json_value,
+        "is_backgrounded": json_value, "other": json_value}) | json_value,
+    "subagent_type": json_value, "parent_task_id": json_value, "output_file": json_value,
+    "is_backgrounded": json_value, "error": json_value, "task_type": json_value,
+}
 
 
 @st.composite
@@ -630,27 +646,11 @@ def task_events(draw: st.DrawFn) -> tuple[dict[str, Any] | None, dict[str, Any] 
     obj: dict[str, Any] = {"type": "system", "subtype": draw(st.sampled_from(
         ["task_started", "task_progress", "task_updated", "task_notification", "task_notification",
          "background_tasks_changed"]))}
-    optional: dict[str, st.SearchStrategy[Any]] = {
-        "task_id": st.sampled_from(["a", "b", "c", "d", "e", ""]) | json_value,
-        "tool_use_id": st.sampled_from(["toolu_1", "toolu_2"]) | json_value,
-        "status": statuses,
-        "description": st.text(max_size=10) | json_value,
-        "summary": st.text(max_size=10),
-        "usage": st.dictionaries(st.sampled_from(["total_tokens", "tool_uses", "duration_ms"]),
-                                 st.integers(0, 10**6)) | json_value,
-        "last_tool_name": st.sampled_from(["Grep", "Read"]),
-        "workflow_progress": st.lists(json_value, max_size=4) | json_value,
-        "patch": st.fixed_dictionaries({}, optional={
-            "status": statuses, "description": json_value, "end_time": json_value, "error": json_value,
-            "is_backgrounded": json_value, "other": json_value}) | json_value,
-        "subagent_type": json_value, "parent_task_id": json_value, "output_file": json_value,
-        "is_backgrounded": json_value, "error": json_value, "task_type": json_value,
-    }
-    for key, strategy in optional.items():
-        if draw(st.booleans()):
+    if draw(st.integers(0, 9)) < 8:  # mostly a few well-formed ids, so tasks meet again
+        obj["task_id"] = draw(st.sampled_from(["a", "b", "c", "d"]))
+    for key, strategy in OPTIONAL.items():
+        if draw(st.integers(0, 9)) < (1 if key == "task_id" else 4):
             obj[key] = draw(strategy)
-    if obj.get("task_id") is None and draw(st.booleans()):
-        obj["task_id"] = draw(st.sampled_from(["a", "b", "c"]))
     events = CODEC.decode(json.dumps(obj).encode()).events
     data: dict[str, Any] | None = events[0].data if events[0].kind == "task.updated" else {}
     raw: dict[str, Any] | None = obj
@@ -663,7 +663,7 @@ def task_events(draw: st.DrawFn) -> tuple[dict[str, Any] | None, dict[str, Any] 
     return data, raw, step
 
 
-PROPERTY = settings(max_examples=300, deadline=None, database=None,
+PROPERTY = settings(max_examples=150, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 

@@ -167,6 +167,12 @@ async def answer_permission(thread_id: str, request_id: str, body: PermissionAns
                                         option_id=body.option_id, message=body.message)
 
 
+@router.get("/threads/{thread_id}/tasks")
+async def list_tasks(thread_id: str, request: Request) -> dict[str, Any]:
+    conv = await _conv(request, thread_id)
+    return {"tasks": conv.tasks.snapshot()}
+
+
 @router.get("/threads/{thread_id}/events")
 async def events(thread_id: str, request: Request, after: int = Query(0, ge=0),
                  limit: int = Query(200, ge=1, le=MAX_PAGE),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import secrets
 import signal
 import time
@@ -39,6 +40,7 @@ from bridge.protocols.framing import LineTooLong
 from bridge.protocols.stream_json import Decoded
 from bridge.sessions import acp_fs
 from bridge.sessions.fanout import Fanout, Subscriber
+from bridge.sessions.tasks import TaskTable
 from bridge.store.base import Store, ThreadRow
 
 log = structlog.get_logger("bridge.conversation")
@@ -93,6 +95,16 @@ class Accepted:
     queued: bool = False
 
 
+def _raw_obj(raw: str | None) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
 def _as_dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
@@ -130,6 +142,7 @@ class Conversation:
         self._appended = asyncio.Event()  # replaced on every append; wakes long-polls
         self._raw_routes: dict[str, Subscriber] = {}  # ACP raw-mode clients awaiting responses
         self._permissions: dict[str, PendingPermission] = {}
+        self.tasks = TaskTable.from_json(thread["tasks"]) if thread.get("tasks") else TaskTable()
         # Values of the profile's secret-looking env vars: never stored, never shown.
         self._secrets: list[bytes] = [] if profile is None else [
             v.encode() for k, v in profile.env.items() if SECRET_KEY_RE.search(k) and len(v) >= 6]
@@ -348,6 +361,17 @@ class Conversation:
                         if answer is not None:
                             out.append(Event("client", "client.other", {"op": "permission"}, answer))
                             writes.append(answer)
+                    elif ev.kind == "task.updated" and ev.source == "agent":
+                        # The task table decides: snapshots replace, patches patch, only the
+                        # notification is terminal, and late or duplicate events are recorded
+                        # but do not change the task (issue #5 item 4).
+                        verdict = self.tasks.apply(ev.data, _raw_obj(ev.raw), time.time())
+                        if not verdict.accepted or verdict.task is None:
+                            ev.kind = "agent.other"
+                            ev.data = {"task_event_ignored": verdict.reason, **ev.data}
+                        else:
+                            ev.data["status"] = verdict.task["status"]
+                            fields["tasks"] = self.tasks.to_json()
                     elif ev.kind == "permission.resolved" and ev.source == "agent":
                         # The agent withdrew its request (control_cancel_request): nothing is
                         # written back.

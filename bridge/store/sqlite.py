@@ -82,11 +82,15 @@ _MIGRATIONS: list[str] = [
     """
     ALTER TABLE threads ADD COLUMN agent_info TEXT;
     """,
+    # 4: the sub-agent / workflow task table (sessions/tasks.py, its own JSON)
+    """
+    ALTER TABLE threads ADD COLUMN tasks TEXT;
+    """,
 ]
 
 _THREAD_COLUMNS = ("id", "agent", "protocol", "model", "cwd", "title", "native_session_id",
                    "state", "turn_active", "last_seq", "created_at", "updated_at", "last_exit",
-                   "options", "pid", "pid_start", "agent_info")
+                   "options", "pid", "pid_start", "agent_info", "tasks")
 _JSON_COLUMNS = ("last_exit", "options", "agent_info")
 
 

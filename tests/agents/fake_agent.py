@@ -18,6 +18,8 @@ Directives are the first word of a prompt:
   recall             reply with every prompt this native session has seen (proves resume)
   ask                (stream-json) send a can_use_tool control_request and wait for the answer
   badsession         report a native session id that is not valid
+  tasks              a Task tool call with task_started/progress (two workflow snapshots)/
+                     updated/notification, then a duplicate notification
   leak NAME          reply with (and write to stderr) the value of env var NAME
   flood N            write N deltas as fast as possible, then a terminal line
   spawnchild         start a grandchild (sleeps 300 s, cmdline carries FAKE_AGENT_LOG) and hang
@@ -270,6 +272,30 @@ class Agent:
                 self.result("", error=True, subtype="error_during_execution", terminal_reason="aborted_tools")
                 return
             self.deferred.append(msg)
+
+    def do_tasks(self, text: str) -> None:
+        def system(sub: str, **fields: object) -> None:
+            out({"type": "system", "subtype": sub, "session_id": self.session_id, "uuid": str(uuid.uuid4()),
+                 **fields})
+
+        self.assistant([{"type": "tool_use", "id": "toolu_task", "name": "Task", "input": {"prompt": "go"}}])
+        system("task_started", task_id="t1", tool_use_id="toolu_task", description="Explore repo",
+               subagent_type="Explore", task_type="local_agent")
+        system("task_progress", task_id="t1", tool_use_id="toolu_task", description="Explore repo",
+               usage={"total_tokens": 10, "tool_uses": 1, "duration_ms": 5},
+               workflow_progress=[{"step": "a", "state": "done"}, {"step": "b", "state": "running"}])
+        system("task_progress", task_id="t1", tool_use_id="toolu_task", description="Explore repo",
+               usage={"total_tokens": 20, "tool_uses": 2, "duration_ms": 9},
+               workflow_progress=[{"step": "c", "state": "running"}])
+        system("task_updated", task_id="t1", patch={"description": "Explore the repo", "status": "running"})
+        system("task_notification", task_id="t1", tool_use_id="toolu_task", status="completed",
+               output_file="/tmp/out", summary="Found 3 files")
+        system("task_notification", task_id="t1", tool_use_id="toolu_task", status="failed",
+               output_file="/tmp/out", summary="duplicate")
+        out({"type": "user", "message": {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_task", "content": "Found 3 files", "is_error": False}]},
+            "session_id": self.session_id, "parent_tool_use_id": None})
+        self.reply("tasks done")
 
     def do_leak(self, text: str) -> None:
         name = (text.split() + ["", ""])[1]

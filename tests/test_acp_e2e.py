@@ -93,7 +93,7 @@ async def test_acp_restart_loads_the_session_without_duplicating_history(
     assert end["data"]["status"] == "success"
     load = sent(tmp_path, "session/load")
     assert [m["params"]["sessionId"] for m in load] == [native]
-    resumed = [f for f in c2.seen("session.started") if f["seq"] > last][0]
+    resumed = next(f for f in c2.seen("session.started") if f["seq"] > last)
     assert resumed["data"]["resumed"] == "load" and resumed["data"]["replayed_updates"] >= 4
     # The agent replayed the first two turns; none of it entered the transcript again.
     assert len(c2.seen("message.delta")) == deltas_before + 3

@@ -298,7 +298,7 @@ class Agent:
         self.reply("tasks done")
 
     def do_leak(self, text: str) -> None:
-        name = (text.split() + ["", ""])[1]
+        name = ([*text.split(), "", ""])[1]
         value = os.environ.get(name, "")
         sys.stderr.write(f"my secret is {value}\n")
         sys.stderr.flush()

@@ -817,8 +817,9 @@ def test_update_mapping():
         "tool.result", {"tool_call_id": "t1", "output": "ab", "is_error": True})
     entries = [{"content": "a", "priority": "high", "status": "pending"}]
     assert one(update("plan", entries=[*entries, "junk"])) == ("plan", {"entries": entries})
-    assert one(update("current_mode_update", currentModeId="plan")) == ("agent.status", {"status": "mode_changed", "mode": "plan"})
-    assert one(update("current_mode_update", modeId="ask")) == ("agent.status", {"status": "mode_changed", "mode": "ask"})
+    mode = ("agent.status", {"status": "mode_changed", "mode": "plan"})
+    assert one(update("current_mode_update", currentModeId="plan")) == mode
+    assert one(update("current_mode_update", modeId="plan")) == mode
     for other in ("usage_update", "available_commands_update", "config_option_update",
                   "session_info_update", "plan_update", "compaction_update", "_x/new"):
         assert one(update(other, used=1)) == ("agent.other", {"session_update": other})

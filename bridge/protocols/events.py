@@ -47,8 +47,9 @@ TURN_STATUSES = ("success", "error", "cancelled")
 
 
 # Keys whose values are secrets: redacted from logs, control responses and agent output.
-SECRET_KEY_RE = re.compile(r"(?i)(token|secret|password|passwd|api[_-]?key|authorization|cookie|"
-                           r"credential|private[_-]?key|session[_-]?key)")
+# "token" but not token *counts* (totalTokens, input_tokens, tokens_used).
+SECRET_KEY_RE = re.compile(r"(?i:token)(?![sS](?:$|_))|(?i:secret|password|passwd|api[_-]?key|authorization|"
+                           r"cookie|credential|private[_-]?key|session[_-]?key)")
 REDACTED = "[redacted]"
 
 

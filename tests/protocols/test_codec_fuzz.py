@@ -47,12 +47,17 @@ CODECS = [StreamJsonCodec, AwpJsonlCodec]
 # naming one of these is a secret that a relayed control_response must not carry.
 SECRET_KEY_PARTS = ("token", "secret", "password", "passwd", "apikey", "api_key", "api-key",
                     "authorization", "cookie", "credential", "email", "organization",
-                    "organisation", "account", "sessionkey", "session_key", "session-key")
+                    "organisation", "account", "sessionkey", "session_key", "session-key",
+                    "privatekey", "private_key", "private-key")
 REDACTED = "[redacted]"
 
 
 def is_secret_key(key: str) -> bool:
-    return any(part in key.casefold() for part in SECRET_KEY_PARTS)
+    folded = key.casefold()
+    # token COUNTS (tokens, totalTokens, input_tokens, tokens_used) are not secrets
+    if folded.endswith("tokens") or "tokens_" in folded:
+        folded = folded.replace("tokens", "")
+    return any(part in folded for part in SECRET_KEY_PARTS)
 
 
 def expected_redaction(value, inside: bool = False):
@@ -356,7 +361,8 @@ def test_control_responses_are_agent_other_and_never_answered(codec_cls, subtype
 
 SECRET_KEYS = ["token", "accessToken", "oauth_token", "client_secret", "password", "passwd",
                "apiKey", "api_key", "x-api-key", "Authorization", "cookie", "credentials", "email",
-               "organization", "organisation", "account", "accountUuid", "sessionKey", "session-key"]
+               "organization", "organisation", "account", "accountUuid", "sessionKey", "session-key",
+               "private_key", "privateKey"]
 PUBLIC_KEYS = ["subtype", "request_id", "response", "commands", "models", "name", "value",
                "session_id", "pid", "auth", "description"]
 secretive_values = st.recursive(

@@ -235,8 +235,7 @@ class Conversation:
         resume = self.thread.get("native_session_id")
         codec = make_codec(profile.protocol, cwd=self.thread["cwd"], resume_id=resume,
                            auth_method=profile.auth_method, client_version=__version__)
-        opts = {**profile.model_dump(include=set(_OPTION_FIELDS)),
-                **(self.thread.get("options") or {})}
+        opts = self._options()
         extra: list[str] = []
         if profile.protocol == "stream-json":
             if opts.get("permission_prompts"):
@@ -406,11 +405,13 @@ class Conversation:
         elif ended or ready:
             await self._pump()
 
+    def _options(self) -> dict[str, Any]:
+        """The profile's spawn options, overridden by the thread's own (API.md §1)."""
+        base = self.profile.model_dump(include=set(_OPTION_FIELDS)) if self.profile else {}
+        return {**base, **(self.thread.get("options") or {})}
+
     def _prompts_to_clients(self, codec: Codec) -> bool:
-        if isinstance(codec, AcpCodec):
-            return True  # ACP: always (issue #5)
-        opts = self.thread.get("options") or {}
-        return bool(opts.get("permission_prompts", self.profile.permission_prompts if self.profile else False))
+        return isinstance(codec, AcpCodec) or bool(self._options().get("permission_prompts"))
 
     def _hold_permission(self, ev: Event, rec: Record) -> None:
         rid = str(ev.data.get("request_id"))

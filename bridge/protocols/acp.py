@@ -14,6 +14,7 @@ Malformed lines and invalid JSON-RPC become ``diagnostic`` events, never excepti
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,6 +94,13 @@ def _content_text(block: Any) -> str:
     return ""
 
 
+def _plain_text(source: dict[str, Any]) -> str | None:
+    try:
+        return base64.b64decode(str(source.get("data")), validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
 def to_acp_blocks(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Bridge (Anthropic-shaped) content blocks → ACP ContentBlocks (§3.6)."""
     out: list[dict[str, Any]] = []
@@ -104,8 +112,13 @@ def to_acp_blocks(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out.append({"type": "image", "mimeType": src.get("media_type"), "data": src.get("data")})
         elif b.get("type") == "document":
             src = _d(b.get("source"))
-            out.append({"type": "resource", "resource": {
-                "uri": "attachment:document", "mimeType": src.get("media_type"), "blob": src.get("data")}})
+            resource: dict[str, Any] = {"uri": "attachment:document", "mimeType": src.get("media_type")}
+            text = _plain_text(src) if src.get("media_type") == "text/plain" else None
+            if text is not None:
+                resource["text"] = text  # an embedded text resource, as agents expect for text
+            else:
+                resource["blob"] = src.get("data")
+            out.append({"type": "resource", "resource": resource})
     return out
 
 

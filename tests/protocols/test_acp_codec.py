@@ -991,3 +991,13 @@ def test_encode_shutdown_is_none_and_codec_flags():
     codec = AcpCodec(cwd="/w")
     assert codec.encode_shutdown() is None
     assert codec.protocol == "acp" and codec.resume_on_argv is False and codec.launch_flags == ()
+
+
+def test_text_documents_become_embedded_text_resources_and_pdfs_blobs():
+    from bridge.protocols.acp import to_acp_blocks
+
+    blocks = to_acp_blocks([
+        {"type": "document", "source": {"type": "base64", "media_type": "text/plain", "data": "aGVsbG8="}},
+        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}}])
+    assert blocks[0]["resource"] == {"uri": "attachment:document", "mimeType": "text/plain", "text": "hello"}
+    assert blocks[1]["resource"] == {"uri": "attachment:document", "mimeType": "application/pdf", "blob": "JVBERi0="}

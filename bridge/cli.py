@@ -100,11 +100,14 @@ def serve(settings: Settings) -> int:
         # Scripts and tests parse exactly this first stdout line (API.md §1).
         print(f"agent-bridge listening on {scheme}://{shown}:{port}", flush=True)
 
-    app = create_app(settings, on_ready=ready)
+    app = create_app(settings, on_ready=ready, bound_port=port)
     ssl = {}
     if settings.server.tls_cert and settings.server.tls_key:
         ssl = {"ssl_certfile": settings.server.tls_cert, "ssl_keyfile": settings.server.tls_key}
+    # proxy_headers off: X-Forwarded-Proto is honoured only with [server]
+    # trust_proxy_headers, by security.RequestGuard (docs/security.md).
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on",
+                            proxy_headers=False,
                             ws_max_size=16 * 1024 * 1024,
                             ws_ping_interval=settings.server.ws_ping_interval_s,
                             ws_ping_timeout=settings.server.ws_ping_timeout_s, timeout_graceful_shutdown=5, **ssl)  # type: ignore[arg-type]

@@ -9,8 +9,10 @@ reason (``agent-bridge agents``, ``GET /v1/agents``); it is simply refused at la
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import re
 import shutil
 import sys
 import tomllib
@@ -74,12 +76,67 @@ class AgentProfile(BaseModel):
         return v
 
 
+def parse_host_port(value: str) -> tuple[str, int | None]:
+    """``name``, ``name:port``, ``1.2.3.4:port``, ``[::1]:port`` → (lower-case name, port).
+
+    The form of an HTTP ``Host`` header and of a ``[server] allowed_hosts`` entry; brackets
+    are kept on IPv6 literals, a trailing dot is dropped. ValueError if malformed."""
+    v = value.strip().lower()
+    if v.startswith("["):
+        end = v.find("]")
+        if end < 0:
+            raise ValueError(f"unterminated IPv6 literal in {value!r}")
+        host, rest = v[:end + 1], v[end + 1:]
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            raise ValueError(f"bad IPv6 literal in {value!r}") from None
+        if rest and not rest.startswith(":"):
+            raise ValueError(f"junk after the IPv6 literal in {value!r}")
+        port_text = rest[1:] if rest else None
+    else:
+        host, sep, port_text_ = v.partition(":")
+        port_text = port_text_ if sep else None
+        host = host.removesuffix(".")
+        if not _HOST_NAME_RE.fullmatch(host):
+            raise ValueError(f"not a host name or address: {value!r}")
+    port: int | None = None
+    if port_text is not None:
+        if not port_text.isdigit() or len(port_text) > 5 or not 0 < int(port_text) <= 65535:
+            raise ValueError(f"bad port in {value!r}")
+        port = int(port_text)
+    return host, port
+
+
+def parse_origin(value: str) -> tuple[str, str, int]:
+    """``scheme://host[:port]`` (a browser's ``Origin``) → (scheme, host, port); the
+    default port of the scheme fills in a missing one. ValueError if malformed (``null``,
+    a path, user info, another scheme)."""
+    scheme, sep, rest = value.strip().partition("://")
+    scheme = scheme.lower()
+    if not sep or scheme not in DEFAULT_PORTS or not rest or any(c in rest for c in "/?#@"):
+        raise ValueError(f"not an origin (scheme://host[:port]): {value!r}")
+    host, port = parse_host_port(rest)
+    return scheme, host, DEFAULT_PORTS[scheme] if port is None else port
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+_HOST_NAME_RE = re.compile(r"[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?")
+
+
 class ServerSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     host: str = DEFAULT_HOST
     port: int = Field(DEFAULT_PORT, ge=0, le=65535)
+    # Browser origins besides the daemon's own that may call it (CORS, WebSocket, POST…).
     allowed_origins: list[str] = Field(default_factory=list)
+    # Host header values accepted besides loopback names with the bound port (issue #6).
+    allowed_hosts: list[str] = Field(default_factory=list)
+    # Honour X-Forwarded-Proto (only behind a TLS-terminating proxy; docs/security.md).
+    trust_proxy_headers: bool = False
+    session_ttl_s: float = Field(12 * 3600, gt=0)   # browser sessions (POST /v1/session)
+    max_sessions: int = Field(1024, ge=1)           # beyond → the oldest is logged out
     max_conversations: int = Field(64, ge=1)
     idle_timeout_s: float = Field(600, gt=0)
     max_pending_prompts: int = Field(5, ge=0)
@@ -91,6 +148,20 @@ class ServerSettings(BaseModel):
     subscriber_buffer: int = Field(1024, ge=16)
     tls_cert: str | None = None
     tls_key: str | None = None
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _hosts(cls, v: list[str]) -> list[str]:
+        for entry in v:
+            parse_host_port(entry)
+        return v
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, v: list[str]) -> list[str]:
+        for entry in v:
+            parse_origin(entry)
+        return v
 
 
 class Settings(BaseModel):

@@ -1,4 +1,5 @@
-"""create_app(settings): the lifespan owns the store and the registry."""
+"""create_app(settings): the lifespan owns the store and the registry; RequestGuard (Host,
+Origin, CORS) wraps everything, and every ``/v1`` route needs credentials (security.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from bridge import __version__
-from bridge.api.security import resolve_token
+from bridge.api.security import RequestGuard, Sessions, resolve_token, session_router
 from bridge.config import Settings
-from bridge.errors import BridgeError
+from bridge.errors import BridgeError, ConfigError
+from bridge.process.launch import is_loopback_host
 from bridge.sessions.registry import Registry
 from bridge.store.sqlite import SqliteStore
 
@@ -25,10 +27,17 @@ def error_body(code: str, message: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": message}}
 
 
-def create_app(settings: Settings, *, on_ready: Callable[[], None] | None = None) -> FastAPI:
+def create_app(settings: Settings, *, on_ready: Callable[[], None] | None = None,
+               bound_port: int | None = None) -> FastAPI:
+    """``bound_port``: the port actually listened on (``--port 0`` is only resolved once
+    the socket is bound); the Host check needs it. Defaults to ``settings.port``."""
     from bridge.api import threads, ws
 
+    if settings.no_auth and not is_loopback_host(settings.host):
+        raise ConfigError("--no-auth is refused unless the bind address is loopback")
     token = resolve_token(settings)
+    server = settings.server
+    tls = bool(server.tls_cert and server.tls_key)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -53,6 +62,12 @@ def create_app(settings: Settings, *, on_ready: Callable[[], None] | None = None
                   docs_url=None, redoc_url=None)
     app.state.settings = settings
     app.state.token = token
+    app.state.tls = tls
+    app.state.sessions = Sessions(server.session_ttl_s, server.max_sessions)
+    app.add_middleware(RequestGuard, bind_host=settings.host,
+                       port=settings.port if bound_port is None else bound_port,
+                       allowed_hosts=server.allowed_hosts, allowed_origins=server.allowed_origins,
+                       tls=tls, trust_proxy_headers=server.trust_proxy_headers)
 
     @app.exception_handler(BridgeError)
     async def bridge_error(_: Request, exc: BridgeError) -> JSONResponse:
@@ -104,6 +119,7 @@ def create_app(settings: Settings, *, on_ready: Callable[[], None] | None = None
         )
         return PlainTextResponse(body, media_type="text/plain; version=0.0.4")
 
+    app.include_router(session_router)
     app.include_router(threads.router)
     app.include_router(ws.router)
     return app

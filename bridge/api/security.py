@@ -1,21 +1,52 @@
-"""The auth token: where it comes from, and constant-time checks of what clients send.
+"""Who may talk to the daemon (API.md §1 and §4, issue #6; docs/security.md).
 
-Token precedence (API.md §1): ``--token`` / ``AGENT_BRIDGE_TOKEN``, else
-``<data-dir>/token``, else a new random token written there with mode 0600.
+* The auth token: where it comes from, and constant-time checks of what clients send.
+  Token precedence: ``--token`` / ``AGENT_BRIDGE_TOKEN``, else ``<data-dir>/token``, else a
+  new random token written there with mode 0600.
+* Credentials: ``Authorization: Bearer``, the WebSocket subprotocol pair
+  ``agent-bridge.v1`` + ``bearer.<token>``, or the browser session cookie minted by
+  ``POST /v1/session``. Never a URL query parameter.
+* :class:`RequestGuard`, a pure ASGI middleware that runs before routing: the Host check
+  (DNS rebinding), the Origin check (cross-site WebSocket hijacking, CSRF) and CORS for
+  allowlisted origins.
+
+Nothing here logs a token, a cookie or an Authorization header.
 """
 
 from __future__ import annotations
 
 import hmac
+import math
 import os
 import secrets
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
-from bridge.config import Settings
-from bridge.errors import ConfigError
+import structlog
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from bridge.config import DEFAULT_PORTS, Settings, parse_host_port, parse_origin
+from bridge.errors import BridgeError, ConfigError
+from bridge.process.launch import is_loopback_host
+
+log = structlog.get_logger("bridge.security")
 
 SUBPROTOCOL = "agent-bridge.v1"
 BEARER_PREFIX = "bearer."
+COOKIE_NAME = "agent_bridge_session"
+
+
+class Unauthorized(BridgeError):
+    code = "unauthorized"
+    status = 401
+
+
+# --------------------------------------------------------------------------- the token
 
 
 def resolve_token(settings: Settings) -> str | None:
@@ -69,3 +100,249 @@ def bearer_from_subprotocols(offered: list[str]) -> str | None:
         if p.startswith(BEARER_PREFIX):
             return p[len(BEARER_PREFIX):]
     return None
+
+
+def offered_subprotocols(headers: Mapping[str, str]) -> list[str]:
+    return [p.strip() for p in headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
+
+
+# --------------------------------------------------------------------------- sessions
+
+
+class Sessions:
+    """Browser sessions: random 256-bit ids in memory, each with an expiry; at most
+    ``limit`` at once (the oldest goes first). A daemon restart logs every browser out."""
+
+    def __init__(self, ttl_s: float, limit: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s = ttl_s
+        self.limit = limit
+        self._clock = clock
+        self._expiry: dict[str, float] = {}  # insertion order = creation order
+
+    def create(self) -> str:
+        now = self._clock()
+        for sid in [s for s, exp in self._expiry.items() if exp <= now]:
+            del self._expiry[sid]
+        while len(self._expiry) >= self.limit:
+            del self._expiry[next(iter(self._expiry))]
+        sid = secrets.token_urlsafe(32)
+        self._expiry[sid] = now + self.ttl_s
+        return sid
+
+    def valid(self, sid: str | None) -> bool:
+        if not sid:
+            return False
+        exp = self._expiry.get(sid)
+        if exp is None:
+            return False
+        if exp <= self._clock():
+            del self._expiry[sid]
+            return False
+        return True
+
+    def revoke(self, sid: str | None) -> None:
+        if sid:
+            self._expiry.pop(sid, None)
+
+    def __len__(self) -> int:
+        return len(self._expiry)
+
+
+def authorized(state: Any, headers: Mapping[str, str], cookies: Mapping[str, str], *,
+               websocket: bool = False) -> bool:
+    """A bearer token (header, or for a WebSocket the subprotocol) or a live session
+    cookie. A token that is present but wrong fails even beside a good cookie."""
+    expected: str | None = state.token
+    if expected is None:
+        return True
+    given = bearer_from_header(headers.get("authorization"))
+    if given is None and websocket:
+        given = bearer_from_subprotocols(offered_subprotocols(headers))
+    if given is not None:
+        return token_matches(expected, given)
+    sessions: Sessions = state.sessions
+    return sessions.valid(cookies.get(COOKIE_NAME))
+
+
+def require_auth(request: Request) -> None:
+    """The dependency of every ``/v1`` REST route."""
+    if not authorized(request.app.state, request.headers, request.cookies):
+        raise Unauthorized("missing or wrong credentials")
+
+
+session_router = APIRouter(prefix="/v1")
+
+
+@session_router.post("/session", status_code=204)
+async def login(request: Request) -> Response:
+    """Trade the bearer token (header only) for an HttpOnly session cookie."""
+    state = request.app.state
+    expected: str | None = state.token
+    if expected is not None and not token_matches(
+            expected, bearer_from_header(request.headers.get("authorization"))):
+        raise Unauthorized("POST /v1/session needs the token as Authorization: Bearer")
+    sessions: Sessions = state.sessions
+    sid = sessions.create()
+    secure = bool(state.tls) or request.scope.get("bridge.scheme") == "https"
+    return _cookie_response(sid, max(1, math.ceil(sessions.ttl_s)), secure=secure)
+
+
+@session_router.delete("/session", status_code=204)
+async def logout(request: Request) -> Response:
+    require_auth(request)
+    sessions: Sessions = request.app.state.sessions
+    sessions.revoke(request.cookies.get(COOKIE_NAME))
+    secure = bool(request.app.state.tls) or request.scope.get("bridge.scheme") == "https"
+    return _cookie_response("", 0, secure=secure)
+
+
+def _cookie_response(value: str, max_age: int, *, secure: bool) -> Response:
+    cookie = f"{COOKIE_NAME}={value}; Max-Age={max_age}; Path=/; HttpOnly; SameSite=Strict"
+    if secure:
+        cookie += "; Secure"
+    return Response(status_code=204, headers={"Set-Cookie": cookie, "Cache-Control": "no-store"})
+
+
+# --------------------------------------------------------------------------- Host / Origin / CORS
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+CORS_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
+CORS_HEADERS = "Authorization, Content-Type, Last-Event-ID"
+CORS_MAX_AGE = "600"
+
+
+class RequestGuard:
+    """Pure ASGI (BaseHTTPMiddleware would break WebSockets and streaming). For every
+    HTTP request and WebSocket upgrade, before routing:
+
+    1. Host: bound to loopback, the Host header must be a loopback name or address with
+       the bound port, or match ``allowed_hosts``; bound elsewhere, only a non-empty
+       ``allowed_hosts`` is enforced (loopback names with the port still pass).
+       Otherwise 421 ``host_not_allowed``.
+    2. Origin: a WebSocket upgrade or a state-changing request (not GET/HEAD/OPTIONS) that
+       carries an Origin other than the daemon's own (same scheme, host and port as the
+       Host header) or one in ``allowed_origins`` gets 403 ``origin_not_allowed``.
+    3. CORS, for ``allowed_origins`` only: preflights are answered here; other responses
+       get Access-Control-Allow-Origin (the exact origin), -Credentials and Vary: Origin.
+    """
+
+    def __init__(self, app: ASGIApp, *, bind_host: str, port: int, allowed_hosts: Iterable[str],
+                 allowed_origins: Iterable[str], tls: bool, trust_proxy_headers: bool) -> None:
+        self.app = app
+        self.loopback = is_loopback_host(bind_host)
+        self.port = port
+        self.allowed_hosts = [parse_host_port(h) for h in allowed_hosts]
+        self.allowed_origins = {parse_origin(o) for o in allowed_origins}
+        self.tls = tls
+        self.trust_proxy_headers = trust_proxy_headers
+        self.check_hosts = self.loopback or bool(self.allowed_hosts)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        scheme = self._scheme(scope, headers)
+        scope["bridge.scheme"] = scheme  # the scheme the client used, for the cookie's Secure
+        hosts = headers.getlist("host")
+        host = _host_or_none(hosts[0]) if len(hosts) == 1 else None
+        if self.check_hosts and (host is None or not self._host_allowed(host, scheme)):
+            await _refuse(scope, receive, send, 421, "host_not_allowed",
+                          "this Host is not served here; see [server] allowed_hosts")
+            return
+
+        origins = headers.getlist("origin")
+        if not origins:
+            await self.app(scope, receive, send)
+            return
+        origin = _origin_or_none(origins[0]) if len(origins) == 1 else None
+        allowlisted = origin is not None and origin in self.allowed_origins
+        own = (origin is not None and host is not None
+               and origin == (scheme, host[0], host[1] or DEFAULT_PORTS[scheme]))
+        if scope["type"] == "http" and scope["method"] == "OPTIONS" \
+                and "access-control-request-method" in headers:
+            await self._preflight(scope, receive, send, headers, origins[0] if allowlisted else None)
+            return
+        state_changing = scope["type"] == "websocket" or scope["method"] not in SAFE_METHODS
+        if state_changing and not (allowlisted or own):
+            await _refuse(scope, receive, send, 403, "origin_not_allowed",
+                          "this Origin may not use the daemon; see [server] allowed_origins")
+            return
+        if allowlisted and scope["type"] == "http":
+            await self.app(scope, receive, _with_cors(send, origins[0]))
+            return
+        await self.app(scope, receive, send)
+
+    def _scheme(self, scope: Scope, headers: Headers) -> str:
+        if self.trust_proxy_headers:
+            fwd = headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
+            if fwd in DEFAULT_PORTS:
+                return fwd
+        if self.tls or scope.get("scheme") in ("https", "wss"):
+            return "https"
+        return "http"
+
+    def _host_allowed(self, host: tuple[str, int | None], scheme: str) -> bool:
+        name, port = host
+        if is_loopback_host(name) and (port or DEFAULT_PORTS[scheme]) == self.port:
+            return True
+        for a_name, a_port in self.allowed_hosts:
+            # No port in the Host header: the client used a default port (80 or 443;
+            # behind a TLS proxy the daemon cannot tell which).
+            if name == a_name and (a_port is None or a_port == port
+                                   or (port is None and a_port in DEFAULT_PORTS.values())):
+                return True
+        return False
+
+    async def _preflight(self, scope: Scope, receive: Receive, send: Send, headers: Headers,
+                         origin: str | None) -> None:
+        if origin is None:
+            await _refuse(scope, receive, send, 403, "origin_not_allowed",
+                          "this Origin may not use the daemon; see [server] allowed_origins")
+            return
+        out = {"Access-Control-Allow-Origin": origin,
+               "Access-Control-Allow-Credentials": "true",
+               "Access-Control-Allow-Methods": CORS_METHODS,
+               "Access-Control-Allow-Headers": CORS_HEADERS,
+               "Access-Control-Max-Age": CORS_MAX_AGE,
+               "Vary": "Origin"}
+        if headers.get("access-control-request-private-network") == "true":
+            out["Access-Control-Allow-Private-Network"] = "true"
+        await Response(status_code=204, headers=out)(scope, receive, send)
+
+
+def _host_or_none(value: str) -> tuple[str, int | None] | None:
+    try:
+        return parse_host_port(value)
+    except ValueError:
+        return None
+
+
+def _origin_or_none(value: str) -> tuple[str, str, int] | None:
+    try:
+        return parse_origin(value)
+    except ValueError:
+        return None  # "null", garbage: never own, never allowlisted
+
+
+def _with_cors(send: Send, origin: str) -> Callable[[Message], Awaitable[None]]:
+    async def wrapped(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            h = MutableHeaders(scope=message)
+            h["Access-Control-Allow-Origin"] = origin
+            h["Access-Control-Allow-Credentials"] = "true"
+            h.add_vary_header("Origin")
+        await send(message)
+    return wrapped
+
+
+async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, code: str,
+                  message: str) -> None:
+    log.info("security.refused", code=code, type=scope["type"], path=scope.get("path"))
+    body = {"error": {"code": code, "message": message}}
+    if scope["type"] == "websocket" and "websocket.http.response" not in scope.get("extensions", {}):
+        # No denial-response extension: closing before accept is an HTTP 403.
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    await JSONResponse(body, status_code=status)(scope, receive, send)

@@ -12,8 +12,8 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from bridge.api.content import normalize_prompt
-from bridge.api.security import bearer_from_header, token_matches
-from bridge.errors import BridgeError, InvalidRequest
+from bridge.api.security import Unauthorized, require_auth
+from bridge.errors import InvalidRequest
 from bridge.process.launch import executable_problem
 from bridge.protocols.events import Record, dumps
 from bridge.sessions.conversation import Conversation, thread_view
@@ -23,19 +23,6 @@ from bridge.sessions.registry import Registry
 MAX_PAGE = 1000
 MAX_WAIT_S = 60.0
 ID_PATTERN = r"^thr_[0-9a-f]{16}$"
-
-
-class Unauthorized(BridgeError):
-    code = "unauthorized"
-    status = 401
-
-
-def require_auth(request: Request) -> None:
-    expected: str | None = request.app.state.token
-    if expected is None:
-        return
-    if not token_matches(expected, bearer_from_header(request.headers.get("authorization"))):
-        raise Unauthorized("missing or wrong bearer token")
 
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(require_auth)])
@@ -182,7 +169,9 @@ async def events(thread_id: str, request: Request, after: int = Query(0, ge=0),
     if not page and wait > 0:
         await conv.wait_beyond(after, wait)
         page = await conv.read_page(after, limit)
-    return {"events": [r.to_dict() for r in page], "last_seq": conv.thread["last_seq"]}
+    # The page may already hold events whose commit has not reached the in-memory counter.
+    last_seq = max(conv.thread["last_seq"], page[-1].seq if page else 0)
+    return {"events": [r.to_dict() for r in page], "last_seq": last_seq}
 
 
 SSE_HEARTBEAT_S = 15.0
@@ -245,4 +234,4 @@ def validate_after(value: str | None) -> int:
     return int(value)
 
 
-__all__ = ["ID_PATTERN", "router", "thread_view", "validate_after"]
+__all__ = ["ID_PATTERN", "Unauthorized", "require_auth", "router", "thread_view", "validate_after"]

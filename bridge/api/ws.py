@@ -17,12 +17,7 @@ from fastapi.responses import JSONResponse
 from starlette.websockets import WebSocketState
 
 from bridge.api.content import normalize_prompt
-from bridge.api.security import (
-    SUBPROTOCOL,
-    bearer_from_header,
-    bearer_from_subprotocols,
-    token_matches,
-)
+from bridge.api.security import SUBPROTOCOL, authorized
 from bridge.errors import BridgeError, InvalidRequest
 from bridge.protocols.events import Record, ephemeral, loads_strict
 from bridge.sessions.conversation import Conversation, now_iso
@@ -38,14 +33,8 @@ MAX_FRAME_BYTES = 8 * 1024 * 1024
 
 
 def _authorized(ws: WebSocket) -> bool:
-    expected: str | None = ws.app.state.token
-    if expected is None:
-        return True
-    given = bearer_from_header(ws.headers.get("authorization"))
-    if given is None:
-        offered = [p.strip() for p in ws.headers.get("sec-websocket-protocol", "").split(",")]
-        given = bearer_from_subprotocols(offered)
-    return token_matches(expected, given)
+    # Host and Origin were checked before routing (security.RequestGuard).
+    return authorized(ws.app.state, ws.headers, ws.cookies, websocket=True)
 
 
 @router.websocket("/v1/threads/{thread_id}/ws")
@@ -53,7 +42,7 @@ async def thread_ws(ws: WebSocket, thread_id: str) -> None:
     if not _authorized(ws):
         # Refused before the upgrade: an HTTP 401, nothing of the thread is looked up.
         await ws.send_denial_response(JSONResponse(
-            {"error": {"code": "unauthorized", "message": "missing or wrong bearer token"}},
+            {"error": {"code": "unauthorized", "message": "missing or wrong credentials"}},
             status_code=401))
         return
     offered = [p.strip() for p in ws.headers.get("sec-websocket-protocol", "").split(",")]

@@ -11,8 +11,10 @@ import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bridge import __version__
+from bridge.api.limits import BodyLimit
 from bridge.api.security import RequestGuard, Sessions, resolve_token, session_router
 from bridge.config import Settings
 from bridge.errors import BridgeError, ConfigError
@@ -64,6 +66,7 @@ def create_app(settings: Settings, *, on_ready: Callable[[], None] | None = None
     app.state.token = token
     app.state.tls = tls
     app.state.sessions = Sessions(server.session_ttl_s, server.max_sessions)
+    app.add_middleware(BodyLimit)
     app.add_middleware(RequestGuard, bind_host=settings.host,
                        port=settings.port if bound_port is None else bound_port,
                        allowed_hosts=server.allowed_hosts, allowed_origins=server.allowed_origins,
@@ -72,6 +75,15 @@ def create_app(settings: Settings, *, on_ready: Callable[[], None] | None = None
     @app.exception_handler(BridgeError)
     async def bridge_error(_: Request, exc: BridgeError) -> JSONResponse:
         return JSONResponse(error_body(exc.code, exc.message), status_code=exc.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # Framework-level refusals (unparsable body, unknown route, wrong method) in the
+        # same machine-readable shape as ours.
+        code = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed",
+                413: "body_too_large"}.get(exc.status_code, "http_error")
+        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:

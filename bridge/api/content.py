@@ -46,7 +46,7 @@ def _block(i: int, block: Any) -> dict[str, Any]:
         if not isinstance(source, dict) or source.get("type") != "base64":
             raise _bad(f"content[{i}].source must be {{type:'base64', media_type, data}}")
         media_type, data = source.get("media_type"), source.get("data")
-        if media_type not in allowed:
+        if not isinstance(media_type, str) or media_type not in allowed:
             raise _bad(f"content[{i}]: media_type must be one of {', '.join(sorted(allowed))}")
         if not isinstance(data, str) or not data:
             raise _bad(f"content[{i}].source.data must be base64 text")

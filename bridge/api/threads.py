@@ -22,6 +22,7 @@ from bridge.sessions.registry import Registry
 
 MAX_PAGE = 1000
 MAX_WAIT_S = 60.0
+MAX_SEQ = 2**53  # seqs are SQLite integers; anything larger is not a seq
 ID_PATTERN = r"^thr_[0-9a-f]{16}$"
 
 
@@ -161,9 +162,9 @@ async def list_tasks(thread_id: str, request: Request) -> dict[str, Any]:
 
 
 @router.get("/threads/{thread_id}/events")
-async def events(thread_id: str, request: Request, after: int = Query(0, ge=0),
+async def events(thread_id: str, request: Request, after: int = Query(0, ge=0, le=MAX_SEQ),
                  limit: int = Query(200, ge=1, le=MAX_PAGE),
-                 wait: float = Query(0, ge=0, le=MAX_WAIT_S)) -> dict[str, Any]:
+                 wait: float = Query(0, ge=0, le=MAX_WAIT_S, allow_inf_nan=False)) -> dict[str, Any]:
     conv = await _conv(request, thread_id)
     page = await conv.read_page(after, limit)
     if not page and wait > 0:
@@ -179,7 +180,7 @@ SSE_HEARTBEAT_S = 15.0
 
 @router.get("/threads/{thread_id}/events/stream")
 async def events_stream(thread_id: str, request: Request,
-                        after: int = Query(0, ge=0)) -> StreamingResponse:
+                        after: int = Query(0, ge=0, le=MAX_SEQ)) -> StreamingResponse:
     """Server-Sent Events: the same envelopes, order and seq as the WebSocket, for networks
     that break WebSockets. ``id:`` is the seq, so a reconnecting EventSource resumes
     from ``Last-Event-ID`` (which wins over ``after``)."""
@@ -229,7 +230,7 @@ async def events_stream(thread_id: str, request: Request,
 def validate_after(value: str | None) -> int:
     if value is None or value == "":
         return 0
-    if not value.isdigit() or len(value) > 18:
+    if not (value.isascii() and value.isdigit()) or len(value) > 15:
         raise InvalidRequest("after must be a non-negative integer", code="invalid_cursor")
     return int(value)
 

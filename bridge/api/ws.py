@@ -49,17 +49,23 @@ async def thread_ws(ws: WebSocket, thread_id: str) -> None:
     await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
     mode = ws.query_params.get("mode", "events")
     after_raw = ws.query_params.get("after", "0") or "0"
-    if mode not in ("events", "raw") or not after_raw.isdigit() or len(after_raw) > 18:
-        await ws.close(code=4400, reason="mode must be events|raw and after a non-negative integer")
+    if mode not in ("events", "raw") or not (after_raw.isascii() and after_raw.isdigit()) or len(after_raw) > 15:
+        await _close_quietly(ws, 4400, "mode must be events|raw and after a non-negative integer")
         return
     reg: Registry = ws.app.state.registry
     try:
         conv = await reg.get(thread_id)
     except BridgeError as exc:
-        await ws.close(code=4404, reason=exc.code)
+        await _close_quietly(ws, 4404, exc.code)
         return
     session = _Session(ws, conv, raw=(mode == "raw"))
     await session.run(int(after_raw))
+
+
+async def _close_quietly(ws: WebSocket, code: int, reason: str) -> None:
+    """Close; a client that already left is not an error."""
+    with contextlib.suppress(Exception):
+        await ws.close(code=code, reason=reason)
 
 
 class _Session:

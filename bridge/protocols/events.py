@@ -73,10 +73,34 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+# JSON nested deeper than this is refused wherever it comes from (agent lines, client
+# frames): Python's json recursion limit would otherwise bite later, when the value is
+# serialised again deeper in the stack (store, envelopes, REST pages).
+MAX_JSON_DEPTH = 128
+
+
+def too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            if depth > limit:
+                return True
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            if depth > limit:
+                return True
+            stack.extend((v, depth + 1) for v in item)
+    return False
+
+
 def loads_strict(text: str) -> Any:
     """json.loads without the NaN/Infinity extensions, so whatever we accept we can write
-    back as standard JSON."""
-    return json.loads(text, parse_constant=_reject_constant)
+    back as standard JSON; nesting deeper than MAX_JSON_DEPTH is a ValueError."""
+    value = json.loads(text, parse_constant=_reject_constant)
+    if too_deep(value):
+        raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    return value
 
 
 @dataclass(slots=True)

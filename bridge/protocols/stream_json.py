@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from bridge.protocols.events import REDACTED, SECRET_KEY_RE, Event, dumps
+from bridge.protocols.events import MAX_JSON_DEPTH, REDACTED, SECRET_KEY_RE, Event, dumps, too_deep
 
 PROTOCOL = "stream-json"
 
@@ -86,6 +86,8 @@ def parse_object(line: bytes) -> tuple[dict[str, Any] | None, str, str | None]:
         return None, text, "line is not JSON"
     if not isinstance(obj, dict):
         return None, text, "line is not a JSON object"
+    if too_deep(obj):
+        return None, text[:512], f"line is nested deeper than {MAX_JSON_DEPTH} levels"
     return obj, text.rstrip("\r"), None
 
 

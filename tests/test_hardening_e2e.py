@@ -729,6 +729,11 @@ async def test_secrets_never_reach_the_logs_or_the_data_dir(
     d.clients.append(c)
     ended = await c.turn("leak ANTHROPIC_API_KEY")
     assert ended["data"]["status"] == "success"
+    # The agent did hold the key (so there was something to leak) and printed it; the
+    # bridge showed it redacted.
+    starts = [e for e in agent_log(tmp_path) if e["event"] == "start"]
+    assert starts and starts[-1]["env"].get("ANTHROPIC_API_KEY") == API_KEY
+    assert any("[redacted]" in t for t in c.texts if "the value of ANTHROPIC_API_KEY" in t)
     acc = await c.prompt("ask")
     assert acc["kind"] == "client.accepted"
     req = await c.kind("permission.requested")

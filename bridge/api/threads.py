@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from bridge.api.content import normalize_prompt
 from bridge.api.security import Unauthorized, require_auth
@@ -53,6 +53,13 @@ class PostMessage(BaseModel):
     text: str | None = None
     content: list[Any] | None = None
     client_id: str | None = Field(None, min_length=1, max_length=128)
+
+    @field_validator("client_id")
+    @classmethod
+    def _utf8(cls, v: str | None) -> str | None:
+        if v is not None and not _is_utf8(v):
+            raise ValueError("client_id must be valid Unicode text")
+        return v
 
 
 async def _conv(request: Request, thread_id: str) -> Conversation:
@@ -164,7 +171,7 @@ async def list_tasks(thread_id: str, request: Request) -> dict[str, Any]:
 @router.get("/threads/{thread_id}/events")
 async def events(thread_id: str, request: Request, after: int = Query(0, ge=0, le=MAX_SEQ),
                  limit: int = Query(200, ge=1, le=MAX_PAGE),
-                 wait: float = Query(0, ge=0, le=MAX_WAIT_S, allow_inf_nan=False)) -> dict[str, Any]:
+                 wait: float = Query(0, ge=0, le=MAX_WAIT_S, allow_inf_nan=False)) -> Response:
     conv = await _conv(request, thread_id)
     page = await conv.read_page(after, limit)
     if not page and wait > 0:
@@ -172,7 +179,9 @@ async def events(thread_id: str, request: Request, after: int = Query(0, ge=0, l
         page = await conv.read_page(after, limit)
     # The page may already hold events whose commit has not reached the in-memory counter.
     last_seq = max(conv.thread["last_seq"], page[-1].seq if page else 0)
-    return {"events": [r.to_dict() for r in page], "last_seq": last_seq}
+    # Our own JSON writer: agent text may hold lone surrogates, which plain UTF-8 cannot carry.
+    return Response(dumps({"events": [r.to_dict() for r in page], "last_seq": last_seq}),
+                    media_type="application/json")
 
 
 SSE_HEARTBEAT_S = 15.0
@@ -225,6 +234,14 @@ async def events_stream(thread_id: str, request: Request,
 
     return StreamingResponse(body(), media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def validate_after(value: str | None) -> int:

@@ -18,6 +18,7 @@ from starlette.websockets import WebSocketState
 
 from bridge.api.content import normalize_prompt
 from bridge.api.security import SUBPROTOCOL, authorized
+from bridge.api.threads import _is_utf8
 from bridge.errors import BridgeError, InvalidRequest
 from bridge.protocols.events import Record, ephemeral, loads_strict
 from bridge.sessions.conversation import Conversation, now_iso
@@ -179,7 +180,8 @@ class _Session:
         try:
             if op == "prompt":
                 if client_id is not None and (not isinstance(client_id, str)
-                                              or not 0 < len(client_id) <= 128):
+                                              or not 0 < len(client_id) <= 128
+                                              or not _is_utf8(client_id)):
                     raise InvalidRequest("client_id must be a string of 1-128 characters",
                                          code="invalid_client_id")
                 content = normalize_prompt(frame.get("text"), frame.get("content"))

@@ -399,7 +399,9 @@ def _commit(db: sqlite3.Connection, batch: list[_Append]) -> dict[int, str]:
                 sets = ",".join(f"{k}=?" for k in item.fields)
                 db.execute(f"UPDATE threads SET {sets} WHERE id=?",  # noqa: S608
                            (*item.fields.values(), item.thread_id))
-        except sqlite3.IntegrityError as exc:
+        except (sqlite3.IntegrityError, UnicodeEncodeError, ValueError, OverflowError) as exc:
+            # This append alone is bad (a constraint, or text SQLite cannot encode): it is
+            # refused, the rest of the batch commits, and the writer never stalls on it.
             db.execute("ROLLBACK TO a")
             failed[i] = str(exc)
         db.execute("RELEASE a")

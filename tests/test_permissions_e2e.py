@@ -201,7 +201,12 @@ async def test_profile_secrets_never_reach_the_transcript_clients_or_logs(
     await c.turn("leak FAKE_API_KEY")
     text = [f for f in c.seen("message") if f["source"] == "agent"][-1]["data"]["text"]
     assert text == "the value of FAKE_API_KEY is [redacted]"
-    assert any("my secret is [redacted]" in f["data"]["text"] for f in c.seen("diagnostic"))
+    # stderr is its own pipe: its line may arrive after the turn ended
+    def is_leak(f: dict[str, Any]) -> bool:
+        return f.get("kind") == "diagnostic" and "my secret is" in f["data"]["text"]
+
+    leaked = [f for f in c.frames if is_leak(f)] or [await c.next(is_leak)]
+    assert any("my secret is [redacted]" in f["data"]["text"] for f in leaked)
     assert secret not in "".join(c.texts)
     async with d.http() as http:
         page = await http.get(f"/v1/threads/{thread['id']}/events", params={"limit": 1000})

@@ -284,6 +284,31 @@ async def test_websocket_frames_over_8_mib_are_refused(daemon: Daemon, tmp_path:
     await assert_healthy(daemon)
 
 
+async def test_raw_mode_bad_frame_closes_even_while_the_transcript_replays(
+        daemon: Daemon, tmp_path: Path) -> None:
+    """A raw-mode client whose first frame is not a JSON object gets close 1003 at once,
+    even when the server is still replaying the transcript to it. (A cancelled sender
+    must not survive its connection: the handler would then wait for it forever.)"""
+    thread = await new_thread(daemon, "stream-json")
+    c = await daemon.ws(thread["id"])
+    await c.turn("flood 300")
+    await c.close()
+    for i in range(15):
+        conn = await websockets.connect(f"{daemon.ws_url}/v1/threads/{thread['id']}/ws?mode=raw",
+                                        additional_headers=daemon.headers, max_size=None,
+                                        open_timeout=STEP_TIMEOUT)
+        try:
+            await conn.send("[1]")
+            try:
+                code = await closed_with(conn, 5)
+            except TimeoutError:
+                raise AssertionError(f"attempt {i}: no close within 5 s of a non-object raw frame") from None
+            assert code == 1003, f"attempt {i}: closed with {code}"
+        finally:
+            await conn.close()
+    await assert_healthy(daemon)
+
+
 async def test_a_deeply_nested_raw_message_does_not_poison_the_transcript(daemon: Daemon) -> None:
     """A raw message nested a few hundred levels deep (accepted or refused) must not make
     the thread's transcript unreadable over REST afterwards."""

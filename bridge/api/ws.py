@@ -85,7 +85,10 @@ class _Session:
 
     async def _send_text(self, text: str) -> None:
         async with self._send_lock:
-            await asyncio.wait_for(self.ws.send_text(text), self._send_deadline)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that
+            # lands as the send completes, leaving the sender task alive forever.
+            async with asyncio.timeout(self._send_deadline):
+                await self.ws.send_text(text)
 
     async def _send_record(self, rec: Record) -> None:
         if self.raw:
@@ -117,8 +120,8 @@ class _Session:
                     await t
             if self.ws.application_state == WebSocketState.CONNECTED:
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self.ws.close(code=close_code, reason=reason),
-                                           self._send_deadline)
+                    async with asyncio.timeout(self._send_deadline):
+                        await self.ws.close(code=close_code, reason=reason)
 
     async def _receive(self) -> tuple[int, str]:
         try:

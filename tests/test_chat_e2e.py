@@ -6,7 +6,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from conftest import Daemon, agent_log, base_config, new_thread
+from conftest import Daemon, agent_log, base_config, new_thread, wait_until
 
 
 def stdin_lines(tmp_path: Path) -> list[str]:
@@ -339,4 +339,6 @@ async def test_capacity_is_a_clear_503_and_nothing_is_spawned(daemon_factory: An
         assert r.status_code == 503 and r.json()["error"]["code"] == "capacity"
         t = (await http.get(f"/v1/threads/{second['id']}")).json()
         assert t["state"] == "idle" and t["last_seq"] == 0
+    # 202 means spawned, not yet that the agent has written its first log line
+    await wait_until(lambda: any(e["event"] == "start" for e in agent_log(tmp_path)), what="the agent")
     assert len([e for e in agent_log(tmp_path) if e["event"] == "start"]) == 1

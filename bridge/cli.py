@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 import uvicorn
 
 from bridge import __version__
+from bridge.api.ws_handshake import WebSocketProtocol
 from bridge.config import Settings, load_settings
 from bridge.errors import BridgeError
 from bridge.logs import configure_logging
@@ -107,7 +108,7 @@ def serve(settings: Settings) -> int:
     # proxy_headers off: X-Forwarded-Proto is honoured only with [server]
     # trust_proxy_headers, by security.RequestGuard (docs/security.md).
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on",
-                            proxy_headers=False,
+                            proxy_headers=False, ws=WebSocketProtocol,
                             ws_max_size=16 * 1024 * 1024,
                             ws_ping_interval=settings.server.ws_ping_interval_s,
                             ws_ping_timeout=settings.server.ws_ping_timeout_s, timeout_graceful_shutdown=5, **ssl)  # type: ignore[arg-type]

@@ -320,8 +320,9 @@ async def test_a_deeply_nested_raw_message_does_not_poison_the_transcript(daemon
         await c.close()
         raw = await daemon.ws(thread["id"], mode="raw")
         await raw.conn.send('{"type":"y","b":' + nested(depth) + "}")
-        await asyncio.sleep(0.3)
-        await raw.close()
+        # Deeper than the bridge takes (128 levels): the raw socket is closed with the
+        # documented 1003, and nothing reached the agent or the transcript.
+        assert await closed_with(raw.conn) == 1003, depth
         async with daemon.http() as http:
             for params in ({"after": 0}, {"after": 0, "limit": 1}):
                 r = await http.get(f"/v1/threads/{thread['id']}/events", params=params)
@@ -433,8 +434,65 @@ async def test_a_client_that_leaves_right_after_the_upgrade_causes_no_traceback(
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), STEP_TIMEOUT)
             assert head.startswith(b"HTTP/1.1 101"), head
             writer.transport.abort()  # gone, without a close frame
-    await asyncio.sleep(0.5)
     await assert_healthy(daemon)
+    # A graceful stop waits for every connection handler, so the whole log is in.
+    assert await daemon.stop() == 0
+    problems = log_problems(daemon.stderr())
+    assert not problems, "the daemon logged problems:\n" + "\n".join(problems[:40])
+
+
+def upgrade_request(host: str, port: str, path: str, extra: str = "", token: str = "") -> bytes:
+    auth = f"Authorization: Bearer {token}\r\n" if token else ""
+    return (f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n{auth}Upgrade: websocket\r\n"
+            "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            f"Sec-WebSocket-Version: 13\r\n{extra}\r\n").encode()
+
+
+async def raw_response(host: str, port: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send ``request`` on a fresh connection; the status, headers and body of the answer
+    (the server must answer and close within the step timeout)."""
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(request)
+        await writer.drain()
+        data = await asyncio.wait_for(reader.read(), STEP_TIMEOUT)  # until the server closes
+    finally:
+        writer.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines)}
+    return int(status_line.split()[1]), headers, body
+
+
+async def test_oversized_upgrade_requests_get_a_clear_answer(daemon: Daemon, tmp_path: Path) -> None:
+    """A WebSocket upgrade whose request line or headers are too big for the handshake
+    parser is answered (414 / 431, error body) and closed, instead of left hanging."""
+    thread = await new_thread(daemon, "stream-json")
+    host, port = daemon.url.removeprefix("http://").rsplit(":", 1)
+    path = f"/v1/threads/{thread['id']}/ws"
+    cases = [
+        (upgrade_request(host, port, path, f"X-Big: {'a' * 9000}\r\n", daemon.token), 431, "headers_too_large"),
+        (upgrade_request(host, port, path, f"X-Big: {'a' * 70_000}\r\n", daemon.token), 431,
+         "headers_too_large"),
+        (upgrade_request(host, port, path, "".join(f"X-H{i}: v\r\n" for i in range(140)), daemon.token),
+         431, "headers_too_large"),
+        (upgrade_request(host, port, path + "?after=0&pad=" + "x" * 9000, token=daemon.token), 414,
+         "request_line_too_long"),
+    ]
+    for request, status, code in cases:
+        got, headers, body = await raw_response(host, port, request)
+        assert (got, headers.get("content-type")) == (status, "application/json"), (got, headers, body[:200])
+        assert json.loads(body)["error"]["code"] == code
+    # Refusals by the app itself (no credentials) are answered too, and are not errors.
+    got, _, body = await raw_response(host, port, upgrade_request(host, port, path))
+    assert got == 401 and json.loads(body)["error"]["code"] == "unauthorized", body
+    assert spawned(tmp_path) == 0
+    async with daemon.http() as http:
+        r = await http.get(f"/v1/threads/{thread['id']}/events", params={"after": 0})
+        assert r.json()["events"] == []
+    assert await daemon.stop() == 0
+    problems = log_problems(daemon.stderr())
+    assert not problems, "the daemon logged problems:\n" + "\n".join(problems[:40])
 
 
 # "²" is a digit to str.isdigit() but not to int().
@@ -738,3 +796,15 @@ async def test_secrets_never_reach_the_logs_or_the_data_dir(
             for form in {needle.encode(), needle.encode("utf-16-le")}:
                 assert form not in blob, f"{what} is in {path.relative_to(d.data_dir)}"
     assert searched, "nothing in the data dir to search"
+
+
+async def test_library_log_lines_are_json_too(daemon: Daemon) -> None:
+    """With --log-format json every stderr line is one JSON object, the lines uvicorn
+    writes included (here: its warning about a request that is not HTTP)."""
+    host, port = daemon.url.removeprefix("http://").rsplit(":", 1)
+    got, _, _ = await raw_response(host, port, b"\x16\x03\x01 not http at all\r\n\r\n")
+    assert got == 400
+    assert await daemon.stop() == 0
+    lines = [json.loads(line) for line in daemon.stderr().splitlines() if line.strip()]  # each one JSON
+    assert all(isinstance(e, dict) and "event" in e and "level" in e for e in lines), lines
+    assert any(e.get("logger") == "uvicorn.error" and e["level"] == "warning" for e in lines), lines

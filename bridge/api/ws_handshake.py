@@ -1,0 +1,60 @@
+"""An answer for every WebSocket upgrade request, even one the handshake parser refuses.
+
+uvicorn hands an upgrade request to websockets' sans-I/O ``ServerProtocol``. When that
+parser refuses the request — a request line or a header line over 8 KiB, more than 128
+headers, or bytes that are not HTTP — it records ``handshake_exc`` and produces no event,
+and uvicorn's protocol, which only acts on events, never writes the response: the client
+waits on an open socket until it gives up. This subclass writes a clear refusal in the
+daemon's error body (414, 431 or 400) and closes the connection.
+
+It also stops a false error in the log: when the app refuses an upgrade with an HTTP
+response (401, 403, 421 from ``security.RequestGuard``), uvicorn checks whether the
+handshake completed as soon as the app returns, before its own ``connection_lost`` marks
+the refused connection done, and logs "ASGI callable returned without completing
+handshake" at error level for a refusal that went out as intended.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.exceptions import InvalidMessage
+from websockets.http11 import MAX_LINE_LENGTH, MAX_NUM_HEADERS
+
+_REFUSALS: dict[str, tuple[int, str, str, str]] = {
+    "RequestLineTooLong": (414, "URI Too Long", "request_line_too_long",
+                           f"the request line is longer than {MAX_LINE_LENGTH} bytes"),
+    "HeaderLineTooLong": (431, "Request Header Fields Too Large", "headers_too_large",
+                          f"a header line is longer than {MAX_LINE_LENGTH} bytes"),
+    "TooManyHeaders": (431, "Request Header Fields Too Large", "headers_too_large",
+                       f"more than {MAX_NUM_HEADERS} header lines"),
+}
+_BAD_REQUEST = (400, "Bad Request", "bad_request", "not a valid HTTP upgrade request")
+
+
+def refusal(exc: BaseException) -> bytes:
+    """The HTTP response for a handshake the parser refused."""
+    cause = exc.__cause__ if isinstance(exc, InvalidMessage) and exc.__cause__ else exc
+    status, phrase, code, message = _REFUSALS.get(type(cause).__name__, _BAD_REQUEST)
+    body = json.dumps({"error": {"code": code, "message": message}}).encode()
+    head = (f"HTTP/1.1 {status} {phrase}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n")
+    return head.encode("ascii") + body
+
+
+class WebSocketProtocol(WebSocketsSansIOProtocol):
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        exc = self.conn.handshake_exc
+        if exc is None or self.handshake_complete or self.transport.is_closing():
+            return
+        self.conn.data_to_send()  # websockets' own plain-text refusal, replaced by ours
+        self.transport.write(refusal(exc))
+        self.transport.close()
+
+    async def send(self, message: Any) -> None:
+        await super().send(message)
+        if message["type"] == "websocket.http.response.body" and not message.get("more_body", False):
+            self.handshake_complete = True  # refused and answered; connection_lost says so a moment later

@@ -305,3 +305,43 @@ async def test_acp_raw_mode_is_an_acp_connection_with_ids_rewritten_and_routed(
     assert not any('"result"' in x for x in lines)
     for c in (a, b, ev):
         await c.close()
+
+
+PNG_B64 = "iVBORw0KGgoAAAAAAAAAAAAAAAAAAAAA"  # "\x89PNG\r\n\x1a\n" + zero bytes
+PDF_B64 = "JVBERi0xLjQK"  # "%PDF-1.4\n"
+
+
+async def test_acp_content_the_agent_cannot_take_is_refused_not_sent(
+        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
+    """promptCapabilities decide: an image or document for a text-only agent is refused
+    (before the agent starts: the turn ends unsent; afterwards: client.rejected / 400),
+    and the agent never sees it."""
+    d = await daemon_factory(config(agent_env, textonly=("--text-only",)))
+    thread = await new_thread(d, "textonly")
+    c = await d.ws(thread["id"])
+    image = [{"type": "text", "text": "look"},
+             {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_B64}}]
+    # Fresh thread: capabilities are unknown until the handshake, so the prompt is accepted
+    # and its turn ends unsent with the reason.
+    await c.send(op="prompt", content=image, client_id="img-1")
+    end = await c.kind("turn.ended")
+    assert end["data"]["status"] == "error" and end["data"]["error_code"] == "unsupported_content", end
+    assert "image" in end["data"]["error"]
+    assert sent(tmp_path, "session/prompt") == []
+    # Now the agent has said what it takes: refused up front, on both transports.
+    doc = [{"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": PDF_B64}}]
+    await c.send(op="prompt", content=doc, client_id="doc-1")
+    rejected = await c.kind("client.rejected")
+    assert rejected["data"]["code"] == "unsupported_content" and "documents" in rejected["data"]["message"]
+    async with d.http() as http:
+        r = await http.post(f"/v1/threads/{thread['id']}/messages", json={"content": image})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "unsupported_content", r.text
+        # Still refused after a stop, from the capabilities stored with the thread.
+        assert (await http.post(f"/v1/threads/{thread['id']}/stop")).status_code in (200, 202, 204)
+        r = await http.post(f"/v1/threads/{thread['id']}/messages", json={"content": doc})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "unsupported_content", r.text
+    # Text still works, and only text ever reached the agent.
+    end = await c.turn("just text")
+    assert end["data"]["status"] == "success"
+    prompts = sent(tmp_path, "session/prompt")
+    assert [b["type"] for p in prompts for b in p["params"]["prompt"]] == ["text"]

@@ -122,6 +122,20 @@ def to_acp_blocks(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def content_refusal(content: list[dict[str, Any]], capabilities: Any) -> str | None:
+    """Why an agent with these ``agentCapabilities`` cannot take ``content``, or None.
+    Text is baseline; images need ``promptCapabilities.image`` and documents (sent as
+    embedded resources) ``promptCapabilities.embeddedContext`` (§3.3). Refused, never
+    silently dropped or turned into something else."""
+    caps = _d(_d(capabilities).get("promptCapabilities"))
+    for b in content:
+        if b.get("type") == "image" and caps.get("image") is not True:
+            return "this agent does not accept images (its promptCapabilities.image is not true)"
+        if b.get("type") == "document" and caps.get("embeddedContext") is not True:
+            return "this agent does not accept documents (its promptCapabilities.embeddedContext is not true)"
+    return None
+
+
 class AcpCodec:
     protocol = PROTOCOL
     launch_flags: tuple[str, ...] = ()
@@ -174,6 +188,10 @@ class AcpCodec:
         return [self._request("initialize", {"protocolVersion": PROTOCOL_VERSION,
                                              "clientCapabilities": CLIENT_CAPABILITIES,
                                              "clientInfo": self.client_info})]
+
+    def refuse_content(self, content: list[dict[str, Any]]) -> str | None:
+        """Known after ``initialize``: see :func:`content_refusal`."""
+        return content_refusal(content, self.agent_capabilities) if self.ready else None
 
     def encode_prompt(self, content: list[dict[str, Any]]) -> str:
         return self._request("session/prompt", {"sessionId": self.session_id,

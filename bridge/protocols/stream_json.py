@@ -389,6 +389,9 @@ class StreamJsonCodec:
 
     # ------------------------------------------------------------------ encoding
 
+    def refuse_content(self, content: list[dict[str, Any]]) -> str | None:
+        return None  # the Messages API takes text, images and documents
+
     def encode_prompt(self, content: list[dict[str, Any]]) -> str:
         return dumps({"type": "user", "message": {"role": "user", "content": content},
                       "parent_tool_use_id": None, "session_id": "", "uuid": str(uuid.uuid4())})

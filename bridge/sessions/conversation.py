@@ -33,7 +33,7 @@ from bridge.config import AgentProfile, Settings
 from bridge.errors import BridgeError, Busy, Conflict, InvalidRequest, LaunchRefused, NotFound, StoreError
 from bridge.process.agent_process import AgentProcess, ExitInfo
 from bridge.process.launch import build_launch, valid_session_id
-from bridge.protocols.acp import AcpCodec, AcpDecoded, AgentRequest, Fatal
+from bridge.protocols.acp import AcpCodec, AcpDecoded, AgentRequest, Fatal, content_refusal
 from bridge.protocols.codecs import Codec, make_codec
 from bridge.protocols.events import REDACTED, SECRET_KEY_RE, Event, Record, dumps
 from bridge.protocols.framing import LineTooLong
@@ -588,12 +588,14 @@ class Conversation:
             if self.busy and len(self._queue) >= self.settings.server.max_pending_prompts:
                 raise Busy(f"a turn is in progress and {len(self._queue)} prompts are queued",
                            code="busy")
+            self._refuse_content(content, None)  # what the agent said it takes last time
             await self.ensure_started()
             async with self._turn_lock:
                 proc, codec = self._proc, self._codec
                 if proc is None or codec is None:
                     raise Conflict("the agent process ended before the prompt could be sent",
                                    code="agent_exited")
+                self._refuse_content(content, codec)
                 line = codec.encode_prompt(content) if codec.ready else None
                 turn_id = new_id("turn")
                 data: dict[str, Any] = {"role": "user", "text": _prompt_text(content),
@@ -619,18 +621,45 @@ class Conversation:
                     or not codec.ready:
                 return
             turn = self._queue.popleft()
-            self._active = turn
             events = [Event("bridge", "turn.started",
                             {"turn_id": turn.turn_id, "prompt_seq": turn.prompt_seq})]
-            line = turn.line
-            if line is None:
-                line = codec.encode_prompt(turn.content)
-                events.append(Event("client", "client.other", {"op": "prompt", "turn_id": turn.turn_id}, line))
-            await self.emit(events, fields={"turn_active": True})
-            try:
-                await proc.write_line(line)
-            except (BrokenPipeError, ConnectionResetError):
-                log.info("agent.stdin_closed", thread_id=self.id)  # the watcher ends the turn
+            refusal = codec.refuse_content(turn.content) if turn.line is None else None
+            if refusal is not None:
+                # Accepted before the agent said what it takes: the turn ends unsent.
+                events.append(Event("bridge", "turn.ended", {
+                    "turn_id": turn.turn_id, "status": "error", "error": refusal,
+                    "error_code": "unsupported_content"}))
+                await self.emit(events)
+                pump_again = True
+            else:
+                pump_again = False
+                self._active = turn
+            if not pump_again:
+                line = turn.line
+                if line is None:
+                    line = codec.encode_prompt(turn.content)
+                    events.append(Event("client", "client.other", {"op": "prompt", "turn_id": turn.turn_id},
+                                        line))
+                await self.emit(events, fields={"turn_active": True})
+                try:
+                    await proc.write_line(line)
+                except (BrokenPipeError, ConnectionResetError):
+                    log.info("agent.stdin_closed", thread_id=self.id)  # the watcher ends the turn
+        if pump_again:
+            await self._pump()
+
+    def _refuse_content(self, content: list[dict[str, Any]], codec: Codec | None) -> None:
+        """InvalidRequest ``unsupported_content`` when the agent cannot take ``content``: from
+        the live codec once its handshake is done, else from the capabilities the agent
+        declared when it last started (stored on the thread)."""
+        if codec is not None:
+            reason = codec.refuse_content(content)
+        elif self.thread.get("protocol") == "acp" and isinstance(self.thread.get("agent_info"), dict):
+            reason = content_refusal(content, self.thread["agent_info"].get("capabilities"))
+        else:
+            reason = None
+        if reason is not None:
+            raise InvalidRequest(reason, code="unsupported_content")
 
     async def interrupt(self) -> bool:
         """Cancel the active turn. Idempotent; False when no turn is active."""

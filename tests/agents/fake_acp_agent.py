@@ -35,7 +35,8 @@ session/load is -32601), --resume-cap (advertise and serve session/resume),
 --auth-required (authMethods [fake-key]; session/new, load and resume answer -32000
 until authenticate{methodId:"fake-key"}), --delay-initialize S (answer initialize after
 S seconds, from a timer, so later requests can be answered first), --exit-at-start
-(exit 5 before reading), --exit-after-initialize (answer initialize, then exit 4).
+(exit 5 before reading), --exit-after-initialize (answer initialize, then exit 4),
+--text-only (promptCapabilities image and embeddedContext false).
 
 Environment: FAKE_AGENT_LOG (append JSON lines: start argv/env/cwd/pid, every stdin line,
 initialize clientCapabilities/clientInfo, ...), FAKE_AGENT_STATE (directory of per-session
@@ -200,6 +201,7 @@ class Agent:
         self.authed = not self.auth_required
         self.delay_init = float(opt_value(argv, "--delay-initialize", "0") or "0")
         self.exit_after_init = "--exit-after-initialize" in argv
+        self.text_only = "--text-only" in argv  # promptCapabilities: no images, no embedded resources
         self.state_dir = os.environ.get("FAKE_AGENT_STATE")
         self.sessions: dict[str, Session] = {}
         self.lock = threading.Lock()
@@ -315,7 +317,7 @@ class Agent:
             "protocolVersion": self.version,
             "agentCapabilities": {
                 "loadSession": self.load_cap,
-                "promptCapabilities": {"image": True, "embeddedContext": True},
+                "promptCapabilities": {"image": not self.text_only, "embeddedContext": not self.text_only},
                 "sessionCapabilities": session_caps,
             },
             "agentInfo": {"name": "fake-acp", "title": "Fake ACP", "version": "1.0"},

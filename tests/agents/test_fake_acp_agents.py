@@ -7,49 +7,26 @@ from __future__ import annotations
 
 import json
 import os
-import queue
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support import TIMEOUT, LineProcess
 
 HERE = Path(__file__).resolve().parent
 FAKE = HERE / "fake_acp_agent.py"
 SDK = HERE / "sdk_echo_agent.py"
-TIMEOUT = 10.0  # every read; the SDK agent alone needs about a second to import pydantic
 
 
-class Peer:
+class Peer(LineProcess):
     """The client side of one agent process: numbered requests, a queue of incoming lines."""
 
     def __init__(self, argv: list[str], env: dict[str, str] | None, stderr_path: Path) -> None:
-        self._stderr = open(stderr_path, "w", encoding="utf-8")  # closed in close()
-        self.stderr_path = stderr_path
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                                     text=True, env=env, cwd=str(stderr_path.parent))
-        self.lines: queue.Queue[str | None] = queue.Queue()
+        super().__init__(argv, env, stderr_path)
         self.next_id = 0
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def raw(self, text: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(text)
-        self.proc.stdin.flush()
-
-    def send(self, obj: dict[str, Any]) -> None:
-        self.raw(json.dumps(obj) + "\n")
 
     def request(self, method: str, params: dict[str, Any] | None = None) -> int:
         rid = self.next_id
@@ -67,16 +44,6 @@ class Peer:
         else:
             msg["result"] = result
         self.send(msg)
-
-    def next_line(self, timeout: float = TIMEOUT) -> str:
-        try:
-            line = self.lines.get(timeout=timeout)
-        except queue.Empty:
-            raise AssertionError(f"no output within {timeout} s; stderr: {self.stderr_text()}") from None
-        if line is None:
-            self.lines.put(None)
-            raise AssertionError(f"agent closed stdout (rc={self.proc.poll()}); stderr: {self.stderr_text()}")
-        return line
 
     def recv(self, timeout: float = TIMEOUT) -> dict[str, Any]:
         return json.loads(self.next_line(timeout))
@@ -105,33 +72,6 @@ class Peer:
         _, resp = self.until_response(self.request(method, params))
         return resp
 
-    def quiet(self, seconds: float) -> None:
-        """Assert the agent writes nothing for ``seconds``."""
-        try:
-            line = self.lines.get(timeout=seconds)
-        except queue.Empty:
-            return
-        raise AssertionError(f"unexpected output: {line!r}")
-
-    def wait(self, timeout: float = TIMEOUT) -> int:
-        return self.proc.wait(timeout=timeout)
-
-    def stderr_text(self) -> str:
-        self._stderr.flush()
-        return self.stderr_path.read_text(encoding="utf-8", errors="replace")
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=TIMEOUT)
-        self._reader.join(timeout=TIMEOUT)
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            if pipe is not None:
-                try:
-                    pipe.close()
-                except BrokenPipeError:
-                    pass
-        self._stderr.close()
 
 
 @pytest.fixture
@@ -311,7 +251,7 @@ def test_unknown_agent_request_and_stray_output(spawn: Any) -> None:
     assert text_of(before) == "unknown: error -32601"
 
     rid = prompt(peer, sid, "garbage")
-    assert peer.next_line() == "this is not json\n"
+    assert peer.next_line() == "this is not json"
     assert peer.recv() == {"jsonrpc": "2.0"}
     before, _ = peer.until_response(rid)
     assert text_of(before) == "echo: garbage"

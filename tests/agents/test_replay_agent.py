@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import TIMEOUT, LineProcess
 
 HERE = Path(__file__).resolve().parent
 AGENT = HERE / "replay_agent.py"
 TRANSCRIPTS = HERE.parent / "fixtures" / "transcripts" / "claude-code-2.1.197"
-TIMEOUT = 10.0  # every read
 
 
 # ---------------------------------------------------------------------- the oracle
@@ -98,52 +96,11 @@ def interrupt(request_id: str) -> dict[str, Any]:
     return {"type": "control_request", "request_id": request_id, "request": {"subtype": "interrupt"}}
 
 
-class Host:
-    def __init__(self, argv: list[str], env: dict[str, str], stderr_path: Path) -> None:
-        self._stderr = open(stderr_path, "w", encoding="utf-8")  # closed in close()
-        self.stderr_path = stderr_path
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                                     text=True, encoding="utf-8", env=env, cwd=str(stderr_path.parent))
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def raw(self, text: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(text)
-        self.proc.stdin.flush()
-
-    def send(self, obj: dict[str, Any]) -> None:
-        self.raw(json.dumps(obj, separators=(",", ":")) + "\n")
-
-    def next_line(self, timeout: float = TIMEOUT) -> str:
-        try:
-            line = self.lines.get(timeout=timeout)
-        except queue.Empty:
-            raise AssertionError(f"no output within {timeout} s; stderr: {self.stderr_text()}") from None
-        if line is None:
-            self.lines.put(None)
-            raise AssertionError(f"agent closed stdout (rc={self.proc.poll()}); stderr: {self.stderr_text()}")
-        assert line.endswith("\n")
-        return line[:-1]
-
+class Host(LineProcess):
     def expect(self, lines: list[str]) -> list[str]:
         got = [self.next_line() for _ in lines]
         assert got == lines
         return got
-
-    def quiet(self, seconds: float) -> None:
-        try:
-            line = self.lines.get(timeout=seconds)
-        except queue.Empty:
-            return
-        raise AssertionError(f"unexpected output: {line!r}")
 
     def finish(self) -> int:
         """Close stdin; the agent must exit with nothing more on stdout."""
@@ -153,23 +110,6 @@ class Host:
         self._reader.join(timeout=TIMEOUT)
         assert self.lines.get(timeout=TIMEOUT) is None, "output after the expected lines"
         return rc
-
-    def stderr_text(self) -> str:
-        self._stderr.flush()
-        return self.stderr_path.read_text(encoding="utf-8", errors="replace")
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=TIMEOUT)
-        self._reader.join(timeout=TIMEOUT)
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            if pipe is not None:
-                try:
-                    pipe.close()
-                except BrokenPipeError:
-                    pass
-        self._stderr.close()
 
 
 @pytest.fixture

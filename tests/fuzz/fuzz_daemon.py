@@ -8,6 +8,7 @@ with the fake agent profiles of ``conftest.base_config``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -15,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +118,23 @@ class SyncDaemon:
             except (FileNotFoundError, ProcessLookupError, PermissionError):
                 continue
         return own
+
+
+@contextlib.contextmanager
+def running_daemon(tmp: Path, server: str) -> Iterator[SyncDaemon]:
+    """A started daemon; on the way out it must stop cleanly (exit 0), with nothing at error
+    level in its log and no agent process left behind."""
+    d = SyncDaemon(tmp, server=server)
+    d.start()
+    try:
+        yield d
+    finally:
+        rc = d.stop()
+        problems = d.new_log_problems()
+        leftovers = d.leftover_agents()
+        assert rc == 0, f"daemon exited {rc}"
+        assert not problems, "daemon logged problems:\n" + "\n".join(problems[:60])
+        assert not leftovers, f"agent processes outlived the daemon: {leftovers}"
 
 
 def log_problems(text: str) -> list[str]:

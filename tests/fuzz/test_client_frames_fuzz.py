@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fuzz_daemon import SyncDaemon
+from fuzz_daemon import SyncDaemon, running_daemon
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed
@@ -78,18 +78,9 @@ class Link:
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SyncDaemon]:
     # Small idle timeout so agents a fuzz frame started do not pile up; enough pending
     # prompts that "busy" stays rare but still reachable.
-    d = SyncDaemon(tmp_path_factory.mktemp("frames-fuzz"),
-                   server="idle_timeout_s = 5\nmax_pending_prompts = 8\ninterrupt_timeout_s = 2\n")
-    d.start()
-    try:
+    with running_daemon(tmp_path_factory.mktemp("frames-fuzz"),
+                        "idle_timeout_s = 5\nmax_pending_prompts = 8\ninterrupt_timeout_s = 2\n") as d:
         yield d
-    finally:
-        rc = d.stop()
-        problems = d.new_log_problems()
-        leftovers = d.leftover_agents()
-        assert rc == 0, f"daemon exited {rc}"
-        assert not problems, "daemon logged problems during shutdown:\n" + "\n".join(problems)
-        assert not leftovers, f"agent processes outlived the daemon: {leftovers}"
 
 
 @pytest.fixture(scope="module")
@@ -260,13 +251,33 @@ raw_payloads: st.SearchStrategy[Payload] = st.one_of(
 )
 
 
+MAX_DEPTH = 128  # JSON nesting the bridge takes (docs/configuration.md, Limits)
+
+
+def _depth(value: object) -> int:
+    """Nesting depth of a decoded JSON value (a scalar is 0), without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict | list):
+            deepest = max(deepest, d + 1)
+            stack.extend((c, d + 1) for c in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
 def _is_object(payload: Payload) -> bool:
+    """What raw mode relays: one JSON object no deeper than the limit. (Whether Python's own
+    parser manages a 970-deep frame depends on the stack depth at the call: a RecursionError
+    is not an answer, so such frames are judged by their brackets.)"""
     if isinstance(payload, bytes):
         return False
     try:
-        return isinstance(json.loads(payload), dict)
-    except (ValueError, RecursionError):
+        value = json.loads(payload)
+    except RecursionError:
+        return False  # far deeper than the limit, whatever else it is
+    except ValueError:
         return False
+    return isinstance(value, dict) and _depth(value) <= MAX_DEPTH
 
 
 @pytest.mark.timeout(120)

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 import schemathesis
-from fuzz_daemon import SyncDaemon
+from fuzz_daemon import SyncDaemon, running_daemon
 from hypothesis import HealthCheck, Phase, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.config import SchemathesisConfig
@@ -45,18 +45,9 @@ enabled = false
 def openapi_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SyncDaemon]:
     # Enough room that the fuzzer's threads and agents never hit "capacity" (a documented
     # 503), and agents it starts are reaped quickly.
-    d = SyncDaemon(tmp_path_factory.mktemp("openapi-fuzz"),
-                   server="max_conversations = 1000\nidle_timeout_s = 2\nmax_pending_prompts = 1000\n")
-    d.start()
-    try:
+    with running_daemon(tmp_path_factory.mktemp("openapi-fuzz"),
+                        "max_conversations = 1000\nidle_timeout_s = 2\nmax_pending_prompts = 1000\n") as d:
         yield d
-    finally:
-        rc = d.stop()
-        problems = d.new_log_problems()
-        leftovers = d.leftover_agents()
-        assert rc == 0, f"daemon exited {rc}"
-        assert not problems, "daemon logged problems:\n" + "\n".join(problems[:60])
-        assert not leftovers, f"agent processes outlived the daemon: {leftovers}"
 
 
 @pytest.fixture(scope="module")

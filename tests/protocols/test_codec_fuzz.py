@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import REDACTED, expected_redaction, is_secret_key
 
 from bridge.protocols.awp_jsonl import AwpJsonlCodec
 from bridge.protocols.events import KINDS, dumps
@@ -42,31 +43,6 @@ FUZZ = settings(max_examples=200, deadline=None, database=None,
 LIGHT = settings(FUZZ, max_examples=60)
 
 CODECS = [StreamJsonCodec, AwpJsonlCodec]
-
-# Issue #5 item 5, written independently of the codec: every scalar at any depth below a key
-# naming one of these is a secret that a relayed control_response must not carry.
-SECRET_KEY_PARTS = ("token", "secret", "password", "passwd", "apikey", "api_key", "api-key",
-                    "authorization", "cookie", "credential", "email", "organization",
-                    "organisation", "account", "sessionkey", "session_key", "session-key",
-                    "privatekey", "private_key", "private-key")
-REDACTED = "[redacted]"
-
-
-def is_secret_key(key: str) -> bool:
-    folded = key.casefold()
-    # token COUNTS (tokens, totalTokens, input_tokens, tokens_used) are not secrets
-    if folded.endswith("tokens") or "tokens_" in folded:
-        folded = folded.replace("tokens", "")
-    return any(part in folded for part in SECRET_KEY_PARTS)
-
-
-def expected_redaction(value, inside: bool = False):
-    if isinstance(value, dict):
-        return {k: expected_redaction(v, inside or is_secret_key(k)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [expected_redaction(v, inside) for v in value]
-    return REDACTED if inside and value is not None else value
-
 
 def check_decoded(decoded, line: bytes) -> None:
     assert decoded.events, "every line must leave a trace"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import REDACTED, expected_redaction, is_secret_key
 
 from bridge.protocols.awp_jsonl import AwpJsonlCodec
 from bridge.protocols.events import KINDS, dumps
@@ -38,31 +39,6 @@ TRANSCRIPTS = Path(
     )
 )
 REGENERATE = os.environ.get("REGENERATE_GOLDEN") == "1"
-
-# Issue #5 item 5: key names whose values (every scalar at any depth below them) never reach
-# the transcript or a client. A reference written independently of the codec's regex.
-SECRET_KEY_PARTS = ("token", "secret", "password", "passwd", "apikey", "api_key", "api-key",
-                    "authorization", "cookie", "credential", "email", "organization",
-                    "organisation", "account", "sessionkey", "session_key", "session-key",
-                    "privatekey", "private_key", "private-key")
-REDACTED = "[redacted]"
-
-
-def is_secret_key(key: str) -> bool:
-    folded = key.casefold()
-    # token COUNTS (tokens, totalTokens, input_tokens, tokens_used) are not secrets
-    if folded.endswith("tokens") or "tokens_" in folded:
-        folded = folded.replace("tokens", "")
-    return any(part in folded for part in SECRET_KEY_PARTS)
-
-
-def expected_redaction(value: Any, inside: bool = False) -> Any:
-    if isinstance(value, dict):
-        return {k: expected_redaction(v, inside or is_secret_key(k)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [expected_redaction(v, inside) for v in value]
-    return REDACTED if inside and value is not None else value
-
 
 def scalars(value: Any, *, secret: bool, inside: bool = False) -> list[Any]:
     """The non-null scalars under a secret key (``secret=True``) or outside any."""

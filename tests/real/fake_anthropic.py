@@ -110,6 +110,14 @@ def last_user(body: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+def prompt_text(msg: dict[str, Any]) -> str:
+    """The newest prompt in a user message: its last text that is not a ``<system-reminder>``.
+    (After an interrupted turn the CLI sends the cancelled prompt and the new one together
+    in one user message, so the last text is what the user just said.)"""
+    texts = [t for t in block_texts(msg.get("content")) if not t.lstrip().startswith("<system-reminder>")]
+    return texts[-1] if texts else ""
+
+
 def tool_results(msg: dict[str, Any]) -> list[dict[str, Any]]:
     content = msg.get("content")
     return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"] \
@@ -144,7 +152,7 @@ def default_script(body: dict[str, Any]) -> Reply:
         text = " ".join(block_texts(results[-1].get("content")))[:200]
         err = " (error)" if results[-1].get("is_error") else ""
         return Reply([Text([f"Tool said{err}: ", text])])
-    prompt = " ".join(block_texts(user.get("content")))
+    prompt = prompt_text(user)
     if "SUBTASK" in prompt:
         return Reply([Text(["Sub-agent ", "found 3 files."])])
     if "DELEGATE" in prompt:

@@ -85,7 +85,10 @@ async def test_interrupt_during_a_slow_streamed_reply(real: Real) -> None:
     thread = await new_thread(d, "claude", cwd=str(real.work))
     c = await d.ws(thread["id"])
     acc = await c.prompt("SLOW please")
-    await c.kind("message.delta", timeout=AGENT_TIMEOUT)
+    # Mid-stream: a few of the slow reply's deltas have arrived (a real one, not the empty
+    # chunk claude-agent-acp sends when a text block starts).
+    await c.next(lambda f: f.get("kind") == "message.delta" and f["data"]["text"] == "tick 2 ",
+                 timeout=AGENT_TIMEOUT)
     await c.send(op="interrupt")
     end = await c.kind("turn.ended", turn_id=acc["data"]["turn_id"], timeout=AGENT_TIMEOUT)
     assert end["data"]["status"] == "cancelled", end

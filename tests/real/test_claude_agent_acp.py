@@ -56,6 +56,9 @@ async def test_acp_permission_requests_are_relayed_then_allowed_and_denied(real:
     req = await c.kind("permission.requested", timeout=AGENT_TIMEOUT)
     kinds = {o["kind"] for o in req["data"]["options"]}
     assert {"allow_once", "reject_once"} <= kinds, req
+    # The tool's name, as on stream-json (not the human title the ACP request carries).
+    assert req["data"]["tool"] == "Bash" and req["data"]["title"] == f"touch {allowed}"
+    assert req["data"]["input"]["command"] == f"touch {allowed}"
     await c.send(op="permission", request_id=req["data"]["request_id"], decision="allow")
     end = await c.kind("turn.ended", turn_id=acc["data"]["turn_id"], timeout=AGENT_TIMEOUT)
     assert end["data"]["status"] == "success", end

@@ -7,6 +7,8 @@ model's reply (fake_anthropic.MARKERS).
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from conftest import new_thread, wait_until
 from fake_anthropic import MODEL, block_texts, last_user, tool_results
@@ -151,3 +153,25 @@ async def test_sub_agent_task_reports_task_updates_and_a_final_state(real: Real)
     firsts = [block_texts(r.messages[0]["content"]) for r in real.fake.model_requests()]
     assert sum("SUBTASK: count the files here" in texts for texts in firsts) == 1
     assert "Sub-agent found 3 files." in agent_text(c)
+
+
+async def test_bypass_permissions_as_root_needs_is_sandbox_1(real: Real) -> None:
+    # The preset for running as root (docs/agents.md): Claude Code refuses the bypass mode
+    # for uid 0 unless IS_SANDBOX=1; the daemon's own IS_SANDBOX never reaches the agent.
+    root = os.geteuid() == 0
+    cfg = real.config(
+        profile("yolo", protocol="stream-json", executable=claude_executable(), model=MODEL,
+                env=real.env(IS_SANDBOX="1") if root else real.env(), permission_mode="bypassPermissions"),
+        profile("yolo-unsandboxed", protocol="stream-json", executable=claude_executable(), model=MODEL,
+                env=real.env(), permission_mode="bypassPermissions"))
+    d = await real.daemon(cfg)
+    target = real.work / "bypassed.txt"
+    c = await d.ws((await new_thread(d, "yolo", cwd=str(real.work)))["id"])
+    end = await c.turn(f"WRITE {target}")
+    assert end["data"]["status"] == "success", end
+    assert target.exists() and not c.seen("permission.requested")
+    if root:
+        c2 = await d.ws((await new_thread(d, "yolo-unsandboxed", cwd=str(real.work)))["id"])
+        end = await c2.turn("CHAT hello")
+        assert end["data"]["status"] == "error", end
+        assert any("root" in f["data"]["text"] for f in c2.seen("diagnostic"))

@@ -174,4 +174,4 @@ async def test_bypass_permissions_as_root_needs_is_sandbox_1(real: Real) -> None
         c2 = await d.ws((await new_thread(d, "yolo-unsandboxed", cwd=str(real.work)))["id"])
         end = await c2.turn("CHAT hello")
         assert end["data"]["status"] == "error", end
-        assert any("root" in f["data"]["text"] for f in c2.seen("diagnostic"))
+        assert any("cannot be used with root" in f["data"]["text"] for f in c2.seen("diagnostic"))

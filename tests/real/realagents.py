@@ -193,3 +193,18 @@ def agent_text(c: Any, since: int = 0) -> str:
 def user_texts(messages: list[dict[str, Any]]) -> list[str]:
     from fake_anthropic import block_texts
     return [t for m in messages for t in block_texts(m.get("content"))]
+
+
+DOCS_AGENTS = HERE.parent.parent / "docs" / "agents.md"
+
+
+def doc_preset(name: str) -> dict[str, Any]:
+    """The ``[agents.NAME]`` table of a preset in docs/agents.md, as the docs show it."""
+    import re
+    import tomllib
+
+    for block in re.findall(r"```toml\n(.*?)```", DOCS_AGENTS.read_text(), flags=re.S):
+        table = tomllib.loads(block).get("agents", {})
+        if name in table:
+            return dict(table[name])
+    raise AssertionError(f"no [agents.{name}] preset in {DOCS_AGENTS}")

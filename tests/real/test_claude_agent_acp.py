@@ -12,7 +12,17 @@ import os
 import pytest
 from conftest import new_thread, wait_until
 from fake_anthropic import MODEL, block_texts, last_user, tool_results
-from realagents import AGENT_TIMEOUT, PINS, Real, acp_command, agent_text, fake_api, profile, real
+from realagents import (
+    AGENT_TIMEOUT,
+    PINS,
+    Real,
+    acp_command,
+    agent_text,
+    doc_preset,
+    fake_api,
+    profile,
+    real,
+)
 
 __all__ = ["fake_api", "real"]  # fixtures used by the tests below
 
@@ -145,3 +155,22 @@ async def test_acp_sub_agent_call_is_a_tool_call_with_its_result(real: Real) -> 
     assert not c.seen("task.updated")
     async with d.http() as http:
         assert (await http.get(f"/v1/threads/{thread['id']}/tasks")).json()["tasks"] == []
+
+
+async def test_the_documented_preset_runs(real: Real) -> None:
+    # docs/agents.md's [agents.claude-acp], with only the paths and the key/base URL of the
+    # fake swapped in.
+    preset = doc_preset("claude-acp")
+    assert set(preset) == {"protocol", "executable", "args", "env"}
+    node, args = acp_command()
+    assert preset["args"][0].endswith(args[0].split("node_modules", 1)[1])
+    preset.update(executable=node, args=args)
+    sandbox = {"IS_SANDBOX": "1"} if os.geteuid() == 0 else {}
+    preset["env"] = {**preset["env"], **real.env(**sandbox)}
+    d = await real.daemon(real.config(profile("claude-acp", **preset)))
+    c = await d.ws((await new_thread(d, "claude-acp", cwd=str(real.work)))["id"])
+    end = await c.turn("CHAT hi")
+    assert end["data"]["status"] == "success", end
+    assert agent_text(c) == "Hello from the fake model."
+    # ANTHROPIC_MODEL from the preset chose the model.
+    assert {r.body["model"] for r in real.fake.model_requests()} == {preset["env"]["ANTHROPIC_MODEL"]}

@@ -12,7 +12,17 @@ import os
 import pytest
 from conftest import new_thread, wait_until
 from fake_anthropic import MODEL, block_texts, last_user, tool_results
-from realagents import AGENT_TIMEOUT, PINS, Real, agent_text, claude_executable, fake_api, profile, real
+from realagents import (
+    AGENT_TIMEOUT,
+    PINS,
+    Real,
+    agent_text,
+    claude_executable,
+    doc_preset,
+    fake_api,
+    profile,
+    real,
+)
 
 __all__ = ["fake_api", "real"]  # fixtures used by the tests below
 
@@ -175,3 +185,22 @@ async def test_bypass_permissions_as_root_needs_is_sandbox_1(real: Real) -> None
         end = await c2.turn("CHAT hello")
         assert end["data"]["status"] == "error", end
         assert any("cannot be used with root" in f["data"]["text"] for f in c2.seen("diagnostic"))
+
+
+async def test_the_documented_preset_runs(real: Real) -> None:
+    # docs/agents.md's [agents.claude], with only the binary's path and the key/base URL
+    # of the fake swapped in: the preset the docs ship is the one CI runs.
+    preset = doc_preset("claude")
+    assert set(preset) == {"protocol", "executable", "args", "model", "permission_prompts", "env"}
+    preset["executable"] = claude_executable()
+    preset["env"] = {**preset["env"], **real.env()}
+    d = await real.daemon(real.config(profile("claude", **preset)))
+    c = await d.ws((await new_thread(d, "claude", cwd=str(real.work)))["id"])
+    acc = await c.prompt(f"WRITE {real.work / 'preset.txt'}")
+    req = await c.kind("permission.requested", timeout=AGENT_TIMEOUT)
+    await c.send(op="permission", request_id=req["data"]["request_id"], decision="allow")
+    end = await c.kind("turn.ended", turn_id=acc["data"]["turn_id"], timeout=AGENT_TIMEOUT)
+    assert end["data"]["status"] == "success", end
+    assert (real.work / "preset.txt").exists()
+    assert agent_text(c).startswith("Tool said")  # streamed (--include-partial-messages)
+    assert {r.body["model"] for r in real.fake.model_requests()} == {preset["model"]}

@@ -17,6 +17,7 @@ import asyncio
 import json
 import os
 import platform
+import re
 import shutil
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -200,7 +201,6 @@ DOCS_AGENTS = HERE.parent.parent / "docs" / "agents.md"
 
 def doc_preset(name: str) -> dict[str, Any]:
     """The ``[agents.NAME]`` table of a preset in docs/agents.md, as the docs show it."""
-    import re
     import tomllib
 
     for block in re.findall(r"```toml\n(.*?)```", DOCS_AGENTS.read_text(), flags=re.S):
@@ -208,3 +208,29 @@ def doc_preset(name: str) -> dict[str, Any]:
         if name in table:
             return dict(table[name])
     raise AssertionError(f"no [agents.{name}] preset in {DOCS_AGENTS}")
+
+
+# ---------------------------------------------------------------- egress, seen by strace
+
+TRACED = "trace=connect,sendto,sendmsg,sendmmsg"
+_ADDR_RE = re.compile(r'sin_port=htons\((\d+)\), sin_addr=inet_addr\("([^"]+)"\)'
+                      r'|sin6_port=htons\((\d+)\),.*?inet_pton\(AF_INET6, "([^"]+)"')
+
+
+def strace_wrapped(executable: str, args: list[str], log: Path) -> tuple[str, list[str]]:
+    """The agent under ``strace -f``: every connect()/send*() of it and of everything it
+    spawns (the CLI under claude-agent-acp, tool commands) is logged with its address."""
+    strace = shutil.which("strace")
+    if strace is None:
+        _unavailable("strace is not installed")
+        raise AssertionError("unreachable")
+    return os.path.realpath(strace), ["-f", "-qq", "-e", TRACED, "-o", str(log), executable, *args]
+
+
+def network_peers(log: Path) -> list[tuple[str, int]]:
+    """Every IPv4/IPv6 (address, port) the traced processes connected or sent to."""
+    peers = []
+    for m in _ADDR_RE.finditer(log.read_text() if log.exists() else ""):
+        port, addr = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+        peers.append((addr, int(port)))
+    return peers

@@ -20,8 +20,10 @@ from realagents import (
     agent_text,
     doc_preset,
     fake_api,
+    network_peers,
     profile,
     real,
+    strace_wrapped,
 )
 
 __all__ = ["fake_api", "real"]  # fixtures used by the tests below
@@ -174,3 +176,24 @@ async def test_the_documented_preset_runs(real: Real) -> None:
     assert agent_text(c) == "Hello from the fake model."
     # ANTHROPIC_MODEL from the preset chose the model.
     assert {r.body["model"] for r in real.fake.model_requests()} == {preset["env"]["ANTHROPIC_MODEL"]}
+
+
+async def test_no_traffic_leaves_the_machine(real: Real) -> None:
+    # strace -f follows node into the Claude Code CLI it spawns and the tools that runs.
+    log = real.tmp / "strace.log"
+    node, args = acp_command()
+    exe, traced_args = strace_wrapped(node, args, log)
+    sandbox = {"IS_SANDBOX": "1"} if os.geteuid() == 0 else {}
+    d = await real.daemon(real.config(profile("traced", protocol="acp", executable=exe, args=traced_args,
+                                              env=real.env(ANTHROPIC_MODEL=MODEL, **sandbox))))
+    c = await d.ws((await new_thread(d, "traced", cwd=str(real.work)))["id"])
+    assert (await c.turn("CHAT hello"))["data"]["status"] == "success"
+    acc = await c.prompt(f"WRITE {real.work / 'traced.txt'}")
+    req = await c.kind("permission.requested", timeout=AGENT_TIMEOUT)
+    await c.send(op="permission", request_id=req["data"]["request_id"], decision="allow")
+    end = await c.kind("turn.ended", turn_id=acc["data"]["turn_id"], timeout=AGENT_TIMEOUT)
+    assert end["data"]["status"] == "success", end
+    peers = network_peers(log)
+    fake = ("127.0.0.1", int(real.fake.url.rsplit(":", 1)[1]))
+    assert fake in peers, peers
+    assert set(peers) == {fake}, peers

@@ -20,8 +20,10 @@ from realagents import (
     claude_executable,
     doc_preset,
     fake_api,
+    network_peers,
     profile,
     real,
+    strace_wrapped,
 )
 
 __all__ = ["fake_api", "real"]  # fixtures used by the tests below
@@ -204,3 +206,24 @@ async def test_the_documented_preset_runs(real: Real) -> None:
     assert (real.work / "preset.txt").exists()
     assert agent_text(c).startswith("Tool said")  # streamed (--include-partial-messages)
     assert {r.body["model"] for r in real.fake.model_requests()} == {preset["model"]}
+
+
+async def test_no_traffic_leaves_the_machine(real: Real) -> None:
+    # Every connect()/send*() of the CLI and of what it runs, seen by strace: only the
+    # fake on loopback; no DNS lookup, no telemetry (CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC).
+    log = real.tmp / "strace.log"
+    exe, args = strace_wrapped(claude_executable(), ["--include-partial-messages"], log)
+    d = await real.daemon(real.config(profile("traced", protocol="stream-json", executable=exe, args=args,
+                                              env=real.env(), model=MODEL, permission_prompts=True)))
+    c = await d.ws((await new_thread(d, "traced", cwd=str(real.work)))["id"])
+    assert (await c.turn("CHAT hello"))["data"]["status"] == "success"
+    acc = await c.prompt(f"WRITE {real.work / 'traced.txt'}")
+    req = await c.kind("permission.requested", timeout=AGENT_TIMEOUT)
+    await c.send(op="permission", request_id=req["data"]["request_id"], decision="allow")
+    end = await c.kind("turn.ended", turn_id=acc["data"]["turn_id"], timeout=AGENT_TIMEOUT)
+    assert end["data"]["status"] == "success", end
+    assert (real.work / "traced.txt").exists()
+    peers = network_peers(log)
+    fake = ("127.0.0.1", int(real.fake.url.rsplit(":", 1)[1]))
+    assert fake in peers, peers  # the trace saw the model traffic
+    assert set(peers) == {fake}, peers

@@ -191,11 +191,6 @@ def agent_text(c: Any, since: int = 0) -> str:
                    if f["seq"] > since and f["data"].get("channel") == "text")
 
 
-def user_texts(messages: list[dict[str, Any]]) -> list[str]:
-    from fake_anthropic import block_texts
-    return [t for m in messages for t in block_texts(m.get("content"))]
-
-
 DOCS_AGENTS = HERE.parent.parent / "docs" / "agents.md"
 
 

@@ -136,6 +136,14 @@ def content_refusal(content: list[dict[str, Any]], capabilities: Any) -> str | N
     return None
 
 
+MAX_TOOL_NAMES = 1024  # tool call ids whose names are remembered for permission requests
+
+
+def _meta_tool_name(obj: dict[str, Any]) -> str | None:
+    """claude-agent-acp's stable tool name (``_meta.claudeCode.toolName``), if any."""
+    return _s(_d(_d(obj.get("_meta")).get("claudeCode")).get("toolName"))
+
+
 class AcpCodec:
     protocol = PROTOCOL
     launch_flags: tuple[str, ...] = ()
@@ -160,6 +168,9 @@ class AcpCodec:
         self._cancel_sent = False  # session/cancel sent for the prompt in flight
         # permission request_id (str) → the agent's JSON-RPC id, as it sent it
         self._permissions: dict[str, int | str] = {}
+        # toolCallId → the stable tool name the agent gave for it (bounded, oldest dropped),
+        # so a permission request, whose toolCall has only a title, names the tool too.
+        self._tool_names: dict[str, str] = {}
 
     # ------------------------------------------------------------------ requests we send
 
@@ -433,10 +444,17 @@ class AcpCodec:
             self._permissions[key] = rid
             call = _d(params.get("toolCall"))
             options = [o for o in _l(params.get("options")) if isinstance(o, dict)]
-            out.events.append(Event("agent", "permission.requested", {
-                "request_id": key, "tool": _s(call.get("title")) or _s(call.get("kind")),
+            tcid = _s(call.get("toolCallId"))
+            # The tool's name as tool.call reported it (claude-agent-acp: "Bash"), as on
+            # stream-json; the human title only when the agent never named the tool.
+            name = _meta_tool_name(call) or (self._tool_names.get(tcid) if tcid else None)
+            data: dict[str, Any] = {
+                "request_id": key, "tool": name or _s(call.get("title")) or _s(call.get("kind")),
                 "input": call.get("rawInput") if isinstance(call.get("rawInput"), dict) else {},
-                "options": options, "tool_call_id": _s(call.get("toolCallId"))}, raw))
+                "options": options, "tool_call_id": tcid}
+            if _s(call.get("title")) is not None:
+                data["title"] = call["title"]
+            out.events.append(Event("agent", "permission.requested", data, raw))
         elif method in FS_METHODS:
             out.events.append(Event("agent", "agent.other", {"method": method,
                                                             "path": _s(params.get("path"))}, raw))
@@ -491,6 +509,12 @@ class AcpCodec:
             return [Event("agent", "agent.other", {"session_update": kind,
                                                   "text": _content_text(u.get("content"))}, raw)]
         if kind in ("tool_call", "tool_call_update"):
+            tcid, name = _s(u.get("toolCallId")), _meta_tool_name(u)
+            if tcid and name:
+                self._tool_names.pop(tcid, None)
+                self._tool_names[tcid] = name
+                while len(self._tool_names) > MAX_TOOL_NAMES:
+                    del self._tool_names[next(iter(self._tool_names))]
             return [self._tool_event(kind, u, raw)]
         if kind == "plan":
             entries = [e for e in _l(u.get("entries")) if isinstance(e, dict)]
@@ -512,7 +536,7 @@ class AcpCodec:
                                                   "is_error": status == "failed"}, raw)
         # A stable tool name when the agent gives one (claude-agent-acp: _meta.claudeCode.toolName);
         # the title is a human label that changes during the call.
-        meta_name = _s(_d(_d(u.get("_meta")).get("claudeCode")).get("toolName"))
+        meta_name = _meta_tool_name(u)
         data: dict[str, Any] = {"tool_call_id": tcid}
         if kind == "tool_call":
             data.update(name=meta_name or _s(u.get("title")) or _s(u.get("kind")),

@@ -362,7 +362,9 @@ def test_main_permission_requests_carry_the_agent_id_and_options():
     r = replay("acpmain")
     perms = [e.data for e in events_of(r, "permission.requested")]
     assert [p["request_id"] for p in perms] == ["0", "1", "2"]
-    assert perms[0]["tool"] == "touch /home/user/project/wtest.txt"
+    # the tool's stable name, as its tool.call gave it (issue #9: real claude-agent-acp);
+    # the human title travels beside it
+    assert perms[0]["tool"] == "Bash" and perms[0]["title"] == "touch /home/user/project/wtest.txt"
     assert perms[0]["tool_call_id"] == "toolu_fake_72f9636044ba"
     assert perms[0]["input"] == {"command": "touch /home/user/project/wtest.txt", "description": "Create file"}
     assert [(o["optionId"], o["kind"]) for o in perms[0]["options"]] == [
@@ -901,8 +903,9 @@ def test_permission_request_is_reported_with_its_id_and_options():
     d = codec.decode(permission_request(4))
     [ev] = d.events
     assert ev.kind == "permission.requested" and not ev.relay and d.replies == []
+    # no tool.call named the tool: the title stands in for its name
     assert ev.data == {"request_id": "4", "tool": "touch x", "input": {"command": "touch x"},
-                       "options": PERM_OPTIONS, "tool_call_id": "t1"}
+                       "options": PERM_OPTIONS, "tool_call_id": "t1", "title": "touch x"}
     assert codec.pending_permissions() == ["4"]
 
 
@@ -1001,3 +1004,27 @@ def test_text_documents_become_embedded_text_resources_and_pdfs_blobs():
         {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}}])
     assert blocks[0]["resource"] == {"uri": "attachment:document", "mimeType": "text/plain", "text": "hello"}
     assert blocks[1]["resource"] == {"uri": "attachment:document", "mimeType": "application/pdf", "blob": "JVBERi0="}
+
+
+def test_permission_request_names_the_tool_its_tool_call_named():
+    # Real claude-agent-acp (issue #9): the permission's toolCall has only a title; the
+    # tool.call before it carried the stable name in _meta.claudeCode.toolName.
+    codec = ready_codec()
+    codec.decode(enc({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": SID, "update": {
+        "sessionUpdate": "tool_call", "toolCallId": "t1", "title": "Terminal", "kind": "execute",
+        "_meta": {"claudeCode": {"toolName": "Bash"}}}}}))
+    [ev] = codec.decode(permission_request(5)).events
+    assert ev.data["tool"] == "Bash" and ev.data["title"] == "touch x"
+
+
+def test_remembered_tool_names_are_bounded():
+    from bridge.protocols.acp import MAX_TOOL_NAMES
+    codec = ready_codec()
+    for i in range(MAX_TOOL_NAMES + 5):
+        codec.decode(enc({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": SID, "update": {
+            "sessionUpdate": "tool_call", "toolCallId": f"t{i}", "title": "x",
+            "_meta": {"claudeCode": {"toolName": f"Tool{i}"}}}}}))
+    assert len(codec._tool_names) == MAX_TOOL_NAMES
+    # t1 was among the oldest and is forgotten: the title stands in again
+    [ev] = codec.decode(permission_request(6)).events
+    assert ev.data["tool"] == "touch x"

@@ -1,0 +1,231 @@
+"""Fixtures and helpers for the real-agent suite (issue #9).
+
+Not a ``conftest.py`` on purpose: the other test modules import helpers with ``from
+conftest import ...``, and a second ``conftest.py`` would replace ``tests/conftest.py`` in
+``sys.modules`` for every module collected after this folder. Test modules here import
+the fixtures they use from this module.
+
+Where the CLIs come from: ``.ci/run`` installs the versions pinned in ``npm-pins.txt``
+with ``npm install --prefix "$AGENT_BRIDGE_NPM_CACHE"`` (default
+``~/.cache/agent-bridge/npm``). A missing or mismatched CLI fails the suite when ``CI`` is
+set and skips it otherwise, with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import re
+import shutil
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import STEP_TIMEOUT, Daemon, processes_mentioning, wait_until
+from fake_anthropic import FakeAnthropic
+
+HERE = Path(__file__).resolve().parent
+PINS = dict(line.strip().rsplit("@", 1) for line in (HERE / "npm-pins.txt").read_text().splitlines()
+            if line.strip() and not line.startswith("#"))
+CLAUDE_CODE = "@anthropic-ai/claude-code"
+CLAUDE_AGENT_ACP = "@agentclientprotocol/claude-agent-acp"
+# Real agents are Node/Bun programs: seconds to start on two busy cores.
+AGENT_TIMEOUT = 45.0
+# What the fake may be asked for: the pre-connect probe, model round trips, token counts.
+EXPECTED_PATHS = {("HEAD", "/"), ("GET", "/"), ("POST", "/v1/messages"), ("POST", "/v1/messages/count_tokens")}
+FAKE_KEY = "sk-ant-fake-0123456789"
+
+
+def npm_cache() -> Path:
+    env = os.environ.get("AGENT_BRIDGE_NPM_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "agent-bridge" / "npm"
+
+
+def _installed_version(package: str) -> str | None:
+    try:
+        meta = json.loads((npm_cache() / "node_modules" / package / "package.json").read_text())
+    except (OSError, ValueError):
+        return None
+    version = meta.get("version")
+    return version if isinstance(version, str) else None
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI installs it in .ci/run)", pytrace=False)
+    pytest.skip(f"{reason}; run .ci/run once, or npm install --prefix {npm_cache()} the versions in "
+                "tests/real/npm-pins.txt")
+
+
+def _check_pinned(package: str) -> None:
+    found = _installed_version(package)
+    if found != PINS[package]:
+        _unavailable(f"{package}@{PINS[package]} is not installed in {npm_cache()} (found {found})")
+
+
+def _native_suffix() -> str:
+    machine = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}.get(
+        platform.machine().lower(), platform.machine().lower())
+    return f"linux-{machine}"
+
+
+def claude_executable() -> str:
+    """The Claude Code binary: the native executable of the platform package (a regular
+    file; ``node_modules/.bin/claude`` is a symlink, which the launch rules refuse)."""
+    _check_pinned(CLAUDE_CODE)
+    base = npm_cache() / "node_modules" / "@anthropic-ai"
+    for candidate in (base / f"claude-code-{_native_suffix()}" / "claude", base / "claude-code" / "bin" / "claude.exe"):
+        if candidate.is_file() and not candidate.is_symlink() and os.access(candidate, os.X_OK) \
+                and candidate.stat().st_size > 1_000_000:  # not the postinstall placeholder
+            return str(candidate)
+    _unavailable(f"no native Claude Code binary under {base}")
+    raise AssertionError("unreachable")
+
+
+def acp_command() -> tuple[str, list[str]]:
+    """claude-agent-acp: node (its real path) running the package's dist/index.js."""
+    _check_pinned(CLAUDE_AGENT_ACP)
+    node = shutil.which("node")
+    if node is None:
+        _unavailable("node is not on PATH")
+        raise AssertionError("unreachable")
+    script = npm_cache() / "node_modules" / CLAUDE_AGENT_ACP / "dist" / "index.js"
+    if not script.is_file():
+        _unavailable(f"{script} is missing")
+    return os.path.realpath(node), [str(script)]
+
+
+def toml_value(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items()) + " }"
+    return json.dumps(value)
+
+
+def profile(name: str, **fields: Any) -> str:
+    return f"[agents.{name}]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in fields.items()) + "\n"
+
+
+@pytest.fixture
+def fake_api() -> Iterator[FakeAnthropic]:
+    fake = FakeAnthropic()
+    fake.start()
+    yield fake
+    fake.stop()
+    # Nothing but the Messages API was asked for (no telemetry, no feature flags, …).
+    unexpected = {p for p in fake.paths() if p not in EXPECTED_PATHS}
+    assert not unexpected, f"the agent asked the fake for unexpected paths: {unexpected}"
+
+
+def agent_env(fake: FakeAnthropic, home: Path) -> dict[str, str]:
+    """The profile ``env`` for Claude Code and claude-agent-acp, fully offline."""
+    return {
+        "HOME": str(home),  # fresh state, no login (and the marker of this test's processes)
+        "ANTHROPIC_BASE_URL": fake.url,
+        "ANTHROPIC_API_KEY": FAKE_KEY,
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "CLAUDE_CODE_MAX_RETRIES": "1",
+    }
+
+
+@dataclass
+class Real:
+    """One test's world: the fake API, a fresh HOME, the work dir, daemons to start."""
+
+    fake: FakeAnthropic
+    home: Path
+    work: Path
+    tmp: Path
+    make_daemon: Callable[..., Any]
+    daemons: list[Daemon]
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return {**agent_env(self.fake, self.home), **extra}
+
+    def config(self, *profiles: str, server: str = "") -> str:
+        return "[server]\nstop_grace_s = 3\ninterrupt_timeout_s = 15\n" + server + "\n" + "".join(profiles)
+
+    async def daemon(self, config: str) -> Daemon:
+        d: Daemon = await self.make_daemon(config)
+        self.daemons.append(d)
+        return d
+
+    def own_processes(self) -> list[tuple[int, str]]:
+        """Live processes started for this test: they all carry its HOME."""
+        marker = f"HOME={self.home}\0".encode()
+        own = []
+        for pid, desc in processes_mentioning(""):
+            try:
+                if marker in Path(f"/proc/{pid}/environ").read_bytes():
+                    own.append((pid, desc))
+            except (FileNotFoundError, ProcessLookupError, PermissionError):
+                continue
+        return own
+
+
+@pytest.fixture
+async def real(fake_api: FakeAnthropic, tmp_path: Path, daemon_factory: Callable[..., Any]) -> AsyncIterator[Real]:
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    world = Real(fake_api, home, work, tmp_path, daemon_factory, [])
+    yield world
+    for d in world.daemons:
+        for c in d.clients:
+            await asyncio.wait_for(c.close(), STEP_TIMEOUT)
+        if d.proc is not None and d.proc.returncode is None:
+            assert await d.stop() == 0
+    # No agent, nor anything it spawned (the CLI under claude-agent-acp, Bash tools), lives on.
+    await wait_until(lambda: not world.own_processes(), timeout=STEP_TIMEOUT, what="agent processes to exit")
+
+
+def agent_text(c: Any, since: int = 0) -> str:
+    """The agent's streamed text seen by client ``c`` after seq ``since``."""
+    return "".join(f["data"]["text"] for f in c.seen("message.delta")
+                   if f["seq"] > since and f["data"].get("channel") == "text")
+
+
+DOCS_AGENTS = HERE.parent.parent / "docs" / "agents.md"
+
+
+def doc_preset(name: str) -> dict[str, Any]:
+    """The ``[agents.NAME]`` table of a preset in docs/agents.md, as the docs show it."""
+    import tomllib
+
+    for block in re.findall(r"```toml\n(.*?)```", DOCS_AGENTS.read_text(), flags=re.S):
+        table = tomllib.loads(block).get("agents", {})
+        if name in table:
+            return dict(table[name])
+    raise AssertionError(f"no [agents.{name}] preset in {DOCS_AGENTS}")
+
+
+# ---------------------------------------------------------------- egress, seen by strace
+
+TRACED = "trace=connect,sendto,sendmsg,sendmmsg"
+_ADDR_RE = re.compile(r'sin_port=htons\((\d+)\), sin_addr=inet_addr\("([^"]+)"\)'
+                      r'|sin6_port=htons\((\d+)\),.*?inet_pton\(AF_INET6, "([^"]+)"')
+
+
+def strace_wrapped(executable: str, args: list[str], log: Path) -> tuple[str, list[str]]:
+    """The agent under ``strace -f``: every connect()/send*() of it and of everything it
+    spawns (the CLI under claude-agent-acp, tool commands) is logged with its address."""
+    strace = shutil.which("strace")
+    if strace is None:
+        _unavailable("strace is not installed")
+        raise AssertionError("unreachable")
+    return os.path.realpath(strace), ["-f", "-qq", "-e", TRACED, "-o", str(log), executable, *args]
+
+
+def network_peers(log: Path) -> list[tuple[str, int]]:
+    """Every IPv4/IPv6 (address, port) the traced processes connected or sent to."""
+    peers = []
+    for m in _ADDR_RE.finditer(log.read_text() if log.exists() else ""):
+        port, addr = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+        peers.append((addr, int(port)))
+    return peers

@@ -1,0 +1,30 @@
+"""docs/agents.md ships profile presets: each one is valid TOML and a valid profile (issue #9).
+The tested ones (claude, claude-acp) also run, in test_claude_code.py and
+test_claude_agent_acp.py."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+
+from realagents import DOCS_AGENTS
+
+from bridge.config import AgentProfile
+
+PRESETS = {"claude", "claude-offline", "claude-acp", "qwen", "qwen-acp", "codebuddy", "gemini", "goose", "opencode"}
+
+
+def test_every_preset_in_the_docs_is_a_valid_profile() -> None:
+    blocks = re.findall(r"```toml\n(.*?)```", DOCS_AGENTS.read_text(), flags=re.S)
+    found: dict[str, dict[str, object]] = {}
+    for block in blocks:
+        for name, table in tomllib.loads(block)["agents"].items():
+            assert name not in found, f"preset {name} shown twice"
+            found[name] = table
+    assert set(found) == PRESETS
+    for name, table in found.items():
+        if name == "claude-offline":
+            continue  # an env table only, completing [agents.claude]
+        profile = AgentProfile.model_validate({**table, "name": name})
+        assert profile.executable.startswith("/"), name
+        assert profile.env, name

@@ -336,6 +336,8 @@ class App {
 
   async openThread(id) {
     this.leaveThread();
+    document.body.classList.remove("show-sidebar");
+    $("#toggle-threads").setAttribute("aria-expanded", "false");
     let thread = this.threads.find((t) => t.id === id);
     if (!thread) {
       try {
@@ -448,6 +450,7 @@ class App {
       }
     }
     this.renderTasks();
+    if (batch.some((ev) => ev.kind === "task.updated")) this.syncTasks(cur);
     this.updatePermissionUi();
     this.updateTurnUi();
     if (threadChanged) {
@@ -636,6 +639,34 @@ class App {
     const t = cur.tasks.get(id) || { task_id: id };
     for (const [k, v] of Object.entries(d)) if (v !== undefined && v !== null) t[k] = v;
     cur.tasks.set(id, t);
+  }
+
+  // task.updated events update the panel at once; the thread's task table
+  // (GET /v1/threads/{id}/tasks) then fills in what events do not carry (usage, workflow
+  // name, sub-agent type) and is authoritative (patches, late and duplicate updates).
+  syncTasks(cur) {
+    if (cur.taskSync) {
+      cur.taskSyncAgain = true;
+      return;
+    }
+    cur.taskSync = (async () => {
+      try {
+        do {
+          cur.taskSyncAgain = false;
+          const res = await api("GET", `/v1/threads/${encodeURIComponent(cur.id)}/tasks`);
+          if (this.current !== cur) return;
+          for (const t of res.tasks || []) {
+            const id = String(t.task_id ?? "");
+            if (id) cur.tasks.set(id, { ...(cur.tasks.get(id) || {}), ...t });
+          }
+          this.renderTasks();
+        } while (cur.taskSyncAgain);
+      } catch {
+        /* the events still show the essentials */
+      } finally {
+        cur.taskSync = null;
+      }
+    })();
   }
 
   renderTasks() {

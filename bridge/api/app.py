@@ -73,7 +73,7 @@ def create_app(settings: Settings, *, on_ready: Callable[[], None] | None = None
     app.state.token = token
     app.state.tls = tls
     app.state.sessions = Sessions(server.session_ttl_s, server.max_sessions)
-    app.state.login_codes = LoginCodes()
+    app.state.login_codes = LoginCodes(server.login_code_ttl_s)
     app.add_middleware(BodyLimit)
     app.add_middleware(RequestGuard, bind_host=settings.host,
                        port=settings.port if bound_port is None else bound_port,

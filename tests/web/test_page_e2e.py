@@ -1,0 +1,431 @@
+"""The bundled web page in a real browser (issue #7): Debian's chromium driven by
+Playwright, against a real daemon, with the demo agent and the scripted fake agent.
+
+One browser per module; each test gets its own daemon and browser context. Every wait is
+on a condition (Playwright's expect / wait_for_*), never a sleep."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from conftest import DIALECTS, STEP_TIMEOUT, TOKEN, Daemon, _own_agents, profile_toml, wait_until
+from playwright.async_api import Browser, BrowserContext, Page, WebSocketRoute, async_playwright, expect
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = os.environ.get("AGENT_BRIDGE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage"]
+WAIT_MS = STEP_TIMEOUT * 1000
+expect.set_options(timeout=WAIT_MS)
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def browser() -> AsyncIterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (.ci/run does)")
+    async with async_playwright() as pw:
+        b = await pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield b
+        await b.close()
+
+
+def config(agent_env: dict[str, str]) -> str:
+    cfg = "[server]\nstop_grace_s = 1\n"
+    for dialect in DIALECTS:
+        cfg += profile_toml(dialect, dialect, agent_env) + "\n"
+    cfg += profile_toml("asker", "stream-json", agent_env, permission_prompts=True)
+    return cfg
+
+
+class Session:
+    """A daemon, and browser contexts logged in to it; everything a page requested."""
+
+    def __init__(self, daemon: Daemon, browser: Browser) -> None:
+        self.d = daemon
+        self.browser = browser
+        self.contexts: list[BrowserContext] = []
+        self.urls: list[str] = []
+        self.errors: list[str] = []
+        self._code: str | None = None
+
+    async def login_code(self) -> str:
+        if self._code is None:
+            assert self.d.proc is not None and self.d.proc.stdout is not None
+            line = (await asyncio.wait_for(self.d.proc.stdout.readline(), STEP_TIMEOUT)).decode().strip()
+            prefix = f"open {self.d.url}/#login="
+            assert line.startswith(prefix), line
+            self._code = line.removeprefix(prefix)
+        return self._code
+
+    async def context(self, **options: Any) -> BrowserContext:
+        ctx = await self.browser.new_context(**options)
+        self.contexts.append(ctx)
+        return ctx
+
+    def watch(self, page: Page) -> Page:
+        page.on("request", lambda r: self.urls.append(r.url))
+        page.on("websocket", lambda ws: self.urls.append(ws.url))
+        page.on("pageerror", lambda e: self.errors.append(str(e)))
+        page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        return page
+
+    async def page(self, ctx: BrowserContext | None = None, *, thread: str | None = None,
+                   **options: Any) -> Page:
+        """A page of a new context, logged in with the one-time link (the first time) or
+        the token form; showing ``thread`` if given."""
+        ctx = ctx or await self.context(**options)
+        page = self.watch(await ctx.new_page())
+        first = self._code is None
+        code = await self.login_code()
+        if first:
+            await page.goto(f"{self.d.url}/#login={code}")
+        else:
+            await page.goto(f"{self.d.url}/")
+            await expect(page.locator("#login")).to_be_visible()
+            await page.fill("#token", TOKEN)
+            await page.click("#login-form button[type=submit]")
+        await expect(page.locator("#app")).to_be_visible()
+        if thread:
+            await page.evaluate("id => { location.hash = 't=' + id; }", thread)
+            await expect(page.locator("#thread")).to_be_visible()
+            await expect(page.locator("#conn")).to_have_attribute("data-state", re.compile("live|polling"))
+        return page
+
+    async def tab(self, ctx: BrowserContext, thread: str) -> Page:
+        """Another tab of a logged-in context (the cookie is shared), on ``thread``."""
+        page = self.watch(await ctx.new_page())
+        await page.goto(f"{self.d.url}/#t={thread}")
+        await expect(page.locator("#thread")).to_be_visible()
+        await expect(page.locator("#conn")).to_have_attribute("data-state", "live")
+        return page
+
+    def assert_clean(self) -> None:
+        foreign = [u for u in self.urls if not (u.startswith(self.d.url + "/") or u.startswith(self.d.ws_url + "/"))]
+        assert not foreign, f"the page talked to another origin: {foreign}"
+        assert not self.errors, f"errors in the page: {self.errors}"
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def web(browser: Browser, tmp_path: Path, agent_env: dict[str, str]) -> AsyncIterator[Session]:
+    d = Daemon(tmp_path, config(agent_env))
+    await d.start()
+    s = Session(d, browser)
+    try:
+        yield s
+    finally:
+        for ctx in s.contexts:
+            await ctx.close()
+        await d.stop()
+        await wait_until(lambda: not _own_agents(tmp_path), what="agents to exit")
+
+
+async def api_thread(s: Session, agent: str, **body: Any) -> str:
+    async with s.d.http() as http:
+        r = await http.post("/v1/threads", json={"agent": agent, **body})
+        assert r.status_code == 201, r.text
+        return str(r.json()["id"])
+
+
+async def transcript(s: Session, tid: str) -> list[dict[str, Any]]:
+    async with s.d.http() as http:
+        r = await http.get(f"/v1/threads/{tid}/events", params={"after": 0, "limit": 1000})
+        return list(r.json()["events"])
+
+
+async def send(page: Page, text: str) -> None:
+    await page.fill("#prompt", text)
+    await page.press("#prompt", "Enter")
+
+
+def numbers(text: str) -> list[int]:
+    return [int(x) for x in text.split()]
+
+
+async def streamed_numbers(page: Page) -> list[int]:
+    return numbers(await page.locator(".msg.assistant .body").last.inner_text())
+
+
+async def wait_numbers(page: Page, at_least: int) -> None:
+    await page.wait_for_function(
+        """n => { const b = [...document.querySelectorAll('.msg.assistant .body')].pop();
+                  return b && b.innerText.trim().split(/\\s+/).length >= n; }""",
+        arg=at_least, timeout=WAIT_MS)
+
+
+# --------------------------------------------------------------------------- tests
+
+
+async def test_a_full_chat_turn_with_the_demo_agent(web: Session, tmp_path: Path) -> None:
+    work = tmp_path / "project"
+    work.mkdir()
+    (work / "notes.md").write_text("# Notes\nremember the **milk**\n")
+    page = await web.page(viewport={"width": 1280, "height": 800})
+    # The one-time code is gone from the address bar once used.
+    assert "login" not in page.url
+    await page.click("#new-thread")
+    await expect(page.locator("#new-dialog")).to_be_visible()
+    await page.select_option("#new-agent", "demo")
+    await page.fill("#new-cwd", str(work))
+    await page.fill("#new-title", "Demo chat")
+    await page.click("#new-create")
+    await expect(page.locator("#thread")).to_be_visible()
+    await expect(page.locator("#t-title")).to_have_text("Demo chat")
+    await expect(page.locator("#t-meta")).to_contain_text(str(work))
+    item = page.locator(".thread-item", has_text="Demo chat")
+    await expect(item).to_contain_text("demo")
+    await expect(page.locator("#conn")).to_have_attribute("data-state", "live")
+
+    await send(page, "hello")
+    await expect(page.locator(".msg.user .body").first).to_have_text("hello")
+    await expect(page.locator(".msg.assistant").first).to_contain_text("Hello to you too")
+    await expect(page.locator(".turn-end")).to_have_count(1)
+    await expect(page.locator(".turn-end").first).to_contain_text(re.compile(r"Turn complete · \d+ in · \d+ out"))
+
+    await send(page, "list files")
+    card = page.locator(".tool").first
+    await expect(card.locator(".tool-name")).to_have_text("ListFiles")
+    await expect(card.locator(".tool-status")).to_have_text("done")
+    await expect(card.locator(".tool-input")).to_contain_text('"path": "."')
+    await expect(card.locator(".tool-output")).to_contain_text("notes.md")
+    await expect(page.locator(".turn-end")).to_have_count(2)
+
+    await send(page, "read notes.md")
+    await expect(page.locator(".tool")).to_have_count(2)
+    await expect(page.locator(".tool").nth(1).locator(".tool-output")).to_contain_text("remember the **milk**")
+    await expect(page.locator(".turn-end")).to_have_count(3)
+    await expect(page.locator("#turn-status-text")).to_contain_text("Last turn: success")
+    await expect(page.locator("#interrupt")).to_be_disabled()
+    # Diagnostics (the process start) are in their own panel, not in the conversation.
+    await expect(page.locator("#diagnostics .diag-process-started")).to_have_count(1)
+    await expect(page.locator("#transcript")).not_to_contain_text("process started")
+
+    shot = tmp_path / "main.png"
+    await page.screenshot(path=str(shot))
+    assert shot.stat().st_size > 10_000
+    if os.environ.get("UPDATE_SCREENSHOT") == "1":
+        shutil.copy(shot, ROOT / "docs" / "screenshot.png")
+    web.assert_clean()
+
+
+async def test_a_reload_mid_stream_rebuilds_the_exact_transcript(web: Session) -> None:
+    tid = await api_thread(web, "stream-json", title="counting")
+    page = await web.page(thread=tid)
+    await send(page, "count 400")
+    await wait_numbers(page, 30)
+    await page.reload()
+    await expect(page.locator("#thread")).to_be_visible()
+    await expect(page.locator("#conn")).to_have_attribute("data-state", "live")
+    before = len(await streamed_numbers(page))
+    await wait_numbers(page, before + 30)  # still streaming, live, after the reload
+    got = await streamed_numbers(page)
+    assert got == list(range(len(got))), "a gap or a duplicate after the reload"
+    await page.click("#interrupt")
+    await expect(page.locator(".turn-end")).to_have_text(re.compile("Interrupted"))
+    final = await streamed_numbers(page)
+    events = await transcript(web, tid)
+    deltas = "".join(e["data"]["text"] for e in events if e["kind"] == "message.delta")
+    assert final == numbers(deltas) == list(range(len(final)))
+    await expect(page.locator(".msg.assistant")).to_have_count(1)
+    await expect(page.locator(".msg.user")).to_have_count(1)
+    web.assert_clean()
+
+
+async def test_a_dropped_connection_resumes_where_it_left_off(web: Session) -> None:
+    tid = await api_thread(web, "stream-json")
+    ctx = await web.context()
+    routes: list[WebSocketRoute] = []
+
+    def proxy(ws: WebSocketRoute) -> None:
+        ws.connect_to_server()  # pass frames through; closed by the test below
+        routes.append(ws)
+
+    await ctx.route_web_socket(re.compile(r"/ws\?after=\d+$"), proxy)
+    page = await web.page(ctx, thread=tid)
+    await send(page, "count 400")
+    await wait_numbers(page, 20)
+    await routes[-1].close(code=4000, reason="network lost")
+    await expect(page.locator("#conn")).to_have_attribute("data-state", "live")
+    await wait_until(lambda: len(routes) >= 2, what="the page to reconnect")
+    assert re.search(r"after=([1-9]\d*)$", routes[-1].url), routes[-1].url  # not from 0
+    seen = len(await streamed_numbers(page))
+    await wait_numbers(page, seen + 20)
+    got = await streamed_numbers(page)
+    assert got == list(range(len(got)))
+    await page.keyboard.press("Escape")
+    await expect(page.locator(".turn-end")).to_have_text(re.compile("Interrupted"))
+
+
+async def test_the_permission_dialog_shows_in_every_tab_and_closes_everywhere(web: Session) -> None:
+    tid = await api_thread(web, "asker")
+    a = await web.page(thread=tid)
+    b = await web.tab(a.context, tid)
+    await send(a, "ask")
+    for page in (a, b):
+        dialog = page.locator("#perm-dialog")
+        await expect(dialog).to_be_visible()
+        await expect(dialog.locator("#perm-tool")).to_have_text("Bash")
+        await expect(dialog.locator("#perm-input")).to_contain_text('"command": "touch x"')
+        # Focus is in the dialog, on the safe choice.
+        await expect(page.locator("#perm-deny")).to_be_focused()
+    await b.click("#perm-allow")
+    for page in (a, b):
+        await expect(page.locator("#perm-dialog")).to_be_hidden()
+        await expect(page.locator(".msg.assistant .body").last).to_have_text("permission: allow")
+        await expect(page.locator(".note.perm")).to_contain_text("allowed (by rest)")
+    # Escape closes the dialog without answering; the banner brings it back.
+    await send(a, "ask")
+    await expect(a.locator("#perm-dialog")).to_be_visible()
+    await a.keyboard.press("Escape")
+    await expect(a.locator("#perm-dialog")).to_be_hidden()
+    await expect(a.locator("#perm-banner")).to_be_visible()
+    await a.click("#perm-review")
+    await expect(a.locator("#perm-dialog")).to_be_visible()
+    await a.keyboard.press("Enter")  # on the focused Deny button
+    await expect(b.locator("#perm-dialog")).to_be_hidden()
+    await expect(b.locator(".msg.assistant .body").last).to_have_text("permission: deny")
+    await expect(a.locator("#perm-banner")).to_be_hidden()
+    web.assert_clean()
+
+
+async def test_interrupt_with_the_button_and_with_escape(web: Session) -> None:
+    tid = await api_thread(web, "stream-json")
+    page = await web.page(thread=tid)
+    await send(page, "count 1000")
+    await wait_numbers(page, 5)
+    await expect(page.locator("#interrupt")).to_be_enabled()
+    await page.click("#interrupt")
+    await expect(page.locator(".turn-end").nth(0)).to_have_attribute("data-status", "cancelled")
+    await expect(page.locator("#interrupt")).to_be_disabled()
+    await send(page, "count 1000")
+    await expect(page.locator(".msg.assistant")).to_have_count(2)
+    await expect(page.locator("#interrupt")).to_be_enabled()
+    await page.locator("#transcript").focus()
+    await page.keyboard.press("Escape")
+    await expect(page.locator(".turn-end").nth(1)).to_have_attribute("data-status", "cancelled")
+    ends = [e for e in await transcript(web, tid) if e["kind"] == "turn.ended"]
+    assert [e["data"]["status"] for e in ends] == ["cancelled", "cancelled"]
+
+
+async def test_agent_html_and_script_links_render_inert(web: Session) -> None:
+    tid = await api_thread(web, "stream-json")
+    page = await web.page(thread=tid)
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: dialogs.append(d.message))
+    payload = ("<img src=x onerror=\"window.xssFired=1\"> <script>window.xssFired=2</script> "
+               "[click me](javascript:window.xssFired=3) [data](data:text/html,<b>x</b>) "
+               "<iframe src=\"javascript:alert(1)\"></iframe> **bold** `code` [docs](https://example.com/x)")
+    await send(page, payload)
+    reply = page.locator(".msg.assistant .body").last
+    await expect(page.locator(".turn-end")).to_have_count(1)
+    await expect(reply).to_contain_text('<img src=x onerror="window.xssFired=1">')
+    await expect(reply).to_contain_text("<script>window.xssFired=2</script>")
+    assert await page.evaluate("window.xssFired") is None
+    assert await page.locator("#transcript img, #transcript script, #transcript iframe").count() == 0
+    # The javascript: and data: links are plain text; the https one is a safe link.
+    inert = reply.locator(".md-inert-link")
+    await expect(inert).to_have_count(2)
+    await expect(inert.first).to_have_text("click me")
+    links = reply.locator("a")
+    await expect(links).to_have_count(1)
+    assert await links.get_attribute("href") == "https://example.com/x"
+    assert await links.get_attribute("rel") == "noopener noreferrer"
+    assert await links.get_attribute("target") == "_blank"
+    await expect(reply.locator("strong")).to_have_text("bold")
+    await expect(reply.locator("code")).to_have_text("code")
+    hrefs = await page.eval_on_selector_all("a[href]", "as => as.map(a => a.href)")
+    assert not [h for h in hrefs if h.lower().startswith(("javascript:", "data:"))]
+    # The user's own message is plain text too.
+    await expect(page.locator(".msg.user .body")).to_have_text(payload)
+    assert dialogs == []
+    web.assert_clean()
+
+
+async def test_the_task_panel_follows_a_workflow_live(web: Session, agent_env: dict[str, str]) -> None:
+    tid = await api_thread(web, "stream-json")
+    page = await web.page(thread=tid)
+    await send(page, "workflow")
+    task = page.locator('#tasks .task[data-task-id="wf1"]')
+    await expect(task).to_have_attribute("data-status", "running")
+    await expect(task.locator(".task-name")).to_have_text("Review the change")
+    await expect(task.locator(".task-kind")).to_contain_text("local_workflow")
+    await expect(task.locator(".phase-title")).to_have_text("Gather")
+    await expect(task.locator(".step")).to_have_count(1)
+    await expect(task.locator(".step").first).to_have_attribute("data-state", "start")
+    Path(agent_env["FAKE_AGENT_STATE"], "go").touch()  # let the workflow go on
+    await expect(task).to_have_attribute("data-status", "completed")
+    await expect(task.locator(".phase .step")).to_have_count(2)
+    await expect(task.locator(".step").nth(0)).to_have_attribute("data-state", "done")
+    await expect(task.locator(".step").nth(1)).to_contain_text("child-2")
+    await expect(task.locator(".task-summary")).to_have_text("Reviewed 2 files")
+    await expect(task.locator(".task-usage")).to_contain_text("30 tokens · 3 tool uses")
+    await expect(page.locator("#task-count")).to_have_text("(0 running / 1)")
+    web.assert_clean()
+
+
+async def test_long_polling_takes_over_when_websockets_cannot_connect(web: Session) -> None:
+    tid = await api_thread(web, "stream-json")
+    ctx = await web.context()
+    refused: list[str] = []
+
+    async def refuse(ws: WebSocketRoute) -> None:
+        refused.append(ws.url)
+        await ws.close(code=4000, reason="blocked by the test")
+
+    await ctx.route_web_socket(re.compile(r"/ws\?"), refuse)
+    page = await web.page(ctx)
+    await page.evaluate("id => { location.hash = 't=' + id; }", tid)
+    await expect(page.locator("#conn")).to_have_attribute("data-state", "polling")
+    await expect(page.locator("#conn")).to_contain_text("long-polling")
+    assert len(refused) >= 3
+    await send(page, "hello over polling")
+    await expect(page.locator(".msg.assistant .body")).to_have_text("echo: hello over polling")
+    await expect(page.locator(".turn-end")).to_have_count(1)
+    await send(page, "count 50")
+    await expect(page.locator(".turn-end")).to_have_count(2)
+    assert await streamed_numbers(page) == list(range(50))
+    web.assert_clean()
+
+
+async def test_a_phone_sized_screen_with_the_keyboard_alone(web: Session) -> None:
+    page = await web.page(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    # Nothing wider than the screen.
+    assert await page.evaluate("document.documentElement.scrollWidth") <= 390
+    # Keyboard only: Tab to "Threads", open the panel, Tab to "New thread", Enter.
+    for _ in range(6):
+        await page.keyboard.press("Tab")
+        if await page.evaluate("document.activeElement.id") == "toggle-threads":
+            break
+    await page.keyboard.press("Enter")
+    await expect(page.locator("#sidebar")).to_be_visible()
+    await expect(page.locator("#new-thread")).to_be_focused()
+    await page.keyboard.press("Enter")
+    await expect(page.locator("#new-agent")).to_be_focused()
+    await page.keyboard.press("Tab")  # cwd
+    await page.keyboard.press("Tab")  # title
+    await page.keyboard.type("On the phone")
+    await page.keyboard.press("Enter")
+    await expect(page.locator("#t-title")).to_have_text("On the phone")
+    await expect(page.locator("#prompt")).to_be_focused()
+    await expect(page.locator("#sidebar")).to_be_hidden()
+    await page.keyboard.type("hello from a phone")
+    await page.keyboard.press("Enter")
+    await expect(page.locator(".msg.assistant")).to_contain_text("echo: hello from a phone")
+    for sel in ("#prompt", "#send", ".msg.assistant"):
+        box = await page.locator(sel).first.bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, (sel, box)
+    assert await page.evaluate("document.documentElement.scrollWidth") <= 390
+    web.assert_clean()

@@ -365,6 +365,7 @@ class App {
       onEvents: (batch) => this.current === cur && this.onEvents(cur, batch),
       onState: (state) => this.current === cur && this.setConn(state),
       onGone: (why) => this.current === cur && this.threadGone(why),
+      onUnauthorized: () => this.current === cur && this.showLogin("Your session ended; sign in again."),
     });
     cur.stream.start();
   }

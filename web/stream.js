@@ -12,12 +12,13 @@ const POLL_WAIT_S = 25;
 const POLL_LIMIT = 500;
 
 export class ThreadStream {
-  constructor(threadId, { onEvents, onEphemeral, onState, onGone, forcePolling = false }) {
+  constructor(threadId, { onEvents, onEphemeral, onState, onGone, onUnauthorized, forcePolling = false }) {
     this.threadId = threadId;
     this.onEvents = onEvents;
     this.onEphemeral = onEphemeral || (() => {});
     this.onState = onState || (() => {});
     this.onGone = onGone || (() => {});
+    this.onUnauthorized = onUnauthorized || (() => {});
     this.lastSeq = 0;
     this.closed = false;
     this.ws = null;
@@ -161,6 +162,12 @@ export class ThreadStream {
         if (r.status === 404) {
           this.setState("gone");
           this.onGone("not_found");
+          return;
+        }
+        if (r.status === 401) {
+          // The session ended (logout, expiry, a daemon restart): sign in again.
+          this.setState("idle");
+          this.onUnauthorized();
           return;
         }
         if (!r.ok) throw new Error(`HTTP ${r.status}`);

@@ -67,11 +67,25 @@ export class TranscriptView {
       try {
         this.one(ev);
       } catch (err) {
-        console.error("event not shown", ev && ev.seq, err);
+        console.warn("event not shown", ev && ev.seq, err);
       }
     }
-    this.render();
-    if (stick) this.root.scrollTop = this.root.scrollHeight;
+    // Streamed text is re-rendered at most once a frame, however many deltas arrive (a
+    // reload replays a long reply delta by delta).
+    if (!this.renderQueued) {
+      this.renderQueued = true;
+      requestAnimationFrame(() => {
+        this.renderQueued = false;
+        const stay = this.atBottom();
+        this.render();
+        if (stay || this.stick) this.root.scrollTop = this.root.scrollHeight;
+        this.stick = false;
+      });
+    }
+    if (stick) {
+      this.stick = true;
+      this.root.scrollTop = this.root.scrollHeight;
+    }
   }
 
   one(ev) {

@@ -429,3 +429,136 @@ async def test_a_phone_sized_screen_with_the_keyboard_alone(web: Session) -> Non
         assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, (sel, box)
     assert await page.evaluate("document.documentElement.scrollWidth") <= 390
     web.assert_clean()
+
+
+async def test_threads_are_listed_newest_first_and_can_be_renamed_stopped_resumed_and_deleted(
+        web: Session) -> None:
+    old = await api_thread(web, "stream-json", title="older")
+    new = await api_thread(web, "awp-jsonl", title="newer")
+    page = await web.page()
+    items = page.locator(".thread-item")
+    await expect(items).to_have_count(2)
+    await expect(items.nth(0)).to_contain_text("newer")
+    await expect(items.nth(0)).to_contain_text("awp-jsonl")
+    await expect(items.nth(1)).to_contain_text("older")
+    await items.nth(1).click()
+    await expect(page.locator("#t-title")).to_have_text("older")
+    assert page.url.endswith(f"#t={old}")
+    await send(page, "hi")
+    await expect(page.locator(".turn-end")).to_have_count(1)
+    # Activity moves it to the top.
+    await expect(items.nth(0)).to_contain_text("older")
+    await expect(page.locator("#t-state")).to_have_text("running")
+
+    await page.click("#rename")
+    await expect(page.locator("#rename-input")).to_be_focused()
+    await page.fill("#rename-input", "renamed <b>safely</b>")
+    await page.keyboard.press("Enter")
+    await expect(page.locator("#t-title")).to_have_text("renamed <b>safely</b>")
+    await expect(items.nth(0).locator(".t-title")).to_have_text("renamed <b>safely</b>")
+
+    await page.click("#stop")
+    await expect(page.locator("#t-state")).to_have_text("exited")
+    await expect(page.locator("#diagnostics .diag-process-exited")).to_contain_text("stopped")
+    await expect(page.locator("#resume")).to_be_enabled()
+    await page.click("#resume")
+    await expect(page.locator("#t-state")).to_have_text(re.compile("starting|running"))
+    await send(page, "recall")  # the resumed agent has the conversation
+    await expect(page.locator(".msg.assistant .body").last).to_have_text("history: hi")
+
+    await page.click("#delete")
+    await expect(page.locator("#confirm-dialog")).to_be_visible()
+    await expect(page.locator("#confirm-no")).to_be_focused()
+    await page.click("#confirm-yes")
+    await expect(page.locator("#empty")).to_have_text("That thread was deleted.")
+    await expect(items).to_have_count(1)
+    await expect(items.nth(0)).to_contain_text("newer")
+    async with web.d.http() as http:
+        assert (await http.get(f"/v1/threads/{old}")).status_code == 404
+        assert (await http.get(f"/v1/threads/{new}")).status_code == 200
+    web.assert_clean()
+
+
+MARKDOWN = """# Title
+Some *emphasis*, **strong**, ~~gone~~ and `inline <code>`.
+
+- one
+- two
+  - nested
+1. first
+2. second
+
+> quoted **text**
+
+| a | b |
+|---|---|
+| 1 | <i>2</i> |
+
+```python
+print("<b>hi</b>")
+```
+See https://example.org/path, [mail](mailto:me@example.org) and [rel](/v1/threads).
+"""
+
+
+async def test_markdown_renders_to_the_expected_structure(web: Session) -> None:
+    page = await web.page()
+    shape = await page.evaluate(
+        """async (text) => {
+            const ALLOWED = ['h3', 'p', 'em', 'strong', 'del', 'code', 'ul', 'ol', 'li', 'blockquote', 'div',
+                             'table', 'thead', 'tbody', 'tr', 'th', 'td', 'pre', 'a', 'span', 'br'];
+            const { renderMarkdown } = await import('/assets/markdown.js');
+            const box = document.createElement('div');
+            box.append(renderMarkdown(text));
+            const q = (s) => [...box.querySelectorAll(s)];
+            return {
+              h: q('h3').map(e => e.textContent),
+              em: q('em').map(e => e.textContent), strong: q('strong').map(e => e.textContent),
+              del: q('del').map(e => e.textContent), code: q('p code').map(e => e.textContent),
+              ul: q('ul > li').length, nested: q('ul ul > li').map(e => e.textContent),
+              ol: q('ol > li').map(e => e.textContent), quote: q('blockquote strong').map(e => e.textContent),
+              cells: q('td').map(e => e.textContent), pre: q('pre code').map(e => [e.className, e.textContent]),
+              links: q('a').map(e => [e.textContent, e.getAttribute('href')]),
+              inert: q('.md-inert-link').map(e => e.textContent),
+              elements: q('*').map(e => e.tagName.toLowerCase()).filter(t => !ALLOWED.includes(t)),
+            };
+        }""", MARKDOWN)
+    assert shape["h"] == ["Title"]
+    assert shape["em"] == ["emphasis"] and shape["strong"] == ["strong", "text"] and shape["del"] == ["gone"]
+    assert shape["code"] == ["inline <code>"]
+    assert shape["nested"] == ["nested"] and shape["ol"] == ["first", "second"]
+    assert shape["quote"] == ["text"]
+    assert shape["cells"] == ["1", "<i>2</i>"]
+    assert shape["pre"] == [["language-python", 'print("<b>hi</b>")']]
+    assert shape["links"] == [["https://example.org/path", "https://example.org/path"],
+                              ["mail", "mailto:me@example.org"]]
+    assert shape["inert"] == ["rel"]
+    assert shape["elements"] == []  # no <b>, <i> or anything else from the text
+    # A reply still streaming (an unclosed fence) renders what it has, as code.
+    partial = await page.evaluate(
+        """async () => { const { renderMarkdown } = await import('/assets/markdown.js');
+            const box = document.createElement('div'); box.append(renderMarkdown('x\\n```js\\nlet a = 1'));
+            return box.querySelector('pre code').textContent; }""")
+    assert partial == "let a = 1"
+    web.assert_clean()
+
+
+async def test_a_spent_link_and_a_wrong_token_are_refused_and_sign_out_works(web: Session) -> None:
+    page = await web.page()  # spends the link
+    await page.click("#logout")
+    await expect(page.locator("#login")).to_be_visible()
+    await expect(page.locator("#token")).to_be_focused()
+    # The spent link again, in a fresh context.
+    other = web.watch(await (await web.context()).new_page())
+    await other.goto(f"{web.d.url}/#login={await web.login_code()}")
+    await expect(other.locator("#login-error")).to_contain_text("already used or has expired")
+    assert "login=" not in other.url
+    await other.fill("#token", "not-the-token")
+    await other.press("#token", "Enter")
+    await expect(other.locator("#login-error")).to_have_text("That token is not right.")
+    await other.fill("#token", TOKEN)
+    await other.press("#token", "Enter")
+    await expect(other.locator("#app")).to_be_visible()
+    # The 401s above are the expected answers to the refused attempts.
+    web.errors = [e for e in web.errors if "401" not in e]
+    web.assert_clean()

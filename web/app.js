@@ -61,7 +61,7 @@ function newClientId() {
 }
 
 const CONN_TEXT = {
-  idle: "Not connected",
+  idle: "No thread open",
   connecting: "Connecting…",
   live: "Live",
   reconnecting: "Reconnecting…",
@@ -110,6 +110,9 @@ class App {
   showLogin(message) {
     this.leaveThread();
     clearInterval(this.listTimer);
+    $("#thread").hidden = true;
+    $("#empty").hidden = false;
+    this.setConn("idle");
     $("#app").hidden = true;
     $("#login").hidden = false;
     $("#login-error").textContent = message || "";

@@ -44,6 +44,7 @@ export class TranscriptView {
     this.root = container;
     this.root.replaceChildren();
     this.blocks = { text: null, thought: null }; // the assistant blocks being streamed
+    this.recent = { text: null, thought: null }; // closed by the other channel, final text pending
     this.tools = new Map(); // tool_call_id → card
     this.dirty = new Set();
     this.renderQueued = false;
@@ -176,7 +177,13 @@ export class TranscriptView {
   delta(d) {
     if (typeof d.text !== "string") return;
     const channel = d.channel === "thought" ? "thought" : "text";
-    if (channel === "text" && this.blocks.thought) this.finishThought();
+    if (channel === "text" && this.blocks.thought) {
+      this.recent.thought = this.blocks.thought;
+      this.finishThought();
+    } else if (channel === "thought" && this.blocks.text) {
+      this.recent.text = this.blocks.text;
+      this.endText();
+    }
     const b = this.block(channel);
     b.text += d.text;
     b.node.classList.add("streaming");
@@ -186,7 +193,10 @@ export class TranscriptView {
   assistantMessage(d) {
     if (typeof d.text !== "string") return;
     const channel = d.channel === "thought" ? "thought" : "text";
-    // The complete message replaces what its deltas built up.
+    // The complete message replaces what its deltas built up: the block being streamed,
+    // or the one just closed by deltas of the other channel (thinking, then text).
+    if (!this.blocks[channel] && this.recent[channel]) this.blocks[channel] = this.recent[channel];
+    this.recent[channel] = null;
     const b = this.block(channel);
     b.text = d.text;
     this.dirty.add(b);
@@ -205,11 +215,16 @@ export class TranscriptView {
     this.blocks.thought = null;
   }
 
-  endBlocks() {
+  endText() {
     this.render();
-    this.finishThought();
     if (this.blocks.text) this.blocks.text.node.classList.remove("streaming");
     this.blocks.text = null;
+  }
+
+  endBlocks() {
+    this.finishThought();
+    this.endText();
+    this.recent = { text: null, thought: null };
   }
 
   render() {

@@ -562,3 +562,67 @@ async def test_a_spent_link_and_a_wrong_token_are_refused_and_sign_out_works(web
     # The 401s above are the expected answers to the refused attempts.
     web.errors = [e for e in web.errors if "401" not in e]
     web.assert_clean()
+
+
+def ev(seq: int, kind: str, source: str = "agent", **data: Any) -> dict[str, Any]:
+    return {"seq": seq, "ts": "2026-11-30T00:00:00.000Z", "source": source, "kind": kind, "data": data, "raw": None}
+
+
+async def test_the_conversation_view_folds_streams_thoughts_tools_and_plans(web: Session) -> None:
+    """The event → view mapping for shapes the scripted agents do not produce (thinking,
+    ACP tool-call patches, plans), fed straight to the page's TranscriptView."""
+    page = await web.page()
+    events = [
+        ev(1, "message", "client", role="user", text="why?", turn_id="t1"),
+        ev(2, "turn.started", "bridge", turn_id="t1"),
+        ev(3, "message.delta", text="Let me ", channel="thought"),
+        ev(4, "message.delta", text="think", channel="thought"),
+        ev(5, "message.delta", text="Because ", channel="text"),  # thinking ends, text starts
+        ev(6, "message", role="assistant", text="Let me think.", channel="thought", message_id="m1"),
+        ev(7, "message.delta", text="**reasons**", channel="text"),
+        ev(8, "message", role="assistant", text="Because **reasons**.", message_id="m1"),
+        ev(9, "tool.call", tool_call_id="c1", name="edit", input={"path": "a.txt"}, title="Edit a.txt"),
+        ev(10, "tool.call", tool_call_id="c1", update=True, status="in_progress"),
+        ev(11, "tool.result", tool_call_id="c1", output=[{"type": "text", "text": "edited"}], is_error=False),
+        ev(12, "plan", entries=[{"content": "step one", "status": "completed"},
+                                {"content": "step <two>", "status": "pending"}]),
+        ev(13, "tool.call", tool_call_id="c2", name="bash", input={"command": "false"}),
+        ev(14, "tool.result", tool_call_id="c2", output="exit 1", is_error=True),
+        ev(15, "turn.ended", "bridge", turn_id="t1", status="error", error="agent_exited",
+           usage={"input_tokens": 1200, "output_tokens": 34}),
+    ]
+    view = await page.evaluate(
+        """async (events) => {
+            const { TranscriptView } = await import('/assets/transcript.js');
+            const box = document.createElement('div');
+            document.body.append(box);
+            const v = new TranscriptView(box);
+            v.apply(events.slice(0, 5));   // in two batches, as a stream delivers them
+            v.apply(events.slice(5));
+            v.render();
+            const q = (s) => [...box.querySelectorAll(s)];
+            return {
+              order: q(':scope > *').map(e => e.className.split(' ').slice(0, 2).join(' ')),
+              thought: q('details.thought').map(e => [e.open, e.querySelector('summary').textContent,
+                                                       e.querySelector('.body').textContent]),
+              text: q('.msg.assistant .body').map(e => e.textContent),
+              strong: q('.msg.assistant strong').map(e => e.textContent),
+              tools: q('.tool').map(e => [e.querySelector('.tool-name').textContent,
+                                           e.querySelector('.tool-title').textContent,
+                                           e.querySelector('.tool-status').textContent,
+                                           e.querySelector('.tool-output').textContent,
+                                           e.classList.contains('error')]),
+              plan: q('.plan li').map(e => [e.className, e.textContent]),
+              end: q('.turn-end').map(e => e.textContent),
+              streaming: q('.streaming').length,
+            };
+        }""", events)
+    assert view["order"] == ["msg user", "msg thought", "msg assistant", "tool", "plan", "tool error",
+                             "turn-end turn-error"]
+    assert view["thought"] == [[False, "Thought", "Let me think."]]  # one block, collapsed, final text
+    assert view["text"] == ["Because reasons."] and view["strong"] == ["reasons"]
+    assert view["tools"] == [["edit", "Edit a.txt", "done", "edited", False], ["bash", "", "error", "exit 1", True]]
+    assert view["plan"] == [["plan-completed", "step one"], ["plan-pending", "step <two>"]]
+    assert view["end"] == ["Turn failed · 1,200 in · 34 out tokens · agent_exited"]
+    assert view["streaming"] == 0
+    web.assert_clean()

@@ -201,7 +201,17 @@ class App {
     });
     $("#interrupt").addEventListener("click", () => this.interrupt());
     document.addEventListener("keydown", (e) => {
-      if (e.key === "Escape" && !document.querySelector("dialog[open]") && this.current && this.current.turnActive) {
+      if (e.key !== "Escape" || document.querySelector("dialog[open]")) return;
+      // On a narrow screen, Escape first closes a slide-over panel.
+      for (const [panel, button] of [["sidebar", "#toggle-threads"], ["side", "#toggle-side"]]) {
+        if (document.body.classList.contains(`show-${panel}`) && getComputedStyle($(button)).display !== "none") {
+          e.preventDefault();
+          this.togglePanel(`#${panel}`, button);
+          $(button).focus();
+          return;
+        }
+      }
+      if (this.current && this.current.turnActive) {
         e.preventDefault();
         this.interrupt();
       }

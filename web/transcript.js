@@ -265,7 +265,7 @@ export class TranscriptView {
     const id = String(d.tool_call_id ?? "");
     const card = this.tools.get(id) || this.toolCall({ tool_call_id: id, name: d.name || "tool" });
     card.done = true;
-    card.output.textContent = pretty(d.output);
+    card.output.textContent = pretty(d.output) || "(no output)";
     card.output.hidden = card.outputLabel.hidden = false;
     card.status.textContent = d.is_error ? "error" : "done";
     card.node.classList.toggle("error", !!d.is_error);

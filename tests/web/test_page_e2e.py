@@ -412,6 +412,11 @@ async def test_a_phone_sized_screen_with_the_keyboard_alone(web: Session) -> Non
     await page.keyboard.press("Enter")
     await expect(page.locator("#sidebar")).to_be_visible()
     await expect(page.locator("#new-thread")).to_be_focused()
+    await page.keyboard.press("Escape")  # closes the slide-over, back on its button
+    await expect(page.locator("#sidebar")).to_be_hidden()
+    await expect(page.locator("#toggle-threads")).to_be_focused()
+    await page.keyboard.press("Enter")
+    await expect(page.locator("#new-thread")).to_be_focused()
     await page.keyboard.press("Enter")
     await expect(page.locator("#new-agent")).to_be_focused()
     await page.keyboard.press("Tab")  # cwd

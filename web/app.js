@@ -216,8 +216,6 @@ class App {
         this.interrupt();
       }
     });
-    $("#perm-allow").addEventListener("click", () => this.answerPermission("allow"));
-    $("#perm-deny").addEventListener("click", () => this.answerPermission("deny"));
     $("#perm-dialog").addEventListener("close", () => {
       // Escape (or answering) closes it; an unanswered request stays pending and the
       // banner offers to reopen it.
@@ -613,6 +611,33 @@ class App {
     const more = this.current ? this.current.pending.size - 1 : 0;
     $("#perm-more").textContent = more > 0 ? `${more} more request(s) waiting.` : "";
     $("#perm-error").textContent = "";
+    // ACP agents offer named options (allow once / always, reject once / always); the
+    // answer names the chosen one. Otherwise: Deny and Allow.
+    const box = $("#perm-actions");
+    box.replaceChildren();
+    const options = (Array.isArray(p.options) ? p.options : []).filter(
+      (o) => o && typeof o === "object" && typeof o.optionId === "string" && typeof o.kind === "string",
+    );
+    const choices = options.length
+      ? options.map((o) => ({
+          label: typeof o.name === "string" && o.name ? o.name : o.optionId,
+          decision: o.kind.startsWith("allow") ? "allow" : "deny",
+          optionId: o.optionId,
+        }))
+      : [
+          { label: "Deny", decision: "deny", id: "perm-deny" },
+          { label: "Allow", decision: "allow", id: "perm-allow" },
+        ];
+    choices.sort((a, b) => (a.decision === b.decision ? 0 : a.decision === "deny" ? -1 : 1));
+    for (const c of choices) {
+      const b = el("button", c.decision === "allow" ? "primary" : "danger", c.label);
+      b.type = "button";
+      if (c.id) b.id = c.id;
+      b.dataset.decision = c.decision;
+      if (c.optionId) b.dataset.optionId = c.optionId;
+      b.addEventListener("click", () => this.answerPermission(c.decision, c.optionId));
+      box.append(b);
+    }
   }
 
   showPermission() {
@@ -622,16 +647,18 @@ class App {
     this.fillPermission(p);
     this.dismissed.delete(String(p.request_id));
     if (!dialog.open) dialog.showModal();
-    $("#perm-deny").focus();
+    // The safe choice has the focus: Enter denies.
+    $("#perm-actions button").focus();
   }
 
-  async answerPermission(decision) {
+  async answerPermission(decision, optionId) {
     const cur = this.current;
     const dialog = $("#perm-dialog");
     const rid = dialog.dataset.requestId;
     if (!cur || !rid) return;
+    const body = optionId ? { decision, option_id: optionId } : { decision };
     try {
-      await api("POST", `/v1/threads/${encodeURIComponent(cur.id)}/permissions/${encodeURIComponent(rid)}`, { decision });
+      await api("POST", `/v1/threads/${encodeURIComponent(cur.id)}/permissions/${encodeURIComponent(rid)}`, body);
     } catch (err) {
       if (err.status !== 409 && err.status !== 404) {
         $("#perm-error").textContent = `Could not answer: ${err.message}`;

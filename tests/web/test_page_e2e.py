@@ -18,6 +18,7 @@ import pytest
 import pytest_asyncio
 from conftest import DIALECTS, STEP_TIMEOUT, TOKEN, Daemon, _own_agents, profile_toml, wait_until
 from playwright.async_api import Browser, BrowserContext, Page, WebSocketRoute, async_playwright, expect
+from test_acp_e2e import acp_profile
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -48,6 +49,7 @@ def config(agent_env: dict[str, str]) -> str:
     for dialect in DIALECTS:
         cfg += profile_toml(dialect, dialect, agent_env) + "\n"
     cfg += profile_toml("asker", "stream-json", agent_env, permission_prompts=True)
+    cfg += acp_profile("acp", agent_env)
     return cfg
 
 
@@ -298,6 +300,23 @@ async def test_the_permission_dialog_shows_in_every_tab_and_closes_everywhere(we
     await expect(b.locator("#perm-dialog")).to_be_hidden()
     await expect(b.locator(".msg.assistant .body").last).to_have_text("permission: deny")
     await expect(a.locator("#perm-banner")).to_be_hidden()
+    web.assert_clean()
+
+
+async def test_an_acp_permission_offers_the_agents_own_options(web: Session) -> None:
+    tid = await api_thread(web, "acp")
+    page = await web.page(thread=tid)
+    await send(page, "ask rm -rf build")
+    dialog = page.locator("#perm-dialog")
+    await expect(dialog).to_be_visible()
+    await expect(dialog.locator("#perm-input")).to_contain_text("rm -rf build")
+    buttons = dialog.locator("#perm-actions button")
+    await expect(buttons).to_have_text(["Reject", "Allow", "Always"])
+    await expect(buttons.first).to_be_focused()
+    await buttons.nth(2).click()
+    await expect(dialog).to_be_hidden()
+    await expect(page.locator(".msg.assistant .body").last).to_have_text("permission: allow_always")
+    await expect(page.locator(".tool .tool-status").last).to_have_text("done")
     web.assert_clean()
 
 

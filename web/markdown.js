@@ -3,11 +3,14 @@
 // keep only http:, https: and mailto: targets (anything else, `javascript:` included,
 // becomes plain text) and open in a new tab without a referrer or an opener.
 //
-// Supported: fenced code blocks (``` or ~~~, with the language as a class and a label),
+// Supported: fenced code blocks (``` or ~~~, with the language as a class and a label,
+// coloured by highlight.js for common languages),
 // indented code, ATX headings, paragraphs with hard line breaks, block quotes, ordered
 // and unordered lists (nested by indentation), horizontal rules, tables (GFM pipes), and
 // inline code, links, autolinks, bare URLs, **strong**, *emphasis*, ~~strike~~.
 // Images are shown as links (the page never loads a remote resource).
+
+import { highlightInto } from "./highlight.js";
 
 const SAFE_SCHEMES = new Set(["http:", "https:", "mailto:"]);
 const MAX_DEPTH = 12;
@@ -146,7 +149,7 @@ function codeBlock(text, lang) {
     code.className = `language-${clean}`;
     pre.dataset.lang = clean;
   }
-  code.textContent = text;
+  highlightInto(code, text, lang);
   pre.append(code);
   return pre;
 }

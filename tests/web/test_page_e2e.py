@@ -542,6 +542,7 @@ async def test_markdown_renders_to_the_expected_structure(web: Session) -> None:
               ul: q('ul > li').length, nested: q('ul ul > li').map(e => e.textContent),
               ol: q('ol > li').map(e => e.textContent), quote: q('blockquote strong').map(e => e.textContent),
               cells: q('td').map(e => e.textContent), pre: q('pre code').map(e => [e.className, e.textContent]),
+              hl: q('pre code span').map(e => [e.className, e.textContent]),
               links: q('a').map(e => [e.textContent, e.getAttribute('href')]),
               inert: q('.md-inert-link').map(e => e.textContent),
               elements: q('*').map(e => e.tagName.toLowerCase()).filter(t => !ALLOWED.includes(t)),
@@ -554,6 +555,7 @@ async def test_markdown_renders_to_the_expected_structure(web: Session) -> None:
     assert shape["quote"] == ["text"]
     assert shape["cells"] == ["1", "<i>2</i>"]
     assert shape["pre"] == [["language-python", 'print("<b>hi</b>")']]
+    assert shape["hl"] == [["hl-string", '"<b>hi</b>"']]
     assert shape["links"] == [["https://example.org/path", "https://example.org/path"],
                               ["mail", "mailto:me@example.org"]]
     assert shape["inert"] == ["rel"]
@@ -564,6 +566,17 @@ async def test_markdown_renders_to_the_expected_structure(web: Session) -> None:
             const box = document.createElement('div'); box.append(renderMarkdown('x\\n```js\\nlet a = 1'));
             return box.querySelector('pre code').textContent; }""")
     assert partial == "let a = 1"
+    colours = await page.evaluate(
+        """async () => { const { renderMarkdown } = await import('/assets/markdown.js');
+            const box = document.createElement('div');
+            const src = "```js\\n// <b>c</b>\\nconst x = 42; let s = '<img src=x onerror=alert(1)>';\\n```";
+            box.append(renderMarkdown(src));
+            return { spans: [...box.querySelectorAll('span')].map(e => [e.className, e.textContent]),
+                     text: box.querySelector('code').textContent, img: box.querySelectorAll('img').length }; }""")
+    assert colours["spans"] == [["hl-comment", "// <b>c</b>"], ["hl-keyword", "const"], ["hl-number", "42"],
+                                ["hl-keyword", "let"], ["hl-string", "'<img src=x onerror=alert(1)>'"]]
+    assert colours["text"] == "// <b>c</b>\nconst x = 42; let s = '<img src=x onerror=alert(1)>';"
+    assert colours["img"] == 0
     web.assert_clean()
 
 

@@ -461,14 +461,25 @@ class App {
           break;
       }
     }
-    this.renderTasks();
-    if (batch.some((ev) => ev.kind === "task.updated")) this.syncTasks(cur);
-    this.updatePermissionUi();
-    this.updateTurnUi();
-    if (threadChanged) {
-      this.renderThreadHead();
-      this.refreshThreads().catch(() => {});
+    if (batch.some((ev) => ev.kind === "task.updated")) {
+      this.renderTasks();
+      this.syncTasks(cur);
     }
+    this.updateTurnUi();
+    if (threadChanged) this.renderThreadHead();
+    // A reload replays the transcript frame by frame: the dialog and the thread list
+    // follow the state once things settle, not every request and turn on the way.
+    this.soon("perm", 30, () => this.updatePermissionUi());
+    if (threadChanged) this.soon("list", 300, () => this.refreshThreads().catch(() => {}));
+  }
+
+  soon(key, ms, fn) {
+    this.timers = this.timers || {};
+    if (this.timers[key]) return;
+    this.timers[key] = setTimeout(() => {
+      this.timers[key] = null;
+      fn();
+    }, ms);
   }
 
   updateTurnUi() {

@@ -283,6 +283,10 @@ async def test_the_permission_dialog_shows_in_every_tab_and_closes_everywhere(we
         await expect(dialog.locator("#perm-input")).to_contain_text('"command": "touch x"')
         # Focus is in the dialog, on the safe choice.
         await expect(page.locator("#perm-deny")).to_be_focused()
+    # A tab reloaded meanwhile shows the request again (it is pending in the transcript).
+    await b.reload()
+    await expect(b.locator("#perm-dialog")).to_be_visible()
+    await expect(b.locator("#perm-tool")).to_have_text("Bash")
     await b.click("#perm-allow")
     for page in (a, b):
         await expect(page.locator("#perm-dialog")).to_be_hidden()
@@ -299,6 +303,12 @@ async def test_the_permission_dialog_shows_in_every_tab_and_closes_everywhere(we
     await a.keyboard.press("Enter")  # on the focused Deny button
     await expect(b.locator("#perm-dialog")).to_be_hidden()
     await expect(b.locator(".msg.assistant .body").last).to_have_text("permission: deny")
+    await expect(a.locator("#perm-banner")).to_be_hidden()
+    # After a reload, requests that were answered stay answered.
+    await a.reload()
+    await expect(a.locator(".turn-end")).to_have_count(2)
+    await expect(a.locator(".note.perm")).to_have_count(2)
+    await expect(a.locator("#perm-dialog")).to_be_hidden()
     await expect(a.locator("#perm-banner")).to_be_hidden()
     web.assert_clean()
 

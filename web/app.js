@@ -349,15 +349,15 @@ class App {
     this.leaveThread();
     document.body.classList.remove("show-sidebar");
     $("#toggle-threads").setAttribute("aria-expanded", "false");
-    let thread = this.threads.find((t) => t.id === id);
-    if (!thread) {
-      try {
-        thread = await api("GET", `/v1/threads/${encodeURIComponent(id)}`);
-      } catch {
-        return;
-      }
+    let thread;
+    try {
+      thread = await api("GET", `/v1/threads/${encodeURIComponent(id)}`);
+    } catch {
+      thread = this.threads.find((t) => t.id === id);
+      if (!thread) return;
     }
     const view = new TranscriptView($("#transcript"));
+    view.catchUpTo = typeof thread.last_seq === "number" ? thread.last_seq : 0;
     const cur = { id, thread, view, pending: new Map(), tasks: new Map(), turnActive: false, stream: null };
     this.current = cur;
     this.setHash(id);

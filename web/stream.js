@@ -10,6 +10,8 @@ const WS_FAILURES_BEFORE_POLLING = 3; // consecutive WebSockets that never opene
 const RETRY_WS_AFTER_MS = 30000; // while polling, try a WebSocket again this often
 const POLL_WAIT_S = 25;
 const POLL_LIMIT = 500;
+const FLUSH_MS = 15;
+const CATCH_UP_PAGE = 1000; // the API's largest page
 
 export class ThreadStream {
   constructor(threadId, { onEvents, onEphemeral, onState, onGone, onUnauthorized, forcePolling = false }) {
@@ -33,10 +35,33 @@ export class ThreadStream {
     this.state = "";
   }
 
-  start() {
+  async start() {
     this.setState("connecting");
+    // History first, in pages of CATCH_UP_PAGE over REST: one response per thousand events
+    // is far cheaper for a browser than a WebSocket frame per event. Then live, from there.
+    try {
+      await this.catchUp();
+    } catch {
+      /* the WebSocket (or long-polling) replays whatever is left */
+    }
+    if (this.closed) return;
     if (this.forcePolling) this.startPolling();
     else this.connectWs();
+  }
+
+  async catchUp() {
+    for (;;) {
+      const r = await fetch(
+        `/v1/threads/${encodeURIComponent(this.threadId)}/events?after=${this.lastSeq}&limit=${CATCH_UP_PAGE}`,
+        { credentials: "same-origin", cache: "no-store" },
+      );
+      if (this.closed || !r.ok) return;
+      const page = await r.json();
+      const events = page.events || [];
+      for (const ev of events) this.accept(ev);
+      this.flush();
+      if (events.length < CATCH_UP_PAGE) return;
+    }
   }
 
   close() {
@@ -66,8 +91,9 @@ export class ThreadStream {
     this.onState(state);
   }
 
-  // Events arrive one frame at a time; the view gets them in batches (one per task turn)
-  // so a burst of deltas costs one render.
+  // Events arrive one frame at a time; the view gets them in batches (at most one every
+  // FLUSH_MS), so a burst of deltas — or a reload replaying a long transcript — costs one
+  // layout and one render per batch, not per event.
   accept(ev) {
     if (typeof ev.seq !== "number") {
       this.onEphemeral(ev);
@@ -78,11 +104,12 @@ export class ThreadStream {
     this.pending.push(ev);
     if (!this.flushQueued) {
       this.flushQueued = true;
-      queueMicrotask(() => this.flush());
+      setTimeout(() => this.flush(), FLUSH_MS);
     }
   }
 
   flush() {
+    // (Also called directly after a page of events; a timer still pending finds nothing.)
     this.flushQueued = false;
     const batch = this.pending;
     this.pending = [];

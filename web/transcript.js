@@ -3,7 +3,8 @@
 // which does the same.
 import { renderMarkdown } from "./markdown.js";
 
-const MAX_PREVIEW = 20000; // characters of a tool input/output shown before "…"
+const MAX_PREVIEW = 20000;
+const CATCH_UP_RENDER_MS = 400; // characters of a tool input/output shown before "…"
 
 function el(tag, cls, text) {
   const node = document.createElement(tag);
@@ -49,6 +50,15 @@ export class TranscriptView {
     this.dirty = new Set();
     this.renderQueued = false;
     this.turnActive = false;
+    // Follow the conversation while the reader is at the bottom; stop when they scroll up.
+    // (Tracked on scroll, so adding events never forces a layout.)
+    this.pinned = true;
+    this.catchUpTo = 0; // the thread's last_seq when it was opened: below it, we replay
+    this.lastRender = 0;
+    this.catchUpTimer = null;
+    this.root.onscroll = () => {
+      this.pinned = this.atBottom();
+    };
   }
 
   // Keep the view pinned to the bottom while the user is there.
@@ -63,7 +73,6 @@ export class TranscriptView {
   }
 
   apply(events) {
-    const stick = this.atBottom();
     for (const ev of events) {
       try {
         this.one(ev);
@@ -71,22 +80,32 @@ export class TranscriptView {
         console.warn("event not shown", ev && ev.seq, err);
       }
     }
-    // Streamed text is re-rendered at most once a frame, however many deltas arrive (a
-    // reload replays a long reply delta by delta).
-    if (!this.renderQueued) {
-      this.renderQueued = true;
-      requestAnimationFrame(() => {
-        this.renderQueued = false;
-        const stay = this.atBottom();
-        this.render();
-        if (stay || this.stick) this.root.scrollTop = this.root.scrollHeight;
-        this.stick = false;
-      });
+    // Streamed text is re-rendered at most once a frame, however many deltas arrive; while
+    // a reload replays history (seq below catchUpTo) at most every CATCH_UP_RENDER_MS, so a
+    // long reply is laid out a few times rather than once per frame.
+    const last = events.length ? events[events.length - 1].seq : 0;
+    const catchingUp = typeof last === "number" && last < this.catchUpTo;
+    if (catchingUp && performance.now() - this.lastRender < CATCH_UP_RENDER_MS) {
+      if (!this.catchUpTimer) {
+        this.catchUpTimer = setTimeout(() => {
+          this.catchUpTimer = null;
+          this.scheduleRender();
+        }, CATCH_UP_RENDER_MS);
+      }
+      return;
     }
-    if (stick) {
-      this.stick = true;
-      this.root.scrollTop = this.root.scrollHeight;
-    }
+    this.scheduleRender();
+  }
+
+  scheduleRender() {
+    if (this.renderQueued) return;
+    this.renderQueued = true;
+    requestAnimationFrame(() => {
+      this.renderQueued = false;
+      this.lastRender = performance.now();
+      this.render();
+      if (this.pinned) this.root.scrollTop = this.root.scrollHeight;
+    });
   }
 
   one(ev) {

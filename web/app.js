@@ -149,15 +149,7 @@ class App {
       if (!document.hidden) this.refreshThreads().catch(() => {});
     }, LIST_REFRESH_MS);
     const want = new URLSearchParams(location.hash.slice(1)).get("t");
-    if (want && this.threads.some((t) => t.id === want)) await this.openThread(want);
-    else if (want) {
-      try {
-        await api("GET", `/v1/threads/${encodeURIComponent(want)}`);
-        await this.openThread(want);
-      } catch {
-        this.setHash(null);
-      }
-    }
+    if (want && !(await this.openThread(want))) this.setHash(null);
   }
 
   // ------------------------------------------------------------------ wiring
@@ -349,13 +341,15 @@ class App {
     this.leaveThread();
     document.body.classList.remove("show-sidebar");
     $("#toggle-threads").setAttribute("aria-expanded", "false");
+    const ticket = (this.opening = (this.opening || 0) + 1);
     let thread;
     try {
       thread = await api("GET", `/v1/threads/${encodeURIComponent(id)}`);
     } catch {
-      thread = this.threads.find((t) => t.id === id);
-      if (!thread) return;
+      return false;
     }
+    if (ticket !== this.opening) return false; // another thread was picked meanwhile
+    this.leaveThread();
     const view = new TranscriptView($("#transcript"));
     view.catchUpTo = typeof thread.last_seq === "number" ? thread.last_seq : 0;
     const cur = { id, thread, view, pending: new Map(), tasks: new Map(), turnActive: false, stream: null };
@@ -379,6 +373,7 @@ class App {
       onUnauthorized: () => this.current === cur && this.showLogin("Your session ended; sign in again."),
     });
     cur.stream.start();
+    return true;
   }
 
   threadGone(why) {

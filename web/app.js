@@ -189,6 +189,10 @@ class App {
       if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
         e.preventDefault();
         this.send();
+      } else if (e.key === "ArrowUp" && !e.target.value && this.lastPrompt) {
+        // Up in an empty box brings back the last prompt, to edit and send again.
+        e.preventDefault();
+        e.target.value = this.lastPrompt;
       }
     });
     $("#interrupt").addEventListener("click", () => this.interrupt());
@@ -397,6 +401,7 @@ class App {
     if (!cur) return;
     const t = cur.thread;
     $("#t-title").textContent = t.title || "Untitled";
+    this.updateTitle();
     $("#t-meta").textContent = `${t.agent}${t.model ? ` · ${t.model}` : ""} · ${t.cwd}`;
     const st = $("#t-state");
     st.textContent = t.state;
@@ -445,6 +450,9 @@ class App {
           break;
         case "notice":
           this.diagnostic(ev, `notice ${d.code ?? ""}: ${d.text ?? ""}`);
+          break;
+        case "rate_limit":
+          this.diagnostic(ev, `rate limit: ${d.status ?? "?"}${d.resets_at ? `, resets ${d.resets_at}` : ""}${typeof d.utilization === "number" ? `, ${Math.round(d.utilization * 100)} % used` : ""}`);
           break;
         case "session.started":
           if (d.model) cur.thread = { ...cur.thread, model: d.model };
@@ -499,6 +507,7 @@ class App {
     const text = box.value;
     if (!cur || !text.trim()) return;
     const clientId = newClientId();
+    this.lastPrompt = text;
     box.value = "";
     $("#send-error").textContent = "";
     // client_id makes the send idempotent: after a network error, the same request is
@@ -594,7 +603,15 @@ class App {
     return null;
   }
 
+  updateTitle() {
+    const cur = this.current;
+    const waiting = cur ? cur.pending.size : 0;
+    const name = cur ? cur.thread.title || "Untitled" : "";
+    document.title = `${waiting ? `(${waiting}) ` : ""}${name ? `${name} — ` : ""}agent-bridge`;
+  }
+
   updatePermissionUi() {
+    this.updateTitle();
     const p = this.firstPending();
     const dialog = $("#perm-dialog");
     const banner = $("#perm-banner");

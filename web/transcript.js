@@ -162,6 +162,7 @@ export class TranscriptView {
     this.endBlocks();
     const box = this.add(el("div", "msg user"));
     box.dataset.seq = ev.seq;
+    if (ev.ts) box.title = `Sent ${ev.ts.replace("T", " ").slice(0, 19)} UTC`;
     const who = el("div", "who", "You");
     const body = el("div", "body plain");
     body.textContent = typeof d.text === "string" ? d.text : pretty(d.content);

@@ -193,6 +193,7 @@ async def test_a_full_chat_turn_with_the_demo_agent(web: Session, tmp_path: Path
 
     await send(page, "hello")
     await expect(page.locator(".msg.user .body").first).to_have_text("hello")
+    await expect(page).to_have_title("Demo chat — agent-bridge")
     await expect(page.locator(".msg.assistant").first).to_contain_text("Hello to you too")
     await expect(page.locator(".turn-end")).to_have_count(1)
     await expect(page.locator(".turn-end").first).to_contain_text(re.compile(r"Turn complete · \d+ in · \d+ out"))
@@ -281,6 +282,7 @@ async def test_the_permission_dialog_shows_in_every_tab_and_closes_everywhere(we
         await expect(dialog).to_be_visible()
         await expect(dialog.locator("#perm-tool")).to_have_text("Bash")
         await expect(dialog.locator("#perm-input")).to_contain_text('"command": "touch x"')
+        await expect(page).to_have_title("(1) Untitled — agent-bridge")  # seen from another tab too
         # Focus is in the dialog, on the safe choice.
         await expect(page.locator("#perm-deny")).to_be_focused()
     # A tab reloaded meanwhile shows the request again (it is pending in the transcript).
@@ -339,7 +341,9 @@ async def test_interrupt_with_the_button_and_with_escape(web: Session) -> None:
     await page.click("#interrupt")
     await expect(page.locator(".turn-end").nth(0)).to_have_attribute("data-status", "cancelled")
     await expect(page.locator("#interrupt")).to_be_disabled()
-    await send(page, "count 1000")
+    await page.locator("#prompt").press("ArrowUp")  # the last prompt comes back
+    await expect(page.locator("#prompt")).to_have_value("count 1000")
+    await page.locator("#prompt").press("Enter")
     await expect(page.locator(".msg.assistant")).to_have_count(2)
     await expect(page.locator("#interrupt")).to_be_enabled()
     await page.locator("#transcript").focus()

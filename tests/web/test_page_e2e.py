@@ -677,3 +677,27 @@ async def test_the_conversation_view_folds_streams_thoughts_tools_and_plans(web:
     assert view["end"] == ["Turn failed · 1,200 in · 34 out tokens · agent_exited"]
     assert view["streaming"] == 0
     web.assert_clean()
+
+
+async def test_diagnostics_sit_in_their_own_collapsed_panel(web: Session) -> None:
+    tid = await api_thread(web, "stream-json")
+    page = await web.page(thread=tid)
+    panel = page.locator("#diag-panel")
+    assert await panel.get_attribute("open") is None  # collapsed until asked for
+    await send(page, "stderr")
+    await expect(page.locator(".turn-end")).to_have_count(1)
+    await send(page, "garbage")
+    await expect(page.locator(".turn-end")).to_have_count(2)
+    await send(page, "crash")
+    await expect(page.locator(".turn-end")).to_have_count(3)
+    await expect(page.locator(".turn-end").nth(2)).to_have_attribute("data-status", "error")
+    await page.click("#diag-panel summary")
+    diags = page.locator("#diagnostics .diag-text")
+    for text in ("stderr: diagnostic line 0", "stderr: diagnostic line 2", "protocol:", "this is not json",
+                 "process exited: crashed (code 3)"):
+        await expect(diags.filter(has_text=text).first).to_be_visible()
+    await expect(page.locator("#diag-count")).to_have_text(re.compile(r"\(\d+\)"))
+    # None of it is in the conversation.
+    await expect(page.locator("#transcript")).not_to_contain_text("diagnostic line")
+    await expect(page.locator("#transcript")).not_to_contain_text("this is not json")
+    web.assert_clean()

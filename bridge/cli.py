@@ -11,6 +11,7 @@ import signal
 import socket
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any
 
 import uvicorn
 
@@ -100,6 +101,9 @@ def serve(settings: Settings) -> int:
     def ready() -> None:
         # Scripts and tests parse exactly this first stdout line (API.md §1).
         print(f"agent-bridge listening on {scheme}://{shown}:{port}", flush=True)
+        # The second: a link that logs a browser in once (docs/security.md "One-time
+        # link"). The code sits in the fragment, which browsers never send to a server.
+        print(f"open {page_link(scheme, host, port, app.state)}", flush=True)
 
     app = create_app(settings, on_ready=ready, bound_port=port)
     ssl = {}
@@ -119,6 +123,17 @@ def serve(settings: Settings) -> int:
         pass
     logging.shutdown()
     return 0 if server.started else 1
+
+
+def page_link(scheme: str, host: str, port: int, state: Any) -> str:
+    """The web page's address; with auth on, carrying a fresh one-time login code."""
+    if host in ("0.0.0.0", "::", ""):  # noqa: S104 -- a wildcard bind: loopback reaches it
+        host = "127.0.0.1"
+    shown = f"[{host}]" if ":" in host else host
+    url = f"{scheme}://{shown}:{port}/"
+    if state.token is None:
+        return url
+    return f"{url}#login={state.login_codes.issue()}"
 
 
 class _Server(uvicorn.Server):

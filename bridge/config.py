@@ -137,6 +137,7 @@ class ServerSettings(BaseModel):
     trust_proxy_headers: bool = False
     session_ttl_s: float = Field(12 * 3600, gt=0)   # browser sessions (POST /v1/session)
     max_sessions: int = Field(1024, ge=1)           # beyond → the oldest is logged out
+    login_code_ttl_s: float = Field(600, gt=0)      # the one-time code in the start-up link
     max_conversations: int = Field(64, ge=1)
     idle_timeout_s: float = Field(600, gt=0)
     max_pending_prompts: int = Field(5, ge=0)

@@ -15,7 +15,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bridge import __version__
 from bridge.api.limits import BodyLimit
-from bridge.api.security import RequestGuard, Sessions, resolve_token, session_router
+from bridge.api.security import (
+    LoginCodes,
+    PageHeaders,
+    RequestGuard,
+    Sessions,
+    resolve_token,
+    session_router,
+)
 from bridge.config import Settings
 from bridge.errors import BridgeError, ConfigError
 from bridge.process.launch import is_loopback_host
@@ -33,7 +40,7 @@ def create_app(settings: Settings, *, on_ready: Callable[[], None] | None = None
                bound_port: int | None = None) -> FastAPI:
     """``bound_port``: the port actually listened on (``--port 0`` is only resolved once
     the socket is bound); the Host check needs it. Defaults to ``settings.port``."""
-    from bridge.api import threads, ws
+    from bridge.api import threads, web, ws
 
     if settings.no_auth and not is_loopback_host(settings.host):
         raise ConfigError("--no-auth is refused unless the bind address is loopback")
@@ -66,11 +73,13 @@ def create_app(settings: Settings, *, on_ready: Callable[[], None] | None = None
     app.state.token = token
     app.state.tls = tls
     app.state.sessions = Sessions(server.session_ttl_s, server.max_sessions)
+    app.state.login_codes = LoginCodes(server.login_code_ttl_s)
     app.add_middleware(BodyLimit)
     app.add_middleware(RequestGuard, bind_host=settings.host,
                        port=settings.port if bound_port is None else bound_port,
                        allowed_hosts=server.allowed_hosts, allowed_origins=server.allowed_origins,
                        tls=tls, trust_proxy_headers=server.trust_proxy_headers)
+    app.add_middleware(PageHeaders)  # outermost: refusals carry the headers too
 
     @app.exception_handler(BridgeError)
     async def bridge_error(_: Request, exc: BridgeError) -> JSONResponse:
@@ -134,4 +143,5 @@ def create_app(settings: Settings, *, on_ready: Callable[[], None] | None = None
     app.include_router(session_router)
     app.include_router(threads.router)
     app.include_router(ws.router)
+    app.include_router(web.make_router())
     return app

@@ -6,9 +6,13 @@
 * Credentials: ``Authorization: Bearer``, the WebSocket subprotocol pair
   ``agent-bridge.v1`` + ``bearer.<token>``, or the browser session cookie minted by
   ``POST /v1/session``. Never a URL query parameter.
+* One-time login codes (:class:`LoginCodes`): the daemon prints one in the link it shows at
+  start-up (``/#login=<code>``, in the URL fragment, which browsers never send); the page
+  trades it once for the session cookie (``POST /v1/session {"code"}``).
 * :class:`RequestGuard`, a pure ASGI middleware that runs before routing: the Host check
   (DNS rebinding), the Origin check (cross-site WebSocket hijacking, CSRF) and CORS for
   allowlisted origins.
+* :class:`PageHeaders`: the Content-Security-Policy and friends on every HTTP response.
 
 Nothing here logs a token, a cookie or an Authorization header.
 """
@@ -16,6 +20,7 @@ Nothing here logs a token, a cookie or an Authorization header.
 from __future__ import annotations
 
 import hmac
+import json
 import math
 import os
 import secrets
@@ -149,6 +154,50 @@ class Sessions:
         return len(self._expiry)
 
 
+class LoginCodes:
+    """Single-use codes for the start-up link (docs/security.md "One-time link"). Each
+    lives ``ttl_s`` (10 min by default); at most ``limit`` are live at once (the oldest goes
+    first). Redeeming compares against every live code in constant time and consumes the
+    one that matches. Codes are never logged."""
+
+    def __init__(self, ttl_s: float = 600.0, limit: int = 8,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s = ttl_s
+        self.limit = limit
+        self._clock = clock
+        self._codes: list[tuple[str, float]] = []  # (code, expiry), oldest first
+
+    def issue(self) -> str:
+        self._expire()
+        while len(self._codes) >= self.limit:
+            self._codes.pop(0)
+        code = secrets.token_urlsafe(32)
+        self._codes.append((code, self._clock() + self.ttl_s))
+        return code
+
+    def redeem(self, given: object) -> bool:
+        self._expire()
+        if not isinstance(given, str) or not given or len(given) > 256:
+            return False
+        hit = None
+        for i, (code, _) in enumerate(self._codes):
+            # Every live code is compared (no early exit), each in constant time.
+            if hmac.compare_digest(code.encode(), given.encode("utf-8", "replace")) and hit is None:
+                hit = i
+        if hit is None:
+            return False
+        del self._codes[hit]
+        return True
+
+    def _expire(self) -> None:
+        now = self._clock()
+        self._codes = [(c, exp) for c, exp in self._codes if exp > now]
+
+    def __len__(self) -> int:
+        self._expire()
+        return len(self._codes)
+
+
 def authorized(state: Any, headers: Mapping[str, str], cookies: Mapping[str, str], *,
                websocket: bool = False) -> bool:
     """A bearer token (header, or for a WebSocket the subprotocol) or a live session
@@ -176,16 +225,33 @@ session_router = APIRouter(prefix="/v1")
 
 @session_router.post("/session", status_code=204)
 async def login(request: Request) -> Response:
-    """Trade the bearer token (header only) for an HttpOnly session cookie."""
+    """Trade the bearer token (header only), or a one-time login code (JSON body
+    ``{"code": …}``), for an HttpOnly session cookie."""
     state = request.app.state
     expected: str | None = state.token
-    if expected is not None and not token_matches(
-            expected, bearer_from_header(request.headers.get("authorization"))):
-        raise Unauthorized("POST /v1/session needs the token as Authorization: Bearer")
+    given = bearer_from_header(request.headers.get("authorization"))
+    if given is not None:
+        ok = expected is None or token_matches(expected, given)
+    else:
+        codes: LoginCodes = state.login_codes
+        ok = codes.redeem(_code_from_body(await request.body())) or expected is None
+    if not ok:
+        raise Unauthorized("POST /v1/session needs the token as Authorization: Bearer, "
+                           "or a valid one-time login code")
     sessions: Sessions = state.sessions
     sid = sessions.create()
     secure = bool(state.tls) or request.scope.get("bridge.scheme") == "https"
     return _cookie_response(sid, max(1, math.ceil(sessions.ttl_s)), secure=secure)
+
+
+def _code_from_body(body: bytes) -> object:
+    if not body or len(body) > 4096:
+        return None
+    try:
+        obj = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    return obj.get("code") if isinstance(obj, dict) else None
 
 
 @session_router.delete("/session", status_code=204)
@@ -310,6 +376,43 @@ class RequestGuard:
         if headers.get("access-control-request-private-network") == "true":
             out["Access-Control-Allow-Private-Network"] = "true"
         await Response(status_code=204, headers=out)(scope, receive, send)
+
+
+# The bundled page's policy (issue #6 item 7): no inline script or style, nothing from
+# another origin, never framed. It is set on every HTTP response (JSON included, where it
+# costs nothing); the page's own assets are the ones it matters for.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+    "frame-ancestors 'none'")
+PAGE_HEADERS = (
+    ("content-security-policy", CONTENT_SECURITY_POLICY),
+    ("x-content-type-options", "nosniff"),
+    ("x-frame-options", "DENY"),
+    ("referrer-policy", "no-referrer"),
+)
+
+
+class PageHeaders:
+    """Pure ASGI: adds :data:`PAGE_HEADERS` to every HTTP response that lacks them."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def wrapped(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                h = MutableHeaders(scope=message)
+                for name, value in PAGE_HEADERS:
+                    if name not in h:
+                        h[name] = value
+            await send(message)
+
+        await self.app(scope, receive, wrapped)
 
 
 def _host_or_none(value: str) -> tuple[str, int | None] | None:

@@ -12,6 +12,11 @@ Directives are the first word of a prompt:
   big                reply with one valid 1 MiB line
   tool               a tool_use, its tool_result, then text
   slow               stream a tick every 50 ms for up to 10 s; honours interrupt
+  count [N]          stream "0 " "1 " … "N-1 " (default 400), one every 30 ms; honours interrupt
+                     (distinct deltas: a gap or a duplicate in what a client shows is visible)
+  workflow           a local_workflow task: a first snapshot (phase Gather, agent child-1
+                     running), then waits until $FAKE_AGENT_STATE/go exists (at most 20 s),
+                     then child-1 done + child-2 running, then the notification
   hang               start a turn and never end it (ignores interrupt)
   stderr             write three stderr lines, then reply
   orphan             reply, then write a second terminal line with no turn pending
@@ -228,6 +233,61 @@ class Agent:
                 return
             self.deferred.append(msg)
         self.reply("slow done")
+
+    def do_count(self, text: str) -> None:
+        parts = text.split()
+        total = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 400
+        sent = ""
+        for i in range(total):
+            try:
+                msg = INBOX.get(timeout=0.03)
+            except queue.Empty:
+                self.delta(f"{i} ")
+                sent += f"{i} "
+                continue
+            if msg is None:
+                os._exit(0)
+            if msg.get("type") == "control_request" and msg.get("request", {}).get("subtype") == "interrupt":
+                out({"type": "control_response", "response": {"subtype": "success",
+                                                              "request_id": msg.get("request_id")}})
+                self.assistant([{"type": "text", "text": sent}])
+                self.result("", error=True, subtype="error_during_execution",
+                            terminal_reason="aborted_streaming")
+                return
+            self.deferred.append(msg)
+        self.assistant([{"type": "text", "text": sent}])
+        self.result(sent)
+
+    def do_workflow(self, text: str) -> None:
+        def system(sub: str, **fields: object) -> None:
+            out({"type": "system", "subtype": sub, "session_id": self.session_id, "uuid": str(uuid.uuid4()),
+                 **fields})
+
+        phase = {"type": "workflow_phase", "index": 1, "title": "Gather"}
+        self.assistant([{"type": "tool_use", "id": "toolu_wf", "name": "Workflow", "input": {"name": "review"}}])
+        system("task_started", task_id="wf1", tool_use_id="toolu_wf", task_type="local_workflow",
+               workflow_name="review", description="Review the change")
+        system("task_progress", task_id="wf1", tool_use_id="toolu_wf", description="Review the change",
+               usage={"total_tokens": 10, "tool_uses": 1, "duration_ms": 100},
+               workflow_progress=[phase, {"type": "workflow_agent", "index": 1, "agentId": "v2:a",
+                                          "state": "start", "label": "child-1", "phaseIndex": 1}])
+        go = os.path.join(self.state_dir or ".", "go")
+        deadline = time.monotonic() + 20
+        while not os.path.exists(go) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        system("task_progress", task_id="wf1", tool_use_id="toolu_wf", description="Review the change",
+               usage={"total_tokens": 30, "tool_uses": 3, "duration_ms": 900},
+               workflow_progress=[phase,
+                                  {"type": "workflow_agent", "index": 1, "agentId": "v2:a", "state": "done",
+                                   "label": "child-1", "phaseIndex": 1},
+                                  {"type": "workflow_agent", "index": 2, "agentId": "v2:b", "state": "start",
+                                   "label": "child-2", "phaseIndex": 1}])
+        system("task_notification", task_id="wf1", tool_use_id="toolu_wf", status="completed",
+               output_file="/tmp/out", summary="Reviewed 2 files")
+        out({"type": "user", "message": {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_wf", "content": "Reviewed 2 files", "is_error": False}]},
+            "session_id": self.session_id, "parent_tool_use_id": None})
+        self.reply("workflow done")
 
     def do_hang(self, text: str) -> None:
         self.delta("hanging")

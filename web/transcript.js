@@ -1,0 +1,321 @@
+// The conversation of one thread, built from its events (API.md §4 kinds). Pure DOM:
+// every piece of agent or user text goes through textContent or the Markdown renderer,
+// which does the same.
+import { renderMarkdown } from "./markdown.js";
+
+const MAX_PREVIEW = 20000;
+const CATCH_UP_RENDER_MS = 400; // characters of a tool input/output shown before "…"
+
+function el(tag, cls, text) {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+export function pretty(value) {
+  if (value === undefined || value === null) return "";
+  let text;
+  if (typeof value === "string") text = value;
+  else if (Array.isArray(value) && value.every((b) => b && typeof b === "object" && typeof b.text === "string")) {
+    text = value.map((b) => b.text).join("\n"); // content blocks, as tool results carry them
+  } else {
+    try {
+      text = JSON.stringify(value, null, 2);
+    } catch {
+      text = String(value);
+    }
+  }
+  return text.length > MAX_PREVIEW ? `${text.slice(0, MAX_PREVIEW)}\n… (${text.length - MAX_PREVIEW} more characters)` : text;
+}
+
+export function usageText(usage) {
+  if (!usage || typeof usage !== "object") return "";
+  const parts = [];
+  const n = (v) => (typeof v === "number" && v > 0 ? v.toLocaleString() : null);
+  if (n(usage.input_tokens)) parts.push(`${n(usage.input_tokens)} in`);
+  if (n(usage.output_tokens)) parts.push(`${n(usage.output_tokens)} out`);
+  if (n(usage.cache_read_input_tokens)) parts.push(`${n(usage.cache_read_input_tokens)} cached`);
+  if (n(usage.total_tokens) && !parts.length) parts.push(`${n(usage.total_tokens)} tokens`);
+  return parts.length ? `${parts.join(" · ")} tokens`.replace("tokens tokens", "tokens") : "";
+}
+
+export class TranscriptView {
+  constructor(container) {
+    this.root = container;
+    this.root.replaceChildren();
+    this.blocks = { text: null, thought: null }; // the assistant blocks being streamed
+    this.recent = { text: null, thought: null }; // closed by the other channel, final text pending
+    this.tools = new Map(); // tool_call_id → card
+    this.dirty = new Set();
+    this.renderQueued = false;
+    this.turnActive = false;
+    // Follow the conversation while the reader is at the bottom; stop when they scroll up.
+    // (Tracked on scroll, so adding events never forces a layout.)
+    this.pinned = true;
+    this.catchUpTo = 0; // the thread's last_seq when it was opened: below it, we replay
+    this.lastRender = 0;
+    this.catchUpTimer = null;
+    this.root.onscroll = () => {
+      this.pinned = this.atBottom();
+    };
+  }
+
+  // Keep the view pinned to the bottom while the user is there.
+  atBottom() {
+    const r = this.root;
+    return r.scrollHeight - r.scrollTop - r.clientHeight < 40;
+  }
+
+  add(node) {
+    this.root.append(node);
+    return node;
+  }
+
+  apply(events) {
+    for (const ev of events) {
+      try {
+        this.one(ev);
+      } catch (err) {
+        console.warn("event not shown", ev && ev.seq, err);
+      }
+    }
+    // Streamed text is re-rendered at most once a frame, however many deltas arrive; while
+    // a reload replays history (seq below catchUpTo) at most every CATCH_UP_RENDER_MS, so a
+    // long reply is laid out a few times rather than once per frame.
+    const last = events.length ? events[events.length - 1].seq : 0;
+    const catchingUp = typeof last === "number" && last < this.catchUpTo;
+    if (catchingUp && performance.now() - this.lastRender < CATCH_UP_RENDER_MS) {
+      if (!this.catchUpTimer) {
+        this.catchUpTimer = setTimeout(() => {
+          this.catchUpTimer = null;
+          this.scheduleRender();
+        }, CATCH_UP_RENDER_MS);
+      }
+      return;
+    }
+    this.scheduleRender();
+  }
+
+  scheduleRender() {
+    if (this.renderQueued) return;
+    this.renderQueued = true;
+    requestAnimationFrame(() => {
+      this.renderQueued = false;
+      this.lastRender = performance.now();
+      this.render();
+      if (this.pinned) this.root.scrollTop = this.root.scrollHeight;
+    });
+  }
+
+  one(ev) {
+    const d = ev.data && typeof ev.data === "object" ? ev.data : {};
+    switch (ev.kind) {
+      case "message":
+        if (ev.source === "client" || d.role === "user") this.userMessage(ev, d);
+        else this.assistantMessage(d);
+        break;
+      case "message.delta":
+        this.delta(d);
+        break;
+      case "tool.call":
+        this.endBlocks();
+        this.toolCall(d);
+        break;
+      case "tool.result":
+        this.toolResult(d);
+        break;
+      case "tool.progress": {
+        const card = this.tools.get(String(d.tool_call_id));
+        if (card && typeof d.elapsed_s === "number") card.status.textContent = `running · ${Math.round(d.elapsed_s)} s`;
+        break;
+      }
+      case "permission.requested":
+        this.endBlocks();
+        this.note(`Permission requested: ${d.tool ?? "tool"}`, "perm", `perm-${d.request_id}`);
+        break;
+      case "permission.resolved": {
+        const n = this.root.querySelector(`[data-key="perm-${CSS.escape(String(d.request_id))}"]`);
+        const text = `Permission ${d.decision === "allow" ? "allowed" : d.decision === "deny" ? "denied" : d.decision ?? "resolved"}${d.by ? ` (by ${d.by})` : ""}`;
+        if (n) n.textContent = `${n.textContent} — ${text}`;
+        else this.note(text, "perm");
+        break;
+      }
+      case "turn.started":
+        this.turnActive = true;
+        break;
+      case "turn.ended":
+        this.turnActive = false;
+        this.endBlocks();
+        this.turnEnd(d);
+        break;
+      case "plan":
+        this.endBlocks();
+        this.plan(d);
+        break;
+      default:
+        break; // diagnostics, tasks and the rest live in the side panels
+    }
+  }
+
+  userMessage(ev, d) {
+    this.endBlocks();
+    const box = this.add(el("div", "msg user"));
+    box.dataset.seq = ev.seq;
+    if (ev.ts) box.title = `Sent ${ev.ts.replace("T", " ").slice(0, 19)} UTC`;
+    const who = el("div", "who", "You");
+    const body = el("div", "body plain");
+    body.textContent = typeof d.text === "string" ? d.text : pretty(d.content);
+    box.append(who, body);
+    if (Array.isArray(d.content)) {
+      const extra = d.content.filter((b) => b && b.type !== "text").length;
+      if (extra) box.append(el("div", "meta", `+ ${extra} attachment(s)`));
+    }
+  }
+
+  block(channel) {
+    let b = this.blocks[channel];
+    if (!b) {
+      if (channel === "thought") {
+        const node = this.add(el("details", "msg thought"));
+        const sum = el("summary", null, "Thinking…");
+        const body = el("div", "body md");
+        node.append(sum, body);
+        b = { node, body, text: "", channel };
+      } else {
+        const node = this.add(el("div", "msg assistant"));
+        const who = el("div", "who", "Agent");
+        const body = el("div", "body md");
+        node.append(who, body);
+        b = { node, body, text: "", channel };
+      }
+      this.blocks[channel] = b;
+    }
+    return b;
+  }
+
+  delta(d) {
+    if (typeof d.text !== "string") return;
+    const channel = d.channel === "thought" ? "thought" : "text";
+    if (channel === "text" && this.blocks.thought) {
+      this.recent.thought = this.blocks.thought;
+      this.finishThought();
+    } else if (channel === "thought" && this.blocks.text) {
+      this.recent.text = this.blocks.text;
+      this.endText();
+    }
+    const b = this.block(channel);
+    b.text += d.text;
+    b.node.classList.add("streaming");
+    this.dirty.add(b);
+  }
+
+  assistantMessage(d) {
+    if (typeof d.text !== "string") return;
+    const channel = d.channel === "thought" ? "thought" : "text";
+    // The complete message replaces what its deltas built up: the block being streamed,
+    // or the one just closed by deltas of the other channel (thinking, then text).
+    if (!this.blocks[channel] && this.recent[channel]) this.blocks[channel] = this.recent[channel];
+    this.recent[channel] = null;
+    const b = this.block(channel);
+    b.text = d.text;
+    this.dirty.add(b);
+    this.render();
+    b.node.classList.remove("streaming");
+    if (channel === "thought") this.finishThought();
+    else this.blocks.text = null;
+  }
+
+  finishThought() {
+    const b = this.blocks.thought;
+    if (!b) return;
+    this.render();
+    b.node.classList.remove("streaming");
+    b.node.querySelector("summary").textContent = "Thought";
+    this.blocks.thought = null;
+  }
+
+  endText() {
+    this.render();
+    if (this.blocks.text) this.blocks.text.node.classList.remove("streaming");
+    this.blocks.text = null;
+  }
+
+  endBlocks() {
+    this.finishThought();
+    this.endText();
+    this.recent = { text: null, thought: null };
+  }
+
+  render() {
+    for (const b of this.dirty) b.body.replaceChildren(renderMarkdown(b.text));
+    this.dirty.clear();
+  }
+
+  toolCall(d) {
+    const id = String(d.tool_call_id ?? "");
+    let card = this.tools.get(id);
+    if (!card) {
+      const node = this.add(el("details", "tool"));
+      node.open = true; // collapsible, but shown: what the agent does matters
+      node.dataset.toolCallId = id;
+      const sum = el("summary");
+      const name = el("span", "tool-name");
+      const title = el("span", "tool-title");
+      const status = el("span", "badge tool-status", "running");
+      sum.append(name, title, status);
+      const inputLabel = el("div", "label", "Input");
+      const input = el("pre", "tool-input");
+      const outputLabel = el("div", "label", "Result");
+      const output = el("pre", "tool-output");
+      outputLabel.hidden = output.hidden = true;
+      node.append(sum, inputLabel, input, outputLabel, output);
+      card = { node, name, title, status, input, output, outputLabel, data: {} };
+      this.tools.set(id, card);
+    }
+    Object.assign(card.data, d);
+    card.name.textContent = card.data.name || "tool";
+    card.title.textContent = card.data.title && card.data.title !== card.data.name ? card.data.title : "";
+    if (d.input !== undefined) card.input.textContent = pretty(d.input);
+    if (d.status && !card.done) card.status.textContent = String(d.status);
+    return card;
+  }
+
+  toolResult(d) {
+    const id = String(d.tool_call_id ?? "");
+    const card = this.tools.get(id) || this.toolCall({ tool_call_id: id, name: d.name || "tool" });
+    card.done = true;
+    card.output.textContent = pretty(d.output) || "(no output)";
+    card.output.hidden = card.outputLabel.hidden = false;
+    card.status.textContent = d.is_error ? "error" : "done";
+    card.node.classList.toggle("error", !!d.is_error);
+  }
+
+  plan(d) {
+    const box = this.add(el("div", "plan"));
+    box.append(el("div", "label", "Plan"));
+    const ol = el("ol");
+    for (const e of Array.isArray(d.entries) ? d.entries : []) {
+      const li = el("li", `plan-${String(e && e.status ? e.status : "pending").replace(/\W/g, "")}`);
+      li.textContent = e && typeof e.content === "string" ? e.content : pretty(e);
+      ol.append(li);
+    }
+    box.append(ol);
+  }
+
+  turnEnd(d) {
+    const status = String(d.status || "success");
+    const parts = [status === "success" ? "Turn complete" : status === "cancelled" ? "Interrupted" : "Turn failed"];
+    const usage = usageText(d.usage);
+    if (usage) parts.push(usage);
+    if (d.error) parts.push(typeof d.error === "string" ? d.error : pretty(d.error));
+    const n = this.add(el("div", `turn-end turn-${status.replace(/\W/g, "")}`, parts.join(" · ")));
+    n.dataset.status = status;
+  }
+
+  note(text, cls, key) {
+    const n = this.add(el("div", `note ${cls || ""}`, text));
+    if (key) n.dataset.key = key;
+    return n;
+  }
+}

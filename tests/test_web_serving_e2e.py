@@ -51,6 +51,10 @@ async def test_page_and_assets_are_served_without_auth_with_strict_headers(daemo
         assert_page_headers(page)
         assert '<script type="module" src="/assets/app.js"></script>' in page.text
         assert "<script>" not in page.text and " style=" not in page.text  # nothing inline
+        head = await http.head("/")  # monitors and `curl -I` ask with HEAD
+        assert (head.status_code, head.content) == (200, b"")
+        assert head.headers["content-type"] == page.headers["content-type"]
+        assert_page_headers(head)
         types = {"js": "text/javascript", "css": "text/css", "svg": "image/svg+xml"}
         for name in ASSETS:
             r = await http.get(f"/assets/{name}")

@@ -62,11 +62,11 @@ def make_router(root: Path | None = None) -> APIRouter:
             raise AssetNotFound(f"no such page asset: {rel[:200]}")
         return FileResponse(path, media_type=CONTENT_TYPES[path.suffix], headers=CACHE)
 
-    @router.get("/", include_in_schema=False)
+    @router.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     async def index() -> Response:
         return serve("index.html")
 
-    @router.get("/assets/{rel:path}", include_in_schema=False)
+    @router.api_route("/assets/{rel:path}", methods=["GET", "HEAD"], include_in_schema=False)
     async def asset(rel: str) -> Response:
         return serve(rel)
 

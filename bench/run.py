@@ -45,6 +45,7 @@ PYTHON = os.path.realpath(sys.executable)
 TOKEN = secrets.token_hex(16)  # a fresh token per bench run
 HOST = "127.0.0.1"
 STEP_TIMEOUT = 120.0
+SECTION_TIMEOUT = 900.0  # a hang fails the run instead of stalling it
 
 RESULT_MARK = b'"type":"result"'
 TURN_END_MARK = b'"kind":"turn.ended"'
@@ -122,10 +123,12 @@ async def until(ws: WSClient, mark: bytes) -> int:
     """Read frames until one contains ``mark``; return how many frames arrived."""
     n = 0
     while True:
-        for frame in await ws.recv_batch():
-            n += 1
+        batch = await ws.recv_batch()
+        for i, frame in enumerate(batch):
             if mark in frame:
-                return n
+                ws.unread(batch[i + 1:])
+                return n + i + 1
+        n += len(batch)
 
 
 async def connect_retry(port: int, path: str, headers: dict[str, str], deadline: float) -> WSClient:
@@ -471,8 +474,12 @@ class Bench:
                     await send(ws, i)
                     while True:
                         batch = await ws.recv_batch()
+                        end = next((k for k, f in enumerate(batch) if mark in f), None)
+                        if end is not None:
+                            ws.unread(batch[end + 1:])
+                            batch = batch[:end + 1]
                         frames[0] += sum(1 for f in batch if not f.startswith(b'{"seq":null'))
-                        if any(mark in f for f in batch):
+                        if end is not None:
                             break
                     lat.append(time.perf_counter() - t0)
 
@@ -633,7 +640,7 @@ class Bench:
                     if name in sections:
                         self.log(f"bench: {name}")
                         t = time.perf_counter()
-                        await job()
+                        await asyncio.wait_for(job(), SECTION_TIMEOUT)
                         self.log(f"bench: {name} done in {time.perf_counter() - t:.1f}s")
         finally:
             await self.bridge.stop()
@@ -643,7 +650,7 @@ class Bench:
             if name in sections:
                 self.log(f"bench: {name}")
                 t = time.perf_counter()
-                await job2()
+                await asyncio.wait_for(job2(), SECTION_TIMEOUT)
                 self.log(f"bench: {name} done in {time.perf_counter() - t:.1f}s")
 
 

@@ -48,6 +48,7 @@ class WSClient:
         self._writer = writer
         self._buf = bytearray(leftover)
         self._frag = bytearray()
+        self._unread: list[bytes] = []
         self.closed = False
 
     @classmethod
@@ -133,12 +134,20 @@ class WSClient:
 
     async def recv_batch(self) -> list[bytes]:
         """Every complete frame available now (at least one), in order."""
-        out: list[bytes] = []
+        if self._unread:
+            out, self._unread = self._unread, []
+            return out
+        out = []
         self._parse(out)
         while not out:
             await self._fill()
             self._parse(out)
         return out
+
+    def unread(self, frames: list[bytes]) -> None:
+        """Give back frames a reader took but did not consume; the next recv_batch returns them."""
+        if frames:
+            self._unread = frames + self._unread
 
     async def close(self) -> None:
         if not self._writer.is_closing():

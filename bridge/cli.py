@@ -84,6 +84,7 @@ def _agents(settings: Settings, *, as_json: bool) -> int:
 
 def serve(settings: Settings) -> int:
     from bridge.api.app import create_app
+    from bridge.api.ws_transport import PROTOCOL as WS_PROTOCOL
 
     if settings.no_auth and not is_loopback_host(settings.host):
         print("agent-bridge: --no-auth is refused unless the bind address is loopback",
@@ -108,6 +109,7 @@ def serve(settings: Settings) -> int:
     # trust_proxy_headers, by security.RequestGuard (docs/security.md).
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on",
                             proxy_headers=False,
+                            ws=WS_PROTOCOL or "auto",  # batched frame writes (api/ws_transport.py)
                             ws_max_size=16 * 1024 * 1024,
                             ws_ping_interval=settings.server.ws_ping_interval_s,
                             ws_ping_timeout=settings.server.ws_ping_timeout_s, timeout_graceful_shutdown=5, **ssl)  # type: ignore[arg-type]

@@ -99,24 +99,37 @@ class Fanout:
 
 ReadPage = Callable[[int, int], Awaitable[list[Record]]]
 Send = Callable[[Record], Awaitable[None]]
+SendMany = Callable[[list[Record]], Awaitable[None]]
 SendSide = Callable[[str], Awaitable[None]]
 
 
 async def deliver(sub: Subscriber, after: int, read_page: ReadPage, send: Send,
-                  send_side: SendSide | None = None) -> str | None:
+                  send_side: SendSide | None = None, *, send_many: SendMany | None = None) -> str | None:
     """Send every record with ``seq > after`` to one subscriber, in order, exactly once:
     first from the store, then live, resyncing from the store whenever it lagged.
-    Returns the close reason when the subscriber is closed."""
+    Returns the close reason when the subscriber is closed.
+
+    With ``send_many``, everything ready at once (a store page, the whole live buffer) goes
+    out in one call, so the transport can write it with one system call (issue #8);
+    ``send_many`` must send all of its records or raise."""
     last = after
 
-    async def catch_up() -> None:
+    async def out(batch: list[Record]) -> None:
         nonlocal last
+        if not batch:
+            return
+        if send_many is not None:
+            await send_many(batch)
+        else:
+            for rec in batch:
+                await send(rec)
+        last = batch[-1].seq
+
+    async def catch_up() -> None:
         while True:
             sub.lagging = False  # from here on, anything published is also buffered
             page = await read_page(last, REPLAY_PAGE)
-            for rec in page:
-                await send(rec)
-                last = rec.seq
+            await out(page)
             if len(page) < REPLAY_PAGE and not sub.lagging:
                 return
 
@@ -126,18 +139,16 @@ async def deliver(sub: Subscriber, after: int, read_page: ReadPage, send: Send,
             text = sub.side.popleft()
             if send_side is not None:
                 await send_side(text)
-        while sub.buf:
-            rec = sub.buf.popleft()
-            if rec.seq <= last:
-                continue
-            await send(rec)
-            last = rec.seq
+        if sub.buf:
+            batch = [rec for rec in sub.buf if rec.seq > last]
+            sub.buf.clear()
+            await out(batch)
         if sub.lagging:
             await catch_up()
             continue
         if sub.closed:
             return sub.close_reason
-        if sub.side:
+        if sub.side or sub.buf:
             continue
         sub.wake.clear()
         await sub.wake.wait()

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import structlog
 
 from bridge.errors import StoreError
-from bridge.protocols.events import Record, dumps
+from bridge.protocols.events import Record
 from bridge.store.base import ThreadRow
 
 T = TypeVar("T")
@@ -320,7 +320,7 @@ class SqliteStore:
     async def append(self, thread_id: str, records: Sequence[Record],
                      client_ids: Sequence[str | None], thread_fields: dict[str, Any]) -> None:
         """Return once the records (and the thread fields) are committed."""
-        rows = [(thread_id, r.seq, r.ts, r.source, r.kind, dumps(r.data), r.raw,
+        rows = [(thread_id, r.seq, r.ts, r.source, r.kind, r.data_json, r.raw,
                  int(r.relay), cid) for r, cid in zip(records, client_ids, strict=True)]
         fields = self._dump({**thread_fields, "last_seq": records[-1].seq} if records
                             else thread_fields)
@@ -371,7 +371,8 @@ class SqliteStore:
             rows = db.execute(
                 "SELECT seq,ts,source,kind,data,raw,relay FROM events WHERE thread_id=? AND seq>?"
                 " ORDER BY seq LIMIT ?", (thread_id, after, limit)).fetchall()
-            return [Record(seq, ts, source, kind, json.loads(data), raw, bool(relay))
+            # The stored text is kept as it is: a replay relays it without parsing it.
+            return [Record(seq, ts, source, kind, None, raw, bool(relay), data_json=data)
                     for seq, ts, source, kind, data, raw, relay in rows]
 
         return await self._read(do)

@@ -1,0 +1,49 @@
+"""uvicorn's WebSocket protocol plus one ASGI extension: send many text frames at once.
+
+ASGI sends one frame per ``websocket.send`` message, and uvicorn writes each one to the
+socket straight away: one system call per frame. A conversation relaying a burst of agent
+lines has hundreds of frames ready at once, so the WebSocket handler (ws.py) looks for the
+``agent-bridge.send_texts`` extension in the scope and, when present, hands it the whole
+batch: every frame goes through the websockets protocol object as usual (framing,
+compression when negotiated, state checks), and the bytes leave in one ``transport.write``.
+Flow control is uvicorn's own: a paused transport makes the next batch wait.
+
+The class extends uvicorn's sans-I/O websockets implementation (the one uvicorn picks by
+default with websockets installed). Should a uvicorn release move it, ``PROTOCOL`` is None,
+uvicorn's default is used, and the handler falls back to one ASGI send per frame.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SEND_TEXTS = "agent-bridge.send_texts"
+
+PROTOCOL: type[Any] | None
+try:
+    from uvicorn.protocols.utils import ClientDisconnected
+    from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+    from websockets.exceptions import InvalidState
+except ImportError:  # pragma: no cover - depends on the installed uvicorn
+    PROTOCOL = None
+else:
+
+    class BatchingWebSocketProtocol(WebSocketsSansIOProtocol):
+        def handle_connect(self, event: Any) -> None:
+            super().handle_connect(event)
+            scope = getattr(self, "scope", None)
+            if scope is not None and self.response.status_code == 101:
+                scope.setdefault("extensions", {})[SEND_TEXTS] = self._send_texts
+
+        async def _send_texts(self, texts: list[str]) -> None:
+            await self.writable.wait()
+            if self.disconnected or self.close_sent or not self.handshake_complete:
+                raise ClientDisconnected()
+            try:
+                for text in texts:
+                    self.conn.send_text(text.encode())
+            except InvalidState:
+                raise ClientDisconnected() from None
+            self.transport.write(b"".join(self.conn.data_to_send()))
+
+    PROTOCOL = BatchingWebSocketProtocol

@@ -18,12 +18,14 @@ from __future__ import annotations
 from typing import Any
 
 SEND_TEXTS = "agent-bridge.send_texts"
+_HEAD_SMALL = [bytes((0x81, n)) for n in range(126)]
 
 PROTOCOL: type[Any] | None
 try:
     from uvicorn.protocols.utils import ClientDisconnected
     from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
     from websockets.exceptions import InvalidState
+    from websockets.protocol import State
 except ImportError:  # pragma: no cover - depends on the installed uvicorn
     PROTOCOL = None
 else:
@@ -39,11 +41,31 @@ else:
             await self.writable.wait()
             if self.disconnected or self.close_sent or not self.handshake_complete:
                 raise ClientDisconnected()
-            try:
-                for text in texts:
-                    self.conn.send_text(text.encode())
-            except InvalidState:
-                raise ClientDisconnected() from None
-            self.transport.write(b"".join(self.conn.data_to_send()))
+            if self.conn.state is not State.OPEN:
+                raise ClientDisconnected()
+            if self.conn.extensions:
+                # Compression negotiated: the frames go through its (stateful) encoder.
+                try:
+                    for text in texts:
+                        self.conn.send_text(text.encode())
+                except InvalidState:
+                    raise ClientDisconnected() from None
+                self.transport.write(b"".join(self.conn.data_to_send()))
+                return
+            # No extension: a server frame is a fixed header and the payload (RFC 6455 §5.2,
+            # unmasked, FIN + text opcode), which is cheaper to write here than through a
+            # Frame object per text; the protocol object keeps no state per data frame.
+            out = bytearray()
+            for text in texts:
+                data = text.encode()
+                n = len(data)
+                if n < 126:
+                    out += _HEAD_SMALL[n]
+                elif n < 65536:
+                    out += b"\x81\x7e" + n.to_bytes(2, "big")
+                else:
+                    out += b"\x81\x7f" + n.to_bytes(8, "big")
+                out += data
+            self.transport.write(out)
 
     PROTOCOL = BatchingWebSocketProtocol

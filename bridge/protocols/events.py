@@ -164,9 +164,11 @@ class Record:
     __slots__ = ("_data", "_data_json", "_envelope", "kind", "raw", "relay", "seq", "source", "ts")
 
     def __init__(self, seq: int, ts: str, source: str, kind: str, data: dict[str, Any] | None,
-                 raw: str | None, relay: bool, *, data_json: str | None = None) -> None:
-        if data is None and data_json is None:
-            raise ValueError("a record needs data or data_json")
+                 raw: str | None, relay: bool, data_json: str | None = None,
+                 envelope: str | None = None) -> None:
+        # Positional and unchecked: a replay builds one per stored event. ``data`` or
+        # ``data_json`` must be given; ``envelope``, when given, must be what envelope()
+        # would build.
         self.seq = seq
         self.ts = ts
         self.source = source
@@ -175,7 +177,7 @@ class Record:
         self._data_json = data_json
         self.raw = raw
         self.relay = relay
-        self._envelope: str | None = None
+        self._envelope = envelope
 
     @property
     def data(self) -> dict[str, Any]:

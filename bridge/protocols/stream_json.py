@@ -72,7 +72,10 @@ def _finite_float(text: str) -> float:
 
 
 # 19 digits in a row may be an integer beyond 64 bits, which orjson would read as a float.
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+# Found with two C-speed passes (digits → "1", the rest → "0"; then a substring search):
+# a regular expression costs more than the parse itself on a line full of digits.
+_DIGITS_AS_ONES = bytes(0x31 if 0x30 <= i <= 0x39 else 0x30 for i in range(256))
+_LONG_DIGITS = b"1" * 19
 
 
 def parse_object(line: bytes) -> tuple[dict[str, Any] | None, str, str | None]:
@@ -82,7 +85,7 @@ def parse_object(line: bytes) -> tuple[dict[str, Any] | None, str, str | None]:
     # plus a few things the slow path accepts (lone surrogate escapes, a BOM), which then
     # take the slow path. Lines that may carry a huge integer always take the slow path, so
     # the parsed values are exactly those of ``json``.
-    if not _LONG_DIGITS.search(line):
+    if _LONG_DIGITS not in line.translate(_DIGITS_AS_ONES):
         try:
             fast = orjson.loads(line)
         except orjson.JSONDecodeError:

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from bridge.protocols.events import Record
 
 DEFAULT_BUFFER = 1024
-REPLAY_PAGE = 500
+REPLAY_PAGE = 1000
 
 
 SIDE_LIMIT = 16  # ephemeral notices kept for a subscriber that is not reading
@@ -126,12 +126,27 @@ async def deliver(sub: Subscriber, after: int, read_page: ReadPage, send: Send,
         last = batch[-1].seq
 
     async def catch_up() -> None:
-        while True:
-            sub.lagging = False  # from here on, anything published is also buffered
-            page = await read_page(last, REPLAY_PAGE)
-            await out(page)
-            if len(page) < REPLAY_PAGE and not sub.lagging:
-                return
+        # The next page is read while this one is sent (issue #8). Every read starts after
+        # ``lagging`` was cleared, so whatever it misses (committed after the read) was
+        # published after the clear: it is in the buffer, or ``lagging`` is set again.
+        sub.lagging = False  # from here on, anything published is also buffered
+        pending = asyncio.ensure_future(read_page(last, REPLAY_PAGE))
+        try:
+            while True:
+                page = await pending
+                if len(page) == REPLAY_PAGE:
+                    sub.lagging = False
+                    pending = asyncio.ensure_future(read_page(page[-1].seq, REPLAY_PAGE))
+                    await out(page)
+                    continue
+                await out(page)
+                if not sub.lagging:
+                    return
+                sub.lagging = False
+                pending = asyncio.ensure_future(read_page(last, REPLAY_PAGE))
+        finally:
+            if not pending.done():
+                pending.cancel()
 
     await catch_up()
     while True:

@@ -36,6 +36,10 @@ T = TypeVar("T")
 log = structlog.get_logger("bridge.store")
 
 MAX_BATCH = 512  # appends per transaction
+# Appends up to this size may commit inline, on the event loop (see append).
+INLINE_MAX_ROWS = 16
+INLINE_MAX_BYTES = 64 * 1024
+CHECKPOINT_EVERY = 256  # inline commits between WAL checkpoints (about 1000 WAL pages)
 MAX_BACKOFF_S = 2.0
 
 _MIGRATIONS: list[str] = [
@@ -110,6 +114,9 @@ class SqliteStore:
         self._rexec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-r")
         self._wdb: sqlite3.Connection | None = None
         self._rdb: sqlite3.Connection | None = None
+        self._idb: sqlite3.Connection | None = None  # inline appends (see append)
+        self._inline_commits = 0
+        self._checkpoint: asyncio.Task[None] | None = None
         self._pending: list[_Append] = []
         self._wake: asyncio.Event | None = None
         self._writer: asyncio.Task[None] | None = None
@@ -166,6 +173,12 @@ class SqliteStore:
 
         def open_reader() -> None:
             self._rdb = self._connect()
+            # The inline writer (append): never waits for a lock and never checkpoints on
+            # the event loop; checkpoints run on the writer thread instead.
+            idb = self._connect()
+            idb.execute("PRAGMA busy_timeout=0")
+            idb.execute("PRAGMA wal_autocheckpoint=0")
+            self._idb = idb
 
         loop = asyncio.get_running_loop()
         try:
@@ -177,6 +190,9 @@ class SqliteStore:
         self._writer = asyncio.create_task(self._write_loop(), name="store-writer")
 
     async def close(self, *, drain_timeout: float = 10.0) -> None:
+        if self._checkpoint is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._checkpoint
         if self._writer is not None:
             if self._pending:
                 with contextlib.suppress(TimeoutError):
@@ -200,6 +216,7 @@ class SqliteStore:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._wexec, close_conn("_wdb"))
         await loop.run_in_executor(self._rexec, close_conn("_rdb"))
+        await loop.run_in_executor(self._rexec, close_conn("_idb"))
         self._wexec.shutdown(wait=True)
         self._rexec.shutdown(wait=True)
 
@@ -327,10 +344,46 @@ class SqliteStore:
         if self._writer is None or self._wake is None:
             raise StoreError("store is not open")
         item = _Append(thread_id, rows, fields, asyncio.get_running_loop().create_future())
+        if (self._idb is not None and not self._pending and self.healthy and len(rows) <= INLINE_MAX_ROWS
+                and sum(len(r[5]) + len(r[6] or "") for r in rows) <= INLINE_MAX_BYTES):
+            # Issue #8: a small append with nothing queued ahead of it commits right here,
+            # on the event loop, saving two thread hand-offs per commit (most of a prompt's
+            # round trip). Same transaction, same guarantee: the caller returns only after
+            # COMMIT. The connection never waits for a lock (busy_timeout=0) and never
+            # checkpoints, so the loop is held for a small write only; anything else (a
+            # lock held elsewhere, an I/O error) leaves it to the writer thread below,
+            # which retries and reports health as before.
+            try:
+                failed = _commit(self._idb, [item])
+            except sqlite3.Error:
+                if self._idb.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._idb.rollback()
+            else:
+                self.batches += 1
+                self._inline_commits += 1
+                if self._inline_commits % CHECKPOINT_EVERY == 0:
+                    self._start_checkpoint()
+                if failed:
+                    raise StoreError(f"append refused: {failed[0]}")
+                self.appended += len(rows)
+                return
         self._pending.append(item)
         self._idle.clear()
         self._wake.set()
         await item.done
+
+    def _start_checkpoint(self) -> None:
+        """Move the WAL written by inline commits into the database, on the writer thread
+        (PASSIVE: it never blocks a writer or a reader)."""
+        if self._checkpoint is not None and not self._checkpoint.done():
+            return
+
+        async def run() -> None:
+            with contextlib.suppress(StoreError):
+                await self._run(lambda db: db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall())
+
+        self._checkpoint = asyncio.create_task(run(), name="store-checkpoint")
 
     async def _write_loop(self) -> None:
         assert self._wake is not None
@@ -372,7 +425,8 @@ class SqliteStore:
                 "SELECT seq,ts,source,kind,data,raw,relay FROM events WHERE thread_id=? AND seq>?"
                 " ORDER BY seq LIMIT ?", (thread_id, after, limit)).fetchall()
             # The stored text is kept as it is: a replay relays it without parsing it.
-            return [Record(seq, ts, source, kind, None, raw, bool(relay), data_json=data)
+            # (Assembling the whole envelope in SQL instead was measured slower.)
+            return [Record(seq, ts, source, kind, None, raw, relay == 1, data)
                     for seq, ts, source, kind, data, raw, relay in rows]
 
         return await self._read(do)

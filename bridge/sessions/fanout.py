@@ -40,7 +40,11 @@ class Subscriber:
     def push(self, records: Sequence[Record]) -> None:
         if self.lagging or self.closed:
             return
-        if len(self.buf) + len(records) > self.limit:
+        if self.buf and len(self.buf) + len(records) > self.limit:
+            # Behind by more than the buffer: drop it and resync from the store. One batch
+            # into an empty buffer is always taken, whatever its size: it is one read of
+            # agent output, already in memory, and lagging on it would send every burst
+            # larger than the buffer through the store again (issue #8).
             self.buf.clear()
             self.lagging = True
         else:

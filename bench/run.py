@@ -777,7 +777,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"agent-bridge bench: {info['nproc']} CPUs ({info['cpu']}), Python {info['python']}, "
           f"{info['websocketd'] or 'no websocketd'}; medians of {params.runs} runs "
           f"({'quick' if args.quick else 'full'}), {elapsed:.0f}s")
-    print(f"params: {json.dumps(asdict(params))}")
+    print(f"params: {json.dumps(asdict(params))}; load average at start: "
+          f"{' '.join(f'{x:.2f}' for x in info['loadavg_at_start'])}")
     print()
     print(text)
     if args.json:

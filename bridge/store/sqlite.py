@@ -36,9 +36,9 @@ T = TypeVar("T")
 log = structlog.get_logger("bridge.store")
 
 MAX_BATCH = 512  # appends per transaction
-# Appends up to this size may commit inline, on the event loop (see append).
-INLINE_MAX_ROWS = 16
-INLINE_MAX_BYTES = 64 * 1024
+# Batches up to this size commit inline, on the event loop (see _commit_inline).
+INLINE_MAX_ROWS = 64
+INLINE_MAX_BYTES = 128 * 1024
 CHECKPOINT_EVERY = 256  # inline commits between WAL checkpoints (about 1000 WAL pages)
 MAX_BACKOFF_S = 2.0
 
@@ -114,7 +114,7 @@ class SqliteStore:
         self._rexec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-r")
         self._wdb: sqlite3.Connection | None = None
         self._rdb: sqlite3.Connection | None = None
-        self._idb: sqlite3.Connection | None = None  # inline appends (see append)
+        self._idb: sqlite3.Connection | None = None  # inline commits (see _commit_inline)
         self._inline_commits = 0
         self._checkpoint: asyncio.Task[None] | None = None
         self._pending: list[_Append] = []
@@ -344,34 +344,35 @@ class SqliteStore:
         if self._writer is None or self._wake is None:
             raise StoreError("store is not open")
         item = _Append(thread_id, rows, fields, asyncio.get_running_loop().create_future())
-        if (self._idb is not None and not self._pending and self.healthy and len(rows) <= INLINE_MAX_ROWS
-                and sum(len(r[5]) + len(r[6] or "") for r in rows) <= INLINE_MAX_BYTES):
-            # Issue #8: a small append with nothing queued ahead of it commits right here,
-            # on the event loop, saving two thread hand-offs per commit (most of a prompt's
-            # round trip). Same transaction, same guarantee: the caller returns only after
-            # COMMIT. The connection never waits for a lock (busy_timeout=0) and never
-            # checkpoints, so the loop is held for a small write only; anything else (a
-            # lock held elsewhere, an I/O error) leaves it to the writer thread below,
-            # which retries and reports health as before.
-            try:
-                failed = _commit(self._idb, [item])
-            except sqlite3.Error:
-                if self._idb.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):
-                        self._idb.rollback()
-            else:
-                self.batches += 1
-                self._inline_commits += 1
-                if self._inline_commits % CHECKPOINT_EVERY == 0:
-                    self._start_checkpoint()
-                if failed:
-                    raise StoreError(f"append refused: {failed[0]}")
-                self.appended += len(rows)
-                return
         self._pending.append(item)
         self._idle.clear()
         self._wake.set()
         await item.done
+
+    def _commit_inline(self, batch: list[_Append]) -> dict[int, str] | None:
+        """Commit a small batch right here, on the event loop (issue #8): handing it to the
+        writer thread and being woken when it is done costs more than the commit itself,
+        and is most of a prompt's round trip. Everything that became pending meanwhile is
+        in the batch, so group commit still holds under load. The connection never waits
+        for a lock (busy_timeout=0) and never checkpoints, so the loop is held for a small
+        write only. None when the batch is not small or the attempt failed (a lock held
+        elsewhere, an I/O error): the writer thread then takes it, and retries and reports
+        health as before. Nothing is acknowledged before COMMIT either way."""
+        db = self._idb
+        if db is None or not self.healthy or sum(len(item.rows) for item in batch) > INLINE_MAX_ROWS \
+                or sum(len(r[5]) + len(r[6] or "") for item in batch for r in item.rows) > INLINE_MAX_BYTES:
+            return None
+        try:
+            failed = _commit(db, batch)
+        except sqlite3.Error:
+            if db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    db.rollback()
+            return None
+        self._inline_commits += 1
+        if self._inline_commits % CHECKPOINT_EVERY == 0:
+            self._start_checkpoint()
+        return failed
 
     def _start_checkpoint(self) -> None:
         """Move the WAL written by inline commits into the database, on the writer thread
@@ -394,7 +395,9 @@ class SqliteStore:
             while self._pending:
                 batch = self._pending[:MAX_BATCH]
                 try:
-                    failed = await self._run(lambda db, b=batch: _commit(db, b))  # type: ignore[misc]
+                    inline = self._commit_inline(batch)
+                    failed = inline if inline is not None else await self._run(
+                        lambda db, b=batch: _commit(db, b))  # type: ignore[misc]
                 except StoreError as exc:
                     # Locked, full or broken: nothing in the batch is acknowledged; try again.
                     self._set_health(False, exc.message)

@@ -1,10 +1,10 @@
 """Fan-out of transcript records to live subscribers.
 
-Each subscriber has a bounded buffer. A subscriber that falls behind never blocks the
-agent, the store or the other subscribers: its buffer is dropped and it is marked
-``lagging``; its sender then re-reads the missed records from the store (which holds
-every record before it is published) and carries on from the buffer, skipping what it
-has already sent by ``seq``.
+Each subscriber has a bounded buffer (``limit`` records, or one published batch, whichever
+is larger). A subscriber that falls behind never blocks the agent, the store or the other
+subscribers: its buffer is dropped and it is marked ``lagging``; its sender then re-reads
+the missed records from the store (which holds every record before it is published) and
+carries on from the buffer, skipping what it has already sent by ``seq``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,10 @@ another (WAL lets them run side by side, and a reader sees every committed write
 
 Transcript appends are group-committed: every append waiting when the writer comes round
 goes into one transaction (each in its own SAVEPOINT, so one bad append cannot sink the
-others), and each caller is told only after the COMMIT. Callers publish an event only
+others), and each caller is told only after the COMMIT. A small batch is committed by the
+writer task itself, on the event loop, with a third connection that never waits for a
+lock and never checkpoints (``_commit_inline``); anything else, or any failure there,
+goes to the writer thread. Callers publish an event only
 after that, so whatever a client has seen is on disk (``synchronous=NORMAL`` in WAL mode
 survives a process kill). If the database cannot be written (locked, disk full, I/O
 error) the batch is retried with backoff until it commits; callers wait — which stops the

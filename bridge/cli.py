@@ -16,7 +16,6 @@ from typing import Any
 import uvicorn
 
 from bridge import __version__
-from bridge.api.ws_handshake import WebSocketProtocol
 from bridge.config import Settings, load_settings
 from bridge.errors import BridgeError
 from bridge.logs import configure_logging
@@ -86,6 +85,7 @@ def _agents(settings: Settings, *, as_json: bool) -> int:
 
 def serve(settings: Settings) -> int:
     from bridge.api.app import create_app
+    from bridge.api.ws_transport import PROTOCOL as WS_PROTOCOL
 
     if settings.no_auth and not is_loopback_host(settings.host):
         print("agent-bridge: --no-auth is refused unless the bind address is loopback",
@@ -112,7 +112,8 @@ def serve(settings: Settings) -> int:
     # proxy_headers off: X-Forwarded-Proto is honoured only with [server]
     # trust_proxy_headers, by security.RequestGuard (docs/security.md).
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on",
-                            proxy_headers=False, ws=WebSocketProtocol,
+                            proxy_headers=False,
+                            ws=WS_PROTOCOL or "auto",  # batched frame writes (api/ws_transport.py)
                             ws_max_size=16 * 1024 * 1024,
                             ws_ping_interval=settings.server.ws_ping_interval_s,
                             ws_ping_timeout=settings.server.ws_ping_timeout_s, timeout_graceful_shutdown=5, **ssl)  # type: ignore[arg-type]

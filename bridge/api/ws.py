@@ -19,6 +19,7 @@ from starlette.websockets import WebSocketState
 from bridge.api.content import normalize_prompt
 from bridge.api.security import SUBPROTOCOL, authorized
 from bridge.api.threads import _is_utf8
+from bridge.api.ws_transport import SEND_TEXTS
 from bridge.errors import BridgeError, InvalidRequest
 from bridge.protocols.events import Record, ephemeral, loads_strict
 from bridge.sessions.conversation import Conversation, now_iso
@@ -91,17 +92,31 @@ class _Session:
                 await self.ws.send_text(text)
 
     async def _send_record(self, rec: Record) -> None:
+        await self._send_records([rec])
+
+    async def _send_records(self, recs: list[Record]) -> None:
+        """Everything the subscriber has ready, under one lock and one deadline, and with
+        one socket write when the server offers it (ws_transport.SEND_TEXTS, issue #8)."""
         if self.raw:
-            if rec.source == "agent" and rec.relay and rec.raw is not None:
-                await self._send_text(rec.raw)
+            texts = [r.raw for r in recs if r.source == "agent" and r.relay and r.raw is not None]
         else:
-            await self._send_text(rec.envelope())
+            texts = [r.envelope() for r in recs]
+        if not texts:
+            return
+        send_texts = self.ws.scope.get("extensions", {}).get(SEND_TEXTS)
+        async with self._send_lock:
+            async with asyncio.timeout(self._send_deadline):
+                if send_texts is not None:
+                    await send_texts(texts)
+                else:
+                    for text in texts:
+                        await self.ws.send_text(text)
 
     async def run(self, after: int) -> None:
         sub = self.conv.subscribe(raw=self.raw)
         self._sub = sub
         sender = asyncio.create_task(deliver(sub, after, self.conv.read_page, self._send_record,
-                                             self._send_text))
+                                             self._send_text, send_many=self._send_records))
         receiver = asyncio.create_task(self._receive())
         close_code, reason = 1000, ""
         try:

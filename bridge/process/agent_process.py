@@ -15,7 +15,10 @@ from bridge.process.launch import LaunchSpec, executable_problem
 from bridge.process.reaper import child_setup, start_time
 from bridge.protocols.framing import MAX_LINE_BYTES, LineFramer, LineTooLong
 
-READ_CHUNK = 64 * 1024
+# One read takes whatever the pipe transport has buffered, up to this: during a burst the
+# transport keeps filling its buffer while the previous batch is stored and sent, so the
+# next batch (one transaction, one socket write per client) is larger (issue #8).
+READ_CHUNK = 256 * 1024
 # stderr is free-form diagnostics (protocols.md §0.1): relay it, but bounded — a line is
 # cut at this many bytes and at most this many lines per second reach the transcript.
 STDERR_LINE_BYTES = 4096
@@ -65,7 +68,7 @@ class AgentProcess:
         loop = asyncio.get_running_loop()
         try:
             transport, protocol = await loop.subprocess_exec(
-                lambda: _Protocol(READ_CHUNK * 4, loop),
+                lambda: _Protocol(256 * 1024, loop),  # the transport pauses at twice this
                 *spec.argv,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,

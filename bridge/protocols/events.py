@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import orjson
+
 Source = Literal["agent", "client", "bridge"]
 
 # Normalized kinds (API.md §4). Kept as plain strings so that a newer kind never breaks
@@ -60,7 +62,16 @@ def dumps(obj: Any) -> str:
     such a value falls back to ``\\uXXXX`` escapes, which a reader decodes to the same string
     (protocols.md §0.1; a request_id echoed in a reply must round-trip exactly). Used for
     everything the bridge writes: agent stdin, the store, WebSocket frames.
+
+    orjson writes the common case (issue #8: several times faster than ``json``); what it
+    refuses — lone surrogates, integers beyond 64 bits, non-string keys — goes through
+    ``json`` exactly as before. The one difference: orjson writes a non-finite float as
+    ``null`` where ``json`` wrote the non-JSON ``NaN``/``Infinity``.
     """
+    try:
+        return orjson.dumps(obj).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        pass
     text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
     try:
         text.encode("utf-8")
@@ -129,27 +140,69 @@ def diagnostic(stream: Literal["stderr", "protocol"], text: str) -> Event:
                  {"stream": stream, "text": text}, None)
 
 
-@dataclass(slots=True)
-class Record:
-    """An event as it stands in the transcript: numbered, timestamped, immutable."""
+_SAFE_TS = re.compile(r"[0-9A-Za-z:.+-]*")
+_JSON_STR: dict[str, str] = {}  # source and kind names, already as JSON strings
 
-    seq: int
-    ts: str
-    source: str
-    kind: str
-    data: dict[str, Any]
-    raw: str | None
-    relay: bool
-    _envelope: str | None = None
+
+def _json_str(value: str) -> str:
+    out = _JSON_STR.get(value)
+    if out is None:
+        out = json.dumps(value)
+        if len(_JSON_STR) < 1024:  # kinds are a small set; never let agent input grow this
+            _JSON_STR[value] = out
+    return out
+
+
+class Record:
+    """An event as it stands in the transcript: numbered, timestamped, immutable.
+
+    ``data`` is serialised once (``data_json``) for the store and every envelope, and a
+    record read back from the store keeps the stored text, so a replay never parses and
+    re-serialises what it only relays (issue #8). Either form is derived on first use.
+    """
+
+    __slots__ = ("_data", "_data_json", "_envelope", "kind", "raw", "relay", "seq", "source", "ts")
+
+    def __init__(self, seq: int, ts: str, source: str, kind: str, data: dict[str, Any] | None,
+                 raw: str | None, relay: bool, data_json: str | None = None,
+                 envelope: str | None = None) -> None:
+        # Positional and unchecked: a replay builds one per stored event. ``data`` or
+        # ``data_json`` must be given; ``envelope``, when given, must be what envelope()
+        # would build.
+        self.seq = seq
+        self.ts = ts
+        self.source = source
+        self.kind = kind
+        self._data = data
+        self._data_json = data_json
+        self.raw = raw
+        self.relay = relay
+        self._envelope = envelope
+
+    @property
+    def data(self) -> dict[str, Any]:
+        if self._data is None:
+            assert self._data_json is not None
+            self._data = json.loads(self._data_json)
+        return self._data
+
+    @property
+    def data_json(self) -> str:
+        if self._data_json is None:
+            self._data_json = dumps(self._data)
+        return self._data_json
+
+    def __repr__(self) -> str:
+        return f"Record(seq={self.seq}, kind={self.kind!r}, source={self.source!r})"
 
     def envelope(self) -> str:
         """The events-mode frame (API.md §4). ``raw`` is the exact line the agent wrote,
         embedded as-is (it is already one JSON object), never re-serialised."""
         if self._envelope is None:
-            data = dumps(self.data)
+            ts = f'"{self.ts}"' if _SAFE_TS.fullmatch(self.ts) else json.dumps(self.ts)
             self._envelope = (
-                f'{{"seq":{self.seq},"ts":{json.dumps(self.ts)},"source":{json.dumps(self.source)},'
-                f'"kind":{json.dumps(self.kind)},"data":{data},'
+                f'{{"seq":{self.seq},"ts":{ts},"source":{_json_str(self.source)},'
+                f'"kind":{_json_str(self.kind)},"data":{self.data_json},'
                 f'"raw":{self.raw if self.raw is not None else "null"}}}'
             )
         return self._envelope

@@ -167,10 +167,14 @@ class Conversation:
 
     # ------------------------------------------------------------------ transcript
 
-    async def emit(self, events: Sequence[Event], *, client_ids: Sequence[str | None] | None = None,
+    async def emit(self, events: Sequence[Event] | Callable[[int], Sequence[Event]], *,
+                   client_ids: Sequence[str | None] | None = None,
                    fields: dict[str, Any] | None = None) -> list[Record]:
-        """Number, persist, then publish: durable before visible."""
+        """Number, persist, then publish: durable before visible. ``events`` may be a
+        function of the seq its first event gets (an event that names another's seq)."""
         async with self._emit_lock:
+            if callable(events):
+                events = events(self._seq + 1)
             ts = now_iso()
             records = []
             seq = self._seq
@@ -294,7 +298,9 @@ class Conversation:
             async for lines in proc.stdout_batches():
                 # Everything one read brought is decoded, stored and published together:
                 # one transaction for a burst of deltas instead of one per line.
-                await self._on_agent_output(proc, codec, [codec.decode(self._scrub(line)) for line in lines])
+                if self._secrets:
+                    lines = [self._scrub(line) for line in lines]
+                await self._on_agent_output(proc, codec, [codec.decode(line) for line in lines])
         except LineTooLong as exc:
             self._exit_reason = "line_too_long"
             await self.emit([Event("bridge", "diagnostic",
@@ -607,6 +613,29 @@ class Conversation:
                 if client_id is not None:
                     data["client_id"] = client_id
                 queued = self.busy
+                if not queued and line is not None:
+                    # Nothing ahead of it: the prompt and its turn.started share one
+                    # transaction (issue #8: one commit less per turn), then the prompt is
+                    # written, exactly as _pump would write it.
+                    turn = Turn(turn_id, content, 0, line)
+                    self._active = turn
+
+                    def started(first_seq: int) -> list[Event]:
+                        turn.prompt_seq = first_seq
+                        return [Event("client", "message", data, line),
+                                Event("bridge", "turn.started", {"turn_id": turn_id, "prompt_seq": first_seq})]
+
+                    try:
+                        recs = await self.emit(started, client_ids=[client_id, None],
+                                               fields={"turn_active": True})
+                    except BaseException:
+                        self._active = None
+                        raise
+                    try:
+                        await proc.write_line(line)
+                    except (BrokenPipeError, ConnectionResetError):
+                        log.info("agent.stdin_closed", thread_id=self.id)  # the watcher ends the turn
+                    return Accepted(seq=recs[0].seq, turn_id=turn_id, queued=False)
                 recs = await self.emit([Event("client", "message", data, line)],
                                        client_ids=[client_id])
                 self._queue.append(Turn(turn_id, content, recs[0].seq, line))

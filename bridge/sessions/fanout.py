@@ -1,10 +1,10 @@
 """Fan-out of transcript records to live subscribers.
 
-Each subscriber has a bounded buffer. A subscriber that falls behind never blocks the
-agent, the store or the other subscribers: its buffer is dropped and it is marked
-``lagging``; its sender then re-reads the missed records from the store (which holds
-every record before it is published) and carries on from the buffer, skipping what it
-has already sent by ``seq``.
+Each subscriber has a bounded buffer (``limit`` records, or one published batch, whichever
+is larger). A subscriber that falls behind never blocks the agent, the store or the other
+subscribers: its buffer is dropped and it is marked ``lagging``; its sender then re-reads
+the missed records from the store (which holds every record before it is published) and
+carries on from the buffer, skipping what it has already sent by ``seq``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from bridge.protocols.events import Record
 
 DEFAULT_BUFFER = 1024
-REPLAY_PAGE = 500
+REPLAY_PAGE = 1000
 
 
 SIDE_LIMIT = 16  # ephemeral notices kept for a subscriber that is not reading
@@ -40,7 +40,11 @@ class Subscriber:
     def push(self, records: Sequence[Record]) -> None:
         if self.lagging or self.closed:
             return
-        if len(self.buf) + len(records) > self.limit:
+        if self.buf and len(self.buf) + len(records) > self.limit:
+            # Behind by more than the buffer: drop it and resync from the store. One batch
+            # into an empty buffer is always taken, whatever its size: it is one read of
+            # agent output, already in memory, and lagging on it would send every burst
+            # larger than the buffer through the store again (issue #8).
             self.buf.clear()
             self.lagging = True
         else:
@@ -99,26 +103,54 @@ class Fanout:
 
 ReadPage = Callable[[int, int], Awaitable[list[Record]]]
 Send = Callable[[Record], Awaitable[None]]
+SendMany = Callable[[list[Record]], Awaitable[None]]
 SendSide = Callable[[str], Awaitable[None]]
 
 
 async def deliver(sub: Subscriber, after: int, read_page: ReadPage, send: Send,
-                  send_side: SendSide | None = None) -> str | None:
+                  send_side: SendSide | None = None, *, send_many: SendMany | None = None) -> str | None:
     """Send every record with ``seq > after`` to one subscriber, in order, exactly once:
     first from the store, then live, resyncing from the store whenever it lagged.
-    Returns the close reason when the subscriber is closed."""
+    Returns the close reason when the subscriber is closed.
+
+    With ``send_many``, everything ready at once (a store page, the whole live buffer) goes
+    out in one call, so the transport can write it with one system call (issue #8);
+    ``send_many`` must send all of its records or raise."""
     last = after
 
-    async def catch_up() -> None:
+    async def out(batch: list[Record]) -> None:
         nonlocal last
-        while True:
-            sub.lagging = False  # from here on, anything published is also buffered
-            page = await read_page(last, REPLAY_PAGE)
-            for rec in page:
+        if not batch:
+            return
+        if send_many is not None:
+            await send_many(batch)
+        else:
+            for rec in batch:
                 await send(rec)
-                last = rec.seq
-            if len(page) < REPLAY_PAGE and not sub.lagging:
-                return
+        last = batch[-1].seq
+
+    async def catch_up() -> None:
+        # The next page is read while this one is sent (issue #8). Every read starts after
+        # ``lagging`` was cleared, so whatever it misses (committed after the read) was
+        # published after the clear: it is in the buffer, or ``lagging`` is set again.
+        sub.lagging = False  # from here on, anything published is also buffered
+        pending = asyncio.ensure_future(read_page(last, REPLAY_PAGE))
+        try:
+            while True:
+                page = await pending
+                if len(page) == REPLAY_PAGE:
+                    sub.lagging = False
+                    pending = asyncio.ensure_future(read_page(page[-1].seq, REPLAY_PAGE))
+                    await out(page)
+                    continue
+                await out(page)
+                if not sub.lagging:
+                    return
+                sub.lagging = False
+                pending = asyncio.ensure_future(read_page(last, REPLAY_PAGE))
+        finally:
+            if not pending.done():
+                pending.cancel()
 
     await catch_up()
     while True:
@@ -126,18 +158,16 @@ async def deliver(sub: Subscriber, after: int, read_page: ReadPage, send: Send,
             text = sub.side.popleft()
             if send_side is not None:
                 await send_side(text)
-        while sub.buf:
-            rec = sub.buf.popleft()
-            if rec.seq <= last:
-                continue
-            await send(rec)
-            last = rec.seq
+        if sub.buf:
+            batch = [rec for rec in sub.buf if rec.seq > last]
+            sub.buf.clear()
+            await out(batch)
         if sub.lagging:
             await catch_up()
             continue
         if sub.closed:
             return sub.close_reason
-        if sub.side:
+        if sub.side or sub.buf:
             continue
         sub.wake.clear()
         await sub.wake.wait()

@@ -5,7 +5,10 @@ another (WAL lets them run side by side, and a reader sees every committed write
 
 Transcript appends are group-committed: every append waiting when the writer comes round
 goes into one transaction (each in its own SAVEPOINT, so one bad append cannot sink the
-others), and each caller is told only after the COMMIT. Callers publish an event only
+others), and each caller is told only after the COMMIT. A small batch is committed by the
+writer task itself, on the event loop, with a third connection that never waits for a
+lock and never checkpoints (``_commit_inline``); anything else, or any failure there,
+goes to the writer thread. Callers publish an event only
 after that, so whatever a client has seen is on disk (``synchronous=NORMAL`` in WAL mode
 survives a process kill). If the database cannot be written (locked, disk full, I/O
 error) the batch is retried with backoff until it commits; callers wait — which stops the
@@ -29,13 +32,17 @@ from typing import Any, TypeVar
 import structlog
 
 from bridge.errors import StoreError
-from bridge.protocols.events import Record, dumps
+from bridge.protocols.events import Record
 from bridge.store.base import ThreadRow
 
 T = TypeVar("T")
 log = structlog.get_logger("bridge.store")
 
 MAX_BATCH = 512  # appends per transaction
+# Batches up to this size commit inline, on the event loop (see _commit_inline).
+INLINE_MAX_ROWS = 64
+INLINE_MAX_BYTES = 128 * 1024
+CHECKPOINT_EVERY = 256  # inline commits between WAL checkpoints (about 1000 WAL pages)
 MAX_BACKOFF_S = 2.0
 
 _MIGRATIONS: list[str] = [
@@ -110,6 +117,9 @@ class SqliteStore:
         self._rexec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-r")
         self._wdb: sqlite3.Connection | None = None
         self._rdb: sqlite3.Connection | None = None
+        self._idb: sqlite3.Connection | None = None  # inline commits (see _commit_inline)
+        self._inline_commits = 0
+        self._checkpoint: asyncio.Task[None] | None = None
         self._pending: list[_Append] = []
         self._wake: asyncio.Event | None = None
         self._writer: asyncio.Task[None] | None = None
@@ -166,6 +176,12 @@ class SqliteStore:
 
         def open_reader() -> None:
             self._rdb = self._connect()
+            # The inline writer (append): never waits for a lock and never checkpoints on
+            # the event loop; checkpoints run on the writer thread instead.
+            idb = self._connect()
+            idb.execute("PRAGMA busy_timeout=0")
+            idb.execute("PRAGMA wal_autocheckpoint=0")
+            self._idb = idb
 
         loop = asyncio.get_running_loop()
         try:
@@ -177,6 +193,9 @@ class SqliteStore:
         self._writer = asyncio.create_task(self._write_loop(), name="store-writer")
 
     async def close(self, *, drain_timeout: float = 10.0) -> None:
+        if self._checkpoint is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._checkpoint
         if self._writer is not None:
             if self._pending:
                 with contextlib.suppress(TimeoutError):
@@ -200,6 +219,7 @@ class SqliteStore:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._wexec, close_conn("_wdb"))
         await loop.run_in_executor(self._rexec, close_conn("_rdb"))
+        await loop.run_in_executor(self._rexec, close_conn("_idb"))
         self._wexec.shutdown(wait=True)
         self._rexec.shutdown(wait=True)
 
@@ -320,7 +340,7 @@ class SqliteStore:
     async def append(self, thread_id: str, records: Sequence[Record],
                      client_ids: Sequence[str | None], thread_fields: dict[str, Any]) -> None:
         """Return once the records (and the thread fields) are committed."""
-        rows = [(thread_id, r.seq, r.ts, r.source, r.kind, dumps(r.data), r.raw,
+        rows = [(thread_id, r.seq, r.ts, r.source, r.kind, r.data_json, r.raw,
                  int(r.relay), cid) for r, cid in zip(records, client_ids, strict=True)]
         fields = self._dump({**thread_fields, "last_seq": records[-1].seq} if records
                             else thread_fields)
@@ -332,6 +352,43 @@ class SqliteStore:
         self._wake.set()
         await item.done
 
+    def _commit_inline(self, batch: list[_Append]) -> dict[int, str] | None:
+        """Commit a small batch right here, on the event loop (issue #8): handing it to the
+        writer thread and being woken when it is done costs more than the commit itself,
+        and is most of a prompt's round trip. Everything that became pending meanwhile is
+        in the batch, so group commit still holds under load. The connection never waits
+        for a lock (busy_timeout=0) and never checkpoints, so the loop is held for a small
+        write only. None when the batch is not small or the attempt failed (a lock held
+        elsewhere, an I/O error): the writer thread then takes it, and retries and reports
+        health as before. Nothing is acknowledged before COMMIT either way."""
+        db = self._idb
+        if db is None or not self.healthy or sum(len(item.rows) for item in batch) > INLINE_MAX_ROWS \
+                or sum(len(r[5]) + len(r[6] or "") for item in batch for r in item.rows) > INLINE_MAX_BYTES:
+            return None
+        try:
+            failed = _commit(db, batch)
+        except sqlite3.Error:
+            if db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    db.rollback()
+            return None
+        self._inline_commits += 1
+        if self._inline_commits % CHECKPOINT_EVERY == 0:
+            self._start_checkpoint()
+        return failed
+
+    def _start_checkpoint(self) -> None:
+        """Move the WAL written by inline commits into the database, on the writer thread
+        (PASSIVE: it never blocks a writer or a reader)."""
+        if self._checkpoint is not None and not self._checkpoint.done():
+            return
+
+        async def run() -> None:
+            with contextlib.suppress(StoreError):
+                await self._run(lambda db: db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall())
+
+        self._checkpoint = asyncio.create_task(run(), name="store-checkpoint")
+
     async def _write_loop(self) -> None:
         assert self._wake is not None
         backoff = 0.05
@@ -341,7 +398,9 @@ class SqliteStore:
             while self._pending:
                 batch = self._pending[:MAX_BATCH]
                 try:
-                    failed = await self._run(lambda db, b=batch: _commit(db, b))  # type: ignore[misc]
+                    inline = self._commit_inline(batch)
+                    failed = inline if inline is not None else await self._run(
+                        lambda db, b=batch: _commit(db, b))  # type: ignore[misc]
                 except StoreError as exc:
                     # Locked, full or broken: nothing in the batch is acknowledged; try again.
                     self._set_health(False, exc.message)
@@ -371,7 +430,9 @@ class SqliteStore:
             rows = db.execute(
                 "SELECT seq,ts,source,kind,data,raw,relay FROM events WHERE thread_id=? AND seq>?"
                 " ORDER BY seq LIMIT ?", (thread_id, after, limit)).fetchall()
-            return [Record(seq, ts, source, kind, json.loads(data), raw, bool(relay))
+            # The stored text is kept as it is: a replay relays it without parsing it.
+            # (Assembling the whole envelope in SQL instead was measured slower.)
+            return [Record(seq, ts, source, kind, None, raw, relay == 1, data)
                     for seq, ts, source, kind, data, raw, relay in rows]
 
         return await self._read(do)

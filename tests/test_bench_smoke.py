@@ -1,0 +1,56 @@
+"""`python -m bench --quick` runs end to end against the real daemon, websocketd and the bare
+pipe, and prints its table of ratios (issue #8). Structure only: timing is never asserted
+(performance claims live in bench/, as ratios measured in the same run)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import processes_mentioning
+
+from bench.run import ROWS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PEERLESS = {"replay"}  # websocketd has no transcript to replay
+NO_PIPE = {"conc_turns_s", "conc_events_s", "conc_p99", "conc_rss_thread", "conc_cpu_1k_events",
+           "conc_cpu_1k_turns", "replay", "cold_serve"}
+
+
+@pytest.mark.timeout(180)
+def test_quick_bench_prints_every_measure_with_its_ratios(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--json", str(out),
+                           "--workdir", str(tmp_path / "work")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("agent-bridge bench: "), lines[:3]
+    header = "| measure | unit | bridge | websocketd | pipe | bridge ÷ websocketd | bridge ÷ pipe | goal | met |"
+    assert header in lines
+    table = [line for line in lines[lines.index(header) + 2:] if line.startswith("| ")]
+    assert len(table) == len(ROWS), table
+
+    report = json.loads(out.read_text())
+    rows = {r["metric"]: r for r in report["rows"]}
+    assert list(rows) == [key for key, *_ in ROWS]
+    for key, row in rows.items():
+        assert row["bridge"] is not None and row["bridge"] > 0, row
+        if key in PEERLESS:
+            assert row["websocketd"] is None
+        else:
+            assert row["websocketd"] is not None and row["websocketd"] >= 0, row
+            if row["websocketd"] > 0:
+                assert row["bridge_over_websocketd"] == pytest.approx(row["bridge"] / row["websocketd"])
+        if key not in NO_PIPE:
+            assert row["pipe"] is not None and row["pipe"] > 0, row
+            assert row["bridge_over_pipe"] == pytest.approx(row["bridge"] / row["pipe"])
+        if row["goal"]:
+            assert row["met"] in (True, False), row
+    assert report["machine"]["nproc"] >= 1 and report["machine"]["websocketd"]
+    # The daemons the bench started (their command lines name the work dir) are gone.
+    assert processes_mentioning(str(tmp_path / "work")) == []

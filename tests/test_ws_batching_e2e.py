@@ -1,0 +1,52 @@
+"""Batched WebSocket sends (issue #8, api/ws_transport.py): a burst of agent output leaves
+as many frames per socket write, with or without permessage-deflate, and every client
+still gets every frame intact, once, in order — in events mode and in raw mode."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import websockets
+from conftest import STEP_TIMEOUT, new_thread
+
+from bridge.api.ws_transport import PROTOCOL
+
+N = 3000
+
+
+def test_the_daemon_runs_the_batching_protocol_with_this_uvicorn() -> None:
+    # Without it the daemon still works, one socket write per frame: this test is the
+    # alarm that a uvicorn upgrade moved the class it extends.
+    assert PROTOCOL is not None
+
+
+@pytest.mark.parametrize("compression", ["deflate", None])
+async def test_a_burst_reaches_every_client_whole_once_and_in_order(daemon: Any, compression: str | None) -> None:
+    thread = await new_thread(daemon, "stream-json")
+    tid = thread["id"]
+    url = f"{daemon.ws_url}/v1/threads/{tid}/ws"
+    events = await websockets.connect(url, additional_headers=daemon.headers, max_size=None,
+                                      compression=compression, open_timeout=STEP_TIMEOUT)
+    raw = await websockets.connect(url + "?mode=raw", additional_headers=daemon.headers, max_size=None,
+                                   compression=compression, open_timeout=STEP_TIMEOUT)
+    try:
+        await events.send(json.dumps({"op": "prompt", "text": f"flood {N}"}))
+        frames: list[dict[str, Any]] = []
+        while not frames or frames[-1].get("kind") != "turn.ended":
+            frames.append(json.loads(await events.recv(decode=True)))
+        seqs = [f["seq"] for f in frames if f["seq"] is not None]
+        assert seqs == list(range(1, seqs[-1] + 1))
+        deltas = [f["data"]["text"] for f in frames if f["kind"] == "message.delta"]
+        assert deltas == [f"{i} " for i in range(N)]
+        # Raw mode: exactly the agent's lines, one frame each, byte for byte as stored.
+        lines: list[str] = []
+        while not lines or json.loads(lines[-1]).get("type") != "result":
+            lines.append(await raw.recv(decode=True))
+        agent_raw = [f["raw"] for f in frames if f["source"] == "agent" and f["raw"] is not None]
+        assert [json.loads(line) for line in lines] == agent_raw[-len(lines):]
+        assert sum(1 for line in lines if json.loads(line).get("type") == "stream_event") == N
+    finally:
+        await events.close()
+        await raw.close()

@@ -562,3 +562,29 @@ async def test_no_auth_on_loopback_still_checks_host_and_origin(tmp_path: Path) 
         if proc.returncode is None:
             proc.terminate()
         await asyncio.wait_for(proc.wait(), 30)
+
+
+async def test_browser_sessions_survive_a_restart_but_not_a_logout_or_a_new_token(
+        daemon_factory: Callable[..., Any], tmp_path: Path, agent_env: dict[str, str]) -> None:
+    """A page stays signed in across a daemon restart (same data dir, same token); a
+    session logged out stays dead after one; a new token ends every session. Only a keyed
+    hash of a session id is stored, never the id."""
+    cfg = base_config(tmp_path, agent_env)
+    d1 = await daemon_factory(cfg)
+    kept, dropped = await login(d1), await login(d1)
+    async with anon(d1, Cookie=f"{COOKIE}={dropped}") as http:
+        assert (await http.delete("/v1/session")).status_code == 204
+    assert await d1.stop() == 0
+    db = (d1.data_dir / "bridge.db").read_bytes()
+    assert kept.encode() not in db and dropped.encode() not in db
+
+    d2 = await daemon_factory(cfg)
+    for sid, status in ((kept, 200), (dropped, 401)):
+        async with anon(d2, Cookie=f"{COOKIE}={sid}") as http:
+            assert (await http.get("/v1/threads")).status_code == status, sid == kept
+    assert await d2.stop() == 0
+
+    d3 = await daemon_factory(cfg, token="another-token-" + secrets.token_hex(16))
+    async with anon(d3, Cookie=f"{COOKIE}={kept}") as http:
+        r = await http.get("/v1/threads")
+        assert r.status_code == 401 and error_code(r.text) == "unauthorized"

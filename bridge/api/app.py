@@ -52,6 +52,8 @@ def create_app(settings: Settings, *, on_ready: Callable[[], None] | None = None
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = SqliteStore(settings.data_dir / "bridge.db")
         await store.open()
+        app.state.sessions = Sessions(server.session_ttl_s, server.max_sessions, secret=token, store=store)
+        await app.state.sessions.load()
         registry = Registry(settings, store)
         await registry.start()
         app.state.store = store
@@ -72,7 +74,6 @@ def create_app(settings: Settings, *, on_ready: Callable[[], None] | None = None
     app.state.settings = settings
     app.state.token = token
     app.state.tls = tls
-    app.state.sessions = Sessions(server.session_ttl_s, server.max_sessions)
     app.state.login_codes = LoginCodes(server.login_code_ttl_s)
     app.add_middleware(BodyLimit)
     app.add_middleware(RequestGuard, bind_host=settings.host,

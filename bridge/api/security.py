@@ -19,15 +19,16 @@ Nothing here logs a token, a cookie or an Authorization header.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import math
 import os
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from fastapi import APIRouter, Request, Response
@@ -114,41 +115,70 @@ def offered_subprotocols(headers: Mapping[str, str]) -> list[str]:
 # --------------------------------------------------------------------------- sessions
 
 
-class Sessions:
-    """Browser sessions: random 256-bit ids in memory, each with an expiry; at most
-    ``limit`` at once (the oldest goes first). A daemon restart logs every browser out."""
+class SessionStore(Protocol):
+    async def load_sessions(self, now: float) -> list[tuple[str, float]]: ...
+    async def save_session(self, key: str, expires_at: float, evicted: Sequence[str] = ()) -> None: ...
+    async def delete_session(self, key: str) -> None: ...
 
-    def __init__(self, ttl_s: float, limit: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+
+class Sessions:
+    """Browser sessions: random 256-bit ids, each with an expiry; at most ``limit`` at once
+    (the oldest goes first). Checked in memory; with a ``store`` they also survive a daemon
+    restart. Only a keyed hash of an id is kept (HMAC-SHA256 under the auth token), never
+    the id: a copy of the database signs nobody in, and a new token ends every session."""
+
+    def __init__(self, ttl_s: float, limit: int, *, secret: str | None = None,
+                 store: SessionStore | None = None, clock: Callable[[], float] = time.time) -> None:
         self.ttl_s = ttl_s
         self.limit = limit
         self._clock = clock
-        self._expiry: dict[str, float] = {}  # insertion order = creation order
+        self._store = store
+        self._secret = (secret or "").encode()
+        self._expiry: dict[str, float] = {}  # key → expiry; insertion order = creation order
 
-    def create(self) -> str:
+    def _key(self, sid: str) -> str:
+        return hmac.new(self._secret, sid.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+
+    async def load(self) -> None:
+        """Take over the unexpired sessions a previous daemon stored."""
+        if self._store is not None:
+            for key, exp in (await self._store.load_sessions(self._clock()))[-self.limit:]:
+                self._expiry[key] = exp
+
+    async def create(self) -> str:
         now = self._clock()
-        for sid in [s for s, exp in self._expiry.items() if exp <= now]:
-            del self._expiry[sid]
+        evicted = [k for k, exp in self._expiry.items() if exp <= now]
+        for key in evicted:
+            del self._expiry[key]
         while len(self._expiry) >= self.limit:
-            del self._expiry[next(iter(self._expiry))]
+            oldest = next(iter(self._expiry))
+            del self._expiry[oldest]
+            evicted.append(oldest)
         sid = secrets.token_urlsafe(32)
-        self._expiry[sid] = now + self.ttl_s
+        key = self._key(sid)
+        self._expiry[key] = now + self.ttl_s
+        if self._store is not None:
+            await self._store.save_session(key, now + self.ttl_s, evicted)
         return sid
 
     def valid(self, sid: str | None) -> bool:
         if not sid:
             return False
-        exp = self._expiry.get(sid)
+        key = self._key(sid)
+        exp = self._expiry.get(key)
         if exp is None:
             return False
         if exp <= self._clock():
-            del self._expiry[sid]
+            del self._expiry[key]
             return False
         return True
 
-    def revoke(self, sid: str | None) -> None:
+    async def revoke(self, sid: str | None) -> None:
         if sid:
-            self._expiry.pop(sid, None)
+            key = self._key(sid)
+            self._expiry.pop(key, None)
+            if self._store is not None:
+                await self._store.delete_session(key)
 
     def __len__(self) -> int:
         return len(self._expiry)
@@ -239,7 +269,7 @@ async def login(request: Request) -> Response:
         raise Unauthorized("POST /v1/session needs the token as Authorization: Bearer, "
                            "or a valid one-time login code")
     sessions: Sessions = state.sessions
-    sid = sessions.create()
+    sid = await sessions.create()
     secure = bool(state.tls) or request.scope.get("bridge.scheme") == "https"
     return _cookie_response(sid, max(1, math.ceil(sessions.ttl_s)), secure=secure)
 
@@ -258,7 +288,7 @@ def _code_from_body(body: bytes) -> object:
 async def logout(request: Request) -> Response:
     require_auth(request)
     sessions: Sessions = request.app.state.sessions
-    sessions.revoke(request.cookies.get(COOKIE_NAME))
+    await sessions.revoke(request.cookies.get(COOKIE_NAME))
     secure = bool(request.app.state.tls) or request.scope.get("bridge.scheme") == "https"
     return _cookie_response("", 0, secure=secure)
 

@@ -93,6 +93,14 @@ _MIGRATIONS: list[str] = [
     """
     ALTER TABLE threads ADD COLUMN tasks TEXT;
     """,
+    # 5: browser sessions, so a daemon restart does not sign every page out. Only a keyed
+    # hash of each session id is kept (api/security.py Sessions), never the id itself.
+    """
+    CREATE TABLE browser_sessions (
+        key TEXT PRIMARY KEY,
+        expires_at REAL NOT NULL
+    ) WITHOUT ROWID;
+    """,
 ]
 
 _THREAD_COLUMNS = ("id", "agent", "protocol", "model", "cwd", "title", "native_session_id",
@@ -424,6 +432,30 @@ class SqliteStore:
                         self.appended += len(item.rows)
                         item.done.set_result(None)
             self._idle.set()
+
+    # ------------------------------------------------------------------ browser sessions
+
+    async def load_sessions(self, now: float) -> list[tuple[str, float]]:
+        """Unexpired browser sessions, oldest first (expired ones are deleted)."""
+        def do(db: sqlite3.Connection) -> list[tuple[str, float]]:
+            db.execute("DELETE FROM browser_sessions WHERE expires_at <= ?", (now,))
+            return [(k, float(e)) for k, e in
+                    db.execute("SELECT key, expires_at FROM browser_sessions ORDER BY expires_at")]
+        return await self._run(do)
+
+    async def save_session(self, key: str, expires_at: float, evicted: Sequence[str] = ()) -> None:
+        def do(db: sqlite3.Connection) -> None:
+            db.execute("BEGIN IMMEDIATE")
+            db.executemany("DELETE FROM browser_sessions WHERE key = ?", [(k,) for k in evicted])
+            db.execute("INSERT OR REPLACE INTO browser_sessions (key, expires_at) VALUES (?, ?)",
+                       (key, expires_at))
+            db.execute("COMMIT")
+        await self._run(do)
+
+    async def delete_session(self, key: str) -> None:
+        def do(db: sqlite3.Connection) -> None:
+            db.execute("DELETE FROM browser_sessions WHERE key = ?", (key,))
+        await self._run(do)
 
     async def read_events(self, thread_id: str, after: int, limit: int) -> list[Record]:
         def do(db: sqlite3.Connection) -> list[Record]:

@@ -6,6 +6,40 @@ import { TranscriptView, pretty, usageText } from "./transcript.js";
 const $ = (sel) => document.querySelector(sel);
 const LIST_REFRESH_MS = 5000;
 const DIAG_LIMIT = 500;
+// What the API takes as content blocks (bridge/api/content.py): these media types, at most
+// 64 blocks, and one request body (or WebSocket frame) of at most 8 MiB.
+const IMAGE_TYPES = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+const DOCUMENT_TYPES = ["application/pdf", "text/plain"];
+const MAX_BLOCKS = 64;
+const MAX_BODY_BYTES = 8 * 1024 * 1024;
+const BODY_SLACK = 16 * 1024; // JSON punctuation, the client_id, the block wrappers
+
+function sizeText(n) {
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(n < 10240 ? 1 : 0)} KB`;
+  return `${(n / 1024 / 1024).toFixed(1)} MB`;
+}
+
+// The media type the API knows a file by, or null. Browsers give text files without a
+// known extension no type; a .txt file is text/plain whatever the browser says.
+function mediaType(file) {
+  const t = (file.type || "").toLowerCase();
+  if (IMAGE_TYPES.includes(t) || DOCUMENT_TYPES.includes(t)) return t;
+  if (/\.txt$/i.test(file.name || "") && (!t || t.startsWith("text/"))) return "text/plain";
+  return null;
+}
+
+function readBase64(file) {
+  return new Promise((resolve, reject) => {
+    const r = new FileReader();
+    r.onload = () => {
+      const url = String(r.result);
+      resolve(url.slice(url.indexOf(",") + 1)); // data:<type>;base64,<data>
+    };
+    r.onerror = () => reject(r.error || new Error("cannot read the file"));
+    r.readAsDataURL(file);
+  });
+}
 
 function el(tag, cls, text) {
   const node = document.createElement(tag);
@@ -78,6 +112,8 @@ class App {
     this.listTimer = null;
     this.dismissed = new Set(); // permission requests whose dialog the user closed
     this.forcePolling = new URLSearchParams(location.search).get("transport") === "poll";
+    this.attachments = []; // {id, name, size, block, mediaType, data}: sent with the next prompt
+    this.attachSeq = 0;
   }
 
   // ------------------------------------------------------------------ start, login
@@ -196,6 +232,33 @@ class App {
       }
     });
     $("#interrupt").addEventListener("click", () => this.interrupt());
+    $("#attach").addEventListener("click", () => $("#attach-input").click());
+    $("#attach-input").addEventListener("change", (e) => {
+      const files = [...e.target.files];
+      e.target.value = ""; // the same file can be picked again
+      this.addFiles(files);
+    });
+    $("#prompt").addEventListener("paste", (e) => {
+      const files = e.clipboardData ? [...e.clipboardData.files] : [];
+      if (!files.length) return;
+      e.preventDefault();
+      this.addFiles(files);
+    });
+    const composer = $("#composer");
+    composer.addEventListener("dragover", (e) => {
+      if (!e.dataTransfer || ![...e.dataTransfer.types].includes("Files")) return;
+      e.preventDefault();
+      composer.classList.add("dropping");
+    });
+    composer.addEventListener("dragleave", (e) => {
+      if (!composer.contains(e.relatedTarget)) composer.classList.remove("dropping");
+    });
+    composer.addEventListener("drop", (e) => {
+      composer.classList.remove("dropping");
+      if (!e.dataTransfer || !e.dataTransfer.files.length) return;
+      e.preventDefault();
+      this.addFiles([...e.dataTransfer.files]);
+    });
     document.addEventListener("keydown", (e) => {
       if (e.key !== "Escape" || document.querySelector("dialog[open]")) return;
       // On a narrow screen, Escape first closes a slide-over panel.
@@ -501,32 +564,133 @@ class App {
 
   // ------------------------------------------------------------------ actions
 
+  // ------------------------------------------------------------------ attachments
+
+  // Bytes the attachments add to the request body (base64 is 4/3 of the file).
+  attachedBytes(list = this.attachments) {
+    return list.reduce((n, a) => n + a.data.length, 0);
+  }
+
+  async addFiles(files) {
+    const problems = [];
+    for (const file of files) {
+      const type = mediaType(file);
+      const name = file.name || "pasted file";
+      if (!type) {
+        problems.push(`${name}: this type of file cannot be sent (images: PNG, JPEG, GIF, WebP; documents: PDF, plain text)`);
+        continue;
+      }
+      if (this.attachments.length + 1 >= MAX_BLOCKS) {
+        problems.push(`${name}: at most ${MAX_BLOCKS - 1} attachments in one message`);
+        continue;
+      }
+      const encoded = 4 * Math.ceil(file.size / 3);
+      const text = $("#prompt").value;
+      if (this.attachedBytes() + encoded + text.length * 3 + BODY_SLACK > MAX_BODY_BYTES) {
+        problems.push(`${name} (${sizeText(file.size)}): too large — one message can carry about ${sizeText(Math.floor(((MAX_BODY_BYTES - BODY_SLACK) * 3) / 4))} of attachments`);
+        continue;
+      }
+      let data;
+      try {
+        data = await readBase64(file);
+      } catch (err) {
+        problems.push(`${name}: ${err.message}`);
+        continue;
+      }
+      this.attachments.push({
+        id: `att-${++this.attachSeq}`,
+        name,
+        size: file.size,
+        mediaType: type,
+        block: IMAGE_TYPES.includes(type) ? "image" : "document",
+        data,
+      });
+    }
+    $("#send-error").textContent = problems.length ? `Not attached: ${problems.join("; ")}` : "";
+    this.renderAttachments();
+  }
+
+  removeAttachment(id) {
+    const i = this.attachments.findIndex((a) => a.id === id);
+    if (i < 0) return;
+    this.attachments.splice(i, 1);
+    this.renderAttachments();
+    // Keep the keyboard where it was: on the next chip's remove button, else the box.
+    const buttons = document.querySelectorAll("#attachments .att-remove");
+    (buttons[Math.min(i, buttons.length - 1)] || $("#prompt")).focus();
+  }
+
+  renderAttachments() {
+    const list = $("#attachments");
+    list.replaceChildren();
+    list.hidden = !this.attachments.length;
+    for (const a of this.attachments) {
+      const li = el("li", "att-chip");
+      li.dataset.mediaType = a.mediaType;
+      if (a.block === "image") {
+        const img = el("img", "att-thumb");
+        img.alt = "";
+        img.src = `data:${a.mediaType};base64,${a.data}`;
+        li.append(img);
+      }
+      li.append(el("span", "att-name", a.name), el("span", "att-size", sizeText(a.size)));
+      const rm = el("button", "att-remove small", "×");
+      rm.type = "button";
+      rm.setAttribute("aria-label", `Remove ${a.name}`);
+      rm.addEventListener("click", () => this.removeAttachment(a.id));
+      li.append(rm);
+      list.append(li);
+    }
+    $("#attach").textContent = this.attachments.length ? `Attach (${this.attachments.length})` : "Attach";
+  }
+
   async send() {
     const cur = this.current;
     const box = $("#prompt");
     const text = box.value;
-    if (!cur || !text.trim()) return;
+    const files = this.attachments;
+    if (!cur || (!text.trim() && !files.length)) return;
+    if (files.length && this.attachedBytes(files) + new TextEncoder().encode(JSON.stringify(text)).length + BODY_SLACK > MAX_BODY_BYTES) {
+      $("#send-error").textContent = `Not sent: the message and its attachments are over the daemon's limit of ${sizeText(MAX_BODY_BYTES)}; remove an attachment.`;
+      return;
+    }
     const clientId = newClientId();
-    this.lastPrompt = text;
+    let body;
+    if (files.length) {
+      const content = text.trim() ? [{ type: "text", text }] : [];
+      for (const a of files) content.push({ type: a.block, source: { type: "base64", media_type: a.mediaType, data: a.data } });
+      body = { content, client_id: clientId };
+    } else body = { text, client_id: clientId };
+    if (text.trim()) this.lastPrompt = text;
     box.value = "";
+    this.attachments = [];
+    this.renderAttachments();
     $("#send-error").textContent = "";
+    const restore = () => {
+      if (!box.value) box.value = text;
+      if (!this.attachments.length) {
+        this.attachments = files;
+        this.renderAttachments();
+      }
+    };
     // client_id makes the send idempotent: after a network error, the same request is
     // sent again and the daemon answers with the original seq (API.md §4).
     for (let attempt = 0; attempt < 4; attempt++) {
       try {
-        await api("POST", `/v1/threads/${encodeURIComponent(cur.id)}/messages`, { text, client_id: clientId });
+        await api("POST", `/v1/threads/${encodeURIComponent(cur.id)}/messages`, body);
         return;
       } catch (err) {
         if (err instanceof ApiError) {
-          $("#send-error").textContent = `Not sent: ${err.message}`;
-          if (!box.value) box.value = text;
+          const why = err.code === "unsupported_content" ? `this agent cannot take these attachments — ${err.message}` : err.message;
+          $("#send-error").textContent = `Not sent: ${why}`;
+          restore();
           return;
         }
         await new Promise((res) => setTimeout(res, 500 * (attempt + 1)));
       }
     }
     $("#send-error").textContent = "Not sent: the daemon cannot be reached.";
-    if (!box.value) box.value = text;
+    restore();
   }
 
   async interrupt() {

@@ -168,8 +168,19 @@ export class TranscriptView {
     body.textContent = typeof d.text === "string" ? d.text : pretty(d.content);
     box.append(who, body);
     if (Array.isArray(d.content)) {
-      const extra = d.content.filter((b) => b && b.type !== "text").length;
-      if (extra) box.append(el("div", "meta", `+ ${extra} attachment(s)`));
+      // The event carries a summary of each attachment (type, media_type), not its data.
+      const extra = d.content.filter((b) => b && typeof b === "object" && b.type !== "text");
+      if (extra.length) {
+        const list = el("ul", "msg-attachments");
+        list.setAttribute("aria-label", `${extra.length} attachment${extra.length === 1 ? "" : "s"}`);
+        for (const b of extra) {
+          const li = el("li", "att-chip", `${b.type === "image" ? "Image" : b.type === "document" ? "Document" : String(b.type)} · ${String(b.media_type ?? "?")}`);
+          li.dataset.type = String(b.type);
+          li.dataset.mediaType = String(b.media_type ?? "");
+          list.append(li);
+        }
+        box.append(list);
+      }
     }
   }
 

@@ -7,16 +7,20 @@ on a condition (Playwright's expect / wait_for_*), never a sleep."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import os
 import re
 import shutil
+import struct
+import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
-from conftest import DIALECTS, STEP_TIMEOUT, TOKEN, Daemon, _own_agents, profile_toml, wait_until
+from conftest import DIALECTS, STEP_TIMEOUT, TOKEN, Daemon, _own_agents, agent_log, profile_toml, wait_until
 from playwright.async_api import Browser, BrowserContext, Page, WebSocketRoute, async_playwright, expect
 from test_acp_e2e import acp_profile
 
@@ -50,6 +54,7 @@ def config(agent_env: dict[str, str]) -> str:
         cfg += profile_toml(dialect, dialect, agent_env) + "\n"
     cfg += profile_toml("asker", "stream-json", agent_env, permission_prompts=True)
     cfg += acp_profile("acp", agent_env)
+    cfg += acp_profile("textonly", agent_env, "--text-only")
     return cfg
 
 
@@ -701,3 +706,127 @@ async def test_diagnostics_sit_in_their_own_collapsed_panel(web: Session) -> Non
     await expect(page.locator("#transcript")).not_to_contain_text("diagnostic line")
     await expect(page.locator("#transcript")).not_to_contain_text("this is not json")
     web.assert_clean()
+
+
+def tiny_png() -> bytes:
+    """A valid 1×1 PNG, so the chip's thumbnail decodes."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 6, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\0\xff\x80\x00\xff")) + chunk(b"IEND", b""))
+
+
+def prompts_received(tmp_path: Path) -> list[list[dict[str, Any]]]:
+    """The content of every user message the stream-json fake agent read on stdin."""
+    out = []
+    for e in agent_log(tmp_path):
+        if e["event"] == "stdin":
+            msg = json.loads(e["line"])
+            if msg.get("type") == "user":
+                out.append(msg["message"]["content"])
+    return out
+
+
+def posts(s: Session, suffix: str) -> int:
+    return len([u for u in s.urls if u.endswith(suffix)])
+
+
+async def test_attachments_reach_the_agent_as_image_and_document_blocks(web: Session, tmp_path: Path) -> None:
+    tid = await api_thread(web, "stream-json")
+    page = await web.page(thread=tid)
+    png, txt = tmp_path / "pixel.png", tmp_path / "notes.txt"
+    png.write_bytes(tiny_png())
+    txt.write_text("line one\nline <two>\n")
+    extra, bad = tmp_path / "extra.txt", tmp_path / "archive.zip"
+    extra.write_text("x")
+    bad.write_bytes(b"PK\x03\x04")
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"a" * (6 * 1024 * 1024 + 512 * 1024))  # 8.7 MiB once base64: over the limit
+
+    async with page.expect_file_chooser() as chooser:
+        await page.click("#attach")
+    await (await chooser.value).set_files([png, txt, extra])
+    chips = page.locator("#attachments .att-chip")
+    await expect(chips).to_have_count(3)
+    await expect(chips.nth(0)).to_contain_text("pixel.png")
+    await expect(chips.nth(0).locator(".att-size")).to_have_text(f"{png.stat().st_size} B")
+    await expect(chips.nth(1)).to_contain_text("notes.txt")
+    await expect(chips.nth(0).locator("img")).to_have_js_property("naturalWidth", 1)  # a thumbnail
+    # Removed with its button (keyboard-reachable, labelled), the focus stays on the chips.
+    remove = page.get_by_role("button", name="Remove extra.txt")
+    await remove.focus()
+    await page.keyboard.press("Enter")
+    await expect(chips).to_have_count(2)
+    await expect(page.locator("#attach")).to_have_text("Attach (2)")
+    # Types the API refuses and files over the frame limit are refused here, before sending.
+    async with page.expect_file_chooser() as chooser:
+        await page.click("#attach")
+    await (await chooser.value).set_files([bad, big])
+    await expect(page.locator("#send-error")).to_contain_text("archive.zip: this type of file cannot be sent")
+    await expect(page.locator("#send-error")).to_contain_text("big.txt (6.5 MB): too large")
+    await expect(chips).to_have_count(2)
+    assert posts(web, "/messages") == 0
+
+    await send(page, "look at these")
+    await expect(page.locator(".msg.assistant .body")).to_have_text("echo: look at these [image,document]")
+    await expect(chips).to_have_count(0)
+    await expect(page.locator("#attachments")).to_be_hidden()
+    shown = page.locator(".msg.user .att-chip")
+    await expect(shown).to_have_text(["Image · image/png", "Document · text/plain"])
+    received = prompts_received(tmp_path)
+    assert received[-1] == [
+        {"type": "text", "text": "look at these"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                     "data": base64.b64encode(png.read_bytes()).decode()}},
+        {"type": "document", "source": {"type": "base64", "media_type": "text/plain",
+                                        "data": base64.b64encode(txt.read_bytes()).decode()}},
+    ]
+
+    # A pasted image and a dropped file; a message of attachments alone has no text block.
+    await page.evaluate("""async (b64) => {
+        const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+        const paste = new DataTransfer();
+        paste.items.add(new File([bytes], 'image.png', { type: 'image/png' }));
+        document.querySelector('#prompt').dispatchEvent(
+            new ClipboardEvent('paste', { clipboardData: paste, bubbles: true, cancelable: true }));
+        const drop = new DataTransfer();
+        drop.items.add(new File(['dropped text'], 'dropped.txt', { type: 'text/plain' }));
+        document.querySelector('#composer').dispatchEvent(
+            new DragEvent('drop', { dataTransfer: drop, bubbles: true, cancelable: true }));
+    }""", base64.b64encode(png.read_bytes()).decode())
+    await expect(chips).to_have_count(2)
+    await expect(chips).to_have_text([re.compile("image.png"), re.compile("dropped.txt")])
+    await page.click("#send")
+    await expect(page.locator(".turn-end")).to_have_count(2)
+    await expect(page.locator(".msg.assistant .body").last).to_have_text("echo:  [image,document]")
+    blocks = prompts_received(tmp_path)[-1]
+    assert [b["type"] for b in blocks] == ["image", "document"]
+    assert base64.b64decode(blocks[1]["source"]["data"]) == b"dropped text"
+    assert posts(web, "/messages") == 2
+    web.assert_clean()
+
+
+async def test_an_agent_that_cannot_take_images_refuses_them_visibly(web: Session, tmp_path: Path) -> None:
+    tid = await api_thread(web, "textonly")
+    page = await web.page(thread=tid)
+    await send(page, "hello")  # the handshake: now the daemon knows what the agent takes
+    await expect(page.locator(".turn-end")).to_have_count(1)
+    png = tmp_path / "pixel.png"
+    png.write_bytes(tiny_png())
+    async with page.expect_file_chooser() as chooser:
+        await page.click("#attach")
+    await (await chooser.value).set_files(png)
+    await expect(page.locator("#attachments .att-chip")).to_have_count(1)
+    await send(page, "what is this")
+    error = page.locator("#send-error")
+    await expect(error).to_contain_text("Not sent: this agent cannot take these attachments")
+    await expect(error).to_contain_text("image")
+    # Nothing is lost: the text and the attachment are back, to edit or remove.
+    await expect(page.locator("#prompt")).to_have_value("what is this")
+    await expect(page.locator("#attachments .att-chip")).to_have_count(1)
+    await expect(page.locator(".msg.user")).to_have_count(1)
+    assert not any("image" in e.get("line", "") for e in agent_log(tmp_path) if e["event"] == "stdin")
+    # The 400 is the expected answer.
+    web.errors = [e for e in web.errors if "400" not in e]
+    web.assert_clean()
+

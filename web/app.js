@@ -792,6 +792,7 @@ class App {
 
   fillPermission(p) {
     const dialog = $("#perm-dialog");
+    if (dialog.dataset.requestId !== String(p.request_id)) $("#perm-message").value = ""; // kept on a reopen
     dialog.dataset.requestId = String(p.request_id);
     $("#perm-tool").textContent = String(p.tool ?? "tool");
     $("#perm-input").textContent = pretty(p.input);
@@ -815,6 +816,8 @@ class App {
           { label: "Deny", decision: "deny", id: "perm-deny" },
           { label: "Allow", decision: "allow", id: "perm-allow" },
         ];
+    // An ACP answer is an option id and nothing else: no message to offer.
+    $("#perm-message-box").hidden = options.length > 0;
     choices.sort((a, b) => (a.decision === b.decision ? 0 : a.decision === "deny" ? -1 : 1));
     for (const c of choices) {
       const b = el("button", c.decision === "allow" ? "primary" : "danger", c.label);
@@ -844,6 +847,9 @@ class App {
     const rid = dialog.dataset.requestId;
     if (!cur || !rid) return;
     const body = optionId ? { decision, option_id: optionId } : { decision };
+    // A deny can tell the agent why, or what to do instead (API.md: "message").
+    const message = $("#perm-message").value.trim();
+    if (decision === "deny" && message && !$("#perm-message-box").hidden) body.message = message;
     try {
       await api("POST", `/v1/threads/${encodeURIComponent(cur.id)}/permissions/${encodeURIComponent(rid)}`, body);
     } catch (err) {

@@ -329,6 +329,7 @@ async def test_an_acp_permission_offers_the_agents_own_options(web: Session) -> 
     await expect(dialog.locator("#perm-input")).to_contain_text("rm -rf build")
     buttons = dialog.locator("#perm-actions button")
     await expect(buttons).to_have_text(["Reject", "Allow", "Always"])
+    await expect(dialog.locator("#perm-message")).to_be_hidden()  # an ACP answer carries no message
     await expect(buttons.first).to_be_focused()
     await buttons.nth(2).click()
     await expect(dialog).to_be_hidden()
@@ -830,3 +831,32 @@ async def test_an_agent_that_cannot_take_images_refuses_them_visibly(web: Sessio
     web.errors = [e for e in web.errors if "400" not in e]
     web.assert_clean()
 
+
+async def test_a_denial_can_carry_a_message_to_the_agent(web: Session, tmp_path: Path) -> None:
+    tid = await api_thread(web, "asker")
+    page = await web.page(thread=tid)
+    await send(page, "ask")
+    dialog = page.locator("#perm-dialog")
+    await expect(dialog).to_be_visible()
+    await expect(page.locator("#perm-deny")).to_be_focused()
+    box = page.get_by_label("Message to the agent if you deny")
+    await box.fill("not in this repo — use <tmp> instead")
+    # Closed and reopened, the draft is still there.
+    await page.keyboard.press("Escape")
+    await page.click("#perm-review")
+    await expect(box).to_have_value("not in this repo — use <tmp> instead")
+    await page.click("#perm-deny")
+    await expect(dialog).to_be_hidden()
+    await expect(page.locator(".msg.assistant .body").last).to_have_text("permission: deny")
+    answers = [e["answer"] for e in agent_log(tmp_path) if e["event"] == "permission_answer"]
+    assert answers == [{"behavior": "deny", "message": "not in this repo — use <tmp> instead"}]
+    # The next request starts with an empty box; Allow never carries a message.
+    await send(page, "ask")
+    await expect(dialog).to_be_visible()
+    await expect(box).to_have_value("")
+    await box.fill("ignored")
+    await page.click("#perm-allow")
+    await expect(page.locator(".msg.assistant .body").last).to_have_text("permission: allow")
+    answers = [e["answer"] for e in agent_log(tmp_path) if e["event"] == "permission_answer"]
+    assert answers[1]["behavior"] == "allow" and "message" not in answers[1]
+    web.assert_clean()

@@ -40,6 +40,43 @@ export function usageText(usage) {
   return parts.length ? `${parts.join(" · ")} tokens`.replace("tokens tokens", "tokens") : "";
 }
 
+// A code block in a reply gets a "Copy" button; what it copies is the code's text, exactly.
+function addCopyButton(pre) {
+  const wrap = el("div", "code-wrap");
+  pre.before(wrap);
+  const button = el("button", "code-copy small", "Copy");
+  button.type = "button";
+  button.title = pre.dataset.lang ? `Copy the ${pre.dataset.lang} code` : "Copy the code";
+  button.setAttribute("aria-live", "polite"); // "Copied" is read out
+  wrap.append(button, pre);
+}
+
+async function copyCode(button) {
+  const code = button.parentElement && button.parentElement.querySelector("pre code");
+  if (!code) return;
+  const text = code.textContent;
+  const say = (msg) => {
+    button.textContent = msg;
+    clearTimeout(button.resetTimer);
+    button.resetTimer = setTimeout(() => {
+      button.textContent = "Copy";
+    }, 2000);
+  };
+  try {
+    // Only in a secure context (https, or this machine); elsewhere: select it for Ctrl+C.
+    if (!navigator.clipboard) throw new Error("no clipboard");
+    await navigator.clipboard.writeText(text);
+    say("Copied");
+  } catch {
+    const range = document.createRange();
+    range.selectNodeContents(code);
+    const sel = window.getSelection();
+    sel.removeAllRanges();
+    sel.addRange(range);
+    say("Selected: press Ctrl+C");
+  }
+}
+
 export class TranscriptView {
   constructor(container) {
     this.root = container;
@@ -59,6 +96,11 @@ export class TranscriptView {
     this.root.onscroll = () => {
       this.pinned = this.atBottom();
     };
+    // One listener for every code block's copy button (they are rebuilt as text streams).
+    this.root.addEventListener("click", (e) => {
+      const button = e.target instanceof Element ? e.target.closest(".code-copy") : null;
+      if (button) copyCode(button);
+    });
   }
 
   // Keep the view pinned to the bottom while the user is there.
@@ -259,7 +301,10 @@ export class TranscriptView {
   }
 
   render() {
-    for (const b of this.dirty) b.body.replaceChildren(renderMarkdown(b.text));
+    for (const b of this.dirty) {
+      b.body.replaceChildren(renderMarkdown(b.text));
+      for (const pre of b.body.querySelectorAll("pre.md-code")) addCopyButton(pre);
+    }
     this.dirty.clear();
   }
 

@@ -860,3 +860,24 @@ async def test_a_denial_can_carry_a_message_to_the_agent(web: Session, tmp_path:
     answers = [e["answer"] for e in agent_log(tmp_path) if e["event"] == "permission_answer"]
     assert answers[1]["behavior"] == "allow" and "message" not in answers[1]
     web.assert_clean()
+
+
+async def test_a_code_block_in_a_reply_has_a_copy_button(web: Session) -> None:
+    tid = await api_thread(web, "stream-json")
+    ctx = await web.context()
+    await ctx.grant_permissions(["clipboard-read", "clipboard-write"], origin=web.d.url)
+    page = await web.page(ctx, thread=tid)
+    code = 'let s = "<b>x</b>";\n  if (a < b) { go(); }'
+    await send(page, f"here:\n```js\n{code}\n```\nand `inline`")
+    reply = page.locator(".msg.assistant").last
+    await expect(page.locator(".turn-end")).to_have_count(1)
+    button = reply.locator(".code-copy")
+    await expect(button).to_have_count(1)  # the block, not the inline code
+    await expect(button).to_have_attribute("title", "Copy the js code")
+    await expect(reply.locator("pre code")).to_have_text(code)
+    await button.focus()
+    await page.keyboard.press("Enter")
+    await expect(button).to_have_text("Copied")
+    assert await page.evaluate("navigator.clipboard.readText()") == code
+    await expect(button).to_have_text("Copy")  # back after a moment
+    web.assert_clean()

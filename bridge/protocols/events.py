@@ -212,6 +212,42 @@ class Record:
                 "data": self.data, "raw": json.loads(self.raw) if self.raw is not None else None}
 
 
+class Frames:
+    """A page of the transcript as ready-to-send frame texts (a replay, issue #8).
+
+    ``count`` rows were read, the last of them ``last`` (the ``after`` of the read when
+    none); ``texts`` holds their frames: every envelope in events mode, the relayed agent
+    lines in raw mode (so it may be shorter than ``count``). No :class:`Record` is built
+    for a replayed row: the texts are joined straight from the stored columns."""
+
+    __slots__ = ("count", "last", "texts")
+
+    def __init__(self, texts: list[str], count: int, last: int) -> None:
+        self.texts = texts
+        self.count = count
+        self.last = last
+
+
+def stored_envelopes(rows: list[tuple[int, str, str, str, str, str | None]]) -> list[str]:
+    """The events-mode frames of stored rows ``(seq, ts, source, kind, data_json, raw)``,
+    byte-identical to :meth:`Record.envelope` of the same records
+    (tests/sessions/test_replay_envelope.py)."""
+    safe = _SAFE_TS.fullmatch
+    js = _JSON_STR
+    out: list[str] = []
+    append = out.append
+    for seq, ts, source, kind, data, raw in rows:
+        src = js.get(source) or _json_str(source)
+        knd = js.get(kind) or _json_str(kind)
+        if safe(ts):
+            append(f'{{"seq":{seq},"ts":"{ts}","source":{src},"kind":{knd},"data":{data},'
+                   f'"raw":{raw if raw is not None else "null"}}}')
+        else:
+            append(f'{{"seq":{seq},"ts":{json.dumps(ts)},"source":{src},"kind":{knd},"data":{data},'
+                   f'"raw":{raw if raw is not None else "null"}}}')
+    return out
+
+
 def ephemeral(kind: str, ts: str, **data: Any) -> str:
     """A bridge frame for one client only (``client.accepted``/``client.rejected``): it is
     not part of the transcript, so its ``seq`` is null."""

@@ -104,7 +104,7 @@ class _Session:
         if texts:
             await self._send_texts(texts)
 
-    async def _send_texts(self, texts: list[str]) -> None:
+    async def _send_texts(self, texts: list[str] | list[bytes]) -> None:
         """Frames under one lock and one deadline, with one socket write when the server
         offers it (ws_transport.SEND_TEXTS, issue #8)."""
         send_texts = self.ws.scope.get("extensions", {}).get(SEND_TEXTS)
@@ -114,7 +114,7 @@ class _Session:
                     await send_texts(texts)
                 else:
                     for text in texts:
-                        await self.ws.send_text(text)
+                        await self.ws.send_text(text if isinstance(text, str) else text.decode())
 
     async def run(self, after: int) -> None:
         sub = self.conv.subscribe(raw=self.raw)

@@ -106,7 +106,7 @@ Send = Callable[[Record], Awaitable[None]]
 SendMany = Callable[[list[Record]], Awaitable[None]]
 SendSide = Callable[[str], Awaitable[None]]
 ReadFrames = Callable[[int, int], Awaitable[Frames]]
-SendTexts = Callable[[list[str]], Awaitable[None]]
+SendTexts = Callable[[list[bytes]], Awaitable[None]]
 
 
 async def deliver(sub: Subscriber, after: int, read_page: ReadPage, send: Send,

@@ -61,7 +61,7 @@ async def test_store_pages_as_frames_and_live_records_interleave_exactly_once_in
     async def read_frames(after: int, limit: int) -> Frames:
         await asyncio.sleep(0)
         page = [r for r in store if r.seq > after][:limit]
-        return Frames([str(r.seq) for r in page], len(page), page[-1].seq if page else after)
+        return Frames([str(r.seq).encode() for r in page], len(page), page[-1].seq if page else after)
 
     async def send(r: Record) -> None:
         received.append(r.seq)

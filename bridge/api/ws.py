@@ -21,7 +21,7 @@ from bridge.api.security import SUBPROTOCOL, authorized
 from bridge.api.threads import _is_utf8
 from bridge.api.ws_transport import SEND_TEXTS
 from bridge.errors import BridgeError, InvalidRequest
-from bridge.protocols.events import Record, ephemeral, loads_strict
+from bridge.protocols.events import Frames, Record, ephemeral, loads_strict
 from bridge.sessions.conversation import Conversation, now_iso
 from bridge.sessions.fanout import Subscriber, deliver
 from bridge.sessions.registry import Registry
@@ -101,8 +101,12 @@ class _Session:
             texts = [r.raw for r in recs if r.source == "agent" and r.relay and r.raw is not None]
         else:
             texts = [r.envelope() for r in recs]
-        if not texts:
-            return
+        if texts:
+            await self._send_texts(texts)
+
+    async def _send_texts(self, texts: list[str] | list[bytes]) -> None:
+        """Frames under one lock and one deadline, with one socket write when the server
+        offers it (ws_transport.SEND_TEXTS, issue #8)."""
         send_texts = self.ws.scope.get("extensions", {}).get(SEND_TEXTS)
         async with self._send_lock:
             async with asyncio.timeout(self._send_deadline):
@@ -110,13 +114,19 @@ class _Session:
                     await send_texts(texts)
                 else:
                     for text in texts:
-                        await self.ws.send_text(text)
+                        await self.ws.send_text(text if isinstance(text, str) else text.decode())
 
     async def run(self, after: int) -> None:
         sub = self.conv.subscribe(raw=self.raw)
         self._sub = sub
+        raw = self.raw
+
+        async def read_frames(after: int, limit: int) -> Frames:
+            return await self.conv.read_frames(after, limit, raw=raw)
+
         sender = asyncio.create_task(deliver(sub, after, self.conv.read_page, self._send_record,
-                                             self._send_text, send_many=self._send_records))
+                                             self._send_text, send_many=self._send_records,
+                                             read_frames=read_frames, send_texts=self._send_texts))
         receiver = asyncio.create_task(self._receive())
         close_code, reason = 1000, ""
         try:

@@ -19,7 +19,52 @@ from __future__ import annotations
 from typing import Any
 
 SEND_TEXTS = "agent-bridge.send_texts"
-_HEAD_SMALL = [bytes((0x81, n)) for n in range(126)]
+_HEADS: dict[int, bytes] = {}  # frame header by payload length
+_HEADS_STR: dict[int, str] = {}  # the same, as Latin-1 text
+
+
+def _head(n: int) -> bytes:
+    head = _HEADS.get(n)
+    if head is None:
+        if n < 126:
+            head = bytes((0x81, n))
+        elif n < 65536:
+            head = b"\x81\x7e" + n.to_bytes(2, "big")
+        else:
+            head = b"\x81\x7f" + n.to_bytes(8, "big")
+        if n < 65536:  # bounded: at most one entry per length below 64 KiB
+            _HEADS[n] = head
+            _HEADS_STR[n] = head.decode("latin-1")
+    return head
+
+
+def frames(texts: list[str] | list[bytes]) -> bytes:
+    """Unmasked text frames (FIN + text opcode, RFC 6455 §5.2) for UTF-8 payloads given as
+    ``bytes`` or as ``str``. ASCII text (nearly every frame: JSON with escapes) is joined as
+    text with its headers written as Latin-1 characters and encoded once, which is exactly
+    the frames' bytes (issue #8); anything else is encoded frame by frame."""
+    parts: list[bytes] = []
+    if texts and isinstance(texts[0], str):
+        heads = _HEADS_STR
+        sparts: list[str] = []
+        for i, text in enumerate(texts):
+            assert isinstance(text, str)
+            if not text.isascii():
+                parts.append("".join(sparts).encode("latin-1"))
+                parts.append(frames([t.encode() for t in texts[i:] if isinstance(t, str)]))
+                return b"".join(parts)
+            n = len(text)
+            head = heads.get(n)
+            sparts.append(head if head is not None else _head(n).decode("latin-1"))
+            sparts.append(text)
+        return "".join(sparts).encode("latin-1")
+    for data in texts:
+        assert isinstance(data, bytes)
+        n = len(data)
+        head_b = _HEADS.get(n)
+        parts.append(head_b if head_b is not None else _head(n))
+        parts.append(data)
+    return b"".join(parts)
 
 PROTOCOL: type[Any] | None
 try:
@@ -39,7 +84,7 @@ else:
             if scope is not None and self.response.status_code == 101:
                 scope.setdefault("extensions", {})[SEND_TEXTS] = self._send_texts
 
-        async def _send_texts(self, texts: list[str]) -> None:
+        async def _send_texts(self, texts: list[str] | list[bytes]) -> None:
             await self.writable.wait()
             if self.disconnected or self.close_sent or not self.handshake_complete:
                 raise ClientDisconnected()
@@ -49,7 +94,7 @@ else:
                 # Compression negotiated: the frames go through its (stateful) encoder.
                 try:
                     for text in texts:
-                        self.conn.send_text(text.encode())
+                        self.conn.send_text(text.encode() if isinstance(text, str) else text)
                 except InvalidState:
                     raise ClientDisconnected() from None
                 self.transport.write(b"".join(self.conn.data_to_send()))
@@ -57,17 +102,6 @@ else:
             # No extension: a server frame is a fixed header and the payload (RFC 6455 §5.2,
             # unmasked, FIN + text opcode), which is cheaper to write here than through a
             # Frame object per text; the protocol object keeps no state per data frame.
-            out = bytearray()
-            for text in texts:
-                data = text.encode()
-                n = len(data)
-                if n < 126:
-                    out += _HEAD_SMALL[n]
-                elif n < 65536:
-                    out += b"\x81\x7e" + n.to_bytes(2, "big")
-                else:
-                    out += b"\x81\x7f" + n.to_bytes(8, "big")
-                out += data
-            self.transport.write(out)
+            self.transport.write(frames(texts))
 
     PROTOCOL = BatchingWebSocketProtocol

@@ -212,6 +212,53 @@ class Record:
                 "data": self.data, "raw": json.loads(self.raw) if self.raw is not None else None}
 
 
+class Frames:
+    """A page of the transcript as ready-to-send frame payloads (a replay, issue #8).
+
+    ``count`` rows were read, the last of them ``last`` (the ``after`` of the read when
+    none); ``texts`` holds their frames as UTF-8: every envelope in events mode, the
+    relayed agent lines in raw mode (so it may be shorter than ``count``). No
+    :class:`Record` is built for a replayed row and no text is decoded: the frames are
+    joined straight from the stored bytes."""
+
+    __slots__ = ("count", "last", "texts")
+
+    def __init__(self, texts: list[bytes], count: int, last: int) -> None:
+        self.texts = texts
+        self.count = count
+        self.last = last
+
+
+_SAFE_TS_BYTES = re.compile(rb"[0-9A-Za-z:.+-]*")
+_JSON_BYTES: dict[bytes, bytes] = {}  # source and kind names as JSON strings, UTF-8
+
+
+def _json_bytes(value: bytes) -> bytes:
+    out = _JSON_BYTES.get(value)
+    if out is None:
+        out = _json_str(value.decode()).encode()
+        if len(_JSON_BYTES) < 1024:  # kinds are a small set; never let agent input grow this
+            _JSON_BYTES[value] = out
+    return out
+
+
+def stored_envelopes(rows: list[tuple[int, bytes, bytes, bytes, bytes, bytes | None]]) -> list[bytes]:
+    """The events-mode frames of stored rows ``(seq, ts, source, kind, data_json, raw)``
+    read as UTF-8 bytes, byte-identical to :meth:`Record.envelope` of the same records,
+    encoded (tests/sessions/test_replay_envelope.py)."""
+    safe = _SAFE_TS_BYTES.fullmatch
+    js = _JSON_BYTES
+    out: list[bytes] = []
+    append = out.append
+    for seq, ts, source, kind, data, raw in rows:
+        src = js.get(source) or _json_bytes(source)
+        knd = js.get(kind) or _json_bytes(kind)
+        tsj = b'"%b"' % ts if safe(ts) else json.dumps(ts.decode()).encode()
+        append(b'{"seq":%d,"ts":%b,"source":%b,"kind":%b,"data":%b,"raw":%b}'
+               % (seq, tsj, src, knd, data, raw if raw is not None else b"null"))
+    return out
+
+
 def ephemeral(kind: str, ts: str, **data: Any) -> str:
     """A bridge frame for one client only (``client.accepted``/``client.rejected``): it is
     not part of the transcript, so its ``seq`` is null."""

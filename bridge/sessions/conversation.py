@@ -35,7 +35,7 @@ from bridge.process.agent_process import AgentProcess, ExitInfo
 from bridge.process.launch import build_launch, valid_session_id
 from bridge.protocols.acp import AcpCodec, AcpDecoded, AgentRequest, Fatal, content_refusal
 from bridge.protocols.codecs import Codec, make_codec
-from bridge.protocols.events import REDACTED, SECRET_KEY_RE, Event, Record, dumps
+from bridge.protocols.events import REDACTED, SECRET_KEY_RE, Event, Frames, Record, dumps
 from bridge.protocols.framing import LineTooLong
 from bridge.protocols.stream_json import Decoded
 from bridge.sessions import acp_fs
@@ -210,6 +210,9 @@ class Conversation:
 
     async def read_page(self, after: int, limit: int) -> list[Record]:
         return await self.store.read_events(self.id, after, limit)
+
+    async def read_frames(self, after: int, limit: int, *, raw: bool) -> Frames:
+        return await self.store.read_frames(self.id, after, limit, raw=raw)
 
     def subscribe(self, *, raw: bool = False) -> Subscriber:
         self.touch()

@@ -13,7 +13,7 @@ import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 
-from bridge.protocols.events import Record
+from bridge.protocols.events import Frames, Record
 
 DEFAULT_BUFFER = 1024
 REPLAY_PAGE = 1000
@@ -105,18 +105,27 @@ ReadPage = Callable[[int, int], Awaitable[list[Record]]]
 Send = Callable[[Record], Awaitable[None]]
 SendMany = Callable[[list[Record]], Awaitable[None]]
 SendSide = Callable[[str], Awaitable[None]]
+ReadFrames = Callable[[int, int], Awaitable[Frames]]
+SendTexts = Callable[[list[bytes]], Awaitable[None]]
 
 
 async def deliver(sub: Subscriber, after: int, read_page: ReadPage, send: Send,
-                  send_side: SendSide | None = None, *, send_many: SendMany | None = None) -> str | None:
+                  send_side: SendSide | None = None, *, send_many: SendMany | None = None,
+                  read_frames: ReadFrames | None = None, send_texts: SendTexts | None = None) -> str | None:
     """Send every record with ``seq > after`` to one subscriber, in order, exactly once:
     first from the store, then live, resyncing from the store whenever it lagged.
     Returns the close reason when the subscriber is closed.
 
     With ``send_many``, everything ready at once (a store page, the whole live buffer) goes
     out in one call, so the transport can write it with one system call (issue #8);
-    ``send_many`` must send all of its records or raise."""
+    ``send_many`` must send all of its records or raise.
+
+    With ``read_frames`` and ``send_texts``, the store pages come as frame texts joined
+    from the stored rows (no Record per row) and go out with ``send_texts``; live records
+    still go through ``send_many``/``send``. ``send_texts`` must send all or raise."""
     last = after
+    if send_texts is None:
+        read_frames = None
 
     async def out(batch: list[Record]) -> None:
         nonlocal last
@@ -129,25 +138,45 @@ async def deliver(sub: Subscriber, after: int, read_page: ReadPage, send: Send,
                 await send(rec)
         last = batch[-1].seq
 
+    async def read(after_seq: int) -> Frames | list[Record]:
+        if read_frames is not None:
+            return await read_frames(after_seq, REPLAY_PAGE)
+        return await read_page(after_seq, REPLAY_PAGE)
+
+    async def out_page(page: Frames | list[Record]) -> None:
+        nonlocal last
+        if isinstance(page, list):
+            await out(page)
+            return
+        if page.texts:
+            assert send_texts is not None
+            await send_texts(page.texts)
+        if page.count:
+            last = page.last
+
     async def catch_up() -> None:
         # The next page is read while this one is sent (issue #8). Every read starts after
         # ``lagging`` was cleared, so whatever it misses (committed after the read) was
         # published after the clear: it is in the buffer, or ``lagging`` is set again.
         sub.lagging = False  # from here on, anything published is also buffered
-        pending = asyncio.ensure_future(read_page(last, REPLAY_PAGE))
+        pending = asyncio.ensure_future(read(last))
         try:
             while True:
                 page = await pending
-                if len(page) == REPLAY_PAGE:
+                if isinstance(page, list):
+                    count, page_last = len(page), (page[-1].seq if page else last)
+                else:
+                    count, page_last = page.count, page.last
+                if count == REPLAY_PAGE:
                     sub.lagging = False
-                    pending = asyncio.ensure_future(read_page(page[-1].seq, REPLAY_PAGE))
-                    await out(page)
+                    pending = asyncio.ensure_future(read(page_last))
+                    await out_page(page)
                     continue
-                await out(page)
+                await out_page(page)
                 if not sub.lagging:
                     return
                 sub.lagging = False
-                pending = asyncio.ensure_future(read_page(last, REPLAY_PAGE))
+                pending = asyncio.ensure_future(read(last))
         finally:
             if not pending.done():
                 pending.cancel()

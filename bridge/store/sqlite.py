@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 import structlog
 
 from bridge.errors import StoreError
-from bridge.protocols.events import Record
+from bridge.protocols.events import Frames, Record, stored_envelopes
 from bridge.store.base import ThreadRow
 
 T = TypeVar("T")
@@ -466,6 +466,29 @@ class SqliteStore:
             # (Assembling the whole envelope in SQL instead was measured slower.)
             return [Record(seq, ts, source, kind, None, raw, relay == 1, data)
                     for seq, ts, source, kind, data, raw, relay in rows]
+
+        return await self._read(do)
+
+    async def read_frames(self, thread_id: str, after: int, limit: int, *, raw: bool) -> Frames:
+        def do(db: sqlite3.Connection) -> Frames:
+            # Read as UTF-8 bytes: the frames are joined and sent without decoding or
+            # encoding any text, and without a Record per row (issue #8).
+            db.text_factory = bytes
+            try:
+                if raw:
+                    # Raw mode relays the agent's own lines, one per stdout line (``relay``).
+                    rrows: list[tuple[int, bytes | None]] = db.execute(
+                        "SELECT seq,CASE WHEN source='agent' AND relay=1 THEN raw END FROM events"
+                        " WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
+                        (thread_id, after, limit)).fetchall()
+                    return Frames([text for _, text in rrows if text is not None], len(rrows),
+                                  rrows[-1][0] if rrows else after)
+                rows = db.execute(
+                    "SELECT seq,ts,source,kind,data,raw FROM events WHERE thread_id=? AND seq>?"
+                    " ORDER BY seq LIMIT ?", (thread_id, after, limit)).fetchall()
+                return Frames(stored_envelopes(rows), len(rows), rows[-1][0] if rows else after)
+            finally:
+                db.text_factory = str
 
         return await self._read(do)
 

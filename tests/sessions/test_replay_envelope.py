@@ -37,5 +37,21 @@ async def test_replayed_envelopes_are_byte_identical_to_live_ones(tmp_path: Path
         assert all(r._data is None for r in await store.read_events("thr_1", 0, 100))
         for r in stored:
             json.loads(r.envelope())  # every envelope is one valid JSON object
+        # A replay page is joined straight from the stored rows (no Record per row): the
+        # very same frames, and in raw mode only the relayed agent lines.
+        page = await store.read_frames("thr_1", 0, 100, raw=False)
+        assert page.texts == [r.envelope().encode() for r in live]
+        assert (page.count, page.last) == (5, 5)
+        page = await store.read_frames("thr_1", 2, 2, raw=False)
+        assert page.texts == [r.envelope().encode() for r in live[2:4]]
+        assert (page.count, page.last) == (2, 4)
+        page = await store.read_frames("thr_1", 0, 100, raw=True)
+        assert page.texts == ['{"type":"x","t":"é"}'.encode()]
+        assert (page.count, page.last) == (5, 5)
+        page = await store.read_frames("thr_1", 1, 100, raw=True)
+        assert page.texts == []
+        assert (page.count, page.last) == (4, 5)
+        page = await store.read_frames("thr_1", 5, 100, raw=True)
+        assert (page.texts, page.count, page.last) == ([], 0, 5)
     finally:
         await store.close()

@@ -252,7 +252,12 @@ async def daemon_factory(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
     yield make
     for d in started:
         for c in d.clients:
-            await asyncio.wait_for(c.close(), STEP_TIMEOUT)
+            if d.proc is not None and d.proc.returncode is not None:
+                # The daemon is gone (e.g. SIGKILLed by the test): there is no close handshake
+                # to wait for, and a client with unread frames would wait out its close timeout.
+                c.conn.transport.abort()
+            else:
+                await asyncio.wait_for(c.close(), STEP_TIMEOUT)
         if d.proc is not None and d.proc.returncode is None:
             await d.stop()
     # No agent (nor anything it spawned) outlives the test.

@@ -40,6 +40,19 @@ def processes_mentioning(marker: str) -> list[tuple[int, str]]:
     return found
 
 
+def processes_with_environ(marker: bytes, mentioning: str = "") -> list[tuple[int, str]]:
+    """Live processes whose command line contains ``mentioning`` and whose environment
+    contains ``marker``."""
+    found = []
+    for pid, desc in processes_mentioning(mentioning):
+        try:
+            if marker in Path(f"/proc/{pid}/environ").read_bytes():
+                found.append((pid, desc))
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return found
+
+
 async def wait_until(predicate: Callable[[], bool], timeout: float = STEP_TIMEOUT,
                      what: str = "condition") -> None:
     """Poll a cheap condition (process table, files) until true; fail after ``timeout``."""
@@ -269,15 +282,8 @@ async def daemon_factory(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
 def _own_agents(tmp_path: Path) -> list[tuple[int, str]]:
     # Agents of this test carry its FAKE_AGENT_LOG path in their environment; what they
     # spawn ("spawnchild") carries it on its command line.
-    marker = str(tmp_path / "agent.log").encode()
-    own = processes_mentioning(marker.decode())
-    for pid, desc in processes_mentioning(str(FAKE_AGENT)):
-        try:
-            if marker in Path(f"/proc/{pid}/environ").read_bytes():
-                own.append((pid, desc))
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-    return own
+    marker = str(tmp_path / "agent.log")
+    return processes_mentioning(marker) + processes_with_environ(marker.encode(), str(FAKE_AGENT))
 
 
 @pytest.fixture

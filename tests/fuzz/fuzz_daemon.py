@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from conftest import TOKEN, base_config, processes_mentioning
+from conftest import TOKEN, base_config, processes_mentioning, processes_with_environ
 
 START_TIMEOUT = 15.0
 
@@ -110,14 +110,7 @@ class SyncDaemon:
 
     def leftover_agents(self) -> list[tuple[int, str]]:
         marker = str(self.agent_log)
-        own = processes_mentioning(marker)
-        for pid, desc in processes_mentioning("fake_agent.py"):
-            try:
-                if marker.encode() in Path(f"/proc/{pid}/environ").read_bytes():
-                    own.append((pid, desc))
-            except (FileNotFoundError, ProcessLookupError, PermissionError):
-                continue
-        return own
+        return processes_mentioning(marker) + processes_with_environ(marker.encode(), "fake_agent.py")
 
 
 @contextlib.contextmanager

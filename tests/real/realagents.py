@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import STEP_TIMEOUT, Daemon, processes_mentioning, wait_until
+from conftest import STEP_TIMEOUT, Daemon, processes_with_environ, wait_until
 from fake_anthropic import FakeAnthropic
 
 HERE = Path(__file__).resolve().parent
@@ -158,15 +158,7 @@ class Real:
 
     def own_processes(self) -> list[tuple[int, str]]:
         """Live processes started for this test: they all carry its HOME."""
-        marker = f"HOME={self.home}\0".encode()
-        own = []
-        for pid, desc in processes_mentioning(""):
-            try:
-                if marker in Path(f"/proc/{pid}/environ").read_bytes():
-                    own.append((pid, desc))
-            except (FileNotFoundError, ProcessLookupError, PermissionError):
-                continue
-        return own
+        return processes_with_environ(f"HOME={self.home}\0".encode())
 
 
 @pytest.fixture

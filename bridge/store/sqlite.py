@@ -10,10 +10,19 @@ writer task itself, on the event loop, with a third connection that never waits 
 lock and never checkpoints (``_commit_inline``); anything else, or any failure there,
 goes to the writer thread. Callers publish an event only
 after that, so whatever a client has seen is on disk (``synchronous=NORMAL`` in WAL mode
-survives a process kill). If the database cannot be written (locked, disk full, I/O
+survives a process kill). An append that finds the store idle (nothing pending, nothing else
+ready to run on the loop) commits right in ``append`` (``_commit_inline``), with no hand-off at
+all. If the database cannot be written (locked, disk full, I/O
 error) the batch is retried with backoff until it commits; callers wait — which stops the
 agent's stdout being read, so the agent itself is held back — and ``healthy`` is False
 meanwhile. Nothing acknowledged is ever lost. Migrations are keyed by ``PRAGMA user_version``.
+
+A thread's ``updated_at`` and ``last_seq`` follow its transcript: they are not rewritten by
+every append (that costs two more pages per commit: the row and the activity index) but
+kept in ``_dirty`` and written in one transaction at most ``TOUCH_FLUSH_S`` later, before any
+read of thread rows, and at close. They are derived data: at open, every thread's
+``last_seq`` and ``updated_at`` are brought up to its newest stored event, so a daemon that
+was killed before a flush loses nothing (issue #8).
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ MAX_BATCH = 512  # appends per transaction
 # Batches up to this size commit inline, on the event loop (see _commit_inline).
 INLINE_MAX_ROWS = 64
 INLINE_MAX_BYTES = 128 * 1024
+TOUCH_FLUSH_S = 0.5  # dirty updated_at/last_seq are written within this long
 CHECKPOINT_EVERY = 256  # inline commits between WAL checkpoints (about 1000 WAL pages)
 MAX_BACKOFF_S = 2.0
 
@@ -113,8 +123,35 @@ _JSON_COLUMNS = ("last_exit", "options", "agent_info")
 class _Append:
     thread_id: str
     rows: list[tuple[Any, ...]]
-    fields: dict[str, Any]
-    done: asyncio.Future[None]
+    fields: dict[str, Any]  # thread columns written in the same transaction
+    done: asyncio.Future[None] | None  # None: nobody waits (a timed flush)
+    # (updated_at, last_seq): for an append, what the thread row owes once it commits;
+    # for a flush item (no rows), written with max() so an older value never wins.
+    touch: tuple[str | None, int | None] | None = None
+    flush: bool = False
+
+
+# At open: every thread's derived columns brought up to its newest stored event (a daemon
+# killed before its last flush of _dirty). Index seeks on the events primary key only.
+_REPAIR = (
+    "UPDATE threads SET last_seq = (SELECT max(seq) FROM events WHERE thread_id = threads.id) "
+    "WHERE last_seq < (SELECT max(seq) FROM events WHERE thread_id = threads.id)",
+    "UPDATE threads SET updated_at = (SELECT ts FROM events WHERE thread_id = threads.id "
+    "ORDER BY seq DESC LIMIT 1) WHERE updated_at < (SELECT ts FROM events "
+    "WHERE thread_id = threads.id ORDER BY seq DESC LIMIT 1)",
+)
+
+
+def _later(a: Any, b: Any) -> Any:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def _loop_idle(loop: asyncio.AbstractEventLoop) -> bool:
+    """True when nothing else is ready to run in this round of the event loop, so no other
+    append can join a group commit before the next round (CPython's ``_ready`` deque;
+    False, i.e. always group, on a loop without one)."""
+    ready = getattr(loop, "_ready", None)
+    return ready is not None and not ready
 
 
 class SqliteStore:
@@ -129,6 +166,8 @@ class SqliteStore:
         self._inline_commits = 0
         self._checkpoint: asyncio.Task[None] | None = None
         self._pending: list[_Append] = []
+        self._dirty: dict[str, tuple[str | None, int | None]] = {}  # thread → owed (updated_at, last_seq)
+        self._touch_timer: asyncio.TimerHandle | None = None
         self._wake: asyncio.Event | None = None
         self._writer: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()  # set whenever nothing waits to be written
@@ -180,6 +219,10 @@ class SqliteStore:
                     db.execute(stmt)
                 db.execute(f"PRAGMA user_version={i}")
                 db.execute("COMMIT")
+            db.execute("BEGIN IMMEDIATE")
+            for stmt in _REPAIR:
+                db.execute(stmt)
+            db.execute("COMMIT")
             self._wdb = db
 
         def open_reader() -> None:
@@ -204,7 +247,11 @@ class SqliteStore:
         if self._checkpoint is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._checkpoint
+        if self._touch_timer is not None:
+            self._touch_timer.cancel()
+            self._touch_timer = None
         if self._writer is not None:
+            self._queue_touches(None)
             if self._pending:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._drained(), drain_timeout)
@@ -212,7 +259,7 @@ class SqliteStore:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._writer
             for item in self._pending:  # never acknowledged, so never shown to anyone
-                if not item.done.done():
+                if item.done is not None and not item.done.done():
                     item.done.set_exception(StoreError("store closed before this was written"))
             self._pending.clear()
 
@@ -281,6 +328,8 @@ class SqliteStore:
         await self._run(do)
 
     async def get_thread(self, thread_id: str) -> ThreadRow | None:
+        await self._flush_touches()
+
         def do(db: sqlite3.Connection) -> ThreadRow | None:
             row = db.execute(f"SELECT {','.join(_THREAD_COLUMNS)} FROM threads WHERE id=?",  # noqa: S608
                              (thread_id,)).fetchone()
@@ -305,6 +354,7 @@ class SqliteStore:
         def do(db: sqlite3.Connection) -> list[ThreadRow]:
             return [self._row(r) for r in db.execute(sql, (*params, limit + 1)).fetchall()]
 
+        await self._flush_touches()  # the order is by updated_at
         rows = await self._read(do)
         next_cursor = None
         if len(rows) > limit:
@@ -324,6 +374,8 @@ class SqliteStore:
         await self._run(do)
 
     async def delete_thread(self, thread_id: str) -> bool:
+        self._dirty.pop(thread_id, None)
+
         def do(db: sqlite3.Connection) -> bool:
             db.execute("BEGIN IMMEDIATE")
             db.execute("DELETE FROM events WHERE thread_id=?", (thread_id,))
@@ -335,6 +387,8 @@ class SqliteStore:
 
     async def live_threads(self) -> list[ThreadRow]:
         """Threads a previous daemon left with a process or a turn in flight."""
+        await self._flush_touches()
+
         def do(db: sqlite3.Connection) -> list[ThreadRow]:
             rows = db.execute(
                 f"SELECT {','.join(_THREAD_COLUMNS)} FROM threads "  # noqa: S608
@@ -347,14 +401,29 @@ class SqliteStore:
 
     async def append(self, thread_id: str, records: Sequence[Record],
                      client_ids: Sequence[str | None], thread_fields: dict[str, Any]) -> None:
-        """Return once the records (and the thread fields) are committed."""
+        """Return once the records (and the thread fields) are committed. ``updated_at``
+        and ``last_seq`` are owed to the thread row and written later (``_dirty``)."""
         rows = [(thread_id, r.seq, r.ts, r.source, r.kind, r.data_json, r.raw,
                  int(r.relay), cid) for r, cid in zip(records, client_ids, strict=True)]
-        fields = self._dump({**thread_fields, "last_seq": records[-1].seq} if records
-                            else thread_fields)
+        fields = self._dump(thread_fields)
+        updated_at = fields.pop("updated_at", None)
+        last_seq = records[-1].seq if records else None
+        if fields and last_seq is not None:
+            fields["last_seq"] = last_seq  # the row is written anyway
         if self._writer is None or self._wake is None:
             raise StoreError("store is not open")
-        item = _Append(thread_id, rows, fields, asyncio.get_running_loop().create_future())
+        item = _Append(thread_id, rows, fields, None, (updated_at, last_seq))
+        loop = asyncio.get_running_loop()
+        if not self._pending and _loop_idle(loop):
+            # Nothing to group with (issue #8): commit here, with no hand-off to the writer
+            # task and no wake-up of this caller afterwards.
+            failed = self._commit_inline([item])
+            if failed is not None:
+                self._settled([item], failed)
+                if failed:
+                    raise StoreError(f"append refused: {failed[0]}")
+                return
+        item.done = loop.create_future()
         self._pending.append(item)
         self._idle.clear()
         self._wake.set()
@@ -384,6 +453,51 @@ class SqliteStore:
         if self._inline_commits % CHECKPOINT_EVERY == 0:
             self._start_checkpoint()
         return failed
+
+    def _settled(self, batch: list[_Append], failed: dict[int, str]) -> None:
+        """A committed batch: tell its callers, and note what each thread row owes."""
+        self.batches += 1
+        for i, item in enumerate(batch):
+            if i in failed:
+                if item.done is not None and not item.done.done():
+                    item.done.set_exception(StoreError(f"append refused: {failed[i]}"))
+                continue
+            if item.touch is not None and not item.flush:
+                self.appended += len(item.rows)
+                old = self._dirty.get(item.thread_id)
+                self._dirty[item.thread_id] = item.touch if old is None else (
+                    _later(old[0], item.touch[0]), _later(old[1], item.touch[1]))
+                if self._touch_timer is None:
+                    self._touch_timer = asyncio.get_running_loop().call_later(
+                        TOUCH_FLUSH_S, self._timed_touches)
+            if item.done is not None and not item.done.done():
+                item.done.set_result(None)
+
+    def _timed_touches(self) -> None:
+        self._touch_timer = None
+        self._queue_touches(None)
+
+    def _queue_touches(self, done: asyncio.Future[None] | None) -> bool:
+        """Queue one flush item per dirty thread; ``done`` (if given) on the last one.
+        Batches commit in order, so the last one done means every one is."""
+        if not self._dirty or self._wake is None:
+            return False
+        items = [_Append(tid, [], {}, None, touch, flush=True) for tid, touch in self._dirty.items()]
+        self._dirty.clear()
+        items[-1].done = done
+        self._pending.extend(items)
+        self._idle.clear()
+        self._wake.set()
+        return True
+
+    async def _flush_touches(self) -> None:
+        """Write what the thread rows owe before reading them (skipped while the store
+        cannot be written: a read then sees values up to TOUCH_FLUSH_S old)."""
+        if not self._dirty or not self.healthy:
+            return
+        done = asyncio.get_running_loop().create_future()
+        if self._queue_touches(done):
+            await done
 
     def _start_checkpoint(self) -> None:
         """Move the WAL written by inline commits into the database, on the writer thread
@@ -422,15 +536,7 @@ class SqliteStore:
                     log.info("store.recovered")
                 self._set_health(True, None)
                 del self._pending[: len(batch)]
-                self.batches += 1
-                for i, item in enumerate(batch):
-                    if item.done.done():
-                        continue
-                    if i in failed:
-                        item.done.set_exception(StoreError(f"append refused: {failed[i]}"))
-                    else:
-                        self.appended += len(item.rows)
-                        item.done.set_result(None)
+                self._settled(batch, failed)
             self._idle.set()
 
     # ------------------------------------------------------------------ browser sessions
@@ -501,23 +607,44 @@ class SqliteStore:
         return await self._read(do)
 
 
+def _write_item(db: sqlite3.Connection, item: _Append) -> None:
+    if item.flush:
+        assert item.touch is not None
+        db.execute("UPDATE threads SET updated_at=max(updated_at, coalesce(?, updated_at)), "
+                   "last_seq=max(last_seq, coalesce(?, last_seq)) WHERE id=?", (*item.touch, item.thread_id))
+        return
+    if item.rows:
+        db.executemany("INSERT INTO events (thread_id,seq,ts,source,kind,data,raw,relay,client_id)"
+                       " VALUES (?,?,?,?,?,?,?,?,?)", item.rows)
+    if item.fields:
+        sets = ",".join(f"{k}=?" for k in item.fields)
+        db.execute(f"UPDATE threads SET {sets} WHERE id=?",  # noqa: S608
+                   (*item.fields.values(), item.thread_id))
+
+
+# This append alone is bad (a constraint, or text SQLite cannot encode): it is refused, the
+# rest of the batch commits, and the writer never stalls on it.
+_REFUSED = (sqlite3.IntegrityError, UnicodeEncodeError, ValueError, OverflowError)
+
+
 def _commit(db: sqlite3.Connection, batch: list[_Append]) -> dict[int, str]:
     """One transaction for the whole batch; an append that violates a constraint is rolled
-    back alone (its savepoint) and reported, the rest commit."""
+    back alone (its savepoint; a batch of one needs none) and reported, the rest commit."""
     failed: dict[int, str] = {}
     db.execute("BEGIN IMMEDIATE")
+    if len(batch) == 1:
+        try:
+            _write_item(db, batch[0])
+        except _REFUSED as exc:
+            db.execute("ROLLBACK")
+            return {0: str(exc)}
+        db.execute("COMMIT")
+        return failed
     for i, item in enumerate(batch):
         db.execute("SAVEPOINT a")
         try:
-            db.executemany("INSERT INTO events (thread_id,seq,ts,source,kind,data,raw,relay,client_id)"
-                           " VALUES (?,?,?,?,?,?,?,?,?)", item.rows)
-            if item.fields:
-                sets = ",".join(f"{k}=?" for k in item.fields)
-                db.execute(f"UPDATE threads SET {sets} WHERE id=?",  # noqa: S608
-                           (*item.fields.values(), item.thread_id))
-        except (sqlite3.IntegrityError, UnicodeEncodeError, ValueError, OverflowError) as exc:
-            # This append alone is bad (a constraint, or text SQLite cannot encode): it is
-            # refused, the rest of the batch commits, and the writer never stalls on it.
+            _write_item(db, item)
+        except _REFUSED as exc:
             db.execute("ROLLBACK TO a")
             failed[i] = str(exc)
         db.execute("RELEASE a")

@@ -104,6 +104,15 @@ class _Session:
         if texts:
             await self._send_texts(texts)
 
+    async def _send_mixed(self, texts: list[str], recs: list[Record]) -> None:
+        """Replies and notices, then records, in one write (fanout.deliver's send_mixed)."""
+        if self.raw:
+            texts += [r.raw for r in recs if r.source == "agent" and r.relay and r.raw is not None]
+        else:
+            texts += [r.envelope() for r in recs]
+        if texts:
+            await self._send_texts(texts)
+
     async def _send_texts(self, texts: list[str] | list[bytes]) -> None:
         """Frames under one lock and one deadline, with one socket write when the server
         offers it (ws_transport.SEND_TEXTS, issue #8)."""
@@ -126,7 +135,8 @@ class _Session:
 
         sender = asyncio.create_task(deliver(sub, after, self.conv.read_page, self._send_record,
                                              self._send_text, send_many=self._send_records,
-                                             read_frames=read_frames, send_texts=self._send_texts))
+                                             read_frames=read_frames, send_texts=self._send_texts,
+                                             send_mixed=self._send_mixed))
         receiver = asyncio.create_task(self._receive())
         close_code, reason = 1000, ""
         try:
@@ -186,12 +196,21 @@ class _Session:
             log.info("ws.raw_refused", thread_id=self.conv.id, code=exc.code)
         return True
 
+    async def _reply(self, text: str) -> None:
+        """An answer to one of this client's frames: the sender takes it, with the events
+        it caused when they are ready too (one write, issue #8)."""
+        sub = self._sub
+        assert sub is not None
+        sub.push_reply(text)
+        if not sub.room.is_set():
+            await sub.room.wait()  # a client that sends faster than it reads waits here
+
     async def _reject(self, op: str | None, code: str, message: str, **extra: Any) -> None:
-        await self._send_text(ephemeral("client.rejected", now_iso(), op=op, code=code,
-                                        message=message, **extra))
+        await self._reply(ephemeral("client.rejected", now_iso(), op=op, code=code,
+                                    message=message, **extra))
 
     async def _accept(self, op: str, **extra: Any) -> None:
-        await self._send_text(ephemeral("client.accepted", now_iso(), op=op, **extra))
+        await self._reply(ephemeral("client.accepted", now_iso(), op=op, **extra))
 
     async def _op_frame(self, text: str) -> None:
         try:

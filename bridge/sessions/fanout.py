@@ -20,10 +20,12 @@ REPLAY_PAGE = 1000
 
 
 SIDE_LIMIT = 16  # ephemeral notices kept for a subscriber that is not reading
+REPLY_LIMIT = 64  # answers to a client's own frames waiting to go out before its reader waits
 
 
 class Subscriber:
-    __slots__ = ("buf", "close_reason", "closed", "lagging", "limit", "raw", "side", "wake")
+    __slots__ = ("buf", "close_reason", "closed", "lagging", "limit", "raw", "replies", "room", "side",
+                 "wake")
 
     def __init__(self, limit: int = DEFAULT_BUFFER, *, raw: bool = False) -> None:
         self.raw = raw  # raw mode: only agent lines and responses routed to it, no notices
@@ -31,6 +33,12 @@ class Subscriber:
         # Frames that are not transcript events (e.g. "the store is unavailable"): they
         # cannot be replayed, so a slow subscriber keeps only the newest few.
         self.side: deque[str] = deque(maxlen=SIDE_LIMIT)
+        # Answers to this client's own frames (client.accepted / client.rejected): never
+        # dropped, sent with whatever else is ready in one write (issue #8). The client's
+        # reader waits for ``room`` when more than REPLY_LIMIT are waiting.
+        self.replies: deque[str] = deque()
+        self.room = asyncio.Event()
+        self.room.set()
         self.limit = limit
         self.lagging = False
         self.closed = False
@@ -55,6 +63,12 @@ class Subscriber:
         if not self.closed:
             self.side.append(text)
             self.wake.set()
+
+    def push_reply(self, text: str) -> None:
+        self.replies.append(text)
+        if len(self.replies) >= REPLY_LIMIT:
+            self.room.clear()
+        self.wake.set()
 
     def close(self, reason: str) -> None:
         self.closed = True
@@ -107,11 +121,13 @@ SendMany = Callable[[list[Record]], Awaitable[None]]
 SendSide = Callable[[str], Awaitable[None]]
 ReadFrames = Callable[[int, int], Awaitable[Frames]]
 SendTexts = Callable[[list[bytes]], Awaitable[None]]
+SendMixed = Callable[[list[str], list[Record]], Awaitable[None]]
 
 
 async def deliver(sub: Subscriber, after: int, read_page: ReadPage, send: Send,
                   send_side: SendSide | None = None, *, send_many: SendMany | None = None,
-                  read_frames: ReadFrames | None = None, send_texts: SendTexts | None = None) -> str | None:
+                  read_frames: ReadFrames | None = None, send_texts: SendTexts | None = None,
+                  send_mixed: SendMixed | None = None) -> str | None:
     """Send every record with ``seq > after`` to one subscriber, in order, exactly once:
     first from the store, then live, resyncing from the store whenever it lagged.
     Returns the close reason when the subscriber is closed.
@@ -122,7 +138,12 @@ async def deliver(sub: Subscriber, after: int, read_page: ReadPage, send: Send,
 
     With ``read_frames`` and ``send_texts``, the store pages come as frame texts joined
     from the stored rows (no Record per row) and go out with ``send_texts``; live records
-    still go through ``send_many``/``send``. ``send_texts`` must send all or raise."""
+    still go through ``send_many``/``send``. ``send_texts`` must send all or raise.
+
+    With ``send_mixed``, the live loop sends the subscriber's replies and notices and its
+    buffered records with one call (replies first, then notices, then records), so an
+    answer and the events it caused share a write. Without it, replies go out through
+    ``send_side`` like notices."""
     last = after
     if send_texts is None:
         read_frames = None
@@ -183,6 +204,21 @@ async def deliver(sub: Subscriber, after: int, read_page: ReadPage, send: Send,
 
     await catch_up()
     while True:
+        if send_mixed is not None and (sub.replies or sub.side or sub.buf):
+            texts = [*sub.replies, *sub.side]
+            sub.replies.clear()
+            sub.side.clear()
+            sub.room.set()
+            batch = [rec for rec in sub.buf if rec.seq > last]
+            sub.buf.clear()
+            await send_mixed(texts, batch)
+            if batch:
+                last = batch[-1].seq
+        while sub.replies:
+            text = sub.replies.popleft()
+            if send_side is not None:
+                await send_side(text)
+        sub.room.set()
         while sub.side:
             text = sub.side.popleft()
             if send_side is not None:
@@ -196,7 +232,7 @@ async def deliver(sub: Subscriber, after: int, read_page: ReadPage, send: Send,
             continue
         if sub.closed:
             return sub.close_reason
-        if sub.side or sub.buf:
+        if sub.side or sub.buf or sub.replies:
             continue
         sub.wake.clear()
         await sub.wake.wait()

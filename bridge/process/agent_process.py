@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import os
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -23,6 +24,22 @@ READ_CHUNK = 256 * 1024
 # cut at this many bytes and at most this many lines per second reach the transcript.
 STDERR_LINE_BYTES = 4096
 STDERR_LINES_PER_S = 50
+
+
+# The agent's stdout pipe holds this much (Linux F_SETPIPE_SZ; 64 KiB by default), so
+# during a burst the agent keeps writing while a batch is stored and sent, and one read takes
+# up to READ_CHUNK at a time (issue #8). Capped by /proc/sys/fs/pipe-max-size (1 MiB by
+# default); a refusal leaves the default.
+STDOUT_PIPE_BYTES = 1024 * 1024
+
+
+def _widen_pipe(pipe: asyncio.BaseTransport | None) -> None:
+    setsize = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if pipe is None or setsize is None:
+        return
+    raw = pipe.get_extra_info("pipe")
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        fcntl.fcntl(raw.fileno(), setsize, STDOUT_PIPE_BYTES)
 
 
 @dataclass(slots=True)
@@ -82,6 +99,7 @@ class AgentProcess:
         except OSError as exc:
             raise LaunchRefused(f"cannot start agent: {exc.strerror or exc}",
                                 code="spawn_failed") from exc
+        _widen_pipe(transport.get_pipe_transport(1))
         proc = asyncio.subprocess.Process(transport, protocol, loop)
         return cls(proc, protocol, transport, spec, max_line)
 

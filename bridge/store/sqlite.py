@@ -17,12 +17,14 @@ error) the batch is retried with backoff until it commits; callers wait — whic
 agent's stdout being read, so the agent itself is held back — and ``healthy`` is False
 meanwhile. Nothing acknowledged is ever lost. Migrations are keyed by ``PRAGMA user_version``.
 
-A thread's ``updated_at`` and ``last_seq`` follow its transcript: they are not rewritten by
-every append (that costs two more pages per commit: the row and the activity index) but
-kept in ``_dirty`` and written in one transaction at most ``TOUCH_FLUSH_S`` later, before any
-read of thread rows, and at close. They are derived data: at open, every thread's
-``last_seq`` and ``updated_at`` are brought up to its newest stored event, so a daemon that
-was killed before a flush loses nothing (issue #8).
+A thread's ``updated_at``, ``last_seq`` and ``turn_active`` follow its transcript: they are
+not rewritten by every append (that costs one or two more pages per commit: the row and the
+activity index) but kept in ``_dirty`` and written in one transaction at most
+``TOUCH_FLUSH_S`` later, before any read of thread rows, and at close. They are derived
+data: at open, every thread's ``last_seq`` and ``updated_at`` are brought up to its newest
+stored event, and a thread that may have had a turn in flight gets ``turn_active`` from its
+newest ``turn.started``/``turn.ended`` event, so a daemon that was killed before a flush
+loses nothing (issue #8).
 """
 
 from __future__ import annotations
@@ -125,9 +127,10 @@ class _Append:
     rows: list[tuple[Any, ...]]
     fields: dict[str, Any]  # thread columns written in the same transaction
     done: asyncio.Future[None] | None  # None: nobody waits (a timed flush)
-    # (updated_at, last_seq): for an append, what the thread row owes once it commits;
-    # for a flush item (no rows), written with max() so an older value never wins.
-    touch: tuple[str | None, int | None] | None = None
+    # (updated_at, last_seq, turn_active): for an append, what the thread row owes once it
+    # commits; for a flush item (no rows), written with max() for the first two so an older
+    # value never wins (turn_active is only ever written by flush items, in order).
+    touch: tuple[str | None, int | None, int | None] | None = None
     flush: bool = False
 
 
@@ -139,6 +142,11 @@ _REPAIR = (
     "UPDATE threads SET updated_at = (SELECT ts FROM events WHERE thread_id = threads.id "
     "ORDER BY seq DESC LIMIT 1) WHERE updated_at < (SELECT ts FROM events "
     "WHERE thread_id = threads.id ORDER BY seq DESC LIMIT 1)",
+    # A turn is in flight iff the thread's newest turn.started / turn.ended is a turn.started
+    # (every accepted turn ends exactly once: conversation.py, registry.py recovery).
+    "UPDATE threads SET turn_active = coalesce((SELECT kind = 'turn.started' FROM events "
+    "WHERE thread_id = threads.id AND kind IN ('turn.started', 'turn.ended') ORDER BY seq DESC LIMIT 1), 0) "
+    "WHERE state IN ('starting', 'running', 'stopping') OR turn_active = 1",
 )
 
 
@@ -166,7 +174,8 @@ class SqliteStore:
         self._inline_commits = 0
         self._checkpoint: asyncio.Task[None] | None = None
         self._pending: list[_Append] = []
-        self._dirty: dict[str, tuple[str | None, int | None]] = {}  # thread → owed (updated_at, last_seq)
+        # thread → what its row owes: (updated_at, last_seq, turn_active)
+        self._dirty: dict[str, tuple[str | None, int | None, int | None]] = {}
         self._touch_timer: asyncio.TimerHandle | None = None
         self._wake: asyncio.Event | None = None
         self._writer: asyncio.Task[None] | None = None
@@ -407,12 +416,13 @@ class SqliteStore:
                  int(r.relay), cid) for r, cid in zip(records, client_ids, strict=True)]
         fields = self._dump(thread_fields)
         updated_at = fields.pop("updated_at", None)
+        turn_active = fields.pop("turn_active", None)
         last_seq = records[-1].seq if records else None
         if fields and last_seq is not None:
             fields["last_seq"] = last_seq  # the row is written anyway
         if self._writer is None or self._wake is None:
             raise StoreError("store is not open")
-        item = _Append(thread_id, rows, fields, None, (updated_at, last_seq))
+        item = _Append(thread_id, rows, fields, None, (updated_at, last_seq, turn_active))
         loop = asyncio.get_running_loop()
         if not self._pending and _loop_idle(loop):
             # Nothing to group with (issue #8): commit here, with no hand-off to the writer
@@ -465,8 +475,9 @@ class SqliteStore:
             if item.touch is not None and not item.flush:
                 self.appended += len(item.rows)
                 old = self._dirty.get(item.thread_id)
-                self._dirty[item.thread_id] = item.touch if old is None else (
-                    _later(old[0], item.touch[0]), _later(old[1], item.touch[1]))
+                new = item.touch
+                self._dirty[item.thread_id] = new if old is None else (
+                    _later(old[0], new[0]), _later(old[1], new[1]), old[2] if new[2] is None else new[2])
                 if self._touch_timer is None:
                     self._touch_timer = asyncio.get_running_loop().call_later(
                         TOUCH_FLUSH_S, self._timed_touches)
@@ -611,7 +622,8 @@ def _write_item(db: sqlite3.Connection, item: _Append) -> None:
     if item.flush:
         assert item.touch is not None
         db.execute("UPDATE threads SET updated_at=max(updated_at, coalesce(?, updated_at)), "
-                   "last_seq=max(last_seq, coalesce(?, last_seq)) WHERE id=?", (*item.touch, item.thread_id))
+                   "last_seq=max(last_seq, coalesce(?, last_seq)), turn_active=coalesce(?, turn_active) "
+                   "WHERE id=?", (*item.touch, item.thread_id))
         return
     if item.rows:
         db.executemany("INSERT INTO events (thread_id,seq,ts,source,kind,data,raw,relay,client_id)"

@@ -96,3 +96,37 @@ async def test_close_writes_what_is_owed(tmp_path: Path, no_timed_flush: None) -
             assert db.execute("SELECT last_seq, updated_at FROM threads").fetchone() == (4, "2026-11-30T00:00:05.000Z")
         finally:
             db.close()
+
+
+@pytest.mark.parametrize("last_kind", ["turn.started", "turn.ended"])
+async def test_a_turn_in_flight_is_found_from_the_events(tmp_path: Path, no_timed_flush: None,
+                                                         last_kind: str) -> None:
+    async with asyncio.timeout(30):
+        path = tmp_path / "bridge.db"
+        first = SqliteStore(path)
+        await first.open()
+        try:
+            await first.create_thread(thread("thr_a", "2026-11-30T00:00:00.000Z"))
+            ts = "2026-11-30T00:00:01.000Z"
+            await first.append("thr_a", [Record(1, ts, "bridge", "process.started", {"pid": 1}, None, False)],
+                               [None], {"updated_at": ts, "state": "running"})
+            turn = [Record(2, ts, "client", "message", {"text": "hi"}, None, False),
+                    Record(3, ts, "bridge", "turn.started", {"turn_id": "t1"}, None, False)]
+            await first.append("thr_a", turn, [None, None], {"updated_at": ts, "turn_active": True})
+            await first.append("thr_a", records(4, 3, ts), [None] * 3, {"updated_at": ts})
+            if last_kind == "turn.ended":
+                end = Record(7, ts, "agent", "turn.ended", {"turn_id": "t1", "status": "success"}, None, True)
+                await first.append("thr_a", [end], [None], {"updated_at": ts, "turn_active": False})
+            assert first._dirty
+            second = SqliteStore(path)
+            await second.open()
+            try:
+                live = await second.live_threads()
+                assert [r["id"] for r in live] == ["thr_a"]
+                assert live[0]["turn_active"] is (last_kind == "turn.started")
+                assert live[0]["last_seq"] == (7 if last_kind == "turn.ended" else 6)
+            finally:
+                await second.close()
+        finally:
+            first._dirty.clear()
+            await first.close()

@@ -50,8 +50,17 @@ log = structlog.get_logger("bridge.conversation")
 DRAIN_TIMEOUT_S = 2.0
 
 
+_SECOND: list[Any] = [None, ""]  # the last whole second formatted, and its text
+
+
 def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """UTC now as ``2026-11-30T01:02:03.456Z`` (milliseconds, truncated). The date and time
+    are formatted once per second; one is needed per transcript append (issue #8)."""
+    t = time.time()
+    sec = int(t)
+    if sec != _SECOND[0]:
+        _SECOND[0], _SECOND[1] = sec, datetime.fromtimestamp(sec, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{_SECOND[1]}.{min(int((t - sec) * 1000), 999):03d}Z"
 
 
 def new_id(prefix: str) -> str:

@@ -105,10 +105,13 @@ def too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
     return False
 
 
+_STRICT = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def loads_strict(text: str) -> Any:
     """json.loads without the NaN/Infinity extensions, so whatever we accept we can write
     back as standard JSON; nesting deeper than MAX_JSON_DEPTH is a ValueError."""
-    value = json.loads(text, parse_constant=_reject_constant)
+    value = _STRICT.decode(text)  # one decoder for all (json.loads would build one per call)
     if too_deep(value):
         raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     return value

@@ -76,6 +76,18 @@ def _finite_float(text: str) -> float:
 # a regular expression costs more than the parse itself on a line full of digits.
 _DIGITS_AS_ONES = bytes(0x31 if 0x30 <= i <= 0x39 else 0x30 for i in range(256))
 _LONG_DIGITS = b"1" * 19
+# Nesting deeper than MAX_JSON_DEPTH takes more than that many opening brackets, and as many
+# closing ones: a shorter valid line cannot be too deep. Counted in one C pass that keeps
+# only the opening brackets (cheaper than two ``count`` calls).
+_DEPTH_CHECK_LEN = 2 * (MAX_JSON_DEPTH + 1)
+_NOT_OPENING_BRACKETS = bytes(i for i in range(256) if i not in b"{[")
+
+
+def _may_be_too_deep(line: bytes, in_strings: int) -> bool:
+    """False when ``line`` (valid JSON) is certainly nested at most MAX_JSON_DEPTH deep.
+    ``in_strings`` is a number of its bytes known to lie inside string literals."""
+    return (len(line) - in_strings >= _DEPTH_CHECK_LEN
+            and len(line.translate(None, _NOT_OPENING_BRACKETS)) > MAX_JSON_DEPTH)
 
 
 def parse_object(line: bytes) -> tuple[dict[str, Any] | None, str, str | None]:
@@ -94,9 +106,14 @@ def parse_object(line: bytes) -> tuple[dict[str, Any] | None, str, str | None]:
             if not isinstance(fast, dict):
                 return None, line.decode("utf-8"), "line is not a JSON object"
             # Depth cannot exceed the number of brackets: walk the tree only when it might.
-            if line.count(b"{") + line.count(b"[") > MAX_JSON_DEPTH and too_deep(fast):
+            if _may_be_too_deep(line, 0) and too_deep(fast):
                 return None, line.decode("utf-8")[:512], f"line is nested deeper than {MAX_JSON_DEPTH} levels"
             return fast, line.decode("utf-8").rstrip("\r"), None
+    return _parse_slow(line)
+
+
+def _parse_slow(line: bytes) -> tuple[dict[str, Any] | None, str, str | None]:
+    """:func:`parse_object` with ``json`` alone (what the orjson fast path falls back to)."""
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError:
@@ -144,6 +161,14 @@ def _truncate(text: str, limit: int = 4096) -> str:
     return text if len(text) <= limit else text[:limit] + f"… [{len(text) - limit} more chars]"
 
 
+_loads = orjson.loads
+_JSONDecodeError = orjson.JSONDecodeError
+# Types whose handler decodes nothing outside awp-jsonl (a bare agent.other there).
+_AWP_ONLY = frozenset({"content_block_start", "content_block_delta", "message_stop"})
+_NOT_RAW_STREAM: Any = object()
+
+
+
 class StreamJsonCodec:
     """Sans-I/O codec for one agent process. Keeps only the little state the dialect needs
     (the streaming content block types, so that a ``tool_use`` block start is recognised)."""
@@ -161,7 +186,82 @@ class StreamJsonCodec:
     # ------------------------------------------------------------------ decoding
 
     def decode(self, line: bytes) -> Decoded:
-        obj, text, problem = parse_object(line)
+        """Decode one stdout line (without its newline).
+
+        Fast path (issue #8) for the lines a streaming turn is made of (``stream_event``
+        lines, awp-jsonl's top-level ``content_block_delta``/``message_stop``, and types
+        that map to a bare ``agent.other``): what they decode to depends only on string
+        values, which orjson and ``json`` read alike, so they skip the huge-integer scan
+        of :func:`parse_object` and the generic dispatch. Everything else, and every line
+        orjson refuses or that might nest too deeply, decodes exactly as
+        :meth:`_decode_slow` does (tests/protocols/test_codec_fast_path.py checks that
+        the two agree).
+        """
+        try:
+            obj = _loads(line)
+        except _JSONDecodeError:
+            return self._decode_parsed(*_parse_slow(line))
+        if type(obj) is not dict:
+            return self._decode_slow(line)
+        # Subscripts, not .get(): on values straight from orjson, x["k"] succeeds only when x
+        # is a dict holding "k"; any other shape takes the slow path (never a hot one).
+        try:
+            typ = obj["type"]
+            if typ == "stream_event":
+                ev = obj["event"]
+            elif typ == "content_block_delta" and self._awp:
+                ev = obj
+            else:
+                ev = _NOT_RAW_STREAM
+            if ev is not _NOT_RAW_STREAM and ev["type"] == "content_block_delta":
+                # A raw streaming event (_raw_stream): a text or thinking delta, else a bare agent.other.
+                delta = ev["delta"]
+                dtype = delta["type"]
+                if dtype == "text_delta":
+                    text, channel = delta["text"], "text"
+                elif dtype == "thinking_delta":
+                    text, channel = delta["thinking"], "thought"
+                else:
+                    text = None
+            else:
+                text = None
+        except (KeyError, TypeError):
+            return self._decode_slow(line)
+        if ev is _NOT_RAW_STREAM:
+            return self._decode_other(line, obj, typ)
+        if type(text) is str:
+            # The text is one string literal of the line: none of its bytes is a bracket.
+            if _may_be_too_deep(line, len(text)):
+                return self._decode_slow(line)
+            return Decoded([Event("agent", "message.delta", {"text": text, "channel": channel},
+                                  line.decode("utf-8").rstrip("\r"), True)], [])
+        if _may_be_too_deep(line, 0):
+            return self._decode_slow(line)
+        return Decoded([Event("agent", "agent.other", {}, line.decode("utf-8").rstrip("\r"), True)], [])
+
+    def _decode_other(self, line: bytes, obj: dict[str, Any], typ: Any) -> Decoded:
+        """:meth:`decode` of a JSON object (parsed by orjson) that is not a raw streaming event."""
+        if type(typ) is not str or typ not in self._handlers or (not self._awp and typ in _AWP_ONLY):
+            # No handler, or one that finds nothing here: a bare agent.other, whatever the values.
+            if _may_be_too_deep(line, 0):
+                return self._decode_slow(line)
+            return Decoded([Event("agent", "agent.other", {}, line.decode("utf-8").rstrip("\r"), True)], [])
+        if typ == "message_stop":  # awp-jsonl ends a turn
+            if _may_be_too_deep(line, 0):
+                return self._decode_slow(line)
+            return Decoded([Event("agent", "turn.ended", {"status": "success", "stop_reason": "message_stop"},
+                                  line.decode("utf-8").rstrip("\r"), True)], [])
+        # The data of these lines holds other values than strings: parse_object's route.
+        if _may_be_too_deep(line, 0) or _LONG_DIGITS in line.translate(_DIGITS_AS_ONES):
+            return self._decode_slow(line)
+        return self._decode_parsed(obj, line.decode("utf-8").rstrip("\r"), None)
+
+    def _decode_slow(self, line: bytes) -> Decoded:
+        """The generic decoder: :func:`parse_object`, then dispatch on ``type``. What
+        :meth:`decode` must always agree with."""
+        return self._decode_parsed(*parse_object(line))
+
+    def _decode_parsed(self, obj: dict[str, Any] | None, text: str, problem: str | None) -> Decoded:
         if obj is not None and obj.get("type") == "control_response":
             cleaned = redact_secrets(obj)
             if cleaned != obj:  # the transcript and clients get the redacted line instead

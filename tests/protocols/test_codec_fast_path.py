@@ -135,36 +135,54 @@ def nested(draw: st.DrawFn, inner: Any = None) -> Any:
     return value
 
 
+def often(draw: st.DrawFn, odds: int) -> bool:
+    """True ``odds`` times out of ``odds + 1``, and in the simplest examples (hypothesis
+    starts from, and shrinks towards, the smallest choice)."""
+    return draw(st.integers(0, odds)) != odds
+
+
+def usually(draw: st.DrawFn, value: Any, other: st.SearchStrategy[Any], odds: int = 4) -> Any:
+    """``value`` most of the time (odds to one), else something drawn from ``other``."""
+    return value if often(draw, odds) else draw(other)
+
+
 def optional(draw: st.DrawFn, obj: dict[str, Any], key: str, values: st.SearchStrategy[Any]) -> None:
-    if draw(st.integers(0, 9)):  # mostly present
+    if often(draw, 9):  # mostly present
         obj[key] = draw(values)
+
+
+texts = nasty_text | st.text(max_size=40) | st.text(max_size=300)
 
 
 @st.composite
 def deltas(draw: st.DrawFn) -> Any:
-    if not draw(st.integers(0, 9)):
+    if not often(draw, 9):
         return draw(junk)
     delta: dict[str, Any] = {}
-    optional(draw, delta, "type", st.sampled_from(DELTA_TYPES) | junk)
-    optional(draw, delta, draw(st.sampled_from(DELTA_KEYS)), nasty_text | st.text(max_size=300) | junk)
-    if draw(st.booleans()):
-        delta[draw(st.sampled_from(DELTA_KEYS))] = draw(nasty_text | junk)
+    dtype = draw(st.sampled_from(["text_delta", "thinking_delta", *DELTA_TYPES]))
+    optional(draw, delta, "type", st.just(usually(draw, dtype, junk, odds=9)))
+    matching = {"text_delta": "text", "thinking_delta": "thinking", "input_json_delta": "partial_json",
+                "signature_delta": "signature"}.get(dtype, "text")
+    key = usually(draw, matching, st.sampled_from(DELTA_KEYS), odds=3)
+    optional(draw, delta, key, texts if often(draw, 7) else junk)
+    if not often(draw, 3):
+        delta[draw(st.sampled_from(DELTA_KEYS))] = draw(texts | junk)
     return delta
 
 
 @st.composite
 def stream_events(draw: st.DrawFn) -> Any:
     """The ``event`` of a stream_event line (or a whole awp-jsonl raw line's body)."""
-    if not draw(st.integers(0, 9)):
+    if not often(draw, 9):
         return draw(junk)
     ev: dict[str, Any] = {}
-    optional(draw, ev, "type", st.sampled_from(EVENT_TYPES) | junk)
-    optional(draw, ev, "index", huge_ints | junk)
+    optional(draw, ev, "type", st.just(usually(draw, "content_block_delta", st.sampled_from(EVENT_TYPES) | junk)))
+    optional(draw, ev, "index", st.integers(0, 3) | huge_ints | junk)
     optional(draw, ev, "delta", deltas())
-    if draw(st.integers(0, 3)) == 0:
+    if not often(draw, 3):
         ev["content_block"] = draw(st.fixed_dictionaries({"type": st.sampled_from(["text", "tool_use"])},
                                                          optional={"id": junk, "name": junk, "input": junk}))
-    if draw(st.integers(0, 3)) == 0:
+    if not often(draw, 3):
         ev[draw(st.sampled_from(["usage", "message", "extra"]))] = draw(junk)
     return ev
 
@@ -177,27 +195,29 @@ def stream_lines(draw: st.DrawFn) -> bytes:
         obj = draw(stream_events())
         if not isinstance(obj, dict):
             obj = {"type": "content_block_delta", "delta": obj}
-        if draw(st.integers(0, 9)):
-            obj["type"] = draw(st.sampled_from(["content_block_delta", "content_block_start",
-                                                "content_block_stop", "message_stop"]))
+        if often(draw, 9):
+            obj["type"] = usually(draw, "content_block_delta", st.sampled_from(
+                ["content_block_start", "content_block_stop", "message_stop", "stream_event"]))
     else:
         obj = {}
-        optional(draw, obj, "type", st.sampled_from(["stream_event"] * 8 + TYPES) | junk)
+        optional(draw, obj, "type", st.just(usually(draw, "stream_event", st.sampled_from(TYPES) | junk)))
         optional(draw, obj, "event", stream_events())
         optional(draw, obj, "session_id", st.sampled_from(["4f0b6a8e-1c2d-4e5f-9a0b-1c2d3e4f5a6b"]) | junk)
         optional(draw, obj, "parent_tool_use_id", st.none() | junk)
         optional(draw, obj, "uuid", st.uuids().map(str) | junk)
     for _ in range(draw(st.integers(0, 2))):
-        obj[draw(st.sampled_from(KEYS) | st.text(max_size=6))] = draw(junk | nested())
-    if draw(st.integers(0, 5)) == 0:  # something deep in the delta itself, or next to it
-        ev = obj.get("event", obj)
-        if isinstance(ev, dict):
-            ev[draw(st.sampled_from(["delta", "extra"]))] = draw(nested(
-                {"type": "text_delta", "text": draw(st.text(max_size=300))}))
+        obj[draw(st.sampled_from(KEYS) | st.text(max_size=6))] = draw(junk)
+    if not often(draw, 7):  # something nested about MAX_JSON_DEPTH deep, next to the delta or in it
+        holder = obj.get("event", obj)
+        holder = holder if isinstance(holder, dict) else obj
+        if isinstance(holder.get("delta"), dict) and draw(st.booleans()):
+            holder = holder["delta"]
+        holder[draw(st.sampled_from(["extra", "delta"]))] = draw(nested(
+            usually(draw, {"type": "text_delta", "text": draw(st.text(max_size=300))}, leaves)))
     items = draw(st.permutations(list(obj.items())))
     text = json.dumps(dict(items), ensure_ascii=draw(st.booleans()),
                       separators=draw(st.sampled_from([(",", ":"), (", ", ": ")])))
-    if draw(st.integers(0, 5)) == 0:  # a duplicate key: the last one wins in both parsers
+    if not often(draw, 7):  # a duplicate key: the last one wins in both parsers
         text = text[:-1] + (", " if len(items) else "") + f'"type": {json.dumps(draw(junk))}}}'
     text = draw(st.sampled_from(["", " ", "\t"])) + text + draw(st.sampled_from(["", " ", "\r", " \r"]))
     return text.encode("utf-8", "surrogatepass")
@@ -283,27 +303,95 @@ def test_long_digit_runs_decode_as_the_generic_path_does(codec_cls, value, digit
     if where == "extra":
         text = text[:-1] + f', "extra": [{number}, -{number}.5e3]}}'
     check_same(codec_cls, text.encode())
-    if digits < 4000:  # the same values on a line the fast path does not take
-        check_same(codec_cls, json.dumps({**json.loads(text), "type": "assistant"}).encode())
+    # The same number where the decoded data holds it (a line the fast path must not take).
+    check_same(codec_cls, b'{"type":"result","subtype":"success","usage":{"n":%s}}' % number.encode())
+    check_same(codec_cls, b'{"type":"assistant","message":{"content":[{"type":"tool_use","input":{"n":%s}}]}}'
+               % number.encode())
+
+
+def deep_line(template: dict[str, Any], depth: int) -> bytes:
+    """``template`` as JSON, its "DEEP" string replaced by lists nested ``depth`` levels
+    (json.dumps itself cannot write 1000 levels)."""
+    return json.dumps(template, separators=(",", ":")).replace('"DEEP"', "[" * depth + "]" * depth).encode()
 
 
 @pytest.mark.parametrize("codec_cls", CODECS)
-@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH - 1, MAX_JSON_DEPTH, MAX_JSON_DEPTH + 1, 990, 1000, 1030])
+@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH - 2, MAX_JSON_DEPTH - 1, MAX_JSON_DEPTH, 990, 1000, 1030])
 @pytest.mark.parametrize("text_len", [0, 10, 300])
 @pytest.mark.parametrize("digits", ["", "1" * 19])
 def test_deep_lines_decode_as_the_generic_path_does(codec_cls, depth, text_len, digits):
-    """Nesting at the cap, past it, and where json's recursion limit and orjson's bite."""
-    deep = "[" * depth + "]" * depth
-    for line in (
-        f'{{"type":"stream_event","event":{{"type":"content_block_delta","index":0,"delta":'
-        f'{{"type":"text_delta","text":"{"x" * text_len}"}}}},"extra":{deep},"uuid":"{digits}"}}',
-        f'{{"type":"content_block_delta","delta":{{"type":"thinking_delta","thinking":"{"{" * text_len}"}},'
-        f'"extra":{deep},"uuid":"{digits}"}}',
-        f'{{"type":"message_stop","extra":{deep},"uuid":"{digits}"}}',
-        f'{{"type":"stream_event","event":{{"type":"message_start","message":{deep}}},"uuid":"{digits}"}}',
-        f'{{"type":"result","usage":{deep},"uuid":"{digits}"}}',
-    ):
-        check_same(codec_cls, line.encode())
+    """Nesting at the cap, past it, and where json's recursion limit and orjson's bite
+    (one level for the line itself: depth MAX_JSON_DEPTH - 1 is the deepest line allowed)."""
+    text_delta = {"type": "text_delta", "text": "x" * text_len}
+    thinking_delta = {"type": "thinking_delta", "thinking": "{" * text_len}
+    templates = [  # (line, how many containers hold "DEEP")
+        ({"type": "stream_event", "event": {"type": "content_block_delta", "index": 0, "delta": text_delta},
+          "extra": "DEEP", "uuid": digits}, 1),
+        ({"type": "stream_event", "event": {"type": "content_block_delta", "delta": thinking_delta,
+                                            "extra": "DEEP"}, "uuid": digits}, 2),
+        ({"type": "content_block_delta", "delta": thinking_delta, "extra": "DEEP", "uuid": digits}, 1),
+        ({"type": "content_block_delta", "delta": {**text_delta, "extra": "DEEP"}, "uuid": digits}, 2),
+        ({"type": "message_stop", "extra": "DEEP", "uuid": digits}, 1),
+        ({"type": "stream_event", "event": {"type": "message_start", "message": "DEEP"}, "uuid": digits}, 2),
+        ({"type": "keep_alive", "extra": "DEEP", "uuid": digits}, 1),
+        ({"type": "result", "usage": "DEEP", "uuid": digits}, 1),
+    ]
+    for template, level in templates:
+        line = deep_line(template, depth)
+        check_same(codec_cls, line)
+        [first, *_] = codec_cls().decode(line).events
+        if level + depth <= MAX_JSON_DEPTH:
+            assert first.relay
+        elif depth < 900:
+            assert first.kind == "diagnostic" and "nested deeper" in first.data["text"]
+
+
+HOT_LINES = [
+    (b'{"type":"stream_event","event":{"type":"content_block_delta","index":0,'
+     b'"delta":{"type":"text_delta","text":"hi"}},"session_id":"s","uuid":"u"}',
+     "message.delta", {"text": "hi", "channel": "text"}, "message.delta", {"text": "hi", "channel": "text"}),
+    (b'{"type":"stream_event","event":{"type":"content_block_delta","index":0,'
+     b'"delta":{"type":"thinking_delta","thinking":"hm"}},"session_id":"s","uuid":"u"}\r',
+     "message.delta", {"text": "hm", "channel": "thought"}, "message.delta", {"text": "hm", "channel": "thought"}),
+    (b'{"type":"stream_event","event":{"type":"content_block_delta","index":1,'
+     b'"delta":{"type":"input_json_delta","partial_json":"{\\"a"}},"uuid":"u"}',
+     "agent.other", {}, "agent.other", {}),
+    (b'{"type":"stream_event","event":{"type":"message_start","message":{"usage":{"input_tokens":'
+     + b"1" * 30 + b'}}},"uuid":"u"}', "agent.other", {}, "agent.other", {}),
+    (b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}',
+     "agent.other", {}, "message.delta", {"text": "hi", "channel": "text"}),
+    (b'{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}',
+     "agent.other", {}, None, None),
+    (b'{"type":"content_block_stop","index":0}', "agent.other", {}, "agent.other", {}),
+    (b'{"type":"message_stop"}', "agent.other", {}, "turn.ended", {"status": "success", "stop_reason": "message_stop"}),
+    (b'{"type":7,"x":' + b"9" * 30 + b'}', "agent.other", {}, "agent.other", {}),
+]
+
+
+@pytest.mark.parametrize("codec_cls", CODECS)
+@pytest.mark.parametrize(("line", "kind", "data", "awp_kind", "awp_data"), HOT_LINES)
+def test_hot_lines_take_the_fast_path(codec_cls, line, kind, data, awp_kind, awp_data, monkeypatch):
+    """The shapes of a streaming turn never reach the generic parser, whatever digits they
+    hold (so the differential tests above do compare two different paths)."""
+    if codec_cls is AwpJsonlCodec:
+        kind, data = awp_kind, awp_data
+    expected = outcome(codec_cls()._decode_slow(line))
+
+    def generic(*_: Any) -> Any:
+        raise AssertionError("the generic path was taken")
+
+    for name in ("parse_object", "_parse_slow"):
+        monkeypatch.setattr(f"bridge.protocols.stream_json.{name}", generic)
+    if kind is None:  # awp-jsonl content_block_start: its data may hold any number, so a
+        # line with 19 digits in a row is read by json, as parse_object does
+        codec_cls().decode(line)
+        with pytest.raises(AssertionError, match="generic path"):
+            codec_cls().decode(line.replace(b"0", b"1" * 19, 1))
+        return
+    decoded = codec_cls().decode(line)
+    assert outcome(decoded) == expected
+    [ev] = decoded.events
+    assert (ev.kind, ev.data, ev.relay, ev.raw) == (kind, data, True, line.decode().removesuffix("\r"))
 
 
 @pytest.mark.parametrize("codec_cls", CODECS)

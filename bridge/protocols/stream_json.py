@@ -166,6 +166,12 @@ _JSONDecodeError = orjson.JSONDecodeError
 # Types whose handler decodes nothing outside awp-jsonl (a bare agent.other there).
 _AWP_ONLY = frozenset({"content_block_start", "content_block_delta", "message_stop"})
 _NOT_RAW_STREAM: Any = object()
+# Characters of the strings every line of a shape holds, for _may_be_too_deep: a text or
+# thinking delta has at least the keys and values of an awp-jsonl text delta, any raw
+# streaming event at least "type" and a 12-character type ("stream_event" + "event", or
+# "content_block_delta").
+_DELTA_LITERALS = len("type" "content_block_delta" "delta" "type" "text_delta" "text")
+_RAW_STREAM_LITERALS = len("type" "stream_event" "event")
 
 
 
@@ -229,13 +235,14 @@ class StreamJsonCodec:
             return self._decode_slow(line)
         if ev is _NOT_RAW_STREAM:
             return self._decode_other(line, obj, typ)
+        # The depth check may skip the bytes of the strings read above (none is a bracket):
+        # keys and values, each a literal of its own, at least one byte per character.
         if type(text) is str:
-            # The text is one string literal of the line: none of its bytes is a bracket.
-            if _may_be_too_deep(line, len(text)):
+            if _may_be_too_deep(line, len(text) + _DELTA_LITERALS):
                 return self._decode_slow(line)
             return Decoded([Event("agent", "message.delta", {"text": text, "channel": channel},
                                   line.decode("utf-8").rstrip("\r"), True)], [])
-        if _may_be_too_deep(line, 0):
+        if _may_be_too_deep(line, _RAW_STREAM_LITERALS):
             return self._decode_slow(line)
         return Decoded([Event("agent", "agent.other", {}, line.decode("utf-8").rstrip("\r"), True)], [])
 

@@ -418,3 +418,18 @@ def test_hot_lines_take_the_fast_path(codec_cls, line, kind, data, awp_kind, awp
 ])
 def test_edge_lines_decode_as_the_generic_path_does(codec_cls, line):
     check_same(codec_cls, line)
+
+
+def test_codec_bench_runs_every_shape_through_both_paths():
+    """`python -m bench.codec` (docs/benchmarks.md): one row per line shape, each shape
+    decoded alike by both paths (the bench asserts it). Structure only, never timing."""
+    from bench.codec import SHAPES, run
+
+    out: list[str] = []
+    rows = run(rounds=1, number=3, print_=out.append)
+    assert [r["shape"] for r in rows] == [name for name, _, _ in SHAPES]
+    assert len(out) == 3 + len(SHAPES) and all(line.startswith("|") for line in out[1:])
+    kinds = {name: [e.kind for e in codec_cls().decode(line).events] for name, codec_cls, line in SHAPES}
+    assert kinds["flood_agent text delta, 200 B"] == kinds["text_delta"] == kinds["thinking_delta"] == \
+        kinds["awp-jsonl content_block_delta"] == ["message.delta"]
+    assert kinds["assistant (text block)"] == ["message"] and kinds["result"] == ["turn.ended"]

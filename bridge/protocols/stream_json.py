@@ -174,7 +174,6 @@ _DELTA_LITERALS = len("type" "content_block_delta" "delta" "type" "text_delta" "
 _RAW_STREAM_LITERALS = len("type" "stream_event" "event")
 
 
-
 class StreamJsonCodec:
     """Sans-I/O codec for one agent process. Keeps only the little state the dialect needs
     (the streaming content block types, so that a ``tool_use`` block start is recognised)."""
@@ -194,14 +193,16 @@ class StreamJsonCodec:
     def decode(self, line: bytes) -> Decoded:
         """Decode one stdout line (without its newline).
 
-        Fast path (issue #8) for the lines a streaming turn is made of (``stream_event``
+        Fast path (issue #8) for the lines a streaming turn is made of: ``stream_event``
         lines, awp-jsonl's top-level ``content_block_delta``/``message_stop``, and types
-        that map to a bare ``agent.other``): what they decode to depends only on string
-        values, which orjson and ``json`` read alike, so they skip the huge-integer scan
-        of :func:`parse_object` and the generic dispatch. Everything else, and every line
-        orjson refuses or that might nest too deeply, decodes exactly as
-        :meth:`_decode_slow` does (tests/protocols/test_codec_fast_path.py checks that
-        the two agree).
+        that decode to a bare ``agent.other``. What they decode to depends on string values
+        only, and orjson reads a line it accepts exactly as ``json`` does but for numbers
+        (integers beyond 64 bits become floats; what ``json`` refuses beyond 4300 digits
+        orjson refuses as infinite), so these lines skip :func:`parse_object`'s scan for
+        long digit runs and the generic dispatch. A line orjson refuses, one that is not an
+        object or might nest too deeply, and every other type decode exactly as
+        :meth:`_decode_slow` does; tests/protocols/test_codec_fast_path.py checks that the
+        two always agree.
         """
         try:
             obj = _loads(line)

@@ -77,8 +77,8 @@ def _finite_float(text: str) -> float:
 _DIGITS_AS_ONES = bytes(0x31 if 0x30 <= i <= 0x39 else 0x30 for i in range(256))
 _LONG_DIGITS = b"1" * 19
 # Nesting deeper than MAX_JSON_DEPTH takes more than that many opening brackets, and as many
-# closing ones: a shorter valid line cannot be too deep. Counted in one C pass that keeps
-# only the opening brackets (cheaper than two ``count`` calls).
+# closing ones: a shorter valid line cannot be too deep (and a long one is counted in one C
+# pass that keeps only the opening brackets).
 _DEPTH_CHECK_LEN = 2 * (MAX_JSON_DEPTH + 1)
 _NOT_OPENING_BRACKETS = bytes(i for i in range(256) if i not in b"{[")
 
@@ -109,11 +109,6 @@ def parse_object(line: bytes) -> tuple[dict[str, Any] | None, str, str | None]:
             if _may_be_too_deep(line, 0) and too_deep(fast):
                 return None, line.decode("utf-8")[:512], f"line is nested deeper than {MAX_JSON_DEPTH} levels"
             return fast, line.decode("utf-8").rstrip("\r"), None
-    return _parse_slow(line)
-
-
-def _parse_slow(line: bytes) -> tuple[dict[str, Any] | None, str, str | None]:
-    """:func:`parse_object` with ``json`` alone (what the orjson fast path falls back to)."""
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError:
@@ -163,13 +158,15 @@ def _truncate(text: str, limit: int = 4096) -> str:
 
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
-# Types whose handler decodes nothing outside awp-jsonl (a bare agent.other there).
-_AWP_ONLY = frozenset({"content_block_start", "content_block_delta", "message_stop"})
+# How the lines decode() takes its fast path begin: raw streaming events as Claude Code and
+# bench/agents/flood_agent.py write them ("type" first), compact or as Python's json.dumps.
+_STREAM_EVENT_LINE = (b'{"type":"stream_event"', b'{"type": "stream_event"')
+_AWP_DELTA_LINE = (b'{"type":"content_block_delta"', b'{"type": "content_block_delta"')
 _NOT_RAW_STREAM: Any = object()
 # Characters of the strings every line of a shape holds, for _may_be_too_deep: a text or
-# thinking delta has at least the keys and values of an awp-jsonl text delta, any raw
-# streaming event at least "type" and a 12-character type ("stream_event" + "event", or
-# "content_block_delta").
+# thinking delta holds at least the keys and values of an awp-jsonl text delta, any raw
+# streaming event at least those of "type":"stream_event","event" (21 characters; an
+# awp-jsonl "type":"content_block_delta" has 23).
 _DELTA_LITERALS = len("type" "content_block_delta" "delta" "type" "text_delta" "text")
 _RAW_STREAM_LITERALS = len("type" "stream_event" "event")
 
@@ -186,6 +183,7 @@ class StreamJsonCodec:
 
     def __init__(self, *, awp: bool = False) -> None:
         self._awp = awp
+        self._fast_prefixes = _AWP_DELTA_LINE if awp else _STREAM_EVENT_LINE
         self._req_counter = 0
 
     # ------------------------------------------------------------------ decoding
@@ -194,26 +192,26 @@ class StreamJsonCodec:
         """Decode one stdout line (without its newline).
 
         Fast path (issue #8) for the lines a streaming turn is made of: ``stream_event``
-        lines, awp-jsonl's top-level ``content_block_delta``/``message_stop``, and types
-        that decode to a bare ``agent.other``. What they decode to depends on string values
-        only, and orjson reads a line it accepts exactly as ``json`` does but for numbers
-        (integers beyond 64 bits become floats; what ``json`` refuses beyond 4300 digits
-        orjson refuses as infinite), so these lines skip :func:`parse_object`'s scan for
-        long digit runs and the generic dispatch. A line orjson refuses, one that is not an
-        object or might nest too deeply, and every other type decode exactly as
-        :meth:`_decode_slow` does; tests/protocols/test_codec_fast_path.py checks that the
-        two always agree.
+        lines (awp-jsonl: its top-level ``content_block_delta`` lines) as agents write
+        them, ``"type"`` first. They decode to a ``message.delta`` or a bare
+        ``agent.other``, which depends on string values only, and orjson reads a line it
+        accepts exactly as ``json`` does but for numbers (integers beyond 64 bits become
+        floats; what ``json`` refuses beyond 4300 digits orjson refuses as infinite); so
+        these lines skip :func:`parse_object`'s scan for long digit runs and the generic
+        dispatch. Every other line, one orjson refuses, and one that might nest too deeply
+        decode exactly as :meth:`_decode_slow` does; tests/protocols/test_codec_fast_path.py
+        checks that the two always agree.
         """
+        if not line.startswith(self._fast_prefixes):
+            return self._decode_slow(line)
         try:
             obj = _loads(line)
         except _JSONDecodeError:
-            return self._decode_parsed(*_parse_slow(line))
-        if type(obj) is not dict:
             return self._decode_slow(line)
         # Subscripts, not .get(): on values straight from orjson, x["k"] succeeds only when x
-        # is a dict holding "k"; any other shape takes the slow path (never a hot one).
+        # is a dict holding "k"; any other shape takes the generic path.
         try:
-            typ = obj["type"]
+            typ = obj["type"]  # not the prefix's when the key comes twice
             if typ == "stream_event":
                 ev = obj["event"]
             elif typ == "content_block_delta" and self._awp:
@@ -221,7 +219,7 @@ class StreamJsonCodec:
             else:
                 ev = _NOT_RAW_STREAM
             if ev is not _NOT_RAW_STREAM and ev["type"] == "content_block_delta":
-                # A raw streaming event (_raw_stream): a text or thinking delta, else a bare agent.other.
+                # What _raw_stream makes of it: a text or thinking delta, else a bare agent.other.
                 delta = ev["delta"]
                 dtype = delta["type"]
                 if dtype == "text_delta":
@@ -235,7 +233,7 @@ class StreamJsonCodec:
         except (KeyError, TypeError):
             return self._decode_slow(line)
         if ev is _NOT_RAW_STREAM:
-            return self._decode_other(line, obj, typ)
+            return self._decode_slow(line)
         # The depth check may skip the bytes of the strings read above (none is a bracket):
         # keys and values, each a literal of its own, at least one byte per character.
         if type(text) is str:
@@ -247,29 +245,10 @@ class StreamJsonCodec:
             return self._decode_slow(line)
         return Decoded([Event("agent", "agent.other", {}, line.decode("utf-8").rstrip("\r"), True)], [])
 
-    def _decode_other(self, line: bytes, obj: dict[str, Any], typ: Any) -> Decoded:
-        """:meth:`decode` of a JSON object (parsed by orjson) that is not a raw streaming event."""
-        if type(typ) is not str or typ not in self._handlers or (not self._awp and typ in _AWP_ONLY):
-            # No handler, or one that finds nothing here: a bare agent.other, whatever the values.
-            if _may_be_too_deep(line, 0):
-                return self._decode_slow(line)
-            return Decoded([Event("agent", "agent.other", {}, line.decode("utf-8").rstrip("\r"), True)], [])
-        if typ == "message_stop":  # awp-jsonl ends a turn
-            if _may_be_too_deep(line, 0):
-                return self._decode_slow(line)
-            return Decoded([Event("agent", "turn.ended", {"status": "success", "stop_reason": "message_stop"},
-                                  line.decode("utf-8").rstrip("\r"), True)], [])
-        # The data of these lines holds other values than strings: parse_object's route.
-        if _may_be_too_deep(line, 0) or _LONG_DIGITS in line.translate(_DIGITS_AS_ONES):
-            return self._decode_slow(line)
-        return self._decode_parsed(obj, line.decode("utf-8").rstrip("\r"), None)
-
     def _decode_slow(self, line: bytes) -> Decoded:
         """The generic decoder: :func:`parse_object`, then dispatch on ``type``. What
         :meth:`decode` must always agree with."""
-        return self._decode_parsed(*parse_object(line))
-
-    def _decode_parsed(self, obj: dict[str, Any] | None, text: str, problem: str | None) -> Decoded:
+        obj, text, problem = parse_object(line)
         if obj is not None and obj.get("type") == "control_response":
             cleaned = redact_secrets(obj)
             if cleaned != obj:  # the transcript and clients get the redacted line instead

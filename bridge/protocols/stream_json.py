@@ -162,7 +162,6 @@ _JSONDecodeError = orjson.JSONDecodeError
 # bench/agents/flood_agent.py write them ("type" first), compact or as Python's json.dumps.
 _STREAM_EVENT_LINE = (b'{"type":"stream_event"', b'{"type": "stream_event"')
 _AWP_DELTA_LINE = (b'{"type":"content_block_delta"', b'{"type": "content_block_delta"')
-_NOT_RAW_STREAM: Any = object()
 # Characters of the strings every line of a shape holds, for _may_be_too_deep: a text or
 # thinking delta holds at least the keys and values of an awp-jsonl text delta, any raw
 # streaming event at least those of "type":"stream_event","event" (21 characters; an
@@ -217,8 +216,9 @@ class StreamJsonCodec:
             elif typ == "content_block_delta" and self._awp:
                 ev = obj
             else:
-                ev = _NOT_RAW_STREAM
-            if ev is not _NOT_RAW_STREAM and ev["type"] == "content_block_delta":
+                ev = None  # (as is an event that is null: the generic path decodes these)
+            text = None
+            if ev is not None and ev["type"] == "content_block_delta":
                 # What _raw_stream makes of it: a text or thinking delta, else a bare agent.other.
                 delta = ev["delta"]
                 dtype = delta["type"]
@@ -226,13 +226,9 @@ class StreamJsonCodec:
                     text, channel = delta["text"], "text"
                 elif dtype == "thinking_delta":
                     text, channel = delta["thinking"], "thought"
-                else:
-                    text = None
-            else:
-                text = None
         except (KeyError, TypeError):
             return self._decode_slow(line)
-        if ev is _NOT_RAW_STREAM:
+        if ev is None:
             return self._decode_slow(line)
         # The depth check may skip the bytes of the strings read above (none is a bracket):
         # keys and values, each a literal of its own, at least one byte per character.

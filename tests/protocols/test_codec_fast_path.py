@@ -190,9 +190,10 @@ def stream_events(draw: st.DrawFn) -> Any:
 
 
 @st.composite
-def stream_lines(draw: st.DrawFn) -> bytes:
-    """A stream_event line, or an awp-jsonl raw event line, with random and wrong fields."""
-    awp_style = draw(st.booleans())
+def stream_lines(draw: st.DrawFn, fast_for_awp: bool | None = None) -> bytes:
+    """A stream_event line, or an awp-jsonl raw event line, with random and wrong fields.
+    With ``fast_for_awp``, one that begins as the fast path of that dialect wants."""
+    awp_style = draw(st.booleans()) if fast_for_awp is None else fast_for_awp
     if awp_style:
         obj = draw(stream_events())
         if not isinstance(obj, dict):
@@ -207,6 +208,8 @@ def stream_lines(draw: st.DrawFn) -> bytes:
         optional(draw, obj, "session_id", st.sampled_from(["4f0b6a8e-1c2d-4e5f-9a0b-1c2d3e4f5a6b"]) | junk)
         optional(draw, obj, "parent_tool_use_id", st.none() | junk)
         optional(draw, obj, "uuid", st.uuids().map(str) | junk)
+    if fast_for_awp is not None:
+        obj["type"] = "content_block_delta" if fast_for_awp else "stream_event"
     for _ in range(draw(st.integers(0, 2))):
         obj[draw(st.sampled_from(KEYS) | st.text(max_size=6))] = draw(junk)
     if not often(draw, 7):  # something nested about MAX_JSON_DEPTH deep, next to the delta or in it
@@ -217,14 +220,15 @@ def stream_lines(draw: st.DrawFn) -> bytes:
         holder[draw(st.sampled_from(["extra", "delta"]))] = draw(nested(
             usually(draw, {"type": "text_delta", "text": draw(st.text(max_size=300))}, leaves)))
     items = draw(st.permutations(list(obj.items())))
-    if "type" in obj and often(draw, 3):  # agents write "type" first: the fast path's lines
+    if "type" in obj and (fast_for_awp is not None or often(draw, 3)):  # agents write "type" first
         items = [("type", obj["type"]), *(item for item in items if item[0] != "type")]
     text = json.dumps(dict(items), ensure_ascii=draw(st.booleans()),
                       separators=draw(st.sampled_from([(",", ":"), (", ", ": ")])))
     if not often(draw, 7):  # a duplicate key: the last one wins in both parsers
         retyped = draw(st.sampled_from(["content_block_delta", "stream_event", "assistant"]) | junk)
         text = text[:-1] + (", " if len(items) else "") + f'"type": {json.dumps(retyped)}}}'
-    text = usually(draw, "", st.sampled_from([" ", "\t"])) + text + draw(st.sampled_from(["", " ", "\r", " \r"]))
+    lead = "" if fast_for_awp is not None else usually(draw, "", st.sampled_from([" ", "\t"]))
+    text = lead + text + draw(st.sampled_from(["", " ", "\r", " \r"]))
     return text.encode("utf-8", "surrogatepass")
 
 
@@ -252,6 +256,13 @@ STREAM_REAL_LINES = [line for line in REAL_LINES if b'"stream_event"' in line] +
 @given(line=stream_lines())
 def test_stream_shaped_lines_decode_as_the_generic_path_does(codec_cls, line):
     check_same(codec_cls, line)
+
+
+@pytest.mark.parametrize("codec_cls", CODECS)
+@FUZZ
+@given(data=st.data())
+def test_lines_that_begin_as_the_fast_path_wants_decode_as_the_generic_path_does(codec_cls, data):
+    check_same(codec_cls, data.draw(stream_lines(fast_for_awp=codec_cls is AwpJsonlCodec), label="line"))
 
 
 @pytest.mark.parametrize("codec_cls", CODECS)

@@ -76,6 +76,18 @@ def _finite_float(text: str) -> float:
 # a regular expression costs more than the parse itself on a line full of digits.
 _DIGITS_AS_ONES = bytes(0x31 if 0x30 <= i <= 0x39 else 0x30 for i in range(256))
 _LONG_DIGITS = b"1" * 19
+# Nesting deeper than MAX_JSON_DEPTH takes more than that many opening brackets, and as many
+# closing ones: a shorter valid line cannot be too deep (and a long one is counted in one C
+# pass that keeps only the opening brackets).
+_DEPTH_CHECK_LEN = 2 * (MAX_JSON_DEPTH + 1)
+_NOT_OPENING_BRACKETS = bytes(i for i in range(256) if i not in b"{[")
+
+
+def _may_be_too_deep(line: bytes, in_strings: int) -> bool:
+    """False when ``line`` (valid JSON) is certainly nested at most MAX_JSON_DEPTH deep.
+    ``in_strings`` is a number of its bytes known to lie inside string literals."""
+    return (len(line) - in_strings >= _DEPTH_CHECK_LEN
+            and len(line.translate(None, _NOT_OPENING_BRACKETS)) > MAX_JSON_DEPTH)
 
 
 def parse_object(line: bytes) -> tuple[dict[str, Any] | None, str, str | None]:
@@ -94,7 +106,7 @@ def parse_object(line: bytes) -> tuple[dict[str, Any] | None, str, str | None]:
             if not isinstance(fast, dict):
                 return None, line.decode("utf-8"), "line is not a JSON object"
             # Depth cannot exceed the number of brackets: walk the tree only when it might.
-            if line.count(b"{") + line.count(b"[") > MAX_JSON_DEPTH and too_deep(fast):
+            if _may_be_too_deep(line, 0) and too_deep(fast):
                 return None, line.decode("utf-8")[:512], f"line is nested deeper than {MAX_JSON_DEPTH} levels"
             return fast, line.decode("utf-8").rstrip("\r"), None
     try:
@@ -144,6 +156,20 @@ def _truncate(text: str, limit: int = 4096) -> str:
     return text if len(text) <= limit else text[:limit] + f"… [{len(text) - limit} more chars]"
 
 
+_loads = orjson.loads
+_JSONDecodeError = orjson.JSONDecodeError
+# How the lines decode() takes its fast path begin: raw streaming events as Claude Code and
+# bench/agents/flood_agent.py write them ("type" first), compact or as Python's json.dumps.
+_STREAM_EVENT_LINE = (b'{"type":"stream_event"', b'{"type": "stream_event"')
+_AWP_DELTA_LINE = (b'{"type":"content_block_delta"', b'{"type": "content_block_delta"')
+# Characters of the strings every line of a shape holds, for _may_be_too_deep: a text or
+# thinking delta holds at least the keys and values of an awp-jsonl text delta, any raw
+# streaming event at least those of "type":"stream_event","event" (21 characters; an
+# awp-jsonl "type":"content_block_delta" has 23).
+_DELTA_LITERALS = len("type" "content_block_delta" "delta" "type" "text_delta" "text")
+_RAW_STREAM_LITERALS = len("type" "stream_event" "event")
+
+
 class StreamJsonCodec:
     """Sans-I/O codec for one agent process. Keeps only the little state the dialect needs
     (the streaming content block types, so that a ``tool_use`` block start is recognised)."""
@@ -156,11 +182,68 @@ class StreamJsonCodec:
 
     def __init__(self, *, awp: bool = False) -> None:
         self._awp = awp
+        self._fast_prefixes = _AWP_DELTA_LINE if awp else _STREAM_EVENT_LINE
         self._req_counter = 0
 
     # ------------------------------------------------------------------ decoding
 
     def decode(self, line: bytes) -> Decoded:
+        """Decode one stdout line (without its newline).
+
+        Fast path (issue #8) for the lines a streaming turn is made of: ``stream_event``
+        lines (awp-jsonl: its top-level ``content_block_delta`` lines) as agents write
+        them, ``"type"`` first. They decode to a ``message.delta`` or a bare
+        ``agent.other``, which depends on string values only, and orjson reads a line it
+        accepts exactly as ``json`` does but for numbers (integers beyond 64 bits become
+        floats; what ``json`` refuses beyond 4300 digits orjson refuses as infinite); so
+        these lines skip :func:`parse_object`'s scan for long digit runs and the generic
+        dispatch. Every other line, one orjson refuses, and one that might nest too deeply
+        decode exactly as :meth:`_decode_slow` does; tests/protocols/test_codec_fast_path.py
+        checks that the two always agree.
+        """
+        if not line.startswith(self._fast_prefixes):
+            return self._decode_slow(line)
+        try:
+            obj = _loads(line)
+        except _JSONDecodeError:
+            return self._decode_slow(line)
+        # Subscripts, not .get(): on values straight from orjson, x["k"] succeeds only when x
+        # is a dict holding "k"; any other shape takes the generic path.
+        try:
+            typ = obj["type"]  # not the prefix's when the key comes twice
+            if typ == "stream_event":
+                ev = obj["event"]
+            elif typ == "content_block_delta" and self._awp:
+                ev = obj
+            else:
+                ev = None  # (as is an event that is null: the generic path decodes these)
+            text = None
+            if ev is not None and ev["type"] == "content_block_delta":
+                # What _raw_stream makes of it: a text or thinking delta, else a bare agent.other.
+                delta = ev["delta"]
+                dtype = delta["type"]
+                if dtype == "text_delta":
+                    text, channel = delta["text"], "text"
+                elif dtype == "thinking_delta":
+                    text, channel = delta["thinking"], "thought"
+        except (KeyError, TypeError):
+            return self._decode_slow(line)
+        if ev is None:
+            return self._decode_slow(line)
+        # The depth check may skip the bytes of the strings read above (none is a bracket):
+        # keys and values, each a literal of its own, at least one byte per character.
+        if type(text) is str:
+            if _may_be_too_deep(line, len(text) + _DELTA_LITERALS):
+                return self._decode_slow(line)
+            return Decoded([Event("agent", "message.delta", {"text": text, "channel": channel},
+                                  line.decode("utf-8").rstrip("\r"), True)], [])
+        if _may_be_too_deep(line, _RAW_STREAM_LITERALS):
+            return self._decode_slow(line)
+        return Decoded([Event("agent", "agent.other", {}, line.decode("utf-8").rstrip("\r"), True)], [])
+
+    def _decode_slow(self, line: bytes) -> Decoded:
+        """The generic decoder: :func:`parse_object`, then dispatch on ``type``. What
+        :meth:`decode` must always agree with."""
         obj, text, problem = parse_object(line)
         if obj is not None and obj.get("type") == "control_response":
             cleaned = redact_secrets(obj)

@@ -4,6 +4,7 @@ still gets every frame intact, once, in order — in events mode and in raw mode
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -50,3 +51,28 @@ async def test_a_burst_reaches_every_client_whole_once_and_in_order(daemon: Any,
     finally:
         await events.close()
         await raw.close()
+
+
+async def test_answers_to_a_client_that_does_not_read_are_never_dropped_and_keep_their_order(daemon: Any) -> None:
+    # Answers wait in the subscriber (fanout.Subscriber.replies) to leave with whatever else
+    # is ready; beyond REPLY_LIMIT of them the daemon stops reading this client's frames
+    # until they are out. None is dropped, none overtakes another.
+    thread = await new_thread(daemon, "stream-json")
+    url = f"{daemon.ws_url}/v1/threads/{thread['id']}/ws"
+    ws = await websockets.connect(url, additional_headers=daemon.headers, open_timeout=STEP_TIMEOUT)
+    try:
+        n = 300
+        for i in range(n):  # sent without reading a single answer
+            op = "nope" if i % 3 == 2 else "interrupt"
+            await ws.send(json.dumps({"op": op, "client_id": f"c{i}"}))
+        answers: list[dict[str, Any]] = []
+        while len(answers) < n:
+            frame = json.loads(await asyncio.wait_for(ws.recv(), STEP_TIMEOUT))
+            if frame["kind"] in ("client.accepted", "client.rejected"):
+                answers.append(frame)
+        assert [a["data"]["client_id"] for a in answers] == [f"c{i}" for i in range(n)]
+        assert [a["kind"] for a in answers] == [
+            "client.rejected" if i % 3 == 2 else "client.accepted" for i in range(n)]
+        assert all(a["data"]["code"] == "unknown_op" for a in answers if a["kind"] == "client.rejected")
+    finally:
+        await ws.close()

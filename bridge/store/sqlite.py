@@ -53,7 +53,7 @@ MAX_BATCH = 512  # appends per transaction
 # Batches up to this size commit inline, on the event loop (see _commit_inline).
 INLINE_MAX_ROWS = 64
 INLINE_MAX_BYTES = 128 * 1024
-TOUCH_FLUSH_S = 0.5  # dirty updated_at/last_seq are written within this long
+TOUCH_FLUSH_S = 0.5  # owed updated_at/last_seq/turn_active are written within this long
 CHECKPOINT_EVERY = 256  # inline commits between WAL checkpoints (about 1000 WAL pages)
 MAX_BACKOFF_S = 2.0
 
@@ -410,8 +410,9 @@ class SqliteStore:
 
     async def append(self, thread_id: str, records: Sequence[Record],
                      client_ids: Sequence[str | None], thread_fields: dict[str, Any]) -> None:
-        """Return once the records (and the thread fields) are committed. ``updated_at``
-        and ``last_seq`` are owed to the thread row and written later (``_dirty``)."""
+        """Return once the records (and the thread fields) are committed. ``updated_at``,
+        ``last_seq`` and ``turn_active`` are owed to the thread row and written later
+        (``_dirty``); any other field is written in the same transaction."""
         rows = [(thread_id, r.seq, r.ts, r.source, r.kind, r.data_json, r.raw,
                  int(r.relay), cid) for r, cid in zip(records, client_ids, strict=True)]
         fields = self._dump(thread_fields)

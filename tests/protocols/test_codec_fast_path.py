@@ -18,7 +18,7 @@ from unittest import mock
 
 import orjson
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from test_codec_fuzz import (
     FUZZ,
@@ -35,6 +35,10 @@ from test_codec_fuzz import (
 from bridge.protocols.awp_jsonl import AwpJsonlCodec
 from bridge.protocols.events import MAX_JSON_DEPTH, too_deep
 from bridge.protocols.stream_json import _DIGITS_AS_ONES, _LONG_DIGITS, StreamJsonCodec, parse_object
+
+# Half of FUZZ's examples per property: seven properties over two dialects run in every CI
+# run, and the suite has a ten-minute budget.
+DIFF = settings(FUZZ, max_examples=100)
 
 CODECS = [StreamJsonCodec, AwpJsonlCodec]
 
@@ -252,35 +256,35 @@ STREAM_REAL_LINES = [line for line in REAL_LINES if b'"stream_event"' in line] +
 
 
 @pytest.mark.parametrize("codec_cls", CODECS)
-@FUZZ
+@DIFF
 @given(line=stream_lines())
 def test_stream_shaped_lines_decode_as_the_generic_path_does(codec_cls, line):
     check_same(codec_cls, line)
 
 
 @pytest.mark.parametrize("codec_cls", CODECS)
-@FUZZ
+@DIFF
 @given(data=st.data())
 def test_lines_that_begin_as_the_fast_path_wants_decode_as_the_generic_path_does(codec_cls, data):
     check_same(codec_cls, data.draw(stream_lines(fast_for_awp=codec_cls is AwpJsonlCodec), label="line"))
 
 
 @pytest.mark.parametrize("codec_cls", CODECS)
-@FUZZ
+@DIFF
 @given(obj=top_level_objects, ascii_only=st.booleans())
 def test_protocol_shaped_lines_decode_as_the_generic_path_does(codec_cls, obj, ascii_only):
     check_same(codec_cls, json.dumps(obj, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass"))
 
 
 @pytest.mark.parametrize("codec_cls", CODECS)
-@FUZZ
+@DIFF
 @given(line=st.binary(max_size=300) | st.text(max_size=100).map(lambda s: s.encode("utf-8", "surrogatepass")))
 def test_arbitrary_bytes_decode_as_the_generic_path_does(codec_cls, line):
     check_same(codec_cls, line)
 
 
 @pytest.mark.parametrize("codec_cls", CODECS)
-@FUZZ
+@DIFF
 @given(data=st.data())
 def test_mutated_stream_lines_decode_as_the_generic_path_does(codec_cls, data):
     original = data.draw(st.sampled_from(STREAM_REAL_LINES + REAL_LINES), label="line")
@@ -289,7 +293,7 @@ def test_mutated_stream_lines_decode_as_the_generic_path_does(codec_cls, data):
 
 
 @pytest.mark.parametrize("codec_cls", CODECS)
-@FUZZ
+@DIFF
 @given(data=st.data())
 def test_structurally_mutated_stream_lines_decode_as_the_generic_path_does(codec_cls, data):
     """Valid JSON, one field of a real or flood line replaced (wrong types, huge ints, depth)."""
@@ -306,7 +310,7 @@ def test_structurally_mutated_stream_lines_decode_as_the_generic_path_does(codec
 
 
 @pytest.mark.parametrize("codec_cls", CODECS)
-@FUZZ
+@DIFF
 @given(value=json_values, digits=st.integers(17, 400), where=st.sampled_from(["index", "uuid", "extra", "text"]))
 @example(value=None, digits=5000, where="index")  # json refuses it (int digit limit), orjson too
 def test_long_digit_runs_decode_as_the_generic_path_does(codec_cls, value, digits, where):

@@ -131,12 +131,20 @@ async def until(ws: WSClient, mark: bytes) -> int:
         n += len(batch)
 
 
-async def connect_retry(port: int, path: str, headers: dict[str, str], deadline: float) -> WSClient:
-    """Connect as soon as the server accepts (start-up measurement): retry refused connects."""
+class ServerExited(Exception):
+    """The server process ended before it accepted a connection."""
+
+
+async def connect_retry(port: int, path: str, headers: dict[str, str], deadline: float,
+                        proc: asyncio.subprocess.Process | None = None) -> WSClient:
+    """Connect as soon as the server accepts (start-up measurement): retry refused connects,
+    and give up at once when ``proc`` (the server) has exited."""
     while True:
         try:
             return await WSClient.connect(HOST, port, path, headers)
         except (ConnectionError, OSError, Closed):
+            if proc is not None and proc.returncode is not None:
+                raise ServerExited(f"exit status {proc.returncode}") from None
             if time.perf_counter() > deadline:
                 raise
             await asyncio.sleep(0.002)
@@ -241,19 +249,28 @@ class Websocketd:
         self.port = 0
 
     async def start(self) -> float:
-        """Start it; returns the seconds from spawn to the first accepted WebSocket."""
-        self.port = free_port()
+        """Start it; returns the seconds from spawn to the first accepted WebSocket. The port
+        is picked free just before the spawn; should another process take it meanwhile,
+        websocketd exits and is started again on another (at most three times)."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        err = (self.dir / f"websocketd-{self.script.stem}.stderr").open("ab")
-        t0 = time.perf_counter()
-        self.proc = await asyncio.create_subprocess_exec(
-            shutil.which("websocketd") or "websocketd", f"--port={self.port}", f"--address={HOST}", "--loglevel=error",
-            PYTHON, "-I", str(self.script), stdout=asyncio.subprocess.DEVNULL, stderr=err)
-        err.close()
-        ws = await connect_retry(self.port, "/", {}, t0 + 30)
-        elapsed = time.perf_counter() - t0
-        await ws.close()
-        return elapsed
+        for attempt in range(3):
+            self.port = free_port()
+            err = (self.dir / f"websocketd-{self.script.stem}.stderr").open("ab")
+            t0 = time.perf_counter()
+            self.proc = await asyncio.create_subprocess_exec(
+                shutil.which("websocketd") or "websocketd", f"--port={self.port}", f"--address={HOST}",
+                "--loglevel=error", PYTHON, "-I", str(self.script), stdout=asyncio.subprocess.DEVNULL, stderr=err)
+            err.close()
+            try:
+                ws = await connect_retry(self.port, "/", {}, t0 + 30, self.proc)
+            except ServerExited:
+                if attempt == 2:
+                    raise
+                continue
+            elapsed = time.perf_counter() - t0
+            await ws.close()
+            return elapsed
+        raise AssertionError("unreachable")
 
     @property
     def pid(self) -> int:
@@ -588,7 +605,8 @@ class Bench:
             await b.start(port)
             try:
                 # ``after`` far ahead of the transcript: nothing is replayed before the first frame.
-                ws = await connect_retry(port, f"/v1/threads/{tid}/ws?after={seen[0] + 10_000}", b.headers, t0 + 30)
+                ws = await connect_retry(port, f"/v1/threads/{tid}/ws?after={seen[0] + 10_000}", b.headers,
+                                         t0 + 30, b.proc)
                 self.add("cold_serve", "bridge", (time.perf_counter() - t0) * 1000)
                 await ws.close()
                 ws = await b.ws(tid, after=await last_seq(b))

@@ -183,6 +183,22 @@ def agent_text(c: Any, since: int = 0) -> str:
                    if f["seq"] > since and f["data"].get("channel") == "text")
 
 
+async def write_allowed(c: Any, path: Path) -> dict[str, Any]:
+    """A ``WRITE path`` turn whose one permission request client ``c`` allows; its
+    successful ``turn.ended``."""
+    acc = await c.prompt(f"WRITE {path}")
+    req = await c.kind("permission.requested", timeout=AGENT_TIMEOUT)
+    await c.send(op="permission", request_id=req["data"]["request_id"], decision="allow")
+    end: dict[str, Any] = await c.kind("turn.ended", turn_id=acc["data"]["turn_id"], timeout=AGENT_TIMEOUT)
+    assert end["data"]["status"] == "success", end
+    return end
+
+
+def root_sandbox() -> dict[str, str]:
+    """As root, Claude Code refuses to bypass permissions unless IS_SANDBOX=1 (protocols.md §1.1)."""
+    return {"IS_SANDBOX": "1"} if os.geteuid() == 0 else {}
+
+
 DOCS_AGENTS = HERE.parent.parent / "docs" / "agents.md"
 
 
@@ -212,6 +228,14 @@ def strace_wrapped(executable: str, args: list[str], log: Path) -> tuple[str, li
         _unavailable("strace is not installed")
         raise AssertionError("unreachable")
     return os.path.realpath(strace), ["-f", "-qq", "-e", TRACED, "-o", str(log), executable, *args]
+
+
+def assert_only_peer_is(fake: FakeAnthropic, log: Path) -> None:
+    """The traced processes talked to the loopback fake, and to nothing else."""
+    peers = network_peers(log)
+    addr = ("127.0.0.1", int(fake.url.rsplit(":", 1)[1]))
+    assert addr in peers, peers  # the trace saw the model traffic
+    assert set(peers) == {addr}, peers
 
 
 def network_peers(log: Path) -> list[tuple[str, int]]:

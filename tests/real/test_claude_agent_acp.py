@@ -7,8 +7,6 @@ to the loopback fake Messages API of fake_anthropic.py.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from conftest import new_thread, wait_until
 from fake_anthropic import MODEL, block_texts, last_user, tool_results
@@ -18,12 +16,14 @@ from realagents import (
     Real,
     acp_command,
     agent_text,
+    assert_only_peer_is,
     doc_preset,
     fake_api,
-    network_peers,
     profile,
     real,
+    root_sandbox,
     strace_wrapped,
+    write_allowed,
 )
 
 __all__ = ["fake_api", "real"]  # fixtures used by the tests below
@@ -31,13 +31,11 @@ __all__ = ["fake_api", "real"]  # fixtures used by the tests below
 pytestmark = pytest.mark.timeout(120)
 
 
-def acp_profile(r: Real, name: str = "claude-acp") -> str:
-    node, args = acp_command()
-    # As root, Claude Code refuses the bypass flag claude-agent-acp always passes, unless
-    # IS_SANDBOX=1 (protocols.md §1.1).
-    sandbox = {"IS_SANDBOX": "1"} if os.geteuid() == 0 else {}
+def acp_profile(r: Real, name: str = "claude-acp", command: tuple[str, list[str]] | None = None) -> str:
+    # root_sandbox(): claude-agent-acp always passes the bypass flag.
+    node, args = command or acp_command()
     return profile(name, protocol="acp", executable=node, args=args,
-                   env=r.env(ANTHROPIC_MODEL=MODEL, **sandbox))
+                   env=r.env(ANTHROPIC_MODEL=MODEL, **root_sandbox()))
 
 
 async def test_acp_chat_turn_streams_text_from_the_real_agent(real: Real) -> None:
@@ -167,8 +165,7 @@ async def test_the_documented_preset_runs(real: Real) -> None:
     node, args = acp_command()
     assert preset["args"][0].endswith(args[0].split("node_modules", 1)[1])
     preset.update(executable=node, args=args)
-    sandbox = {"IS_SANDBOX": "1"} if os.geteuid() == 0 else {}
-    preset["env"] = {**preset["env"], **real.env(**sandbox)}
+    preset["env"] = {**preset["env"], **real.env(**root_sandbox())}
     d = await real.daemon(real.config(profile("claude-acp", **preset)))
     c = await d.ws((await new_thread(d, "claude-acp", cwd=str(real.work)))["id"])
     end = await c.turn("CHAT hi")
@@ -182,18 +179,8 @@ async def test_no_traffic_leaves_the_machine(real: Real) -> None:
     # strace -f follows node into the Claude Code CLI it spawns and the tools that runs.
     log = real.tmp / "strace.log"
     node, args = acp_command()
-    exe, traced_args = strace_wrapped(node, args, log)
-    sandbox = {"IS_SANDBOX": "1"} if os.geteuid() == 0 else {}
-    d = await real.daemon(real.config(profile("traced", protocol="acp", executable=exe, args=traced_args,
-                                              env=real.env(ANTHROPIC_MODEL=MODEL, **sandbox))))
+    d = await real.daemon(real.config(acp_profile(real, "traced", strace_wrapped(node, args, log))))
     c = await d.ws((await new_thread(d, "traced", cwd=str(real.work)))["id"])
     assert (await c.turn("CHAT hello"))["data"]["status"] == "success"
-    acc = await c.prompt(f"WRITE {real.work / 'traced.txt'}")
-    req = await c.kind("permission.requested", timeout=AGENT_TIMEOUT)
-    await c.send(op="permission", request_id=req["data"]["request_id"], decision="allow")
-    end = await c.kind("turn.ended", turn_id=acc["data"]["turn_id"], timeout=AGENT_TIMEOUT)
-    assert end["data"]["status"] == "success", end
-    peers = network_peers(log)
-    fake = ("127.0.0.1", int(real.fake.url.rsplit(":", 1)[1]))
-    assert fake in peers, peers
-    assert set(peers) == {fake}, peers
+    await write_allowed(c, real.work / "traced.txt")
+    assert_only_peer_is(real.fake, log)

@@ -17,13 +17,14 @@ from realagents import (
     PINS,
     Real,
     agent_text,
+    assert_only_peer_is,
     claude_executable,
     doc_preset,
     fake_api,
-    network_peers,
     profile,
     real,
     strace_wrapped,
+    write_allowed,
 )
 
 __all__ = ["fake_api", "real"]  # fixtures used by the tests below
@@ -198,11 +199,7 @@ async def test_the_documented_preset_runs(real: Real) -> None:
     preset["env"] = {**preset["env"], **real.env()}
     d = await real.daemon(real.config(profile("claude", **preset)))
     c = await d.ws((await new_thread(d, "claude", cwd=str(real.work)))["id"])
-    acc = await c.prompt(f"WRITE {real.work / 'preset.txt'}")
-    req = await c.kind("permission.requested", timeout=AGENT_TIMEOUT)
-    await c.send(op="permission", request_id=req["data"]["request_id"], decision="allow")
-    end = await c.kind("turn.ended", turn_id=acc["data"]["turn_id"], timeout=AGENT_TIMEOUT)
-    assert end["data"]["status"] == "success", end
+    await write_allowed(c, real.work / "preset.txt")
     assert (real.work / "preset.txt").exists()
     assert agent_text(c).startswith("Tool said")  # streamed (--include-partial-messages)
     assert {r.body["model"] for r in real.fake.model_requests()} == {preset["model"]}
@@ -217,13 +214,6 @@ async def test_no_traffic_leaves_the_machine(real: Real) -> None:
                                               env=real.env(), model=MODEL, permission_prompts=True)))
     c = await d.ws((await new_thread(d, "traced", cwd=str(real.work)))["id"])
     assert (await c.turn("CHAT hello"))["data"]["status"] == "success"
-    acc = await c.prompt(f"WRITE {real.work / 'traced.txt'}")
-    req = await c.kind("permission.requested", timeout=AGENT_TIMEOUT)
-    await c.send(op="permission", request_id=req["data"]["request_id"], decision="allow")
-    end = await c.kind("turn.ended", turn_id=acc["data"]["turn_id"], timeout=AGENT_TIMEOUT)
-    assert end["data"]["status"] == "success", end
+    await write_allowed(c, real.work / "traced.txt")
     assert (real.work / "traced.txt").exists()
-    peers = network_peers(log)
-    fake = ("127.0.0.1", int(real.fake.url.rsplit(":", 1)[1]))
-    assert fake in peers, peers  # the trace saw the model traffic
-    assert set(peers) == {fake}, peers
+    assert_only_peer_is(real.fake, log)

@@ -368,39 +368,34 @@ class Bench:
         async def pipe() -> None:
             self.add("tput_raw", "pipe", pipe_run())
 
-        async def websocketd() -> None:
-            ws = await self.wsd_flood.ws()
-            await ws.send_text(user_line("flood 1"))
-            await until(ws, RESULT_MARK)
+        async def timed_flood(ws: WSClient, warm_up: str, flood: str, mark: bytes) -> tuple[int, float]:
+            """A warm-up turn (it starts the agent), then the flood: frames up to ``mark``
+            and the seconds from sending it."""
+            await ws.send_text(warm_up)
+            await until(ws, mark)
             t0 = time.perf_counter()
-            await ws.send_text(user_line(prompt))
-            frames = await until(ws, RESULT_MARK)
+            await ws.send_text(flood)
+            frames = await until(ws, mark)
             dt = time.perf_counter() - t0
             await ws.close()
+            return frames, dt
+
+        async def websocketd() -> None:
+            frames, dt = await timed_flood(await self.wsd_flood.ws(), user_line("flood 1"), user_line(prompt),
+                                           RESULT_MARK)
             assert frames == n + 2, frames
             self.add("tput_raw", "websocketd", n / dt)
 
         async def bridge_raw() -> None:
             ws = await self.bridge.ws(raw_thread, mode="raw", after=await self.bridge.last_seq(http, raw_thread))
-            await ws.send_text(user_line("flood 1"))  # starts the agent on the first run
-            await until(ws, RESULT_MARK)
-            t0 = time.perf_counter()
-            await ws.send_text(user_line(prompt))
-            frames = await until(ws, RESULT_MARK)
-            dt = time.perf_counter() - t0
-            await ws.close()
+            frames, dt = await timed_flood(ws, user_line("flood 1"), user_line(prompt), RESULT_MARK)
             assert frames == n + 2, frames
             self.add("tput_raw", "bridge", n / dt)
 
         async def bridge_events() -> None:
             ws = await self.bridge.ws(ev_thread, after=await self.bridge.last_seq(http, ev_thread))
-            await ws.send_text(json.dumps({"op": "prompt", "text": "flood 1"}))
-            await until(ws, TURN_END_MARK)
-            t0 = time.perf_counter()
-            await ws.send_text(json.dumps({"op": "prompt", "text": prompt}))
-            frames = await until(ws, TURN_END_MARK)
-            dt = time.perf_counter() - t0
-            await ws.close()
+            frames, dt = await timed_flood(ws, json.dumps({"op": "prompt", "text": "flood 1"}),
+                                           json.dumps({"op": "prompt", "text": prompt}), TURN_END_MARK)
             assert frames >= n, frames
             self.add("tput_events", "bridge", n / dt)
 

@@ -97,12 +97,7 @@ class _Session:
     async def _send_records(self, recs: list[Record]) -> None:
         """Everything the subscriber has ready, under one lock and one deadline, and with
         one socket write when the server offers it (ws_transport.SEND_TEXTS, issue #8)."""
-        if self.raw:
-            texts = [r.raw for r in recs if r.source == "agent" and r.relay and r.raw is not None]
-        else:
-            texts = [r.envelope() for r in recs]
-        if texts:
-            await self._send_texts(texts)
+        await self._send_mixed([], recs)
 
     async def _send_mixed(self, texts: list[str], recs: list[Record]) -> None:
         """Replies and notices, then records, in one write (fanout.deliver's send_mixed)."""

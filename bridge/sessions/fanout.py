@@ -214,15 +214,12 @@ async def deliver(sub: Subscriber, after: int, read_page: ReadPage, send: Send,
             await send_mixed(texts, batch)
             if batch:
                 last = batch[-1].seq
-        while sub.replies:
-            text = sub.replies.popleft()
-            if send_side is not None:
-                await send_side(text)
+        for texts_left in (sub.replies, sub.side):  # without send_mixed: replies, then notices
+            while texts_left:
+                text = texts_left.popleft()
+                if send_side is not None:
+                    await send_side(text)
         sub.room.set()
-        while sub.side:
-            text = sub.side.popleft()
-            if send_side is not None:
-                await send_side(text)
         if sub.buf:
             batch = [rec for rec in sub.buf if rec.seq > last]
             sub.buf.clear()

@@ -233,13 +233,12 @@ class StreamJsonCodec:
         # The depth check may skip the bytes of the strings read above (none is a bracket):
         # keys and values, each a literal of its own, at least one byte per character.
         if type(text) is str:
-            if _may_be_too_deep(line, len(text) + _DELTA_LITERALS):
-                return self._decode_slow(line)
-            return Decoded([Event("agent", "message.delta", {"text": text, "channel": channel},
-                                  line.decode("utf-8").rstrip("\r"), True)], [])
-        if _may_be_too_deep(line, _RAW_STREAM_LITERALS):
+            kind, data, literals = "message.delta", {"text": text, "channel": channel}, len(text) + _DELTA_LITERALS
+        else:
+            kind, data, literals = "agent.other", {}, _RAW_STREAM_LITERALS
+        if _may_be_too_deep(line, literals):
             return self._decode_slow(line)
-        return Decoded([Event("agent", "agent.other", {}, line.decode("utf-8").rstrip("\r"), True)], [])
+        return Decoded([Event("agent", kind, data, line.decode("utf-8").rstrip("\r"), True)], [])
 
     def _decode_slow(self, line: bytes) -> Decoded:
         """The generic decoder: :func:`parse_object`, then dispatch on ``type``. What

@@ -29,16 +29,18 @@ UUID = "9a0b1c2d-3e4f-5a6b-7c8d-9e0f1a2b3c4d"
 
 def flood_line(size: int) -> bytes:
     """A text delta of ``size`` bytes as bench/agents/flood_agent.py writes it."""
-    head = ('{"type":"stream_event","event":{"type":"content_block_delta","index":0,'
-            '"delta":{"type":"text_delta","text":"')
+    head = (
+        '{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"'
+    )
     tail = f'"}}}},"session_id":"bench-{SESSION}"}}'
     return f"{head}{12345:08d} {'x' * max(0, size - len(head) - len(tail) - 9)}{tail}".encode()
 
 
 def stream_event(event: dict[str, Any]) -> bytes:
     """A stream_event line as Claude Code writes it (protocols.md §1.5.5)."""
-    return orjson.dumps({"type": "stream_event", "event": event, "session_id": SESSION,
-                         "parent_tool_use_id": None, "uuid": UUID})
+    return orjson.dumps(
+        {"type": "stream_event", "event": event, "session_id": SESSION, "parent_tool_use_id": None, "uuid": UUID}
+    )
 
 
 def delta(kind: str, key: str, text: str) -> dict[str, Any]:
@@ -50,27 +52,86 @@ SHAPES: list[tuple[str, type[StreamJsonCodec], bytes]] = [
     ("text_delta", StreamJsonCodec, stream_event(delta("text_delta", "text", "Hello, here is the plan: "))),
     ("thinking_delta", StreamJsonCodec, stream_event(delta("thinking_delta", "thinking", "The user wants a "))),
     ("input_json_delta", StreamJsonCodec, stream_event(delta("input_json_delta", "partial_json", '{"command": "l'))),
-    ("content_block_start", StreamJsonCodec, stream_event(
-        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})),
+    (
+        "content_block_start",
+        StreamJsonCodec,
+        stream_event({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+    ),
     ("content_block_stop", StreamJsonCodec, stream_event({"type": "content_block_stop", "index": 0})),
-    ("message_start", StreamJsonCodec, stream_event({"type": "message_start", "message": {
-        "id": "msg_01", "type": "message", "role": "assistant", "model": "claude-opus-4-8", "content": [],
-        "stop_reason": None, "stop_sequence": None, "usage": {
-            "input_tokens": 50, "output_tokens": 1, "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0}}})),
-    ("message_delta", StreamJsonCodec, stream_event({"type": "message_delta", "delta": {
-        "stop_reason": "end_turn", "stop_sequence": None}, "usage": {"output_tokens": 12}})),
-    ("assistant (text block)", StreamJsonCodec, orjson.dumps({
-        "type": "assistant", "message": {"id": "msg_01", "type": "message", "role": "assistant",
-                                         "model": "claude-opus-4-8", "content": [
-                                             {"type": "text", "text": "Hello, here is the plan."}],
-                                         "stop_reason": None, "usage": {"input_tokens": 50,
-                                                                        "output_tokens": 12}},
-        "parent_tool_use_id": None, "session_id": SESSION, "uuid": UUID})),
-    ("result", StreamJsonCodec, orjson.dumps({
-        "type": "result", "subtype": "success", "is_error": False, "duration_ms": 1234,
-        "num_turns": 1, "result": "Done.", "session_id": SESSION, "total_cost_usd": 0.0123,
-        "usage": {"input_tokens": 50, "output_tokens": 12}, "uuid": UUID})),
+    (
+        "message_start",
+        StreamJsonCodec,
+        stream_event(
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "msg_01",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": "claude-opus-4-8",
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {
+                        "input_tokens": 50,
+                        "output_tokens": 1,
+                        "cache_creation_input_tokens": 0,
+                        "cache_read_input_tokens": 0,
+                    },
+                },
+            }
+        ),
+    ),
+    (
+        "message_delta",
+        StreamJsonCodec,
+        stream_event(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": 12},
+            }
+        ),
+    ),
+    (
+        "assistant (text block)",
+        StreamJsonCodec,
+        orjson.dumps(
+            {
+                "type": "assistant",
+                "message": {
+                    "id": "msg_01",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": "claude-opus-4-8",
+                    "content": [{"type": "text", "text": "Hello, here is the plan."}],
+                    "stop_reason": None,
+                    "usage": {"input_tokens": 50, "output_tokens": 12},
+                },
+                "parent_tool_use_id": None,
+                "session_id": SESSION,
+                "uuid": UUID,
+            }
+        ),
+    ),
+    (
+        "result",
+        StreamJsonCodec,
+        orjson.dumps(
+            {
+                "type": "result",
+                "subtype": "success",
+                "is_error": False,
+                "duration_ms": 1234,
+                "num_turns": 1,
+                "result": "Done.",
+                "session_id": SESSION,
+                "total_cost_usd": 0.0123,
+                "usage": {"input_tokens": 50, "output_tokens": 12},
+                "uuid": UUID,
+            }
+        ),
+    ),
     ("awp-jsonl content_block_delta", AwpJsonlCodec, orjson.dumps(delta("text_delta", "text", "Partial text"))),
 ]
 
@@ -85,8 +146,9 @@ def measure(fns: dict[str, Callable[[], object]], rounds: int, number: int) -> d
 
 
 def run(rounds: int, number: int, print_: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    print_(f"agent-bridge codec bench: min of {rounds} rounds x {number} decodes, "
-           f"load average {os.getloadavg()[0]:.2f}")
+    print_(
+        f"agent-bridge codec bench: min of {rounds} rounds x {number} decodes, load average {os.getloadavg()[0]:.2f}"
+    )
     print_(f"| {'line shape':32s} | bytes | decode ns | generic ns | orjson.loads ns | decode / generic |")
     print_(f"|{'-' * 34}|------:|----------:|-----------:|----------------:|-----------------:|")
     rows = []
@@ -94,11 +156,16 @@ def run(rounds: int, number: int, print_: Callable[[str], None] = print) -> list
         codec = codec_cls()
         fast, slow = codec.decode, codec._decode_slow
         assert repr(fast(line)) == repr(slow(line)), name  # the same events, or the bench is void
-        ns = measure({"decode": partial(fast, line), "generic": partial(slow, line),
-                      "orjson": partial(orjson.loads, line)}, rounds, number)
+        ns = measure(
+            {"decode": partial(fast, line), "generic": partial(slow, line), "orjson": partial(orjson.loads, line)},
+            rounds,
+            number,
+        )
         rows.append({"shape": name, "bytes": len(line), **ns, "ratio": ns["decode"] / ns["generic"]})
-        print_(f"| {name:32s} | {len(line):5d} | {ns['decode']:9.0f} | {ns['generic']:10.0f} "
-               f"| {ns['orjson']:15.0f} | {ns['decode'] / ns['generic']:15.2f}x |")
+        print_(
+            f"| {name:32s} | {len(line):5d} | {ns['decode']:9.0f} | {ns['generic']:10.0f} "
+            f"| {ns['orjson']:15.0f} | {ns['decode'] / ns['generic']:15.2f}x |"
+        )
     return rows
 
 

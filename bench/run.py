@@ -66,10 +66,12 @@ class Params:
     cold_runs: int
 
 
-FULL = Params(runs=5, lines=50_000, line_bytes=200, turns=1000, threads=100, thread_turns=20,
-              replay_events=100_000, cold_runs=3)
-QUICK = Params(runs=1, lines=3_000, line_bytes=200, turns=50, threads=5, thread_turns=3,
-               replay_events=3_000, cold_runs=1)
+FULL = Params(
+    runs=5, lines=50_000, line_bytes=200, turns=1000, threads=100, thread_turns=20, replay_events=100_000, cold_runs=3
+)
+QUICK = Params(
+    runs=1, lines=3_000, line_bytes=200, turns=50, threads=5, thread_turns=3, replay_events=3_000, cold_runs=1
+)
 
 
 # ---------------------------------------------------------------------- helpers
@@ -77,8 +79,10 @@ QUICK = Params(runs=1, lines=3_000, line_bytes=200, turns=50, threads=5, thread_
 
 def user_line(text: str) -> str:
     """A stream-json user message, as the bridge itself would write it."""
-    return json.dumps({"type": "user", "message": {"role": "user", "content": [{"type": "text", "text": text}]}},
-                      separators=(",", ":"))
+    return json.dumps(
+        {"type": "user", "message": {"role": "user", "content": [{"type": "text", "text": text}]}},
+        separators=(",", ":"),
+    )
 
 
 def free_port() -> int:
@@ -126,7 +130,7 @@ async def until(ws: WSClient, mark: bytes) -> int:
         batch = await ws.recv_batch()
         for i, frame in enumerate(batch):
             if mark in frame:
-                ws.unread(batch[i + 1:])
+                ws.unread(batch[i + 1 :])
                 return n + i + 1
         n += len(batch)
 
@@ -135,8 +139,9 @@ class ServerExited(Exception):
     """The server process ended before it accepted a connection."""
 
 
-async def connect_retry(port: int, path: str, headers: dict[str, str], deadline: float,
-                        proc: asyncio.subprocess.Process | None = None) -> WSClient:
+async def connect_retry(
+    port: int, path: str, headers: dict[str, str], deadline: float, proc: asyncio.subprocess.Process | None = None
+) -> WSClient:
     """Connect as soon as the server accepts (start-up measurement): retry refused connects,
     and give up at once when ``proc`` (the server) has exited."""
     while True:
@@ -169,10 +174,14 @@ class Bridge:
         self.config = workdir / "config.toml"
         profiles = ""
         for name, script in (("flood", FLOOD), ("echo", ECHO)):
-            profiles += (f"[agents.{name}]\nprotocol = \"stream-json\"\nexecutable = {json.dumps(PYTHON)}\n"
-                         f"args = {json.dumps(['-I', str(script)])}\n\n")
-        self.config.write_text("[server]\nmax_conversations = 512\nidle_timeout_s = 3600\n"
-                               "stop_grace_s = 1\nmax_pending_prompts = 64\n\n" + profiles)
+            profiles += (
+                f'[agents.{name}]\nprotocol = "stream-json"\nexecutable = {json.dumps(PYTHON)}\n'
+                f"args = {json.dumps(['-I', str(script)])}\n\n"
+            )
+        self.config.write_text(
+            "[server]\nmax_conversations = 512\nidle_timeout_s = 3600\n"
+            "stop_grace_s = 1\nmax_pending_prompts = 64\n\n" + profiles
+        )
         self.proc: asyncio.subprocess.Process | None = None
         self.port = 0
         self._drain: asyncio.Task[None] | None = None
@@ -184,9 +193,24 @@ class Bridge:
     async def start(self, port: int = 0) -> None:
         err = (self.dir / "daemon.stderr").open("ab")
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bridge", "serve", "--port", str(port), "--config", str(self.config),
-            "--data-dir", str(self.data), "--token", TOKEN, "--log-format", "json",
-            stdout=asyncio.subprocess.PIPE, stderr=err, cwd=str(ROOT))
+            sys.executable,
+            "-m",
+            "bridge",
+            "serve",
+            "--port",
+            str(port),
+            "--config",
+            str(self.config),
+            "--data-dir",
+            str(self.data),
+            "--token",
+            TOKEN,
+            "--log-format",
+            "json",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=err,
+            cwd=str(ROOT),
+        )
         err.close()
         if port:
             self.port = port
@@ -258,8 +282,16 @@ class Websocketd:
             err = (self.dir / f"websocketd-{self.script.stem}.stderr").open("ab")
             t0 = time.perf_counter()
             self.proc = await asyncio.create_subprocess_exec(
-                shutil.which("websocketd") or "websocketd", f"--port={self.port}", f"--address={HOST}",
-                "--loglevel=error", PYTHON, "-I", str(self.script), stdout=asyncio.subprocess.DEVNULL, stderr=err)
+                shutil.which("websocketd") or "websocketd",
+                f"--port={self.port}",
+                f"--address={HOST}",
+                "--loglevel=error",
+                PYTHON,
+                "-I",
+                str(self.script),
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=err,
+            )
             err.close()
             try:
                 ws = await connect_retry(self.port, "/", {}, t0 + 30, self.proc)
@@ -294,8 +326,7 @@ class PipeAgent:
     """The physical limit: the agent's own pipes, read and written directly."""
 
     def __init__(self, script: Path) -> None:
-        self.proc = subprocess.Popen([PYTHON, "-I", str(script)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE)
+        self.proc = subprocess.Popen([PYTHON, "-I", str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.stdin = self.proc.stdin
         self.stdout = self.proc.stdout
@@ -341,7 +372,7 @@ class Bench:
     async def interleave(self, runs: int, jobs: dict[str, Callable[[], Awaitable[None]]]) -> None:
         names = [n for n in jobs if self.peers or n != "websocketd"]
         for r in range(runs):
-            order = names[r % len(names):] + names[:r % len(names)]
+            order = names[r % len(names) :] + names[: r % len(names)]
             for name in order:
                 await jobs[name]()
 
@@ -381,8 +412,9 @@ class Bench:
             return frames, dt
 
         async def websocketd() -> None:
-            frames, dt = await timed_flood(await self.wsd_flood.ws(), user_line("flood 1"), user_line(prompt),
-                                           RESULT_MARK)
+            frames, dt = await timed_flood(
+                await self.wsd_flood.ws(), user_line("flood 1"), user_line(prompt), RESULT_MARK
+            )
             assert frames == n + 2, frames
             self.add("tput_raw", "websocketd", n / dt)
 
@@ -394,13 +426,18 @@ class Bench:
 
         async def bridge_events() -> None:
             ws = await self.bridge.ws(ev_thread, after=await self.bridge.last_seq(http, ev_thread))
-            frames, dt = await timed_flood(ws, json.dumps({"op": "prompt", "text": "flood 1"}),
-                                           json.dumps({"op": "prompt", "text": prompt}), TURN_END_MARK)
+            frames, dt = await timed_flood(
+                ws,
+                json.dumps({"op": "prompt", "text": "flood 1"}),
+                json.dumps({"op": "prompt", "text": prompt}),
+                TURN_END_MARK,
+            )
             assert frames >= n, frames
             self.add("tput_events", "bridge", n / dt)
 
-        await self.interleave(self.p.runs, {"pipe": pipe, "websocketd": websocketd, "bridge": bridge_raw,
-                                            "bridge_events": bridge_events})
+        await self.interleave(
+            self.p.runs, {"pipe": pipe, "websocketd": websocketd, "bridge": bridge_raw, "bridge_events": bridge_events}
+        )
         # events mode is compared with the same websocketd and pipe runs
         for peer in ("websocketd", "pipe"):
             if peer in self.samples["tput_raw"]:
@@ -466,8 +503,9 @@ class Bench:
             await ws.close()
             record("lat_events", "bridge", times)
 
-        await self.interleave(self.p.runs, {"pipe": pipe, "websocketd": websocketd, "bridge": bridge_raw,
-                                            "bridge_events": bridge_events})
+        await self.interleave(
+            self.p.runs, {"pipe": pipe, "websocketd": websocketd, "bridge": bridge_raw, "bridge_events": bridge_events}
+        )
 
     # -- 4: many concurrent threads -----------------------------------------------------
 
@@ -475,8 +513,9 @@ class Bench:
         n, turns = self.p.threads, self.p.thread_turns
         raise_nofile(max(4096, n * 16 + 256))
 
-        async def drive(conns: list[WSClient], send: Callable[[WSClient, int], Awaitable[None]],
-                        mark: bytes, pid: int) -> tuple[float, float, int, float]:
+        async def drive(
+            conns: list[WSClient], send: Callable[[WSClient, int], Awaitable[None]], mark: bytes, pid: int
+        ) -> tuple[float, float, int, float]:
             lat: list[float] = []
             frames = [0]
 
@@ -488,8 +527,8 @@ class Bench:
                         batch = await ws.recv_batch()
                         end = next((k for k, f in enumerate(batch) if mark in f), None)
                         if end is not None:
-                            ws.unread(batch[end + 1:])
-                            batch = batch[:end + 1]
+                            ws.unread(batch[end + 1 :])
+                            batch = batch[: end + 1]
                         frames[0] += sum(1 for f in batch if not f.startswith(b'{"seq":null'))
                         if end is not None:
                             break
@@ -600,8 +639,9 @@ class Bench:
             await b.start(port)
             try:
                 # ``after`` far ahead of the transcript: nothing is replayed before the first frame.
-                ws = await connect_retry(port, f"/v1/threads/{tid}/ws?after={seen[0] + 10_000}", b.headers,
-                                         t0 + 30, b.proc)
+                ws = await connect_retry(
+                    port, f"/v1/threads/{tid}/ws?after={seen[0] + 10_000}", b.headers, t0 + 30, b.proc
+                )
                 self.add("cold_serve", "bridge", (time.perf_counter() - t0) * 1000)
                 await ws.close()
                 ws = await b.ws(tid, after=await last_seq(b))
@@ -647,9 +687,11 @@ class Bench:
                 await self.wsd_echo.start()
             await self.bridge.start()
             async with self.bridge.http() as http:
-                for name, job in (("throughput", lambda: self.throughput(http)),
-                                  ("latency", lambda: self.latency(http)),
-                                  ("replay", lambda: self.replay(http))):
+                for name, job in (
+                    ("throughput", lambda: self.throughput(http)),
+                    ("latency", lambda: self.latency(http)),
+                    ("replay", lambda: self.replay(http)),
+                ):
                     if name in sections:
                         self.log(f"bench: {name}")
                         t = time.perf_counter()
@@ -702,8 +744,10 @@ def fmt(v: float | None) -> str:
 
 
 def table(samples: dict[str, dict[str, list[float]]]) -> tuple[str, list[dict[str, Any]]]:
-    out = ["| measure | unit | bridge | websocketd | pipe | bridge ÷ websocketd | bridge ÷ pipe | goal | met |",
-           "|---|---|---:|---:|---:|---:|---:|---|---|"]
+    out = [
+        "| measure | unit | bridge | websocketd | pipe | bridge ÷ websocketd | bridge ÷ pipe | goal | met |",
+        "|---|---|---:|---:|---:|---:|---:|---|---|",
+    ]
     rows = []
     for key, label, unit, higher, goal in ROWS:
         if key not in samples:
@@ -721,14 +765,27 @@ def table(samples: dict[str, dict[str, list[float]]]) -> tuple[str, list[dict[st
             else:
                 goal_text = f"{'≥' if higher else '≤'} {fmt(x)} {unit}"
                 met = None if b is None else (b >= x if higher else b <= x)
-        rows.append({"metric": key, "label": label, "unit": unit, "bridge": b, "websocketd": w, "pipe": p,
-                     "bridge_over_websocketd": rw, "bridge_over_pipe": rp, "goal": goal_text, "met": met,
-                     "samples": samples[key]})
+        rows.append(
+            {
+                "metric": key,
+                "label": label,
+                "unit": unit,
+                "bridge": b,
+                "websocketd": w,
+                "pipe": p,
+                "bridge_over_websocketd": rw,
+                "bridge_over_pipe": rp,
+                "goal": goal_text,
+                "met": met,
+                "samples": samples[key],
+            }
+        )
         mark = "" if met is None else ("yes" if met else "**no**")
         ratio_w = f"{rw:.2f}×" if rw is not None else "—"
         ratio_p = f"{rp:.3f}×" if rp is not None else "—"
-        out.append(f"| {label} | {unit} | {fmt(b)} | {fmt(w)} | {fmt(p)} | {ratio_w} | {ratio_p} "
-                   f"| {goal_text} | {mark} |")
+        out.append(
+            f"| {label} | {unit} | {fmt(b)} | {fmt(w)} | {fmt(p)} | {ratio_w} | {ratio_p} | {goal_text} | {mark} |"
+        )
     return "\n".join(out), rows
 
 
@@ -742,19 +799,24 @@ def machine() -> dict[str, Any]:
     wsd = None
     if exe := shutil.which("websocketd"):
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            wsd = subprocess.run([exe, "--version"], capture_output=True, text=True,
-                                 timeout=10).stdout.strip() or None
-    return {"nproc": os.cpu_count(), "cpu": cpu, "python": platform.python_version(),
-            "kernel": platform.release(), "websocketd": wsd,
-            "loadavg_at_start": os.getloadavg()}
+            wsd = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10).stdout.strip() or None
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "websocketd": wsd,
+        "loadavg_at_start": os.getloadavg(),
+    }
 
 
 SECTIONS = ("throughput", "latency", "concurrency", "replay", "cold")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--quick", action="store_true", help="smoke run: one run, small counts")
     ap.add_argument("--runs", type=int, help="runs per measurement (median reported)")
     ap.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
@@ -787,14 +849,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         asyncio.run(bench.run(sections))
         elapsed = time.perf_counter() - t0
     text, rows = table(bench.samples)
-    print(f"agent-bridge bench: {info['nproc']} CPUs ({info['cpu']}), Python {info['python']}, "
-          f"{info['websocketd'] or 'no websocketd'}; medians of {params.runs} runs "
-          f"({'quick' if args.quick else 'full'}), {elapsed:.0f}s")
-    print(f"params: {json.dumps(asdict(params))}; load average at start: "
-          f"{' '.join(f'{x:.2f}' for x in info['loadavg_at_start'])}")
+    print(
+        f"agent-bridge bench: {info['nproc']} CPUs ({info['cpu']}), Python {info['python']}, "
+        f"{info['websocketd'] or 'no websocketd'}; medians of {params.runs} runs "
+        f"({'quick' if args.quick else 'full'}), {elapsed:.0f}s"
+    )
+    print(
+        f"params: {json.dumps(asdict(params))}; load average at start: "
+        f"{' '.join(f'{x:.2f}' for x in info['loadavg_at_start'])}"
+    )
     print()
     print(text)
     if args.json:
-        Path(args.json).write_text(json.dumps({"machine": info, "params": asdict(params), "elapsed_s": elapsed,
-                                               "rows": rows}, indent=2) + "\n")
+        Path(args.json).write_text(
+            json.dumps({"machine": info, "params": asdict(params), "elapsed_s": elapsed, "rows": rows}, indent=2) + "\n"
+        )
     return 0

@@ -48,8 +48,9 @@ async def main(deltas: int, rounds: int) -> None:
             peer: list[float] = []
             page_times: list[float] = []
             async with async_playwright() as pw:
-                browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                                   args=["--no-sandbox", "--disable-gpu"])
+                browser = await pw.chromium.launch(
+                    executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"]
+                )
                 page = await (await browser.new_context()).new_page()
                 await page.goto(f"{d.url}/")
                 await page.fill("#token", TOKEN)
@@ -59,8 +60,9 @@ async def main(deltas: int, rounds: int) -> None:
                 await page.wait_for_selector(".turn-end", timeout=300_000)
                 for _ in range(rounds):
                     t0 = time.perf_counter()
-                    async with websockets.connect(f"{d.ws_url}/v1/threads/{tid}/ws?after=0",
-                                                  additional_headers=d.headers, max_size=None) as ws:
+                    async with websockets.connect(
+                        f"{d.ws_url}/v1/threads/{tid}/ws?after=0", additional_headers=d.headers, max_size=None
+                    ) as ws:
                         for _ in range(last):
                             await ws.recv()
                     peer.append(time.perf_counter() - t0)

@@ -52,16 +52,22 @@ class WSClient:
         self.closed = False
 
     @classmethod
-    async def connect(cls, host: str, port: int, path: str, headers: dict[str, str] | None = None,
-                      timeout: float = 10.0) -> WSClient:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, limit=READ_CHUNK * 4),
-                                                timeout)
+    async def connect(
+        cls, host: str, port: int, path: str, headers: dict[str, str] | None = None, timeout: float = 10.0
+    ) -> WSClient:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, limit=READ_CHUNK * 4), timeout)
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         key = base64.b64encode(os.urandom(16)).decode()
-        lines = [f"GET {path} HTTP/1.1", f"Host: {host}:{port}", "Upgrade: websocket",
-                 "Connection: Upgrade", f"Sec-WebSocket-Key: {key}", "Sec-WebSocket-Version: 13"]
+        lines = [
+            f"GET {path} HTTP/1.1",
+            f"Host: {host}:{port}",
+            "Upgrade: websocket",
+            "Connection: Upgrade",
+            f"Sec-WebSocket-Key: {key}",
+            "Sec-WebSocket-Version: 13",
+        ]
         lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
         writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())
         buf = b""
@@ -105,13 +111,13 @@ class WSClient:
             elif n == 127:
                 if end - pos < 10:
                     break
-                n = int.from_bytes(buf[pos + 2:pos + 10], "big")
+                n = int.from_bytes(buf[pos + 2 : pos + 10], "big")
                 hl = 10
             if b1 & 0x80:  # servers never mask; tolerate it anyway
                 hl += 4
             if end - pos < hl + n:
                 break
-            payload = bytes(buf[pos + hl:pos + hl + n])
+            payload = bytes(buf[pos + hl : pos + hl + n])
             pos += hl + n
             opcode = b0 & 0x0F
             fin = b0 & 0x80

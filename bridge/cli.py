@@ -55,9 +55,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "agents":
             settings = load_settings(config=args.config, data_dir=args.data_dir)
             return _agents(settings, as_json=args.json)
-        settings = load_settings(config=args.config, host=args.host, port=args.port,
-                                 data_dir=args.data_dir, token=args.token,
-                                 no_auth=args.no_auth, log_format=args.log_format)
+        settings = load_settings(
+            config=args.config,
+            host=args.host,
+            port=args.port,
+            data_dir=args.data_dir,
+            token=args.token,
+            no_auth=args.no_auth,
+            log_format=args.log_format,
+        )
         return serve(settings)
     except BridgeError as exc:
         print(f"agent-bridge: {exc.message}", file=sys.stderr)
@@ -68,9 +74,17 @@ def _agents(settings: Settings, *, as_json: bool) -> int:
     rows = []
     for name, prof in settings.agents.items():
         problem = executable_problem(prof.executable)
-        rows.append({"name": name, "protocol": prof.protocol, "model": prof.model,
-                     "executable": prof.executable, "available": problem is None,
-                     "problem": problem, "default": name == settings.default_agent})
+        rows.append(
+            {
+                "name": name,
+                "protocol": prof.protocol,
+                "model": prof.model,
+                "executable": prof.executable,
+                "available": problem is None,
+                "problem": problem,
+                "default": name == settings.default_agent,
+            }
+        )
     if as_json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -88,8 +102,7 @@ def serve(settings: Settings) -> int:
     from bridge.api.ws_transport import PROTOCOL as WS_PROTOCOL
 
     if settings.no_auth and not is_loopback_host(settings.host):
-        print("agent-bridge: --no-auth is refused unless the bind address is loopback",
-              file=sys.stderr)
+        print("agent-bridge: --no-auth is refused unless the bind address is loopback", file=sys.stderr)
         return 2
     configure_logging(settings.log_format)
     sock = _bind(settings.host, settings.port)
@@ -111,12 +124,19 @@ def serve(settings: Settings) -> int:
         ssl = {"ssl_certfile": settings.server.tls_cert, "ssl_keyfile": settings.server.tls_key}
     # proxy_headers off: X-Forwarded-Proto is honoured only with [server]
     # trust_proxy_headers, by security.RequestGuard (docs/security.md).
-    config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on",
-                            proxy_headers=False,
-                            ws=WS_PROTOCOL or "auto",  # batched frame writes (api/ws_transport.py)
-                            ws_max_size=16 * 1024 * 1024,
-                            ws_ping_interval=settings.server.ws_ping_interval_s,
-                            ws_ping_timeout=settings.server.ws_ping_timeout_s, timeout_graceful_shutdown=5, **ssl)  # type: ignore[arg-type]
+    config = uvicorn.Config(
+        app,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        proxy_headers=False,
+        ws=WS_PROTOCOL or "auto",  # batched frame writes (api/ws_transport.py)
+        ws_max_size=16 * 1024 * 1024,
+        ws_ping_interval=settings.server.ws_ping_interval_s,
+        ws_ping_timeout=settings.server.ws_ping_timeout_s,
+        timeout_graceful_shutdown=5,
+        **ssl,
+    )  # type: ignore[arg-type]
     server = _Server(config, before_shutdown=lambda: app.state.registry.close_clients("daemon_shutdown"))
     try:
         asyncio.run(server.serve(sockets=[sock]))
@@ -144,8 +164,7 @@ class _Server(uvicorn.Server):
     SSE client is told the daemon is going away (close 1001 / ``event: close``), so that
     wait is short and clients know to reconnect with ``after=``."""
 
-    def __init__(self, config: uvicorn.Config, *,
-                 before_shutdown: Callable[[], Awaitable[None]]) -> None:
+    def __init__(self, config: uvicorn.Config, *, before_shutdown: Callable[[], Awaitable[None]]) -> None:
         super().__init__(config)
         self._before_shutdown = before_shutdown
 
@@ -186,8 +205,7 @@ def _bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise BridgeError(f"cannot listen on {host}:{port}: {exc.strerror}",
-                          code="bind_failed") from exc
+        raise BridgeError(f"cannot listen on {host}:{port}: {exc.strerror}", code="bind_failed") from exc
     sock.listen(2048)
     sock.set_inheritable(False)
     return sock

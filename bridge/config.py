@@ -41,8 +41,7 @@ KNOWN_CLIS: tuple[tuple[str, str, Protocol], ...] = (
 
 # Keys a thread may override at creation (API.md §1, "options").
 THREAD_OPTION_KEYS = frozenset(
-    {"permission_mode", "allowed_tools", "disallowed_tools", "system_prompt", "mcp_config",
-     "permission_prompts"}
+    {"permission_mode", "allowed_tools", "disallowed_tools", "system_prompt", "mcp_config", "permission_prompts"}
 )
 
 
@@ -86,7 +85,7 @@ def parse_host_port(value: str) -> tuple[str, int | None]:
         end = v.find("]")
         if end < 0:
             raise ValueError(f"unterminated IPv6 literal in {value!r}")
-        host, rest = v[:end + 1], v[end + 1:]
+        host, rest = v[: end + 1], v[end + 1 :]
         try:
             ipaddress.IPv6Address(host[1:-1])
         except ValueError:
@@ -135,9 +134,9 @@ class ServerSettings(BaseModel):
     allowed_hosts: list[str] = Field(default_factory=list)
     # Honour X-Forwarded-Proto (only behind a TLS-terminating proxy; docs/security.md).
     trust_proxy_headers: bool = False
-    session_ttl_s: float = Field(12 * 3600, gt=0)   # browser sessions (POST /v1/session)
-    max_sessions: int = Field(1024, ge=1)           # beyond → the oldest is logged out
-    login_code_ttl_s: float = Field(600, gt=0)      # the one-time code in the start-up link
+    session_ttl_s: float = Field(12 * 3600, gt=0)  # browser sessions (POST /v1/session)
+    max_sessions: int = Field(1024, ge=1)  # beyond → the oldest is logged out
+    login_code_ttl_s: float = Field(600, gt=0)  # the one-time code in the start-up link
     max_conversations: int = Field(64, ge=1)
     idle_timeout_s: float = Field(600, gt=0)
     max_pending_prompts: int = Field(5, ge=0)
@@ -225,7 +224,11 @@ def _awp_profile(env: Mapping[str, str]) -> AgentProfile | None:
         raise ConfigError(f"AWP_AGENT_CLI_PROTOCOL must be awp-jsonl or stream-json, not {protocol!r}")
     try:
         return AgentProfile(
-            name="awp", protocol=protocol, executable=exe, args=args, env=child_env,
+            name="awp",
+            protocol=protocol,
+            executable=exe,
+            args=args,
+            env=child_env,
             model=env.get("AWP_AGENT_DEFAULT_MODEL") or None,
             remote_api_opt_in=env.get("AWP_AGENT_REMOTE_API_OPT_IN") == "1",
         )
@@ -241,8 +244,7 @@ def _path_profiles(env: Mapping[str, str], taken: set[str]) -> dict[str, AgentPr
         where = shutil.which(cmd, path=env.get("PATH", os.defpath))
         if where:
             # Launch rules want a non-symlink: npm installs CLIs as symlinks, so resolve.
-            found[name] = AgentProfile(name=name, protocol=protocol,
-                                       executable=os.path.realpath(where))
+            found[name] = AgentProfile(name=name, protocol=protocol, executable=os.path.realpath(where))
     return found
 
 
@@ -340,6 +342,4 @@ def _log_format(value: str) -> Literal["json", "console"]:
 
 
 def _errors(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in exc.errors()
-    )
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in exc.errors())

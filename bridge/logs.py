@@ -22,8 +22,9 @@ def redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[s
 
 
 def configure_logging(fmt: str = "console", level: int = logging.INFO) -> None:
-    renderer: Any = (structlog.processors.JSONRenderer() if fmt == "json"
-                     else structlog.dev.ConsoleRenderer(colors=False))
+    renderer: Any = (
+        structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+    )
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -39,15 +40,17 @@ def configure_logging(fmt: str = "console", level: int = logging.INFO) -> None:
     # Libraries that log through the standard library (uvicorn, asyncio) come out in the
     # same format, so a JSON log is JSON on every line.
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=[
-            structlog.stdlib.add_logger_name,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-        ],
-        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, redact, renderer],
-    ))
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[
+                structlog.stdlib.add_logger_name,
+                structlog.processors.add_log_level,
+                structlog.processors.TimeStamper(fmt="iso", utc=True),
+                structlog.processors.format_exc_info,
+            ],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, redact, renderer],
+        )
+    )
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

@@ -53,8 +53,7 @@ def processes_with_environ(marker: bytes, mentioning: str = "") -> list[tuple[in
     return found
 
 
-async def wait_until(predicate: Callable[[], bool], timeout: float = STEP_TIMEOUT,
-                     what: str = "condition") -> None:
+async def wait_until(predicate: Callable[[], bool], timeout: float = STEP_TIMEOUT, what: str = "condition") -> None:
     """Poll a cheap condition (process table, files) until true; fail after ``timeout``."""
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
@@ -64,12 +63,17 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = STEP_TIMEOU
         await asyncio.sleep(0.02)
 
 
-def profile_toml(name: str, dialect: str, env: dict[str, str], extra_args: list[str] | None = None,
-                 **fields: Any) -> str:
+def profile_toml(
+    name: str, dialect: str, env: dict[str, str], extra_args: list[str] | None = None, **fields: Any
+) -> str:
     args = ["-I", str(FAKE_AGENT), "--dialect", dialect, *(extra_args or [])]
-    lines = [f"[agents.{name}]", f'protocol = "{dialect}"', f"executable = {json.dumps(PYTHON)}",
-             f"args = {json.dumps(args)}",
-             "env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }"]
+    lines = [
+        f"[agents.{name}]",
+        f'protocol = "{dialect}"',
+        f"executable = {json.dumps(PYTHON)}",
+        f"args = {json.dumps(args)}",
+        "env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }",
+    ]
     for k, v in fields.items():
         lines.append(f"{k} = {json.dumps(v)}")
     return "\n".join(lines) + "\n"
@@ -78,8 +82,9 @@ def profile_toml(name: str, dialect: str, env: dict[str, str], extra_args: list[
 class Daemon:
     """A real ``python -m bridge serve`` on port 0."""
 
-    def __init__(self, tmp: Path, config: str, token: str | None = TOKEN,
-                 extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, tmp: Path, config: str, token: str | None = TOKEN, extra_env: dict[str, str] | None = None
+    ) -> None:
         self.tmp = tmp
         self.data_dir = tmp / "data"
         self.config_path = tmp / "config.toml"
@@ -93,15 +98,28 @@ class Daemon:
         self.clients: list[Client] = []
 
     async def start(self) -> None:
-        argv = [sys.executable, "-m", "bridge", "serve", "--port", "0", "--config",
-                str(self.config_path), "--data-dir", str(self.data_dir), "--log-format", "json"]
+        argv = [
+            sys.executable,
+            "-m",
+            "bridge",
+            "serve",
+            "--port",
+            "0",
+            "--config",
+            str(self.config_path),
+            "--data-dir",
+            str(self.data_dir),
+            "--log-format",
+            "json",
+        ]
         if self.token:
             argv += ["--token", self.token]
         env = {**os.environ, **self.extra_env}
         env.pop("AGENT_BRIDGE_TOKEN", None)
         with self.stderr_path.open("ab") as err:
             self.proc = await asyncio.create_subprocess_exec(
-                *argv, stdout=asyncio.subprocess.PIPE, stderr=err, env=env, cwd=str(self.tmp))
+                *argv, stdout=asyncio.subprocess.PIPE, stderr=err, env=env, cwd=str(self.tmp)
+            )
         assert self.proc.stdout is not None
         try:
             line = await asyncio.wait_for(self.proc.stdout.readline(), STEP_TIMEOUT)
@@ -110,7 +128,9 @@ class Daemon:
             raise AssertionError(f"daemon did not start: {self.stderr_path.read_text()}") from None
         self.first_line = line.decode().rstrip("\n")
         assert self.first_line.startswith("agent-bridge listening on http://"), (
-            self.first_line, self.stderr_path.read_text())
+            self.first_line,
+            self.stderr_path.read_text(),
+        )
         self.url = self.first_line.removeprefix("agent-bridge listening on ")
 
     @property
@@ -136,9 +156,12 @@ class Daemon:
 
     async def ws(self, thread_id: str, *, after: int | None = None, mode: str = "events") -> Client:
         q = f"?mode={mode}" + (f"&after={after}" if after is not None else "")
-        conn = await websockets.connect(f"{self.ws_url}/v1/threads/{thread_id}/ws{q}",
-                                        additional_headers=self.headers, max_size=None,
-                                        open_timeout=STEP_TIMEOUT)
+        conn = await websockets.connect(
+            f"{self.ws_url}/v1/threads/{thread_id}/ws{q}",
+            additional_headers=self.headers,
+            max_size=None,
+            open_timeout=STEP_TIMEOUT,
+        )
         client = Client(conn)
         self.clients.append(client)  # closed at teardown, even if the daemon died
         return client
@@ -163,8 +186,7 @@ class Client:
         self.frames.append(frame)
         return frame
 
-    async def next(self, pred: Callable[[dict[str, Any]], bool],
-                   timeout: float = STEP_TIMEOUT) -> dict[str, Any]:
+    async def next(self, pred: Callable[[dict[str, Any]], bool], timeout: float = STEP_TIMEOUT) -> dict[str, Any]:
         """The next frame (after the last one matched) satisfying ``pred``."""
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout
@@ -184,13 +206,15 @@ class Client:
                 raise AssertionError(f"no matching frame within {timeout}s; saw {seen}") from None
 
     async def kind(self, kind: str, timeout: float = STEP_TIMEOUT, **data: Any) -> dict[str, Any]:
-        return await self.next(lambda f: f.get("kind") == kind and all(
-            f.get("data", {}).get(k) == v for k, v in data.items()), timeout)
+        return await self.next(
+            lambda f: f.get("kind") == kind and all(f.get("data", {}).get(k) == v for k, v in data.items()), timeout
+        )
 
     async def prompt(self, text: str, **extra: Any) -> dict[str, Any]:
         await self.send(op="prompt", text=text, **extra)
-        return await self.next(lambda f: f.get("kind") in ("client.accepted", "client.rejected")
-                               and f["data"].get("op") == "prompt")
+        return await self.next(
+            lambda f: f.get("kind") in ("client.accepted", "client.rejected") and f["data"].get("op") == "prompt"
+        )
 
     async def turn(self, text: str) -> dict[str, Any]:
         """Send a prompt and wait for its turn.ended."""
@@ -206,8 +230,11 @@ class Client:
 
     def seen(self, kind: str, **data: Any) -> list[dict[str, Any]]:
         """Every frame received so far of ``kind`` whose data matches ``data``."""
-        return [f for f in self.frames if f.get("kind") == kind
-                and all(f.get("data", {}).get(k) == v for k, v in data.items())]
+        return [
+            f
+            for f in self.frames
+            if f.get("kind") == kind and all(f.get("data", {}).get(k) == v for k, v in data.items())
+        ]
 
     def seqs(self) -> list[int]:
         return [f["seq"] for f in self.frames if f.get("seq") is not None]
@@ -287,8 +314,7 @@ def _own_agents(tmp_path: Path) -> list[tuple[int, str]]:
 
 
 @pytest.fixture
-async def daemon(daemon_factory: Callable[..., Any], tmp_path: Path,
-                 agent_env: dict[str, str]) -> Daemon:
+async def daemon(daemon_factory: Callable[..., Any], tmp_path: Path, agent_env: dict[str, str]) -> Daemon:
     return await daemon_factory(base_config(tmp_path, agent_env))
 
 

@@ -23,8 +23,16 @@ class LineProcess:
     def __init__(self, argv: list[str], env: dict[str, str] | None, stderr_path: Path) -> None:
         self._stderr = open(stderr_path, "w", encoding="utf-8")  # closed in close()
         self.stderr_path = stderr_path
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                                     text=True, encoding="utf-8", env=env, cwd=str(stderr_path.parent))
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            encoding="utf-8",
+            env=env,
+            cwd=str(stderr_path.parent),
+        )
         self.lines: queue.Queue[str | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -88,10 +96,28 @@ class LineProcess:
 
 # Key names whose values (every scalar at any depth below them) never reach the transcript
 # or a client. A reference written independently of the codec's regex.
-SECRET_KEY_PARTS = ("token", "secret", "password", "passwd", "apikey", "api_key", "api-key",
-                    "authorization", "cookie", "credential", "email", "organization",
-                    "organisation", "account", "sessionkey", "session_key", "session-key",
-                    "privatekey", "private_key", "private-key")
+SECRET_KEY_PARTS = (
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "apikey",
+    "api_key",
+    "api-key",
+    "authorization",
+    "cookie",
+    "credential",
+    "email",
+    "organization",
+    "organisation",
+    "account",
+    "sessionkey",
+    "session_key",
+    "session-key",
+    "privatekey",
+    "private_key",
+    "private-key",
+)
 REDACTED = "[redacted]"
 
 

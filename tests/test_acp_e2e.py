@@ -18,9 +18,13 @@ SDK_AGENT = ROOT / "tests" / "agents" / "sdk_echo_agent.py"
 
 def acp_profile(name: str, env: dict[str, str], *flags: str, **fields: Any) -> str:
     args = ["-I", str(FAKE_ACP), *flags]
-    lines = [f"[agents.{name}]", 'protocol = "acp"', f"executable = {json.dumps(PYTHON)}",
-             f"args = {json.dumps(args)}",
-             "env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }"]
+    lines = [
+        f"[agents.{name}]",
+        'protocol = "acp"',
+        f"executable = {json.dumps(PYTHON)}",
+        f"args = {json.dumps(args)}",
+        "env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }",
+    ]
     lines += [f"{k} = {json.dumps(v)}" for k, v in fields.items()]
     return "\n".join(lines) + "\n"
 
@@ -47,8 +51,9 @@ def reply_text(c: Any) -> str:
     return "".join(f["data"]["text"] for f in c.seen("message.delta"))
 
 
-async def test_acp_chat_turn_handshake_and_agent_info(daemon_factory: Any, tmp_path: Path,
-                                                      agent_env: dict[str, str]) -> None:
+async def test_acp_chat_turn_handshake_and_agent_info(
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     d = await daemon_factory(config(agent_env))
     thread = await new_thread(d, "acp")
     assert thread["protocol"] == "acp"
@@ -60,8 +65,7 @@ async def test_acp_chat_turn_handshake_and_agent_info(daemon_factory: Any, tmp_p
     assert started["data"]["resumed"] == "new" and started["data"]["native_session_id"].startswith("acp-")
     init = sent(tmp_path, "initialize")[0]["params"]
     assert init["protocolVersion"] == 1
-    assert init["clientCapabilities"] == {"fs": {"readTextFile": True, "writeTextFile": True},
-                                          "terminal": False}
+    assert init["clientCapabilities"] == {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": False}
     assert init["clientInfo"]["name"] == "agent-bridge"
     new = sent(tmp_path, "session/new")[0]["params"]
     assert new == {"cwd": thread["cwd"], "mcpServers": []}
@@ -76,7 +80,8 @@ async def test_acp_chat_turn_handshake_and_agent_info(daemon_factory: Any, tmp_p
 
 
 async def test_acp_restart_loads_the_session_without_duplicating_history(
-        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     cfg = config(agent_env)
     d1 = await daemon_factory(cfg)
     thread = await new_thread(d1, "acp")
@@ -102,7 +107,8 @@ async def test_acp_restart_loads_the_session_without_duplicating_history(
 
 
 async def test_acp_resume_falls_back_to_session_resume_then_new_with_a_notice(
-        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     cfg = config(agent_env, resumable=("--no-load", "--resume-cap"), forgetful=("--no-load",))
     d1 = await daemon_factory(cfg)
     threads = {name: await new_thread(d1, name) for name in ("resumable", "forgetful")}
@@ -125,7 +131,8 @@ async def test_acp_resume_falls_back_to_session_resume_then_new_with_a_notice(
 
 
 async def test_acp_incompatible_protocol_version_ends_the_start_clearly(
-        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     d = await daemon_factory(config(agent_env, future=("--version", "2")))
     thread = await new_thread(d, "future")
     c = await d.ws(thread["id"])
@@ -138,9 +145,13 @@ async def test_acp_incompatible_protocol_version_ends_the_start_clearly(
 
 
 async def test_acp_authentication_with_and_without_a_configured_method(
-        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
-    cfg = "[server]\nstop_grace_s = 1\n" + acp_profile("locked", agent_env, "--auth-required") + \
-        acp_profile("keyed", agent_env, "--auth-required", auth_method="fake-key")
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
+    cfg = (
+        "[server]\nstop_grace_s = 1\n"
+        + acp_profile("locked", agent_env, "--auth-required")
+        + acp_profile("keyed", agent_env, "--auth-required", auth_method="fake-key")
+    )
     d = await daemon_factory(cfg)
     c = await d.ws((await new_thread(d, "keyed"))["id"])
     end = await c.turn("let me in")
@@ -155,8 +166,9 @@ async def test_acp_authentication_with_and_without_a_configured_method(
     await c2.close()
 
 
-async def test_acp_interrupt_sends_session_cancel_and_the_turn_ends_cancelled(daemon_factory: Any, tmp_path: Path,
-                                                                            agent_env: dict[str, str]) -> None:
+async def test_acp_interrupt_sends_session_cancel_and_the_turn_ends_cancelled(
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     d = await daemon_factory(config(agent_env))
     c = await d.ws((await new_thread(d, "acp"))["id"])
     acc = await c.prompt("slow")
@@ -171,7 +183,8 @@ async def test_acp_interrupt_sends_session_cancel_and_the_turn_ends_cancelled(da
 
 
 async def test_acp_permission_request_goes_to_clients_and_deny_picks_a_reject_option(
-        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     d = await daemon_factory(config(agent_env))
     thread = await new_thread(d, "acp")
     c = await d.ws(thread["id"])
@@ -179,8 +192,9 @@ async def test_acp_permission_request_goes_to_clients_and_deny_picks_a_reject_op
     req = await c.kind("permission.requested")
     assert [o["optionId"] for o in req["data"]["options"]] == ["allow", "allow_always", "reject"]
     async with d.http() as http:
-        r = await http.post(f"/v1/threads/{thread['id']}/permissions/{req['data']['request_id']}",
-                            json={"decision": "deny"})
+        r = await http.post(
+            f"/v1/threads/{thread['id']}/permissions/{req['data']['request_id']}", json={"decision": "deny"}
+        )
         assert r.status_code == 200
     end = await c.kind("turn.ended", turn_id=acc["data"]["turn_id"])
     assert end["data"]["status"] == "success"
@@ -190,8 +204,9 @@ async def test_acp_permission_request_goes_to_clients_and_deny_picks_a_reject_op
     await c.close()
 
 
-async def test_acp_fs_requests_are_served_only_inside_the_cwd(daemon_factory: Any, tmp_path: Path,
-                                                             agent_env: dict[str, str]) -> None:
+async def test_acp_fs_requests_are_served_only_inside_the_cwd(
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     d = await daemon_factory(config(agent_env))
     work = tmp_path / "work"
     work.mkdir()
@@ -216,8 +231,9 @@ async def test_acp_fs_requests_are_served_only_inside_the_cwd(daemon_factory: An
     await c.close()
 
 
-async def test_acp_unknown_agent_requests_get_method_not_found(daemon_factory: Any, tmp_path: Path,
-                                                              agent_env: dict[str, str]) -> None:
+async def test_acp_unknown_agent_requests_get_method_not_found(
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     d = await daemon_factory(config(agent_env))
     c = await d.ws((await new_thread(d, "acp"))["id"])
     end = await c.turn("unknown")
@@ -232,7 +248,8 @@ async def test_acp_unknown_agent_requests_get_method_not_found(daemon_factory: A
 
 
 async def test_acp_tool_plan_and_thought_updates_map_to_normalized_kinds(
-        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     d = await daemon_factory(config(agent_env))
     c = await d.ws((await new_thread(d, "acp"))["id"])
     await c.turn("tool")
@@ -247,7 +264,8 @@ async def test_acp_tool_plan_and_thought_updates_map_to_normalized_kinds(
 
 
 async def test_acp_agent_crash_during_a_prompt_ends_the_turn_with_error(
-        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     d = await daemon_factory(config(agent_env))
     c = await d.ws((await new_thread(d, "acp"))["id"])
     end = await c.turn("crash")
@@ -261,9 +279,18 @@ async def test_acp_agent_crash_during_a_prompt_ends_the_turn_with_error(
 async def test_agent_built_with_the_official_python_sdk(daemon_factory: Any, tmp_path: Path) -> None:
     # The SDK agent needs the test environment's site-packages (pydantic, acp).
     paths = os.pathsep.join([*site.getsitepackages(), str(ROOT)])
-    cfg = "\n".join(["[agents.sdk]", 'protocol = "acp"', f"executable = {json.dumps(PYTHON)}",
-                     f"args = {json.dumps([str(SDK_AGENT)])}",
-                     f"env = {{ PYTHONPATH = {json.dumps(paths)} }}"]) + "\n"
+    cfg = (
+        "\n".join(
+            [
+                "[agents.sdk]",
+                'protocol = "acp"',
+                f"executable = {json.dumps(PYTHON)}",
+                f"args = {json.dumps([str(SDK_AGENT)])}",
+                f"env = {{ PYTHONPATH = {json.dumps(paths)} }}",
+            ]
+        )
+        + "\n"
+    )
     d = await daemon_factory(cfg)
     c = await d.ws((await new_thread(d, "sdk"))["id"])
     end = await c.turn("hello sdk")
@@ -274,7 +301,8 @@ async def test_agent_built_with_the_official_python_sdk(daemon_factory: Any, tmp
 
 
 async def test_acp_raw_mode_is_an_acp_connection_with_ids_rewritten_and_routed(
-        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     d = await daemon_factory(config(agent_env))
     thread = await new_thread(d, "acp")
     ev = await d.ws(thread["id"])
@@ -283,8 +311,12 @@ async def test_acp_raw_mode_is_an_acp_connection_with_ids_rewritten_and_routed(
     a = await d.ws(thread["id"], mode="raw", after=ev.seqs()[-1])
     b = await d.ws(thread["id"], mode="raw", after=ev.seqs()[-1])
     # Both clients use id 1, which the bridge itself has used too.
-    await a.send(jsonrpc="2.0", id=1, method="session/prompt",
-                 params={"sessionId": sid, "prompt": [{"type": "text", "text": "from a"}]})
+    await a.send(
+        jsonrpc="2.0",
+        id=1,
+        method="session/prompt",
+        params={"sessionId": sid, "prompt": [{"type": "text", "text": "from a"}]},
+    )
     got_a = await a.next(lambda f: "result" in f or "error" in f)
     assert got_a["id"] == 1 and got_a["result"]["stopReason"] == "end_turn"
     await b.send(jsonrpc="2.0", id=1, method="session/list", params={})
@@ -312,15 +344,18 @@ PDF_B64 = "JVBERi0xLjQK"  # "%PDF-1.4\n"
 
 
 async def test_acp_content_the_agent_cannot_take_is_refused_not_sent(
-        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     """promptCapabilities decide: an image or document for a text-only agent is refused
     (before the agent starts: the turn ends unsent; afterwards: client.rejected / 400),
     and the agent never sees it."""
     d = await daemon_factory(config(agent_env, textonly=("--text-only",)))
     thread = await new_thread(d, "textonly")
     c = await d.ws(thread["id"])
-    image = [{"type": "text", "text": "look"},
-             {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_B64}}]
+    image = [
+        {"type": "text", "text": "look"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_B64}},
+    ]
     # Fresh thread: capabilities are unknown until the handshake, so the prompt is accepted
     # and its turn ends unsent with the reason.
     await c.send(op="prompt", content=image, client_id="img-1")

@@ -18,22 +18,34 @@ ROOT = Path(__file__).resolve().parent.parent
 
 PEERLESS = {"replay"}
 CPU_ROWS = {"conc_cpu_1k_events", "conc_cpu_1k_turns"}  # websocketd has no transcript to replay
-NO_PIPE = {"conc_turns_s", "conc_events_s", "conc_p99", "conc_rss_thread", "conc_cpu_1k_events",
-           "conc_cpu_1k_turns", "replay", "cold_serve"}
+NO_PIPE = {
+    "conc_turns_s",
+    "conc_events_s",
+    "conc_p99",
+    "conc_rss_thread",
+    "conc_cpu_1k_events",
+    "conc_cpu_1k_turns",
+    "replay",
+    "cold_serve",
+}
 
 
 @pytest.mark.timeout(180)
 def test_quick_bench_prints_every_measure_with_its_ratios(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--json", str(out),
-                           "--workdir", str(tmp_path / "work")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=170)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--json", str(out), "--workdir", str(tmp_path / "work")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("agent-bridge bench: "), lines[:3]
     header = "| measure | unit | bridge | websocketd | pipe | bridge ÷ websocketd | bridge ÷ pipe | goal | met |"
     assert header in lines
-    table = [line for line in lines[lines.index(header) + 2:] if line.startswith("| ")]
+    table = [line for line in lines[lines.index(header) + 2 :] if line.startswith("| ")]
     assert len(table) == len(ROWS), table
 
     report = json.loads(out.read_text())

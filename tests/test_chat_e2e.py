@@ -52,8 +52,9 @@ async def test_two_turn_chat_streams_deltas_and_ends_each_turn_once(daemon: Daem
     assert len(written) == 2 and written[0]["message"]["content"][0]["text"] == "hello there"
 
 
-async def test_daemon_restart_resumes_the_native_session(daemon_factory: Any, tmp_path: Path,
-                                                         agent_env: dict[str, str], dialect: str) -> None:
+async def test_daemon_restart_resumes_the_native_session(
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str], dialect: str
+) -> None:
     cfg = base_config(tmp_path, agent_env)
     d1 = await daemon_factory(cfg)
     thread = await new_thread(d1, dialect)
@@ -79,8 +80,7 @@ async def test_daemon_restart_resumes_the_native_session(daemon_factory: Any, tm
     assert c2.seqs() == list(range(last + 1, last + 1 + len(c2.seqs())))
     starts = [e for e in agent_log(tmp_path) if e["event"] == "start"]
     assert len(starts) == 2
-    assert f"--resume={native}" in starts[1]["argv"] and not any(
-        a.startswith("--resume") for a in starts[0]["argv"])
+    assert f"--resume={native}" in starts[1]["argv"] and not any(a.startswith("--resume") for a in starts[0]["argv"])
     await c2.close()
 
 
@@ -103,7 +103,8 @@ async def test_reconnect_with_after_gets_exactly_the_missed_events(daemon: Daemo
 
 
 async def test_agent_crash_mid_turn_ends_the_turn_with_error_and_the_thread_recovers(
-        daemon: Daemon, dialect: str) -> None:
+    daemon: Daemon, dialect: str
+) -> None:
     thread = await new_thread(daemon, dialect)
     c = await daemon.ws(thread["id"])
     await c.turn("hello")
@@ -111,8 +112,7 @@ async def test_agent_crash_mid_turn_ends_the_turn_with_error_and_the_thread_reco
     assert end["data"]["status"] == "error" and "crashed" in end["data"]["error"]
     exited = (c.seen("process.exited") or [await c.kind("process.exited")])[0]
     assert exited["data"]["code"] == 3 and exited["data"]["reason"] == "crashed"
-    diag = [f for f in c.frames if f.get("kind") == "diagnostic"
-            and f["data"]["stream"] == "stderr"]
+    diag = [f for f in c.frames if f.get("kind") == "diagnostic" and f["data"]["stream"] == "stderr"]
     assert any("crashing on purpose" in f["data"]["text"] for f in diag)
     assert sum(1 for f in c.frames if f.get("kind") == "turn.ended") == 2
     # The next prompt starts the agent again, resuming its session.
@@ -187,8 +187,7 @@ async def test_interrupt_cancels_the_active_turn(daemon: Daemon, dialect: str) -
     await c.close()
 
 
-async def test_prompts_during_a_turn_are_queued_in_order_then_refused_when_full(
-        daemon: Daemon) -> None:
+async def test_prompts_during_a_turn_are_queued_in_order_then_refused_when_full(daemon: Daemon) -> None:
     thread = await new_thread(daemon, "stream-json")
     c = await daemon.ws(thread["id"])
     first = await c.prompt("slow")
@@ -216,8 +215,7 @@ async def test_client_id_makes_a_prompt_idempotent(daemon: Daemon, dialect: str)
     assert again["kind"] == "client.accepted" and again["data"]["duplicate"] is True
     assert again["data"]["seq"] == first["data"]["seq"]
     async with daemon.http() as http:
-        r = await http.post(f"/v1/threads/{thread['id']}/messages",
-                            json={"text": "only once", "client_id": "c-1"})
+        r = await http.post(f"/v1/threads/{thread['id']}/messages", json={"text": "only once", "client_id": "c-1"})
     assert r.status_code == 200 and r.json()["seq"] == first["data"]["seq"]
     assert sum("only once" in x for x in stdin_lines(daemon.tmp)) == 1
     await c.close()
@@ -227,8 +225,7 @@ async def test_terminal_line_with_no_turn_pending_is_recorded_not_assigned(daemo
     thread = await new_thread(daemon, "stream-json")
     c = await daemon.ws(thread["id"])
     await c.turn("orphan")
-    stray = await c.next(lambda f: f.get("kind") == "agent.other"
-                         and f["data"].get("unsolicited") == "turn.ended")
+    stray = await c.next(lambda f: f.get("kind") == "agent.other" and f["data"].get("unsolicited") == "turn.ended")
     assert stray["raw"]["type"] == "result"
     end = await c.turn("next one")
     assert end["data"]["status"] == "success"
@@ -251,8 +248,9 @@ async def test_raw_mode_relays_agent_lines_byte_exact(daemon: Daemon, dialect: s
     # Every raw frame is exactly the raw line of a relayed agent event.
     await ev.next(lambda f: f.get("raw", {}) and f["raw"].get("type") == "result")
     import json as _json
+
     relayed = [_json.dumps(f["raw"]) for f in ev.frames if f.get("source") == "agent" and f.get("raw")]
-    assert [_json.dumps(_json.loads(t)) for t in raw.texts] == relayed[:len(raw.texts)]
+    assert [_json.dumps(_json.loads(t)) for t in raw.texts] == relayed[: len(raw.texts)]
     await raw.close()
     await ev.close()
 
@@ -274,8 +272,9 @@ async def test_stop_then_prompt_resumes_and_no_process_is_left(daemon: Daemon, d
     await c.close()
 
 
-async def test_sigkill_of_daemon_is_recovered_on_next_start(daemon_factory: Any, tmp_path: Path,
-                                                            agent_env: dict[str, str]) -> None:
+async def test_sigkill_of_daemon_is_recovered_on_next_start(
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     cfg = base_config(tmp_path, agent_env)
     d1 = await daemon_factory(cfg)
     thread = await new_thread(d1, "stream-json")
@@ -294,8 +293,9 @@ async def test_sigkill_of_daemon_is_recovered_on_next_start(daemon_factory: Any,
     await c2.close()
 
 
-async def test_idle_agent_is_stopped_and_the_thread_stays_resumable(daemon_factory: Any, tmp_path: Path,
-                                                                     agent_env: dict[str, str]) -> None:
+async def test_idle_agent_is_stopped_and_the_thread_stays_resumable(
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     d = await daemon_factory(base_config(tmp_path, agent_env, server="idle_timeout_s = 0.5\n"))
     thread = await new_thread(d, "stream-json")
     c = await d.ws(thread["id"])
@@ -303,8 +303,7 @@ async def test_idle_agent_is_stopped_and_the_thread_stays_resumable(daemon_facto
     last = c.seqs()[-1]
     await c.close()  # no client, no turn: the agent is idle
     async with d.http() as http:
-        page = (await http.get(f"/v1/threads/{thread['id']}/events",
-                               params={"after": last, "wait": 10})).json()
+        page = (await http.get(f"/v1/threads/{thread['id']}/events", params={"after": last, "wait": 10})).json()
         assert [e["kind"] for e in page["events"]] == ["process.exited"]
         assert page["events"][0]["data"]["reason"] == "idle_timeout"
     c2 = await d.ws(thread["id"], after=last)
@@ -328,8 +327,9 @@ async def test_agent_exit_with_queued_prompts_ends_every_turn_once(daemon: Daemo
     await c.close()
 
 
-async def test_capacity_is_a_clear_503_and_nothing_is_spawned(daemon_factory: Any, tmp_path: Path,
-                                                              agent_env: dict[str, str]) -> None:
+async def test_capacity_is_a_clear_503_and_nothing_is_spawned(
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     d = await daemon_factory(base_config(tmp_path, agent_env, server="max_conversations = 1\n"))
     first = await new_thread(d, "stream-json")
     second = await new_thread(d, "stream-json")

@@ -43,8 +43,7 @@ def write(path: Path, text: str) -> Path:
 def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The test runner's environment without anything that configures the bridge, with a
     private HOME and a PATH that holds no agent CLI unless the test adds one."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AGENT_BRIDGE_", "AWP_")) and k != "XDG_DATA_HOME"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENT_BRIDGE_", "AWP_")) and k != "XDG_DATA_HOME"}
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
     empty = tmp_path / "empty-bin"
@@ -54,12 +53,19 @@ def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def run_cli(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
-            timeout: float = 20) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 20
+) -> subprocess.CompletedProcess[str]:
     """A one-shot ``python -m bridge ...``; killed if it outlives ``timeout``."""
-    return subprocess.run([sys.executable, "-m", "bridge", *args], capture_output=True,
-                          text=True, timeout=timeout, env=env or clean_env(tmp_path),
-                          cwd=str(tmp_path), check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "bridge", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env or clean_env(tmp_path),
+        cwd=str(tmp_path),
+        check=False,
+    )
 
 
 @dataclass
@@ -73,8 +79,7 @@ class Served:
         return self.stderr_path.read_text()
 
 
-async def terminate(proc: asyncio.subprocess.Process, sig: int = signal.SIGTERM,
-                    within_s: float = 10) -> int:
+async def terminate(proc: asyncio.subprocess.Process, sig: int = signal.SIGTERM, within_s: float = 10) -> int:
     if proc.returncode is None:
         proc.send_signal(sig)
     try:
@@ -86,15 +91,22 @@ async def terminate(proc: asyncio.subprocess.Process, sig: int = signal.SIGTERM,
 
 
 @contextlib.asynccontextmanager
-async def serving(tmp_path: Path, *args: str,
-                  env: dict[str, str] | None = None) -> AsyncIterator[Served]:
+async def serving(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> AsyncIterator[Served]:
     """``python -m bridge serve ARGS``; yields once the first stdout line is out. The
     process is always stopped (and reaped) on the way out."""
     err_path = tmp_path / f"serve-{next(_serial)}.stderr"
     with err_path.open("wb") as err:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bridge", "serve", *args, stdout=asyncio.subprocess.PIPE,
-            stderr=err, env=env or clean_env(tmp_path), cwd=str(tmp_path))
+            sys.executable,
+            "-m",
+            "bridge",
+            "serve",
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=err,
+            env=env or clean_env(tmp_path),
+            cwd=str(tmp_path),
+        )
     try:
         assert proc.stdout is not None
         try:
@@ -153,9 +165,13 @@ def test_defaults(tmp_path: Path) -> None:
 def test_flags_beat_env_twins_beat_toml_beat_defaults(tmp_path: Path) -> None:
     cfg = write(tmp_path / "c.toml", '[server]\nhost = "127.0.0.2"\nport = 1111\n')
     home = {"HOME": str(tmp_path)}
-    twins = {**home, "AGENT_BRIDGE_HOST": "127.0.0.3", "AGENT_BRIDGE_PORT": "2222",
-             "AGENT_BRIDGE_DATA_DIR": str(tmp_path / "env-data"),
-             "AGENT_BRIDGE_TOKEN": "env-token"}
+    twins = {
+        **home,
+        "AGENT_BRIDGE_HOST": "127.0.0.3",
+        "AGENT_BRIDGE_PORT": "2222",
+        "AGENT_BRIDGE_DATA_DIR": str(tmp_path / "env-data"),
+        "AGENT_BRIDGE_TOKEN": "env-token",
+    }
 
     s = load_settings(config=str(cfg), env=home, discover_path=False)
     assert (s.host, s.port, s.token) == ("127.0.0.2", 1111, None)
@@ -166,9 +182,15 @@ def test_flags_beat_env_twins_beat_toml_beat_defaults(tmp_path: Path) -> None:
     assert (s.host, s.port, s.token) == ("127.0.0.3", 2222, "env-token")
     assert s.data_dir == tmp_path / "env-data"
 
-    s = load_settings(config=str(cfg), host="127.0.0.4", port=3333,
-                      data_dir=str(tmp_path / "flag-data"), token="flag-token",
-                      env=twins, discover_path=False)
+    s = load_settings(
+        config=str(cfg),
+        host="127.0.0.4",
+        port=3333,
+        data_dir=str(tmp_path / "flag-data"),
+        token="flag-token",
+        env=twins,
+        discover_path=False,
+    )
     assert (s.host, s.port, s.token) == ("127.0.0.4", 3333, "flag-token")
     assert s.data_dir == tmp_path / "flag-data"
 
@@ -178,8 +200,8 @@ def test_flags_beat_env_twins_beat_toml_beat_defaults(tmp_path: Path) -> None:
 
 
 def test_config_env_twin_and_flag(tmp_path: Path) -> None:
-    from_env = write(tmp_path / "env.toml", '[server]\nport = 1234\n')
-    from_flag = write(tmp_path / "flag.toml", '[server]\nport = 4321\n')
+    from_env = write(tmp_path / "env.toml", "[server]\nport = 1234\n")
+    from_flag = write(tmp_path / "flag.toml", "[server]\nport = 4321\n")
     env = {"HOME": str(tmp_path), "AGENT_BRIDGE_CONFIG": str(from_env)}
     assert load_settings(env=env, discover_path=False).port == 1234
     assert load_settings(config=str(from_flag), env=env, discover_path=False).port == 4321
@@ -191,11 +213,14 @@ def test_relative_data_dir_becomes_absolute(tmp_path: Path, monkeypatch: pytest.
     assert s.data_dir == tmp_path / "rel" / "data"
 
 
-@pytest.mark.parametrize(("env", "words"), [
-    ({"AGENT_BRIDGE_PORT": "eighty"}, ["AGENT_BRIDGE_PORT"]),
-    ({"AGENT_BRIDGE_LOG_FORMAT": "xml"}, ["log format", "xml"]),
-    ({"AGENT_BRIDGE_PORT": "70000"}, ["[server]", "port"]),
-])
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        ({"AGENT_BRIDGE_PORT": "eighty"}, ["AGENT_BRIDGE_PORT"]),
+        ({"AGENT_BRIDGE_LOG_FORMAT": "xml"}, ["log format", "xml"]),
+        ({"AGENT_BRIDGE_PORT": "70000"}, ["[server]", "port"]),
+    ],
+)
 def test_bad_env_twin_values(tmp_path: Path, env: dict[str, str], words: list[str]) -> None:
     with pytest.raises(ConfigError) as exc:
         load_settings(env={"HOME": str(tmp_path), **env}, discover_path=False)
@@ -214,11 +239,15 @@ def test_xdg_data_home_is_honoured(tmp_path: Path) -> None:
 
 
 def test_awp_variables_define_the_awp_profile(tmp_path: Path) -> None:
-    env = {"HOME": str(tmp_path), "AWP_AGENT_CLI_EXECUTABLE": PYTHON,
-           "AWP_AGENT_CLI_ARGS_JSON": json.dumps(["-I", "/opt/agent.py", "$(not a shell)"]),
-           "AWP_AGENT_CLI_ENV_JSON": json.dumps({"ANTHROPIC_BASE_URL": "https://api.example.com"}),
-           "AWP_AGENT_CLI_PROTOCOL": "stream-json", "AWP_AGENT_DEFAULT_MODEL": "model-x",
-           "AWP_AGENT_REMOTE_API_OPT_IN": "1"}
+    env = {
+        "HOME": str(tmp_path),
+        "AWP_AGENT_CLI_EXECUTABLE": PYTHON,
+        "AWP_AGENT_CLI_ARGS_JSON": json.dumps(["-I", "/opt/agent.py", "$(not a shell)"]),
+        "AWP_AGENT_CLI_ENV_JSON": json.dumps({"ANTHROPIC_BASE_URL": "https://api.example.com"}),
+        "AWP_AGENT_CLI_PROTOCOL": "stream-json",
+        "AWP_AGENT_DEFAULT_MODEL": "model-x",
+        "AWP_AGENT_REMOTE_API_OPT_IN": "1",
+    }
     s = load_settings(env=env, discover_path=False)
     awp = s.agents["awp"]
     assert awp.name == "awp" and awp.protocol == "stream-json" and awp.executable == PYTHON
@@ -229,8 +258,11 @@ def test_awp_variables_define_the_awp_profile(tmp_path: Path) -> None:
 
 
 def test_awp_defaults(tmp_path: Path) -> None:
-    env = {"HOME": str(tmp_path), "AWP_AGENT_CLI_EXECUTABLE": PYTHON,
-           "AWP_AGENT_REMOTE_API_OPT_IN": "true"}  # only "1" opts in
+    env = {
+        "HOME": str(tmp_path),
+        "AWP_AGENT_CLI_EXECUTABLE": PYTHON,
+        "AWP_AGENT_REMOTE_API_OPT_IN": "true",
+    }  # only "1" opts in
     awp = load_settings(env=env, discover_path=False).agents["awp"]
     assert awp.protocol == "awp-jsonl" and awp.args == [] and awp.env == {}
     assert awp.model is None and awp.remote_api_opt_in is False
@@ -238,25 +270,27 @@ def test_awp_defaults(tmp_path: Path) -> None:
 
 
 def test_config_file_awp_profile_wins_over_awp_variables(tmp_path: Path) -> None:
-    cfg = write(tmp_path / "c.toml", f'[agents.awp]\nexecutable = {json.dumps(PYTHON)}\n'
-                                     'args = ["from-file"]\n')
-    env = {"HOME": str(tmp_path), "AWP_AGENT_CLI_EXECUTABLE": "/from/env",
-           "AWP_AGENT_CLI_ARGS_JSON": '["from-env"]'}
+    cfg = write(tmp_path / "c.toml", f'[agents.awp]\nexecutable = {json.dumps(PYTHON)}\nargs = ["from-file"]\n')
+    env = {"HOME": str(tmp_path), "AWP_AGENT_CLI_EXECUTABLE": "/from/env", "AWP_AGENT_CLI_ARGS_JSON": '["from-env"]'}
     s = load_settings(config=str(cfg), env=env, discover_path=False)
     assert s.agents["awp"].args == ["from-file"]
 
 
-@pytest.mark.parametrize(("var", "value", "words"), [
-    ("AWP_AGENT_CLI_ARGS_JSON", "[not json", ["AWP_AGENT_CLI_ARGS_JSON", "not JSON"]),
-    ("AWP_AGENT_CLI_ENV_JSON", "{'single': 'quotes'}", ["AWP_AGENT_CLI_ENV_JSON", "not JSON"]),
-    ("AWP_AGENT_CLI_ARGS_JSON", '"-v"', ["AWP_AGENT_CLI_ARGS_JSON", "array of strings"]),
-    ("AWP_AGENT_CLI_ARGS_JSON", "[1, 2]", ["AWP_AGENT_CLI_ARGS_JSON", "array of strings"]),
-    ("AWP_AGENT_CLI_ENV_JSON", '["A=1"]', ["AWP_AGENT_CLI_ENV_JSON", "object of strings"]),
-    ("AWP_AGENT_CLI_ENV_JSON", '{"A": 1}', ["AWP_AGENT_CLI_ENV_JSON", "object of strings"]),
-    ("AWP_AGENT_CLI_PROTOCOL", "acp-ish", ["AWP_AGENT_CLI_PROTOCOL", "acp-ish"]),
-])
+@pytest.mark.parametrize(
+    ("var", "value", "words"),
+    [
+        ("AWP_AGENT_CLI_ARGS_JSON", "[not json", ["AWP_AGENT_CLI_ARGS_JSON", "not JSON"]),
+        ("AWP_AGENT_CLI_ENV_JSON", "{'single': 'quotes'}", ["AWP_AGENT_CLI_ENV_JSON", "not JSON"]),
+        ("AWP_AGENT_CLI_ARGS_JSON", '"-v"', ["AWP_AGENT_CLI_ARGS_JSON", "array of strings"]),
+        ("AWP_AGENT_CLI_ARGS_JSON", "[1, 2]", ["AWP_AGENT_CLI_ARGS_JSON", "array of strings"]),
+        ("AWP_AGENT_CLI_ENV_JSON", '["A=1"]', ["AWP_AGENT_CLI_ENV_JSON", "object of strings"]),
+        ("AWP_AGENT_CLI_ENV_JSON", '{"A": 1}', ["AWP_AGENT_CLI_ENV_JSON", "object of strings"]),
+        ("AWP_AGENT_CLI_PROTOCOL", "acp-ish", ["AWP_AGENT_CLI_PROTOCOL", "acp-ish"]),
+    ],
+)
 def test_malformed_awp_variables_are_a_clear_config_error(
-        tmp_path: Path, var: str, value: str, words: list[str]) -> None:
+    tmp_path: Path, var: str, value: str, words: list[str]
+) -> None:
     env = {"HOME": str(tmp_path), "AWP_AGENT_CLI_EXECUTABLE": PYTHON, var: value}
     with pytest.raises(ConfigError) as exc:
         load_settings(env=env, discover_path=False)
@@ -267,22 +301,23 @@ def test_malformed_awp_variables_are_a_clear_config_error(
 # --------------------------------------------------------------------------- config errors
 
 
-@pytest.mark.parametrize(("toml", "words"), [
-    ('[server]\nbogus_key = 1\n', ["[server]", "bogus_key"]),
-    ('[server]\nport = "eighty"\n', ["[server]", "port"]),
-    ('[agents.mine]\nexecutable = "/bin/true"\ncolour = "red"\n', ["[agents.mine]", "colour"]),
-    ('[agents.mine]\nexecutable = "/bin/true"\nprotocol = "telnet"\n',
-     ["[agents.mine]", "protocol"]),
-    ('[agents.mine]\nargs = []\n', ["[agents.mine]", "executable"]),
-    ('[servr]\nport = 1\n', ["unknown config sections", "servr"]),
-    ('server = 5\n', ["[server]", "table"]),
-    ('server = "ab"\n', ["[server]", "table"]),
-    ('agents = 5\n', ["[agents]", "table"]),
-    ('[agents]\nmine = 5\n', ["[agents.mine]", "table"]),
-    ('[server\nport = 1\n', ["cannot read config file"]),
-])
-def test_bad_config_file_is_a_config_error_naming_the_problem(
-        tmp_path: Path, toml: str, words: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("toml", "words"),
+    [
+        ("[server]\nbogus_key = 1\n", ["[server]", "bogus_key"]),
+        ('[server]\nport = "eighty"\n', ["[server]", "port"]),
+        ('[agents.mine]\nexecutable = "/bin/true"\ncolour = "red"\n', ["[agents.mine]", "colour"]),
+        ('[agents.mine]\nexecutable = "/bin/true"\nprotocol = "telnet"\n', ["[agents.mine]", "protocol"]),
+        ("[agents.mine]\nargs = []\n", ["[agents.mine]", "executable"]),
+        ("[servr]\nport = 1\n", ["unknown config sections", "servr"]),
+        ("server = 5\n", ["[server]", "table"]),
+        ('server = "ab"\n', ["[server]", "table"]),
+        ("agents = 5\n", ["[agents]", "table"]),
+        ("[agents]\nmine = 5\n", ["[agents.mine]", "table"]),
+        ("[server\nport = 1\n", ["cannot read config file"]),
+    ],
+)
+def test_bad_config_file_is_a_config_error_naming_the_problem(tmp_path: Path, toml: str, words: list[str]) -> None:
     cfg = write(tmp_path / "bad.toml", toml)
     with pytest.raises(ConfigError) as exc:
         load_settings(config=str(cfg), env={"HOME": str(tmp_path)}, discover_path=False)
@@ -294,19 +329,20 @@ def test_missing_config_file(tmp_path: Path) -> None:
         load_settings(config=str(tmp_path / "nope.toml"), env={}, discover_path=False)
 
 
-@pytest.mark.parametrize(("command", "toml", "word"), [
-    ("serve", '[server]\nbogus_key = 1\n', "bogus_key"),
-    ("serve", '[agents.mine]\nexecutable = "/bin/true"\ncolour = "red"\n', "colour"),
-    ("agents", '[agents.mine]\nexecutable = "/bin/true"\ncolour = "red"\n', "colour"),
-    ("serve", '[server\n', "cannot read config file"),
-    ("agents", 'server = 5\n', "[server] must be a table"),
-])
-def test_cli_bad_config_exits_2_with_one_line_on_stderr(
-        tmp_path: Path, command: str, toml: str, word: str) -> None:
+@pytest.mark.parametrize(
+    ("command", "toml", "word"),
+    [
+        ("serve", "[server]\nbogus_key = 1\n", "bogus_key"),
+        ("serve", '[agents.mine]\nexecutable = "/bin/true"\ncolour = "red"\n', "colour"),
+        ("agents", '[agents.mine]\nexecutable = "/bin/true"\ncolour = "red"\n', "colour"),
+        ("serve", "[server\n", "cannot read config file"),
+        ("agents", "server = 5\n", "[server] must be a table"),
+    ],
+)
+def test_cli_bad_config_exits_2_with_one_line_on_stderr(tmp_path: Path, command: str, toml: str, word: str) -> None:
     cfg = write(tmp_path / "bad.toml", toml)
     extra = ["--port", "0"] if command == "serve" else []
-    r = run_cli(tmp_path, command, "--config", str(cfg), "--data-dir", str(tmp_path / "d"),
-                *extra)
+    r = run_cli(tmp_path, command, "--config", str(cfg), "--data-dir", str(tmp_path / "d"), *extra)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert r.stdout == ""
     lines = r.stderr.strip().splitlines()
@@ -355,8 +391,9 @@ async def test_token_env_twin_and_flag(tmp_path: Path) -> None:
     # The flag beats the env twin, and an explicit token beats the file.
     data = tmp_path / "data"
     write(data / "token", "file-token-0123456789\n")
-    async with serving(tmp_path, "--port", "0", "--data-dir", str(data),
-                       "--token", "flag-token-0123456789", env=env) as s:
+    async with serving(
+        tmp_path, "--port", "0", "--data-dir", str(data), "--token", "flag-token-0123456789", env=env
+    ) as s:
         assert (await get_agents(s.url, "flag-token-0123456789")).status_code == 200
         assert (await get_agents(s.url, "env-token-0123456789")).status_code == 401
         assert (await get_agents(s.url, "file-token-0123456789")).status_code == 401
@@ -366,8 +403,12 @@ async def test_token_env_twin_and_flag(tmp_path: Path) -> None:
 
 async def test_env_twins_for_host_port_and_data_dir(tmp_path: Path) -> None:
     port = free_port()
-    env = clean_env(tmp_path, AGENT_BRIDGE_HOST="127.0.0.1", AGENT_BRIDGE_PORT=str(port),
-                    AGENT_BRIDGE_DATA_DIR=str(tmp_path / "env-data"))
+    env = clean_env(
+        tmp_path,
+        AGENT_BRIDGE_HOST="127.0.0.1",
+        AGENT_BRIDGE_PORT=str(port),
+        AGENT_BRIDGE_DATA_DIR=str(tmp_path / "env-data"),
+    )
     async with serving(tmp_path, env=env) as s:
         assert s.first_line == f"agent-bridge listening on http://127.0.0.1:{port}"
         token = (tmp_path / "env-data" / "token").read_text().strip()
@@ -433,16 +474,25 @@ def test_agents_with_nothing_configured_lists_the_demo_as_default(tmp_path: Path
     rows = agents_json(tmp_path)
     assert [r["name"] for r in rows] == ["demo"]
     (demo,) = rows
-    assert demo == {"name": "demo", "protocol": "stream-json", "model": "demo",
-                    "executable": PYTHON, "available": True, "problem": None, "default": True}
+    assert demo == {
+        "name": "demo",
+        "protocol": "stream-json",
+        "model": "demo",
+        "executable": PYTHON,
+        "available": True,
+        "problem": None,
+        "default": True,
+    }
     r = run_cli(tmp_path, "agents", "--data-dir", str(tmp_path / "d"))
     assert r.returncode == 0 and r.stderr == ""
     assert r.stdout.splitlines()[0].startswith("ok demo (default)  [stream-json]")
 
 
 def test_agents_lists_a_broken_profile_with_its_problem(tmp_path: Path) -> None:
-    cfg = write(tmp_path / "c.toml", '[agents.broken]\nexecutable = "/nonexistent/agent-bin"\n\n'
-                                     '[agents.relative]\nexecutable = "claude"\n')
+    cfg = write(
+        tmp_path / "c.toml",
+        '[agents.broken]\nexecutable = "/nonexistent/agent-bin"\n\n[agents.relative]\nexecutable = "claude"\n',
+    )
     rows = {r["name"]: r for r in agents_json(tmp_path, "--config", str(cfg))}
     assert set(rows) == {"broken", "relative", "demo"}
     assert rows["broken"]["available"] is False
@@ -487,8 +537,7 @@ def test_no_command_prints_help_and_exits_2(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 async def test_signal_stops_serve_with_exit_0(tmp_path: Path, sig: int) -> None:
-    async with serving(tmp_path, "--port", "0", "--data-dir", str(tmp_path / "d"),
-                       "--token", "t-0123456789") as s:
+    async with serving(tmp_path, "--port", "0", "--data-dir", str(tmp_path / "d"), "--token", "t-0123456789") as s:
         port = port_of(s.first_line)
         assert (await get_agents(s.url, "t-0123456789")).status_code == 200
         assert await terminate(s.proc, sig, within_s=5) == 0

@@ -25,8 +25,7 @@ import pytest
 
 SCRIPT = (Path(__file__).resolve().parent.parent / "bridge" / "demo_agent.py").resolve()
 PYTHON = os.path.realpath(sys.executable)
-BASE_ARGS = ["--output-format", "stream-json", "--input-format", "stream-json", "--verbose",
-             "--model", "demo"]
+BASE_ARGS = ["--output-format", "stream-json", "--input-format", "stream-json", "--verbose", "--model", "demo"]
 READ_TIMEOUT = 10.0
 
 Json = dict[str, Any]
@@ -43,8 +42,8 @@ class Agent:
         }
         self.argv = [PYTHON, "-I", str(SCRIPT), *BASE_ARGS, *extra_args]
         self.proc = subprocess.Popen(
-            self.argv, cwd=cwd, env=env,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            self.argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
         self.lines: queue.Queue[Json | None] = queue.Queue()
         self.seen: list[Json] = []
         self.bad_lines: list[bytes] = []
@@ -89,13 +88,18 @@ class Agent:
 
     def prompt(self, text: str) -> None:
         # The daemon's encoding (content blocks, empty session_id, a fresh uuid).
-        self.send({"type": "user", "message": {"role": "user",
-                                               "content": [{"type": "text", "text": text}]},
-                   "parent_tool_use_id": None, "session_id": "", "uuid": str(uuid.uuid4())})
+        self.send(
+            {
+                "type": "user",
+                "message": {"role": "user", "content": [{"type": "text", "text": text}]},
+                "parent_tool_use_id": None,
+                "session_id": "",
+                "uuid": str(uuid.uuid4()),
+            }
+        )
 
     def interrupt(self, request_id: str) -> None:
-        self.send({"type": "control_request", "request_id": request_id,
-                   "request": {"subtype": "interrupt"}})
+        self.send({"type": "control_request", "request_id": request_id, "request": {"subtype": "interrupt"}})
 
     def close_stdin(self) -> None:
         assert self.proc.stdin is not None
@@ -107,8 +111,7 @@ class Agent:
         try:
             obj = self.lines.get(timeout=timeout)
         except queue.Empty:
-            raise AssertionError(
-                f"no stdout line within {timeout}s; stderr: {self.stderr}") from None
+            raise AssertionError(f"no stdout line within {timeout}s; stderr: {self.stderr}") from None
         if obj is None:
             self.lines.put(None)  # keep reporting EOF
             raise AssertionError(f"stdout closed; rc={self.proc.poll()} stderr: {self.stderr}")
@@ -165,8 +168,7 @@ def events(lines: list[Json], etype: str | None = None) -> list[Json]:
 
 
 def text_deltas(lines: list[Json]) -> list[str]:
-    return [e["delta"]["text"] for e in events(lines, "content_block_delta")
-            if e["delta"].get("type") == "text_delta"]
+    return [e["delta"]["text"] for e in events(lines, "content_block_delta") if e["delta"].get("type") == "text_delta"]
 
 
 def assistant_blocks(lines: list[Json]) -> list[Json]:
@@ -255,10 +257,10 @@ def test_chat_turn_has_claude_code_shapes(spawn: Callable[..., Agent]) -> None:
 
     # The complete assistant line comes after the last delta and before content_block_stop.
     i_assistant = index_of(lines, lambda ln: ln["type"] == "assistant")
-    i_last_delta = max(i for i, ln in enumerate(lines) if ln["type"] == "stream_event"
-                       and ln["event"]["type"] == "content_block_delta")
-    i_stop = index_of(lines, lambda ln: ln["type"] == "stream_event"
-                      and ln["event"]["type"] == "content_block_stop")
+    i_last_delta = max(
+        i for i, ln in enumerate(lines) if ln["type"] == "stream_event" and ln["event"]["type"] == "content_block_delta"
+    )
+    i_stop = index_of(lines, lambda ln: ln["type"] == "stream_event" and ln["event"]["type"] == "content_block_stop")
     assert i_last_delta < i_assistant < i_stop
     assistant = lines[i_assistant]
     msg_id = assistant["message"]["id"]
@@ -299,11 +301,9 @@ def test_list_files_uses_a_tool(spawn: Callable[..., Agent], workdir: Path) -> N
     assert call["name"] == "ListFiles" and call["input"] == {"path": "."}
     assert call["id"].startswith("toolu_demo_")
     starts = events(lines, "content_block_start")
-    assert any(s["content_block"]["type"] == "tool_use" and s["content_block"]["id"] == call["id"]
-               for s in starts)
+    assert any(s["content_block"]["type"] == "tool_use" and s["content_block"]["id"] == call["id"] for s in starts)
 
-    i_use = index_of(lines, lambda ln: ln["type"] == "assistant"
-                     and ln["message"]["content"][0]["type"] == "tool_use")
+    i_use = index_of(lines, lambda ln: ln["type"] == "assistant" and ln["message"]["content"][0]["type"] == "tool_use")
     i_res = index_of(lines, lambda ln: ln["type"] == "user")
     assert i_use < i_res
     tool_line = lines[i_res]
@@ -312,8 +312,7 @@ def test_list_files_uses_a_tool(spawn: Callable[..., Agent], workdir: Path) -> N
     assert block["is_error"] is False
     assert block["content"].split("\n") == ["alpha.txt", "beta.py", "subdir/"]
     assert "tool_use_result" in tool_line
-    assert [e["delta"]["stop_reason"] for e in events(lines, "message_delta")] == [
-        "tool_use", "end_turn"]
+    assert [e["delta"]["stop_reason"] for e in events(lines, "message_delta")] == ["tool_use", "end_turn"]
 
     summary = assistant_blocks(lines)[-1]
     assert summary["type"] == "text" and summary["text"].startswith("I found 3 entries")
@@ -332,8 +331,7 @@ def test_list_files_caps_at_50_entries(spawn: Callable[..., Agent], workdir: Pat
     assert assistant_blocks(lines)[-1]["text"].startswith("I found 63 entries")
 
 
-def test_read_file_inside_cwd_only(spawn: Callable[..., Agent], workdir: Path,
-                                   tmp_path: Path) -> None:
+def test_read_file_inside_cwd_only(spawn: Callable[..., Agent], workdir: Path, tmp_path: Path) -> None:
     (tmp_path / "secret.txt").write_text("TOP SECRET", encoding="utf-8")
     (workdir / "link.txt").symlink_to(tmp_path / "secret.txt")
     agent = spawn()
@@ -363,25 +361,25 @@ def test_read_file_inside_cwd_only(spawn: Callable[..., Agent], workdir: Path,
 def test_interrupt_during_slow_reply(spawn: Callable[..., Agent]) -> None:
     agent = spawn()
     agent.prompt("slow please")
-    before = agent.until(lambda ln: ln["type"] == "stream_event"
-                         and ln["event"]["type"] == "content_block_delta")
+    before = agent.until(lambda ln: ln["type"] == "stream_event" and ln["event"]["type"] == "content_block_delta")
     before += [agent.next() for _ in range(2)]  # a couple more deltas
     agent.interrupt("req_1_abcd1234")
     after = agent.until(is_result)
     lines = before + after
 
     i_resp = index_of(lines, lambda ln: ln["type"] == "control_response")
-    assert lines[i_resp] == {"type": "control_response",
-                             "response": {"subtype": "success", "request_id": "req_1_abcd1234"}}
+    assert lines[i_resp] == {
+        "type": "control_response",
+        "response": {"subtype": "success", "request_id": "req_1_abcd1234"},
+    }
     # After the response: the partial text, the interrupt marker, the error result.
-    tail = [ln for ln in lines[i_resp + 1:] if ln["type"] != "stream_event"]
+    tail = [ln for ln in lines[i_resp + 1 :] if ln["type"] != "stream_event"]
     assert [ln["type"] for ln in tail] == ["assistant", "user", "result"]
     partial = tail[0]["message"]["content"][0]["text"]
     deltas = text_deltas(lines)
     assert partial == "".join(deltas)
     assert len(deltas) < 50  # it really stopped early
-    assert tail[1]["message"]["content"] == [{"type": "text",
-                                              "text": "[Request interrupted by user]"}]
+    assert tail[1]["message"]["content"] == [{"type": "text", "text": "[Request interrupted by user]"}]
     result = tail[2]
     assert result["subtype"] == "error_during_execution" and result["is_error"] is True
     assert result["terminal_reason"] == "aborted_streaming"
@@ -399,33 +397,39 @@ def test_interrupt_during_slow_reply(spawn: Callable[..., Agent]) -> None:
 def test_control_requests_when_idle(spawn: Callable[..., Agent]) -> None:
     agent = spawn()
     agent.interrupt("r-idle")
-    assert agent.next() == {"type": "control_response",
-                            "response": {"subtype": "success", "request_id": "r-idle"}}
-    agent.send({"type": "control_request", "request_id": "r-bogus",
-                "request": {"subtype": "bogus_subtype"}})
-    assert agent.next() == {"type": "control_response", "response": {
-        "subtype": "error", "request_id": "r-bogus",
-        "error": "Unsupported control request subtype: bogus_subtype"}}
+    assert agent.next() == {"type": "control_response", "response": {"subtype": "success", "request_id": "r-idle"}}
+    agent.send({"type": "control_request", "request_id": "r-bogus", "request": {"subtype": "bogus_subtype"}})
+    assert agent.next() == {
+        "type": "control_response",
+        "response": {
+            "subtype": "error",
+            "request_id": "r-bogus",
+            "error": "Unsupported control request subtype: bogus_subtype",
+        },
+    }
     agent.send({"type": "keep_alive"})
-    agent.send({"type": "control_response", "response": {"subtype": "success",
-                                                          "request_id": "stale"}})
+    agent.send({"type": "control_response", "response": {"subtype": "success", "request_id": "stale"}})
     agent.assert_silent(0.2)
     # The idle interrupt left no trace: the next prompt is a normal turn.
     lines = agent.turn("hi")
     assert lines[0]["subtype"] == "init" and lines[-1]["subtype"] == "success"
 
     # The few harmless host requests a UI may send are accepted.
-    agent.send({"type": "control_request", "request_id": "r-init",
-                "request": {"subtype": "initialize", "hooks": None}})
+    agent.send({"type": "control_request", "request_id": "r-init", "request": {"subtype": "initialize", "hooks": None}})
     resp = agent.next()["response"]
     assert resp["subtype"] == "success" and resp["request_id"] == "r-init"
     assert resp["response"]["models"][0]["value"] == "demo"
-    agent.send({"type": "control_request", "request_id": "r-model",
-                "request": {"subtype": "set_model", "model": "demo-2"}})
-    assert agent.next() == {"type": "control_response",
-                            "response": {"subtype": "success", "request_id": "r-model"}}
-    agent.send({"type": "control_request", "request_id": "r-mode",
-                "request": {"subtype": "set_permission_mode", "mode": "acceptEdits"}})
+    agent.send(
+        {"type": "control_request", "request_id": "r-model", "request": {"subtype": "set_model", "model": "demo-2"}}
+    )
+    assert agent.next() == {"type": "control_response", "response": {"subtype": "success", "request_id": "r-model"}}
+    agent.send(
+        {
+            "type": "control_request",
+            "request_id": "r-mode",
+            "request": {"subtype": "set_permission_mode", "mode": "acceptEdits"},
+        }
+    )
     assert agent.next()["response"]["response"] == {"mode": "acceptEdits"}
     lines = agent.turn("hi again")
     assert lines[0]["model"] == "demo-2" and lines[0]["permissionMode"] == "acceptEdits"
@@ -434,8 +438,7 @@ def test_control_requests_when_idle(spawn: Callable[..., Agent]) -> None:
 def test_user_message_mid_turn_is_queued(spawn: Callable[..., Agent]) -> None:
     agent = spawn()
     agent.prompt("first message")
-    first = agent.until(lambda ln: ln["type"] == "stream_event"
-                        and ln["event"]["type"] == "content_block_delta")
+    first = agent.until(lambda ln: ln["type"] == "stream_event" and ln["event"]["type"] == "content_block_delta")
     agent.prompt("what did I say?")
     first += agent.until(is_result)
     assert first[-1]["subtype"] == "success"
@@ -445,8 +448,7 @@ def test_user_message_mid_turn_is_queued(spawn: Callable[..., Agent]) -> None:
     assert "“first message”" in second[-1]["result"]
 
 
-def test_resume_keeps_session_and_history(spawn: Callable[..., Agent],
-                                          state_dir: Path) -> None:
+def test_resume_keeps_session_and_history(spawn: Callable[..., Agent], state_dir: Path) -> None:
     first = spawn()
     lines = first.turn("my favourite colour is teal")
     sid = lines[0]["session_id"]
@@ -471,8 +473,7 @@ def test_resume_keeps_session_and_history(spawn: Callable[..., Agent],
     assert "what did I say?" in lines[-1]["result"]
 
 
-def test_invalid_resume_id_is_refused(spawn: Callable[..., Agent], tmp_path: Path,
-                                      state_dir: Path) -> None:
+def test_invalid_resume_id_is_refused(spawn: Callable[..., Agent], tmp_path: Path, state_dir: Path) -> None:
     sentinel = tmp_path / "x.json"
     sentinel.write_text('{"history": [{"prompt": "NOT MINE"}]}', encoding="utf-8")
     outside_before = sorted(str(p) for p in tmp_path.rglob("*") if state_dir not in p.parents)
@@ -487,17 +488,30 @@ def test_invalid_resume_id_is_refused(spawn: Callable[..., Agent], tmp_path: Pat
     assert "refusing --resume" in agent.stderr
 
     assert sentinel.read_text(encoding="utf-8") == '{"history": [{"prompt": "NOT MINE"}]}'
-    outside_after = sorted(str(p) for p in tmp_path.rglob("*")
-                           if p != state_dir and state_dir not in p.parents)
+    outside_after = sorted(str(p) for p in tmp_path.rglob("*") if p != state_dir and state_dir not in p.parents)
     assert outside_after == outside_before
     assert [p.name for p in state_dir.iterdir()] == [f"{sid}.json"]
 
 
 def test_flags_and_malformed_input_are_tolerated(spawn: Callable[..., Agent]) -> None:
-    agent = spawn("--mcp-config", "/nonexistent/mcp.json", "--permission-mode", "plan",
-                  "--system-prompt", "be nice", "--allowedTools", "Read,Bash(git *)",
-                  "--disallowedTools", "ReadFile", "--permission-prompt-tool", "stdio",
-                  "--include-partial-messages", "--some-unknown-flag", "--other=1", "stray")
+    agent = spawn(
+        "--mcp-config",
+        "/nonexistent/mcp.json",
+        "--permission-mode",
+        "plan",
+        "--system-prompt",
+        "be nice",
+        "--allowedTools",
+        "Read,Bash(git *)",
+        "--disallowedTools",
+        "ReadFile",
+        "--permission-prompt-tool",
+        "stdio",
+        "--include-partial-messages",
+        "--some-unknown-flag",
+        "--other=1",
+        "stray",
+    )
     agent.send_raw("this is not json")
     agent.send_raw("[1, 2, 3]")
     agent.send_raw("")
@@ -514,12 +528,10 @@ def test_flags_and_malformed_input_are_tolerated(spawn: Callable[..., Agent]) ->
     assert "malformed stdin line 1" in agent.stderr
 
 
-def test_eof_mid_turn_finishes_quickly_and_exits_zero(spawn: Callable[..., Agent],
-                                                      state_dir: Path) -> None:
+def test_eof_mid_turn_finishes_quickly_and_exits_zero(spawn: Callable[..., Agent], state_dir: Path) -> None:
     agent = spawn()
     agent.prompt("slow")
-    agent.until(lambda ln: ln["type"] == "stream_event"
-                and ln["event"]["type"] == "content_block_delta")
+    agent.until(lambda ln: ln["type"] == "stream_event" and ln["event"]["type"] == "content_block_delta")
     started = time.monotonic()
     agent.close_stdin()
     lines = agent.until(is_result)
@@ -534,8 +546,7 @@ def test_eof_mid_turn_finishes_quickly_and_exits_zero(spawn: Callable[..., Agent
 def test_sigterm_exits_promptly(spawn: Callable[..., Agent]) -> None:
     agent = spawn()
     agent.prompt("slow")
-    agent.until(lambda ln: ln["type"] == "stream_event"
-                and ln["event"]["type"] == "content_block_delta")
+    agent.until(lambda ln: ln["type"] == "stream_event" and ln["event"]["type"] == "content_block_delta")
     agent.proc.send_signal(signal.SIGTERM)
     assert agent.wait(timeout=5) == -signal.SIGTERM
 
@@ -557,8 +568,9 @@ def demo() -> ModuleType:
 
 
 def test_parse_args(demo: ModuleType) -> None:
-    opts = demo.parse_args([*BASE_ARGS, "--resume", "abc", "--mcp-config", "m.json",
-                            "--permission-mode", "acceptEdits", "--verbose"])
+    opts = demo.parse_args(
+        [*BASE_ARGS, "--resume", "abc", "--mcp-config", "m.json", "--permission-mode", "acceptEdits", "--verbose"]
+    )
     assert (opts.model, opts.resume, opts.permission_mode) == ("demo", "abc", "acceptEdits")
     assert demo.parse_args(["--resume=-odd"]).resume == "-odd"
     assert demo.parse_args(["--resume", "--verbose"]).resume is None  # value-less --resume

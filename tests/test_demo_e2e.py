@@ -8,8 +8,7 @@ from typing import Any
 from conftest import new_thread
 
 
-async def test_serve_with_no_config_offers_the_demo_agent_and_chats(daemon_factory: Any,
-                                                                    tmp_path: Path) -> None:
+async def test_serve_with_no_config_offers_the_demo_agent_and_chats(daemon_factory: Any, tmp_path: Path) -> None:
     d = await daemon_factory("")
     async with d.http() as http:
         agents = (await http.get("/v1/agents")).json()
@@ -45,8 +44,7 @@ async def test_serve_with_no_config_offers_the_demo_agent_and_chats(daemon_facto
     await c2.close()
 
 
-async def test_thread_created_without_agent_uses_first_configured_profile(
-        daemon: Any) -> None:
+async def test_thread_created_without_agent_uses_first_configured_profile(daemon: Any) -> None:
     thread = await new_thread(daemon, "awp-jsonl")
     assert thread["agent"] == "awp-jsonl"
     async with daemon.http() as http:

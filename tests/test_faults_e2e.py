@@ -16,17 +16,20 @@ async def transcript(d: Any, thread_id: str) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     async with d.http() as http:
         while True:
-            page = (await http.get(f"/v1/threads/{thread_id}/events",
-                                   params={"after": len(events), "limit": 1000})).json()
+            page = (
+                await http.get(f"/v1/threads/{thread_id}/events", params={"after": len(events), "limit": 1000})
+            ).json()
             if not page["events"]:
                 return events
             events += page["events"]
 
 
 async def test_agent_exiting_before_its_first_line_ends_the_turn_with_error(
-        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     cfg = "[server]\nstop_grace_s = 1\n" + "\n".join(
-        profile_toml(d, d, agent_env, extra_args=["--exit-at-start"]) for d in DIALECTS)
+        profile_toml(d, d, agent_env, extra_args=["--exit-at-start"]) for d in DIALECTS
+    )
     d = await daemon_factory(cfg)
     for dialect in DIALECTS:
         thread = await new_thread(d, dialect)
@@ -62,8 +65,7 @@ async def test_agent_exit_while_a_client_replays_loses_nothing(daemon: Any) -> N
     await b.close()
 
 
-async def test_agent_ignoring_sigterm_is_killed(daemon_factory: Any, tmp_path: Path,
-                                                agent_env: dict[str, str]) -> None:
+async def test_agent_ignoring_sigterm_is_killed(daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
     env = {**agent_env, "FAKE_IGNORE_SIGTERM": "1", "FAKE_IGNORE_EOF": "1"}
     d = await daemon_factory("[server]\nstop_grace_s = 0.5\n" + profile_toml("stubborn", "stream-json", env))
     thread = await new_thread(d, "stubborn")
@@ -80,8 +82,9 @@ async def test_agent_ignoring_sigterm_is_killed(daemon_factory: Any, tmp_path: P
     await c.close()
 
 
-async def test_hung_agent_turn_is_cancelled_by_interrupt_timeout(daemon_factory: Any, tmp_path: Path,
-                                                                 agent_env: dict[str, str]) -> None:
+async def test_hung_agent_turn_is_cancelled_by_interrupt_timeout(
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     d = await daemon_factory(base_config(tmp_path, agent_env, server="interrupt_timeout_s = 1\n"))
     thread = await new_thread(d, "stream-json")
     c = await d.ws(thread["id"])
@@ -108,8 +111,9 @@ async def test_locked_store_pauses_the_agent_and_loses_nothing(daemon: Any, tmp_
         db.execute("BEGIN EXCLUSIVE")  # another process holds the write lock
         # Accepted while the store still looked healthy: its answer waits for the commit.
         await c.send(op="prompt", text="flood 500")
-        notice = await c.next(lambda f: f.get("kind") == "notice"
-                              and f["data"].get("code") == "store_unavailable", timeout=20)
+        notice = await c.next(
+            lambda f: f.get("kind") == "notice" and f["data"].get("code") == "store_unavailable", timeout=20
+        )
         assert notice["seq"] is None
         async with daemon.http() as http:
             assert (await http.get("/readyz")).status_code == 503
@@ -120,10 +124,12 @@ async def test_locked_store_pauses_the_agent_and_loses_nothing(daemon: Any, tmp_
     finally:
         db.execute("ROLLBACK")
         db.close()
-    await c.next(lambda f: f.get("kind") == "notice" and f["data"].get("code") == "store_recovered",
-                 timeout=20)
-    acc = c.seen("client.accepted", op="prompt")[-1] if c.seen("client.accepted", op="prompt")[1:] \
+    await c.next(lambda f: f.get("kind") == "notice" and f["data"].get("code") == "store_recovered", timeout=20)
+    acc = (
+        c.seen("client.accepted", op="prompt")[-1]
+        if c.seen("client.accepted", op="prompt")[1:]
         else await c.next(lambda f: f.get("kind") == "client.accepted" and f["data"]["op"] == "prompt")
+    )
     await c.kind("turn.ended", turn_id=acc["data"]["turn_id"], timeout=20)
     async with daemon.http() as http:
         assert (await http.get("/readyz")).status_code == 200
@@ -137,7 +143,8 @@ async def test_locked_store_pauses_the_agent_and_loses_nothing(daemon: Any, tmp_
 
 
 async def test_sigkill_mid_stream_keeps_every_seen_event_and_resumes(
-        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     cfg = base_config(tmp_path, agent_env)
     d1 = await daemon_factory(cfg)
     thread = await new_thread(d1, "stream-json")
@@ -160,8 +167,7 @@ async def test_sigkill_mid_stream_keeps_every_seen_event_and_resumes(
     ended = [e for e in stored if e["kind"] == "turn.ended" and e["data"].get("turn_id") == acc["data"]["turn_id"]]
     tail = [e for e in stored if e["seq"] > seen[-1]["seq"]]
     assert any(e["kind"] == "turn.ended" and e["data"]["status"] == "error" for e in tail)
-    assert len(ended) + sum(1 for e in tail if e["kind"] == "turn.ended"
-                            and e["data"].get("turn_id") is None) == 1
+    assert len(ended) + sum(1 for e in tail if e["kind"] == "turn.ended" and e["data"].get("turn_id") is None) == 1
     c2 = await d2.ws(thread["id"], after=stored[-1]["seq"])
     await c2.turn("recall")
     assert "remember kiwi" in [f for f in c2.seen("message") if f["source"] == "agent"][-1]["data"]["text"]
@@ -171,7 +177,8 @@ async def test_sigkill_mid_stream_keeps_every_seen_event_and_resumes(
 
 
 async def test_agent_dies_with_the_daemon_and_restart_reaps_its_group(
-        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     # The agent ignores stdin EOF: only the parent-death signal can end it.
     cfg = base_config(tmp_path, {**agent_env, "FAKE_IGNORE_EOF": "1"})
     d1 = await daemon_factory(cfg)

@@ -18,16 +18,26 @@ def replay_cfg(env: dict[str, str], *scenarios: str) -> str:
     out = "[server]\nstop_grace_s = 1\n\n"
     for name in scenarios:
         args = ["-I", str(REPLAY), "--transcript", str(TRANSCRIPTS / f"{name}.transcript.jsonl")]
-        out += "\n".join([f"[agents.{name}]", 'protocol = "stream-json"', f"executable = {json.dumps(PYTHON)}",
-                          f"args = {json.dumps(args)}", "permission_prompts = true",
-                          "env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }"])
+        out += "\n".join(
+            [
+                f"[agents.{name}]",
+                'protocol = "stream-json"',
+                f"executable = {json.dumps(PYTHON)}",
+                f"args = {json.dumps(args)}",
+                "permission_prompts = true",
+                "env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }",
+            ]
+        )
         out += "\n\n"
     return out
 
 
 def answers(tmp_path: Path) -> list[dict[str, Any]]:
-    return [json.loads(e["line"]) for e in agent_log(tmp_path)
-            if e["event"] == "stdin" and '"control_response"' in e["line"]]
+    return [
+        json.loads(e["line"])
+        for e in agent_log(tmp_path)
+        if e["event"] == "stdin" and '"control_response"' in e["line"]
+    ]
 
 
 async def test_allow_transcript(daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
@@ -44,7 +54,9 @@ async def test_allow_transcript(daemon_factory: Any, tmp_path: Path, agent_env: 
     assert c.seen("tool.result")
     sent = answers(tmp_path)
     assert len(sent) == 1 and sent[0]["response"]["response"] == {
-        "behavior": "allow", "updatedInput": req["data"]["input"]}
+        "behavior": "allow",
+        "updatedInput": req["data"]["input"],
+    }
     assert not [e for e in agent_log(tmp_path) if e["event"] == "skipped"]
 
 
@@ -55,8 +67,9 @@ async def test_deny_transcript(daemon_factory: Any, tmp_path: Path, agent_env: d
     acc = await c.prompt("RUN_WRITE please")
     rid = (await c.kind("permission.requested"))["data"]["request_id"]
     async with d.http() as http:
-        r = await http.post(f"/v1/threads/{thread['id']}/permissions/{rid}",
-                            json={"decision": "deny", "message": "User said no"})
+        r = await http.post(
+            f"/v1/threads/{thread['id']}/permissions/{rid}", json={"decision": "deny", "message": "User said no"}
+        )
         assert r.status_code == 200
     end = await c.kind("turn.ended", turn_id=acc["data"]["turn_id"])
     assert end["data"]["status"] == "success"

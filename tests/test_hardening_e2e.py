@@ -42,8 +42,9 @@ PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 16).decode()
 # --------------------------------------------------------------------------- helpers
 
 
-def assert_error(r: httpx.Response, statuses: tuple[int, ...], codes: tuple[str, ...] | None = None,
-                 what: object = "") -> str:
+def assert_error(
+    r: httpx.Response, statuses: tuple[int, ...], codes: tuple[str, ...] | None = None, what: object = ""
+) -> str:
     """``r`` is one of ``statuses`` with the standard body ``{"error": {"code", "message"}}``."""
     assert r.status_code in statuses, (what, r.status_code, r.text[:300])
     try:
@@ -62,8 +63,13 @@ def assert_error(r: httpx.Response, statuses: tuple[int, ...], codes: tuple[str,
 class Findings(list[str]):
     """Every offending input of a table-driven test, reported together at the end."""
 
-    def error(self, r: httpx.Response | BaseException, statuses: tuple[int, ...],
-              codes: tuple[str, ...] | None = None, what: object = "") -> str | None:
+    def error(
+        self,
+        r: httpx.Response | BaseException,
+        statuses: tuple[int, ...],
+        codes: tuple[str, ...] | None = None,
+        what: object = "",
+    ) -> str | None:
         if isinstance(r, BaseException):
             self.append(f"{what}: no response ({r!r})")
             return None
@@ -101,8 +107,11 @@ def log_problems(text: str) -> list[str]:
         except ValueError:
             problems.append(line)
             continue
-        if not isinstance(entry, dict) or str(entry.get("level", "")).lower() in (
-                "error", "critical", "exception", "fatal") or "exception" in entry:
+        if (
+            not isinstance(entry, dict)
+            or str(entry.get("level", "")).lower() in ("error", "critical", "exception", "fatal")
+            or "exception" in entry
+        ):
             problems.append(line)
     return problems
 
@@ -162,7 +171,7 @@ async def test_oversized_rest_body_is_refused_with_413(daemon: Daemon, tmp_path:
 
     async def chunked() -> AsyncIterator[bytes]:  # no Content-Length: the limit must still hold
         for i in range(0, len(big), MiB):
-            yield big[i:i + MiB]
+            yield big[i : i + MiB]
 
     found = Findings()
     async with daemon.http() as http:
@@ -173,10 +182,11 @@ async def test_oversized_rest_body_is_refused_with_413(daemon: Daemon, tmp_path:
         r = await fetch(daemon, "POST", f"/v1/threads/{tid}/messages", content=content, headers=headers)
         found.error(r, (413,), what=what)
     # Bodies that are invalid anyway: any clear 4xx, but read no further than the limit.
-    for method, url, body in (("POST", "/v1/threads", {"agent": "stream-json", "title": "t" * (20 * MiB)}),
-                              ("PATCH", f"/v1/threads/{tid}", {"title": "t" * (20 * MiB)}),
-                              ("POST", f"/v1/threads/{tid}/permissions/r", {"decision": "allow",
-                                                                           "message": "m" * (20 * MiB)})):
+    for method, url, body in (
+        ("POST", "/v1/threads", {"agent": "stream-json", "title": "t" * (20 * MiB)}),
+        ("PATCH", f"/v1/threads/{tid}", {"title": "t" * (20 * MiB)}),
+        ("POST", f"/v1/threads/{tid}/permissions/r", {"decision": "allow", "message": "m" * (20 * MiB)}),
+    ):
         r = await fetch(daemon, method, url, content=json.dumps(body).encode(), headers=headers)
         found.error(r, (400, 404, 413), what=(method, url))
     found.check()
@@ -212,18 +222,21 @@ async def test_deeply_nested_rest_bodies_are_400(daemon: Daemon, tmp_path: Path)
     for what, body in DEEP_BODIES:
         r = await fetch(daemon, "POST", f"/v1/threads/{tid}/messages", content=body, headers=headers)
         found.error(r, (400,), what=what)
-    for what, body in (("options", '{"agent":"stream-json","options":{"system_prompt":'
-                        + nested(DEEP) + "}}"),
-                       ("options near the limit", '{"agent":"stream-json","options":{"allowed_tools":'
-                        + nested(985) + "}}"),
-                       ("agent", '{"agent":' + nested(DEEP) + "}")):
-        found.error(await fetch(daemon, "POST", "/v1/threads", content=body, headers=headers),
-                    (400,), what=what)
-    r = await fetch(daemon, "PATCH", f"/v1/threads/{tid}", content='{"title":' + nested(DEEP) + "}",
-                    headers=headers)
+    for what, body in (
+        ("options", '{"agent":"stream-json","options":{"system_prompt":' + nested(DEEP) + "}}"),
+        ("options near the limit", '{"agent":"stream-json","options":{"allowed_tools":' + nested(985) + "}}"),
+        ("agent", '{"agent":' + nested(DEEP) + "}"),
+    ):
+        found.error(await fetch(daemon, "POST", "/v1/threads", content=body, headers=headers), (400,), what=what)
+    r = await fetch(daemon, "PATCH", f"/v1/threads/{tid}", content='{"title":' + nested(DEEP) + "}", headers=headers)
     found.error(r, (400,), what="patch")
-    r = await fetch(daemon, "POST", f"/v1/threads/{tid}/permissions/req_1",
-                    content='{"decision":' + nested(DEEP) + "}", headers=headers)
+    r = await fetch(
+        daemon,
+        "POST",
+        f"/v1/threads/{tid}/permissions/req_1",
+        content='{"decision":' + nested(DEEP) + "}",
+        headers=headers,
+    )
     found.error(r, (400,), what="permission")
     found.check()
     async with daemon.http() as http:
@@ -239,12 +252,15 @@ async def test_deeply_nested_rest_bodies_are_400(daemon: Daemon, tmp_path: Path)
 async def test_deeply_nested_websocket_frames_are_rejected(daemon: Daemon, tmp_path: Path) -> None:
     thread = await new_thread(daemon, "stream-json")
     c = await daemon.ws(thread["id"])
-    frames = [nested(DEEP), '{"op":' * DEEP + "1" + "}" * DEEP,
-              '{"op":"prompt","content":' + nested(DEEP) + "}",
-              '{"op":"prompt","content":[' + nested(950) + "]}",
-              '{"op":"prompt","text":' + nested(DEEP) + "}",
-              '{"op":"raw","message":' + '{"a":' * DEEP + "1" + "}" * DEEP + "}",
-              '{"op":"permission","request_id":' + nested(DEEP) + ',"decision":"allow"}']
+    frames = [
+        nested(DEEP),
+        '{"op":' * DEEP + "1" + "}" * DEEP,
+        '{"op":"prompt","content":' + nested(DEEP) + "}",
+        '{"op":"prompt","content":[' + nested(950) + "]}",
+        '{"op":"prompt","text":' + nested(DEEP) + "}",
+        '{"op":"raw","message":' + '{"a":' * DEEP + "1" + "}" * DEEP + "}",
+        '{"op":"permission","request_id":' + nested(DEEP) + ',"decision":"allow"}',
+    ]
     for frame in frames:
         await c.conn.send(frame)
         got = await reply(c)
@@ -284,8 +300,7 @@ async def test_websocket_frames_over_8_mib_are_refused(daemon: Daemon, tmp_path:
     await assert_healthy(daemon)
 
 
-async def test_raw_mode_bad_frame_closes_even_while_the_transcript_replays(
-        daemon: Daemon, tmp_path: Path) -> None:
+async def test_raw_mode_bad_frame_closes_even_while_the_transcript_replays(daemon: Daemon, tmp_path: Path) -> None:
     """A raw-mode client whose first frame is not a JSON object gets close 1003 at once,
     even when the server is still replaying the transcript to it. (A cancelled sender
     must not survive its connection: the handler would then wait for it forever.)"""
@@ -294,9 +309,12 @@ async def test_raw_mode_bad_frame_closes_even_while_the_transcript_replays(
     await c.turn("flood 300")
     await c.close()
     for i in range(15):
-        conn = await websockets.connect(f"{daemon.ws_url}/v1/threads/{thread['id']}/ws?mode=raw",
-                                        additional_headers=daemon.headers, max_size=None,
-                                        open_timeout=STEP_TIMEOUT)
+        conn = await websockets.connect(
+            f"{daemon.ws_url}/v1/threads/{thread['id']}/ws?mode=raw",
+            additional_headers=daemon.headers,
+            max_size=None,
+            open_timeout=STEP_TIMEOUT,
+        )
         try:
             await conn.send("[1]")
             try:
@@ -362,11 +380,15 @@ async def test_lone_surrogates_never_break_a_thread(daemon: Daemon) -> None:
             r = await fetch(daemon, "GET", url)
             if isinstance(r, BaseException) or r.status_code != 200:
                 found.append(f"{frame}: then GET {url} -> {r if isinstance(r, BaseException) else r.status_code}")
-    for body in ('{"text":"\\ud800 x"}', '{"content":[{"type":"text","text":"\\udfff"}]}',
-                 '{"text":"x","client_id":"\\udc00"}'):
+    for body in (
+        '{"text":"\\ud800 x"}',
+        '{"content":[{"type":"text","text":"\\udfff"}]}',
+        '{"text":"x","client_id":"\\udc00"}',
+    ):
         tid = (await new_thread(daemon, "stream-json"))["id"]
-        r = await fetch(daemon, "POST", f"/v1/threads/{tid}/messages", content=body,
-                        headers={"Content-Type": "application/json"})
+        r = await fetch(
+            daemon, "POST", f"/v1/threads/{tid}/messages", content=body, headers={"Content-Type": "application/json"}
+        )
         if isinstance(r, BaseException) or r.status_code >= 500:
             found.append(f"POST {body}: {r if isinstance(r, BaseException) else r.status_code}")
         r = await fetch(daemon, "GET", f"/v1/threads/{tid}/events", params={"wait": 2})
@@ -378,17 +400,41 @@ async def test_lone_surrogates_never_break_a_thread(daemon: Daemon) -> None:
 
 # --------------------------------------------------------------------------- ids and cursors
 
-ODD_IDS = ["thr_%00", "%00", "a" * 10_000, "thr_" + "f" * 10_000, "%E2%98%83", "thr_%F0%9F%92%A9",
-           "%ED%A0%80", "%FF%FE", "thr_%0A", "thr_%0D%0ASet-Cookie:%20x=1", "thr_0000000000000000",
-           "THR_0123456789ABCDEF", "thr_'%20OR%20'1'='1", "%25", "thr_%22%3E%3Cscript%3E", "%20",
-           "thr_%5C..%5Cetc", "thr_" + "%C3%A9" * 2000]
+ODD_IDS = [
+    "thr_%00",
+    "%00",
+    "a" * 10_000,
+    "thr_" + "f" * 10_000,
+    "%E2%98%83",
+    "thr_%F0%9F%92%A9",
+    "%ED%A0%80",
+    "%FF%FE",
+    "thr_%0A",
+    "thr_%0D%0ASet-Cookie:%20x=1",
+    "thr_0000000000000000",
+    "THR_0123456789ABCDEF",
+    "thr_'%20OR%20'1'='1",
+    "%25",
+    "thr_%22%3E%3Cscript%3E",
+    "%20",
+    "thr_%5C..%5Cetc",
+    "thr_" + "%C3%A9" * 2000,
+]
 
 THREAD_ROUTES: list[tuple[str, str, dict[str, Any] | None]] = [
-    ("GET", "", None), ("PATCH", "", {"title": "x"}), ("DELETE", "", None),
-    ("POST", "/messages", {"text": "hi"}), ("POST", "/interrupt", None), ("POST", "/resume", None),
-    ("POST", "/stop", None), ("GET", "/events", None), ("GET", "/events/stream", None),
-    ("GET", "/permissions", None), ("POST", "/permissions/req_1", {"decision": "allow"}),
-    ("GET", "/tasks", None)]
+    ("GET", "", None),
+    ("PATCH", "", {"title": "x"}),
+    ("DELETE", "", None),
+    ("POST", "/messages", {"text": "hi"}),
+    ("POST", "/interrupt", None),
+    ("POST", "/resume", None),
+    ("POST", "/stop", None),
+    ("GET", "/events", None),
+    ("GET", "/events/stream", None),
+    ("GET", "/permissions", None),
+    ("POST", "/permissions/req_1", {"decision": "allow"}),
+    ("GET", "/tasks", None),
+]
 
 
 async def test_odd_thread_ids_are_404_never_500(daemon: Daemon, tmp_path: Path) -> None:
@@ -419,17 +465,20 @@ async def test_odd_thread_ids_are_404_never_500(daemon: Daemon, tmp_path: Path) 
     await assert_healthy(daemon)
 
 
-async def test_a_client_that_leaves_right_after_the_upgrade_causes_no_traceback(
-        daemon: Daemon) -> None:
+async def test_a_client_that_leaves_right_after_the_upgrade_causes_no_traceback(daemon: Daemon) -> None:
     """The server's close (4404 / 4400) racing a client that already left is not an error."""
     host, port = daemon.url.removeprefix("http://").rsplit(":", 1)
     for path in ("/v1/threads/thr_0000000000000000/ws", "/v1/threads/nope/ws?mode=bogus"):
         for _ in range(10):
             reader, writer = await asyncio.open_connection(host, int(port))
-            writer.write((f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-                          f"Authorization: Bearer {daemon.token}\r\nUpgrade: websocket\r\n"
-                          "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-                          "Sec-WebSocket-Version: 13\r\n\r\n").encode())
+            writer.write(
+                (
+                    f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                    f"Authorization: Bearer {daemon.token}\r\nUpgrade: websocket\r\n"
+                    "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                    "Sec-WebSocket-Version: 13\r\n\r\n"
+                ).encode()
+            )
             await writer.drain()
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), STEP_TIMEOUT)
             assert head.startswith(b"HTTP/1.1 101"), head
@@ -443,9 +492,11 @@ async def test_a_client_that_leaves_right_after_the_upgrade_causes_no_traceback(
 
 def upgrade_request(host: str, port: str, path: str, extra: str = "", token: str = "") -> bytes:
     auth = f"Authorization: Bearer {token}\r\n" if token else ""
-    return (f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n{auth}Upgrade: websocket\r\n"
-            "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-            f"Sec-WebSocket-Version: 13\r\n{extra}\r\n").encode()
+    return (
+        f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n{auth}Upgrade: websocket\r\n"
+        "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        f"Sec-WebSocket-Version: 13\r\n{extra}\r\n"
+    ).encode()
 
 
 async def raw_response(host: str, port: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
@@ -472,12 +523,17 @@ async def test_oversized_upgrade_requests_get_a_clear_answer(daemon: Daemon, tmp
     path = f"/v1/threads/{thread['id']}/ws"
     cases = [
         (upgrade_request(host, port, path, f"X-Big: {'a' * 9000}\r\n", daemon.token), 431, "headers_too_large"),
-        (upgrade_request(host, port, path, f"X-Big: {'a' * 70_000}\r\n", daemon.token), 431,
-         "headers_too_large"),
-        (upgrade_request(host, port, path, "".join(f"X-H{i}: v\r\n" for i in range(140)), daemon.token),
-         431, "headers_too_large"),
-        (upgrade_request(host, port, path + "?after=0&pad=" + "x" * 9000, token=daemon.token), 414,
-         "request_line_too_long"),
+        (upgrade_request(host, port, path, f"X-Big: {'a' * 70_000}\r\n", daemon.token), 431, "headers_too_large"),
+        (
+            upgrade_request(host, port, path, "".join(f"X-H{i}: v\r\n" for i in range(140)), daemon.token),
+            431,
+            "headers_too_large",
+        ),
+        (
+            upgrade_request(host, port, path + "?after=0&pad=" + "x" * 9000, token=daemon.token),
+            414,
+            "request_line_too_long",
+        ),
     ]
     for request, status, code in cases:
         got, headers, body = await raw_response(host, port, request)
@@ -496,8 +552,20 @@ async def test_oversized_upgrade_requests_get_a_clear_answer(daemon: Daemon, tmp
 
 
 # "²" is a digit to str.isdigit() but not to int().
-BAD_AFTER = ["-1", "abc", "1" * 10_000, "9223372036854775808", "99999999999999999999999", "1e3",
-             "0x10", "1.5", "nan", "%00", "²", "¹²"]
+BAD_AFTER = [
+    "-1",
+    "abc",
+    "1" * 10_000,
+    "9223372036854775808",
+    "99999999999999999999999",
+    "1e3",
+    "0x10",
+    "1.5",
+    "nan",
+    "%00",
+    "²",
+    "¹²",
+]
 
 
 async def test_invalid_cursors_and_after_values_are_400(daemon: Daemon, tmp_path: Path) -> None:
@@ -507,29 +575,55 @@ async def test_invalid_cursors_and_after_values_are_400(daemon: Daemon, tmp_path
     found = Findings()
     events = f"/v1/threads/{tid}/events"
     for value in BAD_AFTER:
-        found.error(await fetch(daemon, "GET", events, params={"after": value}), (400,), codes,
-                    what=("events after", value[:30]))
-        for what, kw in (("sse after", {"params": {"after": value}}),
-                         ("sse Last-Event-ID", {"headers": {"Last-Event-ID": value.encode("latin-1")}})):
+        found.error(
+            await fetch(daemon, "GET", events, params={"after": value}),
+            (400,),
+            codes,
+            what=("events after", value[:30]),
+        )
+        for what, kw in (
+            ("sse after", {"params": {"after": value}}),
+            ("sse Last-Event-ID", {"headers": {"Last-Event-ID": value.encode("latin-1")}}),
+        ):
             async with daemon.http() as http, http.stream("GET", f"{events}/stream", **kw) as resp:
                 if resp.status_code == 200:
                     found.append(f"{what} {value[:30]!r}: accepted as a stream")
                     continue
                 await resp.aread()
                 found.error(resp, (400,), codes, what=(what, value[:30]))
-    for params in ({"limit": "-1"}, {"limit": "0"}, {"limit": "99999999999999999999"},
-                   {"limit": "x"}, {"wait": "-1"}, {"wait": "nan"}, {"wait": "inf"},
-                   {"wait": "1e309"}, {"wait": "61"}):
+    for params in (
+        {"limit": "-1"},
+        {"limit": "0"},
+        {"limit": "99999999999999999999"},
+        {"limit": "x"},
+        {"wait": "-1"},
+        {"wait": "nan"},
+        {"wait": "inf"},
+        {"wait": "1e309"},
+        {"wait": "61"},
+    ):
         found.error(await fetch(daemon, "GET", events, params=params), (400,), codes, what=params)
-    bad_cursors = ["-1", "x" * 10_000, "!!", "%00", "W10", "WyJhIiwxXQ", "bnVsbA", "e30",
-                   base64.urlsafe_b64encode(json.dumps(["a", "b", "c"]).encode()).decode(),
-                   base64.urlsafe_b64encode(b"\xff\xfe").decode(),
-                   base64.urlsafe_b64encode(nested(300).encode()).decode()]
+    bad_cursors = [
+        "-1",
+        "x" * 10_000,
+        "!!",
+        "%00",
+        "W10",
+        "WyJhIiwxXQ",
+        "bnVsbA",
+        "e30",
+        base64.urlsafe_b64encode(json.dumps(["a", "b", "c"]).encode()).decode(),
+        base64.urlsafe_b64encode(b"\xff\xfe").decode(),
+        base64.urlsafe_b64encode(nested(300).encode()).decode(),
+    ]
     for cursor in bad_cursors:
-        found.error(await fetch(daemon, "GET", "/v1/threads", params={"cursor": cursor}), (400,), codes,
-                    what=("cursor", cursor[:30]))
-    for params in ({"limit": "0"}, {"limit": "201"}, {"limit": "-5"}, {"limit": "1" * 500},
-                   {"agent": "a" * 10_000}):
+        found.error(
+            await fetch(daemon, "GET", "/v1/threads", params={"cursor": cursor}),
+            (400,),
+            codes,
+            what=("cursor", cursor[:30]),
+        )
+    for params in ({"limit": "0"}, {"limit": "201"}, {"limit": "-5"}, {"limit": "1" * 500}, {"agent": "a" * 10_000}):
         found.error(await fetch(daemon, "GET", "/v1/threads", params=params), (400,), codes, what=params)
     # (Longer than ~8 KiB, the request line meets test_very_long_websocket_path_… instead.)
     for value in ["-1", "abc", "9223372036854775808", "1" * 4_000, "%C2%B2", "1e3"]:
@@ -558,32 +652,64 @@ def _doc(media_type: Any = "application/pdf", data: Any = PNG) -> dict[str, Any]
 
 BAD_BLOCKS: list[Any] = [
     # unknown or malformed types
-    {"type": "video"}, {"type": "tool_use", "id": "t", "name": "Bash", "input": {}},
-    {"type": "tool_result", "tool_use_id": "t", "content": "x"}, {"type": "thinking", "thinking": "x"},
-    {"type": ""}, {"type": None}, {"type": 5}, {"type": "TEXT", "text": "x"}, {"type": ["text"]},
-    {}, {"text": "no type"},
+    {"type": "video"},
+    {"type": "tool_use", "id": "t", "name": "Bash", "input": {}},
+    {"type": "tool_result", "tool_use_id": "t", "content": "x"},
+    {"type": "thinking", "thinking": "x"},
+    {"type": ""},
+    {"type": None},
+    {"type": 5},
+    {"type": "TEXT", "text": "x"},
+    {"type": ["text"]},
+    {},
+    {"text": "no type"},
     # text blocks with the wrong field types
-    {"type": "text"}, {"type": "text", "text": 5}, {"type": "text", "text": None},
-    {"type": "text", "text": ["a"]}, {"type": "text", "text": {"nested": {"junk": [1, 2]}}},
+    {"type": "text"},
+    {"type": "text", "text": 5},
+    {"type": "text", "text": None},
+    {"type": "text", "text": ["a"]},
+    {"type": "text", "text": {"nested": {"junk": [1, 2]}}},
     # bad base64
-    _img(data="not base64!"), _img(data="aGk"), _img(data="aGk=\n"), _img(data=""), _img(data=5),
-    _img(data=None), _img(data="é"), _img(data="====" * 10), _img(data=["aGk="]),
+    _img(data="not base64!"),
+    _img(data="aGk"),
+    _img(data="aGk=\n"),
+    _img(data=""),
+    _img(data=5),
+    _img(data=None),
+    _img(data="é"),
+    _img(data="====" * 10),
+    _img(data=["aGk="]),
     _doc(data="%%%"),
     # wrong media types
-    _img(media_type="image/svg+xml"), _img(media_type="text/html"), _img(media_type="IMAGE/PNG"),
-    _img(media_type="image/png; charset=x"), _img(media_type=None), _img(media_type=""),
-    _img(media_type="application/pdf"), _doc(media_type="application/x-sh"),
-    _doc(media_type="text/html"), _doc(media_type="image/png"), _doc(media_type=["text/plain"]),
+    _img(media_type="image/svg+xml"),
+    _img(media_type="text/html"),
+    _img(media_type="IMAGE/PNG"),
+    _img(media_type="image/png; charset=x"),
+    _img(media_type=None),
+    _img(media_type=""),
+    _img(media_type="application/pdf"),
+    _doc(media_type="application/x-sh"),
+    _doc(media_type="text/html"),
+    _doc(media_type="image/png"),
+    _doc(media_type=["text/plain"]),
     # sources that are not inline base64
     {"type": "image", "source": {"type": "url", "url": "http://example.invalid/x.png"}},
     {"type": "image", "source": {"type": "url", "url": "file:///etc/passwd", "media_type": "image/png"}},
     {"type": "document", "source": {"type": "file", "file_id": "file_123"}},
     {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "hello"}},
-    _img(stype="BASE64"), _img(stype=None),
-    {"type": "image", "source": "base64"}, {"type": "image", "source": [PNG]}, {"type": "image"},
+    _img(stype="BASE64"),
+    _img(stype=None),
+    {"type": "image", "source": "base64"},
+    {"type": "image", "source": [PNG]},
+    {"type": "image"},
     {"type": "image", "url": "http://example.invalid/x.png"},
     # nested junk
-    [[["text"]]], "hello", 5, None, True, {"type": {"type": {"type": "text"}}},
+    [[["text"]]],
+    "hello",
+    5,
+    None,
+    True,
+    {"type": {"type": {"type": "text"}}},
     {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": {"nested": [PNG]}}},
 ]
 
@@ -593,9 +719,17 @@ BAD_BODIES: list[dict[str, Any]] = [
     {"content": [{"type": "text", "text": "a"}] * 65},  # 65 blocks
     {"content": [{"type": "text", "text": "a"}] * 1000},
     {"content": [_img()] * 64 + [{"type": "text", "text": "the 65th"}]},
-    {"content": []}, {"content": "text"}, {"content": {"type": "text", "text": "a"}},
-    {"content": None, "text": None}, {"text": "a", "content": [{"type": "text", "text": "b"}]},
-    {"text": ""}, {"text": "   "}, {"text": 5}, {"text": ["a"]}, {"text": {"a": 1}}, {},
+    {"content": []},
+    {"content": "text"},
+    {"content": {"type": "text", "text": "a"}},
+    {"content": None, "text": None},
+    {"text": "a", "content": [{"type": "text", "text": "b"}]},
+    {"text": ""},
+    {"text": "   "},
+    {"text": 5},
+    {"text": ["a"]},
+    {"text": {"a": 1}},
+    {},
 ]
 
 
@@ -623,7 +757,10 @@ async def _refuse_everything(daemon: Daemon, tid: str) -> None:
             c = None
             continue
         if got["kind"] != "client.rejected" or got["data"].get("code") not in (
-                "invalid_content", "invalid_request", "invalid_frame"):
+            "invalid_content",
+            "invalid_request",
+            "invalid_frame",
+        ):
             found.append(f"websocket {_short(body)}: {got}")
     if c is not None:
         await c.close()
@@ -661,24 +798,32 @@ async def test_bad_content_blocks_are_refused_and_change_nothing(daemon: Daemon,
 
     # The limit is 64: exactly 64 good blocks are accepted.
     async with daemon.http() as http:
-        r = await http.post(f"/v1/threads/{live['id']}/messages",
-                            json={"content": [{"type": "text", "text": "a"}] * 63 + [_img()]})
+        r = await http.post(
+            f"/v1/threads/{live['id']}/messages", json={"content": [{"type": "text", "text": "a"}] * 63 + [_img()]}
+        )
         assert r.status_code == 202, r.text
 
 
 async def test_unknown_routes_and_methods_answer_with_the_error_body(daemon: Daemon) -> None:
     thread = await new_thread(daemon, "stream-json")
     found = Findings()
-    for method, path, status in (("GET", "/v1/nope", 404), ("GET", "/nope", 404),
-                                 ("GET", "/v1/threads/a%2Fb", 404),
-                                 ("PUT", f"/v1/threads/{thread['id']}", 405),
-                                 ("POST", "/healthz", 405), ("DELETE", "/v1/agents", 405)):
+    for method, path, status in (
+        ("GET", "/v1/nope", 404),
+        ("GET", "/nope", 404),
+        ("GET", "/v1/threads/a%2Fb", 404),
+        ("PUT", f"/v1/threads/{thread['id']}", 405),
+        ("POST", "/healthz", 405),
+        ("DELETE", "/v1/agents", 405),
+    ):
         found.error(await fetch(daemon, method, path), (status,), what=(method, path))
     json_type = {"Content-Type": "application/json"}
-    for what, content in (("truncated JSON", b"{"), ("UTF-16 with a BOM", b"\xff\xfe{}"),
-                          ("not UTF-8", b'{"text": "\xff"}'), ("empty", b"")):
-        r = await fetch(daemon, "POST", f"/v1/threads/{thread['id']}/messages", content=content,
-                        headers=json_type)
+    for what, content in (
+        ("truncated JSON", b"{"),
+        ("UTF-16 with a BOM", b"\xff\xfe{}"),
+        ("not UTF-8", b'{"text": "\xff"}'),
+        ("empty", b""),
+    ):
+        r = await fetch(daemon, "POST", f"/v1/threads/{thread['id']}/messages", content=content, headers=json_type)
         found.error(r, (400,), ("invalid_request",), what=what)
     found.check()
     await assert_healthy(daemon)
@@ -690,11 +835,12 @@ API_KEY = "sk-ant-test-SECRETVALUE123456"
 
 
 async def test_secrets_never_reach_the_logs_or_the_data_dir(
-        daemon_factory: Callable[..., Any], tmp_path: Path, agent_env: dict[str, str]) -> None:
+    daemon_factory: Callable[..., Any], tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     token = "tok-SECRET-" + secrets.token_hex(16)
-    config = ("[server]\nstop_grace_s = 2\n"
-              + profile_toml("claude", "stream-json", {**agent_env, "ANTHROPIC_API_KEY": API_KEY},
-                             permission_prompts=True))
+    config = "[server]\nstop_grace_s = 2\n" + profile_toml(
+        "claude", "stream-json", {**agent_env, "ANTHROPIC_API_KEY": API_KEY}, permission_prompts=True
+    )
     d: Daemon = await daemon_factory(config, token=token)
     cookies: list[str] = []
 
@@ -708,8 +854,7 @@ async def test_secrets_never_reach_the_logs_or_the_data_dir(
         turn_id = r.json()["turn_id"]
         after = 0
         for _ in range(50):
-            events = (await http.get(f"/v1/threads/{tid}/events",
-                                     params={"after": after, "wait": 5})).json()["events"]
+            events = (await http.get(f"/v1/threads/{tid}/events", params={"after": after, "wait": 5})).json()["events"]
             after = events[-1]["seq"] if events else after
             if any(e["kind"] == "turn.ended" and e["data"].get("turn_id") == turn_id for e in events):
                 break
@@ -725,9 +870,12 @@ async def test_secrets_never_reach_the_logs_or_the_data_dir(
     async with httpx.AsyncClient(base_url=d.url, cookies=jar, timeout=STEP_TIMEOUT) as browser:
         assert (await browser.get(f"/v1/threads/{tid}")).status_code == 200
     cookie_header = "; ".join(f"{k}={v}" for k, v in jar.items())
-    conn = await websockets.connect(f"{d.ws_url}/v1/threads/{tid}/ws?after={after}",
-                                    additional_headers={"Cookie": cookie_header},
-                                    open_timeout=STEP_TIMEOUT, max_size=None)
+    conn = await websockets.connect(
+        f"{d.ws_url}/v1/threads/{tid}/ws?after={after}",
+        additional_headers={"Cookie": cookie_header},
+        open_timeout=STEP_TIMEOUT,
+        max_size=None,
+    )
     by_cookie = Client(conn)
     d.clients.append(by_cookie)
     await by_cookie.turn("hello over a cookie socket")
@@ -735,9 +883,12 @@ async def test_secrets_never_reach_the_logs_or_the_data_dir(
 
     # 3. The WebSocket subprotocol bearer.<token>: a turn that makes the agent print its
     #    API key (redacted on the way in), and a permission prompt answered over the socket.
-    conn = await websockets.connect(f"{d.ws_url}/v1/threads/{tid}/ws?after={after}",
-                                    subprotocols=["agent-bridge.v1", f"bearer.{token}"],  # type: ignore[list-item]
-                                    open_timeout=STEP_TIMEOUT, max_size=None)
+    conn = await websockets.connect(
+        f"{d.ws_url}/v1/threads/{tid}/ws?after={after}",
+        subprotocols=["agent-bridge.v1", f"bearer.{token}"],  # type: ignore[list-item]
+        open_timeout=STEP_TIMEOUT,
+        max_size=None,
+    )
     c = Client(conn)
     d.clients.append(c)
     ended = await c.turn("leak ANTHROPIC_API_KEY")
@@ -756,20 +907,25 @@ async def test_secrets_never_reach_the_logs_or_the_data_dir(
 
     # 4. Wrong credentials, each carrying the real token (or cookie) somewhere in what was sent.
     async with httpx.AsyncClient(base_url=d.url, timeout=STEP_TIMEOUT) as anon:
-        for headers in ({"Authorization": f"Bearer {token}x"}, {"Authorization": f"Basic {token}"},
-                        {"Authorization": f"Bearer x{token}"}, {"Authorization": token},
-                        {"Cookie": f"agent_bridge_session={token}"},
-                        {"Authorization": "Bearer wrong", "Cookie": cookie_header}):
+        for headers in (
+            {"Authorization": f"Bearer {token}x"},
+            {"Authorization": f"Basic {token}"},
+            {"Authorization": f"Bearer x{token}"},
+            {"Authorization": token},
+            {"Cookie": f"agent_bridge_session={token}"},
+            {"Authorization": "Bearer wrong", "Cookie": cookie_header},
+        ):
             r = await anon.get(f"/v1/threads/{tid}", headers=headers)
             assert_error(r, (401,), ("unauthorized",), what=list(headers))
         r = await anon.post("/v1/session", headers={"Authorization": f"Bearer {token}-not"})
         assert_error(r, (401,), ("unauthorized",), what="login")
-    for kwargs in ({"subprotocols": ["agent-bridge.v1", f"bearer.{token}0"]},
-                   {"additional_headers": {"Authorization": f"Bearer {token}0"}},
-                   {"additional_headers": {"Cookie": f"agent_bridge_session={token}"}}):
+    for kwargs in (
+        {"subprotocols": ["agent-bridge.v1", f"bearer.{token}0"]},
+        {"additional_headers": {"Authorization": f"Bearer {token}0"}},
+        {"additional_headers": {"Cookie": f"agent_bridge_session={token}"}},
+    ):
         with pytest.raises(websockets.exceptions.InvalidStatus) as info:
-            await websockets.connect(f"{d.ws_url}/v1/threads/{tid}/ws", open_timeout=STEP_TIMEOUT,
-                                     **kwargs)  # type: ignore[arg-type]
+            await websockets.connect(f"{d.ws_url}/v1/threads/{tid}/ws", open_timeout=STEP_TIMEOUT, **kwargs)  # type: ignore[arg-type]
         assert info.value.response.status_code == 401
 
     # 5. Log out, stop the daemon, then look everywhere it writes.
@@ -779,8 +935,12 @@ async def test_secrets_never_reach_the_logs_or_the_data_dir(
     await c.close()
     assert await d.stop() == 0
 
-    needles = {"the token": token, "Bearer <token>": f"Bearer {token}", "the API key": API_KEY,
-               **{f"cookie {i}": v for i, v in enumerate(cookies)}}
+    needles = {
+        "the token": token,
+        "Bearer <token>": f"Bearer {token}",
+        "the API key": API_KEY,
+        **{f"cookie {i}": v for i, v in enumerate(cookies)},
+    }
     logs = d.stderr()
     assert '"daemon.stopped"' in logs  # the log is there to search
     for what, needle in needles.items():

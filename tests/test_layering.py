@@ -11,14 +11,31 @@ BRIDGE = Path(__file__).resolve().parent.parent / "bridge"
 
 # module prefix → imports it must never make
 FORBIDDEN = {
-    "bridge.protocols": ("asyncio", "subprocess", "os", "sqlite3", "fastapi", "starlette",
-                         "uvicorn", "bridge.process", "bridge.sessions", "bridge.store",
-                         "bridge.api"),
-    "bridge.process": ("sqlite3", "fastapi", "starlette", "bridge.sessions", "bridge.store",
-                       "bridge.api", "bridge.protocols.stream_json", "bridge.protocols.awp_jsonl",
-                       "bridge.protocols.codecs"),
-    "bridge.store": ("fastapi", "starlette", "subprocess", "bridge.process", "bridge.sessions",
-                     "bridge.api"),
+    "bridge.protocols": (
+        "asyncio",
+        "subprocess",
+        "os",
+        "sqlite3",
+        "fastapi",
+        "starlette",
+        "uvicorn",
+        "bridge.process",
+        "bridge.sessions",
+        "bridge.store",
+        "bridge.api",
+    ),
+    "bridge.process": (
+        "sqlite3",
+        "fastapi",
+        "starlette",
+        "bridge.sessions",
+        "bridge.store",
+        "bridge.api",
+        "bridge.protocols.stream_json",
+        "bridge.protocols.awp_jsonl",
+        "bridge.protocols.codecs",
+    ),
+    "bridge.store": ("fastapi", "starlette", "subprocess", "bridge.process", "bridge.sessions", "bridge.api"),
     "bridge.sessions": ("sqlite3", "fastapi", "starlette", "bridge.api"),
 }
 ONLY_IN = {"sqlite3": "bridge.store", "fastapi": "bridge.api", "starlette": "bridge.api"}
@@ -46,5 +63,4 @@ def test_module_respects_the_layering(module: str, imports: set[str]) -> None:
             assert not bad, f"{module} imports {bad}"
     for lib, home in ONLY_IN.items():
         if any(i == lib or i.startswith(lib + ".") for i in imports):
-            assert module.startswith(home), (
-                f"{module} imports {lib}; only {home} may")
+            assert module.startswith(home), f"{module} imports {lib}; only {home} may"

@@ -26,13 +26,15 @@ def written_answers(tmp_path: Path) -> list[dict[str, Any]]:
             continue
         msg = json.loads(e["line"])
         if msg.get("type") == "control_response" or (
-                "result" in msg and isinstance(msg["result"], dict) and "outcome" in msg["result"]):
+            "result" in msg and isinstance(msg["result"], dict) and "outcome" in msg["result"]
+        ):
             out.append(msg)
     return out
 
 
-async def test_prompt_reaches_clients_and_one_answer_reaches_the_agent(daemon_factory: Any, tmp_path: Path,
-                                                                       agent_env: dict[str, str]) -> None:
+async def test_prompt_reaches_clients_and_one_answer_reaches_the_agent(
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     d = await daemon_factory(cfg(agent_env))
     thread = await new_thread(d, "sj")
     a = await d.ws(thread["id"])
@@ -49,8 +51,9 @@ async def test_prompt_reaches_clients_and_one_answer_reaches_the_agent(daemon_fa
         pending = (await http.get(f"/v1/threads/{thread['id']}/permissions")).json()["permissions"]
     assert [p["request_id"] for p in pending] == [rid] and pending[0]["seq"] == req["seq"]
     await a.send(op="permission", request_id=rid, decision="allow", client_id="alice")
-    ok = await a.next(lambda f: f.get("kind") in ("client.accepted", "client.rejected")
-                      and f["data"]["op"] == "permission")
+    ok = await a.next(
+        lambda f: f.get("kind") in ("client.accepted", "client.rejected") and f["data"]["op"] == "permission"
+    )
     assert ok["kind"] == "client.accepted"
     resolved = await late.kind("permission.resolved", request_id=rid)
     assert resolved["data"] == {"request_id": rid, "decision": "allow", "by": "alice"}
@@ -70,16 +73,19 @@ async def test_prompt_reaches_clients_and_one_answer_reaches_the_agent(daemon_fa
         assert bad.status_code == 400
 
 
-async def test_two_clients_racing_to_answer_get_one_acceptance(daemon_factory: Any, tmp_path: Path,
-                                                              agent_env: dict[str, str]) -> None:
+async def test_two_clients_racing_to_answer_get_one_acceptance(
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     d = await daemon_factory(cfg(agent_env))
     thread = await new_thread(d, "sj")
     a, b = await d.ws(thread["id"]), await d.ws(thread["id"])
     await a.prompt("ask")
     rid = (await a.kind("permission.requested"))["data"]["request_id"]
     await b.kind("permission.requested", request_id=rid)
-    await asyncio.gather(a.send(op="permission", request_id=rid, decision="allow"),
-                         b.send(op="permission", request_id=rid, decision="deny"))
+    await asyncio.gather(
+        a.send(op="permission", request_id=rid, decision="allow"),
+        b.send(op="permission", request_id=rid, decision="deny"),
+    )
 
     def verdict(f: dict[str, Any]) -> bool:
         return f.get("kind") in ("client.accepted", "client.rejected") and f["data"]["op"] == "permission"
@@ -100,15 +106,17 @@ async def test_rest_deny_carries_the_message(daemon_factory: Any, tmp_path: Path
     await c.prompt("ask")
     rid = (await c.kind("permission.requested"))["data"]["request_id"]
     async with d.http() as http:
-        r = await http.post(f"/v1/threads/{thread['id']}/permissions/{rid}",
-                            json={"decision": "deny", "message": "not today"})
+        r = await http.post(
+            f"/v1/threads/{thread['id']}/permissions/{rid}", json={"decision": "deny", "message": "not today"}
+        )
     assert r.status_code == 200 and r.json()["by"] == "rest"
     await c.kind("turn.ended")
     assert written_answers(tmp_path)[0]["response"]["response"] == {"behavior": "deny", "message": "not today"}
 
 
-async def test_unanswered_prompt_is_denied_by_the_timeout(daemon_factory: Any, tmp_path: Path,
-                                                         agent_env: dict[str, str]) -> None:
+async def test_unanswered_prompt_is_denied_by_the_timeout(
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     d = await daemon_factory(cfg(agent_env, "permission_timeout_s = 0.5\n"))
     c = await d.ws((await new_thread(d, "sj"))["id"])
     await c.prompt("ask")
@@ -118,8 +126,9 @@ async def test_unanswered_prompt_is_denied_by_the_timeout(daemon_factory: Any, t
     assert written_answers(tmp_path)[0]["response"]["response"]["behavior"] == "deny"
 
 
-async def test_prompts_off_means_denied_by_policy(daemon_factory: Any, tmp_path: Path,
-                                                 agent_env: dict[str, str]) -> None:
+async def test_prompts_off_means_denied_by_policy(
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     d = await daemon_factory(cfg(agent_env))
     c = await d.ws((await new_thread(d, "quiet"))["id"])
     await c.prompt("ask")
@@ -130,7 +139,8 @@ async def test_prompts_off_means_denied_by_policy(daemon_factory: Any, tmp_path:
 
 
 async def test_interrupt_while_a_prompt_is_pending_cancels_it_and_writes_nothing_back(
-        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     d = await daemon_factory(cfg(agent_env))
     c = await d.ws((await new_thread(d, "sj"))["id"])
     acc = await c.prompt("ask")
@@ -147,7 +157,8 @@ async def test_interrupt_while_a_prompt_is_pending_cancels_it_and_writes_nothing
 
 
 async def test_raw_client_answering_with_control_response_uses_the_same_flow(
-        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     d = await daemon_factory(cfg(agent_env))
     thread = await new_thread(d, "sj")
     ev = await d.ws(thread["id"])
@@ -155,8 +166,10 @@ async def test_raw_client_answering_with_control_response_uses_the_same_flow(
     await ev.prompt("ask")
     req = await raw.next(lambda f: f.get("type") == "control_request")
     rid = req["request_id"]
-    await raw.send(type="control_response", response={"subtype": "success", "request_id": rid,
-                                                      "response": {"behavior": "allow", "updatedInput": {}}})
+    await raw.send(
+        type="control_response",
+        response={"subtype": "success", "request_id": rid, "response": {"behavior": "allow", "updatedInput": {}}},
+    )
     resolved = await ev.kind("permission.resolved", request_id=rid)
     assert resolved["data"]["by"] == "raw" and resolved["data"]["decision"] == "allow"
     await ev.kind("turn.ended")
@@ -164,7 +177,8 @@ async def test_raw_client_answering_with_control_response_uses_the_same_flow(
 
 
 async def test_acp_prompt_answered_with_an_option_and_cancelled_by_interrupt(
-        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     d = await daemon_factory(cfg(agent_env))
     c = await d.ws((await new_thread(d, "acp"))["id"])
     await c.prompt("ask")
@@ -178,8 +192,9 @@ async def test_acp_prompt_answered_with_an_option_and_cancelled_by_interrupt(
     assert written_answers(tmp_path)[-1]["result"] == {"outcome": {"outcome": "selected", "optionId": "allow_always"}}
     # Interrupt while the next one is pending: answered `cancelled`, resolved by "interrupt".
     acc = await c.prompt("ask")
-    rid2 = (await c.next(lambda f: f.get("kind") == "permission.requested"
-                         and f["data"]["request_id"] != rid))["data"]["request_id"]
+    rid2 = (await c.next(lambda f: f.get("kind") == "permission.requested" and f["data"]["request_id"] != rid))["data"][
+        "request_id"
+    ]
     await c.send(op="interrupt")
     resolved = await c.kind("permission.resolved", request_id=rid2)
     assert resolved["data"]["decision"] == "cancelled" and resolved["data"]["by"] == "interrupt"
@@ -193,7 +208,8 @@ def test_dialects_constant_is_used() -> None:
 
 
 async def test_profile_secrets_never_reach_the_transcript_clients_or_logs(
-        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     secret = "sk-test-0123456789abcdef"
     d = await daemon_factory(cfg({**agent_env, "FAKE_API_KEY": secret}))
     thread = await new_thread(d, "sj")
@@ -201,6 +217,7 @@ async def test_profile_secrets_never_reach_the_transcript_clients_or_logs(
     await c.turn("leak FAKE_API_KEY")
     text = [f for f in c.seen("message") if f["source"] == "agent"][-1]["data"]["text"]
     assert text == "the value of FAKE_API_KEY is [redacted]"
+
     # stderr is its own pipe: its line may arrive after the turn ended
     def is_leak(f: dict[str, Any]) -> bool:
         return f.get("kind") == "diagnostic" and "my secret is" in f["data"]["text"]

@@ -37,13 +37,15 @@ async def test_v1_routes_need_the_token_and_leak_nothing(daemon: Daemon) -> None
 async def test_websocket_auth_by_header_or_subprotocol(daemon: Daemon) -> None:
     thread = await new_thread(daemon, "stream-json")
     url = f"{daemon.ws_url}/v1/threads/{thread['id']}/ws"
-    for kwargs in ({}, {"subprotocols": ["agent-bridge.v1", "bearer.nope"]},
-                   {"additional_headers": {"Authorization": "Bearer nope"}}):
+    for kwargs in (
+        {},
+        {"subprotocols": ["agent-bridge.v1", "bearer.nope"]},
+        {"additional_headers": {"Authorization": "Bearer nope"}},
+    ):
         with pytest.raises(websockets.exceptions.InvalidStatus) as info:
             await websockets.connect(url, open_timeout=10, **kwargs)
         assert info.value.response.status_code == 401
-    conn = await websockets.connect(url, subprotocols=["agent-bridge.v1", f"bearer.{TOKEN}"],
-                                    open_timeout=10)
+    conn = await websockets.connect(url, subprotocols=["agent-bridge.v1", f"bearer.{TOKEN}"], open_timeout=10)
     assert conn.subprotocol == "agent-bridge.v1"
     await conn.send(json.dumps({"op": "prompt", "text": "via subprotocol"}))
     while True:
@@ -98,18 +100,20 @@ async def test_thread_listing_is_newest_activity_first_with_cursor_pages(daemon:
 
 async def test_create_thread_validates_agent_cwd_and_options(daemon: Daemon, tmp_path: Path) -> None:
     async with daemon.http() as http:
-        cases = [({"agent": "nope"}, 404, "agent_not_found"),
-                 ({"agent": "stream-json", "cwd": "relative/dir"}, 400, "bad_cwd"),
-                 ({"agent": "stream-json", "cwd": str(tmp_path / "missing")}, 400, "bad_cwd"),
-                 ({"agent": "stream-json", "options": {"shell": "bash"}}, 400, "unknown_option"),
-                 ({"agent": "stream-json", "options": {"permission_mode": "yolo"}}, 400,
-                  "invalid_option"),
-                 ({"agent": "stream-json", "surprise": 1}, 400, "invalid_request")]
+        cases = [
+            ({"agent": "nope"}, 404, "agent_not_found"),
+            ({"agent": "stream-json", "cwd": "relative/dir"}, 400, "bad_cwd"),
+            ({"agent": "stream-json", "cwd": str(tmp_path / "missing")}, 400, "bad_cwd"),
+            ({"agent": "stream-json", "options": {"shell": "bash"}}, 400, "unknown_option"),
+            ({"agent": "stream-json", "options": {"permission_mode": "yolo"}}, 400, "invalid_option"),
+            ({"agent": "stream-json", "surprise": 1}, 400, "invalid_request"),
+        ]
         for body, status, code in cases:
             r = await http.post("/v1/threads", json=body)
             assert (r.status_code, r.json()["error"]["code"]) == (status, code), body
-        r = await http.post("/v1/threads", json={"agent": "stream-json", "cwd": str(tmp_path),
-                                                 "options": {"permission_mode": "plan"}})
+        r = await http.post(
+            "/v1/threads", json={"agent": "stream-json", "cwd": str(tmp_path), "options": {"permission_mode": "plan"}}
+        )
         assert r.status_code == 201 and r.json()["cwd"] == str(tmp_path)
         tid = r.json()["id"]
         r = await http.post(f"/v1/threads/{tid}/messages", json={"text": "hi"})
@@ -122,35 +126,47 @@ async def test_create_thread_validates_agent_cwd_and_options(daemon: Daemon, tmp
 
 async def _wait_for_agent_start(tmp_path: Path) -> None:
     from conftest import wait_until
-    await wait_until(lambda: any(e["event"] == "start" for e in agent_log(tmp_path)),
-                     what="the agent to start")
+
+    await wait_until(lambda: any(e["event"] == "start" for e in agent_log(tmp_path)), what="the agent to start")
 
 
 async def test_bad_messages_are_refused_and_leave_the_transcript_intact(daemon: Daemon) -> None:
     thread = await new_thread(daemon, "stream-json")
     url = f"/v1/threads/{thread['id']}/messages"
     async with daemon.http() as http:
-        bad = [{}, {"text": ""}, {"text": "a", "content": []}, {"content": "str"},
-               {"content": [{"type": "video"}]},
-               {"content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                                         "data": "not base64!"}}]},
-               {"content": [{"type": "image", "source": {"type": "url", "url": "http://x"}}]},
-               {"content": [{"type": "document", "source": {"type": "base64",
-                                                            "media_type": "application/x-sh",
-                                                            "data": "aGk="}}]}]
+        bad = [
+            {},
+            {"text": ""},
+            {"text": "a", "content": []},
+            {"content": "str"},
+            {"content": [{"type": "video"}]},
+            {
+                "content": [
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "not base64!"}}
+                ]
+            },
+            {"content": [{"type": "image", "source": {"type": "url", "url": "http://x"}}]},
+            {
+                "content": [
+                    {"type": "document", "source": {"type": "base64", "media_type": "application/x-sh", "data": "aGk="}}
+                ]
+            },
+        ]
         for body in bad:
             r = await http.post(url, json=body)
             assert r.status_code == 400, body
             assert r.json()["error"]["code"] in ("invalid_content", "invalid_request")
         t = (await http.get(f"/v1/threads/{thread['id']}")).json()
         assert t["last_seq"] == 0 and t["state"] == "idle"
-        good = {"content": [{"type": "text", "text": "look"},
-                            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                                         "data": "iVBORw0KGgo="}}]}
+        good = {
+            "content": [
+                {"type": "text", "text": "look"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+            ]
+        }
         r = await http.post(url, json=good)
         assert r.status_code == 202
-        page = (await http.get(f"/v1/threads/{thread['id']}/events",
-                               params={"after": 0, "wait": 10})).json()
+        page = (await http.get(f"/v1/threads/{thread['id']}/events", params={"after": 0, "wait": 10})).json()
         assert page["events"][0]["kind"] in ("process.started", "message")
 
 
@@ -194,6 +210,7 @@ async def test_delete_stops_the_agent_closes_clients_and_forgets_the_thread(daem
         assert (await http.delete(f"/v1/threads/{thread['id']}")).status_code == 404
     assert daemon.proc is not None
     from test_chat_e2e import children
+
     assert children(daemon.proc.pid) == []
 
 
@@ -211,9 +228,14 @@ async def test_resume_starts_the_agent_without_a_prompt(daemon: Daemon) -> None:
 async def test_unknown_ops_and_bad_frames_get_a_clear_rejection(daemon: Daemon) -> None:
     thread = await new_thread(daemon, "stream-json")
     c = await daemon.ws(thread["id"])
-    for frame in ("not json", "[1]", json.dumps({"op": "dance"}), json.dumps({"op": "prompt"}),
-                  json.dumps({"op": "prompt", "text": "x", "client_id": 5}),
-                  json.dumps({"op": "raw", "message": "str"})):
+    for frame in (
+        "not json",
+        "[1]",
+        json.dumps({"op": "dance"}),
+        json.dumps({"op": "prompt"}),
+        json.dumps({"op": "prompt", "text": "x", "client_id": 5}),
+        json.dumps({"op": "raw", "message": "str"}),
+    ):
         await c.conn.send(frame)
         got = await c.next(lambda f: f.get("kind") in ("client.rejected", "client.accepted"))
         assert got["kind"] == "client.rejected" and got["data"]["code"], frame

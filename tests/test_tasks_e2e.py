@@ -14,7 +14,12 @@ async def test_task_events_build_the_task_table(daemon: Any) -> None:
     assert end["data"]["status"] == "success"
     updates = c.seen("task.updated")
     assert [u["data"]["event"] for u in updates] == [
-        "task_started", "task_progress", "task_progress", "task_updated", "task_notification"]
+        "task_started",
+        "task_progress",
+        "task_progress",
+        "task_updated",
+        "task_notification",
+    ]
     assert updates[-1]["data"]["status"] == "completed"
     dup = [f for f in c.seen("agent.other") if f["data"].get("task_event_ignored")]
     assert len(dup) == 1 and dup[0]["data"]["task_event_ignored"] == "duplicate"
@@ -29,8 +34,9 @@ async def test_task_events_build_the_task_table(daemon: Any) -> None:
     assert task["summary"] == "Found 3 files"
 
 
-async def test_task_table_survives_a_daemon_restart(daemon_factory: Any, tmp_path: Any,
-                                                    agent_env: dict[str, str]) -> None:
+async def test_task_table_survives_a_daemon_restart(
+    daemon_factory: Any, tmp_path: Any, agent_env: dict[str, str]
+) -> None:
     from conftest import base_config
 
     cfg = base_config(tmp_path, agent_env)

@@ -67,8 +67,7 @@ class SSE:
                 self.ended = True
                 return None
             except TimeoutError:
-                raise AssertionError(
-                    f"no SSE event within {timeout}s; lines: {self.lines[-5:]}") from None
+                raise AssertionError(f"no SSE event within {timeout}s; lines: {self.lines[-5:]}") from None
             self.lines.append(line)
             if line == "":
                 if data or fields["event"] is not None or fields["id"] is not None:
@@ -103,12 +102,18 @@ class SSE:
 
 
 @asynccontextmanager
-async def sse(http: httpx.AsyncClient, thread_id: str, *, after: int | None = None,
-              last_event_id: int | None = None) -> AsyncIterator[SSE]:
+async def sse(
+    http: httpx.AsyncClient, thread_id: str, *, after: int | None = None, last_event_id: int | None = None
+) -> AsyncIterator[SSE]:
     params = {"after": after} if after is not None else {}
     headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
-    async with http.stream("GET", f"/v1/threads/{thread_id}/events/stream", params=params,
-                           headers=headers, timeout=httpx.Timeout(STEP_TIMEOUT, read=None)) as r:
+    async with http.stream(
+        "GET",
+        f"/v1/threads/{thread_id}/events/stream",
+        params=params,
+        headers=headers,
+        timeout=httpx.Timeout(STEP_TIMEOUT, read=None),
+    ) as r:
         assert r.status_code == 200, await r.aread()
         assert r.headers["content-type"].startswith("text/event-stream")
         yield SSE(r)
@@ -149,8 +154,11 @@ async def all_events(http: httpx.AsyncClient, thread_id: str) -> list[dict[str, 
     """The whole transcript through REST paging (limit 1000)."""
     out: list[dict[str, Any]] = []
     while True:
-        page = (await http.get(f"/v1/threads/{thread_id}/events",
-                               params={"after": out[-1]["seq"] if out else 0, "limit": 1000})).json()
+        page = (
+            await http.get(
+                f"/v1/threads/{thread_id}/events", params={"after": out[-1]["seq"] if out else 0, "limit": 1000}
+            )
+        ).json()
         out += page["events"]
         if not page["events"]:
             return out
@@ -165,8 +173,9 @@ async def close_code(c: Client, timeout: float = STEP_TIMEOUT) -> int | None:
         return exc.rcvd.code if exc.rcvd is not None else None
 
 
-async def dead_peer(d: Daemon, tid: str, *, rcvbuf: int | None = None
-                    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def dead_peer(
+    d: Daemon, tid: str, *, rcvbuf: int | None = None
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """A raw TCP client that performs the WebSocket upgrade by hand (bearer header), reads
     the 101 response and nothing else: it will never read nor answer a ping."""
     host, port = urlsplit(d.url).hostname, urlsplit(d.url).port
@@ -178,10 +187,14 @@ async def dead_peer(d: Daemon, tid: str, *, rcvbuf: int | None = None
     await asyncio.get_running_loop().sock_connect(sock, (host, port))
     reader, writer = await asyncio.open_connection(sock=sock)
     key = base64.b64encode(os.urandom(16)).decode()
-    writer.write((f"GET /v1/threads/{tid}/ws HTTP/1.1\r\nHost: {host}:{port}\r\n"
-                  "Upgrade: websocket\r\nConnection: Upgrade\r\n"
-                  f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-                  f"Authorization: Bearer {d.token}\r\n\r\n").encode())
+    writer.write(
+        (
+            f"GET /v1/threads/{tid}/ws HTTP/1.1\r\nHost: {host}:{port}\r\n"
+            "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+            f"Authorization: Bearer {d.token}\r\n\r\n"
+        ).encode()
+    )
     await writer.drain()
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), STEP_TIMEOUT)
     assert head.startswith(b"HTTP/1.1 101"), head
@@ -195,16 +208,14 @@ async def dead_peer(d: Daemon, tid: str, *, rcvbuf: int | None = None
 # --------------------------------------------------------------------------- 1. SSE
 
 
-async def test_sse_stream_matches_the_websocket_resumes_by_last_event_id_and_closes_on_delete(
-        daemon: Daemon) -> None:
+async def test_sse_stream_matches_the_websocket_resumes_by_last_event_id_and_closes_on_delete(daemon: Daemon) -> None:
     thread = await new_thread(daemon, "stream-json")
     tid = thread["id"]
     async with daemon.http() as anon_check:
         anon_check.headers.pop("Authorization")
         r = await anon_check.get(f"/v1/threads/{tid}/events/stream")
         assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized", r.text
-        r = await anon_check.get(f"/v1/threads/{tid}/events/stream",
-                                 headers={"Authorization": "Bearer wrong-token"})
+        r = await anon_check.get(f"/v1/threads/{tid}/events/stream", headers={"Authorization": "Bearer wrong-token"})
         assert r.status_code == 401
 
     c = await daemon.ws(tid)
@@ -240,7 +251,7 @@ async def test_sse_stream_matches_the_websocket_resumes_by_last_event_id_and_clo
             # ?after= alone works too.
             async with sse(http, tid, after=last - 2) as s3:
                 await s3.until_seq(last)
-                assert s3.data_by_seq() == ws[last - 2:]
+                assert s3.data_by_seq() == ws[last - 2 :]
 
             # Deleting the thread ends every stream with "event: close" (reason deleted).
             r = await http.delete(f"/v1/threads/{tid}")
@@ -298,8 +309,7 @@ async def test_long_poll_wakes_at_once_and_walks_the_transcript_without_gaps(dae
             nonlocal polls
             while not done.is_set():
                 after = walked[-1]["seq"] if walked else 0
-                page = (await poller.get(base, params={"after": after, "limit": 4,
-                                                       "wait": 10})).json()
+                page = (await poller.get(base, params={"after": after, "limit": 4, "wait": 10})).json()
                 polls += 1
                 walked.extend(page["events"])
                 assert page["last_seq"] >= (walked[-1]["seq"] if walked else 0)
@@ -310,8 +320,10 @@ async def test_long_poll_wakes_at_once_and_walks_the_transcript_without_gaps(dae
             assert r.status_code == 202
             await c.kind("turn.ended", turn_id=r.json()["turn_id"])
         last = c.seqs()[-1]
-        await wait_until(lambda: (bool(walked) and walked[-1]["seq"] >= last) or walker.done(),
-                         what="the long-poll walk to reach the last seq")
+        await wait_until(
+            lambda: (bool(walked) and walked[-1]["seq"] >= last) or walker.done(),
+            what="the long-poll walk to reach the last seq",
+        )
         done.set()
         if walker.done():
             walker.result()  # re-raises what went wrong in the walk
@@ -324,7 +336,7 @@ async def test_long_poll_wakes_at_once_and_walks_the_transcript_without_gaps(dae
         seqs = [e["seq"] for e in walked]
         assert seqs == list(range(1, len(seqs) + 1)), seqs  # no gap, no duplicate
         ws = [json.loads(t) for _, t in ws_envelopes(c)]
-        assert walked == ws[:len(walked)]
+        assert walked == ws[: len(walked)]
         assert len(walked) > last and polls > last // 4
         full = await all_events(http, tid)
         assert full == ws and full[-1]["seq"] == end["seq"]
@@ -335,11 +347,15 @@ async def test_long_poll_wakes_at_once_and_walks_the_transcript_without_gaps(dae
 
 
 async def test_slow_client_never_blocks_anyone_and_is_resynced_exactly_once(
-        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     # Server pings are pushed far out so the stalled reader is not (legitimately) dropped
     # as a dead peer while the test holds it still.
-    d = await daemon_factory(base_config(tmp_path, agent_env, server=(
-        "subscriber_buffer = 16\nws_ping_interval_s = 120\nws_ping_timeout_s = 120\n")))
+    d = await daemon_factory(
+        base_config(
+            tmp_path, agent_env, server=("subscriber_buffer = 16\nws_ping_interval_s = 120\nws_ping_timeout_s = 120\n")
+        )
+    )
     assert d.proc is not None
     thread = await new_thread(d, "stream-json")
     tid = thread["id"]
@@ -351,9 +367,15 @@ async def test_slow_client_never_blocks_anyone_and_is_resynced_exactly_once(
     raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     raw.setblocking(False)
     await asyncio.get_running_loop().sock_connect(raw, (host, port))
-    slow = await websockets.connect(f"{d.ws_url}/v1/threads/{tid}/ws", sock=raw,
-                                    additional_headers=d.headers, max_size=None, max_queue=1,
-                                    ping_interval=None, open_timeout=STEP_TIMEOUT)
+    slow = await websockets.connect(
+        f"{d.ws_url}/v1/threads/{tid}/ws",
+        sock=raw,
+        additional_headers=d.headers,
+        max_size=None,
+        max_queue=1,
+        ping_interval=None,
+        open_timeout=STEP_TIMEOUT,
+    )
     fast = await d.ws(tid)
     async with d.http() as http:
         await wait_metric(http, 2, STEP_TIMEOUT)
@@ -364,9 +386,11 @@ async def test_slow_client_never_blocks_anyone_and_is_resynced_exactly_once(
         end = await fast.kind("turn.ended", timeout=45, turn_id=acc["data"]["turn_id"])
         took = time.monotonic() - t0
         rss_after = vm_rss_kb(d.proc.pid)
-        print(f"flood {n}: fast client got turn.ended after {took:.2f}s; daemon VmRSS "
-              f"{rss_before / 1024:.1f} MiB -> {rss_after / 1024:.1f} MiB "
-              f"(+{(rss_after - rss_before) / 1024:.1f} MiB)")
+        print(
+            f"flood {n}: fast client got turn.ended after {took:.2f}s; daemon VmRSS "
+            f"{rss_before / 1024:.1f} MiB -> {rss_after / 1024:.1f} MiB "
+            f"(+{(rss_after - rss_before) / 1024:.1f} MiB)"
+        )
         assert end["data"]["status"] == "success"
         last = end["seq"]
         assert fast.seqs() == list(range(1, last + 1))
@@ -426,9 +450,11 @@ async def test_slow_client_never_blocks_anyone_and_is_resynced_exactly_once(
 
 
 async def test_dead_peer_is_dropped_by_websocket_pings_live_client_stays(
-        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
-    d = await daemon_factory(base_config(tmp_path, agent_env, server=(
-        "ws_ping_interval_s = 0.5\nws_ping_timeout_s = 0.5\n")))
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
+    d = await daemon_factory(
+        base_config(tmp_path, agent_env, server=("ws_ping_interval_s = 0.5\nws_ping_timeout_s = 0.5\n"))
+    )
     thread = await new_thread(d, "stream-json")
     tid = thread["id"]
     live = await d.ws(tid)
@@ -441,8 +467,10 @@ async def test_dead_peer_is_dropped_by_websocket_pings_live_client_stays(
         await wait_metric(http, 2, STEP_TIMEOUT)
         # ... and is dropped after a missed pong.
         await wait_metric(http, 1, 5.0)
-        print(f"dead peer dropped {time.monotonic() - connected:.2f}s after the handshake "
-              "(ping interval 0.5s, timeout 0.5s)")
+        print(
+            f"dead peer dropped {time.monotonic() - connected:.2f}s after the handshake "
+            "(ping interval 0.5s, timeout 0.5s)"
+        )
         # The server really closed the TCP connection: reading what it sent ends in EOF.
         transport = writer.transport
         assert isinstance(transport, asyncio.ReadTransport)
@@ -460,13 +488,15 @@ async def test_dead_peer_is_dropped_by_websocket_pings_live_client_stays(
 
 
 async def test_dead_peer_with_data_in_flight_is_dropped_and_never_blocks_the_stream(
-        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     """The harder dead peer: its kernel still ACKs (zero window) but nobody reads, and the
     bridge has far more queued for it than socket buffers hold."""
     # The live client must answer pings while megabytes are queued ahead of them on a busy
     # machine, so the pong deadline is a few seconds; the dead peer never answers at all.
-    d = await daemon_factory(base_config(tmp_path, agent_env, server=(
-        "ws_ping_interval_s = 0.5\nws_ping_timeout_s = 4\n")))
+    d = await daemon_factory(
+        base_config(tmp_path, agent_env, server=("ws_ping_interval_s = 0.5\nws_ping_timeout_s = 4\n"))
+    )
     thread = await new_thread(d, "stream-json")
     tid = thread["id"]
     live = await d.ws(tid)
@@ -506,14 +536,13 @@ def grace_config(tmp_path: Path, agent_env: dict[str, str], grace: float) -> str
 
 
 async def test_sigterm_stops_within_the_grace_closes_clients_and_ends_every_turn_once(
-        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str],
-        kill_leftover_agents: None) -> None:
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str], kill_leftover_agents: None
+) -> None:
     grace = 1.0
     cfg = grace_config(tmp_path, agent_env, grace)
     # A stubborn agent: ignores stdin EOF, the awp shutdown line and SIGTERM, so only the
     # bridge's SIGKILL after the grace periods can end it. That is the bound under test.
-    cfg += profile_toml("stubborn", "awp-jsonl",
-                        {**agent_env, "FAKE_IGNORE_EOF": "1", "FAKE_IGNORE_SIGTERM": "1"})
+    cfg += profile_toml("stubborn", "awp-jsonl", {**agent_env, "FAKE_IGNORE_EOF": "1", "FAKE_IGNORE_SIGTERM": "1"})
     d1 = await daemon_factory(cfg)
     assert d1.proc is not None
     hung_t = await new_thread(d1, "stubborn")
@@ -548,7 +577,7 @@ async def test_sigterm_stops_within_the_grace_closes_clients_and_ends_every_turn
             assert view["turn_active"] is False
             assert view["last_exit"]["reason"] == "daemon_shutdown", view
         events = {t["id"]: await all_events(http, t["id"]) for t in (hung_t, idle_t, slow_t)}
-    hung_view = (await _thread(d2, hung_t["id"]))
+    hung_view = await _thread(d2, hung_t["id"])
     assert hung_view["last_exit"]["signal"] == 9, hung_view  # it took the SIGKILL
     for t, acc in ((hung_t, hung_acc), (slow_t, slow_acc)):
         ends = [e for e in events[t["id"]] if e["kind"] == "turn.ended"]
@@ -571,7 +600,8 @@ async def _thread(d: Daemon, tid: str) -> dict[str, Any]:
 
 
 async def test_sigterm_with_an_open_sse_stream_is_bounded_and_says_close(
-        daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     grace = 1.0
     d = await daemon_factory(grace_config(tmp_path, agent_env, grace))
     thread = await new_thread(d, "stream-json")

@@ -15,9 +15,11 @@ from conftest import ROOT, STEP_TIMEOUT, TOKEN, Daemon, base_config
 from bridge.api.security import LoginCodes
 from bridge.cli import page_link
 
-CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-       "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
-       "frame-ancestors 'none'")
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+    "frame-ancestors 'none'"
+)
 ASSETS = ("app.js", "stream.js", "transcript.js", "markdown.js", "highlight.js", "style.css", "icon.svg")
 
 
@@ -65,8 +67,13 @@ async def test_page_and_assets_are_served_without_auth_with_strict_headers(daemo
         api = await http.get("/v1/threads")
         assert api.status_code == 401
         assert_page_headers(api)
-        for path in ("/assets/nope.js", "/assets/../bridge/cli.py", "/assets/%2e%2e/pyproject.toml",
-                     "/assets//etc/passwd", "/index.html"):
+        for path in (
+            "/assets/nope.js",
+            "/assets/../bridge/cli.py",
+            "/assets/%2e%2e/pyproject.toml",
+            "/assets//etc/passwd",
+            "/index.html",
+        ):
             r = await http.get(path)
             assert r.status_code == 404, path
             assert r.json()["error"]["code"] == "not_found"
@@ -100,8 +107,9 @@ async def test_the_startup_link_logs_a_browser_in_once(daemon: Daemon) -> None:
     assert code not in err and TOKEN not in err
 
 
-async def test_a_login_code_expires(daemon_factory: Callable[..., Any], tmp_path: Path,
-                                    agent_env: dict[str, str]) -> None:
+async def test_a_login_code_expires(
+    daemon_factory: Callable[..., Any], tmp_path: Path, agent_env: dict[str, str]
+) -> None:
     d: Daemon = await daemon_factory(base_config(tmp_path, agent_env, server="login_code_ttl_s = 0.000001\n"))
     code = login_code(await second_line(d), d)
     async with anon(d) as http:
@@ -122,8 +130,9 @@ async def test_the_token_still_mints_a_session_and_a_wrong_token_beats_a_good_co
 
 def test_the_link_names_a_loopback_address_and_carries_a_code_only_with_auth() -> None:
     codes = LoginCodes()
-    assert page_link("http", "127.0.0.1", 8765, SimpleNamespace(token=None, login_codes=codes)) \
-        == "http://127.0.0.1:8765/"
+    assert (
+        page_link("http", "127.0.0.1", 8765, SimpleNamespace(token=None, login_codes=codes)) == "http://127.0.0.1:8765/"
+    )
     assert len(codes) == 0
     link = page_link("https", "0.0.0.0", 9, SimpleNamespace(token="t", login_codes=codes))
     assert link.startswith("https://127.0.0.1:9/#login=") and len(codes) == 1
@@ -150,6 +159,14 @@ def test_the_page_never_parses_strings_as_html() -> None:
     assert scripts
     for path in scripts:
         text = path.read_text()
-        for bad in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(",
-                    "new Function", "setAttribute(\"on", "srcdoc"):
+        for bad in (
+            "innerHTML",
+            "outerHTML",
+            "insertAdjacentHTML",
+            "document.write",
+            "eval(",
+            "new Function",
+            'setAttribute("on',
+            "srcdoc",
+        ):
             assert bad not in text, f"{path.name} uses {bad}"

@@ -28,10 +28,16 @@ async def test_a_burst_reaches_every_client_whole_once_and_in_order(daemon: Any,
     thread = await new_thread(daemon, "stream-json")
     tid = thread["id"]
     url = f"{daemon.ws_url}/v1/threads/{tid}/ws"
-    events = await websockets.connect(url, additional_headers=daemon.headers, max_size=None,
-                                      compression=compression, open_timeout=STEP_TIMEOUT)
-    raw = await websockets.connect(url + "?mode=raw", additional_headers=daemon.headers, max_size=None,
-                                   compression=compression, open_timeout=STEP_TIMEOUT)
+    events = await websockets.connect(
+        url, additional_headers=daemon.headers, max_size=None, compression=compression, open_timeout=STEP_TIMEOUT
+    )
+    raw = await websockets.connect(
+        url + "?mode=raw",
+        additional_headers=daemon.headers,
+        max_size=None,
+        compression=compression,
+        open_timeout=STEP_TIMEOUT,
+    )
     try:
         await events.send(json.dumps({"op": "prompt", "text": f"flood {N}"}))
         frames: list[dict[str, Any]] = []
@@ -46,7 +52,7 @@ async def test_a_burst_reaches_every_client_whole_once_and_in_order(daemon: Any,
         while not lines or json.loads(lines[-1]).get("type") != "result":
             lines.append(await raw.recv(decode=True))
         agent_raw = [f["raw"] for f in frames if f["source"] == "agent" and f["raw"] is not None]
-        assert [json.loads(line) for line in lines] == agent_raw[-len(lines):]
+        assert [json.loads(line) for line in lines] == agent_raw[-len(lines) :]
         assert sum(1 for line in lines if json.loads(line).get("type") == "stream_event") == N
     finally:
         await events.close()
@@ -72,7 +78,8 @@ async def test_answers_to_a_client_that_does_not_read_are_never_dropped_and_keep
                 answers.append(frame)
         assert [a["data"]["client_id"] for a in answers] == [f"c{i}" for i in range(n)]
         assert [a["kind"] for a in answers] == [
-            "client.rejected" if i % 3 == 2 else "client.accepted" for i in range(n)]
+            "client.rejected" if i % 3 == 2 else "client.accepted" for i in range(n)
+        ]
         assert all(a["data"]["code"] == "unknown_op" for a in answers if a["kind"] == "client.rejected")
     finally:
         await ws.close()

@@ -23,9 +23,12 @@ def reference(payloads: list[bytes]) -> bytes:
     return out
 
 
-TEXT = st.one_of(st.text(max_size=300), st.text(alphabet="ax\x7f", min_size=120, max_size=140),
-                 st.integers(65530, 65540).map(lambda n: "é" * (n // 2)),
-                 st.integers(65530, 65540).map(lambda n: "a" * n))
+TEXT = st.one_of(
+    st.text(max_size=300),
+    st.text(alphabet="ax\x7f", min_size=120, max_size=140),
+    st.integers(65530, 65540).map(lambda n: "é" * (n // 2)),
+    st.integers(65530, 65540).map(lambda n: "a" * n),
+)
 
 
 @given(st.lists(TEXT, max_size=6))

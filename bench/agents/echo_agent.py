@@ -33,11 +33,26 @@ def main() -> None:
             continue
         if not started:
             started = True
-            out.write(json.dumps({"type": "system", "subtype": "init", "session_id": sid, "model": "bench",
-                                  "tools": []}, separators=(",", ":")) + "\n")
-        out.write(json.dumps({"type": "result", "subtype": "success", "is_error": False,
-                              "result": f"echo: {user_text(msg)}", "session_id": sid},
-                             separators=(",", ":")) + "\n")
+            out.write(
+                json.dumps(
+                    {"type": "system", "subtype": "init", "session_id": sid, "model": "bench", "tools": []},
+                    separators=(",", ":"),
+                )
+                + "\n"
+            )
+        out.write(
+            json.dumps(
+                {
+                    "type": "result",
+                    "subtype": "success",
+                    "is_error": False,
+                    "result": f"echo: {user_text(msg)}",
+                    "session_id": sid,
+                },
+                separators=(",", ":"),
+            )
+            + "\n"
+        )
         out.flush()
 
 

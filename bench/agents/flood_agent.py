@@ -25,8 +25,9 @@ def user_text(msg: dict) -> str:
 
 
 def flood(out, sid: str, count: int, size: int) -> None:
-    head = ('{"type":"stream_event","event":{"type":"content_block_delta","index":0,'
-            '"delta":{"type":"text_delta","text":"')
+    head = (
+        '{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"'
+    )
     tail = f'"}}}},"session_id":"{sid}"}}\n'
     pad = max(0, size - len(head) - (len(tail) - 1) - 9)  # 9 = "%08d " index
     filler = "x" * pad
@@ -56,12 +57,31 @@ def main() -> None:
         words = user_text(msg).split()
         count = int(words[1]) if len(words) > 1 and words[1].isdigit() else 1
         size = int(words[2]) if len(words) > 2 and words[2].isdigit() else 200
-        out.write((json.dumps({"type": "system", "subtype": "init", "session_id": sid, "model": "bench",
-                               "tools": []}, separators=(",", ":")) + "\n").encode())
+        out.write(
+            (
+                json.dumps(
+                    {"type": "system", "subtype": "init", "session_id": sid, "model": "bench", "tools": []},
+                    separators=(",", ":"),
+                )
+                + "\n"
+            ).encode()
+        )
         flood(out, sid, count, size)
-        out.write((json.dumps({"type": "result", "subtype": "success", "is_error": False,
-                               "result": f"flooded {count}", "session_id": sid},
-                              separators=(",", ":")) + "\n").encode())
+        out.write(
+            (
+                json.dumps(
+                    {
+                        "type": "result",
+                        "subtype": "success",
+                        "is_error": False,
+                        "result": f"flooded {count}",
+                        "session_id": sid,
+                    },
+                    separators=(",", ":"),
+                )
+                + "\n"
+            ).encode()
+        )
         out.flush()
 
 

@@ -36,8 +36,9 @@ def error_body(code: str, message: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": message}}
 
 
-def create_app(settings: Settings, *, on_ready: Callable[[], None] | None = None,
-               bound_port: int | None = None) -> FastAPI:
+def create_app(
+    settings: Settings, *, on_ready: Callable[[], None] | None = None, bound_port: int | None = None
+) -> FastAPI:
     """``bound_port``: the port actually listened on (``--port 0`` is only resolved once
     the socket is bound); the Host check needs it. Defaults to ``settings.port``."""
     from bridge.api import threads, web, ws
@@ -69,17 +70,21 @@ def create_app(settings: Settings, *, on_ready: Callable[[], None] | None = None
             await store.close()
             log.info("daemon.stopped")
 
-    app = FastAPI(title="agent-bridge", version=__version__, lifespan=lifespan,
-                  docs_url=None, redoc_url=None)
+    app = FastAPI(title="agent-bridge", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.settings = settings
     app.state.token = token
     app.state.tls = tls
     app.state.login_codes = LoginCodes(server.login_code_ttl_s)
     app.add_middleware(BodyLimit)
-    app.add_middleware(RequestGuard, bind_host=settings.host,
-                       port=settings.port if bound_port is None else bound_port,
-                       allowed_hosts=server.allowed_hosts, allowed_origins=server.allowed_origins,
-                       tls=tls, trust_proxy_headers=server.trust_proxy_headers)
+    app.add_middleware(
+        RequestGuard,
+        bind_host=settings.host,
+        port=settings.port if bound_port is None else bound_port,
+        allowed_hosts=server.allowed_hosts,
+        allowed_origins=server.allowed_origins,
+        tls=tls,
+        trust_proxy_headers=server.trust_proxy_headers,
+    )
     app.add_middleware(PageHeaders)  # outermost: refusals carry the headers too
 
     @app.exception_handler(BridgeError)
@@ -90,17 +95,18 @@ def create_app(settings: Settings, *, on_ready: Callable[[], None] | None = None
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         # Framework-level refusals (unparsable body, unknown route, wrong method) in the
         # same machine-readable shape as ours.
-        code = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed",
-                413: "body_too_large"}.get(exc.status_code, "http_error")
-        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code,
-                            headers=getattr(exc, "headers", None))
+        code = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}.get(
+            exc.status_code, "http_error"
+        )
+        return JSONResponse(
+            error_body(code, str(exc.detail)), status_code=exc.status_code, headers=getattr(exc, "headers", None)
+        )
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-        return JSONResponse(error_body("invalid_request", f"{where}: {first.get('msg', 'invalid')}"),
-                            status_code=400)
+        return JSONResponse(error_body("invalid_request", f"{where}: {first.get('msg', 'invalid')}"), status_code=400)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

@@ -54,6 +54,5 @@ def _block(i: int, block: Any) -> dict[str, Any]:
             binascii.a2b_base64(data.encode("ascii"), strict_mode=True)
         except (binascii.Error, UnicodeEncodeError, ValueError) as exc:
             raise _bad(f"content[{i}].source.data is not valid base64") from exc
-        return {"type": btype, "source": {"type": "base64", "media_type": media_type,
-                                          "data": data}}
+        return {"type": btype, "source": {"type": "base64", "media_type": media_type, "data": data}}
     raise _bad(f"content[{i}]: unsupported block type {btype!r} (text, image, document)")

@@ -62,9 +62,13 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
     async def _refuse(self, send: Send) -> None:
-        body = json.dumps({"error": {"code": "body_too_large",
-                                     "message": f"request body over {self.max_bytes} bytes"}}).encode()
-        headers: list[Any] = [(b"content-type", b"application/json"),
-                              (b"content-length", str(len(body)).encode()), (b"connection", b"close")]
+        body = json.dumps(
+            {"error": {"code": "body_too_large", "message": f"request body over {self.max_bytes} bytes"}}
+        ).encode()
+        headers: list[Any] = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
         await send({"type": "http.response.start", "status": 413, "headers": headers})
         await send({"type": "http.response.body", "body": body})

@@ -104,7 +104,7 @@ def bearer_from_header(value: str | None) -> str | None:
 def bearer_from_subprotocols(offered: list[str]) -> str | None:
     for p in offered:
         if p.startswith(BEARER_PREFIX):
-            return p[len(BEARER_PREFIX):]
+            return p[len(BEARER_PREFIX) :]
     return None
 
 
@@ -127,8 +127,15 @@ class Sessions:
     restart. Only a keyed hash of an id is kept (HMAC-SHA256 under the auth token), never
     the id: a copy of the database signs nobody in, and a new token ends every session."""
 
-    def __init__(self, ttl_s: float, limit: int, *, secret: str | None = None,
-                 store: SessionStore | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        ttl_s: float,
+        limit: int,
+        *,
+        secret: str | None = None,
+        store: SessionStore | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.ttl_s = ttl_s
         self.limit = limit
         self._clock = clock
@@ -142,7 +149,7 @@ class Sessions:
     async def load(self) -> None:
         """Take over the unexpired sessions a previous daemon stored."""
         if self._store is not None:
-            for key, exp in (await self._store.load_sessions(self._clock()))[-self.limit:]:
+            for key, exp in (await self._store.load_sessions(self._clock()))[-self.limit :]:
                 self._expiry[key] = exp
 
     async def create(self) -> str:
@@ -190,8 +197,7 @@ class LoginCodes:
     first). Redeeming compares against every live code in constant time and consumes the
     one that matches. Codes are never logged."""
 
-    def __init__(self, ttl_s: float = 600.0, limit: int = 8,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, ttl_s: float = 600.0, limit: int = 8, clock: Callable[[], float] = time.monotonic) -> None:
         self.ttl_s = ttl_s
         self.limit = limit
         self._clock = clock
@@ -228,8 +234,7 @@ class LoginCodes:
         return len(self._codes)
 
 
-def authorized(state: Any, headers: Mapping[str, str], cookies: Mapping[str, str], *,
-               websocket: bool = False) -> bool:
+def authorized(state: Any, headers: Mapping[str, str], cookies: Mapping[str, str], *, websocket: bool = False) -> bool:
     """A bearer token (header, or for a WebSocket the subprotocol) or a live session
     cookie. A token that is present but wrong fails even beside a good cookie."""
     expected: str | None = state.token
@@ -266,8 +271,7 @@ async def login(request: Request) -> Response:
         codes: LoginCodes = state.login_codes
         ok = codes.redeem(_code_from_body(await request.body())) or expected is None
     if not ok:
-        raise Unauthorized("POST /v1/session needs the token as Authorization: Bearer, "
-                           "or a valid one-time login code")
+        raise Unauthorized("POST /v1/session needs the token as Authorization: Bearer, or a valid one-time login code")
     sessions: Sessions = state.sessions
     sid = await sessions.create()
     secure = bool(state.tls) or request.scope.get("bridge.scheme") == "https"
@@ -323,8 +327,17 @@ class RequestGuard:
        get Access-Control-Allow-Origin (the exact origin), -Credentials and Vary: Origin.
     """
 
-    def __init__(self, app: ASGIApp, *, bind_host: str, port: int, allowed_hosts: Iterable[str],
-                 allowed_origins: Iterable[str], tls: bool, trust_proxy_headers: bool) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        bind_host: str,
+        port: int,
+        allowed_hosts: Iterable[str],
+        allowed_origins: Iterable[str],
+        tls: bool,
+        trust_proxy_headers: bool,
+    ) -> None:
         self.app = app
         self.loopback = is_loopback_host(bind_host)
         self.port = port
@@ -344,8 +357,14 @@ class RequestGuard:
         hosts = headers.getlist("host")
         host = _host_or_none(hosts[0]) if len(hosts) == 1 else None
         if self.check_hosts and (host is None or not self._host_allowed(host, scheme)):
-            await _refuse(scope, receive, send, 421, "host_not_allowed",
-                          "this Host is not served here; see [server] allowed_hosts")
+            await _refuse(
+                scope,
+                receive,
+                send,
+                421,
+                "host_not_allowed",
+                "this Host is not served here; see [server] allowed_hosts",
+            )
             return
 
         origins = headers.getlist("origin")
@@ -354,16 +373,20 @@ class RequestGuard:
             return
         origin = _origin_or_none(origins[0]) if len(origins) == 1 else None
         allowlisted = origin is not None and origin in self.allowed_origins
-        own = (origin is not None and host is not None
-               and origin == (scheme, host[0], host[1] or DEFAULT_PORTS[scheme]))
-        if scope["type"] == "http" and scope["method"] == "OPTIONS" \
-                and "access-control-request-method" in headers:
+        own = origin is not None and host is not None and origin == (scheme, host[0], host[1] or DEFAULT_PORTS[scheme])
+        if scope["type"] == "http" and scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
             await self._preflight(scope, receive, send, headers, origins[0] if allowlisted else None)
             return
         state_changing = scope["type"] == "websocket" or scope["method"] not in SAFE_METHODS
         if state_changing and not (allowlisted or own):
-            await _refuse(scope, receive, send, 403, "origin_not_allowed",
-                          "this Origin may not use the daemon; see [server] allowed_origins")
+            await _refuse(
+                scope,
+                receive,
+                send,
+                403,
+                "origin_not_allowed",
+                "this Origin may not use the daemon; see [server] allowed_origins",
+            )
             return
         if allowlisted and scope["type"] == "http":
             await self.app(scope, receive, _with_cors(send, origins[0]))
@@ -386,23 +409,33 @@ class RequestGuard:
         for a_name, a_port in self.allowed_hosts:
             # No port in the Host header: the client used a default port (80 or 443;
             # behind a TLS proxy the daemon cannot tell which).
-            if name == a_name and (a_port is None or a_port == port
-                                   or (port is None and a_port in DEFAULT_PORTS.values())):
+            if name == a_name and (
+                a_port is None or a_port == port or (port is None and a_port in DEFAULT_PORTS.values())
+            ):
                 return True
         return False
 
-    async def _preflight(self, scope: Scope, receive: Receive, send: Send, headers: Headers,
-                         origin: str | None) -> None:
+    async def _preflight(
+        self, scope: Scope, receive: Receive, send: Send, headers: Headers, origin: str | None
+    ) -> None:
         if origin is None:
-            await _refuse(scope, receive, send, 403, "origin_not_allowed",
-                          "this Origin may not use the daemon; see [server] allowed_origins")
+            await _refuse(
+                scope,
+                receive,
+                send,
+                403,
+                "origin_not_allowed",
+                "this Origin may not use the daemon; see [server] allowed_origins",
+            )
             return
-        out = {"Access-Control-Allow-Origin": origin,
-               "Access-Control-Allow-Credentials": "true",
-               "Access-Control-Allow-Methods": CORS_METHODS,
-               "Access-Control-Allow-Headers": CORS_HEADERS,
-               "Access-Control-Max-Age": CORS_MAX_AGE,
-               "Vary": "Origin"}
+        out = {
+            "Access-Control-Allow-Origin": origin,
+            "Access-Control-Allow-Credentials": "true",
+            "Access-Control-Allow-Methods": CORS_METHODS,
+            "Access-Control-Allow-Headers": CORS_HEADERS,
+            "Access-Control-Max-Age": CORS_MAX_AGE,
+            "Vary": "Origin",
+        }
         if headers.get("access-control-request-private-network") == "true":
             out["Access-Control-Allow-Private-Network"] = "true"
         await Response(status_code=204, headers=out)(scope, receive, send)
@@ -414,7 +447,8 @@ class RequestGuard:
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
-    "frame-ancestors 'none'")
+    "frame-ancestors 'none'"
+)
 PAGE_HEADERS = (
     ("content-security-policy", CONTENT_SECURITY_POLICY),
     ("x-content-type-options", "nosniff"),
@@ -467,11 +501,11 @@ def _with_cors(send: Send, origin: str) -> Callable[[Message], Awaitable[None]]:
             h["Access-Control-Allow-Credentials"] = "true"
             h.add_vary_header("Origin")
         await send(message)
+
     return wrapped
 
 
-async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, code: str,
-                  message: str) -> None:
+async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, code: str, message: str) -> None:
     log.info("security.refused", code=code, type=scope["type"], path=scope.get("path"))
     body = {"error": {"code": code, "message": message}}
     if scope["type"] == "websocket" and "websocket.http.response" not in scope.get("extensions", {}):

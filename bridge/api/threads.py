@@ -69,23 +69,34 @@ async def _conv(request: Request, thread_id: str) -> Conversation:
 @router.get("/agents")
 async def list_agents(request: Request) -> list[dict[str, Any]]:
     settings = request.app.state.settings
-    return [{"name": name, "protocol": p.protocol, "model": p.model,
-             "available": (problem := executable_problem(p.executable)) is None,
-             "problem": problem, "default": name == settings.default_agent}
-            for name, p in settings.agents.items()]
+    return [
+        {
+            "name": name,
+            "protocol": p.protocol,
+            "model": p.model,
+            "available": (problem := executable_problem(p.executable)) is None,
+            "problem": problem,
+            "default": name == settings.default_agent,
+        }
+        for name, p in settings.agents.items()
+    ]
 
 
 @router.post("/threads", status_code=201)
 async def create_thread(body: CreateThread, request: Request) -> dict[str, Any]:
-    conv = await registry(request).create(agent=body.agent, cwd=body.cwd, model=body.model,
-                                          title=body.title, options=body.options)
+    conv = await registry(request).create(
+        agent=body.agent, cwd=body.cwd, model=body.model, title=body.title, options=body.options
+    )
     return conv.thread_view()
 
 
 @router.get("/threads")
-async def list_threads(request: Request, limit: int = Query(50, ge=1, le=200),
-                       cursor: str | None = Query(None, max_length=512),
-                       agent: str | None = Query(None, max_length=128)) -> dict[str, Any]:
+async def list_threads(
+    request: Request,
+    limit: int = Query(50, ge=1, le=200),
+    cursor: str | None = Query(None, max_length=512),
+    agent: str | None = Query(None, max_length=128),
+) -> dict[str, Any]:
     reg = registry(request)
     rows, next_cursor = await reg.store.list_threads(limit=limit, cursor=cursor, agent=agent)
     return {"threads": [reg.view(r) for r in rows], "next_cursor": next_cursor}
@@ -110,15 +121,13 @@ async def delete_thread(thread_id: str, request: Request) -> Response:
 
 
 @router.post("/threads/{thread_id}/messages", status_code=202)
-async def post_message(thread_id: str, body: PostMessage, request: Request,
-                       response: Response) -> dict[str, Any]:
+async def post_message(thread_id: str, body: PostMessage, request: Request, response: Response) -> dict[str, Any]:
     content = normalize_prompt(body.text, body.content)
     conv = await _conv(request, thread_id)
     acc = await conv.submit(content, body.client_id)
     if acc.duplicate:
         response.status_code = 200
-    return {"seq": acc.seq, "turn_id": acc.turn_id, "duplicate": acc.duplicate,
-            "queued": acc.queued}
+    return {"seq": acc.seq, "turn_id": acc.turn_id, "duplicate": acc.duplicate, "queued": acc.queued}
 
 
 @router.post("/threads/{thread_id}/interrupt", status_code=202)
@@ -155,11 +164,13 @@ async def list_permissions(thread_id: str, request: Request) -> dict[str, Any]:
 
 
 @router.post("/threads/{thread_id}/permissions/{request_id}")
-async def answer_permission(thread_id: str, request_id: str, body: PermissionAnswer,
-                            request: Request) -> dict[str, Any]:
+async def answer_permission(
+    thread_id: str, request_id: str, body: PermissionAnswer, request: Request
+) -> dict[str, Any]:
     conv = await _conv(request, thread_id)
-    return await conv.answer_permission(request_id, body.decision, by="rest",
-                                        option_id=body.option_id, message=body.message)
+    return await conv.answer_permission(
+        request_id, body.decision, by="rest", option_id=body.option_id, message=body.message
+    )
 
 
 @router.get("/threads/{thread_id}/tasks")
@@ -169,9 +180,13 @@ async def list_tasks(thread_id: str, request: Request) -> dict[str, Any]:
 
 
 @router.get("/threads/{thread_id}/events")
-async def events(thread_id: str, request: Request, after: int = Query(0, ge=0, le=MAX_SEQ),
-                 limit: int = Query(200, ge=1, le=MAX_PAGE),
-                 wait: float = Query(0, ge=0, le=MAX_WAIT_S, allow_inf_nan=False)) -> Response:
+async def events(
+    thread_id: str,
+    request: Request,
+    after: int = Query(0, ge=0, le=MAX_SEQ),
+    limit: int = Query(200, ge=1, le=MAX_PAGE),
+    wait: float = Query(0, ge=0, le=MAX_WAIT_S, allow_inf_nan=False),
+) -> Response:
     conv = await _conv(request, thread_id)
     page = await conv.read_page(after, limit)
     if not page and wait > 0:
@@ -180,16 +195,14 @@ async def events(thread_id: str, request: Request, after: int = Query(0, ge=0, l
     # The page may already hold events whose commit has not reached the in-memory counter.
     last_seq = max(conv.thread["last_seq"], page[-1].seq if page else 0)
     # Our own JSON writer: agent text may hold lone surrogates, which plain UTF-8 cannot carry.
-    return Response(dumps({"events": [r.to_dict() for r in page], "last_seq": last_seq}),
-                    media_type="application/json")
+    return Response(dumps({"events": [r.to_dict() for r in page], "last_seq": last_seq}), media_type="application/json")
 
 
 SSE_HEARTBEAT_S = 15.0
 
 
 @router.get("/threads/{thread_id}/events/stream")
-async def events_stream(thread_id: str, request: Request,
-                        after: int = Query(0, ge=0, le=MAX_SEQ)) -> StreamingResponse:
+async def events_stream(thread_id: str, request: Request, after: int = Query(0, ge=0, le=MAX_SEQ)) -> StreamingResponse:
     """Server-Sent Events: the same envelopes, order and seq as the WebSocket, for networks
     that break WebSockets. ``id:`` is the seq, so a reconnecting EventSource resumes
     from ``Last-Event-ID`` (which wins over ``after``)."""
@@ -232,8 +245,9 @@ async def events_stream(thread_id: str, request: Request,
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
-    return StreamingResponse(body(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+    return StreamingResponse(
+        body(), media_type="text/event-stream", headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+    )
 
 
 def _is_utf8(text: str) -> bool:

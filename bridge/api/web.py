@@ -47,8 +47,11 @@ def web_root() -> Path | None:
 def _table(root: Path | None) -> dict[str, Path]:
     if root is None:
         return {}
-    return {p.relative_to(root).as_posix(): p for p in sorted(root.rglob("*"))
-            if p.is_file() and p.suffix in CONTENT_TYPES and not p.name.startswith(".")}
+    return {
+        p.relative_to(root).as_posix(): p
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.suffix in CONTENT_TYPES and not p.name.startswith(".")
+    }
 
 
 def make_router(root: Path | None = None) -> APIRouter:

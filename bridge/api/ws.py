@@ -43,9 +43,11 @@ def _authorized(ws: WebSocket) -> bool:
 async def thread_ws(ws: WebSocket, thread_id: str) -> None:
     if not _authorized(ws):
         # Refused before the upgrade: an HTTP 401, nothing of the thread is looked up.
-        await ws.send_denial_response(JSONResponse(
-            {"error": {"code": "unauthorized", "message": "missing or wrong credentials"}},
-            status_code=401))
+        await ws.send_denial_response(
+            JSONResponse(
+                {"error": {"code": "unauthorized", "message": "missing or wrong credentials"}}, status_code=401
+            )
+        )
         return
     offered = [p.strip() for p in ws.headers.get("sec-websocket-protocol", "").split(",")]
     await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
@@ -128,10 +130,19 @@ class _Session:
         async def read_frames(after: int, limit: int) -> Frames:
             return await self.conv.read_frames(after, limit, raw=raw)
 
-        sender = asyncio.create_task(deliver(sub, after, self.conv.read_page, self._send_record,
-                                             self._send_text, send_many=self._send_records,
-                                             read_frames=read_frames, send_texts=self._send_texts,
-                                             send_mixed=self._send_mixed))
+        sender = asyncio.create_task(
+            deliver(
+                sub,
+                after,
+                self.conv.read_page,
+                self._send_record,
+                self._send_text,
+                send_many=self._send_records,
+                read_frames=read_frames,
+                send_texts=self._send_texts,
+                send_mixed=self._send_mixed,
+            )
+        )
         receiver = asyncio.create_task(self._receive())
         close_code, reason = 1000, ""
         try:
@@ -201,8 +212,7 @@ class _Session:
             await sub.room.wait()  # a client that sends faster than it reads waits here
 
     async def _reject(self, op: str | None, code: str, message: str, **extra: Any) -> None:
-        await self._reply(ephemeral("client.rejected", now_iso(), op=op, code=code,
-                                    message=message, **extra))
+        await self._reply(ephemeral("client.rejected", now_iso(), op=op, code=code, message=message, **extra))
 
     async def _accept(self, op: str, **extra: Any) -> None:
         await self._reply(ephemeral("client.accepted", now_iso(), op=op, **extra))
@@ -221,15 +231,15 @@ class _Session:
         ids = {"client_id": client_id} if isinstance(client_id, str) else {}
         try:
             if op == "prompt":
-                if client_id is not None and (not isinstance(client_id, str)
-                                              or not 0 < len(client_id) <= 128
-                                              or not _is_utf8(client_id)):
-                    raise InvalidRequest("client_id must be a string of 1-128 characters",
-                                         code="invalid_client_id")
+                if client_id is not None and (
+                    not isinstance(client_id, str) or not 0 < len(client_id) <= 128 or not _is_utf8(client_id)
+                ):
+                    raise InvalidRequest("client_id must be a string of 1-128 characters", code="invalid_client_id")
                 content = normalize_prompt(frame.get("text"), frame.get("content"))
                 acc = await self.conv.submit(content, client_id)
-                await self._accept("prompt", seq=acc.seq, turn_id=acc.turn_id,
-                                   duplicate=acc.duplicate, queued=acc.queued, **ids)
+                await self._accept(
+                    "prompt", seq=acc.seq, turn_id=acc.turn_id, duplicate=acc.duplicate, queued=acc.queued, **ids
+                )
             elif op == "interrupt":
                 active = await self.conv.interrupt()
                 await self._accept("interrupt", active=active, **ids)
@@ -249,8 +259,12 @@ class _Session:
                 if message is not None and (not isinstance(message, str) or len(message) > 4096):
                     raise InvalidRequest("message must be a string", code="invalid_frame")
                 resolved = await self.conv.answer_permission(
-                    rid, str(decision), by=client_id if isinstance(client_id, str) else "websocket",
-                    option_id=option_id, message=message)
+                    rid,
+                    str(decision),
+                    by=client_id if isinstance(client_id, str) else "websocket",
+                    option_id=option_id,
+                    message=message,
+                )
                 await self._accept("permission", **resolved)
             else:
                 raise InvalidRequest(f"unknown op {op!r}", code="unknown_op")

@@ -24,12 +24,24 @@ from websockets.exceptions import InvalidMessage
 from websockets.http11 import MAX_LINE_LENGTH, MAX_NUM_HEADERS
 
 _REFUSALS: dict[str, tuple[int, str, str, str]] = {
-    "RequestLineTooLong": (414, "URI Too Long", "request_line_too_long",
-                           f"the request line is longer than {MAX_LINE_LENGTH} bytes"),
-    "HeaderLineTooLong": (431, "Request Header Fields Too Large", "headers_too_large",
-                          f"a header line is longer than {MAX_LINE_LENGTH} bytes"),
-    "TooManyHeaders": (431, "Request Header Fields Too Large", "headers_too_large",
-                       f"more than {MAX_NUM_HEADERS} header lines"),
+    "RequestLineTooLong": (
+        414,
+        "URI Too Long",
+        "request_line_too_long",
+        f"the request line is longer than {MAX_LINE_LENGTH} bytes",
+    ),
+    "HeaderLineTooLong": (
+        431,
+        "Request Header Fields Too Large",
+        "headers_too_large",
+        f"a header line is longer than {MAX_LINE_LENGTH} bytes",
+    ),
+    "TooManyHeaders": (
+        431,
+        "Request Header Fields Too Large",
+        "headers_too_large",
+        f"more than {MAX_NUM_HEADERS} header lines",
+    ),
 }
 _BAD_REQUEST = (400, "Bad Request", "bad_request", "not a valid HTTP upgrade request")
 
@@ -39,8 +51,10 @@ def refusal(exc: BaseException) -> bytes:
     cause = exc.__cause__ if isinstance(exc, InvalidMessage) and exc.__cause__ else exc
     status, phrase, code, message = _REFUSALS.get(type(cause).__name__, _BAD_REQUEST)
     body = json.dumps({"error": {"code": code, "message": message}}).encode()
-    head = (f"HTTP/1.1 {status} {phrase}\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n")
+    head = (
+        f"HTTP/1.1 {status} {phrase}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
     return head.encode("ascii") + body
 
 

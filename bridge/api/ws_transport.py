@@ -66,6 +66,7 @@ def frames(texts: list[str] | list[bytes]) -> bytes:
         parts.append(data)
     return b"".join(parts)
 
+
 PROTOCOL: type[Any] | None
 try:
     from uvicorn.protocols.utils import ClientDisconnected

@@ -63,8 +63,14 @@ class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):
 
 
 class AgentProcess:
-    def __init__(self, proc: asyncio.subprocess.Process, protocol: _Protocol,
-                 transport: asyncio.SubprocessTransport, spec: LaunchSpec, max_line: int) -> None:
+    def __init__(
+        self,
+        proc: asyncio.subprocess.Process,
+        protocol: _Protocol,
+        transport: asyncio.SubprocessTransport,
+        spec: LaunchSpec,
+        max_line: int,
+    ) -> None:
         self._proc = proc
         self._protocol = protocol
         self._transport = transport
@@ -97,8 +103,7 @@ class AgentProcess:
                 preexec_fn=child_setup(),
             )
         except OSError as exc:
-            raise LaunchRefused(f"cannot start agent: {exc.strerror or exc}",
-                                code="spawn_failed") from exc
+            raise LaunchRefused(f"cannot start agent: {exc.strerror or exc}", code="spawn_failed") from exc
         _widen_pipe(transport.get_pipe_transport(1))
         proc = asyncio.subprocess.Process(transport, protocol, loop)
         return cls(proc, protocol, transport, spec, max_line)

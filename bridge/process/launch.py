@@ -22,8 +22,21 @@ SESSION_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,256}")
 # The OS variables an agent may inherit from the daemon; everything else it gets comes
 # from its profile's ``env``. Tokens, cloud credentials and our own settings never leak.
 ENV_ALLOWLIST = frozenset(
-    {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LANGUAGE", "TMPDIR", "TZ",
-     "SYSTEMROOT", "COLORTERM", "XDG_RUNTIME_DIR"}
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "TERM",
+        "LANG",
+        "LANGUAGE",
+        "TMPDIR",
+        "TZ",
+        "SYSTEMROOT",
+        "COLORTERM",
+        "XDG_RUNTIME_DIR",
+    }
 )
 ENV_ALLOWLIST_PREFIXES = ("LC_",)
 
@@ -95,16 +108,14 @@ def url_problem(values: Iterable[str], *, opt_in: bool) -> str | None:
                 if is_loopback_host(host):
                     continue
                 if not opt_in:
-                    return (f"remote URL {scheme}://{host} needs remote_api_opt_in "
-                            "(AWP_AGENT_REMOTE_API_OPT_IN=1)")
+                    return f"remote URL {scheme}://{host} needs remote_api_opt_in (AWP_AGENT_REMOTE_API_OPT_IN=1)"
                 if scheme == "http":
                     return f"plain http to a non-loopback host is refused: http://{host}"
     return None
 
 
 def child_env(daemon_env: Mapping[str, str], profile_env: Mapping[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in daemon_env.items()
-           if k in ENV_ALLOWLIST or k.startswith(ENV_ALLOWLIST_PREFIXES)}
+    env = {k: v for k, v in daemon_env.items() if k in ENV_ALLOWLIST or k.startswith(ENV_ALLOWLIST_PREFIXES)}
     env.update(profile_env)
     return env
 
@@ -129,15 +140,13 @@ def build_launch(
     if problem:
         raise LaunchRefused(problem, code="executable_unusable")
     if not os.path.isabs(cwd) or not os.path.isdir(cwd):
-        raise LaunchRefused(f"working directory must be an existing absolute directory: {cwd}",
-                            code="bad_cwd")
+        raise LaunchRefused(f"working directory must be an existing absolute directory: {cwd}", code="bad_cwd")
     argv = [executable, *args, *protocol_flags, *extra_args]
     if model:
         argv += ["--model", model]
     if resume_id is not None:
         if not valid_session_id(resume_id):
-            raise LaunchRefused("native session id is not valid; refusing to pass it on",
-                                code="invalid_session_id")
+            raise LaunchRefused("native session id is not valid; refusing to pass it on", code="invalid_session_id")
         # One argument with "=": an id that starts with "-" cannot become a flag (§1.1).
         argv.append(f"--resume={resume_id}")
     if mcp_config:

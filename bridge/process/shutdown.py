@@ -16,8 +16,7 @@ if TYPE_CHECKING:
 TERM_GRACE_S = 3.0
 
 
-async def stop_process(proc: AgentProcess, grace_s: float, *,
-                       shutdown_line: str | None = None) -> ExitInfo:
+async def stop_process(proc: AgentProcess, grace_s: float, *, shutdown_line: str | None = None) -> ExitInfo:
     if proc.returncode is None:
         if shutdown_line is not None:
             with contextlib.suppress(Exception):

@@ -35,8 +35,7 @@ AUTH_REQUIRED = -32000
 RESOURCE_NOT_FOUND = -32002
 
 # What the bridge implements, and so all it declares (issue #4: never claim more).
-CLIENT_CAPABILITIES: dict[str, Any] = {"fs": {"readTextFile": True, "writeTextFile": True},
-                                       "terminal": False}
+CLIENT_CAPABILITIES: dict[str, Any] = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": False}
 FS_METHODS = frozenset({"fs/read_text_file", "fs/write_text_file"})
 STOP_REASONS = frozenset({"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"})
 
@@ -149,8 +148,15 @@ class AcpCodec:
     launch_flags: tuple[str, ...] = ()
     resume_on_argv = False  # resume goes through session/load or session/resume
 
-    def __init__(self, *, cwd: str, resume_id: str | None = None, auth_method: str | None = None,
-                 client_name: str = "agent-bridge", client_version: str = "0") -> None:
+    def __init__(
+        self,
+        *,
+        cwd: str,
+        resume_id: str | None = None,
+        auth_method: str | None = None,
+        client_name: str = "agent-bridge",
+        client_version: str = "0",
+    ) -> None:
         self.cwd = cwd
         self.resume_id = resume_id
         self.auth_method = auth_method
@@ -196,17 +202,23 @@ class AcpCodec:
         return dumps({"jsonrpc": "2.0", "id": rid, "error": err})
 
     def start(self) -> list[str]:
-        return [self._request("initialize", {"protocolVersion": PROTOCOL_VERSION,
-                                             "clientCapabilities": CLIENT_CAPABILITIES,
-                                             "clientInfo": self.client_info})]
+        return [
+            self._request(
+                "initialize",
+                {
+                    "protocolVersion": PROTOCOL_VERSION,
+                    "clientCapabilities": CLIENT_CAPABILITIES,
+                    "clientInfo": self.client_info,
+                },
+            )
+        ]
 
     def refuse_content(self, content: list[dict[str, Any]]) -> str | None:
         """Known after ``initialize``: see :func:`content_refusal`."""
         return content_refusal(content, self.agent_capabilities) if self.ready else None
 
     def encode_prompt(self, content: list[dict[str, Any]]) -> str:
-        return self._request("session/prompt", {"sessionId": self.session_id,
-                                                "prompt": to_acp_blocks(content)})
+        return self._request("session/prompt", {"sessionId": self.session_id, "prompt": to_acp_blocks(content)})
 
     def interrupt(self) -> list[str] | None:
         """session/cancel, and ``cancelled`` for every pending permission request (§3.9)."""
@@ -224,8 +236,15 @@ class AcpCodec:
     def encode_shutdown(self) -> str | None:
         return None  # ACP has no shutdown method: close stdin, then terminate (§0.1)
 
-    def answer_permission(self, request_id: str, decision: str, *, option_id: str | None = None,
-                          options: list[dict[str, Any]] | None = None, **_: Any) -> str | None:
+    def answer_permission(
+        self,
+        request_id: str,
+        decision: str,
+        *,
+        option_id: str | None = None,
+        options: list[dict[str, Any]] | None = None,
+        **_: Any,
+    ) -> str | None:
         """``decision`` allow|deny|cancel; without ``option_id`` the first option of the
         matching kind is chosen. None if the request is not pending (already answered)."""
         rid = self._permissions.pop(request_id, None)
@@ -235,8 +254,7 @@ class AcpCodec:
             return self.encode_result(rid, {"outcome": {"outcome": "cancelled"}})
         if option_id is None:
             kinds = ("allow_once", "allow_always") if decision == "allow" else ("reject_once", "reject_always")
-            option_id = next((o.get("optionId") for k in kinds for o in options or []
-                              if o.get("kind") == k), None)
+            option_id = next((o.get("optionId") for k in kinds for o in options or [] if o.get("kind") == k), None)
             if option_id is None:
                 return self.encode_result(rid, {"outcome": {"outcome": "cancelled"}})
         return self.encode_result(rid, {"outcome": {"outcome": "selected", "optionId": option_id}})
@@ -250,12 +268,12 @@ class AcpCodec:
         out = AcpDecoded()
         obj, text, problem = parse_object(line)
         if obj is None:
-            out.events.append(Event("agent", "diagnostic",
-                                    {"stream": "protocol", "text": f"{problem}: {text[:512]}"}))
+            out.events.append(Event("agent", "diagnostic", {"stream": "protocol", "text": f"{problem}: {text[:512]}"}))
             return out
         if obj.get("jsonrpc") != "2.0":
-            out.events.append(Event("agent", "diagnostic", {
-                "stream": "protocol", "text": "not a JSON-RPC 2.0 message"}, text))
+            out.events.append(
+                Event("agent", "diagnostic", {"stream": "protocol", "text": "not a JSON-RPC 2.0 message"}, text)
+            )
         elif isinstance(obj.get("method"), str):
             if "id" in obj:
                 self._on_request(obj, text, out)
@@ -268,8 +286,9 @@ class AcpCodec:
         elif "id" in obj and ("result" in obj or "error" in obj):
             self._on_response(obj, text, out)
         else:
-            out.events.append(Event("agent", "diagnostic", {
-                "stream": "protocol", "text": "invalid JSON-RPC message"}, text))
+            out.events.append(
+                Event("agent", "diagnostic", {"stream": "protocol", "text": "invalid JSON-RPC message"}, text)
+            )
         return out
 
     def forward_request(self, message: dict[str, Any], route: str) -> str:
@@ -287,8 +306,14 @@ class AcpCodec:
         rid = obj.get("id")
         pending = self._pending.pop(rid, None) if isinstance(rid, int) and not isinstance(rid, bool) else None
         if pending is None:
-            out.events.append(Event("agent", "diagnostic", {
-                "stream": "protocol", "text": f"response to unknown request id {rid!r}"}, raw))
+            out.events.append(
+                Event(
+                    "agent",
+                    "diagnostic",
+                    {"stream": "protocol", "text": f"response to unknown request id {rid!r}"},
+                    raw,
+                )
+            )
             return
         method, ctx = pending
         if method == "raw":
@@ -313,22 +338,33 @@ class AcpCodec:
         if raw is not None:
             out.events.insert(0, Event("agent", "agent.other", {"error": message}, raw))
 
-    def _on_error(self, method: str, code: Any, message: str, err: dict[str, Any], raw: str,
-                  out: AcpDecoded) -> None:
+    def _on_error(self, method: str, code: Any, message: str, err: dict[str, Any], raw: str, out: AcpDecoded) -> None:
         if method == "session/prompt":
-            self._end_prompt(out, raw, status="cancelled" if self._cancel_sent else "error",
-                             error=f"{message} ({code})", code=code)
+            self._end_prompt(
+                out, raw, status="cancelled" if self._cancel_sent else "error", error=f"{message} ({code})", code=code
+            )
         elif code == AUTH_REQUIRED:
-            self._fail(out, "auth_required",
-                       f"the agent needs authentication ({message}); set auth_method in its profile "
-                       f"to one of {[m.get('id') for m in self.auth_methods]}", raw)
+            self._fail(
+                out,
+                "auth_required",
+                f"the agent needs authentication ({message}); set auth_method in its profile "
+                f"to one of {[m.get('id') for m in self.auth_methods]}",
+                raw,
+            )
         elif method in ("session/load", "session/resume"):
             # The old session is gone or cannot be restored: start afresh, and say so.
             out.events.append(Event("agent", "agent.other", {"method": method, "error": message}, raw))
-            out.events.append(Event("bridge", "notice", {
-                "code": "history_not_restored",
-                "text": f"the agent could not restore session {self.resume_id} ({message}); "
-                        "a new session was started and its history is not available to the agent"}))
+            out.events.append(
+                Event(
+                    "bridge",
+                    "notice",
+                    {
+                        "code": "history_not_restored",
+                        "text": f"the agent could not restore session {self.resume_id} ({message}); "
+                        "a new session was started and its history is not available to the agent",
+                    },
+                )
+            )
             self._loading = False
             out.replies.append(self._new_session())
         elif method in ("initialize", "authenticate", "session/new"):
@@ -342,21 +378,30 @@ class AcpCodec:
         self.agent_info = _d(result.get("agentInfo"))
         self.auth_methods = [m for m in _l(result.get("authMethods")) if isinstance(m, dict)]
         self.protocol_version = version if isinstance(version, int) else None
-        out.agent = {"protocol_version": version, "info": self.agent_info,
-                     "capabilities": self.agent_capabilities,
-                     "auth_methods": [m.get("id") for m in self.auth_methods]}
+        out.agent = {
+            "protocol_version": version,
+            "info": self.agent_info,
+            "capabilities": self.agent_capabilities,
+            "auth_methods": [m.get("id") for m in self.auth_methods],
+        }
         out.events.append(Event("agent", "agent.other", {"method": "initialize", **out.agent}, raw))
         if version != PROTOCOL_VERSION:
-            self._fail(out, "protocol_version",
-                       f"the agent speaks ACP protocol version {version!r}; the bridge speaks "
-                       f"{PROTOCOL_VERSION}", None)
+            self._fail(
+                out,
+                "protocol_version",
+                f"the agent speaks ACP protocol version {version!r}; the bridge speaks {PROTOCOL_VERSION}",
+                None,
+            )
             return
         ids = [m.get("id") for m in self.auth_methods]
         if self.auth_method is not None:
             if self.auth_method not in ids:
-                self._fail(out, "auth_required",
-                           f"auth_method {self.auth_method!r} is not offered by the agent (it offers {ids})",
-                           None)
+                self._fail(
+                    out,
+                    "auth_required",
+                    f"auth_method {self.auth_method!r} is not offered by the agent (it offers {ids})",
+                    None,
+                )
                 return
             out.replies.append(self._request("authenticate", {"methodId": self.auth_method}))
             return
@@ -380,10 +425,17 @@ class AcpCodec:
             return self._request("session/load", params)
         if isinstance(_d(self.agent_capabilities.get("sessionCapabilities")).get("resume"), dict):
             return self._request("session/resume", params)
-        out.events.append(Event("bridge", "notice", {
-            "code": "history_not_restored",
-            "text": "the agent can neither load nor resume sessions; a new session was started and "
-                    "the earlier conversation is not available to it"}))
+        out.events.append(
+            Event(
+                "bridge",
+                "notice",
+                {
+                    "code": "history_not_restored",
+                    "text": "the agent can neither load nor resume sessions; a new session was started and "
+                    "the earlier conversation is not available to it",
+                },
+            )
+        )
         return self._new_session()
 
     def _session_ready(self, sid: str | None, raw: str, out: AcpDecoded, how: str) -> None:
@@ -415,8 +467,17 @@ class AcpCodec:
             status = "error"
         self._end_prompt(out, raw, status=status, stop_reason=stop, usage=result.get("usage"))
 
-    def _end_prompt(self, out: AcpDecoded, raw: str, *, status: str, stop_reason: str | None = None,
-                    usage: Any = None, error: str | None = None, code: Any = None) -> None:
+    def _end_prompt(
+        self,
+        out: AcpDecoded,
+        raw: str,
+        *,
+        status: str,
+        stop_reason: str | None = None,
+        usage: Any = None,
+        error: str | None = None,
+        code: Any = None,
+    ) -> None:
         self._cancel_sent = False
         data: dict[str, Any] = {"status": status, "stop_reason": stop_reason}
         if usage is not None:
@@ -432,8 +493,9 @@ class AcpCodec:
     def _on_request(self, obj: dict[str, Any], raw: str, out: AcpDecoded) -> None:
         method, params = obj["method"], _d(obj.get("params"))
         if not _valid_id(obj.get("id")):
-            out.events.append(Event("agent", "diagnostic", {
-                "stream": "protocol", "text": f"request {method} has an invalid id"}, raw))
+            out.events.append(
+                Event("agent", "diagnostic", {"stream": "protocol", "text": f"request {method} has an invalid id"}, raw)
+            )
             out.replies.append(self.encode_error(None, INVALID_REQUEST, "Invalid request: bad id"))
             return
         rid: int | str = obj["id"]
@@ -449,20 +511,21 @@ class AcpCodec:
             # stream-json; the human title only when the agent never named the tool.
             name = _meta_tool_name(call) or (self._tool_names.get(tcid) if tcid else None)
             data: dict[str, Any] = {
-                "request_id": key, "tool": name or _s(call.get("title")) or _s(call.get("kind")),
+                "request_id": key,
+                "tool": name or _s(call.get("title")) or _s(call.get("kind")),
                 "input": call.get("rawInput") if isinstance(call.get("rawInput"), dict) else {},
-                "options": options, "tool_call_id": tcid}
+                "options": options,
+                "tool_call_id": tcid,
+            }
             if _s(call.get("title")) is not None:
                 data["title"] = call["title"]
             out.events.append(Event("agent", "permission.requested", data, raw))
         elif method in FS_METHODS:
-            out.events.append(Event("agent", "agent.other", {"method": method,
-                                                            "path": _s(params.get("path"))}, raw))
+            out.events.append(Event("agent", "agent.other", {"method": method, "path": _s(params.get("path"))}, raw))
             out.requests.append(AgentRequest(rid, method, params))
         else:
             out.events.append(Event("agent", "agent.other", {"method": method}, raw))
-            out.replies.append(self.encode_error(rid, METHOD_NOT_FOUND, "Method not found",
-                                                 {"method": method}))
+            out.replies.append(self.encode_error(rid, METHOD_NOT_FOUND, "Method not found", {"method": method}))
 
     # -- notifications
 
@@ -478,8 +541,11 @@ class AcpCodec:
                     key = k
             if key is not None:
                 rid = self._permissions.pop(key)
-                out.events.append(Event("agent", "permission.resolved", {
-                    "request_id": key, "decision": "cancelled", "by": "agent"}, raw))
+                out.events.append(
+                    Event(
+                        "agent", "permission.resolved", {"request_id": key, "decision": "cancelled", "by": "agent"}, raw
+                    )
+                )
                 out.replies.append(self.encode_error(rid, REQUEST_CANCELLED, "Request cancelled"))
                 return
         if method != "session/update":
@@ -493,8 +559,7 @@ class AcpCodec:
         update = _d(params.get("update"))
         kind = _s(update.get("sessionUpdate")) or ""
         if self.session_id is not None and sid is not None and sid != self.session_id:
-            out.events.append(Event("agent", "agent.other", {
-                "session_update": kind, "foreign_session": sid}, raw))
+            out.events.append(Event("agent", "agent.other", {"session_update": kind, "foreign_session": sid}, raw))
             return
         out.events.extend(self._update_events(kind, update, raw))
 
@@ -503,11 +568,11 @@ class AcpCodec:
         if kind in ("agent_message_chunk", "agent_thought_chunk"):
             text = _content_text(u.get("content"))
             channel = "text" if kind == "agent_message_chunk" else "thought"
-            return [Event("agent", "message.delta", {"text": text, "channel": channel,
-                                                     "message_id": mid}, raw)]
+            return [Event("agent", "message.delta", {"text": text, "channel": channel, "message_id": mid}, raw)]
         if kind == "user_message_chunk":
-            return [Event("agent", "agent.other", {"session_update": kind,
-                                                  "text": _content_text(u.get("content"))}, raw)]
+            return [
+                Event("agent", "agent.other", {"session_update": kind, "text": _content_text(u.get("content"))}, raw)
+            ]
         if kind in ("tool_call", "tool_call_update"):
             tcid, name = _s(u.get("toolCallId")), _meta_tool_name(u)
             if tcid and name:
@@ -520,8 +585,14 @@ class AcpCodec:
             entries = [e for e in _l(u.get("entries")) if isinstance(e, dict)]
             return [Event("agent", "plan", {"entries": entries}, raw)]
         if kind == "current_mode_update":
-            return [Event("agent", "agent.status", {
-                "status": "mode_changed", "mode": _s(u.get("currentModeId")) or _s(u.get("modeId"))}, raw)]
+            return [
+                Event(
+                    "agent",
+                    "agent.status",
+                    {"status": "mode_changed", "mode": _s(u.get("currentModeId")) or _s(u.get("modeId"))},
+                    raw,
+                )
+            ]
         return [Event("agent", "agent.other", {"session_update": kind}, raw)]
 
     @staticmethod
@@ -532,16 +603,21 @@ class AcpCodec:
             output: Any = u.get("rawOutput")
             if output is None:
                 output = "".join(_content_text(_d(c).get("content")) for c in _l(u.get("content")))
-            return Event("agent", "tool.result", {"tool_call_id": tcid, "output": output,
-                                                  "is_error": status == "failed"}, raw)
+            return Event(
+                "agent", "tool.result", {"tool_call_id": tcid, "output": output, "is_error": status == "failed"}, raw
+            )
         # A stable tool name when the agent gives one (claude-agent-acp: _meta.claudeCode.toolName);
         # the title is a human label that changes during the call.
         meta_name = _meta_tool_name(u)
         data: dict[str, Any] = {"tool_call_id": tcid}
         if kind == "tool_call":
-            data.update(name=meta_name or _s(u.get("title")) or _s(u.get("kind")),
-                        input=u.get("rawInput"), title=_s(u.get("title")), kind=_s(u.get("kind")),
-                        status=status or "pending")
+            data.update(
+                name=meta_name or _s(u.get("title")) or _s(u.get("kind")),
+                input=u.get("rawInput"),
+                title=_s(u.get("title")),
+                kind=_s(u.get("kind")),
+                status=status or "pending",
+            )
             return Event("agent", "tool.call", data, raw)
         # tool_call_update patches the call: only the fields present (an absent field is
         # unchanged, not cleared).

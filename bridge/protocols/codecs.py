@@ -11,13 +11,18 @@ PROTOCOLS = ("stream-json", "awp-jsonl", "acp")
 Codec = StreamJsonCodec | AcpCodec
 
 
-def make_codec(protocol: str, *, cwd: str = "/", resume_id: str | None = None,
-               auth_method: str | None = None, client_version: str = "0") -> Codec:
+def make_codec(
+    protocol: str,
+    *,
+    cwd: str = "/",
+    resume_id: str | None = None,
+    auth_method: str | None = None,
+    client_version: str = "0",
+) -> Codec:
     if protocol == "stream-json":
         return StreamJsonCodec()
     if protocol == "awp-jsonl":
         return AwpJsonlCodec()
     if protocol == "acp":
-        return AcpCodec(cwd=cwd, resume_id=resume_id, auth_method=auth_method,
-                        client_version=client_version)
+        return AcpCodec(cwd=cwd, resume_id=resume_id, auth_method=auth_method, client_version=client_version)
     raise ValueError(f"unknown protocol {protocol!r}")

@@ -50,8 +50,10 @@ TURN_STATUSES = ("success", "error", "cancelled")
 
 # Keys whose values are secrets: redacted from logs, control responses and agent output.
 # "token" but not token *counts* (totalTokens, input_tokens, tokens_used).
-SECRET_KEY_RE = re.compile(r"(?i:token)(?![sS](?:$|_))|(?i:secret|password|passwd|api[_-]?key|authorization|"
-                           r"cookie|credential|private[_-]?key|session[_-]?key)")
+SECRET_KEY_RE = re.compile(
+    r"(?i:token)(?![sS](?:$|_))|(?i:secret|password|passwd|api[_-]?key|authorization|"
+    r"cookie|credential|private[_-]?key|session[_-]?key)"
+)
 REDACTED = "[redacted]"
 
 
@@ -139,8 +141,7 @@ def bridge_event(kind: str, **data: Any) -> Event:
 
 
 def diagnostic(stream: Literal["stderr", "protocol"], text: str) -> Event:
-    return Event("agent" if stream == "stderr" else "bridge", "diagnostic",
-                 {"stream": stream, "text": text}, None)
+    return Event("agent" if stream == "stderr" else "bridge", "diagnostic", {"stream": stream, "text": text}, None)
 
 
 _SAFE_TS = re.compile(r"[0-9A-Za-z:.+-]*")
@@ -166,9 +167,18 @@ class Record:
 
     __slots__ = ("_data", "_data_json", "_envelope", "kind", "raw", "relay", "seq", "source", "ts")
 
-    def __init__(self, seq: int, ts: str, source: str, kind: str, data: dict[str, Any] | None,
-                 raw: str | None, relay: bool, data_json: str | None = None,
-                 envelope: str | None = None) -> None:
+    def __init__(
+        self,
+        seq: int,
+        ts: str,
+        source: str,
+        kind: str,
+        data: dict[str, Any] | None,
+        raw: str | None,
+        relay: bool,
+        data_json: str | None = None,
+        envelope: str | None = None,
+    ) -> None:
         # Positional and unchecked: a replay builds one per stored event. ``data`` or
         # ``data_json`` must be given; ``envelope``, when given, must be what envelope()
         # would build.
@@ -211,8 +221,14 @@ class Record:
         return self._envelope
 
     def to_dict(self) -> dict[str, Any]:
-        return {"seq": self.seq, "ts": self.ts, "source": self.source, "kind": self.kind,
-                "data": self.data, "raw": json.loads(self.raw) if self.raw is not None else None}
+        return {
+            "seq": self.seq,
+            "ts": self.ts,
+            "source": self.source,
+            "kind": self.kind,
+            "data": self.data,
+            "raw": json.loads(self.raw) if self.raw is not None else None,
+        }
 
 
 class Frames:
@@ -257,8 +273,10 @@ def stored_envelopes(rows: list[tuple[int, bytes, bytes, bytes, bytes, bytes | N
         src = js.get(source) or _json_bytes(source)
         knd = js.get(kind) or _json_bytes(kind)
         tsj = b'"%b"' % ts if safe(ts) else json.dumps(ts.decode()).encode()
-        append(b'{"seq":%d,"ts":%b,"source":%b,"kind":%b,"data":%b,"raw":%b}'
-               % (seq, tsj, src, knd, data, raw if raw is not None else b"null"))
+        append(
+            b'{"seq":%d,"ts":%b,"source":%b,"kind":%b,"data":%b,"raw":%b}'
+            % (seq, tsj, src, knd, data, raw if raw is not None else b"null")
+        )
     return out
 
 

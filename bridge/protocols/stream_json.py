@@ -53,8 +53,7 @@ def redact_secrets(value: Any, inside: bool = False, depth: int = 0) -> Any:
     if depth > 64:
         return REDACTED
     if isinstance(value, dict):
-        return {k: redact_secrets(v, inside or bool(_SECRET_KEY.search(k)), depth + 1)
-                for k, v in value.items()}
+        return {k: redact_secrets(v, inside or bool(_SECRET_KEY.search(k)), depth + 1) for k, v in value.items()}
     if isinstance(value, list):
         return [redact_secrets(v, inside, depth + 1) for v in value]
     return REDACTED if inside and value is not None else value
@@ -86,8 +85,9 @@ _NOT_OPENING_BRACKETS = bytes(i for i in range(256) if i not in b"{[")
 def _may_be_too_deep(line: bytes, in_strings: int) -> bool:
     """False when ``line`` (valid JSON) is certainly nested at most MAX_JSON_DEPTH deep.
     ``in_strings`` is a number of its bytes known to lie inside string literals."""
-    return (len(line) - in_strings >= _DEPTH_CHECK_LEN
-            and len(line.translate(None, _NOT_OPENING_BRACKETS)) > MAX_JSON_DEPTH)
+    return (
+        len(line) - in_strings >= _DEPTH_CHECK_LEN and len(line.translate(None, _NOT_OPENING_BRACKETS)) > MAX_JSON_DEPTH
+    )
 
 
 def parse_object(line: bytes) -> tuple[dict[str, Any] | None, str, str | None]:
@@ -166,8 +166,8 @@ _AWP_DELTA_LINE = (b'{"type":"content_block_delta"', b'{"type": "content_block_d
 # thinking delta holds at least the keys and values of an awp-jsonl text delta, any raw
 # streaming event at least those of "type":"stream_event","event" (21 characters; an
 # awp-jsonl "type":"content_block_delta" has 23).
-_DELTA_LITERALS = len("type" "content_block_delta" "delta" "type" "text_delta" "text")
-_RAW_STREAM_LITERALS = len("type" "stream_event" "event")
+_DELTA_LITERALS = len("typecontent_block_deltadeltatypetext_deltatext")
+_RAW_STREAM_LITERALS = len("typestream_eventevent")
 
 
 class StreamJsonCodec:
@@ -249,8 +249,9 @@ class StreamJsonCodec:
             if cleaned != obj:  # the transcript and clients get the redacted line instead
                 obj, text = cleaned, dumps(cleaned)
         if obj is None:
-            return Decoded([Event("agent", "diagnostic",
-                                  {"stream": "protocol", "text": f"{problem}: {_truncate(text, 512)}"})])
+            return Decoded(
+                [Event("agent", "diagnostic", {"stream": "protocol", "text": f"{problem}: {_truncate(text, 512)}"})]
+            )
         out = Decoded()
         events = self._map(obj, text, out)
         if not events:
@@ -284,8 +285,11 @@ class StreamJsonCodec:
         if sub == "session_state_changed":
             return [self._ev("agent.status", {"state": _s(obj.get("state"))}, raw)]
         if sub in ("hook_started", "hook_progress", "hook_response"):
-            data = {"hook_event": _s(obj.get("hook_event")), "hook_name": _s(obj.get("hook_name")),
-                    "phase": sub.removeprefix("hook_")}
+            data = {
+                "hook_event": _s(obj.get("hook_event")),
+                "hook_name": _s(obj.get("hook_name")),
+                "phase": sub.removeprefix("hook_"),
+            }
             if sub == "hook_response":
                 data["outcome"] = _s(obj.get("outcome"))
             return [self._ev("hook", data, raw)]
@@ -330,12 +334,26 @@ class StreamJsonCodec:
                     data["error"] = _s(obj.get("error")) or "unknown"
                 events.append(self._ev("message", data, raw))
             elif btype == "thinking" and isinstance(block.get("thinking"), str):
-                events.append(self._ev("message", {"role": "assistant", "text": block["thinking"],
-                                                   "channel": "thought", "message_id": mid}, raw))
+                events.append(
+                    self._ev(
+                        "message",
+                        {"role": "assistant", "text": block["thinking"], "channel": "thought", "message_id": mid},
+                        raw,
+                    )
+                )
             elif btype in ("tool_use", "server_tool_use"):
-                events.append(self._ev("tool.call", {
-                    "tool_call_id": _s(block.get("id")), "name": _s(block.get("name")),
-                    "input": block.get("input"), "parent_tool_use_id": _s(obj.get("parent_tool_use_id"))}, raw))
+                events.append(
+                    self._ev(
+                        "tool.call",
+                        {
+                            "tool_call_id": _s(block.get("id")),
+                            "name": _s(block.get("name")),
+                            "input": block.get("input"),
+                            "parent_tool_use_id": _s(obj.get("parent_tool_use_id")),
+                        },
+                        raw,
+                    )
+                )
         return events
 
     def _user(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
@@ -345,10 +363,17 @@ class StreamJsonCodec:
         events: list[Event] = []
         for block in _l(msg.get("content")):
             if isinstance(block, dict) and block.get("type") == "tool_result":
-                events.append(self._ev("tool.result", {
-                    "tool_call_id": _s(block.get("tool_use_id")),
-                    "output": block.get("content") if block.get("content") is not None else "",
-                    "is_error": bool(block.get("is_error"))}, raw))
+                events.append(
+                    self._ev(
+                        "tool.result",
+                        {
+                            "tool_call_id": _s(block.get("tool_use_id")),
+                            "output": block.get("content") if block.get("content") is not None else "",
+                            "is_error": bool(block.get("is_error")),
+                        },
+                        raw,
+                    )
+                )
         return events
 
     def _stream_event(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
@@ -371,9 +396,17 @@ class StreamJsonCodec:
         if obj.get("type") == "content_block_start":
             block = _d(obj.get("content_block"))
             if block.get("type") == "tool_use":
-                return [self._ev("tool.call", {"tool_call_id": _s(block.get("id")),
-                                               "name": _s(block.get("name")),
-                                               "input": block.get("input")}, raw)]
+                return [
+                    self._ev(
+                        "tool.call",
+                        {
+                            "tool_call_id": _s(block.get("id")),
+                            "name": _s(block.get("name")),
+                            "input": block.get("input"),
+                        },
+                        raw,
+                    )
+                ]
             return []
         return self._raw_stream(obj, raw)
 
@@ -416,23 +449,41 @@ class StreamJsonCodec:
         req = _d(obj.get("request"))
         sub = _s(req.get("subtype")) or ""
         if sub == "can_use_tool" and request_id is not None:
-            return [self._ev("permission.requested", {
-                "request_id": request_id, "tool": _s(req.get("tool_name")),
-                "input": req.get("input") if isinstance(req.get("input"), dict) else {},
-                "options": [], "tool_call_id": _s(req.get("tool_use_id")),
-                "suggestions": req.get("permission_suggestions")}, raw)]
+            return [
+                self._ev(
+                    "permission.requested",
+                    {
+                        "request_id": request_id,
+                        "tool": _s(req.get("tool_name")),
+                        "input": req.get("input") if isinstance(req.get("input"), dict) else {},
+                        "options": [],
+                        "tool_call_id": _s(req.get("tool_use_id")),
+                        "suggestions": req.get("permission_suggestions"),
+                    },
+                    raw,
+                )
+            ]
         # Every other CLI → host request must be answered or the agent hangs (§1.4.4):
         # a default where the protocol has a harmless one, an error otherwise.
         if request_id is None:
-            return [self._ev("diagnostic", {"stream": "protocol",
-                                            "text": f"control request {sub!r} without a request_id"}, raw)]
+            return [
+                self._ev(
+                    "diagnostic", {"stream": "protocol", "text": f"control request {sub!r} without a request_id"}, raw
+                )
+            ]
         default = self._control_default(sub, req)
         if default is None:
             out.replies.append(self.encode_control_error(request_id, f"Unsupported control request subtype: {sub}"))
             text = f"answered control request {sub!r} with an error: not supported by the bridge"
         else:
-            out.replies.append(dumps({"type": "control_response", "response": {
-                "subtype": "success", "request_id": request_id, "response": default}}))
+            out.replies.append(
+                dumps(
+                    {
+                        "type": "control_response",
+                        "response": {"subtype": "success", "request_id": request_id, "response": default},
+                    }
+                )
+            )
             text = f"answered control request {sub!r} with the default {dumps(default)}"
         return [self._ev("diagnostic", {"stream": "protocol", "text": text, "control": sub}, raw)]
 
@@ -447,8 +498,13 @@ class StreamJsonCodec:
             msg = _d(req.get("message"))
             if "id" not in msg:
                 return {"mcp_response": {"jsonrpc": "2.0", "result": {}}}
-            return {"mcp_response": {"jsonrpc": "2.0", "id": msg.get("id"), "error": {
-                "code": -32601, "message": f"no MCP server {req.get('server_name')!r} in this host"}}}
+            return {
+                "mcp_response": {
+                    "jsonrpc": "2.0",
+                    "id": msg.get("id"),
+                    "error": {"code": -32601, "message": f"no MCP server {req.get('server_name')!r} in this host"},
+                }
+            }
         return None
 
     def _control_cancel(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
@@ -457,27 +513,46 @@ class StreamJsonCodec:
         if self._awp:
             return []
         rid = _s(obj.get("request_id"))
-        return [self._ev("permission.resolved", {"request_id": rid, "decision": "cancelled",
-                                                 "by": "agent"}, raw)]
+        return [self._ev("permission.resolved", {"request_id": rid, "decision": "cancelled", "by": "agent"}, raw)]
 
     def _control_response(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
         # Answers to our control requests (interrupt acks, or a raw client's initialize,
         # whose response carries account details): recorded with secrets redacted.
         response = _d(obj.get("response"))
-        return [self._ev("agent.other", {"control_response": _s(response.get("subtype")),
-                                         "request_id": _s(response.get("request_id"))}, raw)]
+        return [
+            self._ev(
+                "agent.other",
+                {"control_response": _s(response.get("subtype")), "request_id": _s(response.get("request_id"))},
+                raw,
+            )
+        ]
 
     def _rate_limit(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
         info = _d(obj.get("rate_limit_info"))
-        return [self._ev("rate_limit", {
-            "status": _s(info.get("status")) or _s(obj.get("status")),
-            "resets_at": info.get("resetsAt", obj.get("resets_at")),
-            "utilization": info.get("utilization", obj.get("utilization"))}, raw)]
+        return [
+            self._ev(
+                "rate_limit",
+                {
+                    "status": _s(info.get("status")) or _s(obj.get("status")),
+                    "resets_at": info.get("resetsAt", obj.get("resets_at")),
+                    "utilization": info.get("utilization", obj.get("utilization")),
+                },
+                raw,
+            )
+        ]
 
     def _tool_progress(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
-        return [self._ev("tool.progress", {
-            "tool_call_id": _s(obj.get("tool_use_id")), "name": _s(obj.get("tool_name")),
-            "elapsed_s": obj.get("elapsed_time_seconds")}, raw)]
+        return [
+            self._ev(
+                "tool.progress",
+                {
+                    "tool_call_id": _s(obj.get("tool_use_id")),
+                    "name": _s(obj.get("tool_name")),
+                    "elapsed_s": obj.get("elapsed_time_seconds"),
+                },
+                raw,
+            )
+        ]
 
     _handlers: ClassVar[dict[str, Callable[[StreamJsonCodec, dict[str, Any], str, Decoded], list[Event]]]] = {
         "system": _system,
@@ -501,16 +576,24 @@ class StreamJsonCodec:
         return None  # the Messages API takes text, images and documents
 
     def encode_prompt(self, content: list[dict[str, Any]]) -> str:
-        return dumps({"type": "user", "message": {"role": "user", "content": content},
-                      "parent_tool_use_id": None, "session_id": "", "uuid": str(uuid.uuid4())})
+        return dumps(
+            {
+                "type": "user",
+                "message": {"role": "user", "content": content},
+                "parent_tool_use_id": None,
+                "session_id": "",
+                "uuid": str(uuid.uuid4()),
+            }
+        )
 
     def _next_request_id(self) -> str:
         self._req_counter += 1
         return f"req_{self._req_counter}_{uuid.uuid4().hex[:8]}"
 
     def encode_interrupt(self) -> str | None:
-        return dumps({"type": "control_request", "request_id": self._next_request_id(),
-                      "request": {"subtype": "interrupt"}})
+        return dumps(
+            {"type": "control_request", "request_id": self._next_request_id(), "request": {"subtype": "interrupt"}}
+        )
 
     def encode_shutdown(self) -> str | None:
         return None  # closing stdin is stream-json's polite shutdown (§0.1)
@@ -523,19 +606,36 @@ class StreamJsonCodec:
         line = self.encode_interrupt()
         return None if line is None else [line]
 
-    def answer_permission(self, request_id: str, decision: str, *, updated_input: dict[str, Any] | None = None,
-                          message: str = "", **_: Any) -> str | None:
-        return self.encode_permission(request_id, decision == "allow", updated_input=updated_input or {},
-                                      message=message)
+    def answer_permission(
+        self,
+        request_id: str,
+        decision: str,
+        *,
+        updated_input: dict[str, Any] | None = None,
+        message: str = "",
+        **_: Any,
+    ) -> str | None:
+        return self.encode_permission(
+            request_id, decision == "allow", updated_input=updated_input or {}, message=message
+        )
 
-    def encode_permission(self, request_id: str, allow: bool, *, updated_input: dict[str, Any],
-                          message: str = "") -> str:
-        answer: dict[str, Any] = ({"behavior": "allow", "updatedInput": updated_input} if allow
-                                  else {"behavior": "deny", "message": message or "Denied"})
-        return dumps({"type": "control_response", "response": {
-            "subtype": "success", "request_id": request_id, "response": answer}})
+    def encode_permission(
+        self, request_id: str, allow: bool, *, updated_input: dict[str, Any], message: str = ""
+    ) -> str:
+        answer: dict[str, Any] = (
+            {"behavior": "allow", "updatedInput": updated_input}
+            if allow
+            else {"behavior": "deny", "message": message or "Denied"}
+        )
+        return dumps(
+            {
+                "type": "control_response",
+                "response": {"subtype": "success", "request_id": request_id, "response": answer},
+            }
+        )
 
     @staticmethod
     def encode_control_error(request_id: str, error: str) -> str:
-        return dumps({"type": "control_response", "response": {
-            "subtype": "error", "request_id": request_id, "error": error}})
+        return dumps(
+            {"type": "control_response", "response": {"subtype": "error", "request_id": request_id, "error": error}}
+        )

@@ -55,7 +55,7 @@ def _read(root: str, params: dict[str, Any]) -> dict[str, Any]:
     if line is not None or limit is not None:
         lines = text.splitlines(keepends=True)
         start = (line or 1) - 1
-        text = "".join(lines[start: start + limit if limit is not None else None])
+        text = "".join(lines[start : start + limit if limit is not None else None])
     return {"content": text}
 
 

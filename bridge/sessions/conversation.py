@@ -89,8 +89,14 @@ class PendingPermission:
     timer: asyncio.TimerHandle | None = None
 
     def view(self) -> dict[str, Any]:
-        return {"request_id": self.request_id, "tool": self.tool, "input": self.input,
-                "options": self.options, "seq": self.seq, "created_at": self.created_at}
+        return {
+            "request_id": self.request_id,
+            "tool": self.tool,
+            "input": self.input,
+            "options": self.options,
+            "seq": self.seq,
+            "created_at": self.created_at,
+        }
 
 
 RESOLVED_MEMORY = 256  # recently resolved request ids, to tell "too late" from "unknown"
@@ -123,8 +129,15 @@ def _prompt_text(content: Sequence[dict[str, Any]]) -> str:
 
 
 class Conversation:
-    def __init__(self, thread: ThreadRow, profile: AgentProfile | None, settings: Settings,
-                 store: Store, *, can_start: Callable[[Conversation], None]) -> None:
+    def __init__(
+        self,
+        thread: ThreadRow,
+        profile: AgentProfile | None,
+        settings: Settings,
+        store: Store,
+        *,
+        can_start: Callable[[Conversation], None],
+    ) -> None:
         self.thread = thread
         self.id: str = thread["id"]
         self.profile = profile
@@ -153,8 +166,11 @@ class Conversation:
         self._permissions: dict[str, PendingPermission] = {}
         self.tasks = TaskTable.from_json(thread["tasks"]) if thread.get("tasks") else TaskTable()
         # Values of the profile's secret-looking env vars: never stored, never shown.
-        self._secrets: list[bytes] = [] if profile is None else [
-            v.encode() for k, v in profile.env.items() if SECRET_KEY_RE.search(k) and len(v) >= 6]
+        self._secrets: list[bytes] = (
+            []
+            if profile is None
+            else [v.encode() for k, v in profile.env.items() if SECRET_KEY_RE.search(k) and len(v) >= 6]
+        )
         self._resolved: dict[str, str] = {}  # request_id → who decided (bounded)
 
     # ------------------------------------------------------------------ state
@@ -176,9 +192,13 @@ class Conversation:
 
     # ------------------------------------------------------------------ transcript
 
-    async def emit(self, events: Sequence[Event] | Callable[[int], Sequence[Event]], *,
-                   client_ids: Sequence[str | None] | None = None,
-                   fields: dict[str, Any] | None = None) -> list[Record]:
+    async def emit(
+        self,
+        events: Sequence[Event] | Callable[[int], Sequence[Event]],
+        *,
+        client_ids: Sequence[str | None] | None = None,
+        fields: dict[str, Any] | None = None,
+    ) -> list[Record]:
         """Number, persist, then publish: durable before visible. ``events`` may be a
         function of the seq its first event gets (an event that names another's seq)."""
         async with self._emit_lock:
@@ -191,8 +211,7 @@ class Conversation:
                 seq += 1
                 records.append(Record(seq, ts, ev.source, ev.kind, ev.data, ev.raw, ev.relay))
             thread_fields = {"updated_at": ts, **(fields or {})}
-            await self.store.append(self.id, records,
-                                    client_ids or [None] * len(records), thread_fields)
+            await self.store.append(self.id, records, client_ids or [None] * len(records), thread_fields)
             self._seq = seq
             self.thread.update(thread_fields)
             self.thread["last_seq"] = seq
@@ -245,12 +264,18 @@ class Conversation:
     async def _start(self) -> None:
         profile = self.profile
         if profile is None:
-            raise LaunchRefused(f"agent profile {self.thread['agent']!r} is no longer configured",
-                                code="agent_not_found")
+            raise LaunchRefused(
+                f"agent profile {self.thread['agent']!r} is no longer configured", code="agent_not_found"
+            )
         self._can_start(self)
         resume = self.thread.get("native_session_id")
-        codec = make_codec(profile.protocol, cwd=self.thread["cwd"], resume_id=resume,
-                           auth_method=profile.auth_method, client_version=__version__)
+        codec = make_codec(
+            profile.protocol,
+            cwd=self.thread["cwd"],
+            resume_id=resume,
+            auth_method=profile.auth_method,
+            client_version=__version__,
+        )
         opts = self._options()
         extra: list[str] = []
         if profile.protocol == "stream-json":
@@ -266,13 +291,19 @@ class Conversation:
             if opts.get("system_prompt") is not None:
                 extra += ["--system-prompt", opts["system_prompt"]]
         if resume is not None and not valid_session_id(resume):
-            raise LaunchRefused("native session id is not valid; refusing to pass it on",
-                                code="invalid_session_id")
+            raise LaunchRefused("native session id is not valid; refusing to pass it on", code="invalid_session_id")
         spec = build_launch(
-            executable=profile.executable, args=profile.args, protocol_flags=codec.launch_flags,
-            profile_env=profile.env, cwd=self.thread["cwd"], model=self.thread.get("model"),
-            resume_id=resume if codec.resume_on_argv else None, extra_args=extra, mcp_config=opts.get("mcp_config"),
-            remote_api_opt_in=profile.remote_api_opt_in)
+            executable=profile.executable,
+            args=profile.args,
+            protocol_flags=codec.launch_flags,
+            profile_env=profile.env,
+            cwd=self.thread["cwd"],
+            model=self.thread.get("model"),
+            resume_id=resume if codec.resume_on_argv else None,
+            extra_args=extra,
+            mcp_config=opts.get("mcp_config"),
+            remote_api_opt_in=profile.remote_api_opt_in,
+        )
         await self.set_fields({"state": "starting"})
         try:
             proc = await AgentProcess.spawn(spec)
@@ -281,16 +312,22 @@ class Conversation:
             raise
         self._proc, self._codec, self._exit_reason = proc, codec, None
         self._interrupting = False
-        log.info("agent.spawned", thread_id=self.id, pid=proc.pid, agent=profile.name,
-                 argv0=spec.argv[0], resume=resume is not None)
-        await self.emit([Event("bridge", "process.started",
-                               {"pid": proc.pid, "resume": resume})],
-                        fields={"state": "running", "pid": proc.pid, "pid_start": proc.start_time})
+        log.info(
+            "agent.spawned",
+            thread_id=self.id,
+            pid=proc.pid,
+            agent=profile.name,
+            argv0=spec.argv[0],
+            resume=resume is not None,
+        )
+        await self.emit(
+            [Event("bridge", "process.started", {"pid": proc.pid, "resume": resume})],
+            fields={"state": "running", "pid": proc.pid, "pid_start": proc.start_time},
+        )
         reader = asyncio.create_task(self._read_stdout(proc, codec), name=f"stdout-{self.id}")
         errs = asyncio.create_task(proc.pump_stderr(self._on_stderr), name=f"stderr-{self.id}")
         self._tasks = [reader, errs]
-        self._watcher = asyncio.create_task(self._watch(proc, reader, errs),
-                                            name=f"watch-{self.id}")
+        self._watcher = asyncio.create_task(self._watch(proc, reader, errs), name=f"watch-{self.id}")
         for line in codec.start():  # ACP: initialize; the rest of the handshake follows replies
             await self._write(proc, line, kind="client.other", data={"op": "handshake"})
 
@@ -315,13 +352,11 @@ class Conversation:
                 await self._on_agent_output(proc, codec, [codec.decode(line) for line in lines])
         except LineTooLong as exc:
             self._exit_reason = "line_too_long"
-            await self.emit([Event("bridge", "diagnostic",
-                                   {"stream": "protocol", "text": str(exc)})])
+            await self.emit([Event("bridge", "diagnostic", {"stream": "protocol", "text": str(exc)})])
             log.warning("agent.line_too_long", thread_id=self.id, pid=proc.pid)
             await proc.stop(0.0)  # the watcher reaps it and ends the turn
 
-    async def _on_agent_output(self, proc: AgentProcess, codec: Codec,
-                               decoded: list[Decoded]) -> None:
+    async def _on_agent_output(self, proc: AgentProcess, codec: Codec, decoded: list[Decoded]) -> None:
         ended = ready = False
         fatal: Fatal | None = None
         async with self._turn_lock:
@@ -344,9 +379,16 @@ class Conversation:
                     if ev.kind == "session.started":
                         sid = ev.data.get("native_session_id")
                         if sid is not None and not valid_session_id(sid):
-                            out.append(Event("bridge", "diagnostic", {
-                                "stream": "protocol",
-                                "text": "agent reported a native session id that is not valid; ignored"}))
+                            out.append(
+                                Event(
+                                    "bridge",
+                                    "diagnostic",
+                                    {
+                                        "stream": "protocol",
+                                        "text": "agent reported a native session id that is not valid; ignored",
+                                    },
+                                )
+                            )
                         elif sid and sid != self.thread.get("native_session_id"):
                             fields["native_session_id"] = sid
                     elif ev.kind == "turn.ended" and ev.source == "agent":
@@ -357,8 +399,11 @@ class Conversation:
                             ev.data = {"unsolicited": "turn.ended", **ev.data}
                             continue
                         ev.data["turn_id"] = self._active.turn_id
-                        if self._interrupting and ev.data.get("status") == "error" \
-                                and ev.data.get("subtype") == "error_during_execution":
+                        if (
+                            self._interrupting
+                            and ev.data.get("status") == "error"
+                            and ev.data.get("subtype") == "error_during_execution"
+                        ):
                             ev.data["status"] = "cancelled"
                         self._end_turn_state()
                         ended = True
@@ -370,11 +415,17 @@ class Conversation:
                             continue
                         # Prompts are off for this profile: deny by policy so the agent never hangs.
                         answer = codec.answer_permission(
-                            rid, "deny", options=ev.data.get("options"),
+                            rid,
+                            "deny",
+                            options=ev.data.get("options"),
                             updated_input=ev.data.get("input") or {},
-                            message="Permission prompts are not enabled for this agent profile")
-                        out.append(Event("bridge", "permission.resolved",
-                                         {"request_id": rid, "decision": "deny", "by": "policy"}))
+                            message="Permission prompts are not enabled for this agent profile",
+                        )
+                        out.append(
+                            Event(
+                                "bridge", "permission.resolved", {"request_id": rid, "decision": "deny", "by": "policy"}
+                            )
+                        )
                         if answer is not None:
                             out.append(Event("client", "client.other", {"op": "permission"}, answer))
                             writes.append(answer)
@@ -435,9 +486,15 @@ class Conversation:
         rid = str(ev.data.get("request_id"))
         loop = asyncio.get_running_loop()
         timeout = self.settings.server.permission_timeout_s
-        pending = PendingPermission(rid, ev.data.get("tool"), ev.data.get("input") or {},
-                                    list(ev.data.get("options") or []), rec.seq, rec.ts,
-                                    loop.time() + timeout)
+        pending = PendingPermission(
+            rid,
+            ev.data.get("tool"),
+            ev.data.get("input") or {},
+            list(ev.data.get("options") or []),
+            rec.seq,
+            rec.ts,
+            loop.time() + timeout,
+        )
         pending.timer = loop.call_later(timeout, lambda: asyncio.ensure_future(self._permission_expired(rid)))
         self._permissions[rid] = pending
 
@@ -453,11 +510,13 @@ class Conversation:
 
     async def _permission_expired(self, request_id: str) -> None:
         with contextlib.suppress(BridgeError):
-            await self.answer_permission(request_id, "deny", by="timeout",
-                                         message="No answer to the permission request in time")
+            await self.answer_permission(
+                request_id, "deny", by="timeout", message="No answer to the permission request in time"
+            )
 
-    async def answer_permission(self, request_id: str, decision: str, *, by: str,
-                                option_id: str | None = None, message: str | None = None) -> dict[str, Any]:
+    async def answer_permission(
+        self, request_id: str, decision: str, *, by: str, option_id: str | None = None, message: str | None = None
+    ) -> dict[str, Any]:
         """One answer per request: the first wins; later ones are refused (409)."""
         if decision not in ("allow", "deny"):
             raise InvalidRequest("decision must be 'allow' or 'deny'", code="invalid_decision")
@@ -465,13 +524,19 @@ class Conversation:
             pending = self._permissions.get(request_id)
             if pending is None:
                 if request_id in self._resolved:
-                    raise Conflict(f"permission request {request_id} was already resolved "
-                                   f"(by {self._resolved[request_id]})", code="already_resolved")
+                    raise Conflict(
+                        f"permission request {request_id} was already resolved (by {self._resolved[request_id]})",
+                        code="already_resolved",
+                    )
                 raise NotFound(f"no pending permission request {request_id}", code="permission_not_found")
-            if option_id is not None and pending.options and not any(
-                    o.get("optionId") == option_id for o in pending.options):
-                raise InvalidRequest(f"option_id {option_id!r} is not one of the request's options",
-                                     code="invalid_option_id")
+            if (
+                option_id is not None
+                and pending.options
+                and not any(o.get("optionId") == option_id for o in pending.options)
+            ):
+                raise InvalidRequest(
+                    f"option_id {option_id!r} is not one of the request's options", code="invalid_option_id"
+                )
             proc, codec = self._proc, self._codec
             del self._permissions[request_id]
             self._forget(pending, by)
@@ -482,9 +547,13 @@ class Conversation:
             line = None
             if codec is not None:
                 line = codec.answer_permission(
-                    request_id, decision, option_id=option_id, options=pending.options,
+                    request_id,
+                    decision,
+                    option_id=option_id,
+                    options=pending.options,
                     updated_input=pending.input,
-                    message=message or ("Denied by the user" if decision == "deny" else ""))
+                    message=message or ("Denied by the user" if decision == "deny" else ""),
+                )
                 if line is not None:
                     events.append(Event("client", "client.other", {"op": "permission"}, line))
             await self.emit(events)
@@ -500,18 +569,21 @@ class Conversation:
         events = []
         for pending in self._permissions.values():
             self._forget(pending, by)
-            events.append(Event("bridge", "permission.resolved", {
-                "request_id": pending.request_id, "decision": "cancelled", "by": by}))
+            events.append(
+                Event(
+                    "bridge",
+                    "permission.resolved",
+                    {"request_id": pending.request_id, "decision": "cancelled", "by": by},
+                )
+            )
         self._permissions.clear()
         return events
 
-    async def _serve_agent_requests(self, proc: AgentProcess, codec: AcpCodec,
-                                    requests: list[AgentRequest]) -> None:
+    async def _serve_agent_requests(self, proc: AgentProcess, codec: AcpCodec, requests: list[AgentRequest]) -> None:
         """ACP fs/* requests, served inside the thread's cwd (sessions/acp_fs.py)."""
         for req in requests:
             try:
-                line = codec.encode_result(req.id, await acp_fs.serve(self.thread["cwd"], req.method,
-                                                                      req.params))
+                line = codec.encode_result(req.id, await acp_fs.serve(self.thread["cwd"], req.method, req.params))
             except acp_fs.FsError as exc:
                 line = codec.encode_error(req.id, exc.code, exc.message)
             await self._write(proc, line, kind="client.other", data={"op": "fs", "method": req.method})
@@ -523,8 +595,7 @@ class Conversation:
             self._interrupt_timer.cancel()
             self._interrupt_timer = None
 
-    async def _write(self, proc: AgentProcess, line: str, *, kind: str,
-                     data: dict[str, Any]) -> None:
+    async def _write(self, proc: AgentProcess, line: str, *, kind: str, data: dict[str, Any]) -> None:
         """Record what we write, then write it (one locked write per message)."""
         await self.emit([Event("client", kind, data, line)])
         try:
@@ -532,8 +603,7 @@ class Conversation:
         except (BrokenPipeError, ConnectionResetError) as exc:
             log.info("agent.stdin_closed", thread_id=self.id, error=str(exc))
 
-    async def _watch(self, proc: AgentProcess, reader: asyncio.Task[None],
-                     errs: asyncio.Task[None]) -> None:
+    async def _watch(self, proc: AgentProcess, reader: asyncio.Task[None], errs: asyncio.Task[None]) -> None:
         info = await proc.wait()
         _done, pending = await asyncio.wait({reader, errs}, timeout=DRAIN_TIMEOUT_S)
         for t in pending:
@@ -552,22 +622,46 @@ class Conversation:
             events = [Event("bridge", "process.exited", {"pid": proc.pid, **last_exit})]
             user_ended = reason in ("stopped", "interrupted", "interrupt_timeout", "deleted")
             if self._active is not None:
-                events.append(Event("bridge", "turn.ended", {
-                    "turn_id": self._active.turn_id,
-                    "status": "cancelled" if user_ended else "error",
-                    "error": f"agent process ended: {reason}", "exit": last_exit}))
+                events.append(
+                    Event(
+                        "bridge",
+                        "turn.ended",
+                        {
+                            "turn_id": self._active.turn_id,
+                            "status": "cancelled" if user_ended else "error",
+                            "error": f"agent process ended: {reason}",
+                            "exit": last_exit,
+                        },
+                    )
+                )
             for turn in self._queue:
-                events.append(Event("bridge", "turn.ended", {
-                    "turn_id": turn.turn_id, "status": "cancelled" if user_ended else "error",
-                    "error": f"not started: agent process ended ({reason})"}))
+                events.append(
+                    Event(
+                        "bridge",
+                        "turn.ended",
+                        {
+                            "turn_id": turn.turn_id,
+                            "status": "cancelled" if user_ended else "error",
+                            "error": f"not started: agent process ended ({reason})",
+                        },
+                    )
+                )
             events[1:1] = self._drop_permissions("agent_exited")
             self._queue.clear()
             self._end_turn_state()
             self._proc = None
             self._codec = None
             log.info("agent.exited", thread_id=self.id, pid=proc.pid, **last_exit)
-            await self.emit(events, fields={"state": "exited", "turn_active": False,
-                                            "last_exit": last_exit, "pid": None, "pid_start": None})
+            await self.emit(
+                events,
+                fields={
+                    "state": "exited",
+                    "turn_active": False,
+                    "last_exit": last_exit,
+                    "pid": None,
+                    "pid_start": None,
+                },
+            )
 
     async def stop(self, reason: str = "stopped") -> None:
         async with self._life_lock:
@@ -579,8 +673,7 @@ class Conversation:
             return
         self._exit_reason = reason
         await self.set_fields({"state": "stopping"})
-        await proc.stop(self.settings.server.stop_grace_s,
-                        shutdown_line=codec.encode_shutdown() if codec else None)
+        await proc.stop(self.settings.server.stop_grace_s, shutdown_line=codec.encode_shutdown() if codec else None)
         await watcher
 
     async def close(self, reason: str) -> None:
@@ -596,32 +689,31 @@ class Conversation:
     async def submit(self, content: list[dict[str, Any]], client_id: str | None) -> Accepted:
         # One submission at a time per thread: a resent client_id can never race its twin.
         if not self.store.healthy:
-            raise StoreError("the transcript store cannot be written right now; retry later",
-                             code="store_unavailable")
+            raise StoreError("the transcript store cannot be written right now; retry later", code="store_unavailable")
         async with self._submit_lock:
             if client_id is not None:
                 seq = await self.store.find_client_event(self.id, client_id)
                 if seq is not None:
                     return Accepted(seq=seq, turn_id=None, duplicate=True)
             if self.busy and len(self._queue) >= self.settings.server.max_pending_prompts:
-                raise Busy(f"a turn is in progress and {len(self._queue)} prompts are queued",
-                           code="busy")
+                raise Busy(f"a turn is in progress and {len(self._queue)} prompts are queued", code="busy")
             self._refuse_content(content, None)  # what the agent said it takes last time
             await self.ensure_started()
             async with self._turn_lock:
                 proc, codec = self._proc, self._codec
                 if proc is None or codec is None:
-                    raise Conflict("the agent process ended before the prompt could be sent",
-                                   code="agent_exited")
+                    raise Conflict("the agent process ended before the prompt could be sent", code="agent_exited")
                 self._refuse_content(content, codec)
                 line = codec.encode_prompt(content) if codec.ready else None
                 turn_id = new_id("turn")
-                data: dict[str, Any] = {"role": "user", "text": _prompt_text(content),
-                                        "turn_id": turn_id}
+                data: dict[str, Any] = {"role": "user", "text": _prompt_text(content), "turn_id": turn_id}
                 if any(b.get("type") != "text" for b in content):
-                    data["content"] = [b if b.get("type") == "text" else
-                                       {"type": b.get("type"), "media_type":
-                                        (b.get("source") or {}).get("media_type")} for b in content]
+                    data["content"] = [
+                        b
+                        if b.get("type") == "text"
+                        else {"type": b.get("type"), "media_type": (b.get("source") or {}).get("media_type")}
+                        for b in content
+                    ]
                 if client_id is not None:
                     data["client_id"] = client_id
                 queued = self.busy
@@ -634,12 +726,13 @@ class Conversation:
 
                     def started(first_seq: int) -> list[Event]:
                         turn.prompt_seq = first_seq
-                        return [Event("client", "message", data, line),
-                                Event("bridge", "turn.started", {"turn_id": turn_id, "prompt_seq": first_seq})]
+                        return [
+                            Event("client", "message", data, line),
+                            Event("bridge", "turn.started", {"turn_id": turn_id, "prompt_seq": first_seq}),
+                        ]
 
                     try:
-                        recs = await self.emit(started, client_ids=[client_id, None],
-                                               fields={"turn_active": True})
+                        recs = await self.emit(started, client_ids=[client_id, None], fields={"turn_active": True})
                     except BaseException:
                         self._active = None
                         raise
@@ -648,8 +741,7 @@ class Conversation:
                     except (BrokenPipeError, ConnectionResetError):
                         log.info("agent.stdin_closed", thread_id=self.id)  # the watcher ends the turn
                     return Accepted(seq=recs[0].seq, turn_id=turn_id, queued=False)
-                recs = await self.emit([Event("client", "message", data, line)],
-                                       client_ids=[client_id])
+                recs = await self.emit([Event("client", "message", data, line)], client_ids=[client_id])
                 self._queue.append(Turn(turn_id, content, recs[0].seq, line))
         await self._pump()
         return Accepted(seq=recs[0].seq, turn_id=turn_id, queued=queued)
@@ -658,18 +750,25 @@ class Conversation:
         """Write the next queued prompt when no turn is active."""
         async with self._turn_lock:
             proc, codec = self._proc, self._codec
-            if self._active is not None or not self._queue or proc is None or codec is None \
-                    or not codec.ready:
+            if self._active is not None or not self._queue or proc is None or codec is None or not codec.ready:
                 return
             turn = self._queue.popleft()
-            events = [Event("bridge", "turn.started",
-                            {"turn_id": turn.turn_id, "prompt_seq": turn.prompt_seq})]
+            events = [Event("bridge", "turn.started", {"turn_id": turn.turn_id, "prompt_seq": turn.prompt_seq})]
             refusal = codec.refuse_content(turn.content) if turn.line is None else None
             if refusal is not None:
                 # Accepted before the agent said what it takes: the turn ends unsent.
-                events.append(Event("bridge", "turn.ended", {
-                    "turn_id": turn.turn_id, "status": "error", "error": refusal,
-                    "error_code": "unsupported_content"}))
+                events.append(
+                    Event(
+                        "bridge",
+                        "turn.ended",
+                        {
+                            "turn_id": turn.turn_id,
+                            "status": "error",
+                            "error": refusal,
+                            "error_code": "unsupported_content",
+                        },
+                    )
+                )
                 await self.emit(events)
                 pump_again = True
             else:
@@ -679,8 +778,7 @@ class Conversation:
                 line = turn.line
                 if line is None:
                     line = codec.encode_prompt(turn.content)
-                    events.append(Event("client", "client.other", {"op": "prompt", "turn_id": turn.turn_id},
-                                        line))
+                    events.append(Event("client", "client.other", {"op": "prompt", "turn_id": turn.turn_id}, line))
                 await self.emit(events, fields={"turn_active": True})
                 try:
                     await proc.write_line(line)
@@ -727,16 +825,25 @@ class Conversation:
         # turn ends ``cancelled`` (server.interrupt_timeout_s).
         loop = asyncio.get_running_loop()
         self._interrupt_timer = loop.call_later(
-            self.settings.server.interrupt_timeout_s,
-            lambda: asyncio.ensure_future(self._interrupt_expired()))
+            self.settings.server.interrupt_timeout_s, lambda: asyncio.ensure_future(self._interrupt_expired())
+        )
         return True
 
     async def _interrupt_expired(self) -> None:
         if self._interrupting and self._active is not None:
-            await self.emit([Event("bridge", "notice", {
-                "code": "interrupt_timeout",
-                "text": f"the agent did not end the turn within "
-                        f"{self.settings.server.interrupt_timeout_s:g}s of the interrupt; stopping it"})])
+            await self.emit(
+                [
+                    Event(
+                        "bridge",
+                        "notice",
+                        {
+                            "code": "interrupt_timeout",
+                            "text": f"the agent did not end the turn within "
+                            f"{self.settings.server.interrupt_timeout_s:g}s of the interrupt; stopping it",
+                        },
+                    )
+                ]
+            )
             await self.stop("interrupt_timeout")
 
     async def write_raw(self, message: dict[str, Any], sub: Subscriber | None = None) -> int:
@@ -756,15 +863,21 @@ class Conversation:
             if isinstance(rid, str) and rid in self._permissions:
                 inner = _as_dict(resp.get("response"))
                 note = inner.get("message")
-                await self.answer_permission(rid, "allow" if inner.get("behavior") == "allow" else "deny",
-                                             by="raw", message=note if isinstance(note, str) else None)
+                await self.answer_permission(
+                    rid,
+                    "allow" if inner.get("behavior") == "allow" else "deny",
+                    by="raw",
+                    message=note if isinstance(note, str) else None,
+                )
                 return self._seq
             if isinstance(rid, str) and rid in self._resolved:
                 raise Conflict(f"permission request {rid} was already resolved", code="already_resolved")
         if isinstance(codec, AcpCodec):
             if "method" not in message:
-                raise InvalidRequest("the bridge answers the agent's requests; a response from a "
-                                     "client is not forwarded", code="not_forwarded")
+                raise InvalidRequest(
+                    "the bridge answers the agent's requests; a response from a client is not forwarded",
+                    code="not_forwarded",
+                )
             if "id" in message:
                 # Always our id on the wire, so it cannot be taken for a response to one of
                 # the bridge's requests; the answer goes back to a raw-mode client, and is in
@@ -784,12 +897,31 @@ class Conversation:
         return thread_view(self.thread)
 
 
-_OPTION_FIELDS = ("permission_mode", "allowed_tools", "disallowed_tools", "system_prompt",
-                  "mcp_config", "permission_prompts")
+_OPTION_FIELDS = (
+    "permission_mode",
+    "allowed_tools",
+    "disallowed_tools",
+    "system_prompt",
+    "mcp_config",
+    "permission_prompts",
+)
 
-PUBLIC_THREAD_FIELDS = ("id", "agent", "protocol", "model", "cwd", "title", "native_session_id",
-                        "state", "turn_active", "last_seq", "created_at", "updated_at",
-                        "last_exit", "agent_info")
+PUBLIC_THREAD_FIELDS = (
+    "id",
+    "agent",
+    "protocol",
+    "model",
+    "cwd",
+    "title",
+    "native_session_id",
+    "state",
+    "turn_active",
+    "last_seq",
+    "created_at",
+    "updated_at",
+    "last_exit",
+    "agent_info",
+)
 
 
 def thread_view(row: ThreadRow) -> dict[str, Any]:

@@ -24,8 +24,7 @@ REPLY_LIMIT = 64  # answers to a client's own frames waiting to go out before it
 
 
 class Subscriber:
-    __slots__ = ("buf", "close_reason", "closed", "lagging", "limit", "raw", "replies", "room", "side",
-                 "wake")
+    __slots__ = ("buf", "close_reason", "closed", "lagging", "limit", "raw", "replies", "room", "side", "wake")
 
     def __init__(self, limit: int = DEFAULT_BUFFER, *, raw: bool = False) -> None:
         self.raw = raw  # raw mode: only agent lines and responses routed to it, no notices
@@ -124,10 +123,18 @@ SendTexts = Callable[[list[bytes]], Awaitable[None]]
 SendMixed = Callable[[list[str], list[Record]], Awaitable[None]]
 
 
-async def deliver(sub: Subscriber, after: int, read_page: ReadPage, send: Send,
-                  send_side: SendSide | None = None, *, send_many: SendMany | None = None,
-                  read_frames: ReadFrames | None = None, send_texts: SendTexts | None = None,
-                  send_mixed: SendMixed | None = None) -> str | None:
+async def deliver(
+    sub: Subscriber,
+    after: int,
+    read_page: ReadPage,
+    send: Send,
+    send_side: SendSide | None = None,
+    *,
+    send_many: SendMany | None = None,
+    read_frames: ReadFrames | None = None,
+    send_texts: SendTexts | None = None,
+    send_mixed: SendMixed | None = None,
+) -> str | None:
     """Send every record with ``seq > after`` to one subscriber, in order, exactly once:
     first from the store, then live, resyncing from the store whenever it lagged.
     Returns the close reason when the subscriber is closed.

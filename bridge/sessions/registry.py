@@ -52,22 +52,36 @@ class Registry:
             if row["state"] in ("starting", "running", "stopping"):
                 events.append(Event("bridge", "process.exited", {"pid": row.get("pid"), **last_exit}))
             if row["turn_active"]:
-                events.append(Event("bridge", "turn.ended", {
-                    "status": "error", "error": "the daemon stopped during this turn"}))
-            await conv.emit(events, fields={"state": "exited", "turn_active": False,
-                                            "last_exit": last_exit, "pid": None, "pid_start": None})
+                events.append(
+                    Event("bridge", "turn.ended", {"status": "error", "error": "the daemon stopped during this turn"})
+                )
+            await conv.emit(
+                events,
+                fields={
+                    "state": "exited",
+                    "turn_active": False,
+                    "last_exit": last_exit,
+                    "pid": None,
+                    "pid_start": None,
+                },
+            )
             log.info("thread.recovered", thread_id=row["id"])
 
     def _on_store_health(self, healthy: bool, error: str | None) -> None:
         """Tell every live client at once: while the store cannot be written, agents are
         held back and prompts are refused; nothing already shown is lost."""
         if healthy:
-            frame = ephemeral("notice", now_iso(), code="store_recovered",
-                              text="the transcript store is writable again")
+            frame = ephemeral(
+                "notice", now_iso(), code="store_recovered", text="the transcript store is writable again"
+            )
         else:
-            frame = ephemeral("notice", now_iso(), code="store_unavailable",
-                              text=f"the transcript store cannot be written ({error}); agents are "
-                                   "paused and new prompts are refused until it recovers")
+            frame = ephemeral(
+                "notice",
+                now_iso(),
+                code="store_unavailable",
+                text=f"the transcript store cannot be written ({error}); agents are "
+                "paused and new prompts are refused until it recovers",
+            )
         for conv in self._convs.values():
             conv.fanout.broadcast_side(frame)
 
@@ -77,8 +91,7 @@ class Registry:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
         convs = list(self._convs.values())
-        await asyncio.gather(*(c.close("daemon_shutdown") for c in convs),
-                             return_exceptions=True)
+        await asyncio.gather(*(c.close("daemon_shutdown") for c in convs), return_exceptions=True)
 
     async def _reap_idle(self) -> None:
         idle_s = self.settings.server.idle_timeout_s
@@ -86,8 +99,7 @@ class Registry:
             await asyncio.sleep(min(IDLE_SCAN_S, idle_s / 2))
             now = time.monotonic()
             for conv in list(self._convs.values()):
-                if (conv.running and not conv.busy and len(conv.fanout) == 0
-                        and now - conv.last_activity >= idle_s):
+                if conv.running and not conv.busy and len(conv.fanout) == 0 and now - conv.last_activity >= idle_s:
                     log.info("agent.idle_stop", thread_id=conv.id)
                     asyncio.create_task(conv.stop("idle_timeout"))  # noqa: RUF006
 
@@ -104,8 +116,15 @@ class Registry:
         if live >= self.settings.server.max_conversations:
             raise Capacity(f"{live} agents are running (max_conversations); stop one or retry later")
 
-    async def create(self, *, agent: str | None, cwd: str | None, model: str | None,
-                     title: str | None, options: dict[str, Any] | None) -> Conversation:
+    async def create(
+        self,
+        *,
+        agent: str | None,
+        cwd: str | None,
+        model: str | None,
+        title: str | None,
+        options: dict[str, Any] | None,
+    ) -> Conversation:
         name = agent or self.settings.default_agent
         prof = self.profile(name)
         problem = executable_problem(prof.executable)
@@ -114,8 +133,7 @@ class Registry:
         options = dict(options or {})
         unknown = set(options) - THREAD_OPTION_KEYS
         if unknown:
-            raise InvalidRequest(f"unknown options: {', '.join(sorted(unknown))}",
-                                 code="unknown_option")
+            raise InvalidRequest(f"unknown options: {', '.join(sorted(unknown))}", code="unknown_option")
         try:
             AgentProfile.model_validate({**prof.model_dump(), **options})
         except ValueError as exc:
@@ -126,21 +144,34 @@ class Registry:
             path.mkdir(parents=True, exist_ok=True)
             cwd = str(path)
         elif not os.path.isabs(cwd) or not os.path.isdir(cwd):
-            raise InvalidRequest(f"cwd must be an existing absolute directory: {cwd}",
-                                 code="bad_cwd")
+            raise InvalidRequest(f"cwd must be an existing absolute directory: {cwd}", code="bad_cwd")
         ts = now_iso()
-        row = {"id": tid, "agent": name, "protocol": prof.protocol, "model": model or prof.model,
-               "cwd": cwd, "title": title or "", "native_session_id": None, "state": "idle",
-               "turn_active": False, "last_seq": 0, "created_at": ts, "updated_at": ts,
-               "last_exit": None, "options": options, "pid": None}
+        row = {
+            "id": tid,
+            "agent": name,
+            "protocol": prof.protocol,
+            "model": model or prof.model,
+            "cwd": cwd,
+            "title": title or "",
+            "native_session_id": None,
+            "state": "idle",
+            "turn_active": False,
+            "last_seq": 0,
+            "created_at": ts,
+            "updated_at": ts,
+            "last_exit": None,
+            "options": options,
+            "pid": None,
+        }
         await self.store.create_thread(row)
         conv = self._make(row)
         log.info("thread.created", thread_id=tid, agent=name)
         return conv
 
     def _make(self, row: dict[str, Any]) -> Conversation:
-        conv = Conversation(row, self.settings.agents.get(row["agent"]), self.settings,
-                            self.store, can_start=self._check_capacity)
+        conv = Conversation(
+            row, self.settings.agents.get(row["agent"]), self.settings, self.store, can_start=self._check_capacity
+        )
         self._convs[row["id"]] = conv
         return conv
 

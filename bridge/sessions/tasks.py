@@ -101,8 +101,16 @@ _INT_LIMIT: Final = 2**64
 _FORMAT_VERSION: Final = 1
 
 # String fields taken from the top level of any task event.
-_TOP_STR_FIELDS: Final = ("task_type", "subagent_type", "workflow_name", "parent_task_id", "description",
-                          "summary", "last_tool_name", "output_file")
+_TOP_STR_FIELDS: Final = (
+    "task_type",
+    "subagent_type",
+    "workflow_name",
+    "parent_task_id",
+    "description",
+    "summary",
+    "last_tool_name",
+    "output_file",
+)
 # String fields a task_updated patch may set (besides status, error, end_time, usage, is_backgrounded).
 _PATCH_STR_FIELDS: Final = ("description", "summary", "last_tool_name", "output_file")
 
@@ -243,14 +251,28 @@ class _Task:
 
     def snapshot(self) -> TaskSnapshot:
         return TaskSnapshot(
-            task_id=self.task_id, task_type=self.task_type, subagent_type=self.subagent_type,
-            workflow_name=self.workflow_name, status=self.status, terminal=self.terminal,
-            description=self.description, summary=self.summary, tool_use_id=self.tool_use_id,
-            parent_task_id=self.parent_task_id, workflow_progress=copy.deepcopy(self.workflow_progress),
-            workflow_progress_truncated=self.workflow_progress_truncated, usage=copy.deepcopy(self.usage),
-            last_tool_name=self.last_tool_name, is_backgrounded=self.is_backgrounded, error=self.error,
-            output_file=self.output_file, end_time=self.end_time, started_at=self.started_at,
-            updated_at=self.updated_at, ended_at=self.ended_at)
+            task_id=self.task_id,
+            task_type=self.task_type,
+            subagent_type=self.subagent_type,
+            workflow_name=self.workflow_name,
+            status=self.status,
+            terminal=self.terminal,
+            description=self.description,
+            summary=self.summary,
+            tool_use_id=self.tool_use_id,
+            parent_task_id=self.parent_task_id,
+            workflow_progress=copy.deepcopy(self.workflow_progress),
+            workflow_progress_truncated=self.workflow_progress_truncated,
+            usage=copy.deepcopy(self.usage),
+            last_tool_name=self.last_tool_name,
+            is_backgrounded=self.is_backgrounded,
+            error=self.error,
+            output_file=self.output_file,
+            end_time=self.end_time,
+            started_at=self.started_at,
+            updated_at=self.updated_at,
+            ended_at=self.ended_at,
+        )
 
 
 Getter = Callable[[str], Any]
@@ -259,8 +281,14 @@ Getter = Callable[[str], Any]
 class TaskTable:
     """All tasks of one thread. Not thread-safe; one owner (the conversation) calls it."""
 
-    def __init__(self, *, max_tasks: int = MAX_TASKS, grace_s: float = GRACE_S, max_str: int = MAX_STR,
-                 max_snapshot_bytes: int = MAX_SNAPSHOT_BYTES) -> None:
+    def __init__(
+        self,
+        *,
+        max_tasks: int = MAX_TASKS,
+        grace_s: float = GRACE_S,
+        max_str: int = MAX_STR,
+        max_snapshot_bytes: int = MAX_SNAPSHOT_BYTES,
+    ) -> None:
         if max_tasks < 1 or max_str < 1 or max_snapshot_bytes < 2 or not grace_s >= 0:
             raise ValueError("TaskTable limits must be positive")
         self.max_tasks = max_tasks
@@ -379,7 +407,8 @@ class TaskTable:
         progress = get("workflow_progress")
         if isinstance(progress, list):  # authoritative snapshot: replace, never merge
             task.workflow_progress, task.workflow_progress_truncated = _bounded_snapshot(
-                progress, limit, self.max_snapshot_bytes)
+                progress, limit, self.max_snapshot_bytes
+            )
         if patch:
             for name in _PATCH_STR_FIELDS:
                 value = _str(patch.get(name))
@@ -435,24 +464,34 @@ class TaskTable:
 
     def to_json(self) -> str:
         """The whole table as a JSON object (``version``, ``tasks``, ``tool_use_ids``, ``gone``)."""
-        return json.dumps({
-            "version": _FORMAT_VERSION,
-            "tasks": self.snapshot(),
-            "tool_use_ids": dict(self._by_tool),
-            "gone": list(self._gone),
-        }, separators=(",", ":"), allow_nan=False)
+        return json.dumps(
+            {
+                "version": _FORMAT_VERSION,
+                "tasks": self.snapshot(),
+                "tool_use_ids": dict(self._by_tool),
+                "gone": list(self._gone),
+            },
+            separators=(",", ":"),
+            allow_nan=False,
+        )
 
     @classmethod
-    def from_json(cls, text: str | bytes, *, max_tasks: int = MAX_TASKS, grace_s: float = GRACE_S,
-                  max_str: int = MAX_STR, max_snapshot_bytes: int = MAX_SNAPSHOT_BYTES) -> TaskTable:
+    def from_json(
+        cls,
+        text: str | bytes,
+        *,
+        max_tasks: int = MAX_TASKS,
+        grace_s: float = GRACE_S,
+        max_str: int = MAX_STR,
+        max_snapshot_bytes: int = MAX_SNAPSHOT_BYTES,
+    ) -> TaskTable:
         """Restore :meth:`to_json` output. Raises ValueError when ``text`` is not such an
         object; malformed task entries are skipped, and every cap applies again."""
         try:
             doc = json.loads(text)
         except (ValueError, UnicodeDecodeError) as exc:
             raise ValueError(f"task table is not JSON: {exc}") from exc
-        if not isinstance(doc, dict) or doc.get("version") != _FORMAT_VERSION or not isinstance(
-                doc.get("tasks"), list):
+        if not isinstance(doc, dict) or doc.get("version") != _FORMAT_VERSION or not isinstance(doc.get("tasks"), list):
             raise ValueError("not a task table (version 1)")
         table = cls(max_tasks=max_tasks, grace_s=grace_s, max_str=max_str, max_snapshot_bytes=max_snapshot_bytes)
         table._load(doc["tasks"], doc.get("tool_use_ids"), doc.get("gone"))
@@ -497,10 +536,14 @@ class TaskTable:
             status = _UNKNOWN_TERMINAL
         elif not terminal and status not in LIVE_STATUSES:
             status = "running"
-        task = _Task(task_id=_cap(task_id, limit), started_at=float(started_at),
-                     updated_at=float(updated_at if updated_at is not None else started_at),
-                     status=status, terminal=terminal,
-                     ended_at=float(ended_at) if terminal and ended_at is not None else None)
+        task = _Task(
+            task_id=_cap(task_id, limit),
+            started_at=float(started_at),
+            updated_at=float(updated_at if updated_at is not None else started_at),
+            status=status,
+            terminal=terminal,
+            ended_at=float(ended_at) if terminal and ended_at is not None else None,
+        )
         for name in (*_TOP_STR_FIELDS, "tool_use_id", "error"):
             value = _str(entry.get(name))
             if value is not None:

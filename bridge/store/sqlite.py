@@ -115,9 +115,26 @@ _MIGRATIONS: list[str] = [
     """,
 ]
 
-_THREAD_COLUMNS = ("id", "agent", "protocol", "model", "cwd", "title", "native_session_id",
-                   "state", "turn_active", "last_seq", "created_at", "updated_at", "last_exit",
-                   "options", "pid", "pid_start", "agent_info", "tasks")
+_THREAD_COLUMNS = (
+    "id",
+    "agent",
+    "protocol",
+    "model",
+    "cwd",
+    "title",
+    "native_session_id",
+    "state",
+    "turn_active",
+    "last_seq",
+    "created_at",
+    "updated_at",
+    "last_exit",
+    "options",
+    "pid",
+    "pid_start",
+    "agent_info",
+    "tasks",
+)
 _JSON_COLUMNS = ("last_exit", "options", "agent_info")
 
 
@@ -194,8 +211,7 @@ class SqliteStore:
         db.execute("PRAGMA synchronous=NORMAL")
         return db
 
-    async def _call(self, executor: ThreadPoolExecutor, db_attr: str,
-                    fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _call(self, executor: ThreadPoolExecutor, db_attr: str, fn: Callable[[sqlite3.Connection], T]) -> T:
         def call() -> T:
             db: sqlite3.Connection | None = getattr(self, db_attr)
             if db is None:
@@ -278,6 +294,7 @@ class SqliteStore:
                 if db is not None:
                     db.close()
                     setattr(self, attr, None)
+
             return do
 
         loop = asyncio.get_running_loop()
@@ -340,14 +357,17 @@ class SqliteStore:
         await self._flush_touches()
 
         def do(db: sqlite3.Connection) -> ThreadRow | None:
-            row = db.execute(f"SELECT {','.join(_THREAD_COLUMNS)} FROM threads WHERE id=?",  # noqa: S608
-                             (thread_id,)).fetchone()
+            row = db.execute(
+                f"SELECT {','.join(_THREAD_COLUMNS)} FROM threads WHERE id=?",  # noqa: S608
+                (thread_id,),
+            ).fetchone()
             return self._row(row) if row else None
 
         return await self._read(do)
 
-    async def list_threads(self, *, limit: int, cursor: str | None,
-                           agent: str | None) -> tuple[list[ThreadRow], str | None]:
+    async def list_threads(
+        self, *, limit: int, cursor: str | None, agent: str | None
+    ) -> tuple[list[ThreadRow], str | None]:
         where, params = [], []
         if cursor:
             updated_at, tid = decode_cursor(cursor)
@@ -356,9 +376,11 @@ class SqliteStore:
         if agent:
             where.append("agent = ?")
             params.append(agent)
-        sql = (f"SELECT {','.join(_THREAD_COLUMNS)} FROM threads "  # noqa: S608
-               f"{'WHERE ' + ' AND '.join(where) if where else ''} "
-               "ORDER BY updated_at DESC, id DESC LIMIT ?")
+        sql = (
+            f"SELECT {','.join(_THREAD_COLUMNS)} FROM threads "  # noqa: S608
+            f"{'WHERE ' + ' AND '.join(where) if where else ''} "
+            "ORDER BY updated_at DESC, id DESC LIMIT ?"
+        )
 
         def do(db: sqlite3.Connection) -> list[ThreadRow]:
             return [self._row(r) for r in db.execute(sql, (*params, limit + 1)).fetchall()]
@@ -401,20 +423,24 @@ class SqliteStore:
         def do(db: sqlite3.Connection) -> list[ThreadRow]:
             rows = db.execute(
                 f"SELECT {','.join(_THREAD_COLUMNS)} FROM threads "  # noqa: S608
-                "WHERE state IN ('starting','running','stopping') OR turn_active=1").fetchall()
+                "WHERE state IN ('starting','running','stopping') OR turn_active=1"
+            ).fetchall()
             return [self._row(r) for r in rows]
 
         return await self._run(do)
 
     # ------------------------------------------------------------------ transcript
 
-    async def append(self, thread_id: str, records: Sequence[Record],
-                     client_ids: Sequence[str | None], thread_fields: dict[str, Any]) -> None:
+    async def append(
+        self, thread_id: str, records: Sequence[Record], client_ids: Sequence[str | None], thread_fields: dict[str, Any]
+    ) -> None:
         """Return once the records (and the thread fields) are committed. ``updated_at``,
         ``last_seq`` and ``turn_active`` are owed to the thread row and written later
         (``_dirty``); any other field is written in the same transaction."""
-        rows = [(thread_id, r.seq, r.ts, r.source, r.kind, r.data_json, r.raw,
-                 int(r.relay), cid) for r, cid in zip(records, client_ids, strict=True)]
+        rows = [
+            (thread_id, r.seq, r.ts, r.source, r.kind, r.data_json, r.raw, int(r.relay), cid)
+            for r, cid in zip(records, client_ids, strict=True)
+        ]
         fields = self._dump(thread_fields)
         updated_at = fields.pop("updated_at", None)
         turn_active = fields.pop("turn_active", None)
@@ -450,8 +476,12 @@ class SqliteStore:
         elsewhere, an I/O error): the writer thread then takes it, and retries and reports
         health as before. Nothing is acknowledged before COMMIT either way."""
         db = self._idb
-        if db is None or not self.healthy or sum(len(item.rows) for item in batch) > INLINE_MAX_ROWS \
-                or sum(len(r[5]) + len(r[6] or "") for item in batch for r in item.rows) > INLINE_MAX_BYTES:
+        if (
+            db is None
+            or not self.healthy
+            or sum(len(item.rows) for item in batch) > INLINE_MAX_ROWS
+            or sum(len(r[5]) + len(r[6] or "") for item in batch for r in item.rows) > INLINE_MAX_BYTES
+        ):
             return None
         try:
             failed = _commit(db, batch)
@@ -477,11 +507,13 @@ class SqliteStore:
                 self.appended += len(item.rows)
                 old = self._dirty.get(item.thread_id)
                 new = item.touch
-                self._dirty[item.thread_id] = new if old is None else (
-                    _later(old[0], new[0]), _later(old[1], new[1]), old[2] if new[2] is None else new[2])
+                self._dirty[item.thread_id] = (
+                    new
+                    if old is None
+                    else (_later(old[0], new[0]), _later(old[1], new[1]), old[2] if new[2] is None else new[2])
+                )
                 if self._touch_timer is None:
-                    self._touch_timer = asyncio.get_running_loop().call_later(
-                        TOUCH_FLUSH_S, self._timed_touches)
+                    self._touch_timer = asyncio.get_running_loop().call_later(TOUCH_FLUSH_S, self._timed_touches)
             if item.done is not None and not item.done.done():
                 item.done.set_result(None)
 
@@ -533,13 +565,11 @@ class SqliteStore:
                 batch = self._pending[:MAX_BATCH]
                 try:
                     inline = self._commit_inline(batch)
-                    failed = inline if inline is not None else await self._run(
-                        lambda db, b=batch: _commit(db, b))  # type: ignore[misc]
+                    failed = inline if inline is not None else await self._run(lambda db, b=batch: _commit(db, b))  # type: ignore[misc]
                 except StoreError as exc:
                     # Locked, full or broken: nothing in the batch is acknowledged; try again.
                     self._set_health(False, exc.message)
-                    log.error("store.write_failed", error=exc.message, pending=len(self._pending),
-                              retry_in_s=backoff)
+                    log.error("store.write_failed", error=exc.message, pending=len(self._pending), retry_in_s=backoff)
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, MAX_BACKOFF_S)
                     continue
@@ -555,35 +585,42 @@ class SqliteStore:
 
     async def load_sessions(self, now: float) -> list[tuple[str, float]]:
         """Unexpired browser sessions, oldest first (expired ones are deleted)."""
+
         def do(db: sqlite3.Connection) -> list[tuple[str, float]]:
             db.execute("DELETE FROM browser_sessions WHERE expires_at <= ?", (now,))
-            return [(k, float(e)) for k, e in
-                    db.execute("SELECT key, expires_at FROM browser_sessions ORDER BY expires_at")]
+            return [
+                (k, float(e)) for k, e in db.execute("SELECT key, expires_at FROM browser_sessions ORDER BY expires_at")
+            ]
+
         return await self._run(do)
 
     async def save_session(self, key: str, expires_at: float, evicted: Sequence[str] = ()) -> None:
         def do(db: sqlite3.Connection) -> None:
             db.execute("BEGIN IMMEDIATE")
             db.executemany("DELETE FROM browser_sessions WHERE key = ?", [(k,) for k in evicted])
-            db.execute("INSERT OR REPLACE INTO browser_sessions (key, expires_at) VALUES (?, ?)",
-                       (key, expires_at))
+            db.execute("INSERT OR REPLACE INTO browser_sessions (key, expires_at) VALUES (?, ?)", (key, expires_at))
             db.execute("COMMIT")
+
         await self._run(do)
 
     async def delete_session(self, key: str) -> None:
         def do(db: sqlite3.Connection) -> None:
             db.execute("DELETE FROM browser_sessions WHERE key = ?", (key,))
+
         await self._run(do)
 
     async def read_events(self, thread_id: str, after: int, limit: int) -> list[Record]:
         def do(db: sqlite3.Connection) -> list[Record]:
             rows = db.execute(
-                "SELECT seq,ts,source,kind,data,raw,relay FROM events WHERE thread_id=? AND seq>?"
-                " ORDER BY seq LIMIT ?", (thread_id, after, limit)).fetchall()
+                "SELECT seq,ts,source,kind,data,raw,relay FROM events WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
+                (thread_id, after, limit),
+            ).fetchall()
             # The stored text is kept as it is: a replay relays it without parsing it.
             # (Assembling the whole envelope in SQL instead was measured slower.)
-            return [Record(seq, ts, source, kind, None, raw, relay == 1, data)
-                    for seq, ts, source, kind, data, raw, relay in rows]
+            return [
+                Record(seq, ts, source, kind, None, raw, relay == 1, data)
+                for seq, ts, source, kind, data, raw, relay in rows
+            ]
 
         return await self._read(do)
 
@@ -598,12 +635,15 @@ class SqliteStore:
                     rrows: list[tuple[int, bytes | None]] = db.execute(
                         "SELECT seq,CASE WHEN source='agent' AND relay=1 THEN raw END FROM events"
                         " WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
-                        (thread_id, after, limit)).fetchall()
-                    return Frames([text for _, text in rrows if text is not None], len(rrows),
-                                  rrows[-1][0] if rrows else after)
+                        (thread_id, after, limit),
+                    ).fetchall()
+                    return Frames(
+                        [text for _, text in rrows if text is not None], len(rrows), rrows[-1][0] if rrows else after
+                    )
                 rows = db.execute(
-                    "SELECT seq,ts,source,kind,data,raw FROM events WHERE thread_id=? AND seq>?"
-                    " ORDER BY seq LIMIT ?", (thread_id, after, limit)).fetchall()
+                    "SELECT seq,ts,source,kind,data,raw FROM events WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
+                    (thread_id, after, limit),
+                ).fetchall()
                 return Frames(stored_envelopes(rows), len(rows), rows[-1][0] if rows else after)
             finally:
                 db.text_factory = str
@@ -612,8 +652,9 @@ class SqliteStore:
 
     async def find_client_event(self, thread_id: str, client_id: str) -> int | None:
         def do(db: sqlite3.Connection) -> int | None:
-            row = db.execute("SELECT seq FROM events WHERE thread_id=? AND client_id=?",
-                             (thread_id, client_id)).fetchone()
+            row = db.execute(
+                "SELECT seq FROM events WHERE thread_id=? AND client_id=?", (thread_id, client_id)
+            ).fetchone()
             return int(row[0]) if row else None
 
         return await self._read(do)
@@ -622,17 +663,24 @@ class SqliteStore:
 def _write_item(db: sqlite3.Connection, item: _Append) -> None:
     if item.flush:
         assert item.touch is not None
-        db.execute("UPDATE threads SET updated_at=max(updated_at, coalesce(?, updated_at)), "
-                   "last_seq=max(last_seq, coalesce(?, last_seq)), turn_active=coalesce(?, turn_active) "
-                   "WHERE id=?", (*item.touch, item.thread_id))
+        db.execute(
+            "UPDATE threads SET updated_at=max(updated_at, coalesce(?, updated_at)), "
+            "last_seq=max(last_seq, coalesce(?, last_seq)), turn_active=coalesce(?, turn_active) "
+            "WHERE id=?",
+            (*item.touch, item.thread_id),
+        )
         return
     if item.rows:
-        db.executemany("INSERT INTO events (thread_id,seq,ts,source,kind,data,raw,relay,client_id)"
-                       " VALUES (?,?,?,?,?,?,?,?,?)", item.rows)
+        db.executemany(
+            "INSERT INTO events (thread_id,seq,ts,source,kind,data,raw,relay,client_id) VALUES (?,?,?,?,?,?,?,?,?)",
+            item.rows,
+        )
     if item.fields:
         sets = ",".join(f"{k}=?" for k in item.fields)
-        db.execute(f"UPDATE threads SET {sets} WHERE id=?",  # noqa: S608
-                   (*item.fields.values(), item.thread_id))
+        db.execute(
+            f"UPDATE threads SET {sets} WHERE id=?",  # noqa: S608
+            (*item.fields.values(), item.thread_id),
+        )
 
 
 # This append alone is bad (a constraint, or text SQLite cannot encode): it is refused, the
@@ -675,8 +723,7 @@ def decode_cursor(cursor: str) -> tuple[str, str]:
     try:
         pad = "=" * (-len(cursor) % 4)
         value = json.loads(base64.urlsafe_b64decode(cursor + pad))
-        if (isinstance(value, list) and len(value) == 2
-                and all(isinstance(v, str) for v in value)):
+        if isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value):
             return value[0], value[1]
     except (ValueError, UnicodeDecodeError):
         pass

@@ -263,7 +263,7 @@ class Agent:
             self.chunk(s.id, text, mid)
         else:
             size = max(1, len(text) // chunks)
-            parts = [text[i * size:(i + 1) * size] for i in range(chunks - 1)] + [text[(chunks - 1) * size:]]
+            parts = [text[i * size : (i + 1) * size] for i in range(chunks - 1)] + [text[(chunks - 1) * size :]]
             for part in parts:
                 if part:
                     self.chunk(s.id, part, mid)
@@ -308,8 +308,12 @@ class Agent:
         handler(rid, params)
 
     def initialize(self, rid: Any, params: dict[str, Any]) -> None:
-        log(event="initialize", protocolVersion=params.get("protocolVersion"),
-            clientCapabilities=params.get("clientCapabilities"), clientInfo=params.get("clientInfo"))
+        log(
+            event="initialize",
+            protocolVersion=params.get("protocolVersion"),
+            clientCapabilities=params.get("clientCapabilities"),
+            clientInfo=params.get("clientInfo"),
+        )
         session_caps: dict[str, Any] = {"list": {}}
         if self.resume_cap:
             session_caps["resume"] = {}
@@ -481,19 +485,42 @@ class Agent:
 
     def do_tool(self, s: Session, turn: Turn, text: str, kinds: list[str]) -> str:
         tid = f"call_{uuid.uuid4().hex[:12]}"
-        self.update(s.id, {"sessionUpdate": "tool_call", "toolCallId": tid, "title": "Run echo", "kind": "execute",
-                           "status": "pending", "rawInput": {"command": "echo hi"}})
+        self.update(
+            s.id,
+            {
+                "sessionUpdate": "tool_call",
+                "toolCallId": tid,
+                "title": "Run echo",
+                "kind": "execute",
+                "status": "pending",
+                "rawInput": {"command": "echo hi"},
+            },
+        )
         self.update(s.id, {"sessionUpdate": "tool_call_update", "toolCallId": tid, "status": "in_progress"})
-        self.update(s.id, {"sessionUpdate": "tool_call_update", "toolCallId": tid, "status": "completed",
-                           "content": [{"type": "content", "content": {"type": "text", "text": "hi"}}],
-                           "rawOutput": "hi"})
+        self.update(
+            s.id,
+            {
+                "sessionUpdate": "tool_call_update",
+                "toolCallId": tid,
+                "status": "completed",
+                "content": [{"type": "content", "content": {"type": "text", "text": "hi"}}],
+                "rawOutput": "hi",
+            },
+        )
         self.message(s, "tool done")
         return "end_turn"
 
     def do_plan(self, s: Session, turn: Turn, text: str, kinds: list[str]) -> str:
-        self.update(s.id, {"sessionUpdate": "plan", "entries": [
-            {"content": "Read the code", "priority": "high", "status": "completed"},
-            {"content": "Write the fix", "priority": "medium", "status": "pending"}]})
+        self.update(
+            s.id,
+            {
+                "sessionUpdate": "plan",
+                "entries": [
+                    {"content": "Read the code", "priority": "high", "status": "completed"},
+                    {"content": "Write the fix", "priority": "medium", "status": "pending"},
+                ],
+            },
+        )
         return "end_turn"
 
     def do_ask(self, s: Session, turn: Turn, text: str, kinds: list[str]) -> str:
@@ -501,11 +528,18 @@ class Agent:
         tid = f"call_{uuid.uuid4().hex[:12]}"
         tool = {"toolCallId": tid, "title": command, "kind": "execute", "rawInput": {"command": command}}
         self.update(s.id, {"sessionUpdate": "tool_call", **tool, "status": "pending"})
-        _, event, box = OUTGOING.send("session/request_permission", {
-            "sessionId": s.id, "toolCall": tool,
-            "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"},
-                        {"optionId": "allow_always", "name": "Always", "kind": "allow_always"},
-                        {"optionId": "reject", "name": "Reject", "kind": "reject_once"}]})
+        _, event, box = OUTGOING.send(
+            "session/request_permission",
+            {
+                "sessionId": s.id,
+                "toolCall": tool,
+                "options": [
+                    {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+                    {"optionId": "allow_always", "name": "Always", "kind": "allow_always"},
+                    {"optionId": "reject", "name": "Reject", "kind": "reject_once"},
+                ],
+            },
+        )
         cancel_seen: float | None = None
         while not event.wait(0.05):
             if turn.cancelled.is_set() and cancel_seen is None:
@@ -525,9 +559,15 @@ class Agent:
             choice = "cancelled"
         cancelled = choice == "cancelled" or turn.cancelled.is_set()
         ok = choice.startswith("allow") and not cancelled
-        self.update(s.id, {"sessionUpdate": "tool_call_update", "toolCallId": tid,
-                           "status": "completed" if ok else "failed",
-                           "rawOutput": "done" if ok else f"not run: {choice}"})
+        self.update(
+            s.id,
+            {
+                "sessionUpdate": "tool_call_update",
+                "toolCallId": tid,
+                "status": "completed" if ok else "failed",
+                "rawOutput": "done" if ok else f"not run: {choice}",
+            },
+        )
         self.message(s, f"permission: {choice}")
         return "cancelled" if cancelled else "end_turn"
 
@@ -592,9 +632,14 @@ class Agent:
         return self.do_echo(s, turn, text, kinds)
 
     def do_twoupdates(self, s: Session, turn: Turn, text: str, kinds: list[str]) -> str:
-        self.update("acp-not-this-session", {"sessionUpdate": "agent_message_chunk",
-                                             "content": {"type": "text", "text": "stray"},
-                                             "messageId": "msg_stray"})
+        self.update(
+            "acp-not-this-session",
+            {
+                "sessionUpdate": "agent_message_chunk",
+                "content": {"type": "text", "text": "stray"},
+                "messageId": "msg_stray",
+            },
+        )
         return self.do_echo(s, turn, text, kinds)
 
     def run(self) -> None:

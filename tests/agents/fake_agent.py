@@ -134,27 +134,56 @@ class Agent:
     # -- output helpers
     def delta(self, text: str) -> None:
         ev = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}
-        out(ev if self.awp else {"type": "stream_event", "event": ev, "session_id": self.session_id,
-                                 "parent_tool_use_id": None, "uuid": str(uuid.uuid4())})
+        out(
+            ev
+            if self.awp
+            else {
+                "type": "stream_event",
+                "event": ev,
+                "session_id": self.session_id,
+                "parent_tool_use_id": None,
+                "uuid": str(uuid.uuid4()),
+            }
+        )
 
     def assistant(self, blocks: list[dict]) -> None:
-        out({"type": "assistant", "message": {"id": "msg_fake", "role": "assistant", "type": "message",
-             "model": self.model, "content": blocks}, "parent_tool_use_id": None,
-             "session_id": self.session_id, "uuid": str(uuid.uuid4())})
+        out(
+            {
+                "type": "assistant",
+                "message": {
+                    "id": "msg_fake",
+                    "role": "assistant",
+                    "type": "message",
+                    "model": self.model,
+                    "content": blocks,
+                },
+                "parent_tool_use_id": None,
+                "session_id": self.session_id,
+                "uuid": str(uuid.uuid4()),
+            }
+        )
 
-    def result(self, text: str, *, error: bool = False, subtype: str | None = None,
-               terminal_reason: str | None = None) -> None:
+    def result(
+        self, text: str, *, error: bool = False, subtype: str | None = None, terminal_reason: str | None = None
+    ) -> None:
         sub = subtype or ("error" if (error and self.awp) else "success")
-        obj = {"type": "result", "subtype": sub, "is_error": error, "result": text,
-               "session_id": self.session_id, "usage": {"input_tokens": 3, "output_tokens": 5},
-               "stop_reason": None if error else "end_turn", "uuid": str(uuid.uuid4())}
+        obj = {
+            "type": "result",
+            "subtype": sub,
+            "is_error": error,
+            "result": text,
+            "session_id": self.session_id,
+            "usage": {"input_tokens": 3, "output_tokens": 5},
+            "stop_reason": None if error else "end_turn",
+            "uuid": str(uuid.uuid4()),
+        }
         if terminal_reason:
             obj["terminal_reason"] = terminal_reason
         out(obj)
 
     def reply(self, text: str) -> None:
         third = max(1, len(text) // 3)
-        for chunk in (text[:third], text[third:2 * third], text[2 * third:]):
+        for chunk in (text[:third], text[third : 2 * third], text[2 * third :]):
             if chunk:
                 self.delta(chunk)
         self.assistant([{"type": "text", "text": text}])
@@ -172,8 +201,17 @@ class Agent:
         self.history.append(text)
         self._save()
         sid = "not a valid id!" if word == "badsession" else self.session_id
-        out({"type": "system", "subtype": "init", "session_id": sid, "model": self.model,
-             "cwd": os.getcwd(), "tools": ["Bash"], "uuid": str(uuid.uuid4())})
+        out(
+            {
+                "type": "system",
+                "subtype": "init",
+                "session_id": sid,
+                "model": self.model,
+                "cwd": os.getcwd(),
+                "tools": ["Bash"],
+                "uuid": str(uuid.uuid4()),
+            }
+        )
         handler = getattr(self, f"do_{word}", None)
         if handler is not None:
             handler(text)
@@ -191,7 +229,7 @@ class Agent:
         os._exit(0)
 
     def do_garbage(self, text: str) -> None:
-        raw_out("this is not json\n[1,2,3]\n\"just a string\"\n")
+        raw_out('this is not json\n[1,2,3]\n"just a string"\n')
         self.reply("after garbage")
 
     def do_huge(self, text: str) -> None:
@@ -205,9 +243,17 @@ class Agent:
     def do_tool(self, text: str) -> None:
         tid = f"toolu_{uuid.uuid4().hex[:8]}"
         self.assistant([{"type": "tool_use", "id": tid, "name": "Bash", "input": {"command": "echo hi"}}])
-        out({"type": "user", "message": {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": tid, "content": "hi", "is_error": False}]},
-            "session_id": self.session_id, "parent_tool_use_id": None})
+        out(
+            {
+                "type": "user",
+                "message": {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": tid, "content": "hi", "is_error": False}],
+                },
+                "session_id": self.session_id,
+                "parent_tool_use_id": None,
+            }
+        )
         self.reply("tool done")
 
     def do_slow(self, text: str) -> None:
@@ -223,13 +269,23 @@ class Agent:
             if msg is None:
                 os._exit(0)
             if msg.get("type") == "control_request" and msg.get("request", {}).get("subtype") == "interrupt":
-                out({"type": "control_response", "response": {"subtype": "success",
-                                                              "request_id": msg.get("request_id")}})
+                out(
+                    {
+                        "type": "control_response",
+                        "response": {"subtype": "success", "request_id": msg.get("request_id")},
+                    }
+                )
                 self.assistant([{"type": "text", "text": sent}])
-                out({"type": "user", "message": {"role": "user", "content": [
-                    {"type": "text", "text": "[Request interrupted by user]"}]}})
-                self.result("", error=True, subtype="error_during_execution",
-                            terminal_reason="aborted_streaming")
+                out(
+                    {
+                        "type": "user",
+                        "message": {
+                            "role": "user",
+                            "content": [{"type": "text", "text": "[Request interrupted by user]"}],
+                        },
+                    }
+                )
+                self.result("", error=True, subtype="error_during_execution", terminal_reason="aborted_streaming")
                 return
             self.deferred.append(msg)
         self.reply("slow done")
@@ -248,11 +304,14 @@ class Agent:
             if msg is None:
                 os._exit(0)
             if msg.get("type") == "control_request" and msg.get("request", {}).get("subtype") == "interrupt":
-                out({"type": "control_response", "response": {"subtype": "success",
-                                                              "request_id": msg.get("request_id")}})
+                out(
+                    {
+                        "type": "control_response",
+                        "response": {"subtype": "success", "request_id": msg.get("request_id")},
+                    }
+                )
                 self.assistant([{"type": "text", "text": sent}])
-                self.result("", error=True, subtype="error_during_execution",
-                            terminal_reason="aborted_streaming")
+                self.result("", error=True, subtype="error_during_execution", terminal_reason="aborted_streaming")
                 return
             self.deferred.append(msg)
         self.assistant([{"type": "text", "text": sent}])
@@ -260,33 +319,92 @@ class Agent:
 
     def do_workflow(self, text: str) -> None:
         def system(sub: str, **fields: object) -> None:
-            out({"type": "system", "subtype": sub, "session_id": self.session_id, "uuid": str(uuid.uuid4()),
-                 **fields})
+            out({"type": "system", "subtype": sub, "session_id": self.session_id, "uuid": str(uuid.uuid4()), **fields})
 
         phase = {"type": "workflow_phase", "index": 1, "title": "Gather"}
         self.assistant([{"type": "tool_use", "id": "toolu_wf", "name": "Workflow", "input": {"name": "review"}}])
-        system("task_started", task_id="wf1", tool_use_id="toolu_wf", task_type="local_workflow",
-               workflow_name="review", description="Review the change")
-        system("task_progress", task_id="wf1", tool_use_id="toolu_wf", description="Review the change",
-               usage={"total_tokens": 10, "tool_uses": 1, "duration_ms": 100},
-               workflow_progress=[phase, {"type": "workflow_agent", "index": 1, "agentId": "v2:a",
-                                          "state": "start", "label": "child-1", "phaseIndex": 1}])
+        system(
+            "task_started",
+            task_id="wf1",
+            tool_use_id="toolu_wf",
+            task_type="local_workflow",
+            workflow_name="review",
+            description="Review the change",
+        )
+        system(
+            "task_progress",
+            task_id="wf1",
+            tool_use_id="toolu_wf",
+            description="Review the change",
+            usage={"total_tokens": 10, "tool_uses": 1, "duration_ms": 100},
+            workflow_progress=[
+                phase,
+                {
+                    "type": "workflow_agent",
+                    "index": 1,
+                    "agentId": "v2:a",
+                    "state": "start",
+                    "label": "child-1",
+                    "phaseIndex": 1,
+                },
+            ],
+        )
         go = os.path.join(self.state_dir or ".", "go")
         deadline = time.monotonic() + 20
         while not os.path.exists(go) and time.monotonic() < deadline:
             time.sleep(0.02)
-        system("task_progress", task_id="wf1", tool_use_id="toolu_wf", description="Review the change",
-               usage={"total_tokens": 30, "tool_uses": 3, "duration_ms": 900},
-               workflow_progress=[phase,
-                                  {"type": "workflow_agent", "index": 1, "agentId": "v2:a", "state": "done",
-                                   "label": "child-1", "phaseIndex": 1},
-                                  {"type": "workflow_agent", "index": 2, "agentId": "v2:b", "state": "start",
-                                   "label": "child-2", "phaseIndex": 1}])
-        system("task_notification", task_id="wf1", tool_use_id="toolu_wf", status="completed",
-               output_file="/tmp/out", summary="Reviewed 2 files")
-        out({"type": "user", "message": {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "toolu_wf", "content": "Reviewed 2 files", "is_error": False}]},
-            "session_id": self.session_id, "parent_tool_use_id": None})
+        system(
+            "task_progress",
+            task_id="wf1",
+            tool_use_id="toolu_wf",
+            description="Review the change",
+            usage={"total_tokens": 30, "tool_uses": 3, "duration_ms": 900},
+            workflow_progress=[
+                phase,
+                {
+                    "type": "workflow_agent",
+                    "index": 1,
+                    "agentId": "v2:a",
+                    "state": "done",
+                    "label": "child-1",
+                    "phaseIndex": 1,
+                },
+                {
+                    "type": "workflow_agent",
+                    "index": 2,
+                    "agentId": "v2:b",
+                    "state": "start",
+                    "label": "child-2",
+                    "phaseIndex": 1,
+                },
+            ],
+        )
+        system(
+            "task_notification",
+            task_id="wf1",
+            tool_use_id="toolu_wf",
+            status="completed",
+            output_file="/tmp/out",
+            summary="Reviewed 2 files",
+        )
+        out(
+            {
+                "type": "user",
+                "message": {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": "toolu_wf",
+                            "content": "Reviewed 2 files",
+                            "is_error": False,
+                        }
+                    ],
+                },
+                "session_id": self.session_id,
+                "parent_tool_use_id": None,
+            }
+        )
         self.reply("workflow done")
 
     def do_hang(self, text: str) -> None:
@@ -312,9 +430,18 @@ class Agent:
 
     def do_ask(self, text: str) -> None:
         rid = str(uuid.uuid4())
-        out({"type": "control_request", "request_id": rid, "request": {
-            "subtype": "can_use_tool", "tool_name": "Bash", "input": {"command": "touch x"},
-            "tool_use_id": "toolu_ask"}})
+        out(
+            {
+                "type": "control_request",
+                "request_id": rid,
+                "request": {
+                    "subtype": "can_use_tool",
+                    "tool_name": "Bash",
+                    "input": {"command": "touch x"},
+                    "tool_use_id": "toolu_ask",
+                },
+            }
+        )
         while True:
             msg = INBOX.get()
             if msg is None:
@@ -327,34 +454,80 @@ class Agent:
             if msg.get("type") == "control_request" and msg.get("request", {}).get("subtype") == "interrupt":
                 # As Claude Code does (protocols.md §1.6.3): withdraw the prompt, ack, abort.
                 out({"type": "control_cancel_request", "request_id": rid})
-                out({"type": "control_response", "response": {"subtype": "success",
-                                                              "request_id": msg.get("request_id")}})
+                out(
+                    {
+                        "type": "control_response",
+                        "response": {"subtype": "success", "request_id": msg.get("request_id")},
+                    }
+                )
                 self.result("", error=True, subtype="error_during_execution", terminal_reason="aborted_tools")
                 return
             self.deferred.append(msg)
 
     def do_tasks(self, text: str) -> None:
         def system(sub: str, **fields: object) -> None:
-            out({"type": "system", "subtype": sub, "session_id": self.session_id, "uuid": str(uuid.uuid4()),
-                 **fields})
+            out({"type": "system", "subtype": sub, "session_id": self.session_id, "uuid": str(uuid.uuid4()), **fields})
 
         self.assistant([{"type": "tool_use", "id": "toolu_task", "name": "Task", "input": {"prompt": "go"}}])
-        system("task_started", task_id="t1", tool_use_id="toolu_task", description="Explore repo",
-               subagent_type="Explore", task_type="local_agent")
-        system("task_progress", task_id="t1", tool_use_id="toolu_task", description="Explore repo",
-               usage={"total_tokens": 10, "tool_uses": 1, "duration_ms": 5},
-               workflow_progress=[{"step": "a", "state": "done"}, {"step": "b", "state": "running"}])
-        system("task_progress", task_id="t1", tool_use_id="toolu_task", description="Explore repo",
-               usage={"total_tokens": 20, "tool_uses": 2, "duration_ms": 9},
-               workflow_progress=[{"step": "c", "state": "running"}])
+        system(
+            "task_started",
+            task_id="t1",
+            tool_use_id="toolu_task",
+            description="Explore repo",
+            subagent_type="Explore",
+            task_type="local_agent",
+        )
+        system(
+            "task_progress",
+            task_id="t1",
+            tool_use_id="toolu_task",
+            description="Explore repo",
+            usage={"total_tokens": 10, "tool_uses": 1, "duration_ms": 5},
+            workflow_progress=[{"step": "a", "state": "done"}, {"step": "b", "state": "running"}],
+        )
+        system(
+            "task_progress",
+            task_id="t1",
+            tool_use_id="toolu_task",
+            description="Explore repo",
+            usage={"total_tokens": 20, "tool_uses": 2, "duration_ms": 9},
+            workflow_progress=[{"step": "c", "state": "running"}],
+        )
         system("task_updated", task_id="t1", patch={"description": "Explore the repo", "status": "running"})
-        system("task_notification", task_id="t1", tool_use_id="toolu_task", status="completed",
-               output_file="/tmp/out", summary="Found 3 files")
-        system("task_notification", task_id="t1", tool_use_id="toolu_task", status="failed",
-               output_file="/tmp/out", summary="duplicate")
-        out({"type": "user", "message": {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "toolu_task", "content": "Found 3 files", "is_error": False}]},
-            "session_id": self.session_id, "parent_tool_use_id": None})
+        system(
+            "task_notification",
+            task_id="t1",
+            tool_use_id="toolu_task",
+            status="completed",
+            output_file="/tmp/out",
+            summary="Found 3 files",
+        )
+        system(
+            "task_notification",
+            task_id="t1",
+            tool_use_id="toolu_task",
+            status="failed",
+            output_file="/tmp/out",
+            summary="duplicate",
+        )
+        out(
+            {
+                "type": "user",
+                "message": {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": "toolu_task",
+                            "content": "Found 3 files",
+                            "is_error": False,
+                        }
+                    ],
+                },
+                "session_id": self.session_id,
+                "parent_tool_use_id": None,
+            }
+        )
         self.reply("tasks done")
 
     def do_leak(self, text: str) -> None:
@@ -396,8 +569,12 @@ class Agent:
             if sub == "interrupt":
                 out({"type": "control_response", "response": {"subtype": "success", "request_id": rid}})
             else:
-                out({"type": "control_response", "response": {"subtype": "error", "request_id": rid,
-                                                              "error": f"unsupported {sub}"}})
+                out(
+                    {
+                        "type": "control_response",
+                        "response": {"subtype": "error", "request_id": rid, "error": f"unsupported {sub}"},
+                    }
+                )
         return True
 
     def run(self) -> None:

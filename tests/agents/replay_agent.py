@@ -155,8 +155,11 @@ def strip_host_initialize(entries: list[Entry]) -> list[Entry]:
     if registers_hooks:
         for e in entries:
             o = _d(e.obj)
-            if e.dir == "<" and o.get("type") == "control_request" and \
-                    _d(o.get("request")).get("subtype") == "hook_callback":
+            if (
+                e.dir == "<"
+                and o.get("type") == "control_request"
+                and _d(o.get("request")).get("subtype") == "hook_callback"
+            ):
                 hook_ids.add(str(o.get("request_id")))
     kept: list[Entry] = []
     for e in entries:
@@ -226,8 +229,9 @@ class Replayer:
 
     def _optional(self, e: Entry) -> bool:
         o = _d(e.obj)
-        return o.get("type") == "control_response" and \
-            str(_d(o.get("response")).get("request_id")) in self.cancelled_ids
+        return (
+            o.get("type") == "control_response" and str(_d(o.get("response")).get("request_id")) in self.cancelled_ids
+        )
 
     def matches(self, recorded: Entry, got: dict[str, Any] | None) -> bool:
         want = _d(recorded.obj)
@@ -272,8 +276,9 @@ class Replayer:
                     return k
             log(event="skipped", line=line)
             if self.strict:
-                raise Mismatch(f"host line does not match the transcript.\n  expected: {self.entries[i].line}\n"
-                               f"  got:      {line}")
+                raise Mismatch(
+                    f"host line does not match the transcript.\n  expected: {self.entries[i].line}\n  got:      {line}"
+                )
 
     def _note_host(self, recorded: Entry, got: dict[str, Any]) -> None:
         want = _d(recorded.obj)

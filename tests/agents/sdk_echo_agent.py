@@ -40,8 +40,9 @@ class EchoAgent(Agent):
     def on_connect(self, conn: Any) -> None:
         self._conn = conn
 
-    async def initialize(self, protocol_version: int, client_capabilities: Any = None,
-                         client_info: Any = None, **kwargs: Any) -> InitializeResponse:
+    async def initialize(
+        self, protocol_version: int, client_capabilities: Any = None, client_info: Any = None, **kwargs: Any
+    ) -> InitializeResponse:
         # Echo the client's version if we speak it, else offer ours (spec §3.3).
         return InitializeResponse(
             protocol_version=min(protocol_version, PROTOCOL_VERSION),
@@ -49,12 +50,14 @@ class EchoAgent(Agent):
             agent_info=Implementation(name="sdk-echo", title="SDK echo", version="1.0"),
         )
 
-    async def new_session(self, cwd: str, additional_directories: Any = None, mcp_servers: Any = None,
-                          **kwargs: Any) -> NewSessionResponse:
+    async def new_session(
+        self, cwd: str, additional_directories: Any = None, mcp_servers: Any = None, **kwargs: Any
+    ) -> NewSessionResponse:
         return NewSessionResponse(session_id=uuid.uuid4().hex)
 
-    async def load_session(self, cwd: str, session_id: str, mcp_servers: Any = None,
-                           additional_directories: Any = None, **kwargs: Any) -> LoadSessionResponse | None:
+    async def load_session(
+        self, cwd: str, session_id: str, mcp_servers: Any = None, additional_directories: Any = None, **kwargs: Any
+    ) -> LoadSessionResponse | None:
         return LoadSessionResponse()
 
     async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> PromptResponse:

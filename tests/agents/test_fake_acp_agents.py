@@ -73,7 +73,6 @@ class Peer(LineProcess):
         return resp
 
 
-
 @pytest.fixture
 def spawn(tmp_path: Path) -> Iterator[Any]:
     peers: list[Peer] = []
@@ -102,9 +101,14 @@ def text_of(msgs: list[dict[str, Any]], kind: str = "agent_message_chunk") -> st
 
 
 def start(peer: Peer, cwd: str = "/tmp") -> str:
-    init = peer.call("initialize", {"protocolVersion": 1, "clientCapabilities": {
-        "fs": {"readTextFile": True, "writeTextFile": True}, "terminal": False},
-        "clientInfo": {"name": "test", "version": "0"}})
+    init = peer.call(
+        "initialize",
+        {
+            "protocolVersion": 1,
+            "clientCapabilities": {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": False},
+            "clientInfo": {"name": "test", "version": "0"},
+        },
+    )
     assert "result" in init, init
     new = peer.call("session/new", {"cwd": cwd, "mcpServers": []})
     return new["result"]["sessionId"]
@@ -119,8 +123,14 @@ def prompt(peer: Peer, sid: str, text: str) -> int:
 
 def test_echo_turn_streams_chunks_before_the_response(spawn: Any, tmp_path: Path) -> None:
     peer = spawn()
-    init = peer.call("initialize", {"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": True}},
-                                    "clientInfo": {"name": "test", "version": "0"}})["result"]
+    init = peer.call(
+        "initialize",
+        {
+            "protocolVersion": 1,
+            "clientCapabilities": {"fs": {"readTextFile": True}},
+            "clientInfo": {"name": "test", "version": "0"},
+        },
+    )["result"]
     assert init["protocolVersion"] == 1
     assert init["agentCapabilities"]["loadSession"] is True
     assert init["agentCapabilities"]["promptCapabilities"] == {"image": True, "embeddedContext": True}
@@ -130,8 +140,18 @@ def test_echo_turn_streams_chunks_before_the_response(spawn: Any, tmp_path: Path
     sid = peer.call("session/new", {"cwd": str(tmp_path), "mcpServers": []})["result"]["sessionId"]
     assert sid.startswith("acp-")
 
-    before, resp = peer.until_response(peer.request("session/prompt", {"sessionId": sid, "prompt": [
-        {"type": "text", "text": "hello"}, {"type": "image", "mimeType": "image/png", "data": "AA=="}]}))
+    before, resp = peer.until_response(
+        peer.request(
+            "session/prompt",
+            {
+                "sessionId": sid,
+                "prompt": [
+                    {"type": "text", "text": "hello"},
+                    {"type": "image", "mimeType": "image/png", "data": "AA=="},
+                ],
+            },
+        )
+    )
     assert resp["result"] == {"stopReason": "end_turn"}
     chunks = updates(before, "agent_message_chunk")
     assert len(chunks) == 3
@@ -152,11 +172,14 @@ def test_echo_turn_streams_chunks_before_the_response(spawn: Any, tmp_path: Path
     assert peer.wait() == 0
 
 
-@pytest.mark.parametrize(("word", "kinds"), [
-    ("think", ["agent_thought_chunk", "agent_message_chunk"]),
-    ("tool", ["tool_call", "tool_call_update", "tool_call_update", "agent_message_chunk"]),
-    ("plan", ["plan"]),
-])
+@pytest.mark.parametrize(
+    ("word", "kinds"),
+    [
+        ("think", ["agent_thought_chunk", "agent_message_chunk"]),
+        ("tool", ["tool_call", "tool_call_update", "tool_call_update", "agent_message_chunk"]),
+        ("plan", ["plan"]),
+    ],
+)
 def test_directive_update_shapes(spawn: Any, word: str, kinds: list[str]) -> None:
     peer = spawn()
     sid = start(peer)
@@ -259,8 +282,15 @@ def test_unknown_agent_request_and_stray_output(spawn: Any) -> None:
     rid = prompt(peer, sid, "twoupdates")
     before, _ = peer.until_response(rid)
     assert before[0]["params"]["sessionId"] != sid
-    assert "".join(u["content"]["text"] for m in before[1:] for u in [m["params"]["update"]]
-                   if u["sessionUpdate"] == "agent_message_chunk") == "echo: twoupdates"
+    assert (
+        "".join(
+            u["content"]["text"]
+            for m in before[1:]
+            for u in [m["params"]["update"]]
+            if u["sessionUpdate"] == "agent_message_chunk"
+        )
+        == "echo: twoupdates"
+    )
 
 
 def test_unknown_methods_and_bad_params(spawn: Any) -> None:
@@ -284,8 +314,11 @@ def test_load_replays_history_before_its_response(spawn: Any, tmp_path: Path) ->
     first.until_response(prompt(first, sid, "hello"))
     first.until_response(prompt(first, sid, "again"))
     assert json.loads((state / f"{sid}.json").read_text()) == [
-        {"role": "user", "text": "hello"}, {"role": "agent", "text": "echo: hello"},
-        {"role": "user", "text": "again"}, {"role": "agent", "text": "echo: again"}]
+        {"role": "user", "text": "hello"},
+        {"role": "agent", "text": "echo: hello"},
+        {"role": "user", "text": "again"},
+        {"role": "agent", "text": "echo: again"},
+    ]
     first.proc.stdin.close()
     assert first.wait() == 0
 
@@ -293,20 +326,25 @@ def test_load_replays_history_before_its_response(spawn: Any, tmp_path: Path) ->
     start(second)
     # A stored session is not open until loaded.
     assert second.call("session/prompt", {"sessionId": sid, "prompt": []})["error"]["code"] == -32603
-    before, resp = second.until_response(second.request("session/load", {
-        "sessionId": sid, "cwd": "/tmp", "mcpServers": []}))
+    before, resp = second.until_response(
+        second.request("session/load", {"sessionId": sid, "cwd": "/tmp", "mcpServers": []})
+    )
     assert resp["result"] == {}
     assert [(u["sessionUpdate"], u["content"]["text"]) for u in updates(before)] == [
-        ("user_message_chunk", "hello"), ("agent_message_chunk", "echo: hello"),
-        ("user_message_chunk", "again"), ("agent_message_chunk", "echo: again")]
+        ("user_message_chunk", "hello"),
+        ("agent_message_chunk", "echo: hello"),
+        ("user_message_chunk", "again"),
+        ("agent_message_chunk", "echo: again"),
+    ]
     assert all(u["messageId"] for u in updates(before))
     _, resp = second.until_response(prompt(second, sid, "third"))
     assert resp["result"] == {"stopReason": "end_turn"}
     err = second.call("session/load", {"sessionId": "acp-nope", "cwd": "/tmp", "mcpServers": []})["error"]
     assert err["code"] == -32002
     # resume: known → {}, no replay; unknown → -32002
-    before, resp = second.until_response(second.request("session/resume", {
-        "sessionId": sid, "cwd": "/tmp", "mcpServers": []}))
+    before, resp = second.until_response(
+        second.request("session/resume", {"sessionId": sid, "cwd": "/tmp", "mcpServers": []})
+    )
     assert before == [] and resp["result"] == {}
     assert second.call("session/resume", {"sessionId": "acp-nope", "cwd": "/tmp"})["error"]["code"] == -32002
     listed = second.call("session/list", {})["result"]["sessions"]
@@ -374,21 +412,31 @@ def test_exits_crash_and_hang(spawn: Any) -> None:
 def test_sdk_echo_agent(spawn: Any) -> None:
     pytest.importorskip("acp")
     peer = spawn(script=SDK)
-    init = peer.call("initialize", {"protocolVersion": 1, "clientCapabilities": {
-        "fs": {"readTextFile": True, "writeTextFile": True}, "terminal": True},
-        "clientInfo": {"name": "test", "version": "0"}})["result"]
+    init = peer.call(
+        "initialize",
+        {
+            "protocolVersion": 1,
+            "clientCapabilities": {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": True},
+            "clientInfo": {"name": "test", "version": "0"},
+        },
+    )["result"]
     assert init["protocolVersion"] == 1
     assert init["agentCapabilities"]["loadSession"] is True
     assert init["agentInfo"]["name"] == "sdk-echo"
     sid = peer.call("session/new", {"cwd": "/tmp", "mcpServers": []})["result"]["sessionId"]
 
-    before, resp = peer.until_response(peer.request("session/prompt", {"sessionId": sid, "prompt": [
-        {"type": "text", "text": "hello"}, {"type": "text", "text": "world"}]}))
+    before, resp = peer.until_response(
+        peer.request(
+            "session/prompt",
+            {"sessionId": sid, "prompt": [{"type": "text", "text": "hello"}, {"type": "text", "text": "world"}]},
+        )
+    )
     assert resp["result"] == {"stopReason": "end_turn"}
     assert [u["content"]["text"] for u in updates(before, "agent_message_chunk")] == ["hello", "world"]
 
-    before, resp = peer.until_response(peer.request("session/load", {
-        "sessionId": "any-id", "cwd": "/tmp", "mcpServers": []}))
+    before, resp = peer.until_response(
+        peer.request("session/load", {"sessionId": "any-id", "cwd": "/tmp", "mcpServers": []})
+    )
     assert before == [] and resp["result"] == {}
     peer.notify("session/cancel", {"sessionId": sid})
     err = peer.call("session/bogus", {})["error"]

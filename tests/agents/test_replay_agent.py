@@ -40,12 +40,18 @@ def entries(name: str) -> list[dict[str, Any]]:
 
 def without_initialize(es: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """What the bridge sees: no initialize exchange, so no hook callbacks it registered."""
-    init = {e["obj"]["request_id"] for e in es
-            if e["dir"] == ">" and e["obj"]["type"] == "control_request"
-            and e["obj"]["request"]["subtype"] == "initialize"}
-    hooks = {e["obj"]["request_id"] for e in es
-             if e["dir"] == "<" and e["obj"]["type"] == "control_request"
-             and e["obj"]["request"]["subtype"] == "hook_callback"}
+    init = {
+        e["obj"]["request_id"]
+        for e in es
+        if e["dir"] == ">" and e["obj"]["type"] == "control_request" and e["obj"]["request"]["subtype"] == "initialize"
+    }
+    hooks = {
+        e["obj"]["request_id"]
+        for e in es
+        if e["dir"] == "<"
+        and e["obj"]["type"] == "control_request"
+        and e["obj"]["request"]["subtype"] == "hook_callback"
+    }
     kept = []
     for e in es:
         o = e["obj"] or {}
@@ -78,8 +84,13 @@ def stderr_lines(es: list[dict[str, Any]]) -> list[str]:
 
 
 def user(text: str) -> dict[str, Any]:
-    return {"type": "user", "message": {"role": "user", "content": [{"type": "text", "text": text}]},
-            "parent_tool_use_id": None, "session_id": "", "uuid": str(uuid.uuid4())}
+    return {
+        "type": "user",
+        "message": {"role": "user", "content": [{"type": "text", "text": text}]},
+        "parent_tool_use_id": None,
+        "session_id": "",
+        "uuid": str(uuid.uuid4()),
+    }
 
 
 def permission(request_id: str, behavior: str, tool_input: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -88,8 +99,10 @@ def permission(request_id: str, behavior: str, tool_input: dict[str, Any] | None
         answer["updatedInput"] = tool_input or {}
     else:
         answer["message"] = "denied by the test"
-    return {"type": "control_response", "response": {"subtype": "success", "request_id": request_id,
-                                                     "response": answer}}
+    return {
+        "type": "control_response",
+        "response": {"subtype": "success", "request_id": request_id, "response": answer},
+    }
 
 
 def interrupt(request_id: str) -> dict[str, Any]:
@@ -117,11 +130,21 @@ def spawn(tmp_path: Path) -> Iterator[Any]:
     hosts: list[Host] = []
 
     def make(name: str, *flags: str, bridge_args: bool = True) -> Host:
-        argv = [sys.executable, "-I", str(AGENT), "--transcript", str(TRANSCRIPTS / f"{name}.transcript.jsonl"),
-                *flags]
+        argv = [sys.executable, "-I", str(AGENT), "--transcript", str(TRANSCRIPTS / f"{name}.transcript.jsonl"), *flags]
         if bridge_args:  # what the bridge passes to a real claude: accepted and ignored
-            argv += ["-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose",
-                     "--model", "claude-x", "--resume=abc", "--permission-prompt-tool", "stdio"]
+            argv += [
+                "-p",
+                "--input-format",
+                "stream-json",
+                "--output-format",
+                "stream-json",
+                "--verbose",
+                "--model",
+                "claude-x",
+                "--resume=abc",
+                "--permission-prompt-tool",
+                "stdio",
+            ]
         env = {**os.environ, "FAKE_AGENT_LOG": str(tmp_path / "agent.log")}
         host = Host(argv, env, tmp_path / f"stderr-{len(hosts)}.txt")
         hosts.append(host)
@@ -156,7 +179,8 @@ def test_minA_one_turn(spawn: Any, tmp_path: Path) -> None:
     assert log[0]["event"] == "start" and log[0]["pid"] == host.proc.pid and "--model" in log[0]["argv"]
     assert log[0]["cwd"] == str(tmp_path) and log[0]["env"]["FAKE_AGENT_LOG"] == str(tmp_path / "agent.log")
     assert [e for e in log if e["event"] == "stdin"] == [
-        {"event": "stdin", "line": json.dumps(msg, separators=(",", ":"))}]
+        {"event": "stdin", "line": json.dumps(msg, separators=(",", ":"))}
+    ]
     assert not [e for e in log if e["event"] == "skipped"]
 
 
@@ -172,8 +196,10 @@ def test_permission_answered(spawn: Any, name: str) -> None:
     got = host.expect(outs[1])
     ask = json.loads(got[-1])
     assert ask["request"]["subtype"] == "can_use_tool"
-    assert not any(json.loads(x)["type"] == "control_request" and json.loads(x)["request"]["subtype"] ==
-                   "hook_callback" for x in got), "hook callbacks exist only for an initialize the bridge never sends"
+    assert not any(
+        json.loads(x)["type"] == "control_request" and json.loads(x)["request"]["subtype"] == "hook_callback"
+        for x in got
+    ), "hook callbacks exist only for an initialize the bridge never sends"
     host.send(permission(ask["request_id"], behavior, ask["request"]["input"]))
     host.expect(outs[2])
     assert json.loads(outs[2][-1])["type"] == "result"
@@ -186,7 +212,11 @@ def test_cancelperm_interrupt_while_asking(spawn: Any, tmp_path: Path, late_answ
     es = without_initialize(entries("cancelperm"))
     outs, hosts = segments(es)
     assert [(h["type"], h.get("request", {}).get("subtype")) for h in hosts] == [
-        ("user", None), ("control_request", "interrupt"), ("control_response", None), ("user", None)]
+        ("user", None),
+        ("control_request", "interrupt"),
+        ("control_response", None),
+        ("user", None),
+    ]
     recorded_id = hosts[1]["request_id"]
     host = spawn("cancelperm")
     host.send(user("make a file"))
@@ -196,8 +226,12 @@ def test_cancelperm_interrupt_while_asking(spawn: Any, tmp_path: Path, late_answ
 
     my_id = "req_1_" + uuid.uuid4().hex[:8]
     host.send(interrupt(my_id))
-    expected = [x.replace(f'"request_id":"{recorded_id}"', f'"request_id":"{my_id}"')
-                if json.loads(x)["type"] == "control_response" else x for x in outs[2]]
+    expected = [
+        x.replace(f'"request_id":"{recorded_id}"', f'"request_id":"{my_id}"')
+        if json.loads(x)["type"] == "control_response"
+        else x
+        for x in outs[2]
+    ]
     got = host.expect(expected)
     assert json.loads(got[0]) == {"type": "control_cancel_request", "request_id": ask["request_id"]}
     assert json.loads(got[1])["response"] == {"subtype": "success", "request_id": my_id}
@@ -222,7 +256,14 @@ def test_hooks_events_in_one_turn(spawn: Any) -> None:
     host.send(user("hi"))
     got = host.expect(outs[1])
     assert [json.loads(x).get("subtype") for x in got] == [
-        "session_state_changed", "hook_started", "hook_response", "init", None, "success", "session_state_changed"]
+        "session_state_changed",
+        "hook_started",
+        "hook_response",
+        "init",
+        None,
+        "success",
+        "session_state_changed",
+    ]
     assert host.finish() == 0
 
 
@@ -271,8 +312,14 @@ def test_eof_before_first_line_and_mid_transcript(spawn: Any) -> None:
 
 
 def test_missing_transcript_is_an_error(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-I", str(AGENT), "--verbose"], input="", capture_output=True,
-                          text=True, timeout=TIMEOUT, cwd=str(tmp_path))
+    proc = subprocess.run(
+        [sys.executable, "-I", str(AGENT), "--verbose"],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        cwd=str(tmp_path),
+    )
     assert proc.returncode == 2 and "--transcript" in proc.stderr
 
 

@@ -43,14 +43,26 @@ class SyncDaemon:
         self._stderr_offset = 0
 
     def start(self) -> None:
-        argv = [sys.executable, "-m", "bridge", "serve", "--port", "0", "--config",
-                str(self.config_path), "--data-dir", str(self.data_dir), "--log-format", "json",
-                "--token", self.token]
+        argv = [
+            sys.executable,
+            "-m",
+            "bridge",
+            "serve",
+            "--port",
+            "0",
+            "--config",
+            str(self.config_path),
+            "--data-dir",
+            str(self.data_dir),
+            "--log-format",
+            "json",
+            "--token",
+            self.token,
+        ]
         env = dict(os.environ)
         env.pop("AGENT_BRIDGE_TOKEN", None)
         with self.stderr_path.open("ab") as err:
-            self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, env=env,
-                                         cwd=str(self.tmp))
+            self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, env=env, cwd=str(self.tmp))
         assert self.proc.stdout is not None
         ready, _, _ = select.select([self.proc.stdout], [], [], START_TIMEOUT)
         if not ready:
@@ -78,7 +90,7 @@ class SyncDaemon:
         """Log lines written since the last call that are a traceback, not JSON, or at
         error level or above (the daemon logs JSON lines only, with --log-format json)."""
         text = self.stderr()
-        fresh, self._stderr_offset = text[self._stderr_offset:], len(text)
+        fresh, self._stderr_offset = text[self._stderr_offset :], len(text)
         return log_problems(fresh)
 
     def healthy(self) -> bool:

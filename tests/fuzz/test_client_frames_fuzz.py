@@ -28,9 +28,13 @@ MAX_FRAME = 8 * 1024 * 1024  # the bridge's limit on a client frame (docs/config
 UVICORN_MAX = 16 * 1024 * 1024  # beyond this uvicorn closes with 1009 before the bridge sees it
 STEP = 15.0
 
-FUZZ = settings(max_examples=150, deadline=None, database=None, derandomize=False,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                       HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=150,
+    deadline=None,
+    database=None,
+    derandomize=False,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+)
 
 
 # --------------------------------------------------------------------------- the daemon
@@ -49,8 +53,14 @@ class Link:
     def open(self) -> ClientConnection:
         if self.conn is None:
             # Entered as a context manager (websockets >= 17.1 warns otherwise); closed in drop().
-            self.conn = connect(self.url, additional_headers=self.daemon.headers, max_size=None,
-                                max_queue=None, open_timeout=STEP, close_timeout=5).__enter__()
+            self.conn = connect(
+                self.url,
+                additional_headers=self.daemon.headers,
+                max_size=None,
+                max_queue=None,
+                open_timeout=STEP,
+                close_timeout=5,
+            ).__enter__()
             self.opened += 1
         return self.conn
 
@@ -78,8 +88,9 @@ class Link:
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SyncDaemon]:
     # Small idle timeout so agents a fuzz frame started do not pile up; enough pending
     # prompts that "busy" stays rare but still reachable.
-    with running_daemon(tmp_path_factory.mktemp("frames-fuzz"),
-                        "idle_timeout_s = 5\nmax_pending_prompts = 8\ninterrupt_timeout_s = 2\n") as d:
+    with running_daemon(
+        tmp_path_factory.mktemp("frames-fuzz"), "idle_timeout_s = 5\nmax_pending_prompts = 8\ninterrupt_timeout_s = 2\n"
+    ) as d:
         yield d
 
 
@@ -97,10 +108,19 @@ def thread_id(daemon: SyncDaemon) -> str:
 # longer than a fuzz example should wait; prompts never start with them.
 _SLOW_DIRECTIVES = ("hang", "slow", "huge", "spawnchild", "flood", "ask", "big")
 
-scalars = (st.none() | st.booleans() | st.integers() | st.integers(min_value=2**63, max_value=2**80)
-           | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=40))
-json_values = st.recursive(scalars, lambda kids: st.lists(kids, max_size=4)
-                           | st.dictionaries(st.text(max_size=8), kids, max_size=4), max_leaves=25)
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=2**63, max_value=2**80)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=40)
+)
+json_values = st.recursive(
+    scalars,
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4),
+    max_leaves=25,
+)
 unicode_text = st.text(st.characters(codec=None, exclude_categories=()), max_size=60)
 huge_text = st.sampled_from([64 * 1024, 512 * 1024, 2 * 1024 * 1024]).map(lambda n: "é" * (n // 2))
 
@@ -111,27 +131,57 @@ def _prompt_text(s: str) -> str:
 
 texts = (unicode_text | huge_text).map(_prompt_text)
 b64 = st.binary(max_size=64).map(lambda b: base64.b64encode(b).decode())
-media_types = st.sampled_from(["image/png", "image/jpeg", "image/gif", "image/webp", "application/pdf",
-                               "text/plain", "image/svg+xml", "text/html", "IMAGE/PNG", ""]) | st.text(max_size=12)
+media_types = st.sampled_from(
+    [
+        "image/png",
+        "image/jpeg",
+        "image/gif",
+        "image/webp",
+        "application/pdf",
+        "text/plain",
+        "image/svg+xml",
+        "text/html",
+        "IMAGE/PNG",
+        "",
+    ]
+) | st.text(max_size=12)
 sources = st.fixed_dictionaries(
     {"type": st.sampled_from(["base64", "url", "file"]) | json_values},
-    optional={"media_type": media_types | json_values, "data": b64 | st.text(max_size=20) | json_values,
-              "url": st.just("http://example.invalid/x.png")})
-blocks = (st.fixed_dictionaries({"type": st.just("text"), "text": texts})
-          | st.fixed_dictionaries({"type": st.sampled_from(["image", "document"]), "source": sources})
-          | st.fixed_dictionaries({"type": st.sampled_from(["video", "tool_use", "thinking", "", "TEXT"])
-                                   | json_values}, optional={"text": json_values, "source": json_values})
-          | json_values)
-contents = st.lists(blocks, max_size=6) | st.lists(st.just({"type": "text", "text": "x"}),
-                                                   min_size=63, max_size=66) | json_values
+    optional={
+        "media_type": media_types | json_values,
+        "data": b64 | st.text(max_size=20) | json_values,
+        "url": st.just("http://example.invalid/x.png"),
+    },
+)
+blocks = (
+    st.fixed_dictionaries({"type": st.just("text"), "text": texts})
+    | st.fixed_dictionaries({"type": st.sampled_from(["image", "document"]), "source": sources})
+    | st.fixed_dictionaries(
+        {"type": st.sampled_from(["video", "tool_use", "thinking", "", "TEXT"]) | json_values},
+        optional={"text": json_values, "source": json_values},
+    )
+    | json_values
+)
+contents = (
+    st.lists(blocks, max_size=6)
+    | st.lists(st.just({"type": "text", "text": "x"}), min_size=63, max_size=66)
+    | json_values
+)
 ids = st.text(max_size=140) | json_values
 
 frames = st.fixed_dictionaries(
     {"op": st.sampled_from(["prompt", "interrupt", "permission", "raw", "junk"]) | json_values},
-    optional={"text": texts | json_values, "content": contents, "client_id": ids,
-              "request_id": ids, "decision": st.sampled_from(["allow", "deny"]) | json_values,
-              "option_id": ids, "message": json_values | st.dictionaries(st.text(max_size=8), json_values),
-              "extra": json_values})
+    optional={
+        "text": texts | json_values,
+        "content": contents,
+        "client_id": ids,
+        "request_id": ids,
+        "decision": st.sampled_from(["allow", "deny"]) | json_values,
+        "option_id": ids,
+        "message": json_values | st.dictionaries(st.text(max_size=8), json_values),
+        "extra": json_values,
+    },
+)
 
 
 def _nest(depth: int, frame: dict[str, Any]) -> str:
@@ -198,8 +248,9 @@ def _replies_until_sentinel(link: Link, conn: ClientConnection, sentinel: str) -
 @example(payload='{"op":"raw","message":{"a":' + "[" * 970 + "]" * 970 + "}}")
 @example(payload='{"op":"prompt","content":[' + "[" * 970 + "]" * 970 + "]}")
 @example(payload='{"op":"permission","request_id":"r","decision":"allow","option_id":"' + "o" * 5000 + '"}')
-def test_every_events_frame_gets_exactly_one_reply(daemon: SyncDaemon, thread_id: str,
-                                                   events_link: Link, payload: Payload) -> None:
+def test_every_events_frame_gets_exactly_one_reply(
+    daemon: SyncDaemon, thread_id: str, events_link: Link, payload: Payload
+) -> None:
     link = events_link
     conn = link.open()
     link.sentinels += 1
@@ -214,8 +265,8 @@ def test_every_events_frame_gets_exactly_one_reply(daemon: SyncDaemon, thread_id
         assert code != 1011, f"internal error closing the socket after {payload[:200]!r}"
         # Only a frame uvicorn cannot take at all (> 16 MiB) may close an events socket.
         assert code == 1009 and len(payload) > UVICORN_MAX, (
-            f"socket closed ({code}, {exc.rcvd.reason if exc.rcvd else ''!r}) without a reply "
-            f"after {payload[:200]!r}")
+            f"socket closed ({code}, {exc.rcvd.reason if exc.rcvd else ''!r}) without a reply after {payload[:200]!r}"
+        )
         replies = None
     if replies is not None:
         assert len(replies) == 1, f"{len(replies)} replies to {payload[:200]!r}: {replies}"
@@ -243,8 +294,9 @@ def events_link(daemon: SyncDaemon, thread_id: str) -> Iterator[Link]:
 raw_payloads: st.SearchStrategy[Payload] = st.one_of(
     json_values.map(json.dumps),
     st.dictionaries(st.text(max_size=8), json_values, max_size=5).map(json.dumps),
-    st.fixed_dictionaries({"type": st.sampled_from(["keep_alive", "control_request", "user_x", "shutdown"])
-                           | json_values}).map(json.dumps),
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(["keep_alive", "control_request", "user_x", "shutdown"]) | json_values}
+    ).map(json.dumps),
     st.integers(1, 100_000).map(lambda n: "[" * n + "]" * n),
     st.text(max_size=100),
     st.binary(max_size=256),
@@ -286,8 +338,9 @@ def _is_object(payload: Payload) -> bool:
 @example(payload="{" + '"a":' * 0 + "}")
 @example(payload='{"a":' + "[" * 970 + "]" * 970 + "}")
 @example(payload="z" * (MAX_FRAME + 1))
-def test_raw_mode_frames_are_relayed_or_close_the_socket(daemon: SyncDaemon, raw_thread_id: str,
-                                                         raw_link: Link, payload: Payload) -> None:
+def test_raw_mode_frames_are_relayed_or_close_the_socket(
+    daemon: SyncDaemon, raw_thread_id: str, raw_link: Link, payload: Payload
+) -> None:
     link = raw_link
     link.drain()
     conn = link.open()
@@ -346,8 +399,12 @@ def test_the_fuzzed_thread_is_still_consistent(daemon: SyncDaemon, thread_id: st
             seqs += [e["seq"] for e in events]
             after = events[-1]["seq"]
         assert seqs == list(range(1, len(seqs) + 1))
-    with connect(f"{daemon.ws_url}/v1/threads/{thread_id}/ws?after={after}",
-                 additional_headers=daemon.headers, max_size=None, open_timeout=STEP) as conn:
+    with connect(
+        f"{daemon.ws_url}/v1/threads/{thread_id}/ws?after={after}",
+        additional_headers=daemon.headers,
+        max_size=None,
+        open_timeout=STEP,
+    ) as conn:
         conn.send(json.dumps({"op": "prompt", "text": "still alive?", "client_id": "final"}))
         turn_id = None
         deadline = time.monotonic() + 30

@@ -45,16 +45,19 @@ enabled = false
 def openapi_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SyncDaemon]:
     # Enough room that the fuzzer's threads and agents never hit "capacity" (a documented
     # 503), and agents it starts are reaped quickly.
-    with running_daemon(tmp_path_factory.mktemp("openapi-fuzz"),
-                        "max_conversations = 1000\nidle_timeout_s = 2\nmax_pending_prompts = 1000\n") as d:
+    with running_daemon(
+        tmp_path_factory.mktemp("openapi-fuzz"),
+        "max_conversations = 1000\nidle_timeout_s = 2\nmax_pending_prompts = 1000\n",
+    ) as d:
         yield d
 
 
 @pytest.fixture(scope="module")
 def api_schema(openapi_daemon: SyncDaemon) -> Any:
     config = SchemathesisConfig.from_str(CONFIG)
-    return schemathesis.openapi.from_url(f"{openapi_daemon.url}/openapi.json", config=config,
-                                         headers=openapi_daemon.headers)
+    return schemathesis.openapi.from_url(
+        f"{openapi_daemon.url}/openapi.json", config=config, headers=openapi_daemon.headers
+    )
 
 
 class RealThreads:
@@ -118,8 +121,10 @@ class ShapeViolations:
         if problem is not None:
             key = (response.status_code, response.text[:120])
             request = response.request
-            self.seen.setdefault(key, f"{response.status_code} {problem}: {response.text[:200]!r} "
-                                      f"<- {request.method} {request.url[:200]}")
+            self.seen.setdefault(
+                key,
+                f"{response.status_code} {problem}: {response.text[:200]!r} <- {request.method} {request.url[:200]}",
+            )
         return True
 
 
@@ -138,15 +143,18 @@ def _aim_at_a_real_thread(case: Any, real_threads: RealThreads) -> None:
             case.query["wait"] = 0.2  # a long-poll on a quiet thread waits its full term
 
 
-FUZZ = settings(max_examples=MAX_EXAMPLES, deadline=None, database=None,
-                suppress_health_check=list(HealthCheck),
-                # No shrinking: a failure is reported with the example that found it, and a
-                # bug cannot turn the CI budget into minutes of shrinking.
-                phases=[Phase.explicit, Phase.reuse, Phase.generate])
+FUZZ = settings(
+    max_examples=MAX_EXAMPLES,
+    deadline=None,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+    # No shrinking: a failure is reported with the example that found it, and a
+    # bug cannot turn the CI budget into minutes of shrinking.
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+)
 
 
-def _check(case: Any, daemon: SyncDaemon, real_threads: RealThreads, calls: list[str],
-           shapes: ShapeViolations) -> None:
+def _check(case: Any, daemon: SyncDaemon, real_threads: RealThreads, calls: list[str], shapes: ShapeViolations) -> None:
     _aim_at_a_real_thread(case, real_threads)
     calls.append(case.operation.label)
     response = case.call(headers=daemon.headers, timeout=15)
@@ -154,8 +162,9 @@ def _check(case: Any, daemon: SyncDaemon, real_threads: RealThreads, calls: list
 
 
 @pytest.mark.timeout(170)
-def test_no_5xx_and_4xx_bodies_follow_the_contract(api_schema: Any, openapi_daemon: SyncDaemon,
-                                                   real_threads: RealThreads) -> None:
+def test_no_5xx_and_4xx_bodies_follow_the_contract(
+    api_schema: Any, openapi_daemon: SyncDaemon, real_threads: RealThreads
+) -> None:
     """Every operation through schemathesis' examples, coverage and fuzzing phases, valid
     and invalid data. (``schemathesis.pytest.from_fixture`` would do the same, but it sets
     ``Node._nodeid``, which pytest 9.2 no longer has; this drives the very same per-operation
@@ -177,8 +186,10 @@ def test_no_5xx_and_4xx_bodies_follow_the_contract(api_schema: Any, openapi_daem
     if failures:
         report.append(f"{len(failures)} operation(s) failed:\n\n" + "\n\n".join(failures))
     if shapes.seen:
-        report.append(f"{len(shapes.seen)} distinct 4xx answer(s) without the error body:\n"
-                      + "\n".join(sorted(shapes.seen.values())))
+        report.append(
+            f"{len(shapes.seen)} distinct 4xx answer(s) without the error body:\n"
+            + "\n".join(sorted(shapes.seen.values()))
+        )
     assert not report, "\n\n".join(report)
 
 

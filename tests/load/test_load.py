@@ -120,8 +120,9 @@ def transcript(c: Client) -> list[tuple[str, dict[str, Any]]]:
     return [(t, f) for t, f in zip(c.texts, c.frames, strict=True) if f.get("seq") is not None]
 
 
-async def run_thread_turns(thread_id: str, clients: tuple[Client, Client], turns: int,
-                           step_timeout: float, progress: dict[str, str]) -> list[str]:
+async def run_thread_turns(
+    thread_id: str, clients: tuple[Client, Client], turns: int, step_timeout: float, progress: dict[str, str]
+) -> list[str]:
     """``turns`` prompts on one thread, sent alternately by its two clients; both clients
     read through every turn until its turn.ended. Returns the accepted turn ids."""
     turn_ids: list[str] = []
@@ -130,23 +131,32 @@ async def run_thread_turns(thread_id: str, clients: tuple[Client, Client], turns
         text = f"load {thread_id} turn {k}"
         progress[thread_id] = f"turn {k}: awaiting client.accepted"
         await sender.send(op="prompt", text=text)
-        acc = await sender.next(lambda f: f.get("kind") in ("client.accepted", "client.rejected")
-                                and f["data"].get("op") == "prompt", step_timeout)
+        acc = await sender.next(
+            lambda f: f.get("kind") in ("client.accepted", "client.rejected") and f["data"].get("op") == "prompt",
+            step_timeout,
+        )
         assert acc["kind"] == "client.accepted", (thread_id, k, acc)
         assert acc["seq"] is None, acc
         tid = acc["data"]["turn_id"]
         turn_ids.append(tid)
         progress[thread_id] = f"turn {k}: awaiting turn.ended {tid}"
-        ends = await asyncio.gather(sender.kind("turn.ended", step_timeout, turn_id=tid),
-                                    other.kind("turn.ended", step_timeout, turn_id=tid))
+        ends = await asyncio.gather(
+            sender.kind("turn.ended", step_timeout, turn_id=tid), other.kind("turn.ended", step_timeout, turn_id=tid)
+        )
         for end in ends:
             assert end["data"]["status"] == "success", (thread_id, k, end)
     progress[thread_id] = "done"
     return turn_ids
 
 
-async def stuck_report(http: Any, d: Daemon, ids: list[str], clients: list[tuple[Client, Client]],
-                       progress: dict[str, str], errors: list[BaseException | None]) -> str:
+async def stuck_report(
+    http: Any,
+    d: Daemon,
+    ids: list[str],
+    clients: list[tuple[Client, Client]],
+    progress: dict[str, str],
+    errors: list[BaseException | None],
+) -> str:
     """What every unfinished thread was waiting for, what the bridge says about it, and the
     last frames each client saw: the evidence for a hang or a lost event."""
     lines = []
@@ -159,10 +169,10 @@ async def stuck_report(http: Any, d: Daemon, ids: list[str], clients: list[tuple
         except Exception as exc:  # the report must not hide the original failure
             view = {"error": repr(exc)}
         tails = [[(f.get("seq"), f.get("kind")) for f in c.frames[-6:]] for c in pair]
-        lines.append(f"{tid}: {progress.get(tid)}; bridge {view}; A tail {tails[0]}; B tail {tails[1]}; "
-                     f"error {err!r:.300}")
-    return (f"{len(lines)} thread(s) did not finish; daemon stderr at {d.stderr_path}\n"
-            + "\n".join(lines[:40]))
+        lines.append(
+            f"{tid}: {progress.get(tid)}; bridge {view}; A tail {tails[0]}; B tail {tails[1]}; error {err!r:.300}"
+        )
+    return f"{len(lines)} thread(s) did not finish; daemon stderr at {d.stderr_path}\n" + "\n".join(lines[:40])
 
 
 async def store_events(http: Any, thread_id: str) -> list[dict[str, Any]]:
@@ -178,20 +188,23 @@ async def store_events(http: Any, thread_id: str) -> list[dict[str, Any]]:
         after = page[-1]["seq"]
 
 
-def check_thread(thread_id: str, clients: tuple[Client, Client], last_seq: int,
-                 turn_ids: list[str], stored: list[dict[str, Any]]) -> int:
+def check_thread(
+    thread_id: str, clients: tuple[Client, Client], last_seq: int, turn_ids: list[str], stored: list[dict[str, Any]]
+) -> int:
     """Every invariant for one thread; returns its number of transcript events."""
     a, b = (transcript(c) for c in clients)
     for name, tr in (("A", a), ("B", b)):
         seqs = [f["seq"] for _, f in tr]
         assert seqs == list(range(1, last_seq + 1)), (
-            f"thread {thread_id} client {name}: seqs not 1..{last_seq} exactly once in order: {seqs}")
+            f"thread {thread_id} client {name}: seqs not 1..{last_seq} exactly once in order: {seqs}"
+        )
     # Byte-identical transcript frames on both clients.
     for (ta, fa), (tb, _) in zip(a, b, strict=True):
         assert ta == tb, f"thread {thread_id} seq {fa['seq']}: clients differ\n{ta}\n{tb}"
     # The store holds the same sequence, with the same content.
     assert [e["seq"] for e in stored] == list(range(1, last_seq + 1)), (
-        f"thread {thread_id}: store seqs {[e['seq'] for e in stored]}, last_seq {last_seq}")
+        f"thread {thread_id}: store seqs {[e['seq'] for e in stored]}, last_seq {last_seq}"
+    )
     for e, (_, f) in zip(stored, a, strict=True):
         assert (e["seq"], e["kind"], e["data"]) == (f["seq"], f["kind"], f["data"]), (thread_id, e, f)
         assert e == f, (thread_id, e, f)
@@ -200,8 +213,11 @@ def check_thread(thread_id: str, clients: tuple[Client, Client], last_seq: int,
     assert sorted(f["data"].get("turn_id") for f in ended) == sorted(turn_ids), (thread_id, ended, turn_ids)
     assert all(f["data"]["status"] == "success" for f in ended), (thread_id, ended)
     # The agent answered each prompt (the echo reply is in the transcript once per turn).
-    replies = [f["data"]["text"] for _, f in a if f["kind"] == "message" and f["source"] == "agent"
-               and f["data"].get("role") == "assistant"]
+    replies = [
+        f["data"]["text"]
+        for _, f in a
+        if f["kind"] == "message" and f["source"] == "agent" and f["data"].get("role") == "assistant"
+    ]
     assert replies == [f"echo: load {thread_id} turn {k}" for k in range(len(turn_ids))], (thread_id, replies)
     return last_seq
 
@@ -236,9 +252,18 @@ def report(figures: dict[str, Any]) -> None:
         p.write_text(json.dumps(existing, indent=2) + "\n")
 
 
-async def run_load(daemon_factory: Callable[..., Any], tmp_path: Path, agent_env: dict[str, str], *,
-                   label: str, threads: int, turns: int, budget_s: float, step_timeout: float,
-                   awp_every: int = 4) -> dict[str, Any]:
+async def run_load(
+    daemon_factory: Callable[..., Any],
+    tmp_path: Path,
+    agent_env: dict[str, str],
+    *,
+    label: str,
+    threads: int,
+    turns: int,
+    budget_s: float,
+    step_timeout: float,
+    awp_every: int = 4,
+) -> dict[str, Any]:
     """The shared body of both load tests. ``budget_s`` bounds all the turns together and
     ``step_timeout`` any single wait; both stay below the test's pytest timeout, so a hang
     fails with a report of the stuck threads rather than a bare timeout."""
@@ -250,6 +275,7 @@ async def run_load(daemon_factory: Callable[..., Any], tmp_path: Path, agent_env
     t_setup = time.monotonic()
 
     async with d.http() as http:
+
         async def create(i: int) -> str:
             agent = "awp-jsonl" if i % awp_every == awp_every - 1 else "stream-json"
             r = await http.post("/v1/threads", json={"agent": agent, "title": f"load {i}"})
@@ -262,8 +288,7 @@ async def run_load(daemon_factory: Callable[..., Any], tmp_path: Path, agent_env
         async def connect(tid: str) -> tuple[Client, Client]:
             return await d.ws(tid), await d.ws(tid)
 
-        clients: list[tuple[Client, Client]] = await bounded(
-            SETUP_CONCURRENCY, [connect(t) for t in ids])
+        clients: list[tuple[Client, Client]] = await bounded(SETUP_CONCURRENCY, [connect(t) for t in ids])
         setup_s = time.monotonic() - t_setup
 
         sampler = Sampler(d.proc.pid)
@@ -303,8 +328,9 @@ async def run_load(daemon_factory: Callable[..., Any], tmp_path: Path, agent_env
         for tid, pair, last, tids, st in zip(ids, clients, last_seqs, turn_ids, stored, strict=True):
             total_events += check_thread(tid, pair, last, tids, st)
 
-        agent_pids = [f["data"]["pid"] for pair in clients for f in pair[0].frames
-                      if f.get("kind") == "process.started"]
+        agent_pids = [
+            f["data"]["pid"] for pair in clients for f in pair[0].frames if f.get("kind") == "process.started"
+        ]
         frames = sum(len(c.frames) for pair in clients for c in pair)
         transcript_frames = sum(len(transcript(c)) for pair in clients for c in pair)
         await asyncio.gather(*(c.close() for pair in clients for c in pair))
@@ -344,7 +370,9 @@ async def run_load(daemon_factory: Callable[..., Any], tmp_path: Path, agent_env
 # 100 threads × 2 clients × 10 turns takes ~25 s here, so it runs in every CI run
 # (issue #3: "part of CI if it fits in a few minutes").
 @pytest.mark.timeout(300)
-async def test_load_many_threads_two_clients_each(daemon_factory: Callable[..., Any], tmp_path: Path,
-                                                  agent_env: dict[str, str]) -> None:
-    await run_load(daemon_factory, tmp_path, agent_env, label="many", threads=100, turns=10,
-                   budget_s=240, step_timeout=120)
+async def test_load_many_threads_two_clients_each(
+    daemon_factory: Callable[..., Any], tmp_path: Path, agent_env: dict[str, str]
+) -> None:
+    await run_load(
+        daemon_factory, tmp_path, agent_env, label="many", threads=100, turns=10, budget_s=240, step_timeout=120
+    )

@@ -96,7 +96,7 @@ def with_id(line: str, new_id: int) -> str:
     """The agent's response line with only its id changed, every other byte kept."""
     m = _ID_PREFIX.match(line)
     assert m, f"unexpected response layout: {line[:80]}"
-    return f'{{"jsonrpc":"2.0","id":{new_id},' + line[m.end():]
+    return f'{{"jsonrpc":"2.0","id":{new_id},' + line[m.end() :]
 
 
 class Replay:
@@ -149,8 +149,9 @@ class Replay:
             rid = obj["id"]
             self.methods[rid] = method
             if method == "session/prompt":
-                content = [{"type": "text", "text": b["text"]} for b in obj["params"]["prompt"]
-                           if b.get("type") == "text"]
+                content = [
+                    {"type": "text", "text": b["text"]} for b in obj["params"]["prompt"] if b.get("type") == "text"
+                ]
                 self._wrote("prompt", [self.codec.encode_prompt(content)])
             mine = next((o for o in self.emitted if o["method"] == method), None)
             if mine is None:
@@ -226,8 +227,16 @@ class Replay:
         events, state = [], []
         for n, (label, d) in enumerate(zip(self.labels, self.decoded, strict=True)):
             for ev in d.events:
-                events.append({"line": n, "in": label, "src": ev.source, "kind": ev.kind,
-                               "relay": ev.relay, "data": select(ev.data)})
+                events.append(
+                    {
+                        "line": n,
+                        "in": label,
+                        "src": ev.source,
+                        "kind": ev.kind,
+                        "relay": ev.relay,
+                        "data": select(ev.data),
+                    }
+                )
             if d.ready:
                 state.append({"line": n, "ready": True})
             if d.fatal is not None:
@@ -268,9 +277,9 @@ def events_of(r: Replay, kind: str) -> list[Any]:
 
 # ---------------------------------------------------------------- golden decoding
 
+
 def test_the_acp_transcripts_are_there():
-    assert {scenario_of(p) for p in transcript_files()} == {
-        "acp_echo_py_sdk_0.12.1", "acpcancel", "acpload", "acpmain"}
+    assert {scenario_of(p) for p in transcript_files()} == {"acp_echo_py_sdk_0.12.1", "acpcancel", "acpload", "acpmain"}
 
 
 @pytest.mark.parametrize("path", transcript_files(), ids=scenario_of)
@@ -326,8 +335,11 @@ def test_main_handshake_session_started_and_ready_only_on_the_session_new_result
     ready = [n for n, d in enumerate(r.decoded) if d.ready]
     assert [r.labels[n] for n in ready] == ["result/session/new"]
     [started] = events_of(r, "session.started")
-    assert started.data == {"native_session_id": "945856eb-d200-4bd3-bb31-5cc719c11a1a",
-                            "model": None, "resumed": "new"}
+    assert started.data == {
+        "native_session_id": "945856eb-d200-4bd3-bb31-5cc719c11a1a",
+        "model": None,
+        "resumed": "new",
+    }
     assert r.decoded[0].agent is not None
     assert r.decoded[0].agent["info"]["version"] == "0.49.0"
     assert r.decoded[0].agent["protocol_version"] == 1
@@ -346,14 +358,22 @@ def test_main_tool_call_updates_and_results():
     calls = events_of(r, "tool.call")
     bash = [c.data for c in calls if c.data["tool_call_id"] == "toolu_fake_72f9636044ba"]
     # name is the stable _meta.claudeCode.toolName, not the changing human title
-    assert bash[0] == {"tool_call_id": "toolu_fake_72f9636044ba", "name": "Bash", "input": {},
-                       "title": "Terminal", "kind": "execute", "status": "pending"}
+    assert bash[0] == {
+        "tool_call_id": "toolu_fake_72f9636044ba",
+        "name": "Bash",
+        "input": {},
+        "title": "Terminal",
+        "kind": "execute",
+        "status": "pending",
+    }
     assert bash[1]["update"] is True
     assert bash[1]["input"] == {"command": "touch /home/user/project/wtest.txt", "description": "Create file"}
     results = {e.data["tool_call_id"]: e.data for e in events_of(r, "tool.result")}
-    assert results["toolu_fake_72f9636044ba"] == {"tool_call_id": "toolu_fake_72f9636044ba",
-                                                  "output": "(Bash completed with no output)",
-                                                  "is_error": False}
+    assert results["toolu_fake_72f9636044ba"] == {
+        "tool_call_id": "toolu_fake_72f9636044ba",
+        "output": "(Bash completed with no output)",
+        "is_error": False,
+    }
     assert results["toolu_fake_7dcc939e8974"]["is_error"] is False
     assert results["toolu_fake_7dcc939e8974"]["output"].startswith("File created successfully")
 
@@ -368,7 +388,10 @@ def test_main_permission_requests_carry_the_agent_id_and_options():
     assert perms[0]["tool_call_id"] == "toolu_fake_72f9636044ba"
     assert perms[0]["input"] == {"command": "touch /home/user/project/wtest.txt", "description": "Create file"}
     assert [(o["optionId"], o["kind"]) for o in perms[0]["options"]] == [
-        ("allow_always", "allow_always"), ("allow", "allow_once"), ("reject", "reject_once")]
+        ("allow_always", "allow_always"),
+        ("allow", "allow_once"),
+        ("reject", "reject_once"),
+    ]
     # the codec answered the first two by kind (allow_once → "allow"), the third by interrupt
     answers = [c["line"] for c in r.client if c["op"] in ("permission", "interrupt") and "id" in c["line"]]
     assert answers == [
@@ -382,13 +405,22 @@ def test_main_turn_ends_and_their_stop_reasons():
     r = replay("acpmain")
     ends = [e.data for e in events_of(r, "turn.ended")]
     assert [(e["status"], e["stop_reason"]) for e in ends] == [
-        ("success", "end_turn"), ("success", "end_turn"), ("success", "end_turn"),
-        ("cancelled", "cancelled"), ("success", "end_turn"),
+        ("success", "end_turn"),
+        ("success", "end_turn"),
+        ("success", "end_turn"),
+        ("cancelled", "cancelled"),
+        ("success", "end_turn"),
         # the unknown-session prompt; the recorder's session/cancel came after the SLOW
         # prompt had already ended, so this error is an error, not a cancellation
-        ("error", None)]
-    assert ends[0]["usage"] == {"inputTokens": 50, "outputTokens": 12, "cachedReadTokens": 0,
-                                "cachedWriteTokens": 0, "totalTokens": 62}
+        ("error", None),
+    ]
+    assert ends[0]["usage"] == {
+        "inputTokens": 50,
+        "outputTokens": 12,
+        "cachedReadTokens": 0,
+        "cachedWriteTokens": 0,
+        "totalTokens": 62,
+    }
     assert ends[-1]["error"] == "Internal error (-32603)"
 
 
@@ -400,8 +432,14 @@ def test_main_responses_to_requests_the_codec_never_sends_are_unknown_id_diagnos
             assert ev.kind == "diagnostic" and not ev.relay
             assert ev.data["text"].startswith("response to unknown request id")
     skipped = [c["method"] for c in r.client if c["op"] == "not_sent"]
-    assert skipped == ["session/set_mode", "session/set_config_option", "session/set_model",
-                       "session/set_mode", "session/list", "session/bogus"]
+    assert skipped == [
+        "session/set_mode",
+        "session/set_config_option",
+        "session/set_model",
+        "session/set_mode",
+        "session/list",
+        "session/bogus",
+    ]
 
 
 def test_main_other_updates_are_agent_other():
@@ -430,8 +468,12 @@ def test_load_replays_history_silently_then_starts_the_resumed_session():
     assert len(replayed) == 17
     assert all(r.decoded[n].events == [] for n in replayed)
     [started] = events_of(r, "session.started")
-    assert started.data == {"native_session_id": "945856eb-d200-4bd3-bb31-5cc719c11a1a", "model": None,
-                            "resumed": "load", "replayed_updates": 17}
+    assert started.data == {
+        "native_session_id": "945856eb-d200-4bd3-bb31-5cc719c11a1a",
+        "model": None,
+        "resumed": "load",
+        "replayed_updates": 17,
+    }
     # nothing before the load result became a tool or message event
     first_ready = next(n for n, d in enumerate(r.decoded) if d.ready)
     assert r.labels[first_ready] == "result/session/load"
@@ -473,8 +515,9 @@ def wire(text: str) -> dict[str, Any]:
     return obj
 
 
-def respond(codec: AcpCodec, request: str | dict[str, Any], result: Any = None, *,
-            error: dict[str, Any] | None = None) -> AcpDecoded:
+def respond(
+    codec: AcpCodec, request: str | dict[str, Any], result: Any = None, *, error: dict[str, Any] | None = None
+) -> AcpDecoded:
     rid = (wire(request) if isinstance(request, str) else request)["id"]
     msg: dict[str, Any] = {"jsonrpc": "2.0", "id": rid}
     if error is not None:
@@ -484,10 +527,15 @@ def respond(codec: AcpCodec, request: str | dict[str, Any], result: Any = None, 
     return codec.decode(enc(msg))
 
 
-def init_result(*, version: Any = 1, caps: dict[str, Any] | None = None,
-                auth: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return {"protocolVersion": version, "agentCapabilities": caps or {},
-            "agentInfo": {"name": "fake", "version": "1"}, "authMethods": auth or []}
+def init_result(
+    *, version: Any = 1, caps: dict[str, Any] | None = None, auth: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    return {
+        "protocolVersion": version,
+        "agentCapabilities": caps or {},
+        "agentInfo": {"name": "fake", "version": "1"},
+        "authMethods": auth or [],
+    }
 
 
 def initialized(caps: dict[str, Any] | None = None, **kw: Any) -> tuple[AcpCodec, AcpDecoded]:
@@ -504,14 +552,33 @@ def ready_codec(sid: str = SID) -> AcpCodec:
 
 
 def update(variant: str, sid: str = SID, **fields: Any) -> bytes:
-    return enc({"jsonrpc": "2.0", "method": "session/update",
-                "params": {"sessionId": sid, "update": {"sessionUpdate": variant, **fields}}})
+    return enc(
+        {
+            "jsonrpc": "2.0",
+            "method": "session/update",
+            "params": {"sessionId": sid, "update": {"sessionUpdate": variant, **fields}},
+        }
+    )
 
 
 def permission_request(rid: Any, sid: str = SID) -> bytes:
-    return enc({"jsonrpc": "2.0", "id": rid, "method": "session/request_permission", "params": {
-        "sessionId": sid, "options": PERM_OPTIONS,
-        "toolCall": {"toolCallId": "t1", "title": "touch x", "kind": "execute", "rawInput": {"command": "touch x"}}}})
+    return enc(
+        {
+            "jsonrpc": "2.0",
+            "id": rid,
+            "method": "session/request_permission",
+            "params": {
+                "sessionId": sid,
+                "options": PERM_OPTIONS,
+                "toolCall": {
+                    "toolCallId": "t1",
+                    "title": "touch x",
+                    "kind": "execute",
+                    "rawInput": {"command": "touch x"},
+                },
+            },
+        }
+    )
 
 
 def kinds(d: AcpDecoded) -> list[str]:
@@ -520,14 +587,17 @@ def kinds(d: AcpDecoded) -> list[str]:
 
 # ---------------------------------------------------------------- handshake
 
+
 def test_initialize_declares_only_what_the_bridge_implements():
     codec = AcpCodec(cwd="/w", client_version="9.9")
     [line] = codec.start()
     obj = wire(line)
     assert obj["method"] == "initialize" and isinstance(obj["id"], int)
     assert obj["params"]["protocolVersion"] == 1
-    assert obj["params"]["clientCapabilities"] == {"fs": {"readTextFile": True, "writeTextFile": True},
-                                                   "terminal": False}
+    assert obj["params"]["clientCapabilities"] == {
+        "fs": {"readTextFile": True, "writeTextFile": True},
+        "terminal": False,
+    }
     assert CLIENT_CAPABILITIES == obj["params"]["clientCapabilities"]
     assert obj["params"]["clientInfo"]["name"] == "agent-bridge"
     assert obj["params"]["clientInfo"]["version"] == "9.9"
@@ -540,8 +610,12 @@ def test_initialize_result_produces_session_new_and_ready_only_after_its_result(
     d = respond(codec, init, init_result())
     assert not d.ready and d.fatal is None and not codec.ready
     assert kinds(d) == ["agent.other"] and not d.events[0].relay and d.events[0].raw
-    assert d.agent == {"protocol_version": 1, "info": {"name": "fake", "version": "1"},
-                       "capabilities": {}, "auth_methods": []}
+    assert d.agent == {
+        "protocol_version": 1,
+        "info": {"name": "fake", "version": "1"},
+        "capabilities": {},
+        "auth_methods": [],
+    }
     [new] = d.replies
     obj = wire(new)
     assert obj["method"] == "session/new"
@@ -565,16 +639,23 @@ def test_resume_with_load_session_sends_session_load_and_counts_the_replay():
     for kind in ("user_message_chunk", "agent_message_chunk", "tool_call"):
         r = codec.decode(update(kind, sid="old", content={"type": "text", "text": "h"}, toolCallId="t"))
         assert r.events == [] and r.replies == []
-    r = codec.decode(enc({"jsonrpc": "2.0", "method": "session/update",
-                          "params": {"update": {"sessionUpdate": "agent_message_chunk"}}}))
+    r = codec.decode(
+        enc(
+            {
+                "jsonrpc": "2.0",
+                "method": "session/update",
+                "params": {"update": {"sessionUpdate": "agent_message_chunk"}},
+            }
+        )
+    )
     assert r.events == []  # no sessionId during load: replay too
     d = respond(codec, load, None)  # the result may be null
     assert d.ready
-    assert d.events[0].data == {"native_session_id": "old", "model": None, "resumed": "load",
-                                "replayed_updates": 4}
+    assert d.events[0].data == {"native_session_id": "old", "model": None, "resumed": "load", "replayed_updates": 4}
     # after the load, updates are live again
-    assert kinds(codec.decode(update("agent_message_chunk", sid="old",
-                                     content={"type": "text", "text": "x"}))) == ["message.delta"]
+    assert kinds(codec.decode(update("agent_message_chunk", sid="old", content={"type": "text", "text": "x"}))) == [
+        "message.delta"
+    ]
 
 
 def test_resume_with_only_the_resume_capability_sends_session_resume():
@@ -586,8 +667,15 @@ def test_resume_with_only_the_resume_capability_sends_session_resume():
     assert d.ready and d.events[0].data == {"native_session_id": "old", "model": None, "resumed": "resume"}
 
 
-@pytest.mark.parametrize("caps", [{}, {"loadSession": False}, {"sessionCapabilities": {"resume": None}},
-                                  {"loadSession": "yes", "sessionCapabilities": {"resume": True}}])
+@pytest.mark.parametrize(
+    "caps",
+    [
+        {},
+        {"loadSession": False},
+        {"sessionCapabilities": {"resume": None}},
+        {"loadSession": "yes", "sessionCapabilities": {"resume": True}},
+    ],
+)
 def test_resume_without_load_or_resume_starts_a_new_session_with_a_notice(caps):
     codec, d = initialized(caps, resume_id="old")
     [new] = d.replies
@@ -690,14 +778,23 @@ def test_session_new_result_without_a_session_id_is_fatal():
 
 # ---------------------------------------------------------------- id routing
 
+
 def test_responses_are_matched_by_id_in_any_order():
     codec = ready_codec()
     p1 = codec.encode_prompt([{"type": "text", "text": "one"}])
     p2 = codec.encode_prompt([{"type": "text", "text": "two"}])
     assert wire(p1)["id"] != wire(p2)["id"]
     # the agent's own request reusing our pending id is a request, not a response
-    d = codec.decode(enc({"jsonrpc": "2.0", "id": wire(p1)["id"], "method": "fs/read_text_file",
-                          "params": {"sessionId": SID, "path": "/w/a"}}))
+    d = codec.decode(
+        enc(
+            {
+                "jsonrpc": "2.0",
+                "id": wire(p1)["id"],
+                "method": "fs/read_text_file",
+                "params": {"sessionId": SID, "path": "/w/a"},
+            }
+        )
+    )
     assert d.requests == [AgentRequest(wire(p1)["id"], "fs/read_text_file", {"sessionId": SID, "path": "/w/a"})]
     second = respond(codec, p2, {"stopReason": "max_tokens"})
     first = respond(codec, p1, {"stopReason": "end_turn"})
@@ -751,10 +848,16 @@ def test_fs_requests_are_handed_to_the_caller_with_the_exact_id(method, rid):
     assert d.requests == [AgentRequest(rid, method, params)]
     assert type(d.requests[0].id) is type(rid)
     assert kinds(d) == ["agent.other"] and d.events[0].data == {"method": method, "path": "/w/notes.txt"}
-    assert wire(codec.encode_result(rid, {"content": "hi"})) == {"jsonrpc": "2.0", "id": rid,
-                                                                 "result": {"content": "hi"}}
+    assert wire(codec.encode_result(rid, {"content": "hi"})) == {
+        "jsonrpc": "2.0",
+        "id": rid,
+        "result": {"content": "hi"},
+    }
     assert wire(codec.encode_error(rid, -32002, "Resource not found")) == {
-        "jsonrpc": "2.0", "id": rid, "error": {"code": -32002, "message": "Resource not found"}}
+        "jsonrpc": "2.0",
+        "id": rid,
+        "error": {"code": -32002, "message": "Resource not found"},
+    }
 
 
 @pytest.mark.parametrize("rid", [1.5, 1.0, True, False, None, {"a": 1}, [1], 1e300])
@@ -765,8 +868,11 @@ def test_request_with_an_invalid_id_gets_an_error_with_id_null(rid):
     [ev] = d.events
     assert ev.kind == "diagnostic" and not ev.relay and ev.raw == line.decode()
     [reply] = d.replies
-    assert wire(reply) == {"jsonrpc": "2.0", "id": None,
-                           "error": {"code": INVALID_REQUEST, "message": "Invalid request: bad id"}}
+    assert wire(reply) == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": INVALID_REQUEST, "message": "Invalid request: bad id"},
+    }
     assert codec.pending_permissions() == [] and d.requests == []
 
 
@@ -775,8 +881,13 @@ def test_lines_that_are_not_json_rpc():
     for line in (b"not json", b"", b"[1,2]", b"\xff\xfe"):
         [ev] = codec.decode(line).events
         assert ev.kind == "diagnostic" and not ev.relay and ev.raw is None
-    for obj in ({"jsonrpc": "1.0", "id": 1, "result": {}}, {"id": 1, "method": "x"},
-                {"jsonrpc": "2.0"}, {"jsonrpc": "2.0", "id": 1}, {"jsonrpc": "2.0", "method": 5}):
+    for obj in (
+        {"jsonrpc": "1.0", "id": 1, "result": {}},
+        {"id": 1, "method": "x"},
+        {"jsonrpc": "2.0"},
+        {"jsonrpc": "2.0", "id": 1},
+        {"jsonrpc": "2.0", "method": 5},
+    ):
         d = codec.decode(enc(obj))
         [ev] = d.events
         assert ev.kind == "diagnostic" and not ev.relay and ev.raw == json.dumps(obj)
@@ -784,6 +895,7 @@ def test_lines_that_are_not_json_rpc():
 
 
 # ---------------------------------------------------------------- session/update mapping
+
 
 def test_update_mapping():
     codec = ready_codec()
@@ -795,35 +907,70 @@ def test_update_mapping():
         return ev.kind, ev.data
 
     assert one(update("agent_message_chunk", content={"type": "text", "text": "hi"}, messageId="m1")) == (
-        "message.delta", {"text": "hi", "channel": "text", "message_id": "m1"})
+        "message.delta",
+        {"text": "hi", "channel": "text", "message_id": "m1"},
+    )
     assert one(update("agent_thought_chunk", content={"type": "text", "text": "hmm"})) == (
-        "message.delta", {"text": "hmm", "channel": "thought", "message_id": None})
-    assert one(update("agent_message_chunk", content={"type": "resource_link", "uri": "file:///a", "name": "a"})) \
-        == ("message.delta", {"text": "[a](file:///a)", "channel": "text", "message_id": None})
+        "message.delta",
+        {"text": "hmm", "channel": "thought", "message_id": None},
+    )
+    assert one(update("agent_message_chunk", content={"type": "resource_link", "uri": "file:///a", "name": "a"})) == (
+        "message.delta",
+        {"text": "[a](file:///a)", "channel": "text", "message_id": None},
+    )
     assert one(update("agent_message_chunk", content={"type": "image", "data": "xx"}))[1]["text"] == ""
     assert one(update("user_message_chunk", content={"type": "text", "text": "me"})) == (
-        "agent.other", {"session_update": "user_message_chunk", "text": "me"})
-    assert one(update("tool_call", toolCallId="t1", title="Read a", kind="read", status="pending",
-                      rawInput={"p": 1})) == (
-        "tool.call", {"tool_call_id": "t1", "name": "Read a", "input": {"p": 1}, "title": "Read a",
-                      "kind": "read", "status": "pending"})
+        "agent.other",
+        {"session_update": "user_message_chunk", "text": "me"},
+    )
+    assert one(
+        update("tool_call", toolCallId="t1", title="Read a", kind="read", status="pending", rawInput={"p": 1})
+    ) == (
+        "tool.call",
+        {
+            "tool_call_id": "t1",
+            "name": "Read a",
+            "input": {"p": 1},
+            "title": "Read a",
+            "kind": "read",
+            "status": "pending",
+        },
+    )
     # a patch carries only the fields present: absent means unchanged, not cleared
     assert one(update("tool_call_update", toolCallId="t1", status="in_progress")) == (
-        "tool.call", {"tool_call_id": "t1", "status": "in_progress", "update": True})
+        "tool.call",
+        {"tool_call_id": "t1", "status": "in_progress", "update": True},
+    )
     assert one(update("tool_call_update", toolCallId="t1", status="completed", rawOutput={"ok": 1})) == (
-        "tool.result", {"tool_call_id": "t1", "output": {"ok": 1}, "is_error": False})
-    assert one(update("tool_call_update", toolCallId="t1", status="failed",
-                      content=[{"type": "content", "content": {"type": "text", "text": "a"}},
-                               {"type": "diff", "path": "/x", "newText": "n"},
-                               {"type": "content", "content": {"type": "text", "text": "b"}}])) == (
-        "tool.result", {"tool_call_id": "t1", "output": "ab", "is_error": True})
+        "tool.result",
+        {"tool_call_id": "t1", "output": {"ok": 1}, "is_error": False},
+    )
+    assert one(
+        update(
+            "tool_call_update",
+            toolCallId="t1",
+            status="failed",
+            content=[
+                {"type": "content", "content": {"type": "text", "text": "a"}},
+                {"type": "diff", "path": "/x", "newText": "n"},
+                {"type": "content", "content": {"type": "text", "text": "b"}},
+            ],
+        )
+    ) == ("tool.result", {"tool_call_id": "t1", "output": "ab", "is_error": True})
     entries = [{"content": "a", "priority": "high", "status": "pending"}]
     assert one(update("plan", entries=[*entries, "junk"])) == ("plan", {"entries": entries})
     mode = ("agent.status", {"status": "mode_changed", "mode": "plan"})
     assert one(update("current_mode_update", currentModeId="plan")) == mode
     assert one(update("current_mode_update", modeId="plan")) == mode
-    for other in ("usage_update", "available_commands_update", "config_option_update",
-                  "session_info_update", "plan_update", "compaction_update", "_x/new"):
+    for other in (
+        "usage_update",
+        "available_commands_update",
+        "config_option_update",
+        "session_info_update",
+        "plan_update",
+        "compaction_update",
+        "_x/new",
+    ):
         assert one(update(other, used=1)) == ("agent.other", {"session_update": other})
     assert one(enc({"jsonrpc": "2.0", "method": "_zed/ping", "params": {}})) == ("agent.other", {"method": "_zed/ping"})
     assert codec.decode(enc({"jsonrpc": "2.0", "method": "_zed/ping"})).replies == []  # never answered
@@ -836,13 +983,22 @@ def test_update_for_another_session_is_agent_other_with_foreign_session():
     assert ev.kind == "agent.other" and ev.relay
     assert ev.data == {"session_update": "agent_message_chunk", "foreign_session": "other"}
     # without a sessionId it is taken as ours
-    d = codec.decode(enc({"jsonrpc": "2.0", "method": "session/update",
-                          "params": {"update": {"sessionUpdate": "agent_message_chunk",
-                                                "content": {"type": "text", "text": "y"}}}}))
+    d = codec.decode(
+        enc(
+            {
+                "jsonrpc": "2.0",
+                "method": "session/update",
+                "params": {
+                    "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "y"}}
+                },
+            }
+        )
+    )
     assert kinds(d) == ["message.delta"]
 
 
 # ---------------------------------------------------------------- prompts and turn ends
+
 
 def test_encode_prompt_maps_text_image_and_document_blocks():
     codec = ready_codec()
@@ -858,22 +1014,24 @@ def test_encode_prompt_maps_text_image_and_document_blocks():
     assert obj["params"]["prompt"] == [
         {"type": "text", "text": "look\nat this"},
         {"type": "image", "mimeType": "image/png", "data": "iVBO"},
-        {"type": "resource", "resource": {"uri": "attachment:document", "mimeType": "application/pdf",
-                                          "blob": "JVBE"}},
+        {"type": "resource", "resource": {"uri": "attachment:document", "mimeType": "application/pdf", "blob": "JVBE"}},
     ]
     assert to_acp_blocks([]) == []
 
 
-@pytest.mark.parametrize(("result", "status"), [
-    ({"stopReason": "end_turn", "usage": {"totalTokens": 3}}, "success"),
-    ({"stopReason": "max_tokens"}, "success"),
-    ({"stopReason": "max_turn_requests"}, "success"),
-    ({"stopReason": "refusal"}, "success"),
-    ({"stopReason": "cancelled"}, "cancelled"),
-    ({"stopReason": "nonsense"}, "error"),
-    ({}, "error"),
-    (None, "error"),
-])
+@pytest.mark.parametrize(
+    ("result", "status"),
+    [
+        ({"stopReason": "end_turn", "usage": {"totalTokens": 3}}, "success"),
+        ({"stopReason": "max_tokens"}, "success"),
+        ({"stopReason": "max_turn_requests"}, "success"),
+        ({"stopReason": "refusal"}, "success"),
+        ({"stopReason": "cancelled"}, "cancelled"),
+        ({"stopReason": "nonsense"}, "error"),
+        ({}, "error"),
+        (None, "error"),
+    ],
+)
 def test_prompt_result_maps_to_turn_ended(result, status):
     codec = ready_codec()
     p = codec.encode_prompt([{"type": "text", "text": "x"}])
@@ -898,14 +1056,21 @@ def test_prompt_error_is_turn_ended_error_and_auth_required_is_flagged():
 
 # ---------------------------------------------------------------- cancellation and permissions
 
+
 def test_permission_request_is_reported_with_its_id_and_options():
     codec = ready_codec()
     d = codec.decode(permission_request(4))
     [ev] = d.events
     assert ev.kind == "permission.requested" and not ev.relay and d.replies == []
     # no tool.call named the tool: the title stands in for its name
-    assert ev.data == {"request_id": "4", "tool": "touch x", "input": {"command": "touch x"},
-                       "options": PERM_OPTIONS, "tool_call_id": "t1", "title": "touch x"}
+    assert ev.data == {
+        "request_id": "4",
+        "tool": "touch x",
+        "input": {"command": "touch x"},
+        "options": PERM_OPTIONS,
+        "tool_call_id": "t1",
+        "title": "touch x",
+    }
     assert codec.pending_permissions() == ["4"]
 
 
@@ -918,8 +1083,10 @@ def test_interrupt_cancels_the_session_and_every_pending_permission_then_the_err
     assert lines is not None
     objs = [wire(x) for x in lines]
     assert objs[0] == {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": SID}}
-    assert objs[1:] == [{"jsonrpc": "2.0", "id": 0, "result": {"outcome": {"outcome": "cancelled"}}},
-                        {"jsonrpc": "2.0", "id": "p-1", "result": {"outcome": {"outcome": "cancelled"}}}]
+    assert objs[1:] == [
+        {"jsonrpc": "2.0", "id": 0, "result": {"outcome": {"outcome": "cancelled"}}},
+        {"jsonrpc": "2.0", "id": "p-1", "result": {"outcome": {"outcome": "cancelled"}}},
+    ]
     assert codec.pending_permissions() == []
     assert codec.answer_permission("0", "allow", options=PERM_OPTIONS) is None  # already answered
     # the agent may still send updates before the prompt response (§3.9 rule 3)
@@ -949,20 +1116,23 @@ def test_interrupt_before_the_session_exists_writes_nothing():
     assert codec.interrupt() == []
 
 
-@pytest.mark.parametrize(("decision", "options", "option_id", "outcome"), [
-    ("allow", PERM_OPTIONS, None, {"outcome": "selected", "optionId": "yes"}),
-    ("deny", PERM_OPTIONS, None, {"outcome": "selected", "optionId": "no"}),
-    ("allow", [PERM_OPTIONS[0], PERM_OPTIONS[2]], None, {"outcome": "selected", "optionId": "always"}),
-    ("deny", [PERM_OPTIONS[3], PERM_OPTIONS[1]], None, {"outcome": "selected", "optionId": "never"}),
-    ("allow", [PERM_OPTIONS[2], PERM_OPTIONS[3]], None, {"outcome": "cancelled"}),
-    ("deny", PERM_OPTIONS[:2], None, {"outcome": "cancelled"}),
-    ("deny", [{"optionId": "default", "name": "Default"}], None, {"outcome": "cancelled"}),
-    ("allow", [], None, {"outcome": "cancelled"}),
-    ("allow", None, None, {"outcome": "cancelled"}),
-    ("cancel", PERM_OPTIONS, None, {"outcome": "cancelled"}),
-    ("allow", PERM_OPTIONS, "always", {"outcome": "selected", "optionId": "always"}),
-    ("deny", None, "acceptEdits", {"outcome": "selected", "optionId": "acceptEdits"}),
-])
+@pytest.mark.parametrize(
+    ("decision", "options", "option_id", "outcome"),
+    [
+        ("allow", PERM_OPTIONS, None, {"outcome": "selected", "optionId": "yes"}),
+        ("deny", PERM_OPTIONS, None, {"outcome": "selected", "optionId": "no"}),
+        ("allow", [PERM_OPTIONS[0], PERM_OPTIONS[2]], None, {"outcome": "selected", "optionId": "always"}),
+        ("deny", [PERM_OPTIONS[3], PERM_OPTIONS[1]], None, {"outcome": "selected", "optionId": "never"}),
+        ("allow", [PERM_OPTIONS[2], PERM_OPTIONS[3]], None, {"outcome": "cancelled"}),
+        ("deny", PERM_OPTIONS[:2], None, {"outcome": "cancelled"}),
+        ("deny", [{"optionId": "default", "name": "Default"}], None, {"outcome": "cancelled"}),
+        ("allow", [], None, {"outcome": "cancelled"}),
+        ("allow", None, None, {"outcome": "cancelled"}),
+        ("cancel", PERM_OPTIONS, None, {"outcome": "cancelled"}),
+        ("allow", PERM_OPTIONS, "always", {"outcome": "selected", "optionId": "always"}),
+        ("deny", None, "acceptEdits", {"outcome": "selected", "optionId": "acceptEdits"}),
+    ],
+)
 def test_answer_permission_picks_the_option_by_kind(decision, options, option_id, outcome):
     codec = ready_codec()
     codec.decode(permission_request(11))
@@ -999,9 +1169,12 @@ def test_encode_shutdown_is_none_and_codec_flags():
 def test_text_documents_become_embedded_text_resources_and_pdfs_blobs():
     from bridge.protocols.acp import to_acp_blocks
 
-    blocks = to_acp_blocks([
-        {"type": "document", "source": {"type": "base64", "media_type": "text/plain", "data": "aGVsbG8="}},
-        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}}])
+    blocks = to_acp_blocks(
+        [
+            {"type": "document", "source": {"type": "base64", "media_type": "text/plain", "data": "aGVsbG8="}},
+            {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}},
+        ]
+    )
     assert blocks[0]["resource"] == {"uri": "attachment:document", "mimeType": "text/plain", "text": "hello"}
     assert blocks[1]["resource"] == {"uri": "attachment:document", "mimeType": "application/pdf", "blob": "JVBERi0="}
 
@@ -1010,20 +1183,50 @@ def test_permission_request_names_the_tool_its_tool_call_named():
     # Real claude-agent-acp (issue #9): the permission's toolCall has only a title; the
     # tool.call before it carried the stable name in _meta.claudeCode.toolName.
     codec = ready_codec()
-    codec.decode(enc({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": SID, "update": {
-        "sessionUpdate": "tool_call", "toolCallId": "t1", "title": "Terminal", "kind": "execute",
-        "_meta": {"claudeCode": {"toolName": "Bash"}}}}}))
+    codec.decode(
+        enc(
+            {
+                "jsonrpc": "2.0",
+                "method": "session/update",
+                "params": {
+                    "sessionId": SID,
+                    "update": {
+                        "sessionUpdate": "tool_call",
+                        "toolCallId": "t1",
+                        "title": "Terminal",
+                        "kind": "execute",
+                        "_meta": {"claudeCode": {"toolName": "Bash"}},
+                    },
+                },
+            }
+        )
+    )
     [ev] = codec.decode(permission_request(5)).events
     assert ev.data["tool"] == "Bash" and ev.data["title"] == "touch x"
 
 
 def test_remembered_tool_names_are_bounded():
     from bridge.protocols.acp import MAX_TOOL_NAMES
+
     codec = ready_codec()
     for i in range(MAX_TOOL_NAMES + 5):
-        codec.decode(enc({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": SID, "update": {
-            "sessionUpdate": "tool_call", "toolCallId": f"t{i}", "title": "x",
-            "_meta": {"claudeCode": {"toolName": f"Tool{i}"}}}}}))
+        codec.decode(
+            enc(
+                {
+                    "jsonrpc": "2.0",
+                    "method": "session/update",
+                    "params": {
+                        "sessionId": SID,
+                        "update": {
+                            "sessionUpdate": "tool_call",
+                            "toolCallId": f"t{i}",
+                            "title": "x",
+                            "_meta": {"claudeCode": {"toolName": f"Tool{i}"}},
+                        },
+                    },
+                }
+            )
+        )
     assert len(codec._tool_names) == MAX_TOOL_NAMES
     # t1 was among the oldest and is forgotten: the title stands in again
     [ev] = codec.decode(permission_request(6)).events

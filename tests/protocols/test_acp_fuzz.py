@@ -21,8 +21,7 @@ TRANSCRIPTS = HERE.parent / "fixtures" / "transcripts" / "claude-agent-acp-0.49.
 SID = "s-1"
 OLD = "old-1"
 
-FUZZ = settings(max_examples=200, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 LIGHT = settings(FUZZ, max_examples=80)
 
 
@@ -41,6 +40,7 @@ assert REAL_LINES, f"no ACP transcripts at {TRANSCRIPTS}"
 
 
 # ---------------------------------------------------------------- checks
+
 
 def _reject(token: str) -> Any:
     raise ValueError(f"not RFC 8259 JSON: {token}")
@@ -132,6 +132,7 @@ def decode(codec: AcpCodec, line: bytes) -> AcpDecoded:
 
 # ---------------------------------------------------------------- codec states
 
+
 def _answer(codec: AcpCodec, request: str, result: Any) -> AcpDecoded:
     rid = check_wire(request)["id"]
     return decode(codec, json.dumps({"jsonrpc": "2.0", "id": rid, "result": result}).encode())
@@ -148,8 +149,9 @@ def make_codec(state: str) -> AcpCodec:
     caps: dict[str, Any] = {"loadSession": state in ("loading", "ready_loaded")}
     if state == "resuming":
         caps["sessionCapabilities"] = {"resume": {}}
-    d = _answer(codec, init, {"protocolVersion": 1, "agentCapabilities": caps,
-                              "authMethods": [{"id": "key", "name": "K"}]})
+    d = _answer(
+        codec, init, {"protocolVersion": 1, "agentCapabilities": caps, "authMethods": [{"id": "key", "name": "K"}]}
+    )
     [opening] = d.replies
     if state in ("opening", "loading", "resuming", "authenticating"):
         return codec
@@ -157,8 +159,17 @@ def make_codec(state: str) -> AcpCodec:
     assert d.ready
     # one prompt in flight and one pending permission, so responses and cancels can land
     codec.encode_prompt([{"type": "text", "text": "hi"}])
-    decode(codec, json.dumps({"jsonrpc": "2.0", "id": 0, "method": "session/request_permission",
-                              "params": {"sessionId": codec.session_id, "options": []}}).encode())
+    decode(
+        codec,
+        json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "session/request_permission",
+                "params": {"sessionId": codec.session_id, "options": []},
+            }
+        ).encode(),
+    )
     return codec
 
 
@@ -168,35 +179,116 @@ states = st.sampled_from(STATES)
 
 # ---------------------------------------------------------------- strategies
 
-json_scalars = (st.none() | st.booleans() | st.integers()
-                | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12))
+json_scalars = (
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12)
+)
 json_values = st.recursive(
     json_scalars,
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4),
     max_leaves=12,
 )
-nasty_text = st.lists(st.characters(codec="utf-8") | st.sampled_from(
-    ["\n", "\r", "\u2028", "\x00", "\ud800", "\udfff"]), max_size=20).map("".join)
+nasty_text = st.lists(
+    st.characters(codec="utf-8") | st.sampled_from(["\n", "\r", "\u2028", "\x00", "\ud800", "\udfff"]), max_size=20
+).map("".join)
 
-METHODS = ["session/update", "session/request_permission", "fs/read_text_file", "fs/write_text_file",
-           "terminal/create", "elicitation/create", "elicitation/complete", "$/cancel_request",
-           "_zed/x", "initialize", "session/prompt"]
-UPDATES = ["agent_message_chunk", "agent_thought_chunk", "user_message_chunk", "tool_call",
-           "tool_call_update", "plan", "available_commands_update", "current_mode_update",
-           "config_option_update", "session_info_update", "usage_update", "plan_update", "notice"]
-KEYS = ["sessionId", "update", "sessionUpdate", "content", "messageId", "toolCallId", "title", "kind",
-        "status", "rawInput", "rawOutput", "entries", "currentModeId", "modeId", "toolCall", "options",
-        "optionId", "path", "type", "text", "uri", "name", "protocolVersion", "agentCapabilities",
-        "loadSession", "sessionCapabilities", "resume", "authMethods", "id", "stopReason", "usage",
-        "code", "message", "data"]
-leaves = (json_scalars | nasty_text
-          | st.sampled_from([*UPDATES, SID, OLD, "other", "text", "resource_link", "content", "completed",
-                             "failed", "pending", "end_turn", "cancelled", "refusal", "allow_once",
-                             "reject_once", "key", 1, 0, -32000, -32603]))
+METHODS = [
+    "session/update",
+    "session/request_permission",
+    "fs/read_text_file",
+    "fs/write_text_file",
+    "terminal/create",
+    "elicitation/create",
+    "elicitation/complete",
+    "$/cancel_request",
+    "_zed/x",
+    "initialize",
+    "session/prompt",
+]
+UPDATES = [
+    "agent_message_chunk",
+    "agent_thought_chunk",
+    "user_message_chunk",
+    "tool_call",
+    "tool_call_update",
+    "plan",
+    "available_commands_update",
+    "current_mode_update",
+    "config_option_update",
+    "session_info_update",
+    "usage_update",
+    "plan_update",
+    "notice",
+]
+KEYS = [
+    "sessionId",
+    "update",
+    "sessionUpdate",
+    "content",
+    "messageId",
+    "toolCallId",
+    "title",
+    "kind",
+    "status",
+    "rawInput",
+    "rawOutput",
+    "entries",
+    "currentModeId",
+    "modeId",
+    "toolCall",
+    "options",
+    "optionId",
+    "path",
+    "type",
+    "text",
+    "uri",
+    "name",
+    "protocolVersion",
+    "agentCapabilities",
+    "loadSession",
+    "sessionCapabilities",
+    "resume",
+    "authMethods",
+    "id",
+    "stopReason",
+    "usage",
+    "code",
+    "message",
+    "data",
+]
+leaves = (
+    json_scalars
+    | nasty_text
+    | st.sampled_from(
+        [
+            *UPDATES,
+            SID,
+            OLD,
+            "other",
+            "text",
+            "resource_link",
+            "content",
+            "completed",
+            "failed",
+            "pending",
+            "end_turn",
+            "cancelled",
+            "refusal",
+            "allow_once",
+            "reject_once",
+            "key",
+            1,
+            0,
+            -32000,
+            -32603,
+        ]
+    )
+)
 field_values = st.recursive(
     leaves,
-    lambda children: st.lists(children, max_size=3)
-    | st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=3), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=3), children, max_size=4)
+    ),
     max_leaves=14,
 )
 shaped = st.dictionaries(st.sampled_from(KEYS), field_values, max_size=6)
@@ -221,12 +313,25 @@ def some_of(*keys: str, **fixed: st.SearchStrategy[Any]) -> st.SearchStrategy[di
     return st.fixed_dictionaries(fixed, optional={k: VALUES.get(k, junk) for k in keys})
 
 
-UPDATE_KEYS = ("content", "messageId", "toolCallId", "title", "kind", "status", "rawInput", "rawOutput",
-               "entries", "currentModeId", "modeId", "_meta")
+UPDATE_KEYS = (
+    "content",
+    "messageId",
+    "toolCallId",
+    "title",
+    "kind",
+    "status",
+    "rawInput",
+    "rawOutput",
+    "entries",
+    "currentModeId",
+    "modeId",
+    "_meta",
+)
 VALUES["content"] = st.one_of(
     some_of("type", "text", "uri", "name"),  # a ContentBlock (message chunks)
     st.lists(some_of("type", "content", "path") | junk, max_size=3),  # ToolCallContent[] (tool calls)
-    junk)
+    junk,
+)
 VALUES["entries"] = st.lists(some_of("content", "priority", "status") | junk, max_size=3) | junk
 updates = st.one_of(
     some_of(*UPDATE_KEYS, sessionUpdate=st.sampled_from(UPDATES)),
@@ -236,29 +341,49 @@ updates = st.one_of(
 update_params = some_of("_meta", sessionId=session_ids, update=updates) | junk
 request_params = st.one_of(
     some_of("sessionId", "toolCall", "options", "path", "content", "line", "limit"),
-    st.fixed_dictionaries({"sessionId": session_ids, "toolCall": some_of(
-        "toolCallId", "title", "kind", "rawInput", "content") | junk, "options": st.lists(
-        some_of("optionId", "kind", "name") | junk, max_size=4) | junk}),
+    st.fixed_dictionaries(
+        {
+            "sessionId": session_ids,
+            "toolCall": some_of("toolCallId", "title", "kind", "rawInput", "content") | junk,
+            "options": st.lists(some_of("optionId", "kind", "name") | junk, max_size=4) | junk,
+        }
+    ),
     junk,
 )
 params = update_params | request_params | shaped
-ids = (st.integers(-1, 8) | st.text(max_size=3) | st.none() | st.booleans()
-       | st.floats(allow_nan=False, allow_infinity=False) | st.lists(st.integers(0, 3), max_size=2)
-       | st.dictionaries(st.text(max_size=2), st.integers(), max_size=1) | st.integers())
+ids = (
+    st.integers(-1, 8)
+    | st.text(max_size=3)
+    | st.none()
+    | st.booleans()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.lists(st.integers(0, 3), max_size=2)
+    | st.dictionaries(st.text(max_size=2), st.integers(), max_size=1)
+    | st.integers()
+)
 pending_ids = st.integers(0, 6)  # the codec numbers its requests from 0
 errors = st.one_of(
-    some_of("data", code=st.sampled_from([-32000, -32601, -32603, -32002, -32800]) | junk,
-            message=st.text(max_size=10) | junk),
+    some_of(
+        "data",
+        code=st.sampled_from([-32000, -32601, -32603, -32002, -32800]) | junk,
+        message=st.text(max_size=10) | junk,
+    ),
     junk,
 )
 results = st.one_of(
-    some_of("protocolVersion", "agentCapabilities", "agentInfo", "authMethods", "sessionId", "stopReason",
-            "usage", "modes"),
-    st.fixed_dictionaries({"protocolVersion": st.just(1)}, optional={
-        "agentCapabilities": some_of("loadSession", "sessionCapabilities") | junk,
-        "authMethods": st.lists(some_of("id", "name") | junk, max_size=3) | junk}),
-    st.fixed_dictionaries({"stopReason": st.sampled_from(["end_turn", "cancelled", "refusal"]) | junk},
-                          optional={"usage": junk}),
+    some_of(
+        "protocolVersion", "agentCapabilities", "agentInfo", "authMethods", "sessionId", "stopReason", "usage", "modes"
+    ),
+    st.fixed_dictionaries(
+        {"protocolVersion": st.just(1)},
+        optional={
+            "agentCapabilities": some_of("loadSession", "sessionCapabilities") | junk,
+            "authMethods": st.lists(some_of("id", "name") | junk, max_size=3) | junk,
+        },
+    ),
+    st.fixed_dictionaries(
+        {"stopReason": st.sampled_from(["end_turn", "cancelled", "refusal"]) | junk}, optional={"usage": junk}
+    ),
     junk,
 )
 
@@ -267,8 +392,14 @@ MISSING = object()
 
 def _rpc(jsonrpc: Any, rid: Any, method: Any, par: Any, result: Any, error: Any) -> dict[str, Any]:
     obj: dict[str, Any] = {}
-    for key, value in (("jsonrpc", jsonrpc), ("id", rid), ("method", method), ("params", par),
-                       ("result", result), ("error", error)):
+    for key, value in (
+        ("jsonrpc", jsonrpc),
+        ("id", rid),
+        ("method", method),
+        ("params", par),
+        ("result", result),
+        ("error", error),
+    ):
         if value is not MISSING:
             obj[key] = value
     return obj
@@ -278,15 +409,33 @@ def maybe(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     return st.one_of(st.just(MISSING), strategy)
 
 
-notifications = st.builds(lambda method, par: {"jsonrpc": "2.0", "method": method, "params": par},
-                          st.just("session/update") | st.sampled_from(METHODS), update_params)
-agent_requests = st.builds(lambda rid, method, par: {"jsonrpc": "2.0", "id": rid, "method": method, "params": par},
-                           ids, st.sampled_from(METHODS) | st.text(max_size=8), request_params)
-responses = st.builds(lambda rid, body: {"jsonrpc": "2.0", "id": rid, **body}, pending_ids | ids,
-                      st.builds(lambda r: {"result": r}, results) | st.builds(lambda e: {"error": e}, errors)
-                      | st.builds(lambda r, e: {"result": r, "error": e}, results, errors))
-anything = st.builds(_rpc, maybe(st.just("2.0") | json_scalars), maybe(ids),
-                     maybe(st.sampled_from(METHODS) | json_scalars), maybe(params), maybe(results), maybe(errors))
+notifications = st.builds(
+    lambda method, par: {"jsonrpc": "2.0", "method": method, "params": par},
+    st.just("session/update") | st.sampled_from(METHODS),
+    update_params,
+)
+agent_requests = st.builds(
+    lambda rid, method, par: {"jsonrpc": "2.0", "id": rid, "method": method, "params": par},
+    ids,
+    st.sampled_from(METHODS) | st.text(max_size=8),
+    request_params,
+)
+responses = st.builds(
+    lambda rid, body: {"jsonrpc": "2.0", "id": rid, **body},
+    pending_ids | ids,
+    st.builds(lambda r: {"result": r}, results)
+    | st.builds(lambda e: {"error": e}, errors)
+    | st.builds(lambda r, e: {"result": r, "error": e}, results, errors),
+)
+anything = st.builds(
+    _rpc,
+    maybe(st.just("2.0") | json_scalars),
+    maybe(ids),
+    maybe(st.sampled_from(METHODS) | json_scalars),
+    maybe(params),
+    maybe(results),
+    maybe(errors),
+)
 rpc_objects = st.one_of(notifications, agent_requests, responses, anything)
 
 
@@ -295,6 +444,7 @@ def dump(obj: Any, ascii_only: bool = True) -> bytes:
 
 
 # ---------------------------------------------------------------- decode properties
+
 
 @FUZZ
 @given(state=states, line=st.binary(max_size=200))
@@ -326,27 +476,37 @@ def test_a_sequence_of_json_rpc_objects_keeps_every_invariant(state, objs):
 
 
 @FUZZ
-@given(state=states, variant=st.sampled_from(UPDATES), fields=some_of(*UPDATE_KEYS),
-       sid=st.sampled_from([SID, OLD]))
+@given(state=states, variant=st.sampled_from(UPDATES), fields=some_of(*UPDATE_KEYS), sid=st.sampled_from([SID, OLD]))
 def test_every_session_update_variant_with_junk_fields(state, variant, fields, sid):
     codec = make_codec(state)
-    line = dump({"jsonrpc": "2.0", "method": "session/update",
-                 "params": {"sessionId": sid, "update": {**fields, "sessionUpdate": variant}}})
+    line = dump(
+        {
+            "jsonrpc": "2.0",
+            "method": "session/update",
+            "params": {"sessionId": sid, "update": {**fields, "sessionUpdate": variant}},
+        }
+    )
     d = decode(codec, line)
     assert d.replies == [] and d.requests == [] and d.fatal is None
 
 
 @FUZZ
-@given(state=states, rid=pending_ids, body=st.builds(lambda r: {"result": r}, results)
-       | st.builds(lambda e: {"error": e}, errors))
+@given(
+    state=states,
+    rid=pending_ids,
+    body=st.builds(lambda r: {"result": r}, results) | st.builds(lambda e: {"error": e}, errors),
+)
 def test_responses_to_pending_requests_with_junk_results(state, rid, body):
     decode(make_codec(state), dump({"jsonrpc": "2.0", "id": rid, **body}))
 
 
 @FUZZ
-@given(state=states, rid=st.integers(0, 3) | st.text(max_size=2),
-       method=st.sampled_from(["session/request_permission", *sorted(FS_METHODS), "terminal/create"]),
-       par=request_params)
+@given(
+    state=states,
+    rid=st.integers(0, 3) | st.text(max_size=2),
+    method=st.sampled_from(["session/request_permission", *sorted(FS_METHODS), "terminal/create"]),
+    par=request_params,
+)
 def test_agent_requests_with_junk_params(state, rid, method, par):
     d = decode(make_codec(state), dump({"jsonrpc": "2.0", "id": rid, "method": method, "params": par}))
     assert d.events and d.events[0].raw is not None
@@ -393,13 +553,13 @@ def mutate(line: bytes, ops: list[tuple[str, int, int]]) -> bytes:
             break
         at = pos % (len(line) + 1)
         if op == "flip":
-            line = line[:pos % len(line)] + bytes([arg]) + line[pos % len(line) + 1:]
+            line = line[: pos % len(line)] + bytes([arg]) + line[pos % len(line) + 1 :]
         elif op == "truncate":
             line = line[:at]
         elif op == "insert":
             line = line[:at] + bytes([arg]) + line[at:]
         else:
-            line = line[:at] + line[at + arg:]
+            line = line[:at] + line[at + arg :]
     return line
 
 
@@ -472,25 +632,91 @@ def _templates() -> list[tuple[str, dict[str, Any]]]:
         ("ready", {"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "end_turn", "usage": {"totalTokens": 1}}}),
         ("ready", {"jsonrpc": "2.0", "id": 2, "error": {"code": -32603, "message": "m", "data": {"d": 1}}}),
         ("ready", _real(lambda o: o.get("method") == "session/request_permission")),
-        ("ready", {"jsonrpc": "2.0", "id": 5, "method": "fs/read_text_file",
-                   "params": {**ready_sid, "path": "/w/a", "line": 1, "limit": 2}}),
-        ("ready", {"jsonrpc": "2.0", "id": 6, "method": "fs/write_text_file",
-                   "params": {**ready_sid, "path": "/w/a", "content": "x"}}),
+        (
+            "ready",
+            {
+                "jsonrpc": "2.0",
+                "id": 5,
+                "method": "fs/read_text_file",
+                "params": {**ready_sid, "path": "/w/a", "line": 1, "limit": 2},
+            },
+        ),
+        (
+            "ready",
+            {
+                "jsonrpc": "2.0",
+                "id": 6,
+                "method": "fs/write_text_file",
+                "params": {**ready_sid, "path": "/w/a", "content": "x"},
+            },
+        ),
         ("ready", {"jsonrpc": "2.0", "id": 7, "method": "terminal/create", "params": {**ready_sid, "command": "ls"}}),
-        ("ready", {"jsonrpc": "2.0", "method": "session/update", "params": {**ready_sid, "update": {
-            "sessionUpdate": "plan", "entries": [{"content": "a", "priority": "high", "status": "pending"}]}}}),
-        ("ready", {"jsonrpc": "2.0", "method": "session/update", "params": {**ready_sid, "update": {
-            "sessionUpdate": "current_mode_update", "currentModeId": "plan", "modeId": "plan"}}}),
-        ("ready", {"jsonrpc": "2.0", "method": "session/update", "params": {**ready_sid, "update": {
-            "sessionUpdate": "agent_thought_chunk", "content": {"type": "resource_link", "uri": "u", "name": "n"},
-            "messageId": "m"}}}),
-        ("ready", {"jsonrpc": "2.0", "method": "session/update", "params": {**ready_sid, "update": {
-            "sessionUpdate": "tool_call_update", "toolCallId": "t", "status": "failed",
-            "content": [{"type": "content", "content": {"type": "text", "text": "a"}}]}}}),
+        (
+            "ready",
+            {
+                "jsonrpc": "2.0",
+                "method": "session/update",
+                "params": {
+                    **ready_sid,
+                    "update": {
+                        "sessionUpdate": "plan",
+                        "entries": [{"content": "a", "priority": "high", "status": "pending"}],
+                    },
+                },
+            },
+        ),
+        (
+            "ready",
+            {
+                "jsonrpc": "2.0",
+                "method": "session/update",
+                "params": {
+                    **ready_sid,
+                    "update": {"sessionUpdate": "current_mode_update", "currentModeId": "plan", "modeId": "plan"},
+                },
+            },
+        ),
+        (
+            "ready",
+            {
+                "jsonrpc": "2.0",
+                "method": "session/update",
+                "params": {
+                    **ready_sid,
+                    "update": {
+                        "sessionUpdate": "agent_thought_chunk",
+                        "content": {"type": "resource_link", "uri": "u", "name": "n"},
+                        "messageId": "m",
+                    },
+                },
+            },
+        ),
+        (
+            "ready",
+            {
+                "jsonrpc": "2.0",
+                "method": "session/update",
+                "params": {
+                    **ready_sid,
+                    "update": {
+                        "sessionUpdate": "tool_call_update",
+                        "toolCallId": "t",
+                        "status": "failed",
+                        "content": [{"type": "content", "content": {"type": "text", "text": "a"}}],
+                    },
+                },
+            },
+        ),
         ("loading", _update_line("user_message_chunk")),
     ]
-    for variant in ("agent_message_chunk", "tool_call", "tool_call_update", "usage_update",
-                    "available_commands_update", "user_message_chunk"):
+    for variant in (
+        "agent_message_chunk",
+        "tool_call",
+        "tool_call_update",
+        "usage_update",
+        "available_commands_update",
+        "user_message_chunk",
+    ):
         out.append(("ready_loaded", _update_line(variant)))
     return out
 
@@ -534,24 +760,49 @@ def test_every_field_of_every_message_shape_with_every_wrong_type():
 # ---------------------------------------------------------------- client operations interleaved
 
 client_ops = st.one_of(
-    st.tuples(st.just("prompt"), st.lists(
-        st.fixed_dictionaries({"type": st.sampled_from(["text", "image", "document", "other"]),
-                               "text": nasty_text, "source": field_values}), max_size=3)),
+    st.tuples(
+        st.just("prompt"),
+        st.lists(
+            st.fixed_dictionaries(
+                {
+                    "type": st.sampled_from(["text", "image", "document", "other"]),
+                    "text": nasty_text,
+                    "source": field_values,
+                }
+            ),
+            max_size=3,
+        ),
+    ),
     st.tuples(st.just("interrupt"), st.none()),
-    st.tuples(st.just("answer"), st.tuples(st.sampled_from(["allow", "deny", "cancel", "bogus"]),
-                                           st.integers(0, 3), st.none() | nasty_text,
-                                           st.none() | st.lists(field_values.filter(
-                                               lambda v: isinstance(v, dict)) | st.fixed_dictionaries(
-                                               {"optionId": json_scalars,
-                                                "kind": st.sampled_from(["allow_once", "allow_always",
-                                                                         "reject_once", "reject_always"])}),
-                                               max_size=4))),
+    st.tuples(
+        st.just("answer"),
+        st.tuples(
+            st.sampled_from(["allow", "deny", "cancel", "bogus"]),
+            st.integers(0, 3),
+            st.none() | nasty_text,
+            st.none()
+            | st.lists(
+                field_values.filter(lambda v: isinstance(v, dict))
+                | st.fixed_dictionaries(
+                    {
+                        "optionId": json_scalars,
+                        "kind": st.sampled_from(["allow_once", "allow_always", "reject_once", "reject_always"]),
+                    }
+                ),
+                max_size=4,
+            ),
+        ),
+    ),
     st.tuples(st.just("line"), rpc_objects),
     st.tuples(st.just("permission"), ids),
     # a raw-mode client's own request, forwarded under one of the codec's ids
-    st.tuples(st.just("forward"), st.fixed_dictionaries(
-        {"jsonrpc": st.just("2.0"), "method": st.sampled_from(["session/set_mode", "session/list", "_x"])},
-        optional={"id": ids, "params": junk})),
+    st.tuples(
+        st.just("forward"),
+        st.fixed_dictionaries(
+            {"jsonrpc": st.just("2.0"), "method": st.sampled_from(["session/set_mode", "session/list", "_x"])},
+            optional={"id": ids, "params": junk},
+        ),
+    ),
 )
 
 
@@ -601,8 +852,17 @@ def test_interleaved_client_operations_write_only_valid_json_rpc(state, ops):
             request_ids.append(obj["id"])
             forwarded[obj["id"]] = arg.get("id")
         elif op == "permission":
-            decode(codec, dump({"jsonrpc": "2.0", "id": arg, "method": "session/request_permission",
-                                "params": {"sessionId": codec.session_id or SID, "options": []}}))
+            decode(
+                codec,
+                dump(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": arg,
+                        "method": "session/request_permission",
+                        "params": {"sessionId": codec.session_id or SID, "options": []},
+                    }
+                ),
+            )
         else:
             d = decode(codec, dump(arg))
             for route, routed in d.routed:

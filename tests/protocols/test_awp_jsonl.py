@@ -16,25 +16,45 @@ from bridge.protocols.stream_json import StreamJsonCodec
 # The output sample of protocols.md Part 2, verbatim, and what each line must become.
 # ruff: noqa: E501  (the sample lines are kept byte-for-byte as the contract prints them)
 SAMPLE = [
-    ('{"type":"system","subtype":"init","session_id":"opaque-session-id","model":"provider-model-id"}',
-     "session.started", {"native_session_id": "opaque-session-id", "model": "provider-model-id"}),
-    ('{"type":"assistant","message":{"role":"assistant","content":[{"type":"text","text":"Partial or complete text"}]}}',
-     "message", {"role": "assistant", "text": "Partial or complete text", "message_id": None}),
-    ('{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}',
-     "agent.other", {}),
-    ('{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Partial text"}}',
-     "message.delta", {"text": "Partial text", "channel": "text"}),
-    ('{"type":"content_block_stop","index":0}',
-     "agent.other", {}),
-    ('{"type":"result","subtype":"success","is_error":false,"session_id":"opaque-session-id","usage":{"input_tokens":12,"output_tokens":8}}',
-     "turn.ended", {"status": "success", "stop_reason": None,
-                    "usage": {"input_tokens": 12, "output_tokens": 8},
-                    "native_session_id": "opaque-session-id"}),
-    ('{"type":"result","subtype":"error","is_error":true,"session_id":"opaque-session-id","result":"stable_machine_readable_error"}',
-     "turn.ended", {"status": "error", "stop_reason": None, "error": "stable_machine_readable_error",
-                    "subtype": "error", "native_session_id": "opaque-session-id"}),
-    ('{"type":"message_stop"}',
-     "turn.ended", {"status": "success", "stop_reason": "message_stop"}),
+    (
+        '{"type":"system","subtype":"init","session_id":"opaque-session-id","model":"provider-model-id"}',
+        "session.started",
+        {"native_session_id": "opaque-session-id", "model": "provider-model-id"},
+    ),
+    (
+        '{"type":"assistant","message":{"role":"assistant","content":[{"type":"text","text":"Partial or complete text"}]}}',
+        "message",
+        {"role": "assistant", "text": "Partial or complete text", "message_id": None},
+    ),
+    ('{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}', "agent.other", {}),
+    (
+        '{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Partial text"}}',
+        "message.delta",
+        {"text": "Partial text", "channel": "text"},
+    ),
+    ('{"type":"content_block_stop","index":0}', "agent.other", {}),
+    (
+        '{"type":"result","subtype":"success","is_error":false,"session_id":"opaque-session-id","usage":{"input_tokens":12,"output_tokens":8}}',
+        "turn.ended",
+        {
+            "status": "success",
+            "stop_reason": None,
+            "usage": {"input_tokens": 12, "output_tokens": 8},
+            "native_session_id": "opaque-session-id",
+        },
+    ),
+    (
+        '{"type":"result","subtype":"error","is_error":true,"session_id":"opaque-session-id","result":"stable_machine_readable_error"}',
+        "turn.ended",
+        {
+            "status": "error",
+            "stop_reason": None,
+            "error": "stable_machine_readable_error",
+            "subtype": "error",
+            "native_session_id": "opaque-session-id",
+        },
+    ),
+    ('{"type":"message_stop"}', "turn.ended", {"status": "success", "stop_reason": "message_stop"}),
 ]
 
 
@@ -42,8 +62,9 @@ def decode(line: str, codec: AwpJsonlCodec | None = None):
     return (codec or AwpJsonlCodec()).decode(line.encode("utf-8"))
 
 
-@pytest.mark.parametrize(("line", "kind", "data"), SAMPLE,
-                         ids=[json.loads(s[0])["type"] + "/" + str(i) for i, s in enumerate(SAMPLE)])
+@pytest.mark.parametrize(
+    ("line", "kind", "data"), SAMPLE, ids=[json.loads(s[0])["type"] + "/" + str(i) for i, s in enumerate(SAMPLE)]
+)
 def test_protocol_sample_lines_map_to_normalized_kinds(line, kind, data):
     decoded = decode(line)
     [ev] = decoded.events
@@ -61,8 +82,10 @@ def test_the_whole_sample_decodes_on_one_codec_in_order():
 
 
 def test_top_level_tool_use_block_start_is_a_tool_call():
-    line = ('{"type":"content_block_start","index":1,"content_block":'
-            '{"type":"tool_use","id":"toolu_1","name":"read_file","input":{"path":"a.txt"}}}')
+    line = (
+        '{"type":"content_block_start","index":1,"content_block":'
+        '{"type":"tool_use","id":"toolu_1","name":"read_file","input":{"path":"a.txt"}}}'
+    )
     [ev] = decode(line).events
     assert ev.kind == "tool.call"
     assert ev.data == {"tool_call_id": "toolu_1", "name": "read_file", "input": {"path": "a.txt"}}
@@ -70,12 +93,18 @@ def test_top_level_tool_use_block_start_is_a_tool_call():
 
 
 def test_assistant_tool_use_block_is_a_tool_call():
-    line = json.dumps({"type": "assistant", "message": {"role": "assistant", "content": [
-        {"type": "tool_use", "id": "toolu_2", "name": "shell", "input": {"cmd": "ls"}}]}})
+    line = json.dumps(
+        {
+            "type": "assistant",
+            "message": {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "toolu_2", "name": "shell", "input": {"cmd": "ls"}}],
+            },
+        }
+    )
     [ev] = decode(line).events
     assert ev.kind == "tool.call"
-    assert (ev.data["tool_call_id"], ev.data["name"], ev.data["input"]) == (
-        "toolu_2", "shell", {"cmd": "ls"})
+    assert (ev.data["tool_call_id"], ev.data["name"], ev.data["input"]) == ("toolu_2", "shell", {"cmd": "ls"})
 
 
 def test_assistant_string_content_is_a_message():
@@ -90,13 +119,16 @@ def test_top_level_thinking_delta_is_a_thought_delta():
     assert (ev.kind, ev.data) == ("message.delta", {"text": "hm", "channel": "thought"})
 
 
-@pytest.mark.parametrize("line", [
-    '{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{"}}',
-    '{"type":"content_block_delta","index":0,"delta":{"type":"text_delta"}}',
-    '{"type":"content_block_delta","index":0}',
-    '{"type":"content_block_start","index":0}',
-    '{"type":"content_block_start","index":0,"content_block":"tool_use"}',
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{"}}',
+        '{"type":"content_block_delta","index":0,"delta":{"type":"text_delta"}}',
+        '{"type":"content_block_delta","index":0}',
+        '{"type":"content_block_start","index":0}',
+        '{"type":"content_block_start","index":0,"content_block":"tool_use"}',
+    ],
+)
 def test_other_raw_events_are_agent_other(line):
     [ev] = decode(line).events
     assert ev.kind == "agent.other" and ev.relay and ev.raw == line
@@ -134,6 +166,7 @@ def test_message_stop_is_a_turn_end_only_in_awp():
 
 # ---------------------------------------------------------------- encoding
 
+
 def test_encode_prompt_is_the_contract_user_line():
     content = [{"type": "text", "text": "Explain this failure"}]
     line = AwpJsonlCodec().encode_prompt(content)
@@ -145,8 +178,7 @@ def test_encode_prompt_keeps_image_and_document_blocks_and_escapes_newlines():
     content = [
         {"type": "text", "text": "first\nsecond\r\nthird"},
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}},
-        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf",
-                                        "data": "JVBE"}},
+        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBE"}},
     ]
     line = AwpJsonlCodec().encode_prompt(content)
     assert "\n" not in line and "\r" not in line

@@ -100,9 +100,11 @@ def exact(value: Any) -> Any:
 
 
 def outcome(decoded: Any) -> Any:
-    return (type(decoded).__name__,
-            [(type(e).__name__, e.source, e.kind, exact(e.data), e.raw, e.relay) for e in decoded.events],
-            list(decoded.replies))
+    return (
+        type(decoded).__name__,
+        [(type(e).__name__, e.source, e.kind, exact(e.data), e.raw, e.relay) for e in decoded.events],
+        list(decoded.replies),
+    )
 
 
 def check_same(codec_cls: type[StreamJsonCodec], line: bytes) -> None:
@@ -115,26 +117,59 @@ def check_same(codec_cls: type[StreamJsonCodec], line: bytes) -> None:
 
 # ---------------------------------------------------------------- strategies
 
-EVENT_TYPES = ["content_block_delta", "content_block_start", "content_block_stop", "message_start",
-               "message_delta", "message_stop", "tool_progress", "ping", "error"]
+EVENT_TYPES = [
+    "content_block_delta",
+    "content_block_start",
+    "content_block_stop",
+    "message_start",
+    "message_delta",
+    "message_stop",
+    "tool_progress",
+    "ping",
+    "error",
+]
 DELTA_TYPES = ["text_delta", "thinking_delta", "input_json_delta", "signature_delta", "citations_delta"]
 DELTA_KEYS = ["text", "thinking", "partial_json", "signature"]
 
-huge_ints = st.integers(min_value=-(10 ** 40), max_value=10 ** 40) | st.sampled_from(
-    [2 ** 63 - 1, 2 ** 63, 2 ** 64 - 1, 2 ** 64, -(2 ** 63), -(2 ** 63) - 1, 10 ** 18, 10 ** 19, 10 ** 308])
-leaves = (st.none() | st.booleans() | huge_ints | st.floats(allow_nan=False, allow_infinity=False)
-          | nasty_text | st.text(max_size=30) | st.sampled_from(TYPES + EVENT_TYPES + DELTA_TYPES)
-          | st.sampled_from(["1" * 19, "1234567890123456789012", "{[{[", "\\u0000"]))
-junk = st.recursive(leaves, lambda children: st.lists(children, max_size=3)
-                    | st.dictionaries(st.sampled_from(KEYS + DELTA_KEYS) | st.text(max_size=4), children, max_size=3),
-                    max_leaves=10)
+huge_ints = st.integers(min_value=-(10**40), max_value=10**40) | st.sampled_from(
+    [2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63), -(2**63) - 1, 10**18, 10**19, 10**308]
+)
+leaves = (
+    st.none()
+    | st.booleans()
+    | huge_ints
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | nasty_text
+    | st.text(max_size=30)
+    | st.sampled_from(TYPES + EVENT_TYPES + DELTA_TYPES)
+    | st.sampled_from(["1" * 19, "1234567890123456789012", "{[{[", "\\u0000"])
+)
+junk = st.recursive(
+    leaves,
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(st.sampled_from(KEYS + DELTA_KEYS) | st.text(max_size=4), children, max_size=3)
+    ),
+    max_leaves=10,
+)
 
 
 @st.composite
 def nested(draw: st.DrawFn, inner: Any = None) -> Any:
     """A value nested about MAX_JSON_DEPTH deep: just under, at or just over the cap."""
-    depth = draw(st.sampled_from([MAX_JSON_DEPTH - 4, MAX_JSON_DEPTH - 3, MAX_JSON_DEPTH - 2,
-                                  MAX_JSON_DEPTH - 1, MAX_JSON_DEPTH, MAX_JSON_DEPTH + 1, 200]))
+    depth = draw(
+        st.sampled_from(
+            [
+                MAX_JSON_DEPTH - 4,
+                MAX_JSON_DEPTH - 3,
+                MAX_JSON_DEPTH - 2,
+                MAX_JSON_DEPTH - 1,
+                MAX_JSON_DEPTH,
+                MAX_JSON_DEPTH + 1,
+                200,
+            ]
+        )
+    )
     value = draw(leaves) if inner is None else inner
     for _ in range(depth):
         value = {"k": value} if draw(st.booleans()) else [value]
@@ -167,8 +202,12 @@ def deltas(draw: st.DrawFn) -> Any:
     delta: dict[str, Any] = {}
     dtype = draw(st.sampled_from(["text_delta", "thinking_delta", *DELTA_TYPES]))
     optional(draw, delta, "type", st.just(usually(draw, dtype, junk, odds=9)))
-    matching = {"text_delta": "text", "thinking_delta": "thinking", "input_json_delta": "partial_json",
-                "signature_delta": "signature"}.get(dtype, "text")
+    matching = {
+        "text_delta": "text",
+        "thinking_delta": "thinking",
+        "input_json_delta": "partial_json",
+        "signature_delta": "signature",
+    }.get(dtype, "text")
     key = usually(draw, matching, st.sampled_from(DELTA_KEYS), odds=3)
     optional(draw, delta, key, texts if often(draw, 7) else junk)
     if not often(draw, 3):
@@ -186,8 +225,11 @@ def stream_events(draw: st.DrawFn) -> Any:
     optional(draw, ev, "index", st.integers(0, 3) | huge_ints | junk)
     optional(draw, ev, "delta", deltas())
     if not often(draw, 3):
-        ev["content_block"] = draw(st.fixed_dictionaries({"type": st.sampled_from(["text", "tool_use"])},
-                                                         optional={"id": junk, "name": junk, "input": junk}))
+        ev["content_block"] = draw(
+            st.fixed_dictionaries(
+                {"type": st.sampled_from(["text", "tool_use"])}, optional={"id": junk, "name": junk, "input": junk}
+            )
+        )
     if not often(draw, 3):
         ev[draw(st.sampled_from(["usage", "message", "extra"]))] = draw(junk)
     return ev
@@ -203,8 +245,11 @@ def stream_lines(draw: st.DrawFn, fast_for_awp: bool | None = None) -> bytes:
         if not isinstance(obj, dict):
             obj = {"type": "content_block_delta", "delta": obj}
         if often(draw, 9):
-            obj["type"] = usually(draw, "content_block_delta", st.sampled_from(
-                ["content_block_start", "content_block_stop", "message_stop", "stream_event"]))
+            obj["type"] = usually(
+                draw,
+                "content_block_delta",
+                st.sampled_from(["content_block_start", "content_block_stop", "message_stop", "stream_event"]),
+            )
     else:
         obj = {}
         optional(draw, obj, "type", st.just(usually(draw, "stream_event", st.sampled_from(TYPES) | junk)))
@@ -221,13 +266,15 @@ def stream_lines(draw: st.DrawFn, fast_for_awp: bool | None = None) -> bytes:
         holder = holder if isinstance(holder, dict) else obj
         if isinstance(holder.get("delta"), dict) and draw(st.booleans()):
             holder = holder["delta"]
-        holder[draw(st.sampled_from(["extra", "delta"]))] = draw(nested(
-            usually(draw, {"type": "text_delta", "text": draw(st.text(max_size=300))}, leaves)))
+        holder[draw(st.sampled_from(["extra", "delta"]))] = draw(
+            nested(usually(draw, {"type": "text_delta", "text": draw(st.text(max_size=300))}, leaves))
+        )
     items = draw(st.permutations(list(obj.items())))
     if "type" in obj and (fast_for_awp is not None or often(draw, 3)):  # agents write "type" first
         items = [("type", obj["type"]), *(item for item in items if item[0] != "type")]
-    text = json.dumps(dict(items), ensure_ascii=draw(st.booleans()),
-                      separators=draw(st.sampled_from([(",", ":"), (", ", ": ")])))
+    text = json.dumps(
+        dict(items), ensure_ascii=draw(st.booleans()), separators=draw(st.sampled_from([(",", ":"), (", ", ": ")]))
+    )
     if not often(draw, 7):  # a duplicate key: the last one wins in both parsers
         retyped = draw(st.sampled_from(["content_block_delta", "stream_event", "assistant"]) | junk)
         text = text[:-1] + (", " if len(items) else "") + f'"type": {json.dumps(retyped)}}}'
@@ -238,14 +285,16 @@ def stream_lines(draw: st.DrawFn, fast_for_awp: bool | None = None) -> bytes:
 
 def flood_line(size: int, text: str) -> bytes:
     """A line as bench/agents/flood_agent.py writes it."""
-    head = ('{"type":"stream_event","event":{"type":"content_block_delta","index":0,'
-            '"delta":{"type":"text_delta","text":"')
+    head = (
+        '{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"'
+    )
     tail = '"}},"session_id":"bench-4f0b6a8e-1c2d-4e5f-9a0b-1c2d3e4f5a6b"}'
     return (head + text + "x" * max(0, size - len(head) - len(tail) - len(text)) + tail).encode()
 
 
 STREAM_REAL_LINES = [line for line in REAL_LINES if b'"stream_event"' in line] + [
-    flood_line(200, "00000001 "), flood_line(300, "00000002 "),
+    flood_line(200, "00000001 "),
+    flood_line(300, "00000002 "),
     b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Partial text"}}',
     b'{"type":"content_block_delta","index":1,"delta":{"type":"thinking_delta","thinking":"hmm"}}',
     b'{"type":"message_stop"}',
@@ -319,14 +368,16 @@ def test_long_digit_runs_decode_as_the_generic_path_does(codec_cls, value, digit
     event = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "hi"}}
     obj: dict[str, Any] = {"type": "stream_event", "event": event, "uuid": "u", "other": value}
     token = f'"{number}"' if where in ("uuid", "text") else number
-    text = json.dumps(obj).replace('"u"' if where == "uuid" else '"hi"' if where == "text" else '0', token, 1)
+    text = json.dumps(obj).replace('"u"' if where == "uuid" else '"hi"' if where == "text" else "0", token, 1)
     if where == "extra":
         text = text[:-1] + f', "extra": [{number}, -{number}.5e3]}}'
     check_same(codec_cls, text.encode())
     # The same number where the decoded data holds it (a line the fast path must not take).
     check_same(codec_cls, b'{"type":"result","subtype":"success","usage":{"n":%s}}' % number.encode())
-    check_same(codec_cls, b'{"type":"assistant","message":{"content":[{"type":"tool_use","input":{"n":%s}}]}}'
-               % number.encode())
+    check_same(
+        codec_cls,
+        b'{"type":"assistant","message":{"content":[{"type":"tool_use","input":{"n":%s}}]}}' % number.encode(),
+    )
 
 
 def deep_line(template: dict[str, Any], depth: int) -> bytes:
@@ -345,10 +396,23 @@ def test_deep_lines_decode_as_the_generic_path_does(codec_cls, depth, text_len, 
     text_delta = {"type": "text_delta", "text": "x" * text_len}
     thinking_delta = {"type": "thinking_delta", "thinking": "{" * text_len}
     templates = [  # (line, how many containers hold "DEEP")
-        ({"type": "stream_event", "event": {"type": "content_block_delta", "index": 0, "delta": text_delta},
-          "extra": "DEEP", "uuid": digits}, 1),
-        ({"type": "stream_event", "event": {"type": "content_block_delta", "delta": thinking_delta,
-                                            "extra": "DEEP"}, "uuid": digits}, 2),
+        (
+            {
+                "type": "stream_event",
+                "event": {"type": "content_block_delta", "index": 0, "delta": text_delta},
+                "extra": "DEEP",
+                "uuid": digits,
+            },
+            1,
+        ),
+        (
+            {
+                "type": "stream_event",
+                "event": {"type": "content_block_delta", "delta": thinking_delta, "extra": "DEEP"},
+                "uuid": digits,
+            },
+            2,
+        ),
         ({"type": "content_block_delta", "delta": thinking_delta, "extra": "DEEP", "uuid": digits}, 1),
         ({"type": "content_block_delta", "delta": {**text_delta, "extra": "DEEP"}, "uuid": digits}, 2),
         ({"type": "message_stop", "extra": "DEEP", "uuid": digits}, 1),
@@ -367,34 +431,65 @@ def test_deep_lines_decode_as_the_generic_path_does(codec_cls, depth, text_len, 
 
 
 STREAM_HOT_LINES = [
-    (b'{"type":"stream_event","event":{"type":"content_block_delta","index":0,'
-     b'"delta":{"type":"text_delta","text":"hi"}},"session_id":"s","uuid":"u"}',
-     "message.delta", {"text": "hi", "channel": "text"}),
-    (b'{"type": "stream_event", "event": {"type": "content_block_delta", "index": 0, '
-     b'"delta": {"type": "thinking_delta", "thinking": "hm"}}, "session_id": "s"}\r',
-     "message.delta", {"text": "hm", "channel": "thought"}),
-    (b'{"type":"stream_event","event":{"type":"content_block_delta","index":1,'
-     b'"delta":{"type":"input_json_delta","partial_json":"{\\"a"}},"uuid":"u"}', "agent.other", {}),
-    (b'{"type":"stream_event","event":{"type":"message_start","message":{"usage":{"input_tokens":'
-     + b"1" * 30 + b'}}},"uuid":"u"}', "agent.other", {}),
+    (
+        b'{"type":"stream_event","event":{"type":"content_block_delta","index":0,'
+        b'"delta":{"type":"text_delta","text":"hi"}},"session_id":"s","uuid":"u"}',
+        "message.delta",
+        {"text": "hi", "channel": "text"},
+    ),
+    (
+        b'{"type": "stream_event", "event": {"type": "content_block_delta", "index": 0, '
+        b'"delta": {"type": "thinking_delta", "thinking": "hm"}}, "session_id": "s"}\r',
+        "message.delta",
+        {"text": "hm", "channel": "thought"},
+    ),
+    (
+        b'{"type":"stream_event","event":{"type":"content_block_delta","index":1,'
+        b'"delta":{"type":"input_json_delta","partial_json":"{\\"a"}},"uuid":"u"}',
+        "agent.other",
+        {},
+    ),
+    (
+        b'{"type":"stream_event","event":{"type":"message_start","message":{"usage":{"input_tokens":'
+        + b"1" * 30
+        + b'}}},"uuid":"u"}',
+        "agent.other",
+        {},
+    ),
     (b'{"type":"stream_event","event":{"type":"content_block_stop","index":0},"uuid":"u"}', "agent.other", {}),
-    (b'{"type":"stream_event","event":{"type":"content_block_delta","index":' + b"9" * 40
-     + b',"delta":{"type":"text_delta","text":"' + b"{[" * 80 + b'"}}}',
-     "message.delta", {"text": "{[" * 80, "channel": "text"}),
+    (
+        b'{"type":"stream_event","event":{"type":"content_block_delta","index":'
+        + b"9" * 40
+        + b',"delta":{"type":"text_delta","text":"'
+        + b"{[" * 80
+        + b'"}}}',
+        "message.delta",
+        {"text": "{[" * 80, "channel": "text"},
+    ),
 ]
 AWP_HOT_LINES = [
-    (b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}',
-     "message.delta", {"text": "hi", "channel": "text"}),
-    (b'{"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "hm"}}',
-     "message.delta", {"text": "hm", "channel": "thought"}),
-    (b'{"type":"content_block_delta","index":' + b"9" * 40 + b',"delta":{"type":"signature_delta"}}',
-     "agent.other", {}),
+    (
+        b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}',
+        "message.delta",
+        {"text": "hi", "channel": "text"},
+    ),
+    (
+        b'{"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "hm"}}',
+        "message.delta",
+        {"text": "hm", "channel": "thought"},
+    ),
+    (
+        b'{"type":"content_block_delta","index":' + b"9" * 40 + b',"delta":{"type":"signature_delta"}}',
+        "agent.other",
+        {},
+    ),
 ]
 
 
-@pytest.mark.parametrize(("codec_cls", "line", "kind", "data"),
-                         [(StreamJsonCodec, *hot) for hot in STREAM_HOT_LINES]
-                         + [(AwpJsonlCodec, *hot) for hot in AWP_HOT_LINES])
+@pytest.mark.parametrize(
+    ("codec_cls", "line", "kind", "data"),
+    [(StreamJsonCodec, *hot) for hot in STREAM_HOT_LINES] + [(AwpJsonlCodec, *hot) for hot in AWP_HOT_LINES],
+)
 def test_hot_lines_take_the_fast_path(codec_cls, line, kind, data, monkeypatch):
     """The lines of a streaming turn never reach the generic parser, whatever digits or
     brackets they hold (so the differential tests above do compare two different paths)."""
@@ -411,30 +506,33 @@ def test_hot_lines_take_the_fast_path(codec_cls, line, kind, data, monkeypatch):
 
 
 @pytest.mark.parametrize("codec_cls", CODECS)
-@pytest.mark.parametrize("line", [
-    b'\xef\xbb\xbf{"type":"stream_event","event":{"type":"content_block_delta","delta":{"type":"text_delta","text":"a"}}}',
-    b'{"type":"stream_event","event":{"type":"content_block_delta","delta":{"type":"text_delta","text":"\\ud800"}}}',
-    b'{"type":"stream_event","event":{"type":"content_block_delta","delta":{"type":"text_delta","text":"\xed\xa0\x80"}}}',
-    b'{"type":"stream_event","event":{"type":"content_block_delta","delta":{"type":"text_delta","text":"\xff"}}}',
-    b'{"type":"stream_event","event":{"type":"content_block_delta","delta":{"type":"text_delta","text":NaN}}}',
-    b'{"type":"stream_event","event":{"type":"content_block_delta","delta":{"type":"text_delta","text":"a"}},"x":1e999}',
-    b'{"type":"stream_event","event":null}',
-    b'{"type":"stream_event"}',
-    b'{"type":"content_block_delta"}',
-    b'{"type":"message_stop"}\r',
-    b'{"type":["stream_event"]}',
-    b'{"type":{"a":1}}',
-    b'{"type":"stream_event","type":"result","subtype":"success"}',
-    b'{"type":"stream_event","delta":{"type":"text_delta","text":"a"},"type":"content_block_delta"}',
-    b'{"type":"content_block_delta","event":{"type":"content_block_delta","delta":{"type":"text_delta","text":"a"}},'
-    b'"type":"stream_event"}',
-    b'{"type":"result","type":"stream_event","event":{"type":"content_block_delta","delta":{"type":"text_delta","text":"a"}}}',
-    b'{"type":"control_response","response":{"subtype":"success","request_id":"r","response":{"token":"t"}}}',
-    b'["stream_event"]',
-    b'"stream_event"',
-    b'  \r',
-    b'',
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'\xef\xbb\xbf{"type":"stream_event","event":{"type":"content_block_delta","delta":{"type":"text_delta","text":"a"}}}',
+        b'{"type":"stream_event","event":{"type":"content_block_delta","delta":{"type":"text_delta","text":"\\ud800"}}}',
+        b'{"type":"stream_event","event":{"type":"content_block_delta","delta":{"type":"text_delta","text":"\xed\xa0\x80"}}}',
+        b'{"type":"stream_event","event":{"type":"content_block_delta","delta":{"type":"text_delta","text":"\xff"}}}',
+        b'{"type":"stream_event","event":{"type":"content_block_delta","delta":{"type":"text_delta","text":NaN}}}',
+        b'{"type":"stream_event","event":{"type":"content_block_delta","delta":{"type":"text_delta","text":"a"}},"x":1e999}',
+        b'{"type":"stream_event","event":null}',
+        b'{"type":"stream_event"}',
+        b'{"type":"content_block_delta"}',
+        b'{"type":"message_stop"}\r',
+        b'{"type":["stream_event"]}',
+        b'{"type":{"a":1}}',
+        b'{"type":"stream_event","type":"result","subtype":"success"}',
+        b'{"type":"stream_event","delta":{"type":"text_delta","text":"a"},"type":"content_block_delta"}',
+        b'{"type":"content_block_delta","event":{"type":"content_block_delta","delta":{"type":"text_delta","text":"a"}},'
+        b'"type":"stream_event"}',
+        b'{"type":"result","type":"stream_event","event":{"type":"content_block_delta","delta":{"type":"text_delta","text":"a"}}}',
+        b'{"type":"control_response","response":{"subtype":"success","request_id":"r","response":{"token":"t"}}}',
+        b'["stream_event"]',
+        b'"stream_event"',
+        b"  \r",
+        b"",
+    ],
+)
 def test_edge_lines_decode_as_the_generic_path_does(codec_cls, line):
     check_same(codec_cls, line)
 
@@ -449,6 +547,11 @@ def test_codec_bench_runs_every_shape_through_both_paths():
     assert [r["shape"] for r in rows] == [name for name, _, _ in SHAPES]
     assert len(out) == 3 + len(SHAPES) and all(line.startswith("|") for line in out[1:])
     kinds = {name: [e.kind for e in codec_cls().decode(line).events] for name, codec_cls, line in SHAPES}
-    assert kinds["flood_agent text delta, 200 B"] == kinds["text_delta"] == kinds["thinking_delta"] == \
-        kinds["awp-jsonl content_block_delta"] == ["message.delta"]
+    assert (
+        kinds["flood_agent text delta, 200 B"]
+        == kinds["text_delta"]
+        == kinds["thinking_delta"]
+        == kinds["awp-jsonl content_block_delta"]
+        == ["message.delta"]
+    )
     assert kinds["assistant (text block)"] == ["message"] and kinds["result"] == ["turn.ended"]

@@ -18,9 +18,9 @@ from bridge.protocols.events import KINDS, dumps
 from bridge.protocols.stream_json import StreamJsonCodec
 
 HERE = Path(__file__).resolve().parent
-TRANSCRIPTS = Path(os.environ.get(
-    "AGENT_BRIDGE_TRANSCRIPTS",
-    HERE.parent / "fixtures" / "transcripts" / "claude-code-2.1.197"))
+TRANSCRIPTS = Path(
+    os.environ.get("AGENT_BRIDGE_TRANSCRIPTS", HERE.parent / "fixtures" / "transcripts" / "claude-code-2.1.197")
+)
 
 
 def _real_lines() -> list[bytes]:
@@ -37,12 +37,12 @@ def _real_lines() -> list[bytes]:
 
 REAL_LINES = _real_lines()
 
-FUZZ = settings(max_examples=200, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 # For properties whose interesting part is a fixed edit of an otherwise ordinary object.
 LIGHT = settings(FUZZ, max_examples=60)
 
 CODECS = [StreamJsonCodec, AwpJsonlCodec]
+
 
 def check_decoded(decoded, line: bytes) -> None:
     assert decoded.events, "every line must leave a trace"
@@ -108,49 +108,119 @@ def check_wire_line(line: str) -> dict:
 
 # ---------------------------------------------------------------- strategies
 
-json_scalars = (st.none() | st.booleans() | st.integers()
-                | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20))
+json_scalars = (
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20)
+)
 # st.text() never yields lone surrogates, but json.loads of a client frame can ("\ud800").
-nasty_text = st.lists(st.characters(codec="utf-8") | st.sampled_from(
-    ["\n", "\r", "\u2028", "\u2029", "\x00", "\ud800", "\udfff"]), max_size=40).map("".join)
+nasty_text = st.lists(
+    st.characters(codec="utf-8") | st.sampled_from(["\n", "\r", "\u2028", "\u2029", "\x00", "\ud800", "\udfff"]),
+    max_size=40,
+).map("".join)
 
 
 json_values = st.recursive(
     json_scalars,
-    lambda children: st.lists(children, max_size=5)
-    | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=15,
 )
 
 # Field names and values the decoder looks at, so generated objects reach every handler.
-TYPES = ["system", "assistant", "user", "stream_event", "result", "control_request",
-         "control_response", "control_cancel_request", "rate_limit_event", "tool_progress",
-         "content_block_start", "content_block_delta", "content_block_stop", "message_stop",
-         "keep_alive", "shutdown"]
-SUBTYPES = ["init", "session_start", "status", "session_state_changed", "hook_started",
-            "hook_progress", "hook_response", "task_started", "task_progress", "task_updated",
-            "task_notification", "api_retry", "success", "error", "error_during_execution",
-            "error_max_turns", "can_use_tool", "hook_callback", "interrupt"]
-KEYS = ["type", "subtype", "session_id", "model", "tools", "status", "state", "hook_event",
-        "hook_name", "outcome", "task_id", "patch", "message", "content", "event", "delta",
-        "content_block", "is_error", "isReplay", "terminal_reason", "errors", "error", "result",
-        "usage", "request_id", "request", "tool_name", "input", "rate_limit_info",
-        "parent_tool_use_id", "text", "thinking", "id", "name", "tool_use_id", "workflow_progress"]
+TYPES = [
+    "system",
+    "assistant",
+    "user",
+    "stream_event",
+    "result",
+    "control_request",
+    "control_response",
+    "control_cancel_request",
+    "rate_limit_event",
+    "tool_progress",
+    "content_block_start",
+    "content_block_delta",
+    "content_block_stop",
+    "message_stop",
+    "keep_alive",
+    "shutdown",
+]
+SUBTYPES = [
+    "init",
+    "session_start",
+    "status",
+    "session_state_changed",
+    "hook_started",
+    "hook_progress",
+    "hook_response",
+    "task_started",
+    "task_progress",
+    "task_updated",
+    "task_notification",
+    "api_retry",
+    "success",
+    "error",
+    "error_during_execution",
+    "error_max_turns",
+    "can_use_tool",
+    "hook_callback",
+    "interrupt",
+]
+KEYS = [
+    "type",
+    "subtype",
+    "session_id",
+    "model",
+    "tools",
+    "status",
+    "state",
+    "hook_event",
+    "hook_name",
+    "outcome",
+    "task_id",
+    "patch",
+    "message",
+    "content",
+    "event",
+    "delta",
+    "content_block",
+    "is_error",
+    "isReplay",
+    "terminal_reason",
+    "errors",
+    "error",
+    "result",
+    "usage",
+    "request_id",
+    "request",
+    "tool_name",
+    "input",
+    "rate_limit_info",
+    "parent_tool_use_id",
+    "text",
+    "thinking",
+    "id",
+    "name",
+    "tool_use_id",
+    "workflow_progress",
+]
 
 field_leaves = (
     json_scalars
     | nasty_text
-    | st.sampled_from(TYPES + SUBTYPES + ["text", "tool_use", "text_delta", "thinking_delta",
-                                          "tool_result", "aborted_tools", "<synthetic>"])
+    | st.sampled_from(
+        TYPES
+        + SUBTYPES
+        + ["text", "tool_use", "text_delta", "thinking_delta", "tool_result", "aborted_tools", "<synthetic>"]
+    )
 )
 field_values = st.recursive(
     field_leaves,
-    lambda children: st.lists(children, max_size=3)
-    | st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=4), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=4), children, max_size=4)
+    ),
     max_leaves=12,
 )
-shaped_objects = st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=4), field_values,
-                                 max_size=6)
+shaped_objects = st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=4), field_values, max_size=6)
 top_level_objects = st.builds(
     lambda t, body: {**body, "type": t},
     st.sampled_from(TYPES) | st.text(max_size=8),
@@ -159,6 +229,7 @@ top_level_objects = st.builds(
 
 
 # ---------------------------------------------------------------- decode properties
+
 
 @pytest.mark.parametrize("codec_cls", CODECS)
 @FUZZ
@@ -206,8 +277,7 @@ def test_decode_never_raises_on_protocol_shaped_objects(codec_cls, obj, ascii_on
 def test_the_same_object_always_decodes_the_same_way(codec_cls, obj):
     line = json.dumps(obj).encode()
     a, b = codec_cls().decode(line), codec_cls().decode(line)
-    assert [(e.kind, e.data, e.raw, e.relay) for e in a.events] == \
-           [(e.kind, e.data, e.raw, e.relay) for e in b.events]
+    assert [(e.kind, e.data, e.raw, e.relay) for e in a.events] == [(e.kind, e.data, e.raw, e.relay) for e in b.events]
     assert a.replies == b.replies
 
 
@@ -238,8 +308,11 @@ def test_objects_padded_with_non_json_whitespace_are_diagnostics(codec_cls, obj,
 
 @pytest.mark.parametrize("codec_cls", CODECS)
 @LIGHT
-@given(obj=top_level_objects, lead=st.sampled_from(["", " ", "\t", "  "]),
-       trail=st.sampled_from(["", " ", "\t", "\r", " \r"]))
+@given(
+    obj=top_level_objects,
+    lead=st.sampled_from(["", " ", "\t", "  "]),
+    trail=st.sampled_from(["", " ", "\t", "\r", " \r"]),
+)
 def test_json_whitespace_around_an_object_is_fine_and_kept_in_raw(codec_cls, obj, lead, trail):
     body = json.dumps(obj)
     [first, *_] = codec_cls().decode((lead + body + trail).encode()).events
@@ -251,8 +324,10 @@ _ABSENT = object()
 mcp_inner_messages = (
     st.just(_ABSENT)
     | json_values
-    | st.fixed_dictionaries({"jsonrpc": st.just("2.0"), "method": st.text(max_size=12)},
-                            optional={"id": json_scalars, "params": json_values})
+    | st.fixed_dictionaries(
+        {"jsonrpc": st.just("2.0"), "method": st.text(max_size=12)},
+        optional={"id": json_scalars, "params": json_values},
+    )
 )
 
 
@@ -266,21 +341,28 @@ def _expected_answer(subtype: str, message) -> tuple[str, dict | str]:
         inner = message if isinstance(message, dict) else {}
         if "id" not in inner:
             return "success", {"mcp_response": {"jsonrpc": "2.0", "result": {}}}
-        return "success", {"mcp_response": {"jsonrpc": "2.0", "id": inner["id"], "error": {
-            "code": -32601, "message": "no MCP server 'srv' in this host"}}}
+        return "success", {
+            "mcp_response": {
+                "jsonrpc": "2.0",
+                "id": inner["id"],
+                "error": {"code": -32601, "message": "no MCP server 'srv' in this host"},
+            }
+        }
     return "error", f"Unsupported control request subtype: {subtype}"
 
 
 @FUZZ
-@given(request_id=nasty_text, subtype=st.text(max_size=20) | st.sampled_from(
-    ["hook_callback", "mcp_message", "elicitation", "request_user_dialog", "can_use_tool"]),
-    message=mcp_inner_messages)
+@given(
+    request_id=nasty_text,
+    subtype=st.text(max_size=20)
+    | st.sampled_from(["hook_callback", "mcp_message", "elicitation", "request_user_dialog", "can_use_tool"]),
+    message=mcp_inner_messages,
+)
 def test_every_cli_control_request_gets_exactly_one_reply_with_its_id(request_id, subtype, message):
     request: dict = {"subtype": subtype, "server_name": "srv"}
     if message is not _ABSENT:
         request["message"] = message
-    line = json.dumps({"type": "control_request", "request_id": request_id,
-                       "request": request}).encode()
+    line = json.dumps({"type": "control_request", "request_id": request_id, "request": request}).encode()
     decoded = StreamJsonCodec().decode(line)
     check_decoded(decoded, line)
     [ev] = decoded.events
@@ -296,11 +378,15 @@ def test_every_cli_control_request_gets_exactly_one_reply_with_its_id(request_id
     # What the agent meant: JSON cannot tell "\ud800\udfff" from U+103FF, nor can JS.
     rid = json.loads(json.dumps(request_id))
     if outcome == "success":
-        assert reply == {"type": "control_response", "response": {
-            "subtype": "success", "request_id": rid, "response": json.loads(json.dumps(answer))}}
+        assert reply == {
+            "type": "control_response",
+            "response": {"subtype": "success", "request_id": rid, "response": json.loads(json.dumps(answer))},
+        }
     else:
-        assert reply == {"type": "control_response", "response": {
-            "subtype": "error", "request_id": rid, "error": answer}}
+        assert reply == {
+            "type": "control_response",
+            "response": {"subtype": "error", "request_id": rid, "error": answer},
+        }
 
 
 @pytest.mark.parametrize("codec_cls", CODECS)
@@ -315,37 +401,70 @@ def test_control_cancel_requests_are_never_answered(codec_cls, request_id):
     if codec_cls is AwpJsonlCodec:  # no control protocol, no permission prompts
         assert (ev.kind, ev.data) == ("agent.other", {})
     else:
-        assert (ev.kind, ev.data) == ("permission.resolved", {
-            "request_id": request_id if isinstance(request_id, str) else None,
-            "decision": "cancelled", "by": "agent"})
+        assert (ev.kind, ev.data) == (
+            "permission.resolved",
+            {"request_id": request_id if isinstance(request_id, str) else None, "decision": "cancelled", "by": "agent"},
+        )
 
 
 @pytest.mark.parametrize("codec_cls", CODECS)
 @LIGHT
 @given(subtype=json_scalars, request_id=json_scalars)
 def test_control_responses_are_agent_other_and_never_answered(codec_cls, subtype, request_id):
-    line = json.dumps({"type": "control_response",
-                       "response": {"subtype": subtype, "request_id": request_id}}).encode()
+    line = json.dumps({"type": "control_response", "response": {"subtype": subtype, "request_id": request_id}}).encode()
     decoded = codec_cls().decode(line)
     check_decoded(decoded, line)
     assert decoded.replies == []
     [ev] = decoded.events
     assert (ev.kind, ev.raw) == ("agent.other", line.decode())
-    assert ev.data == {"control_response": subtype if isinstance(subtype, str) else None,
-                       "request_id": request_id if isinstance(request_id, str) else None}
+    assert ev.data == {
+        "control_response": subtype if isinstance(subtype, str) else None,
+        "request_id": request_id if isinstance(request_id, str) else None,
+    }
 
 
-SECRET_KEYS = ["token", "accessToken", "oauth_token", "client_secret", "password", "passwd",
-               "apiKey", "api_key", "x-api-key", "Authorization", "cookie", "credentials", "email",
-               "organization", "organisation", "account", "accountUuid", "sessionKey", "session-key",
-               "private_key", "privateKey"]
-PUBLIC_KEYS = ["subtype", "request_id", "response", "commands", "models", "name", "value",
-               "session_id", "pid", "auth", "description"]
+SECRET_KEYS = [
+    "token",
+    "accessToken",
+    "oauth_token",
+    "client_secret",
+    "password",
+    "passwd",
+    "apiKey",
+    "api_key",
+    "x-api-key",
+    "Authorization",
+    "cookie",
+    "credentials",
+    "email",
+    "organization",
+    "organisation",
+    "account",
+    "accountUuid",
+    "sessionKey",
+    "session-key",
+    "private_key",
+    "privateKey",
+]
+PUBLIC_KEYS = [
+    "subtype",
+    "request_id",
+    "response",
+    "commands",
+    "models",
+    "name",
+    "value",
+    "session_id",
+    "pid",
+    "auth",
+    "description",
+]
 secretive_values = st.recursive(
     json_scalars | nasty_text,
-    lambda children: st.lists(children, max_size=3)
-    | st.dictionaries(st.sampled_from(SECRET_KEYS + PUBLIC_KEYS) | st.text(max_size=4), children,
-                      max_size=4),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(st.sampled_from(SECRET_KEYS + PUBLIC_KEYS) | st.text(max_size=4), children, max_size=4)
+    ),
     max_leaves=14,
 )
 
@@ -360,11 +479,12 @@ def _secret_scalars(value, inside: bool = False) -> list:
 
 @pytest.mark.parametrize("codec_cls", CODECS)
 @FUZZ
-@given(body=st.dictionaries(st.sampled_from(SECRET_KEYS + PUBLIC_KEYS), secretive_values, max_size=5),
-       ascii_only=st.booleans())
+@given(
+    body=st.dictionaries(st.sampled_from(SECRET_KEYS + PUBLIC_KEYS), secretive_values, max_size=5),
+    ascii_only=st.booleans(),
+)
 def test_control_responses_never_relay_a_secret(codec_cls, body, ascii_only):
-    obj = {"type": "control_response", "response": {"subtype": "success", "request_id": "r1",
-                                                    "response": body}}
+    obj = {"type": "control_response", "response": {"subtype": "success", "request_id": "r1", "response": body}}
     line = json.dumps(obj, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
     decoded = codec_cls().decode(line)
     check_decoded(decoded, line)  # raw is the line, or exactly its redaction
@@ -387,7 +507,7 @@ def needs_transcripts(fn):  # type: ignore[no-untyped-def]
 
 def _flip(line: bytes, pos: int, byte: int) -> bytes:
     pos %= len(line)
-    return line[:pos] + bytes([byte]) + line[pos + 1:]
+    return line[:pos] + bytes([byte]) + line[pos + 1 :]
 
 
 mutations = st.one_of(
@@ -410,7 +530,7 @@ def mutate(line: bytes, ops) -> bytes:
         elif op == "insert":
             line = line[:at] + bytes([arg]) + line[at:]
         else:
-            line = line[:at] + line[at + arg:]
+            line = line[:at] + line[at + arg :]
     return line
 
 
@@ -502,11 +622,15 @@ def test_encode_interrupt_lines_are_json_objects_with_fresh_ids(n):
 
 
 @FUZZ
-@given(request_id=st.text(max_size=40), allow=st.booleans(),
-       updated=st.dictionaries(st.text(max_size=8), json_values, max_size=4),
-       message=st.text(max_size=40))
+@given(
+    request_id=st.text(max_size=40),
+    allow=st.booleans(),
+    updated=st.dictionaries(st.text(max_size=8), json_values, max_size=4),
+    message=st.text(max_size=40),
+)
 def test_encode_permission_is_one_json_object_line(request_id, allow, updated, message):
-    obj = check_wire_line(StreamJsonCodec().encode_permission(
-        request_id, allow, updated_input=updated, message=message))
+    obj = check_wire_line(
+        StreamJsonCodec().encode_permission(request_id, allow, updated_input=updated, message=message)
+    )
     assert obj["response"]["request_id"] == request_id
     assert obj["response"]["response"]["behavior"] == ("allow" if allow else "deny")

@@ -87,6 +87,7 @@ def test_feeding_nothing_returns_nothing():
 
 # ---------------------------------------------------------------- CRLF
 
+
 def test_crlf_lines_keep_the_carriage_return_and_lose_only_the_newline():
     framer = LineFramer()
     assert framer.feed(b'{"a":1}\r\n{"b":2}\r\n') == [b'{"a":1}\r', b'{"b":2}\r']
@@ -95,7 +96,7 @@ def test_crlf_lines_keep_the_carriage_return_and_lose_only_the_newline():
 def test_crlf_split_between_cr_and_lf():
     framer = LineFramer()
     assert framer.feed(b'{"a":1}\r') == []
-    assert framer.feed(b'\n') == [b'{"a":1}\r']
+    assert framer.feed(b"\n") == [b'{"a":1}\r']
     assert framer.close() is None
 
 
@@ -187,6 +188,7 @@ def test_default_cap_long_line_in_64k_chunks():
 
 
 # ---------------------------------------------------------------- close()
+
 
 def test_close_returns_the_unterminated_tail():
     framer = LineFramer()

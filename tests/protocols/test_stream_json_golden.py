@@ -40,11 +40,11 @@ TRANSCRIPTS = Path(
 )
 REGENERATE = os.environ.get("REGENERATE_GOLDEN") == "1"
 
+
 def scalars(value: Any, *, secret: bool, inside: bool = False) -> list[Any]:
     """The non-null scalars under a secret key (``secret=True``) or outside any."""
     if isinstance(value, dict):
-        return [s for k, v in value.items()
-                for s in scalars(v, secret=secret, inside=inside or is_secret_key(k))]
+        return [s for k, v in value.items() for s in scalars(v, secret=secret, inside=inside or is_secret_key(k))]
     if isinstance(value, list):
         return [s for v in value for s in scalars(v, secret=secret, inside=inside)]
     return [value] if value is not None and inside == secret else []
@@ -94,8 +94,7 @@ def agent_lines(path: Path) -> list[str]:
 
 
 def all_agent_lines() -> list[tuple[str, int, str]]:
-    return [(scenario_of(p), i, line) for p in transcript_files()
-            for i, line in enumerate(agent_lines(p))]
+    return [(scenario_of(p), i, line) for p in transcript_files() for i, line in enumerate(agent_lines(p))]
 
 
 def decode_all(lines: list[str]) -> list[Decoded]:
@@ -120,6 +119,7 @@ def decode_one(line: str) -> Decoded:
 
 
 # ---------------------------------------------------------------- golden summary
+
 
 def _short(value: Any, limit: int = 160) -> Any:
     if isinstance(value, str) and len(value) > limit:
@@ -150,8 +150,7 @@ def select(kind: str, data: dict[str, Any]) -> dict[str, Any]:
 def line_label(line: str) -> str:
     obj = json.loads(line)
     parts = [str(obj.get("type"))]
-    for sub in (obj.get("subtype"), (obj.get("request") or {}).get("subtype"),
-                (obj.get("event") or {}).get("type")):
+    for sub in (obj.get("subtype"), (obj.get("request") or {}).get("subtype"), (obj.get("event") or {}).get("type")):
         if isinstance(sub, str):
             parts.append(sub)
     if obj.get("isReplay"):
@@ -164,8 +163,15 @@ def summarize(lines: list[str]) -> dict[str, Any]:
     replies: list[dict[str, Any]] = []
     for n, (line, decoded) in enumerate(zip(lines, decode_all(lines), strict=True)):
         for ev in decoded.events:
-            events.append({"line": n, "in": line_label(line), "kind": ev.kind,
-                           "relay": ev.relay, "data": select(ev.kind, ev.data)})
+            events.append(
+                {
+                    "line": n,
+                    "in": line_label(line),
+                    "kind": ev.kind,
+                    "relay": ev.relay,
+                    "data": select(ev.kind, ev.data),
+                }
+            )
         for reply in decoded.replies:
             replies.append({"line": n, "reply": json.loads(reply)})
     return {"events": events, "replies": replies}
@@ -200,6 +206,7 @@ def test_every_transcript_has_a_golden_and_no_golden_is_stale():
 
 
 # ---------------------------------------------------------------- whole-transcript invariants
+
 
 @pytest.mark.parametrize("path", transcript_files(), ids=scenario_of)
 def test_every_line_relays_exactly_once_with_its_exact_text(path):
@@ -241,8 +248,7 @@ def test_redacted_transcript_lines_are_exactly_the_control_responses_with_secret
     # control_response. (full's req_6, get_context_usage, is also rewritten today: see
     # test_context_usage_token_counts_are_not_secrets.)
     assert {("cancelperm", "req_1"), ("deny", "req_1"), ("full", "req_1")} <= redacted
-    assert redacted <= {("cancelperm", "req_1"), ("deny", "req_1"), ("full", "req_1"),
-                        ("full", "req_6")}
+    assert redacted <= {("cancelperm", "req_1"), ("deny", "req_1"), ("full", "req_1"), ("full", "req_6")}
 
 
 def test_exactly_one_turn_end_per_result_line_and_nowhere_else():
@@ -261,14 +267,14 @@ def test_transcripts_only_produce_replies_for_cli_requests_the_user_does_not_ans
         lines = agent_lines(path)
         for line, decoded in zip(lines, decode_all(lines), strict=True):
             obj = json.loads(line)
-            answered_by_codec = (obj["type"] == "control_request"
-                                 and obj["request"]["subtype"] != "can_use_tool")
+            answered_by_codec = obj["type"] == "control_request" and obj["request"]["subtype"] != "can_use_tool"
             assert len(decoded.replies) == (1 if answered_by_codec else 0), line[:120]
             seen += answered_by_codec
     assert seen >= 1
 
 
 # ---------------------------------------------------------------- explicit mappings
+
 
 def test_system_init_becomes_session_started_with_the_native_session_id():
     _, line = find_line(lambda o: o.get("subtype") == "init")
@@ -282,24 +288,23 @@ def test_system_init_becomes_session_started_with_the_native_session_id():
 
 def test_session_id_flag_is_what_init_reports():
     path = TRANSCRIPTS / "sessid.transcript.jsonl"
-    started = [e for d in decode_all(agent_lines(path)) for e in d.events
-               if e.kind == "session.started"]
-    assert [e.data["native_session_id"] for e in started] == [
-        "22222222-2222-4222-8222-222222222222"]
+    started = [e for d in decode_all(agent_lines(path)) for e in d.events if e.kind == "session.started"]
+    assert [e.data["native_session_id"] for e in started] == ["22222222-2222-4222-8222-222222222222"]
 
 
 def test_resume_keeps_and_fork_changes_the_session_id():
     def ids(name: str) -> set[str]:
         lines = agent_lines(TRANSCRIPTS / f"{name}.transcript.jsonl")
-        return {e.data["native_session_id"] for d in decode_all(lines) for e in d.events
-                if e.kind == "session.started"}
+        return {e.data["native_session_id"] for d in decode_all(lines) for e in d.events if e.kind == "session.started"}
+
     assert ids("resume") == {"c8aaeb44-0c48-4a75-9150-f93a46012192"}
     assert ids("fork") and ids("fork") != ids("resume")
 
 
 def test_result_success_becomes_turn_ended_success():
-    _, line = find_line(lambda o: o.get("type") == "result" and o.get("subtype") == "success"
-                        and o.get("is_error") is False)
+    _, line = find_line(
+        lambda o: o.get("type") == "result" and o.get("subtype") == "success" and o.get("is_error") is False
+    )
     obj = json.loads(line)
     [ev] = decode_one(line).events
     assert ev.kind == "turn.ended"
@@ -314,8 +319,11 @@ def test_success_subtype_with_is_error_is_an_error_turn_end():
     # protocols.md §1.5.6: subtype success + is_error true = the turn ended on an API error.
     for scenario in ("errors", "err529"):
         lines = agent_lines(TRANSCRIPTS / f"{scenario}.transcript.jsonl")
-        results = [(json.loads(line), d) for line, d in zip(lines, decode_all(lines), strict=True)
-                   if json.loads(line)["type"] == "result"]
+        results = [
+            (json.loads(line), d)
+            for line, d in zip(lines, decode_all(lines), strict=True)
+            if json.loads(line)["type"] == "result"
+        ]
         assert results
         for obj, decoded in results:
             assert obj["subtype"] == "success" and obj["is_error"] is True
@@ -325,8 +333,7 @@ def test_success_subtype_with_is_error_is_an_error_turn_end():
 
 
 def test_synthetic_assistant_message_carries_the_api_error():
-    _, line = find_line(lambda o: o.get("type") == "assistant"
-                        and o["message"].get("model") == "<synthetic>")
+    _, line = find_line(lambda o: o.get("type") == "assistant" and o["message"].get("model") == "<synthetic>")
     obj = json.loads(line)
     [ev] = decode_one(line).events
     assert ev.kind == "message"
@@ -336,9 +343,13 @@ def test_synthetic_assistant_message_carries_the_api_error():
 
 @pytest.mark.parametrize("reason", ["aborted_streaming", "aborted_tools"])
 def test_interrupted_turn_is_cancelled(reason):
-    _, line = find_line(lambda o: o.get("type") == "result"
-                        and o.get("subtype") == "error_during_execution"
-                        and o.get("terminal_reason") == reason)
+    _, line = find_line(
+        lambda o: (
+            o.get("type") == "result"
+            and o.get("subtype") == "error_during_execution"
+            and o.get("terminal_reason") == reason
+        )
+    )
     [ev] = decode_one(line).events
     assert ev.kind == "turn.ended"
     assert ev.data["status"] == "cancelled"
@@ -346,8 +357,7 @@ def test_interrupted_turn_is_cancelled(reason):
 
 
 def test_error_during_execution_without_an_abort_reason_is_an_error():
-    _, line = find_line(lambda o: o.get("type") == "result"
-                        and o.get("subtype") == "error_during_execution")
+    _, line = find_line(lambda o: o.get("type") == "result" and o.get("subtype") == "error_during_execution")
     obj = json.loads(line)
     obj["terminal_reason"] = "model_error"
     [ev] = StreamJsonCodec().decode(json.dumps(obj).encode()).events
@@ -368,8 +378,7 @@ def test_error_max_turns_is_an_error_with_the_cli_message():
 
 
 def test_can_use_tool_becomes_permission_requested_without_a_reply():
-    _, line = find_line(lambda o: o.get("type") == "control_request"
-                        and o["request"].get("subtype") == "can_use_tool")
+    _, line = find_line(lambda o: o.get("type") == "control_request" and o["request"].get("subtype") == "can_use_tool")
     obj = json.loads(line)
     decoded = decode_one(line)
     [ev] = decoded.events
@@ -383,25 +392,34 @@ def test_can_use_tool_becomes_permission_requested_without_a_reply():
 
 
 def answered_with_default(sub: str, default: dict[str, Any]) -> dict[str, Any]:
-    return {"stream": "protocol", "control": sub,
-            "text": f"answered control request {sub!r} with the default {dumps(default)}"}
+    return {
+        "stream": "protocol",
+        "control": sub,
+        "text": f"answered control request {sub!r} with the default {dumps(default)}",
+    }
 
 
 def answered_with_error(sub: str) -> dict[str, Any]:
-    return {"stream": "protocol", "control": sub,
-            "text": f"answered control request {sub!r} with an error: not supported by the bridge"}
+    return {
+        "stream": "protocol",
+        "control": sub,
+        "text": f"answered control request {sub!r} with an error: not supported by the bridge",
+    }
 
 
 def assert_one_success_reply(decoded: Decoded, request_id: str, response: dict[str, Any]) -> None:
     [reply_line] = decoded.replies
     assert "\n" not in reply_line
-    assert json.loads(reply_line) == {"type": "control_response", "response": {
-        "subtype": "success", "request_id": request_id, "response": response}}
+    assert json.loads(reply_line) == {
+        "type": "control_response",
+        "response": {"subtype": "success", "request_id": request_id, "response": response},
+    }
 
 
 def test_hook_callback_gets_a_success_reply_with_an_empty_response():
-    scenario, line = find_line(lambda o: o.get("type") == "control_request"
-                               and o["request"].get("subtype") == "hook_callback")
+    scenario, line = find_line(
+        lambda o: o.get("type") == "control_request" and o["request"].get("subtype") == "hook_callback"
+    )
     assert scenario == "deny"  # the only transcript whose host registered a hook
     obj = json.loads(line)
     decoded = decode_one(line)
@@ -413,9 +431,18 @@ def test_hook_callback_gets_a_success_reply_with_an_empty_response():
 
 
 def test_elicitation_is_declined():
-    line = json.dumps({"type": "control_request", "request_id": "el-1", "request": {
-        "subtype": "elicitation", "mcp_server_name": "gh", "message": "Which repo?",
-        "requested_schema": {"type": "object", "properties": {"repo": {"type": "string"}}}}})
+    line = json.dumps(
+        {
+            "type": "control_request",
+            "request_id": "el-1",
+            "request": {
+                "subtype": "elicitation",
+                "mcp_server_name": "gh",
+                "message": "Which repo?",
+                "requested_schema": {"type": "object", "properties": {"repo": {"type": "string"}}},
+            },
+        }
+    )
     decoded = decode_one(line)
     [ev] = decoded.events
     assert (ev.kind, ev.relay, ev.raw) == ("diagnostic", True, line)
@@ -426,24 +453,41 @@ def test_elicitation_is_declined():
 @pytest.mark.parametrize("inner_id", [7, 0, "call-3", None], ids=repr)
 def test_mcp_message_request_is_answered_with_a_json_rpc_method_not_found(inner_id):
     # The bridge hosts no SDK MCP server: the JSON-RPC request inside gets -32601, same id.
-    line = json.dumps({"type": "control_request", "request_id": "mcp-1", "request": {
-        "subtype": "mcp_message", "server_name": "sdk-tools",
-        "message": {"jsonrpc": "2.0", "id": inner_id, "method": "tools/list", "params": {}}}})
+    line = json.dumps(
+        {
+            "type": "control_request",
+            "request_id": "mcp-1",
+            "request": {
+                "subtype": "mcp_message",
+                "server_name": "sdk-tools",
+                "message": {"jsonrpc": "2.0", "id": inner_id, "method": "tools/list", "params": {}},
+            },
+        }
+    )
     decoded = decode_one(line)
-    expected = {"mcp_response": {"jsonrpc": "2.0", "id": inner_id, "error": {
-        "code": -32601, "message": "no MCP server 'sdk-tools' in this host"}}}
+    expected = {
+        "mcp_response": {
+            "jsonrpc": "2.0",
+            "id": inner_id,
+            "error": {"code": -32601, "message": "no MCP server 'sdk-tools' in this host"},
+        }
+    }
     assert_one_success_reply(decoded, "mcp-1", expected)
     [ev] = decoded.events
     assert (ev.kind, ev.relay, ev.raw) == ("diagnostic", True, line)
     assert ev.data == answered_with_default("mcp_message", expected)
 
 
-@pytest.mark.parametrize("message", [
-    {"jsonrpc": "2.0", "method": "notifications/initialized"},
-    {},
-    None,
-    "not an object",
-], ids=["notification", "empty", "null", "string"])
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {},
+        None,
+        "not an object",
+    ],
+    ids=["notification", "empty", "null", "string"],
+)
 def test_mcp_message_without_an_inner_id_gets_an_empty_result(message):
     request: dict[str, Any] = {"subtype": "mcp_message", "server_name": "sdk-tools"}
     if message is not None:
@@ -457,22 +501,27 @@ def test_mcp_message_without_an_inner_id_gets_an_empty_result(message):
     assert ev.data == answered_with_default("mcp_message", expected)
 
 
-@pytest.mark.parametrize("request_body", [
-    {"subtype": "bogus_subtype"},
-    {"subtype": "request_user_dialog", "dialog": "x"},
-    {"subtype": ""},
-    {},
-    {"subtype": 42},
-], ids=["bogus", "request_user_dialog", "empty", "missing", "not-a-string"])
+@pytest.mark.parametrize(
+    "request_body",
+    [
+        {"subtype": "bogus_subtype"},
+        {"subtype": "request_user_dialog", "dialog": "x"},
+        {"subtype": ""},
+        {},
+        {"subtype": 42},
+    ],
+    ids=["bogus", "request_user_dialog", "empty", "missing", "not-a-string"],
+)
 def test_other_cli_requests_are_answered_with_an_error(request_body):
     sub = request_body.get("subtype")
     sub = sub if isinstance(sub, str) else ""
     line = json.dumps({"type": "control_request", "request_id": "r-42", "request": request_body})
     decoded = decode_one(line)
     [reply] = [json.loads(r) for r in decoded.replies]
-    assert reply == {"type": "control_response", "response": {
-        "subtype": "error", "request_id": "r-42",
-        "error": f"Unsupported control request subtype: {sub}"}}
+    assert reply == {
+        "type": "control_response",
+        "response": {"subtype": "error", "request_id": "r-42", "error": f"Unsupported control request subtype: {sub}"},
+    }
     [ev] = decoded.events
     assert (ev.kind, ev.relay, ev.raw) == ("diagnostic", True, line)
     assert ev.data == answered_with_error(sub)
@@ -505,9 +554,13 @@ def test_awp_control_requests_get_no_reply():
 
 
 def test_text_delta_becomes_message_delta():
-    _, line = find_line(lambda o: o.get("type") == "stream_event"
-                        and o["event"].get("type") == "content_block_delta"
-                        and o["event"]["delta"].get("type") == "text_delta")
+    _, line = find_line(
+        lambda o: (
+            o.get("type") == "stream_event"
+            and o["event"].get("type") == "content_block_delta"
+            and o["event"]["delta"].get("type") == "text_delta"
+        )
+    )
     obj = json.loads(line)
     [ev] = decode_one(line).events
     assert ev.kind == "message.delta"
@@ -515,32 +568,40 @@ def test_text_delta_becomes_message_delta():
 
 
 def test_thinking_delta_is_a_thought_channel_delta():
-    line = json.dumps({"type": "stream_event", "event": {
-        "type": "content_block_delta", "index": 0,
-        "delta": {"type": "thinking_delta", "thinking": "hmm"}}})
+    line = json.dumps(
+        {
+            "type": "stream_event",
+            "event": {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "thinking_delta", "thinking": "hmm"},
+            },
+        }
+    )
     [ev] = decode_one(line).events
     assert (ev.kind, ev.data) == ("message.delta", {"text": "hmm", "channel": "thought"})
 
 
-@pytest.mark.parametrize("event", ["message_start", "content_block_start", "content_block_stop",
-                                   "message_delta", "message_stop"])
+@pytest.mark.parametrize(
+    "event", ["message_start", "content_block_start", "content_block_stop", "message_delta", "message_stop"]
+)
 def test_other_stream_events_are_agent_other(event):
-    _, line = find_line(lambda o: o.get("type") == "stream_event"
-                        and o["event"].get("type") == event)
+    _, line = find_line(lambda o: o.get("type") == "stream_event" and o["event"].get("type") == event)
     assert [e.kind for e in decode_one(line).events] == ["agent.other"]
 
 
 def test_top_level_awp_events_are_not_stream_json():
     # stream-json wraps raw events in stream_event; a bare message_stop is not a turn end.
-    for line in ('{"type":"message_stop"}',
-                 '{"type":"content_block_delta","delta":{"type":"text_delta","text":"x"}}',
-                 '{"type":"content_block_start","content_block":{"type":"tool_use","id":"t"}}'):
+    for line in (
+        '{"type":"message_stop"}',
+        '{"type":"content_block_delta","delta":{"type":"text_delta","text":"x"}}',
+        '{"type":"content_block_start","content_block":{"type":"tool_use","id":"t"}}',
+    ):
         assert [e.kind for e in decode_one(line).events] == ["agent.other"]
 
 
 def test_assistant_tool_use_becomes_tool_call():
-    _, line = find_line(lambda o: o.get("type") == "assistant"
-                        and o["message"]["content"][0].get("type") == "tool_use")
+    _, line = find_line(lambda o: o.get("type") == "assistant" and o["message"]["content"][0].get("type") == "tool_use")
     block = json.loads(line)["message"]["content"][0]
     [ev] = decode_one(line).events
     assert ev.kind == "tool.call"
@@ -550,22 +611,34 @@ def test_assistant_tool_use_becomes_tool_call():
 
 
 def test_assistant_text_becomes_message():
-    _, line = find_line(lambda o: o.get("type") == "assistant"
-                        and o["message"]["content"][0].get("type") == "text"
-                        and o["message"].get("model") != "<synthetic>")
+    _, line = find_line(
+        lambda o: (
+            o.get("type") == "assistant"
+            and o["message"]["content"][0].get("type") == "text"
+            and o["message"].get("model") != "<synthetic>"
+        )
+    )
     msg = json.loads(line)["message"]
     [ev] = decode_one(line).events
     assert ev.kind == "message"
-    assert ev.data == {"role": "assistant", "text": msg["content"][0]["text"],
-                       "message_id": msg["id"]}
+    assert ev.data == {"role": "assistant", "text": msg["content"][0]["text"], "message_id": msg["id"]}
 
 
 def test_assistant_line_with_several_blocks_yields_one_event_each_and_relays_once():
-    line = json.dumps({"type": "assistant", "message": {"id": "m1", "content": [
-        {"type": "thinking", "thinking": "plan", "signature": "s"},
-        {"type": "text", "text": "doing it"},
-        {"type": "tool_use", "id": "tu1", "name": "Read", "input": {"file_path": "/x"}},
-    ]}, "parent_tool_use_id": "tu0"})
+    line = json.dumps(
+        {
+            "type": "assistant",
+            "message": {
+                "id": "m1",
+                "content": [
+                    {"type": "thinking", "thinking": "plan", "signature": "s"},
+                    {"type": "text", "text": "doing it"},
+                    {"type": "tool_use", "id": "tu1", "name": "Read", "input": {"file_path": "/x"}},
+                ],
+            },
+            "parent_tool_use_id": "tu0",
+        }
+    )
     events = decode_one(line).events
     assert [e.kind for e in events] == ["message", "message", "tool.call"]
     assert events[0].data["channel"] == "thought"
@@ -576,15 +649,19 @@ def test_assistant_line_with_several_blocks_yields_one_event_each_and_relays_onc
 
 @pytest.mark.parametrize("is_error", [False, True])
 def test_tool_result_becomes_tool_result(is_error):
-    _, line = find_line(lambda o: o.get("type") == "user" and not o.get("isReplay")
-                        and isinstance(o["message"]["content"], list)
-                        and o["message"]["content"][0].get("type") == "tool_result"
-                        and o["message"]["content"][0].get("is_error") is is_error)
+    _, line = find_line(
+        lambda o: (
+            o.get("type") == "user"
+            and not o.get("isReplay")
+            and isinstance(o["message"]["content"], list)
+            and o["message"]["content"][0].get("type") == "tool_result"
+            and o["message"]["content"][0].get("is_error") is is_error
+        )
+    )
     block = json.loads(line)["message"]["content"][0]
     [ev] = decode_one(line).events
     assert ev.kind == "tool.result"
-    assert ev.data == {"tool_call_id": block["tool_use_id"], "output": block["content"],
-                       "is_error": is_error}
+    assert ev.data == {"tool_call_id": block["tool_use_id"], "output": block["content"], "is_error": is_error}
 
 
 def test_replayed_user_lines_are_agent_other():
@@ -594,14 +671,20 @@ def test_replayed_user_lines_are_agent_other():
 
 
 def test_replayed_tool_result_is_still_agent_other():
-    line = json.dumps({"type": "user", "isReplay": True, "message": {"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": "t1", "content": "x"}]}})
+    line = json.dumps(
+        {
+            "type": "user",
+            "isReplay": True,
+            "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x"}]},
+        }
+    )
     assert [e.kind for e in decode_one(line).events] == ["agent.other"]
 
 
 def test_interrupt_marker_user_line_is_agent_other():
-    _, line = find_line(lambda o: o.get("type") == "user"
-                        and "[Request interrupted by user" in json.dumps(o["message"]))
+    _, line = find_line(
+        lambda o: o.get("type") == "user" and "[Request interrupted by user" in json.dumps(o["message"])
+    )
     assert [e.kind for e in decode_one(line).events] == ["agent.other"]
 
 
@@ -623,12 +706,14 @@ def test_hook_lines_become_hook_events(phase):
 def test_session_state_changed_becomes_agent_status_state():
     path = TRANSCRIPTS / "cancelperm.transcript.jsonl"
     lines = agent_lines(path)
-    states = [e.data for line, d in zip(lines, decode_all(lines), strict=True)
-              for e in d.events if json.loads(line).get("subtype") == "session_state_changed"]
-    assert states == [{"state": s} for s in
-                      ("running", "requires_action", "running", "idle", "running", "idle")]
-    assert all(e.kind == "agent.status" for d in decode_all(lines) for e in d.events
-               if e.data.keys() == {"state"})
+    states = [
+        e.data
+        for line, d in zip(lines, decode_all(lines), strict=True)
+        for e in d.events
+        if json.loads(line).get("subtype") == "session_state_changed"
+    ]
+    assert states == [{"state": s} for s in ("running", "requires_action", "running", "idle", "running", "idle")]
+    assert all(e.kind == "agent.status" for d in decode_all(lines) for e in d.events if e.data.keys() == {"state"})
 
 
 def test_system_status_becomes_agent_status_status():
@@ -644,15 +729,20 @@ def test_lines_without_a_normalized_kind_are_agent_other(label):
     assert ev.kind == "agent.other" and ev.data == {} and ev.relay and ev.raw == line
 
 
-@pytest.mark.parametrize(("scenario", "request_id", "subtype"), [
-    ("cancelperm", "req_2", "success"),  # an interrupt ack: no response body
-    ("full", "req_2", "success"),  # set_permission_mode: {"mode": ...}
-    ("full", "req_7", "error"),  # the CLI refused a request
-])
+@pytest.mark.parametrize(
+    ("scenario", "request_id", "subtype"),
+    [
+        ("cancelperm", "req_2", "success"),  # an interrupt ack: no response body
+        ("full", "req_2", "success"),  # set_permission_mode: {"mode": ...}
+        ("full", "req_7", "error"),  # the CLI refused a request
+    ],
+)
 def test_agent_control_responses_are_agent_other_with_their_subtype_and_id(scenario, request_id, subtype):
-    [line] = [line for line in agent_lines(TRANSCRIPTS / f"{scenario}.transcript.jsonl")
-              if json.loads(line)["type"] == "control_response"
-              and json.loads(line)["response"]["request_id"] == request_id]
+    [line] = [
+        line
+        for line in agent_lines(TRANSCRIPTS / f"{scenario}.transcript.jsonl")
+        if json.loads(line)["type"] == "control_response" and json.loads(line)["response"]["request_id"] == request_id
+    ]
     decoded = decode_one(line)
     assert decoded.replies == []
     [ev] = decoded.events
@@ -660,11 +750,14 @@ def test_agent_control_responses_are_agent_other_with_their_subtype_and_id(scena
     assert ev.data == {"control_response": subtype, "request_id": request_id}
 
 
-@pytest.mark.parametrize("line", [
-    '{"type":"control_response"}',
-    '{"type":"control_response","response":"ok"}',
-    '{"type":"control_response","response":{"subtype":1,"request_id":["x"]}}',
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"type":"control_response"}',
+        '{"type":"control_response","response":"ok"}',
+        '{"type":"control_response","response":{"subtype":1,"request_id":["x"]}}',
+    ],
+)
 def test_malformed_control_responses_are_agent_other_with_nulls(line):
     for codec in (StreamJsonCodec(), AwpJsonlCodec()):
         [ev] = codec.decode(line.encode()).events
@@ -705,39 +798,76 @@ def test_cancelperm_sequence():
     events = [e for d in decoded for e in d.events]
     kinds = [e.kind for e in events]
     start = kinds.index("permission.requested")
-    assert kinds[start:kinds.index("turn.ended") + 1] == [
-        "permission.requested", "permission.resolved", "agent.other", "agent.status",
-        "tool.result", "agent.other", "turn.ended"]
+    assert kinds[start : kinds.index("turn.ended") + 1] == [
+        "permission.requested",
+        "permission.resolved",
+        "agent.other",
+        "agent.status",
+        "tool.result",
+        "agent.other",
+        "turn.ended",
+    ]
     # The agent withdrew exactly the prompt it had raised.
     asked, withdrawn = events[start], events[start + 1]
-    assert withdrawn.data == {"request_id": asked.data["request_id"], "decision": "cancelled",
-                              "by": "agent"}
+    assert withdrawn.data == {"request_id": asked.data["request_id"], "decision": "cancelled", "by": "agent"}
     assert all(d.replies == [] for d in decoded)
 
 
 # ---------------------------------------------------------------- secrets (issue #5 item 5)
 
-INIT_RESPONSE: dict[str, Any] = {"type": "control_response", "response": {
-    "subtype": "success", "request_id": "req_1", "response": {
-        "commands": [{"name": "review", "description": "Review a pull request", "argumentHint": "<pr>"},
-                     {"name": "compact", "description": "Clear history but keep a summary", "argumentHint": ""}],
-        "agents": [{"name": "Explore", "description": "Fast read-only search agent"}],
-        "output_style": "default",
-        "available_output_styles": ["default", "Explanatory"],
-        "models": [{"value": "default", "resolvedModel": "claude-opus-4-8[1m]",
-                    "displayName": "Default (recommended)", "description": "Opus 4.8 · $5/$25 per Mtok",
-                    "supportsEffort": True, "supportedEffortLevels": ["low", "high"]},
-                   {"value": "haiku", "displayName": "Haiku", "description": "Fastest"}],
-        "account": {"email": "ada.lovelace@example.com", "organization": "Analytical Engines Ltd",
-                    "tokenSource": "claude.ai", "apiKeySource": "/login managed key",
-                    "subscriptionType": "max"},
-        "mcp": {"servers": [{"name": "github", "status": "connected",
-                             "auth": {"kind": "oauth", "oauth_token": {
-                                 "access": "gho_4xQmS3cr3tV4lue", "expires_in": 3600,
-                                 "scopes": ["repo", "read:org"], "refresh": None}}}]},
-        "pid": 4242}}}
-ACCOUNT_SECRETS = ["ada.lovelace@example.com", "Analytical Engines Ltd", "claude.ai",
-                   "/login managed key", "max"]
+INIT_RESPONSE: dict[str, Any] = {
+    "type": "control_response",
+    "response": {
+        "subtype": "success",
+        "request_id": "req_1",
+        "response": {
+            "commands": [
+                {"name": "review", "description": "Review a pull request", "argumentHint": "<pr>"},
+                {"name": "compact", "description": "Clear history but keep a summary", "argumentHint": ""},
+            ],
+            "agents": [{"name": "Explore", "description": "Fast read-only search agent"}],
+            "output_style": "default",
+            "available_output_styles": ["default", "Explanatory"],
+            "models": [
+                {
+                    "value": "default",
+                    "resolvedModel": "claude-opus-4-8[1m]",
+                    "displayName": "Default (recommended)",
+                    "description": "Opus 4.8 · $5/$25 per Mtok",
+                    "supportsEffort": True,
+                    "supportedEffortLevels": ["low", "high"],
+                },
+                {"value": "haiku", "displayName": "Haiku", "description": "Fastest"},
+            ],
+            "account": {
+                "email": "ada.lovelace@example.com",
+                "organization": "Analytical Engines Ltd",
+                "tokenSource": "claude.ai",
+                "apiKeySource": "/login managed key",
+                "subscriptionType": "max",
+            },
+            "mcp": {
+                "servers": [
+                    {
+                        "name": "github",
+                        "status": "connected",
+                        "auth": {
+                            "kind": "oauth",
+                            "oauth_token": {
+                                "access": "gho_4xQmS3cr3tV4lue",
+                                "expires_in": 3600,
+                                "scopes": ["repo", "read:org"],
+                                "refresh": None,
+                            },
+                        },
+                    }
+                ]
+            },
+            "pid": 4242,
+        },
+    },
+}
+ACCOUNT_SECRETS = ["ada.lovelace@example.com", "Analytical Engines Ltd", "claude.ai", "/login managed key", "max"]
 
 
 @pytest.mark.parametrize("codec_cls", [StreamJsonCodec, AwpJsonlCodec])
@@ -752,8 +882,10 @@ def test_initialize_response_relays_with_account_and_tokens_redacted(codec_cls):
     got = json.loads(ev.raw)
     body = got["response"]["response"]
     assert body["account"] == dict.fromkeys(INIT_RESPONSE["response"]["response"]["account"], REDACTED)
-    assert body["mcp"]["servers"][0]["auth"] == {"kind": "oauth", "oauth_token": {
-        "access": REDACTED, "expires_in": REDACTED, "scopes": [REDACTED, REDACTED], "refresh": None}}
+    assert body["mcp"]["servers"][0]["auth"] == {
+        "kind": "oauth",
+        "oauth_token": {"access": REDACTED, "expires_in": REDACTED, "scopes": [REDACTED, REDACTED], "refresh": None},
+    }
     for secret in [*ACCOUNT_SECRETS, "gho_4xQmS3cr3tV4lue", "read:org"]:
         assert secret not in ev.raw
     assert ev.raw.count(json.dumps(REDACTED)) == 5 + 4
@@ -771,7 +903,9 @@ def test_redaction_leaves_everything_that_is_not_a_secret_unchanged():
     assert body["mcp"]["servers"][0]["status"] == "connected"
     assert got["type"] == "control_response"
     assert {k: v for k, v in got["response"].items() if k != "response"} == {
-        "subtype": "success", "request_id": "req_1"}
+        "subtype": "success",
+        "request_id": "req_1",
+    }
     assert list(body) == list(original)  # key order survives too
 
 
@@ -781,42 +915,81 @@ def test_redact_secrets_does_not_modify_its_argument():
     assert json.dumps(INIT_RESPONSE) == before
 
 
-@pytest.mark.parametrize("key", [
-    "token", "accessToken", "refresh_token", "oauth_token", "client_secret", "password", "passwd",
-    "apiKey", "api_key", "x-api-key", "API_KEY", "Authorization", "cookie", "Set-Cookie",
-    "credentials", "email", "emailAddress", "organization", "organisation", "organizationUuid",
-    "account", "accountUuid", "sessionKey", "session_key", "session-key", "private_key", "privateKey",
-])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "token",
+        "accessToken",
+        "refresh_token",
+        "oauth_token",
+        "client_secret",
+        "password",
+        "passwd",
+        "apiKey",
+        "api_key",
+        "x-api-key",
+        "API_KEY",
+        "Authorization",
+        "cookie",
+        "Set-Cookie",
+        "credentials",
+        "email",
+        "emailAddress",
+        "organization",
+        "organisation",
+        "organizationUuid",
+        "account",
+        "accountUuid",
+        "sessionKey",
+        "session_key",
+        "session-key",
+        "private_key",
+        "privateKey",
+    ],
+)
 def test_every_secret_key_name_is_redacted_at_any_depth(key):
-    obj = {"type": "control_response", "response": {"subtype": "success", "request_id": "r1",
-                                                    "response": {"outer": [{key: {"a": ["s3cr3t", 1, True]}}]}}}
+    obj = {
+        "type": "control_response",
+        "response": {
+            "subtype": "success",
+            "request_id": "r1",
+            "response": {"outer": [{key: {"a": ["s3cr3t", 1, True]}}]},
+        },
+    }
     line = json.dumps(obj)
     [ev] = decode_one(line).events
     assert ev.raw == dumps(expected_redaction(obj)) != line
-    assert json.loads(ev.raw)["response"]["response"]["outer"] == [
-        {key: {"a": [REDACTED, REDACTED, REDACTED]}}]
+    assert json.loads(ev.raw)["response"]["response"]["outer"] == [{key: {"a": [REDACTED, REDACTED, REDACTED]}}]
     assert "s3cr3t" not in ev.raw
 
 
 @pytest.mark.parametrize("key", ["session_id", "name", "auth", "key", "api", "mode", "description"])
 def test_ordinary_key_names_are_not_secrets(key):
-    line = json.dumps({"type": "control_response", "response": {
-        "subtype": "success", "request_id": "r1", "response": {key: "visible", "nested": {key: 1}}}})
+    line = json.dumps(
+        {
+            "type": "control_response",
+            "response": {"subtype": "success", "request_id": "r1", "response": {key: "visible", "nested": {key: 1}}},
+        }
+    )
     [ev] = decode_one(line).events
     assert ev.raw == line
 
 
 def test_a_control_response_without_secrets_keeps_its_exact_bytes():
-    line = ('{"type": "control_response",  "response": {"subtype": "success", "request_id": "r9",'
-            ' "response": {"mode": "plan"}}}')
+    line = (
+        '{"type": "control_response",  "response": {"subtype": "success", "request_id": "r9",'
+        ' "response": {"mode": "plan"}}}'
+    )
     [ev] = decode_one(line).events
     assert (ev.kind, ev.raw) == ("agent.other", line)
 
 
 def test_null_or_already_redacted_secrets_keep_the_exact_bytes():
     # Nothing changes, so nothing is re-serialised.
-    line = ('{"type": "control_response", "response": {"subtype": "success", "request_id": "r9",'
-            ' "response": {"account": {"email": "[redacted]", "organization": null}}}}')
+    line = (
+        '{"type": "control_response", "response": {"subtype": "success", "request_id": "r9",'
+        ' "response": {"account": {"email": "[redacted]", "organization": null}}}}'
+    )
     [ev] = decode_one(line).events
     assert ev.raw == line
 
@@ -830,8 +1003,10 @@ def test_secrets_are_only_redacted_in_control_responses():
 
 
 def test_a_redacted_line_with_a_lone_surrogate_is_still_utf8_json():
-    line = ('{"type":"control_response","response":{"subtype":"success","request_id":"r\\udc00",'
-            '"response":{"account":{"email":"x"},"note":"\\ud800"}}}')
+    line = (
+        '{"type":"control_response","response":{"subtype":"success","request_id":"r\\udc00",'
+        '"response":{"account":{"email":"x"},"note":"\\ud800"}}}'
+    )
     [ev] = decode_one(line).events
     assert ev.raw is not None
     ev.raw.encode("utf-8")
@@ -841,16 +1016,18 @@ def test_a_redacted_line_with_a_lone_surrogate_is_still_utf8_json():
 
 
 def test_context_usage_token_counts_are_not_secrets():
-    _, line = find_line(lambda o: o.get("type") == "control_response"
-                        and "categories" in ((o.get("response") or {}).get("response") or {}))
+    _, line = find_line(
+        lambda o: (
+            o.get("type") == "control_response" and "categories" in ((o.get("response") or {}).get("response") or {})
+        )
+    )
     [ev] = decode_one(line).events
     assert ev.raw == line
 
 
 def test_each_turn_of_full_ends_with_the_expected_status():
     lines = agent_lines(TRANSCRIPTS / "full.transcript.jsonl")
-    ends = [e.data["status"] for d in decode_all(lines) for e in d.events
-            if e.kind == "turn.ended"]
+    ends = [e.data["status"] for d in decode_all(lines) for e in d.events if e.kind == "turn.ended"]
     assert ends == ["success", "success", "cancelled", "success"]
 
 
@@ -858,29 +1035,41 @@ def test_task_and_auxiliary_messages_from_the_types():
     # Shapes from protocols.md §1.5.2 / §1.5.8 (not produced by the fake model).
     cases = {
         '{"type":"system","subtype":"task_started","task_id":"t_01","tool_use_id":"toolu_01",'
-        '"description":"Explore repo","subagent_type":"Explore"}':
-            ("task.updated", {"task_id": "t_01", "task_type": "Explore", "status": "running",
-                              "event": "task_started", "description": "Explore repo",
-                              "tool_use_id": "toolu_01"}),
-        '{"type":"system","subtype":"task_updated","task_id":"t_01",'
-        '"patch":{"status":"completed","end_time":1}}':
-            ("task.updated", {"task_id": "t_01", "task_type": None, "status": "completed",
-                              "event": "task_updated"}),
+        '"description":"Explore repo","subagent_type":"Explore"}': (
+            "task.updated",
+            {
+                "task_id": "t_01",
+                "task_type": "Explore",
+                "status": "running",
+                "event": "task_started",
+                "description": "Explore repo",
+                "tool_use_id": "toolu_01",
+            },
+        ),
+        '{"type":"system","subtype":"task_updated","task_id":"t_01","patch":{"status":"completed","end_time":1}}': (
+            "task.updated",
+            {"task_id": "t_01", "task_type": None, "status": "completed", "event": "task_updated"},
+        ),
         '{"type":"system","subtype":"task_notification","task_id":"t_01","status":"failed",'
-        '"summary":"boom","output_file":"/x"}':
-            ("task.updated", {"task_id": "t_01", "task_type": None, "status": "failed",
-                              "event": "task_notification", "summary": "boom"}),
-        '{"type":"tool_progress","tool_use_id":"toolu_01","tool_name":"Bash",'
-        '"elapsed_time_seconds":12}':
-            ("tool.progress", {"tool_call_id": "toolu_01", "name": "Bash", "elapsed_s": 12}),
+        '"summary":"boom","output_file":"/x"}': (
+            "task.updated",
+            {"task_id": "t_01", "task_type": None, "status": "failed", "event": "task_notification", "summary": "boom"},
+        ),
+        '{"type":"tool_progress","tool_use_id":"toolu_01","tool_name":"Bash","elapsed_time_seconds":12}': (
+            "tool.progress",
+            {"tool_call_id": "toolu_01", "name": "Bash", "elapsed_s": 12},
+        ),
         '{"type":"rate_limit_event","rate_limit_info":{"status":"allowed_warning",'
-        '"resetsAt":1764470000,"rateLimitType":"five_hour","utilization":0.82}}':
-            ("rate_limit", {"status": "allowed_warning", "resets_at": 1764470000,
-                            "utilization": 0.82}),
+        '"resetsAt":1764470000,"rateLimitType":"five_hour","utilization":0.82}}': (
+            "rate_limit",
+            {"status": "allowed_warning", "resets_at": 1764470000, "utilization": 0.82},
+        ),
         '{"type":"system","subtype":"compacting"}': ("agent.other", {}),
         '{"type":"keep_alive"}': ("agent.other", {}),
-        '{"type":"system","subtype":"session_start","session_id":"q1","model":"qwen3"}':
-            ("session.started", {"native_session_id": "q1", "model": "qwen3"}),
+        '{"type":"system","subtype":"session_start","session_id":"q1","model":"qwen3"}': (
+            "session.started",
+            {"native_session_id": "q1", "model": "qwen3"},
+        ),
     }
     for line, expected in cases.items():
         [ev] = decode_one(line).events
@@ -888,8 +1077,10 @@ def test_task_and_auxiliary_messages_from_the_types():
 
 
 def test_qwen_error_object_is_the_error_text():
-    line = ('{"type":"result","subtype":"error_during_execution","is_error":true,'
-            '"error":{"type":"x","message":"qwen broke"}}')
+    line = (
+        '{"type":"result","subtype":"error_during_execution","is_error":true,'
+        '"error":{"type":"x","message":"qwen broke"}}'
+    )
     [ev] = decode_one(line).events
     assert ev.data["status"] == "error"
     assert ev.data["error"] == "qwen broke"
@@ -897,27 +1088,31 @@ def test_qwen_error_object_is_the_error_text():
 
 # ---------------------------------------------------------------- malformed lines
 
-@pytest.mark.parametrize("line", [
-    b"not json at all",
-    b"[1, 2, 3]",
-    b'["type", "result"]',
-    b'"a string"',
-    b"42",
-    b"null",
-    b"{\"type\": \"result\"",  # truncated
-    b"\xff\xfe{\"type\":\"result\"}",  # invalid UTF-8
-    b'{"type":"assistant","text":"\xc3"}',  # truncated multi-byte sequence
-    b"",
-    b"   ",
-    b"\r",
-    # Python's json.loads accepts these; RFC 8259 (and a browser's JSON.parse) does not, and
-    # raw is embedded verbatim in events-mode frames.
-    b'{"type":"result","subtype":"success","total_cost_usd":NaN}',
-    b'{"type":"tool_progress","elapsed_time_seconds":Infinity}',
-    b'{"type":"tool_progress","elapsed_time_seconds":-1e999}',
-    b'\x0c{"type":"result","subtype":"success"}',
-    '{"type":"result","subtype":"success"}\u3000'.encode(),
-])
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"not json at all",
+        b"[1, 2, 3]",
+        b'["type", "result"]',
+        b'"a string"',
+        b"42",
+        b"null",
+        b'{"type": "result"',  # truncated
+        b'\xff\xfe{"type":"result"}',  # invalid UTF-8
+        b'{"type":"assistant","text":"\xc3"}',  # truncated multi-byte sequence
+        b"",
+        b"   ",
+        b"\r",
+        # Python's json.loads accepts these; RFC 8259 (and a browser's JSON.parse) does not, and
+        # raw is embedded verbatim in events-mode frames.
+        b'{"type":"result","subtype":"success","total_cost_usd":NaN}',
+        b'{"type":"tool_progress","elapsed_time_seconds":Infinity}',
+        b'{"type":"tool_progress","elapsed_time_seconds":-1e999}',
+        b'\x0c{"type":"result","subtype":"success"}',
+        '{"type":"result","subtype":"success"}\u3000'.encode(),
+    ],
+)
 def test_non_object_lines_become_a_single_unrelayed_diagnostic(line):
     decoded = StreamJsonCodec().decode(line)
     [ev] = decoded.events
@@ -956,6 +1151,7 @@ def test_non_ascii_text_decodes_and_raw_keeps_the_escapes():
 
 # ---------------------------------------------------------------- encoding
 
+
 def test_launch_flags_include_verbose():
     assert StreamJsonCodec.launch_flags == LAUNCH_FLAGS
     assert "--verbose" in LAUNCH_FLAGS
@@ -992,8 +1188,7 @@ def test_encode_prompt_escapes_a_lone_surrogate_so_the_line_is_valid_utf8():
 
 
 def test_error_reply_echoes_a_lone_surrogate_request_id_exactly():
-    decoded = StreamJsonCodec().decode(
-        b'{"type":"control_request","request_id":"r\\udc00","request":{"subtype":"x"}}')
+    decoded = StreamJsonCodec().decode(b'{"type":"control_request","request_id":"r\\udc00","request":{"subtype":"x"}}')
     [reply] = decoded.replies
     reply.encode("utf-8")
     assert json.loads(reply)["response"]["request_id"] == "r\udc00"
@@ -1025,9 +1220,14 @@ def test_stream_json_shuts_down_by_closing_stdin():
 def test_encode_permission_allow_and_deny():
     codec = StreamJsonCodec()
     allow = json.loads(codec.encode_permission("p1", True, updated_input={"command": "ls"}))
-    assert allow == {"type": "control_response", "response": {
-        "subtype": "success", "request_id": "p1",
-        "response": {"behavior": "allow", "updatedInput": {"command": "ls"}}}}
+    assert allow == {
+        "type": "control_response",
+        "response": {
+            "subtype": "success",
+            "request_id": "p1",
+            "response": {"behavior": "allow", "updatedInput": {"command": "ls"}},
+        },
+    }
     deny = json.loads(codec.encode_permission("p2", False, updated_input={}, message="no"))
     assert deny["response"]["response"] == {"behavior": "deny", "message": "no"}
     default = json.loads(codec.encode_permission("p3", False, updated_input={}))
@@ -1037,4 +1237,5 @@ def test_encode_permission_allow_and_deny():
 def test_encode_control_error_shape():
     assert json.loads(StreamJsonCodec.encode_control_error("r1", "nope")) == {
         "type": "control_response",
-        "response": {"subtype": "error", "request_id": "r1", "error": "nope"}}
+        "response": {"subtype": "error", "request_id": "r1", "error": "nope"},
+    }

@@ -38,8 +38,14 @@ from starlette.routing import Route
 
 MODEL = "claude-fake-1"
 # Headers worth keeping in the log (never the key itself).
-LOGGED_HEADERS = ("anthropic-version", "anthropic-beta", "user-agent", "x-app",
-                  "x-claude-code-session-id", "content-type")
+LOGGED_HEADERS = (
+    "anthropic-version",
+    "anthropic-beta",
+    "user-agent",
+    "x-app",
+    "x-claude-code-session-id",
+    "content-type",
+)
 
 
 @dataclass
@@ -120,8 +126,11 @@ def prompt_text(msg: dict[str, Any]) -> str:
 
 def tool_results(msg: dict[str, Any]) -> list[dict[str, Any]]:
     content = msg.get("content")
-    return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"] \
-        if isinstance(content, list) else []
+    return (
+        [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+        if isinstance(content, list)
+        else []
+    )
 
 
 def tool_names(body: dict[str, Any]) -> list[str]:
@@ -156,9 +165,19 @@ def default_script(body: dict[str, Any]) -> Reply:
     if "SUBTASK" in prompt:
         return Reply([Text(["Sub-agent ", "found 3 files."])])
     if "DELEGATE" in prompt:
-        return Reply([Text(["Delegating."]), ToolUse(subagent_tool(body), {
-            "description": "Count files", "prompt": "SUBTASK: count the files here",
-            "subagent_type": "general-purpose"})])
+        return Reply(
+            [
+                Text(["Delegating."]),
+                ToolUse(
+                    subagent_tool(body),
+                    {
+                        "description": "Count files",
+                        "prompt": "SUBTASK: count the files here",
+                        "subagent_type": "general-purpose",
+                    },
+                ),
+            ]
+        )
     if "WRITE " in prompt:
         path = prompt.split("WRITE ", 1)[1].split()[0]
         return Reply([ToolUse("Bash", {"command": f"touch {path}", "description": "Create a file"})])
@@ -182,12 +201,14 @@ class FakeAnthropic:
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self.url = ""
-        self.app = Starlette(routes=[
-            Route("/", self._root, methods=["GET", "HEAD"]),
-            Route("/v1/messages", self._messages, methods=["POST"]),
-            Route("/v1/messages/count_tokens", self._count_tokens, methods=["POST"]),
-            Route("/{path:path}", self._other, methods=["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH"]),
-        ])
+        self.app = Starlette(
+            routes=[
+                Route("/", self._root, methods=["GET", "HEAD"]),
+                Route("/v1/messages", self._messages, methods=["POST"]),
+                Route("/v1/messages/count_tokens", self._count_tokens, methods=["POST"]),
+                Route("/{path:path}", self._other, methods=["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH"]),
+            ]
+        )
 
     # ------------------------------------------------------------------ log
 
@@ -197,9 +218,14 @@ class FakeAnthropic:
             body: Any = json.loads(raw) if raw else None
         except ValueError:
             body = raw.decode("utf-8", "replace")
-        entry = Logged(request.method, request.url.path, request.url.query,
-                       {h: request.headers[h] for h in LOGGED_HEADERS if h in request.headers},
-                       body, time.time())
+        entry = Logged(
+            request.method,
+            request.url.path,
+            request.url.query,
+            {h: request.headers[h] for h in LOGGED_HEADERS if h in request.headers},
+            body,
+            time.time(),
+        )
         with self._lock:
             self.log.append(entry)
         return entry
@@ -225,8 +251,9 @@ class FakeAnthropic:
 
     async def _other(self, request: Request) -> Response:
         await self._record(request)
-        return JSONResponse({"type": "error", "error": {"type": "not_found_error", "message": "not faked"}},
-                            status_code=404)
+        return JSONResponse(
+            {"type": "error", "error": {"type": "not_found_error", "message": "not faked"}}, status_code=404
+        )
 
     async def _count_tokens(self, request: Request) -> Response:
         await self._record(request)
@@ -240,42 +267,113 @@ class FakeAnthropic:
             if isinstance(b, ToolUse) and not b.id:
                 b.id = self._next_id("toolu")
         if reply.status != 200:
-            return JSONResponse({"type": "error", "error": {"type": reply.error_type, "message": "scripted error"}},
-                                status_code=reply.status)
+            return JSONResponse(
+                {"type": "error", "error": {"type": reply.error_type, "message": "scripted error"}},
+                status_code=reply.status,
+            )
         msg_id = self._next_id("msg")
         if not body.get("stream"):
             content: list[dict[str, Any]] = [
-                {"type": "text", "text": "".join(b.chunks)} if isinstance(b, Text)
+                {"type": "text", "text": "".join(b.chunks)}
+                if isinstance(b, Text)
                 else {"type": "tool_use", "id": b.id, "name": b.name, "input": b.input}
-                for b in reply.blocks]
-            return JSONResponse({"id": msg_id, "type": "message", "role": "assistant", "model": MODEL,
-                                 "content": content, "stop_reason": reply.stop_reason, "stop_sequence": None,
-                                 "usage": {"input_tokens": 50, "output_tokens": 10,
-                                           "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}})
+                for b in reply.blocks
+            ]
+            return JSONResponse(
+                {
+                    "id": msg_id,
+                    "type": "message",
+                    "role": "assistant",
+                    "model": MODEL,
+                    "content": content,
+                    "stop_reason": reply.stop_reason,
+                    "stop_sequence": None,
+                    "usage": {
+                        "input_tokens": 50,
+                        "output_tokens": 10,
+                        "cache_creation_input_tokens": 0,
+                        "cache_read_input_tokens": 0,
+                    },
+                }
+            )
         entry.stream = "streaming"
-        return StreamingResponse(self._stream(entry, msg_id, reply), media_type="text/event-stream",
-                                 headers={"cache-control": "no-cache", "request-id": self._next_id("req")})
+        return StreamingResponse(
+            self._stream(entry, msg_id, reply),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-cache", "request-id": self._next_id("req")},
+        )
 
     async def _stream(self, entry: Logged, msg_id: str, reply: Reply) -> AsyncIterator[bytes]:
-        events: list[tuple[str, dict[str, Any]]] = [("message_start", {"type": "message_start", "message": {
-            "id": msg_id, "type": "message", "role": "assistant", "model": MODEL, "content": [],
-            "stop_reason": None, "stop_sequence": None,
-            "usage": {"input_tokens": 50, "output_tokens": 1, "cache_creation_input_tokens": 0,
-                      "cache_read_input_tokens": 0}}})]
+        events: list[tuple[str, dict[str, Any]]] = [
+            (
+                "message_start",
+                {
+                    "type": "message_start",
+                    "message": {
+                        "id": msg_id,
+                        "type": "message",
+                        "role": "assistant",
+                        "model": MODEL,
+                        "content": [],
+                        "stop_reason": None,
+                        "stop_sequence": None,
+                        "usage": {
+                            "input_tokens": 50,
+                            "output_tokens": 1,
+                            "cache_creation_input_tokens": 0,
+                            "cache_read_input_tokens": 0,
+                        },
+                    },
+                },
+            )
+        ]
         for i, b in enumerate(reply.blocks):
             if isinstance(b, Text):
-                events.append(("content_block_start", {"type": "content_block_start", "index": i,
-                                                        "content_block": {"type": "text", "text": ""}}))
-                events += [("content_block_delta", {"type": "content_block_delta", "index": i,
-                                                    "delta": {"type": "text_delta", "text": c}}) for c in b.chunks]
+                events.append(
+                    (
+                        "content_block_start",
+                        {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}},
+                    )
+                )
+                events += [
+                    (
+                        "content_block_delta",
+                        {"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": c}},
+                    )
+                    for c in b.chunks
+                ]
             else:
-                events.append(("content_block_start", {"type": "content_block_start", "index": i, "content_block": {
-                    "type": "tool_use", "id": b.id, "name": b.name, "input": {}}}))
-                events.append(("content_block_delta", {"type": "content_block_delta", "index": i, "delta": {
-                    "type": "input_json_delta", "partial_json": json.dumps(b.input)}}))
+                events.append(
+                    (
+                        "content_block_start",
+                        {
+                            "type": "content_block_start",
+                            "index": i,
+                            "content_block": {"type": "tool_use", "id": b.id, "name": b.name, "input": {}},
+                        },
+                    )
+                )
+                events.append(
+                    (
+                        "content_block_delta",
+                        {
+                            "type": "content_block_delta",
+                            "index": i,
+                            "delta": {"type": "input_json_delta", "partial_json": json.dumps(b.input)},
+                        },
+                    )
+                )
             events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
-        events.append(("message_delta", {"type": "message_delta", "delta": {
-            "stop_reason": reply.stop_reason, "stop_sequence": None}, "usage": {"output_tokens": 12}}))
+        events.append(
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": reply.stop_reason, "stop_sequence": None},
+                    "usage": {"output_tokens": 12},
+                },
+            )
+        )
         events.append(("message_stop", {"type": "message_stop"}))
         try:
             for name, data in events:
@@ -296,12 +394,12 @@ class FakeAnthropic:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
-        config = uvicorn.Config(self.app, log_level="warning", lifespan="off", access_log=False,
-                                timeout_graceful_shutdown=1)
+        config = uvicorn.Config(
+            self.app, log_level="warning", lifespan="off", access_log=False, timeout_graceful_shutdown=1
+        )
         self._server = uvicorn.Server(config)
         server = self._server
-        self._thread = threading.Thread(target=lambda: server.run(sockets=[sock]), name="fake-anthropic",
-                                        daemon=True)
+        self._thread = threading.Thread(target=lambda: server.run(sockets=[sock]), name="fake-anthropic", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + 10
         while not server.started:

@@ -29,8 +29,11 @@ from conftest import STEP_TIMEOUT, Daemon, processes_with_environ, wait_until
 from fake_anthropic import FakeAnthropic
 
 HERE = Path(__file__).resolve().parent
-PINS = dict(line.strip().rsplit("@", 1) for line in (HERE / "npm-pins.txt").read_text().splitlines()
-            if line.strip() and not line.startswith("#"))
+PINS = dict(
+    line.strip().rsplit("@", 1)
+    for line in (HERE / "npm-pins.txt").read_text().splitlines()
+    if line.strip() and not line.startswith("#")
+)
 CLAUDE_CODE = "@anthropic-ai/claude-code"
 CLAUDE_AGENT_ACP = "@agentclientprotocol/claude-agent-acp"
 # Real agents are Node/Bun programs: seconds to start on two busy cores.
@@ -57,8 +60,9 @@ def _installed_version(package: str) -> str | None:
 def _unavailable(reason: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"{reason} (CI installs it in .ci/run)", pytrace=False)
-    pytest.skip(f"{reason}; run .ci/run once, or npm install --prefix {npm_cache()} the versions in "
-                "tests/real/npm-pins.txt")
+    pytest.skip(
+        f"{reason}; run .ci/run once, or npm install --prefix {npm_cache()} the versions in tests/real/npm-pins.txt"
+    )
 
 
 def _check_pinned(package: str) -> None:
@@ -69,7 +73,8 @@ def _check_pinned(package: str) -> None:
 
 def _native_suffix() -> str:
     machine = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}.get(
-        platform.machine().lower(), platform.machine().lower())
+        platform.machine().lower(), platform.machine().lower()
+    )
     return f"linux-{machine}"
 
 
@@ -79,8 +84,12 @@ def claude_executable() -> str:
     _check_pinned(CLAUDE_CODE)
     base = npm_cache() / "node_modules" / "@anthropic-ai"
     for candidate in (base / f"claude-code-{_native_suffix()}" / "claude", base / "claude-code" / "bin" / "claude.exe"):
-        if candidate.is_file() and not candidate.is_symlink() and os.access(candidate, os.X_OK) \
-                and candidate.stat().st_size > 1_000_000:  # not the postinstall placeholder
+        if (
+            candidate.is_file()
+            and not candidate.is_symlink()
+            and os.access(candidate, os.X_OK)
+            and candidate.stat().st_size > 1_000_000
+        ):  # not the postinstall placeholder
             return str(candidate)
     _unavailable(f"no native Claude Code binary under {base}")
     raise AssertionError("unreachable")
@@ -179,8 +188,9 @@ async def real(fake_api: FakeAnthropic, tmp_path: Path, daemon_factory: Callable
 
 def agent_text(c: Any, since: int = 0) -> str:
     """The agent's streamed text seen by client ``c`` after seq ``since``."""
-    return "".join(f["data"]["text"] for f in c.seen("message.delta")
-                   if f["seq"] > since and f["data"].get("channel") == "text")
+    return "".join(
+        f["data"]["text"] for f in c.seen("message.delta") if f["seq"] > since and f["data"].get("channel") == "text"
+    )
 
 
 async def write_allowed(c: Any, path: Path) -> dict[str, Any]:
@@ -216,8 +226,10 @@ def doc_preset(name: str) -> dict[str, Any]:
 # ---------------------------------------------------------------- egress, seen by strace
 
 TRACED = "trace=connect,sendto,sendmsg,sendmmsg"
-_ADDR_RE = re.compile(r'sin_port=htons\((\d+)\), sin_addr=inet_addr\("([^"]+)"\)'
-                      r'|sin6_port=htons\((\d+)\),.*?inet_pton\(AF_INET6, "([^"]+)"')
+_ADDR_RE = re.compile(
+    r'sin_port=htons\((\d+)\), sin_addr=inet_addr\("([^"]+)"\)'
+    r'|sin6_port=htons\((\d+)\),.*?inet_pton\(AF_INET6, "([^"]+)"'
+)
 
 
 def strace_wrapped(executable: str, args: list[str], log: Path) -> tuple[str, list[str]]:

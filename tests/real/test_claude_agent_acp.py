@@ -34,8 +34,7 @@ pytestmark = pytest.mark.timeout(120)
 def acp_profile(r: Real, name: str = "claude-acp", command: tuple[str, list[str]] | None = None) -> str:
     # root_sandbox(): claude-agent-acp always passes the bypass flag.
     node, args = command or acp_command()
-    return profile(name, protocol="acp", executable=node, args=args,
-                   env=r.env(ANTHROPIC_MODEL=MODEL, **root_sandbox()))
+    return profile(name, protocol="acp", executable=node, args=args, env=r.env(ANTHROPIC_MODEL=MODEL, **root_sandbox()))
 
 
 async def test_acp_chat_turn_streams_text_from_the_real_agent(real: Real) -> None:
@@ -92,8 +91,7 @@ async def test_acp_interrupt_during_a_slow_streamed_reply(real: Real) -> None:
     acc = await c.prompt("SLOW please")
     # Mid-stream: a few of the slow reply's deltas have arrived (a real one, not the empty
     # chunk claude-agent-acp sends when a text block starts).
-    await c.next(lambda f: f.get("kind") == "message.delta" and f["data"]["text"] == "tick 2 ",
-                 timeout=AGENT_TIMEOUT)
+    await c.next(lambda f: f.get("kind") == "message.delta" and f["data"]["text"] == "tick 2 ", timeout=AGENT_TIMEOUT)
     await c.send(op="interrupt")
     end = await c.kind("turn.ended", turn_id=acc["data"]["turn_id"], timeout=AGENT_TIMEOUT)
     assert end["data"]["status"] == "cancelled" and end["data"]["stop_reason"] == "cancelled", end
@@ -126,7 +124,9 @@ async def test_acp_stop_start_loads_the_session_and_the_model_sees_the_first_tur
     assert resumed and resumed[0]["resumed"] == "load" and resumed[0]["native_session_id"] == native
     # The replayed history did not enter the transcript again: one user message each.
     assert [f["data"]["text"] for f in c2.seen("message", role="user")] == [
-        "CHAT remember the word PINEAPPLE", "CHAT which word?"]
+        "CHAT remember the word PINEAPPLE",
+        "CHAT which word?",
+    ]
     second = real.fake.model_requests()[-1]
     texts = [t for m in second.messages for t in block_texts(m["content"])]
     assert any("remember the word PINEAPPLE" in t for t in texts)

@@ -33,9 +33,15 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def claude_profile(r: Real, name: str = "claude") -> str:
-    return profile(name, protocol="stream-json", executable=claude_executable(),
-                   args=["--include-partial-messages", "--setting-sources", "", "--strict-mcp-config"],
-                   env=r.env(), model=MODEL, permission_prompts=True)
+    return profile(
+        name,
+        protocol="stream-json",
+        executable=claude_executable(),
+        args=["--include-partial-messages", "--setting-sources", "", "--strict-mcp-config"],
+        env=r.env(),
+        model=MODEL,
+        permission_prompts=True,
+    )
 
 
 async def test_chat_turn_streams_text_from_the_real_cli(real: Real) -> None:
@@ -46,7 +52,12 @@ async def test_chat_turn_streams_text_from_the_real_cli(real: Real) -> None:
     assert end["data"]["status"] == "success", end
     # Streamed: one delta per SSE text_delta, then the complete message.
     assert [f["data"]["text"] for f in c.seen("message.delta", channel="text")] == [
-        "Hello ", "from ", "the ", "fake ", "model."]
+        "Hello ",
+        "from ",
+        "the ",
+        "fake ",
+        "model.",
+    ]
     assert [f["data"]["text"] for f in c.seen("message", role="assistant")] == ["Hello from the fake model."]
     started = c.seen("session.started")[0]["data"]
     assert started["native_session_id"] and started["model"] == MODEL
@@ -81,8 +92,10 @@ async def test_permission_prompts_are_relayed_then_allowed_and_denied(real: Real
     acc = await c.prompt(f"WRITE {denied}")
     req = await c.kind("permission.requested", timeout=AGENT_TIMEOUT)
     async with d.http() as http:  # this one over REST, with a reason
-        r = await http.post(f"/v1/threads/{thread['id']}/permissions/{req['data']['request_id']}",
-                            json={"decision": "deny", "message": "not in this test"})
+        r = await http.post(
+            f"/v1/threads/{thread['id']}/permissions/{req['data']['request_id']}",
+            json={"decision": "deny", "message": "not in this test"},
+        )
         assert r.status_code == 200, r.text
     end = await c.kind("turn.ended", turn_id=acc["data"]["turn_id"], timeout=AGENT_TIMEOUT)
     assert end["data"]["status"] == "success", end
@@ -102,8 +115,7 @@ async def test_interrupt_during_a_slow_streamed_reply(real: Real) -> None:
     acc = await c.prompt("SLOW please")
     # Mid-stream: a few of the slow reply's deltas have arrived (a real one, not the empty
     # chunk claude-agent-acp sends when a text block starts).
-    await c.next(lambda f: f.get("kind") == "message.delta" and f["data"]["text"] == "tick 2 ",
-                 timeout=AGENT_TIMEOUT)
+    await c.next(lambda f: f.get("kind") == "message.delta" and f["data"]["text"] == "tick 2 ", timeout=AGENT_TIMEOUT)
     await c.send(op="interrupt")
     end = await c.kind("turn.ended", turn_id=acc["data"]["turn_id"], timeout=AGENT_TIMEOUT)
     assert end["data"]["status"] == "cancelled", end
@@ -173,10 +185,23 @@ async def test_bypass_permissions_as_root_needs_is_sandbox_1(real: Real) -> None
     # for uid 0 unless IS_SANDBOX=1; the daemon's own IS_SANDBOX never reaches the agent.
     root = os.geteuid() == 0
     cfg = real.config(
-        profile("yolo", protocol="stream-json", executable=claude_executable(), model=MODEL,
-                env=real.env(IS_SANDBOX="1") if root else real.env(), permission_mode="bypassPermissions"),
-        profile("yolo-unsandboxed", protocol="stream-json", executable=claude_executable(), model=MODEL,
-                env=real.env(), permission_mode="bypassPermissions"))
+        profile(
+            "yolo",
+            protocol="stream-json",
+            executable=claude_executable(),
+            model=MODEL,
+            env=real.env(IS_SANDBOX="1") if root else real.env(),
+            permission_mode="bypassPermissions",
+        ),
+        profile(
+            "yolo-unsandboxed",
+            protocol="stream-json",
+            executable=claude_executable(),
+            model=MODEL,
+            env=real.env(),
+            permission_mode="bypassPermissions",
+        ),
+    )
     d = await real.daemon(cfg)
     target = real.work / "bypassed.txt"
     c = await d.ws((await new_thread(d, "yolo", cwd=str(real.work)))["id"])
@@ -210,8 +235,19 @@ async def test_no_traffic_leaves_the_machine(real: Real) -> None:
     # fake on loopback; no DNS lookup, no telemetry (CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC).
     log = real.tmp / "strace.log"
     exe, args = strace_wrapped(claude_executable(), ["--include-partial-messages"], log)
-    d = await real.daemon(real.config(profile("traced", protocol="stream-json", executable=exe, args=args,
-                                              env=real.env(), model=MODEL, permission_prompts=True)))
+    d = await real.daemon(
+        real.config(
+            profile(
+                "traced",
+                protocol="stream-json",
+                executable=exe,
+                args=args,
+                env=real.env(),
+                model=MODEL,
+                permission_prompts=True,
+            )
+        )
+    )
     c = await d.ws((await new_thread(d, "traced", cwd=str(real.work)))["id"])
     assert (await c.turn("CHAT hello"))["data"]["status"] == "success"
     await write_allowed(c, real.work / "traced.txt")

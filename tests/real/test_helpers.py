@@ -32,14 +32,25 @@ def test_fake_api_answers_and_logs_every_request() -> None:
     finally:
         fake.stop()
     assert [(e.method, e.path) for e in fake.log] == [
-        ("HEAD", "/"), ("POST", "/v1/messages/count_tokens"), ("POST", "/v1/messages"), ("POST", "/v1/messages"),
-        ("GET", "/api/event_logging/v2/batch"), ("POST", "/v1/messages")]
+        ("HEAD", "/"),
+        ("POST", "/v1/messages/count_tokens"),
+        ("POST", "/v1/messages"),
+        ("POST", "/v1/messages"),
+        ("GET", "/api/event_logging/v2/batch"),
+        ("POST", "/v1/messages"),
+    ]
     assert fake.log[3].stream == "completed" and fake.log[2].query == "beta=true"
 
 
 def test_the_newest_prompt_is_the_last_text_that_is_not_a_reminder() -> None:
-    msg = {"role": "user", "content": [{"type": "text", "text": "SLOW please"}, {"type": "text", "text": "CHAT again"},
-                                       {"type": "text", "text": "<system-reminder>x</system-reminder>"}]}
+    msg = {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "SLOW please"},
+            {"type": "text", "text": "CHAT again"},
+            {"type": "text", "text": "<system-reminder>x</system-reminder>"},
+        ],
+    }
     assert prompt_text(msg) == "CHAT again"
 
 
@@ -48,7 +59,8 @@ def test_network_peers_reads_ipv4_and_ipv6_addresses_from_strace(tmp_path: Path)
     log.write_text(
         '10 connect(16, {sa_family=AF_INET, sin_port=htons(38335), sin_addr=inet_addr("127.0.0.1")}, 16) = -1\n'
         '10 connect(17, {sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("192.0.2.53")}, 16) = 0\n'
-        '11 connect(5, {sa_family=AF_INET6, sin6_port=htons(443), sin6_flowinfo=htonl(0), '
+        "11 connect(5, {sa_family=AF_INET6, sin6_port=htons(443), sin6_flowinfo=htonl(0), "
         'inet_pton(AF_INET6, "2001:db8::1", &sin6_addr), sin6_scope_id=0}, 28) = 0\n'
-        '12 connect(3, {sa_family=AF_UNIX, sun_path="/run/x.sock"}, 110) = 0\n')
+        '12 connect(3, {sa_family=AF_UNIX, sun_path="/run/x.sock"}, 110) = 0\n'
+    )
     assert network_peers(log) == [("127.0.0.1", 38335), ("192.0.2.53", 53), ("2001:db8::1", 443)]

@@ -80,8 +80,7 @@ async def test_store_pages_as_frames_and_live_records_interleave_exactly_once_in
                 await asyncio.sleep(0)
         sub.close("done")
 
-    task = asyncio.create_task(deliver(sub, 0, read_page, send, read_frames=read_frames,
-                                       send_texts=send_texts))
+    task = asyncio.create_task(deliver(sub, 0, read_page, send, read_frames=read_frames, send_texts=send_texts))
     await asyncio.wait_for(publisher(), 10)
     assert await asyncio.wait_for(task, 10) == "done"
     assert received == list(range(1, 5001))

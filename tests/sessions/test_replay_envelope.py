@@ -16,13 +16,35 @@ async def test_replayed_envelopes_are_byte_identical_to_live_ones(tmp_path: Path
     store = SqliteStore(tmp_path / "bridge.db")
     await store.open()
     try:
-        await store.create_thread({"id": "thr_1", "agent": "a", "protocol": "stream-json", "model": None,
-                                   "cwd": str(tmp_path), "title": "", "native_session_id": None,
-                                   "state": "idle", "turn_active": False, "last_seq": 0, "created_at": TS,
-                                   "updated_at": TS, "last_exit": None, "options": {}, "pid": None})
+        await store.create_thread(
+            {
+                "id": "thr_1",
+                "agent": "a",
+                "protocol": "stream-json",
+                "model": None,
+                "cwd": str(tmp_path),
+                "title": "",
+                "native_session_id": None,
+                "state": "idle",
+                "turn_active": False,
+                "last_seq": 0,
+                "created_at": TS,
+                "updated_at": TS,
+                "last_exit": None,
+                "options": {},
+                "pid": None,
+            }
+        )
         live = [
-            Record(1, TS, "agent", "message.delta", {"text": 'é "quoted" \\ \n', "channel": "text"},
-                   '{"type":"x","t":"é"}', True),
+            Record(
+                1,
+                TS,
+                "agent",
+                "message.delta",
+                {"text": 'é "quoted" \\ \n', "channel": "text"},
+                '{"type":"x","t":"é"}',
+                True,
+            ),
             Record(2, TS, "agent", "message", {"text": "lone \ud800 surrogate"}, None, False),
             Record(3, TS, "bridge", "turn.ended", {"status": "success", "n": 2**70, "f": 1.5}, None, False),
             # Names that need JSON escaping take the Python path; the result is the same.

@@ -49,8 +49,17 @@ def phase(title: str) -> dict[str, Any]:
 
 
 def agent(label: str, state: str = "start", **extra: Any) -> dict[str, Any]:
-    return {"type": "workflow_agent", "index": 1, "agentId": f"v2:{label}", "state": state,
-            "startedAt": 1785470000000, "label": label, "phaseTitle": "Gather", "phaseIndex": 1, **extra}
+    return {
+        "type": "workflow_agent",
+        "index": 1,
+        "agentId": f"v2:{label}",
+        "state": state,
+        "startedAt": 1785470000000,
+        "label": label,
+        "phaseTitle": "Gather",
+        "phaseIndex": 1,
+        **extra,
+    }
 
 
 # ---------------------------------------------------------------------- task_started
@@ -58,9 +67,18 @@ def agent(label: str, state: str = "start", **extra: Any) -> dict[str, Any]:
 
 def test_task_started_creates_a_running_task_with_its_identity() -> None:
     table = TaskTable()
-    res = started(table, 10.0, tool_use_id="toolu_01", description="Explore repo", subagent_type="Explore",
-                  parent_task_id="t0", is_backgrounded=True, task_type="local_workflow",
-                  workflow_name="path:simple.workflow.js", prompt="ignored")
+    res = started(
+        table,
+        10.0,
+        tool_use_id="toolu_01",
+        description="Explore repo",
+        subagent_type="Explore",
+        parent_task_id="t0",
+        is_backgrounded=True,
+        task_type="local_workflow",
+        workflow_name="path:simple.workflow.js",
+        prompt="ignored",
+    )
     assert res.accepted and res.reason == "ok"
     task = res.task
     assert task is not None
@@ -109,9 +127,16 @@ def test_task_progress_updates_usage_tool_summary_and_description_but_not_status
     table = TaskTable()
     started(table, 1.0, description="Explore repo")
     feed(table, 1.5, subtype="task_updated", task_id="t1", patch={"status": "paused"})
-    res = feed(table, 2.0, subtype="task_progress", task_id="t1", description="Explore more",
-               usage={"total_tokens": 1200, "tool_uses": 3, "duration_ms": 4100}, last_tool_name="Grep",
-               summary="Analyzed 5 files")
+    res = feed(
+        table,
+        2.0,
+        subtype="task_progress",
+        task_id="t1",
+        description="Explore more",
+        usage={"total_tokens": 1200, "tool_uses": 3, "duration_ms": 4100},
+        last_tool_name="Grep",
+        summary="Analyzed 5 files",
+    )
     task = res.task
     assert res.accepted and task is not None
     assert task["usage"] == {"total_tokens": 1200, "tool_uses": 3, "duration_ms": 4100}
@@ -167,8 +192,13 @@ def test_task_updated_applies_only_the_keys_present_in_the_patch() -> None:
     feed(table, 3.0, subtype="task_updated", task_id="t1", patch={"status": "paused"})
     task = table.get("t1")
     assert task is not None and task["status"] == "paused" and task["description"] == "renamed"
-    feed(table, 4.0, subtype="task_updated", task_id="t1",
-         patch={"is_backgrounded": True, "error": "boom", "end_time": 1785470000123, "bogus": 1})
+    feed(
+        table,
+        4.0,
+        subtype="task_updated",
+        task_id="t1",
+        patch={"is_backgrounded": True, "error": "boom", "end_time": 1785470000123, "bogus": 1},
+    )
     task = table.get("t1")
     assert task is not None
     assert task["is_backgrounded"] is True and task["error"] == "boom" and task["end_time"] == 1785470000123
@@ -192,8 +222,13 @@ def test_every_patch_status_is_live_and_never_terminal(status: str) -> None:
 def test_unknown_patch_status_and_mistyped_values_are_ignored() -> None:
     table = TaskTable()
     started(table, 1.0, description="d")
-    res = feed(table, 2.0, subtype="task_updated", task_id="t1",
-               patch={"status": "exploded", "description": 7, "is_backgrounded": "yes", "end_time": True})
+    res = feed(
+        table,
+        2.0,
+        subtype="task_updated",
+        task_id="t1",
+        patch={"status": "exploded", "description": 7, "is_backgrounded": "yes", "end_time": True},
+    )
     assert res.accepted and res.task is not None
     assert res.task["status"] == "running" and res.task["description"] == "d"
     assert res.task["is_backgrounded"] is None and res.task["end_time"] is None
@@ -201,8 +236,17 @@ def test_unknown_patch_status_and_mistyped_values_are_ignored() -> None:
 
 def test_patch_also_carries_usage_and_top_level_fields() -> None:
     table = TaskTable()
-    res = feed(table, 1.0, subtype="task_updated", task_id="t1", patch={"usage": {"total_tokens": 3}},
-               last_tool_name="Read", subagent_type="general-purpose", parent_task_id="p", output_file="/tmp/o")
+    res = feed(
+        table,
+        1.0,
+        subtype="task_updated",
+        task_id="t1",
+        patch={"usage": {"total_tokens": 3}},
+        last_tool_name="Read",
+        subagent_type="general-purpose",
+        parent_task_id="p",
+        output_file="/tmp/o",
+    )
     task = res.task
     assert task is not None and task["usage"] == {"total_tokens": 3} and task["last_tool_name"] == "Read"
     assert task["subagent_type"] == "general-purpose" and task["parent_task_id"] == "p"
@@ -211,8 +255,7 @@ def test_patch_also_carries_usage_and_top_level_fields() -> None:
 
 def test_data_without_raw_still_applies_the_codec_lifted_patch() -> None:
     table = TaskTable()
-    data, _ = decode({"subtype": "task_updated", "task_id": "t1", "patch": {"status": "killed",
-                                                                            "description": "x"}})
+    data, _ = decode({"subtype": "task_updated", "task_id": "t1", "patch": {"status": "killed", "description": "x"}})
     res = table.apply(data, None, 1.0)
     assert res.task is not None and res.task["status"] == "killed" and res.task["description"] == "x"
     assert not res.task["terminal"]
@@ -220,24 +263,36 @@ def test_data_without_raw_still_applies_the_codec_lifted_patch() -> None:
 
 def test_raw_keys_win_over_data_keys() -> None:
     table = TaskTable()
-    res = table.apply({"event": "task_progress", "task_id": "t1", "summary": "from data"},
-                      {"subtype": "task_progress", "task_id": "t1", "summary": "from raw"}, 1.0)
+    res = table.apply(
+        {"event": "task_progress", "task_id": "t1", "summary": "from data"},
+        {"subtype": "task_progress", "task_id": "t1", "summary": "from raw"},
+        1.0,
+    )
     assert res.task is not None and res.task["summary"] == "from raw"
 
 
 # ---------------------------------------------------------------------- task_notification
 
 
-@pytest.mark.parametrize(("given_status", "terminal"), [
-    ("completed", "completed"), ("failed", "failed"), ("stopped", "stopped"),
-    ("killed", "stopped"), ("cancelled", "stopped"), ("canceled", "stopped"),
-    ("waiting", "stopped"), ("", "stopped"),
-])
+@pytest.mark.parametrize(
+    ("given_status", "terminal"),
+    [
+        ("completed", "completed"),
+        ("failed", "failed"),
+        ("stopped", "stopped"),
+        ("killed", "stopped"),
+        ("cancelled", "stopped"),
+        ("canceled", "stopped"),
+        ("waiting", "stopped"),
+        ("", "stopped"),
+    ],
+)
 def test_notification_is_the_authoritative_terminal_state(given_status: str, terminal: str) -> None:
     table = TaskTable()
     started(table, 1.0, tool_use_id="toolu_01")
-    res = notify(table, 2.0, given_status, output_file="/var/tmp/example", summary="Found 3 files",
-                 usage={"total_tokens": 2048})
+    res = notify(
+        table, 2.0, given_status, output_file="/var/tmp/example", summary="Found 3 files", usage={"total_tokens": 2048}
+    )
     assert res.accepted and res.reason == "ok" and res.task is not None
     assert res.task["status"] == terminal and terminal in TERMINAL_STATUSES
     assert res.task["terminal"] and res.task["ended_at"] == 2.0
@@ -269,8 +324,9 @@ def test_killed_patch_then_stopped_notification_the_interrupt_path() -> None:
     table = TaskTable()
     started(table, 100.0, tool_use_id="toolu_wf", task_type="local_workflow", description="deep research")
     feed(table, 101.0, subtype="task_progress", task_id="t1", workflow_progress=[phase("Gather"), agent("c1")])
-    killed = feed(table, 102.0, subtype="task_updated", task_id="t1",
-                  patch={"status": "killed", "end_time": 1785470000000})
+    killed = feed(
+        table, 102.0, subtype="task_updated", task_id="t1", patch={"status": "killed", "end_time": 1785470000000}
+    )
     assert killed.task is not None and killed.task["status"] == "killed" and not killed.task["terminal"]
     done = notify(table, 102.2, "stopped", summary="interrupted", output_file="/tmp/wf")
     assert done.task is not None and done.task["status"] == "stopped" and done.task["terminal"]
@@ -288,19 +344,25 @@ def test_late_progress_is_applied_within_the_grace_window_then_refused() -> None
     table = TaskTable()
     started(table, 0.0)
     notify(table, 10.0, "stopped")
-    inside = feed(table, 14.9, subtype="task_progress", task_id="t1", summary="late 1",
-                  workflow_progress=[agent("c1", state="error")])
+    inside = feed(
+        table,
+        14.9,
+        subtype="task_progress",
+        task_id="t1",
+        summary="late 1",
+        workflow_progress=[agent("c1", state="error")],
+    )
     assert (inside.accepted, inside.reason) == (True, "ok")
     assert inside.task is not None and inside.task["summary"] == "late 1"
     assert inside.task["status"] == "stopped" and inside.task["updated_at"] == 14.9
     edge = feed(table, 15.0, subtype="task_progress", task_id="t1", summary="late 2")
     assert edge.accepted  # exactly 5 s after the notification is still inside
-    outside = feed(table, 15.01, subtype="task_progress", task_id="t1", summary="too late",
-                   workflow_progress=[])
+    outside = feed(table, 15.01, subtype="task_progress", task_id="t1", summary="too late", workflow_progress=[])
     assert (outside.accepted, outside.reason) == (False, "late")
     task = table.get("t1")
-    assert task is not None and task["summary"] == "late 2" and task["workflow_progress"] == [
-        agent("c1", state="error")]
+    assert (
+        task is not None and task["summary"] == "late 2" and task["workflow_progress"] == [agent("c1", state="error")]
+    )
     assert task["updated_at"] == 15.0
 
 
@@ -316,8 +378,13 @@ def test_late_task_updated_patches_fields_but_never_the_terminal_status() -> Non
     table = TaskTable()
     started(table, 0.0)
     notify(table, 1.0, "failed")
-    res = feed(table, 2.0, subtype="task_updated", task_id="t1",
-               patch={"status": "running", "error": "rate limited", "end_time": 99})
+    res = feed(
+        table,
+        2.0,
+        subtype="task_updated",
+        task_id="t1",
+        patch={"status": "running", "error": "rate limited", "end_time": 99},
+    )
     assert res.accepted and res.task is not None
     assert res.task["status"] == "failed" and res.task["terminal"]
     assert res.task["error"] == "rate limited" and res.task["end_time"] == 99
@@ -393,15 +460,22 @@ def test_a_lazily_created_task_learns_its_tool_use_id_later() -> None:
 def test_every_string_is_capped() -> None:
     table = TaskTable()
     huge = "x" * (MAX_STR * 3)
-    res = started(table, 1.0, task_id="t" * (MAX_STR + 10), description=huge, tool_use_id=huge,
-                  workflow_name=huge)
+    res = started(table, 1.0, task_id="t" * (MAX_STR + 10), description=huge, tool_use_id=huge, workflow_name=huge)
     task = res.task
     assert task is not None
     for key in ("task_id", "description", "tool_use_id", "workflow_name"):
         value = dict(task)[key]
         assert isinstance(value, str) and len(value) == MAX_STR and value.endswith("…")
-    feed(table, 2.0, subtype="task_progress", task_id="t" * (MAX_STR + 10), summary=huge, last_tool_name=huge,
-         workflow_progress=[agent(huge, resultPreview=huge, **{huge: huge})], usage={"note": huge})
+    feed(
+        table,
+        2.0,
+        subtype="task_progress",
+        task_id="t" * (MAX_STR + 10),
+        summary=huge,
+        last_tool_name=huge,
+        workflow_progress=[agent(huge, resultPreview=huge, **{huge: huge})],
+        usage={"note": huge},
+    )
     assert len(table) == 1  # the capped id still names the same task
     task = table.list()[0]
     assert len(task["summary"] or "") == MAX_STR and len(task["last_tool_name"] or "") == MAX_STR
@@ -433,8 +507,7 @@ def test_oversized_workflow_progress_keeps_the_leading_entries_and_is_marked_tru
 
 def test_a_single_entry_bigger_than_the_budget_leaves_an_empty_truncated_snapshot() -> None:
     table = TaskTable(max_snapshot_bytes=64)
-    res = table.apply({"event": "task_progress", "task_id": "t"},
-                      {"workflow_progress": [{"label": "y" * 100}]}, 1.0)
+    res = table.apply({"event": "task_progress", "task_id": "t"}, {"workflow_progress": [{"label": "y" * 100}]}, 1.0)
     assert res.task is not None and res.task["workflow_progress"] == [] and res.task["workflow_progress_truncated"]
 
 
@@ -443,8 +516,16 @@ def test_untrusted_nested_values_are_bounded_and_json_only() -> None:
     deep: Any = "bottom"
     for _ in range(100):
         deep = [deep]
-    wide = {"type": "workflow_agent", "many": list(range(5000)), "big": 2**80, "neg": -(2**80),
-            "inf": float("inf"), "nan": float("nan"), "deep": deep, 3: "int key"}
+    wide = {
+        "type": "workflow_agent",
+        "many": list(range(5000)),
+        "big": 2**80,
+        "neg": -(2**80),
+        "inf": float("inf"),
+        "nan": float("nan"),
+        "deep": deep,
+        3: "int key",
+    }
     res = table.apply({"event": "task_progress", "task_id": "t"}, {"workflow_progress": [wide]}, 1.0)
     assert res.task is not None
     entry = (res.task["workflow_progress"] or [])[0]
@@ -470,8 +551,9 @@ def test_oversized_usage_is_ignored_and_structured_errors_become_text() -> None:
 
 def test_snapshots_are_copies() -> None:
     table = TaskTable()
-    res = feed(table, 1.0, subtype="task_progress", task_id="t1", workflow_progress=[agent("c")],
-               usage={"total_tokens": 1})
+    res = feed(
+        table, 1.0, subtype="task_progress", task_id="t1", workflow_progress=[agent("c")], usage={"total_tokens": 1}
+    )
     assert res.task is not None
     (res.task["workflow_progress"] or []).clear()
     (res.task["usage"] or {}).clear()
@@ -493,9 +575,23 @@ def test_list_is_sorted_by_started_at_and_matches_snapshot() -> None:
     assert [t["task_id"] for t in table.list()] == ["early", "middle", "middle2", "late"]
     assert table.list() == table.snapshot()
     keys = set(table.list()[0])
-    assert {"task_id", "task_type", "status", "description", "summary", "tool_use_id", "parent_task_id",
-            "workflow_progress", "usage", "last_tool_name", "started_at", "updated_at", "ended_at", "error",
-            "output_file"} <= keys
+    assert {
+        "task_id",
+        "task_type",
+        "status",
+        "description",
+        "summary",
+        "tool_use_id",
+        "parent_task_id",
+        "workflow_progress",
+        "usage",
+        "last_tool_name",
+        "started_at",
+        "updated_at",
+        "ended_at",
+        "error",
+        "output_file",
+    } <= keys
 
 
 def test_terminal_tasks_are_evicted_first_longest_ended_first() -> None:
@@ -552,17 +648,40 @@ def populated() -> TaskTable:
     table = TaskTable(max_tasks=3)
     started(table, 1.0, task_id="gone", tool_use_id="toolu_gone")
     notify(table, 1.5, "completed", task_id="gone")
-    started(table, 2.0, task_id="wf", tool_use_id="toolu_wf", task_type="local_workflow",
-            workflow_name="deep", parent_task_id="root", is_backgrounded=False)
-    feed(table, 3.0, subtype="task_progress", task_id="wf", usage={"total_tokens": 9, "tool_uses": 1},
-         last_tool_name="Grep", workflow_progress=[phase("Gather"), agent("c1", tokens=5)])
-    feed(table, 4.0, subtype="task_updated", task_id="wf", patch={"status": "killed", "end_time": 1.25e12,
-                                                                 "error": "cancel"})
+    started(
+        table,
+        2.0,
+        task_id="wf",
+        tool_use_id="toolu_wf",
+        task_type="local_workflow",
+        workflow_name="deep",
+        parent_task_id="root",
+        is_backgrounded=False,
+    )
+    feed(
+        table,
+        3.0,
+        subtype="task_progress",
+        task_id="wf",
+        usage={"total_tokens": 9, "tool_uses": 1},
+        last_tool_name="Grep",
+        workflow_progress=[phase("Gather"), agent("c1", tokens=5)],
+    )
+    feed(
+        table,
+        4.0,
+        subtype="task_updated",
+        task_id="wf",
+        patch={"status": "killed", "end_time": 1.25e12, "error": "cancel"},
+    )
     notify(table, 5.0, "stopped", task_id="wf", output_file="/tmp/out", summary="stopped")
     started(table, 6.0, task_id="bash", subagent_type="Bash", tool_use_id="toolu_bash")
     started(table, 7.0, task_id="big")  # evicts "gone"
-    table.apply({"event": "task_progress", "task_id": "big"},
-                {"workflow_progress": [{"x": "y" * 5000} for _ in range(100)]}, 8.0)
+    table.apply(
+        {"event": "task_progress", "task_id": "big"},
+        {"workflow_progress": [{"x": "y" * 5000} for _ in range(100)]},
+        8.0,
+    )
     return table
 
 
@@ -589,13 +708,20 @@ def test_from_json_rejects_what_is_not_a_table_and_skips_malformed_entries() -> 
     for bad in ("", "[]", "{}", '{"version": 2, "tasks": []}', '{"version": 1, "tasks": {}}', b"\xff"):
         with pytest.raises(ValueError):
             TaskTable.from_json(bad)
-    doc = {"version": 1, "tasks": [
-        "nope", {"task_id": "no-start"}, {"task_id": 3, "started_at": 1},
-        {"task_id": "ok", "started_at": 2, "status": "nonsense", "usage": [1]},
-        {"task_id": "fake-terminal", "started_at": 3, "status": "completed", "terminal": True},
-        {"task_id": "ended", "started_at": 4, "status": "weird", "terminal": True, "ended_at": 5},
-        {"task_id": "ok", "started_at": 9},
-    ], "tool_use_ids": {"toolu_x": "ok", "toolu_y": 5}, "gone": ["ok", 7, "old"]}
+    doc = {
+        "version": 1,
+        "tasks": [
+            "nope",
+            {"task_id": "no-start"},
+            {"task_id": 3, "started_at": 1},
+            {"task_id": "ok", "started_at": 2, "status": "nonsense", "usage": [1]},
+            {"task_id": "fake-terminal", "started_at": 3, "status": "completed", "terminal": True},
+            {"task_id": "ended", "started_at": 4, "status": "weird", "terminal": True, "ended_at": 5},
+            {"task_id": "ok", "started_at": 9},
+        ],
+        "tool_use_ids": {"toolu_x": "ok", "toolu_y": 5},
+        "gone": ["ok", 7, "old"],
+    }
     table = TaskTable.from_json(json.dumps(doc))
     tasks = {t["task_id"]: t for t in table.list()}
     assert set(tasks) == {"ok", "fake-terminal", "ended"}
@@ -616,12 +742,24 @@ def test_from_json_reapplies_the_caps() -> None:
 # ---------------------------------------------------------------------- property
 
 
-json_leaf = (st.none() | st.booleans() | st.integers(-(2**70), 2**70)
-             | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12))
-json_value = st.recursive(json_leaf, lambda kids: st.lists(kids, max_size=4) | st.dictionaries(
-    st.text(max_size=6), kids, max_size=4), max_leaves=12)
-statuses = st.sampled_from(["pending", "running", "paused", "completed", "failed", "killed", "stopped",
-                            "cancelled", "", "weird"]) | json_value
+json_leaf = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12)
+)
+json_value = st.recursive(
+    json_leaf,
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=6), kids, max_size=4),
+    max_leaves=12,
+)
+statuses = (
+    st.sampled_from(
+        ["pending", "running", "paused", "completed", "failed", "killed", "stopped", "cancelled", "", "weird"]
+    )
+    | json_value
+)
 
 OPTIONAL: dict[str, st.SearchStrategy[Any]] = {  # built once: strategies validate lazily
     "task_id": st.sampled_from(["e", ""]) | json_value,
@@ -629,23 +767,48 @@ OPTIONAL: dict[str, st.SearchStrategy[Any]] = {  # built once: strategies valida
     "status": statuses,
     "description": st.text(max_size=10) | json_value,
     "summary": st.text(max_size=10),
-    "usage": st.dictionaries(st.sampled_from(["total_tokens", "tool_uses", "duration_ms"]),
-                             st.integers(0, 10**6)) | json_value,
+    "usage": st.dictionaries(st.sampled_from(["total_tokens", "tool_uses", "duration_ms"]), st.integers(0, 10**6))
+    | json_value,
     "last_tool_name": st.sampled_from(["Grep", "Read"]),
     "workflow_progress": st.lists(json_value, max_size=4) | json_value,
-    "patch": st.fixed_dictionaries({}, optional={
-        "status": statuses, "description": json_value, "end_time": json_value, "error": json_value,
-        "is_backgrounded": json_value, "other": json_value}) | json_value,
-    "subagent_type": json_value, "parent_task_id": json_value, "output_file": json_value,
-    "is_backgrounded": json_value, "error": json_value, "task_type": json_value,
+    "patch": st.fixed_dictionaries(
+        {},
+        optional={
+            "status": statuses,
+            "description": json_value,
+            "end_time": json_value,
+            "error": json_value,
+            "is_backgrounded": json_value,
+            "other": json_value,
+        },
+    )
+    | json_value,
+    "subagent_type": json_value,
+    "parent_task_id": json_value,
+    "output_file": json_value,
+    "is_backgrounded": json_value,
+    "error": json_value,
+    "task_type": json_value,
 }
 
 
 @st.composite
 def task_events(draw: st.DrawFn) -> tuple[dict[str, Any] | None, dict[str, Any] | None, float]:
-    obj: dict[str, Any] = {"type": "system", "subtype": draw(st.sampled_from(
-        ["task_started", "task_progress", "task_updated", "task_notification", "task_notification",
-         "background_tasks_changed"]))}
+    obj: dict[str, Any] = {
+        "type": "system",
+        "subtype": draw(
+            st.sampled_from(
+                [
+                    "task_started",
+                    "task_progress",
+                    "task_updated",
+                    "task_notification",
+                    "task_notification",
+                    "background_tasks_changed",
+                ]
+            )
+        ),
+    }
     if draw(st.integers(0, 9)) < 8:  # mostly a few well-formed ids, so tasks meet again
         obj["task_id"] = draw(st.sampled_from(["a", "b", "c", "d"]))
     for key, strategy in OPTIONAL.items():
@@ -663,14 +826,19 @@ def task_events(draw: st.DrawFn) -> tuple[dict[str, Any] | None, dict[str, Any] 
     return data, raw, step
 
 
-PROPERTY = settings(max_examples=150, deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+PROPERTY = settings(
+    max_examples=150,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 @PROPERTY
 @given(events=st.lists(task_events(), max_size=40), max_tasks=st.integers(1, 6))
 def test_arbitrary_task_event_sequences_never_raise_and_terminal_states_never_change(
-        events: list[tuple[dict[str, Any] | None, dict[str, Any] | None, float]], max_tasks: int) -> None:
+    events: list[tuple[dict[str, Any] | None, dict[str, Any] | None, float]], max_tasks: int
+) -> None:
     table = TaskTable(max_tasks=max_tasks)
     now = 1000.0
     terminal: dict[str, tuple[str, float | None]] = {}

@@ -18,14 +18,25 @@ from bridge.store.sqlite import SqliteStore
 
 
 def thread(tid: str, ts: str) -> dict[str, Any]:
-    return {"id": tid, "agent": "a", "protocol": "stream-json", "cwd": "/tmp", "title": "",
-            "state": "idle", "turn_active": False, "last_seq": 0, "created_at": ts, "updated_at": ts,
-            "options": {}}
+    return {
+        "id": tid,
+        "agent": "a",
+        "protocol": "stream-json",
+        "cwd": "/tmp",
+        "title": "",
+        "state": "idle",
+        "turn_active": False,
+        "last_seq": 0,
+        "created_at": ts,
+        "updated_at": ts,
+        "options": {},
+    }
 
 
 def records(first: int, n: int, ts: str) -> list[Record]:
-    return [Record(seq, ts, "agent", "message.delta", {"text": str(seq)}, None, False)
-            for seq in range(first, first + n)]
+    return [
+        Record(seq, ts, "agent", "message.delta", {"text": str(seq)}, None, False) for seq in range(first, first + n)
+    ]
 
 
 @contextlib.asynccontextmanager
@@ -61,13 +72,18 @@ async def test_reads_see_the_newest_activity_and_order(tmp_path: Path, no_timed_
         async with opened(tmp_path / "bridge.db") as store:
             await store.create_thread(thread("thr_a", "2026-11-30T00:00:00.000Z"))
             await store.create_thread(thread("thr_b", "2026-11-30T00:00:01.000Z"))
-            await store.append("thr_a", records(1, 3, "2026-11-30T00:00:02.000Z"), [None] * 3,
-                               {"updated_at": "2026-11-30T00:00:02.000Z"})
+            await store.append(
+                "thr_a",
+                records(1, 3, "2026-11-30T00:00:02.000Z"),
+                [None] * 3,
+                {"updated_at": "2026-11-30T00:00:02.000Z"},
+            )
             rows, _ = await store.list_threads(limit=10, cursor=None, agent=None)
             assert [r["id"] for r in rows] == ["thr_a", "thr_b"]
             assert (rows[0]["last_seq"], rows[0]["updated_at"]) == (3, "2026-11-30T00:00:02.000Z")
-            await store.append("thr_b", records(1, 1, "2026-11-30T00:00:03.000Z"), [None],
-                               {"updated_at": "2026-11-30T00:00:03.000Z"})
+            await store.append(
+                "thr_b", records(1, 1, "2026-11-30T00:00:03.000Z"), [None], {"updated_at": "2026-11-30T00:00:03.000Z"}
+            )
             got = await store.get_thread("thr_b")
             assert got is not None and (got["last_seq"], got["updated_at"]) == (1, "2026-11-30T00:00:03.000Z")
             rows, _ = await store.list_threads(limit=10, cursor=None, agent=None)
@@ -79,12 +95,21 @@ async def test_a_store_that_never_flushed_is_repaired_at_open(tmp_path: Path, no
         path = tmp_path / "bridge.db"
         async with killed_later(path) as first:
             await first.create_thread(thread("thr_a", "2026-11-30T00:00:00.000Z"))
-            await first.append("thr_a", records(1, 5, "2026-11-30T00:00:07.000Z"), [None] * 5,
-                               {"updated_at": "2026-11-30T00:00:07.000Z"})
-            await first.append("thr_a", records(6, 2, "2026-11-30T00:00:09.000Z"), [None] * 2,
-                               {"updated_at": "2026-11-30T00:00:09.000Z", "state": "running"})
-            await first.append("thr_a", records(8, 1, "2026-11-30T00:00:11.000Z"), [None],
-                               {"updated_at": "2026-11-30T00:00:11.000Z"})
+            await first.append(
+                "thr_a",
+                records(1, 5, "2026-11-30T00:00:07.000Z"),
+                [None] * 5,
+                {"updated_at": "2026-11-30T00:00:07.000Z"},
+            )
+            await first.append(
+                "thr_a",
+                records(6, 2, "2026-11-30T00:00:09.000Z"),
+                [None] * 2,
+                {"updated_at": "2026-11-30T00:00:09.000Z", "state": "running"},
+            )
+            await first.append(
+                "thr_a", records(8, 1, "2026-11-30T00:00:11.000Z"), [None], {"updated_at": "2026-11-30T00:00:11.000Z"}
+            )
             assert first._dirty  # owed, not written: as if the process were killed now
             # A second daemon opening the same file (the first one "killed"): the derived
             # columns come from the stored events.
@@ -100,8 +125,9 @@ async def test_close_writes_what_is_owed(tmp_path: Path, no_timed_flush: None) -
         store = SqliteStore(path)
         await store.open()
         await store.create_thread(thread("thr_a", "2026-11-30T00:00:00.000Z"))
-        await store.append("thr_a", records(1, 4, "2026-11-30T00:00:05.000Z"), [None] * 4,
-                           {"updated_at": "2026-11-30T00:00:05.000Z"})
+        await store.append(
+            "thr_a", records(1, 4, "2026-11-30T00:00:05.000Z"), [None] * 4, {"updated_at": "2026-11-30T00:00:05.000Z"}
+        )
         await store.close()
         db = sqlite3.connect(path)
         try:
@@ -111,17 +137,22 @@ async def test_close_writes_what_is_owed(tmp_path: Path, no_timed_flush: None) -
 
 
 @pytest.mark.parametrize("last_kind", ["turn.started", "turn.ended"])
-async def test_a_turn_in_flight_is_found_from_the_events(tmp_path: Path, no_timed_flush: None,
-                                                         last_kind: str) -> None:
+async def test_a_turn_in_flight_is_found_from_the_events(tmp_path: Path, no_timed_flush: None, last_kind: str) -> None:
     async with asyncio.timeout(30):
         path = tmp_path / "bridge.db"
         async with killed_later(path) as first:
             await first.create_thread(thread("thr_a", "2026-11-30T00:00:00.000Z"))
             ts = "2026-11-30T00:00:01.000Z"
-            await first.append("thr_a", [Record(1, ts, "bridge", "process.started", {"pid": 1}, None, False)],
-                               [None], {"updated_at": ts, "state": "running"})
-            turn = [Record(2, ts, "client", "message", {"text": "hi"}, None, False),
-                    Record(3, ts, "bridge", "turn.started", {"turn_id": "t1"}, None, False)]
+            await first.append(
+                "thr_a",
+                [Record(1, ts, "bridge", "process.started", {"pid": 1}, None, False)],
+                [None],
+                {"updated_at": ts, "state": "running"},
+            )
+            turn = [
+                Record(2, ts, "client", "message", {"text": "hi"}, None, False),
+                Record(3, ts, "bridge", "turn.started", {"turn_id": "t1"}, None, False),
+            ]
             await first.append("thr_a", turn, [None, None], {"updated_at": ts, "turn_active": True})
             await first.append("thr_a", records(4, 3, ts), [None] * 3, {"updated_at": ts})
             if last_kind == "turn.ended":

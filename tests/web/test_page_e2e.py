@@ -28,9 +28,16 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("AGENT_BRIDGE_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
 WAIT_MS = STEP_TIMEOUT * 1000
 expect.set_options(timeout=WAIT_MS)
 
@@ -90,8 +97,7 @@ class Session:
         page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
         return page
 
-    async def page(self, ctx: BrowserContext | None = None, *, thread: str | None = None,
-                   **options: Any) -> Page:
+    async def page(self, ctx: BrowserContext | None = None, *, thread: str | None = None, **options: Any) -> Page:
         """A page of a new context, logged in with the one-time link (the first time) or
         the token form; showing ``thread`` if given."""
         ctx = ctx or await self.context(**options)
@@ -170,7 +176,9 @@ async def wait_numbers(page: Page, at_least: int) -> None:
     await page.wait_for_function(
         """n => { const b = [...document.querySelectorAll('.msg.assistant .body')].pop();
                   return b && b.innerText.trim().split(/\\s+/).length >= n; }""",
-        arg=at_least, timeout=WAIT_MS)
+        arg=at_least,
+        timeout=WAIT_MS,
+    )
 
 
 # --------------------------------------------------------------------------- tests
@@ -364,9 +372,11 @@ async def test_agent_html_and_script_links_render_inert(web: Session) -> None:
     page = await web.page(thread=tid)
     dialogs: list[str] = []
     page.on("dialog", lambda d: dialogs.append(d.message))
-    payload = ("<img src=x onerror=\"window.xssFired=1\"> <script>window.xssFired=2</script> "
-               "[click me](javascript:window.xssFired=3) [data](data:text/html,<b>x</b>) "
-               "<iframe src=\"javascript:alert(1)\"></iframe> **bold** `code` [docs](https://example.com/x)")
+    payload = (
+        '<img src=x onerror="window.xssFired=1"> <script>window.xssFired=2</script> '
+        "[click me](javascript:window.xssFired=3) [data](data:text/html,<b>x</b>) "
+        '<iframe src="javascript:alert(1)"></iframe> **bold** `code` [docs](https://example.com/x)'
+    )
     await send(page, payload)
     reply = page.locator(".msg.assistant .body").last
     await expect(page.locator(".turn-end")).to_have_count(1)
@@ -475,8 +485,7 @@ async def test_a_phone_sized_screen_with_the_keyboard_alone(web: Session) -> Non
     web.assert_clean()
 
 
-async def test_threads_are_listed_newest_first_and_can_be_renamed_stopped_resumed_and_deleted(
-        web: Session) -> None:
+async def test_threads_are_listed_newest_first_and_can_be_renamed_stopped_resumed_and_deleted(web: Session) -> None:
     old = await api_thread(web, "stream-json", title="older")
     new = await api_thread(web, "awp-jsonl", title="newer")
     page = await web.page()
@@ -567,7 +576,9 @@ async def test_markdown_renders_to_the_expected_structure(web: Session) -> None:
               inert: q('.md-inert-link').map(e => e.textContent),
               elements: q('*').map(e => e.tagName.toLowerCase()).filter(t => !ALLOWED.includes(t)),
             };
-        }""", MARKDOWN)
+        }""",
+        MARKDOWN,
+    )
     assert shape["h"] == ["Title"]
     assert shape["em"] == ["emphasis"] and shape["strong"] == ["strong", "text"] and shape["del"] == ["gone"]
     assert shape["code"] == ["inline <code>"]
@@ -576,15 +587,18 @@ async def test_markdown_renders_to_the_expected_structure(web: Session) -> None:
     assert shape["cells"] == ["1", "<i>2</i>"]
     assert shape["pre"] == [["language-python", 'print("<b>hi</b>")']]
     assert shape["hl"] == [["hl-string", '"<b>hi</b>"']]
-    assert shape["links"] == [["https://example.org/path", "https://example.org/path"],
-                              ["mail", "mailto:me@example.org"]]
+    assert shape["links"] == [
+        ["https://example.org/path", "https://example.org/path"],
+        ["mail", "mailto:me@example.org"],
+    ]
     assert shape["inert"] == ["rel"]
     assert shape["elements"] == []  # no <b>, <i> or anything else from the text
     # A reply still streaming (an unclosed fence) renders what it has, as code.
     partial = await page.evaluate(
         """async () => { const { renderMarkdown } = await import('/assets/markdown.js');
             const box = document.createElement('div'); box.append(renderMarkdown('x\\n```js\\nlet a = 1'));
-            return box.querySelector('pre code').textContent; }""")
+            return box.querySelector('pre code').textContent; }"""
+    )
     assert partial == "let a = 1"
     colours = await page.evaluate(
         """async () => { const { renderMarkdown } = await import('/assets/markdown.js');
@@ -592,9 +606,15 @@ async def test_markdown_renders_to_the_expected_structure(web: Session) -> None:
             const src = "```js\\n// <b>c</b>\\nconst x = 42; let s = '<img src=x onerror=alert(1)>';\\n```";
             box.append(renderMarkdown(src));
             return { spans: [...box.querySelectorAll('span')].map(e => [e.className, e.textContent]),
-                     text: box.querySelector('code').textContent, img: box.querySelectorAll('img').length }; }""")
-    assert colours["spans"] == [["hl-comment", "// <b>c</b>"], ["hl-keyword", "const"], ["hl-number", "42"],
-                                ["hl-keyword", "let"], ["hl-string", "'<img src=x onerror=alert(1)>'"]]
+                     text: box.querySelector('code').textContent, img: box.querySelectorAll('img').length }; }"""
+    )
+    assert colours["spans"] == [
+        ["hl-comment", "// <b>c</b>"],
+        ["hl-keyword", "const"],
+        ["hl-number", "42"],
+        ["hl-keyword", "let"],
+        ["hl-string", "'<img src=x onerror=alert(1)>'"],
+    ]
     assert colours["text"] == "// <b>c</b>\nconst x = 42; let s = '<img src=x onerror=alert(1)>';"
     assert colours["img"] == 0
     web.assert_clean()
@@ -641,12 +661,22 @@ async def test_the_conversation_view_folds_streams_thoughts_tools_and_plans(web:
         ev(9, "tool.call", tool_call_id="c1", name="edit", input={"path": "a.txt"}, title="Edit a.txt"),
         ev(10, "tool.call", tool_call_id="c1", update=True, status="in_progress"),
         ev(11, "tool.result", tool_call_id="c1", output=[{"type": "text", "text": "edited"}], is_error=False),
-        ev(12, "plan", entries=[{"content": "step one", "status": "completed"},
-                                {"content": "step <two>", "status": "pending"}]),
+        ev(
+            12,
+            "plan",
+            entries=[{"content": "step one", "status": "completed"}, {"content": "step <two>", "status": "pending"}],
+        ),
         ev(13, "tool.call", tool_call_id="c2", name="bash", input={"command": "false"}),
         ev(14, "tool.result", tool_call_id="c2", output="exit 1", is_error=True),
-        ev(15, "turn.ended", "bridge", turn_id="t1", status="error", error="agent_exited",
-           usage={"input_tokens": 1200, "output_tokens": 34}),
+        ev(
+            15,
+            "turn.ended",
+            "bridge",
+            turn_id="t1",
+            status="error",
+            error="agent_exited",
+            usage={"input_tokens": 1200, "output_tokens": 34},
+        ),
     ]
     view = await page.evaluate(
         """async (events) => {
@@ -673,9 +703,18 @@ async def test_the_conversation_view_folds_streams_thoughts_tools_and_plans(web:
               end: q('.turn-end').map(e => e.textContent),
               streaming: q('.streaming').length,
             };
-        }""", events)
-    assert view["order"] == ["msg user", "msg thought", "msg assistant", "tool", "plan", "tool error",
-                             "turn-end turn-error"]
+        }""",
+        events,
+    )
+    assert view["order"] == [
+        "msg user",
+        "msg thought",
+        "msg assistant",
+        "tool",
+        "plan",
+        "tool error",
+        "turn-end turn-error",
+    ]
     assert view["thought"] == [[False, "Thought", "Let me think."]]  # one block, collapsed, final text
     assert view["text"] == ["Because reasons."] and view["strong"] == ["reasons"]
     assert view["tools"] == [["edit", "Edit a.txt", "done", "edited", False], ["bash", "", "error", "exit 1", True]]
@@ -699,8 +738,13 @@ async def test_diagnostics_sit_in_their_own_collapsed_panel(web: Session) -> Non
     await expect(page.locator(".turn-end").nth(2)).to_have_attribute("data-status", "error")
     await page.click("#diag-panel summary")
     diags = page.locator("#diagnostics .diag-text")
-    for text in ("stderr: diagnostic line 0", "stderr: diagnostic line 2", "protocol:", "this is not json",
-                 "process exited: crashed (code 3)"):
+    for text in (
+        "stderr: diagnostic line 0",
+        "stderr: diagnostic line 2",
+        "protocol:",
+        "this is not json",
+        "process exited: crashed (code 3)",
+    ):
         await expect(diags.filter(has_text=text).first).to_be_visible()
     await expect(page.locator("#diag-count")).to_have_text(re.compile(r"\(\d+\)"))
     # None of it is in the conversation.
@@ -711,10 +755,16 @@ async def test_diagnostics_sit_in_their_own_collapsed_panel(web: Session) -> Non
 
 def tiny_png() -> bytes:
     """A valid 1×1 PNG, so the chip's thumbnail decodes."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 6, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(b"\0\xff\x80\x00\xff")) + chunk(b"IEND", b""))
+
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 6, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(b"\0\xff\x80\x00\xff"))
+        + chunk(b"IEND", b"")
+    )
 
 
 def prompts_received(tmp_path: Path) -> list[list[dict[str, Any]]]:
@@ -777,14 +827,27 @@ async def test_attachments_reach_the_agent_as_image_and_document_blocks(web: Ses
     received = prompts_received(tmp_path)
     assert received[-1] == [
         {"type": "text", "text": "look at these"},
-        {"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                     "data": base64.b64encode(png.read_bytes()).decode()}},
-        {"type": "document", "source": {"type": "base64", "media_type": "text/plain",
-                                        "data": base64.b64encode(txt.read_bytes()).decode()}},
+        {
+            "type": "image",
+            "source": {
+                "type": "base64",
+                "media_type": "image/png",
+                "data": base64.b64encode(png.read_bytes()).decode(),
+            },
+        },
+        {
+            "type": "document",
+            "source": {
+                "type": "base64",
+                "media_type": "text/plain",
+                "data": base64.b64encode(txt.read_bytes()).decode(),
+            },
+        },
     ]
 
     # A pasted image and a dropped file; a message of attachments alone has no text block.
-    await page.evaluate("""async (b64) => {
+    await page.evaluate(
+        """async (b64) => {
         const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
         const paste = new DataTransfer();
         paste.items.add(new File([bytes], 'image.png', { type: 'image/png' }));
@@ -794,7 +857,9 @@ async def test_attachments_reach_the_agent_as_image_and_document_blocks(web: Ses
         drop.items.add(new File(['dropped text'], 'dropped.txt', { type: 'text/plain' }));
         document.querySelector('#composer').dispatchEvent(
             new DragEvent('drop', { dataTransfer: drop, bubbles: true, cancelable: true }));
-    }""", base64.b64encode(png.read_bytes()).decode())
+    }""",
+        base64.b64encode(png.read_bytes()).decode(),
+    )
     await expect(chips).to_have_count(2)
     await expect(chips).to_have_text([re.compile("image.png"), re.compile("dropped.txt")])
     await page.click("#send")

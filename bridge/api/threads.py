@@ -12,18 +12,19 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from bridge.api.content import normalize_prompt
-from bridge.api.security import Unauthorized, require_auth
+from bridge.api.security import require_auth
+from bridge.api.views import thread_view
 from bridge.errors import InvalidRequest
 from bridge.process.launch import executable_problem
-from bridge.protocols.events import Record, dumps
-from bridge.sessions.conversation import Conversation, thread_view
+from bridge.protocols.events import Record
+from bridge.protocols.jsonline import dumps
+from bridge.sessions.conversation import Conversation
 from bridge.sessions.fanout import deliver
 from bridge.sessions.registry import Registry
 
 MAX_PAGE = 1000
 MAX_WAIT_S = 60.0
 MAX_SEQ = 2**53  # seqs are SQLite integers; anything larger is not a seq
-ID_PATTERN = r"^thr_[0-9a-f]{16}$"
 
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(require_auth)])
@@ -87,7 +88,7 @@ async def create_thread(body: CreateThread, request: Request) -> dict[str, Any]:
     conv = await registry(request).create(
         agent=body.agent, cwd=body.cwd, model=body.model, title=body.title, options=body.options
     )
-    return conv.thread_view()
+    return thread_view(conv.thread)
 
 
 @router.get("/threads")
@@ -99,19 +100,19 @@ async def list_threads(
 ) -> dict[str, Any]:
     reg = registry(request)
     rows, next_cursor = await reg.store.list_threads(limit=limit, cursor=cursor, agent=agent)
-    return {"threads": [reg.view(r) for r in rows], "next_cursor": next_cursor}
+    return {"threads": [thread_view(reg.current(r)) for r in rows], "next_cursor": next_cursor}
 
 
 @router.get("/threads/{thread_id}")
 async def get_thread(thread_id: str, request: Request) -> dict[str, Any]:
-    return (await _conv(request, thread_id)).thread_view()
+    return thread_view((await _conv(request, thread_id)).thread)
 
 
 @router.patch("/threads/{thread_id}")
 async def patch_thread(thread_id: str, body: PatchThread, request: Request) -> dict[str, Any]:
     conv = await _conv(request, thread_id)
     await conv.set_fields({"title": body.title})
-    return conv.thread_view()
+    return thread_view(conv.thread)
 
 
 @router.delete("/threads/{thread_id}", status_code=204)
@@ -140,14 +141,14 @@ async def interrupt(thread_id: str, request: Request) -> dict[str, Any]:
 async def resume(thread_id: str, request: Request) -> dict[str, Any]:
     conv = await _conv(request, thread_id)
     await conv.ensure_started()
-    return conv.thread_view()
+    return thread_view(conv.thread)
 
 
 @router.post("/threads/{thread_id}/stop", status_code=202)
 async def stop(thread_id: str, request: Request) -> dict[str, Any]:
     conv = await _conv(request, thread_id)
     await conv.stop("stopped")
-    return conv.thread_view()
+    return thread_view(conv.thread)
 
 
 class PermissionAnswer(BaseModel):
@@ -266,4 +267,4 @@ def validate_after(value: str | None) -> int:
     return int(value)
 
 
-__all__ = ["ID_PATTERN", "Unauthorized", "require_auth", "router", "thread_view", "validate_after"]
+__all__ = ["router", "validate_after"]

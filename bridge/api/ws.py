@@ -20,9 +20,12 @@ from bridge.api.content import normalize_prompt
 from bridge.api.security import SUBPROTOCOL, authorized
 from bridge.api.threads import _is_utf8
 from bridge.api.ws_transport import SEND_TEXTS
+from bridge.clock import now_iso
 from bridge.errors import BridgeError, InvalidRequest
-from bridge.protocols.events import Frames, Record, ephemeral, loads_strict
-from bridge.sessions.conversation import Conversation, now_iso
+from bridge.protocols.envelope import Frames, ephemeral
+from bridge.protocols.events import Record
+from bridge.protocols.jsonline import loads_strict
+from bridge.sessions.conversation import Conversation
 from bridge.sessions.fanout import Subscriber, deliver
 from bridge.sessions.registry import Registry
 

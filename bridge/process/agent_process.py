@@ -9,9 +9,9 @@ import fcntl
 import os
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 
 from bridge.errors import LaunchRefused
+from bridge.process.agent_io import ExitInfo
 from bridge.process.launch import LaunchSpec, executable_problem
 from bridge.process.reaper import child_setup, start_time
 from bridge.protocols.framing import MAX_LINE_BYTES, LineFramer, LineTooLong
@@ -40,12 +40,6 @@ def _widen_pipe(pipe: asyncio.BaseTransport | None) -> None:
     raw = pipe.get_extra_info("pipe")
     with contextlib.suppress(OSError, ValueError, AttributeError):
         fcntl.fcntl(raw.fileno(), setsize, STDOUT_PIPE_BYTES)
-
-
-@dataclass(slots=True)
-class ExitInfo:
-    code: int | None
-    signal: int | None
 
 
 class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):

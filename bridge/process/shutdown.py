@@ -1,4 +1,4 @@
-"""Stopping an agent (API.md §2): [shutdown line] → close stdin → grace → SIGTERM to the
+"""Stopping an agent (docs/api.md §2): [shutdown line] → close stdin → grace → SIGTERM to the
 process group → grace → SIGKILL. The leader is always reaped; anything it left in its
 group is killed too, so no zombie and no orphan survive a stop."""
 
@@ -10,7 +10,8 @@ import signal
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from bridge.process.agent_process import AgentProcess, ExitInfo
+    from bridge.process.agent_io import ExitInfo
+    from bridge.process.agent_process import AgentProcess
 
 # After SIGTERM the agent gets this long (capped by the configured grace) before SIGKILL.
 TERM_GRACE_S = 3.0

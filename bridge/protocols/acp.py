@@ -15,21 +15,20 @@ Malformed lines and invalid JSON-RPC become ``diagnostic`` events, never excepti
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bridge.protocols.events import Event, dumps
-from bridge.protocols.stream_json import Decoded, parse_object
+from bridge.protocols.codec import AgentInfo, AgentRequest, Decoded, Fatal, RawRefused, Ready, RoutedReply
+from bridge.protocols.events import Event
+from bridge.protocols.jsonline import dumps, parse_object
 
 PROTOCOL = "acp"
 PROTOCOL_VERSION = 1
 
 # JSON-RPC / ACP error codes (§3.10)
-PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
 REQUEST_CANCELLED = -32800
 AUTH_REQUIRED = -32000
 RESOURCE_NOT_FOUND = -32002
@@ -38,34 +37,6 @@ RESOURCE_NOT_FOUND = -32002
 CLIENT_CAPABILITIES: dict[str, Any] = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": False}
 FS_METHODS = frozenset({"fs/read_text_file", "fs/write_text_file"})
 STOP_REASONS = frozenset({"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"})
-
-
-@dataclass(slots=True)
-class AgentRequest:
-    """An agent → client request the caller must serve (it needs I/O)."""
-
-    id: int | str
-    method: str
-    params: dict[str, Any]
-
-
-@dataclass(slots=True)
-class Fatal:
-    """The handshake failed: the caller stops the agent with ``reason``."""
-
-    reason: str
-    message: str
-
-
-@dataclass(slots=True)
-class AcpDecoded(Decoded):
-    requests: list[AgentRequest] = field(default_factory=list)
-    ready: bool = False
-    fatal: Fatal | None = None
-    agent: dict[str, Any] | None = None  # what initialize told us, for the thread object
-    # Responses to requests a raw-mode client forwarded: (route token, the line with the
-    # client's own id restored), for that client only.
-    routed: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _s(v: Any) -> str | None:
@@ -145,8 +116,8 @@ def _meta_tool_name(obj: dict[str, Any]) -> str | None:
 
 class AcpCodec:
     protocol = PROTOCOL
-    launch_flags: tuple[str, ...] = ()
     resume_on_argv = False  # resume goes through session/load or session/resume
+    cancel_resolves_permissions = True  # session/cancel answers every pending request (§3.9)
 
     def __init__(
         self,
@@ -242,8 +213,9 @@ class AcpCodec:
         decision: str,
         *,
         option_id: str | None = None,
-        options: list[dict[str, Any]] | None = None,
-        **_: Any,
+        options: Sequence[dict[str, Any]] = (),
+        updated_input: dict[str, Any] | None = None,
+        message: str = "",
     ) -> str | None:
         """``decision`` allow|deny|cancel; without ``option_id`` the first option of the
         matching kind is chosen. None if the request is not pending (already answered)."""
@@ -259,13 +231,27 @@ class AcpCodec:
                 return self.encode_result(rid, {"outcome": {"outcome": "cancelled"}})
         return self.encode_result(rid, {"outcome": {"outcome": "selected", "optionId": option_id}})
 
+    def launch_flags(self, options: Mapping[str, Any]) -> list[str]:
+        return []  # ACP adds nothing to argv
+
+    def prompts_to_clients(self, options: Mapping[str, Any]) -> bool:
+        return True  # session/request_permission always waits for an answer
+
+    def raw_permission_answer(self, message: dict[str, Any]) -> None:
+        return None  # a client's JSON-RPC response is never forwarded (forward_raw)
+
+    def answer_request(self, request: AgentRequest, result: Any = None, error: tuple[int, str] | None = None) -> str:
+        if error is not None:
+            return self.encode_error(request.id, error[0], error[1])
+        return self.encode_result(request.id, result)
+
     def pending_permissions(self) -> list[str]:
         return list(self._permissions)
 
     # ------------------------------------------------------------------ decoding
 
-    def decode(self, line: bytes) -> AcpDecoded:
-        out = AcpDecoded()
+    def decode(self, line: bytes) -> Decoded:
+        out = Decoded()
         obj, text, problem = parse_object(line)
         if obj is None:
             out.events.append(Event("agent", "diagnostic", {"stream": "protocol", "text": f"{problem}: {text[:512]}"}))
@@ -291,10 +277,17 @@ class AcpCodec:
             )
         return out
 
-    def forward_request(self, message: dict[str, Any], route: str) -> str:
-        """A raw-mode client's request, with its id replaced by one of ours so it can never
-        collide with the bridge's requests or another client's; the response is routed
-        back with the original id (:attr:`AcpDecoded.routed`)."""
+    def forward_raw(self, message: dict[str, Any], route: str) -> str:
+        """A raw client's notification unchanged; its request with the id replaced by one of
+        ours, so it can never collide with the bridge's requests or another client's (the
+        response is routed back with the original id, :class:`RoutedReply`); a response is
+        refused: the bridge answers the agent's requests itself."""
+        if "method" not in message:
+            raise RawRefused(
+                "the bridge answers the agent's requests; a response from a client is not forwarded", "not_forwarded"
+            )
+        if "id" not in message:
+            return dumps(message)
         rid = self._next_id
         self._next_id += 1
         self._pending[rid] = ("raw", {"route": route, "id": message.get("id")})
@@ -302,7 +295,7 @@ class AcpCodec:
 
     # -- responses to our requests
 
-    def _on_response(self, obj: dict[str, Any], raw: str, out: AcpDecoded) -> None:
+    def _on_response(self, obj: dict[str, Any], raw: str, out: Decoded) -> None:
         rid = obj.get("id")
         pending = self._pending.pop(rid, None) if isinstance(rid, int) and not isinstance(rid, bool) else None
         if pending is None:
@@ -317,7 +310,7 @@ class AcpCodec:
             return
         method, ctx = pending
         if method == "raw":
-            out.routed.append((ctx["route"], dumps({**obj, "id": ctx["id"]})))
+            out.control.append(RoutedReply(ctx["route"], dumps({**obj, "id": ctx["id"]})))
             out.events.append(Event("agent", "agent.other", {"routed_response": True}, raw))
             return
         error = obj.get("error")
@@ -332,13 +325,13 @@ class AcpCodec:
         else:
             handler(_d(result), raw, out)
 
-    def _fail(self, out: AcpDecoded, reason: str, message: str, raw: str | None) -> None:
-        out.fatal = Fatal(reason, message)
+    def _fail(self, out: Decoded, reason: str, message: str, raw: str | None) -> None:
+        out.control.append(Fatal(reason, message))
         out.events.append(Event("bridge", "notice", {"code": reason, "text": message}, None))
         if raw is not None:
             out.events.insert(0, Event("agent", "agent.other", {"error": message}, raw))
 
-    def _on_error(self, method: str, code: Any, message: str, err: dict[str, Any], raw: str, out: AcpDecoded) -> None:
+    def _on_error(self, method: str, code: Any, message: str, err: dict[str, Any], raw: str, out: Decoded) -> None:
         if method == "session/prompt":
             self._end_prompt(
                 out, raw, status="cancelled" if self._cancel_sent else "error", error=f"{message} ({code})", code=code
@@ -372,19 +365,20 @@ class AcpCodec:
         else:
             out.events.append(Event("agent", "agent.other", {"method": method, "error": message}, raw))
 
-    def _result_initialize(self, result: dict[str, Any], raw: str, out: AcpDecoded) -> None:
+    def _result_initialize(self, result: dict[str, Any], raw: str, out: Decoded) -> None:
         version = result.get("protocolVersion")
         self.agent_capabilities = _d(result.get("agentCapabilities"))
         self.agent_info = _d(result.get("agentInfo"))
         self.auth_methods = [m for m in _l(result.get("authMethods")) if isinstance(m, dict)]
         self.protocol_version = version if isinstance(version, int) else None
-        out.agent = {
+        info = {
             "protocol_version": version,
             "info": self.agent_info,
             "capabilities": self.agent_capabilities,
             "auth_methods": [m.get("id") for m in self.auth_methods],
         }
-        out.events.append(Event("agent", "agent.other", {"method": "initialize", **out.agent}, raw))
+        out.control.append(AgentInfo(info))
+        out.events.append(Event("agent", "agent.other", {"method": "initialize", **info}, raw))
         if version != PROTOCOL_VERSION:
             self._fail(
                 out,
@@ -407,14 +401,14 @@ class AcpCodec:
             return
         out.replies.append(self._open_session(out))
 
-    def _result_authenticate(self, result: dict[str, Any], raw: str, out: AcpDecoded) -> None:
+    def _result_authenticate(self, result: dict[str, Any], raw: str, out: Decoded) -> None:
         out.events.append(Event("agent", "agent.other", {"method": "authenticate"}, raw))
         out.replies.append(self._open_session(out))
 
     def _new_session(self) -> str:
         return self._request("session/new", {"cwd": self.cwd, "mcpServers": []})
 
-    def _open_session(self, out: AcpDecoded) -> str:
+    def _open_session(self, out: Decoded) -> str:
         rid = self.resume_id
         if rid is None:
             return self._new_session()
@@ -438,29 +432,29 @@ class AcpCodec:
         )
         return self._new_session()
 
-    def _session_ready(self, sid: str | None, raw: str, out: AcpDecoded, how: str) -> None:
+    def _session_ready(self, sid: str | None, raw: str, out: Decoded, how: str) -> None:
         if sid is None:
             self._fail(out, "handshake_failed", f"{how} returned no sessionId", raw)
             return
         self.session_id = sid
         self.ready = True
-        out.ready = True
+        out.control.append(Ready())
         data: dict[str, Any] = {"native_session_id": sid, "model": None, "resumed": how}
         if how == "load":
             data["replayed_updates"] = self._replayed
         out.events.append(Event("agent", "session.started", data, raw))
 
-    def _result_session_new(self, result: dict[str, Any], raw: str, out: AcpDecoded) -> None:
+    def _result_session_new(self, result: dict[str, Any], raw: str, out: Decoded) -> None:
         self._session_ready(_s(result.get("sessionId")), raw, out, "new")
 
-    def _result_session_load(self, result: dict[str, Any], raw: str, out: AcpDecoded) -> None:
+    def _result_session_load(self, result: dict[str, Any], raw: str, out: Decoded) -> None:
         self._loading = False
         self._session_ready(_s(result.get("sessionId")) or self.resume_id, raw, out, "load")
 
-    def _result_session_resume(self, result: dict[str, Any], raw: str, out: AcpDecoded) -> None:
+    def _result_session_resume(self, result: dict[str, Any], raw: str, out: Decoded) -> None:
         self._session_ready(_s(result.get("sessionId")) or self.resume_id, raw, out, "resume")
 
-    def _result_session_prompt(self, result: dict[str, Any], raw: str, out: AcpDecoded) -> None:
+    def _result_session_prompt(self, result: dict[str, Any], raw: str, out: Decoded) -> None:
         stop = _s(result.get("stopReason"))
         status = "cancelled" if stop == "cancelled" else "success"
         if stop not in STOP_REASONS:
@@ -469,7 +463,7 @@ class AcpCodec:
 
     def _end_prompt(
         self,
-        out: AcpDecoded,
+        out: Decoded,
         raw: str,
         *,
         status: str,
@@ -490,7 +484,7 @@ class AcpCodec:
 
     # -- agent → client requests
 
-    def _on_request(self, obj: dict[str, Any], raw: str, out: AcpDecoded) -> None:
+    def _on_request(self, obj: dict[str, Any], raw: str, out: Decoded) -> None:
         method, params = obj["method"], _d(obj.get("params"))
         if not _valid_id(obj.get("id")):
             out.events.append(
@@ -522,14 +516,14 @@ class AcpCodec:
             out.events.append(Event("agent", "permission.requested", data, raw))
         elif method in FS_METHODS:
             out.events.append(Event("agent", "agent.other", {"method": method, "path": _s(params.get("path"))}, raw))
-            out.requests.append(AgentRequest(rid, method, params))
+            out.control.append(AgentRequest(rid, method, params))
         else:
             out.events.append(Event("agent", "agent.other", {"method": method}, raw))
             out.replies.append(self.encode_error(rid, METHOD_NOT_FOUND, "Method not found", {"method": method}))
 
     # -- notifications
 
-    def _on_notification(self, obj: dict[str, Any], raw: str, out: AcpDecoded) -> None:
+    def _on_notification(self, obj: dict[str, Any], raw: str, out: Decoded) -> None:
         method, params = obj["method"], _d(obj.get("params"))
         if method == "$/cancel_request":
             # The agent withdrew one of its requests (§3.9 rule 5): a pending permission

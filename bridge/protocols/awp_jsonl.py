@@ -4,32 +4,73 @@ A subset of stream-json: the same ``system/init``, ``assistant`` and ``result`` 
 plus top-level ``content_block_*`` and ``message_stop`` events, ``result.subtype ==
 "error"``, no control protocol and no permission prompts. Input is one ``user`` line per
 turn; ``{"type":"shutdown"}`` asks for a graceful exit.
+
+The variant is expressed in class attributes of :class:`AwpJsonlCodec` only: its handler
+table (no ``control_*`` handlers, so such lines are recorded as ``agent.other`` and never
+answered; the top-level streaming events added), the fast path's line prefixes and which
+top-level types are streaming deltas.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
-from bridge.protocols.events import dumps
-from bridge.protocols.stream_json import StreamJsonCodec
+from bridge.protocols.codec import Decoded
+from bridge.protocols.events import Event
+from bridge.protocols.jsonline import dumps
+from bridge.protocols.stream_json import _AWP_DELTA_LINE, Handler, StreamJsonCodec, _d, _s
 
 PROTOCOL = "awp-jsonl"
 
 
+def _block(codec: StreamJsonCodec, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
+    """Top-level ``content_block_start`` / ``content_block_delta`` (a raw stream)."""
+    if obj.get("type") == "content_block_start":
+        block = _d(obj.get("content_block"))
+        if block.get("type") == "tool_use":
+            data = {"tool_call_id": _s(block.get("id")), "name": _s(block.get("name")), "input": block.get("input")}
+            return [Event("agent", "tool.call", data, raw)]
+        return []
+    return codec._raw_stream(obj, raw)
+
+
+def _message_stop(codec: StreamJsonCodec, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
+    # A raw stream may end its turn with a top-level message_stop (Part 2).
+    return [Event("agent", "turn.ended", {"status": "success", "stop_reason": "message_stop"}, raw)]
+
+
+_NO_CONTROL = ("control_request", "control_cancel_request")
+
+
 class AwpJsonlCodec(StreamJsonCodec):
     protocol = PROTOCOL
-    launch_flags: tuple[str, ...] = ()
-    # The contract has no interrupt message: the bridge interrupts by stopping the process.
-    supports_interrupt = False
+    _fast_prefixes: ClassVar[tuple[bytes, ...]] = _AWP_DELTA_LINE
+    _toplevel_deltas: ClassVar[frozenset[str]] = frozenset({"content_block_delta"})
+    _handlers: ClassVar[dict[str, Handler]] = {
+        **{k: v for k, v in StreamJsonCodec._handlers.items() if k not in _NO_CONTROL},
+        "content_block_start": _block,
+        "content_block_delta": _block,
+        "message_stop": _message_stop,
+    }
 
     def __init__(self) -> None:
-        super().__init__(awp=True)
+        super().__init__(protocol_flags=())  # the AWP host passes only --model/--resume/--mcp-config
+
+    def launch_flags(self, options: Mapping[str, Any]) -> list[str]:
+        return []  # no spawn options: the contract's argv is fixed
+
+    def prompts_to_clients(self, options: Mapping[str, Any]) -> bool:
+        return False  # the contract has no permission prompts
 
     def encode_prompt(self, content: list[dict[str, Any]]) -> str:
         return dumps({"type": "user", "message": {"role": "user", "content": content}})
 
     def encode_interrupt(self) -> str | None:
-        return None
+        return None  # no interrupt message: the bridge interrupts by stopping the process
 
     def encode_shutdown(self) -> str | None:
         return dumps({"type": "shutdown"})
+
+    def raw_permission_answer(self, message: dict[str, Any]) -> None:
+        return None  # no control protocol, so no permission prompts to answer

@@ -1,14 +1,14 @@
-"""Dialect name → codec."""
+"""Dialect name → codec, and what a dialect says about a thread when no agent runs."""
 
 from __future__ import annotations
 
-from bridge.protocols.acp import AcpCodec
+from collections.abc import Sequence
+from typing import Any
+
+from bridge.protocols.acp import AcpCodec, content_refusal
 from bridge.protocols.awp_jsonl import AwpJsonlCodec
+from bridge.protocols.codec import Codec
 from bridge.protocols.stream_json import StreamJsonCodec
-
-PROTOCOLS = ("stream-json", "awp-jsonl", "acp")
-
-Codec = StreamJsonCodec | AcpCodec
 
 
 def make_codec(
@@ -18,11 +18,21 @@ def make_codec(
     resume_id: str | None = None,
     auth_method: str | None = None,
     client_version: str = "0",
+    executable: str = "",
+    protocol_flags: Sequence[str] | None = None,
 ) -> Codec:
     if protocol == "stream-json":
-        return StreamJsonCodec()
+        return StreamJsonCodec(executable=executable, protocol_flags=protocol_flags)
     if protocol == "awp-jsonl":
         return AwpJsonlCodec()
     if protocol == "acp":
         return AcpCodec(cwd=cwd, resume_id=resume_id, auth_method=auth_method, client_version=client_version)
     raise ValueError(f"unknown protocol {protocol!r}")
+
+
+def stored_content_refusal(protocol: str, agent_info: Any, content: list[dict[str, Any]]) -> str | None:
+    """Why a thread's agent cannot take ``content``, from what the agent declared when it
+    last started (the thread's ``agent_info``), before a new process has said it again."""
+    if protocol == "acp" and isinstance(agent_info, dict):
+        return content_refusal(content, agent_info.get("capabilities"))
+    return None

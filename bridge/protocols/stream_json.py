@@ -6,23 +6,22 @@ lenient by design (protocols.md §0): unknown ``type``/``subtype`` values become
 A line that is not a JSON object becomes a ``diagnostic``; nothing here raises on agent
 output.
 
-The awp-jsonl dialect (``awp_jsonl.py``) is a subset with a few extras and reuses the
-decoder below with ``awp=True``.
+The awp-jsonl dialect (``awp_jsonl.py``) is a subset with a few extras: a subclass that
+changes the handler table and the fast path's prefixes, nothing else.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import re
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import orjson
 
-from bridge.protocols.events import MAX_JSON_DEPTH, REDACTED, SECRET_KEY_RE, Event, dumps, too_deep
+from bridge.protocols.codec import AgentRequest, Decoded, RawAnswer
+from bridge.protocols.events import REDACTED, SECRET_KEY_RE, Event
+from bridge.protocols.jsonline import _may_be_too_deep, dumps, parse_object
 
 PROTOCOL = "stream-json"
 
@@ -31,15 +30,6 @@ PROTOCOL = "stream-json"
 LAUNCH_FLAGS = ("--output-format", "stream-json", "--input-format", "stream-json", "--verbose")
 
 _CANCELLED_TERMINAL_REASONS = ("aborted_streaming", "aborted_tools")
-
-
-@dataclass(slots=True)
-class Decoded:
-    """What one agent line produced: events for the transcript, and lines the codec must
-    write back to the agent right away (answers that keep the agent from hanging)."""
-
-    events: list[Event] = field(default_factory=list)
-    replies: list[str] = field(default_factory=list)
 
 
 # The secret keys of events.py, plus the account details an initialize response carries.
@@ -59,76 +49,6 @@ def redact_secrets(value: Any, inside: bool = False, depth: int = 0) -> Any:
     return REDACTED if inside and value is not None else value
 
 
-def _not_json_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):
-        raise ValueError(f"number out of range: {text}")
-    return value
-
-
-# 19 digits in a row may be an integer beyond 64 bits, which orjson would read as a float.
-# Found with two C-speed passes (digits → "1", the rest → "0"; then a substring search):
-# a regular expression costs more than the parse itself on a line full of digits.
-_DIGITS_AS_ONES = bytes(0x31 if 0x30 <= i <= 0x39 else 0x30 for i in range(256))
-_LONG_DIGITS = b"1" * 19
-# Nesting deeper than MAX_JSON_DEPTH takes more than that many opening brackets, and as many
-# closing ones: a shorter valid line cannot be too deep (and a long one is counted in one C
-# pass that keeps only the opening brackets).
-_DEPTH_CHECK_LEN = 2 * (MAX_JSON_DEPTH + 1)
-_NOT_OPENING_BRACKETS = bytes(i for i in range(256) if i not in b"{[")
-
-
-def _may_be_too_deep(line: bytes, in_strings: int) -> bool:
-    """False when ``line`` (valid JSON) is certainly nested at most MAX_JSON_DEPTH deep.
-    ``in_strings`` is a number of its bytes known to lie inside string literals."""
-    return (
-        len(line) - in_strings >= _DEPTH_CHECK_LEN and len(line.translate(None, _NOT_OPENING_BRACKETS)) > MAX_JSON_DEPTH
-    )
-
-
-def parse_object(line: bytes) -> tuple[dict[str, Any] | None, str, str | None]:
-    """Return ``(obj, text, problem)``; ``obj`` is None when the line is not a JSON object."""
-    # Fast path (issue #8): orjson parses strict RFC 8259 UTF-8 JSON and refuses everything
-    # the slow path below would refuse (NaN/Infinity, out-of-range floats, invalid UTF-8),
-    # plus a few things the slow path accepts (lone surrogate escapes, a BOM), which then
-    # take the slow path. Lines that may carry a huge integer always take the slow path, so
-    # the parsed values are exactly those of ``json``.
-    if _LONG_DIGITS not in line.translate(_DIGITS_AS_ONES):
-        try:
-            fast = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            pass
-        else:
-            if not isinstance(fast, dict):
-                return None, line.decode("utf-8"), "line is not a JSON object"
-            # Depth cannot exceed the number of brackets: walk the tree only when it might.
-            if _may_be_too_deep(line, 0) and too_deep(fast):
-                return None, line.decode("utf-8")[:512], f"line is nested deeper than {MAX_JSON_DEPTH} levels"
-            return fast, line.decode("utf-8").rstrip("\r"), None
-    try:
-        text = line.decode("utf-8")
-    except UnicodeDecodeError:
-        return None, line.decode("utf-8", "replace"), "line is not valid UTF-8"
-    if not text.strip():
-        return None, text, "empty line"
-    try:
-        # Strict RFC 8259: ``raw`` is embedded verbatim in events-mode frames (API.md §4), so
-        # NaN/Infinity, out-of-range numbers and non-JSON whitespace (str.strip() would drop
-        # \x0c or U+3000) must not pass as an object.
-        obj = json.loads(text, parse_constant=_not_json_constant, parse_float=_finite_float)
-    except (ValueError, RecursionError):
-        return None, text, "line is not JSON"
-    if not isinstance(obj, dict):
-        return None, text, "line is not a JSON object"
-    if too_deep(obj):
-        return None, text[:512], f"line is nested deeper than {MAX_JSON_DEPTH} levels"
-    return obj, text.rstrip("\r"), None
-
-
 def _s(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -139,17 +59,6 @@ def _d(value: Any) -> dict[str, Any]:
 
 def _l(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
-
-
-def _block_text(content: Any) -> str:
-    """Flatten tool_result / message content (a string or a list of blocks) to text."""
-    if isinstance(content, str):
-        return content
-    parts: list[str] = []
-    for block in _l(content):
-        if isinstance(block, dict) and isinstance(block.get("text"), str):
-            parts.append(block["text"])
-    return "".join(parts)
 
 
 def _truncate(text: str, limit: int = 4096) -> str:
@@ -170,20 +79,68 @@ _DELTA_LITERALS = len("typecontent_block_deltadeltatypetext_deltatext")
 _RAW_STREAM_LITERALS = len("typestream_eventevent")
 
 
+# What each known CLI needs besides the stream-json formats, by the executable's name
+# (docs/agents.md): Claude Code and CodeBuddy refuse stream-json output without
+# ``--verbose``; Qwen Code refuses ``--verbose`` itself ("Unknown argument: verbose"). A CLI
+# not named here gets ``--verbose``, as the reference CLI needs; a profile states its flags
+# exactly with ``protocol_flags``.
+_FORMAT_FLAGS = ("--output-format", "stream-json", "--input-format", "stream-json")
+_CLI_FLAGS: dict[str, tuple[str, ...]] = {
+    "claude": (*_FORMAT_FLAGS, "--verbose"),
+    "codebuddy": (*_FORMAT_FLAGS, "--verbose"),
+    "qwen": _FORMAT_FLAGS,
+}
+
+
+def launch_flags_for(executable: str) -> tuple[str, ...]:
+    """The stream-json flags for the CLI at ``executable`` (by its file name)."""
+    name = executable.rsplit("/", 1)[-1].lower()
+    return _CLI_FLAGS.get(name, LAUNCH_FLAGS)
+
+
+def spawn_option_flags(options: Mapping[str, Any]) -> list[str]:
+    """Claude Code's spawn options as flags (docs/configuration.md, per-thread options)."""
+    extra: list[str] = []
+    if options.get("permission_prompts"):
+        # can_use_tool control requests come to us, and from us to clients (§1.4.4)
+        extra += ["--permission-prompt-tool", "stdio"]
+    if options.get("permission_mode"):
+        extra += ["--permission-mode", options["permission_mode"]]
+    if options.get("allowed_tools"):
+        extra += ["--allowedTools", ",".join(options["allowed_tools"])]
+    if options.get("disallowed_tools"):
+        extra += ["--disallowedTools", ",".join(options["disallowed_tools"])]
+    if options.get("system_prompt") is not None:
+        extra += ["--system-prompt", options["system_prompt"]]
+    return extra
+
+
+Handler = Callable[["StreamJsonCodec", dict[str, Any], str, Decoded], list[Event]]
+
+
 class StreamJsonCodec:
     """Sans-I/O codec for one agent process. Keeps only the little state the dialect needs
-    (the streaming content block types, so that a ``tool_use`` block start is recognised)."""
+    (the streaming content block types, so that a ``tool_use`` block start is recognised).
+
+    A variant (awp-jsonl) changes class attributes only: its handler table, the line
+    prefixes of its decode fast path and which top-level types are streaming deltas."""
 
     protocol = PROTOCOL
-    launch_flags: tuple[str, ...] = LAUNCH_FLAGS
-    supports_interrupt = True
-    resume_on_argv = True  # --resume=ID (API.md §2)
+    resume_on_argv = True  # --resume=ID (docs/api.md §2)
     ready = True  # no handshake: prompts may be written as soon as the process runs
+    cancel_resolves_permissions = False  # the agent withdraws its own (control_cancel_request)
+    _fast_prefixes: ClassVar[tuple[bytes, ...]] = _STREAM_EVENT_LINE
+    _toplevel_deltas: ClassVar[frozenset[str]] = frozenset()
 
-    def __init__(self, *, awp: bool = False) -> None:
-        self._awp = awp
-        self._fast_prefixes = _AWP_DELTA_LINE if awp else _STREAM_EVENT_LINE
+    def __init__(self, *, executable: str = "", protocol_flags: Sequence[str] | None = None) -> None:
+        self._flags = tuple(protocol_flags) if protocol_flags is not None else launch_flags_for(executable)
         self._req_counter = 0
+
+    def launch_flags(self, options: Mapping[str, Any]) -> list[str]:
+        return [*self._flags, *spawn_option_flags(options)]
+
+    def prompts_to_clients(self, options: Mapping[str, Any]) -> bool:
+        return bool(options.get("permission_prompts"))
 
     # ------------------------------------------------------------------ decoding
 
@@ -213,7 +170,7 @@ class StreamJsonCodec:
             typ = obj["type"]  # not the prefix's when the key comes twice
             if typ == "stream_event":
                 ev = obj["event"]
-            elif typ == "content_block_delta" and self._awp:
+            elif typ in self._toplevel_deltas:
                 ev = obj
             else:
                 ev = None  # (as is an event that is null: the generic path decodes these)
@@ -390,32 +347,6 @@ class StreamJsonCodec:
                 return [self._ev("message.delta", {"text": delta["thinking"], "channel": "thought"}, raw)]
         return []
 
-    def _awp_block(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
-        if not self._awp:
-            return []
-        if obj.get("type") == "content_block_start":
-            block = _d(obj.get("content_block"))
-            if block.get("type") == "tool_use":
-                return [
-                    self._ev(
-                        "tool.call",
-                        {
-                            "tool_call_id": _s(block.get("id")),
-                            "name": _s(block.get("name")),
-                            "input": block.get("input"),
-                        },
-                        raw,
-                    )
-                ]
-            return []
-        return self._raw_stream(obj, raw)
-
-    def _message_stop(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
-        # awp-jsonl: a raw stream may end its turn with a top-level message_stop (Part 2).
-        if not self._awp:
-            return []
-        return [self._ev("turn.ended", {"status": "success", "stop_reason": "message_stop"}, raw)]
-
     def _result(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
         sub = _s(obj.get("subtype")) or ""
         is_error = bool(obj.get("is_error")) or (sub not in ("", "success"))
@@ -443,8 +374,6 @@ class StreamJsonCodec:
         return [self._ev("turn.ended", data, raw)]
 
     def _control_request(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
-        if self._awp:
-            return []  # awp-jsonl has no control protocol: never write a reply it does not define
         request_id = _s(obj.get("request_id"))
         req = _d(obj.get("request"))
         sub = _s(req.get("subtype")) or ""
@@ -510,8 +439,6 @@ class StreamJsonCodec:
     def _control_cancel(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
         # The agent withdrew one of its requests (a permission prompt, after an interrupt):
         # dismiss it and write nothing back (§1.4.1).
-        if self._awp:
-            return []
         rid = _s(obj.get("request_id"))
         return [self._ev("permission.resolved", {"request_id": rid, "decision": "cancelled", "by": "agent"}, raw)]
 
@@ -554,7 +481,7 @@ class StreamJsonCodec:
             )
         ]
 
-    _handlers: ClassVar[dict[str, Callable[[StreamJsonCodec, dict[str, Any], str, Decoded], list[Event]]]] = {
+    _handlers: ClassVar[dict[str, Handler]] = {
         "system": _system,
         "assistant": _assistant,
         "user": _user,
@@ -565,9 +492,6 @@ class StreamJsonCodec:
         "control_response": _control_response,
         "rate_limit_event": _rate_limit,
         "tool_progress": _tool_progress,
-        "content_block_start": _awp_block,
-        "content_block_delta": _awp_block,
-        "message_stop": _message_stop,
     }
 
     # ------------------------------------------------------------------ encoding
@@ -611,13 +535,33 @@ class StreamJsonCodec:
         request_id: str,
         decision: str,
         *,
+        option_id: str | None = None,
+        options: Sequence[dict[str, Any]] = (),
         updated_input: dict[str, Any] | None = None,
         message: str = "",
-        **_: Any,
     ) -> str | None:
         return self.encode_permission(
             request_id, decision == "allow", updated_input=updated_input or {}, message=message
         )
+
+    def raw_permission_answer(self, message: dict[str, Any]) -> RawAnswer | None:
+        """A raw client answering a can_use_tool prompt itself (a ``control_response``)."""
+        if message.get("type") != "control_response":
+            return None
+        resp = _d(message.get("response"))
+        rid = resp.get("request_id")
+        if not isinstance(rid, str):
+            return None
+        inner = _d(resp.get("response"))
+        note = inner.get("message")
+        decision = "allow" if inner.get("behavior") == "allow" else "deny"
+        return RawAnswer(rid, decision, note if isinstance(note, str) else None)
+
+    def forward_raw(self, message: dict[str, Any], route: str) -> str:
+        return dumps(message)  # stream-json has no ids of ours to protect: written unchanged
+
+    def answer_request(self, request: AgentRequest, result: Any = None, error: tuple[int, str] | None = None) -> str:
+        raise NotImplementedError("stream-json agents make no requests the caller serves")
 
     def encode_permission(
         self, request_id: str, allow: bool, *, updated_input: dict[str, Any], message: str = ""

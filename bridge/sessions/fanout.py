@@ -13,7 +13,8 @@ import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 
-from bridge.protocols.events import Frames, Record
+from bridge.protocols.envelope import Frames
+from bridge.protocols.events import Record
 
 DEFAULT_BUFFER = 1024
 REPLAY_PAGE = 1000
@@ -101,6 +102,8 @@ class Fanout:
     def publish(self, records: Sequence[Record]) -> None:
         for sub in self._subs:
             sub.push(records)
+
+    committed = publish  # the in-process Announcer (sessions/announce.py)
 
     def broadcast_side(self, text: str) -> None:
         """A bridge notice for every events-mode subscriber."""

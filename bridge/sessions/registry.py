@@ -10,13 +10,16 @@ from typing import Any
 
 import structlog
 
+from bridge.clock import now_iso
 from bridge.config import THREAD_OPTION_KEYS, AgentProfile, Settings
 from bridge.errors import Capacity, InvalidRequest, LaunchRefused, NotFound
+from bridge.ids import new_id
 from bridge.process.launch import executable_problem
 from bridge.process.reaper import reap_group
-from bridge.protocols.events import Event, ephemeral
-from bridge.sessions.conversation import Conversation, new_id, now_iso, thread_view
-from bridge.store.base import Store
+from bridge.protocols.envelope import ephemeral
+from bridge.protocols.events import Event
+from bridge.sessions.conversation import Conversation
+from bridge.store.base import Store, ThreadRow
 
 log = structlog.get_logger("bridge.registry")
 
@@ -212,7 +215,7 @@ class Registry:
     def loaded_count(self) -> int:
         return len(self._convs)
 
-    def view(self, row: dict[str, Any]) -> dict[str, Any]:
-        """Thread object for a listing: the live copy when the thread is loaded."""
+    def current(self, row: ThreadRow) -> ThreadRow:
+        """A listed row, or the live copy when the thread is loaded."""
         conv = self._convs.get(row["id"])
-        return conv.thread_view() if conv is not None else thread_view(row)
+        return conv.thread if conv is not None else row

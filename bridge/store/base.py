@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from bridge.protocols.events import Frames, Record
+from bridge.protocols.envelope import Frames
+from bridge.protocols.events import Record
 
 ThreadRow = dict[str, Any]
 

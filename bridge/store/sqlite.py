@@ -43,7 +43,8 @@ from typing import Any, TypeVar
 import structlog
 
 from bridge.errors import StoreError
-from bridge.protocols.events import Frames, Record, stored_envelopes
+from bridge.protocols.envelope import Frames, stored_envelopes
+from bridge.protocols.events import Record
 from bridge.store.base import ThreadRow
 
 T = TypeVar("T")

@@ -34,10 +34,10 @@ from bridge.protocols.acp import (
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     AcpCodec,
-    AcpDecoded,
-    AgentRequest,
     to_acp_blocks,
 )
+from bridge.protocols.codec import AgentRequest
+from bridge.protocols.codec import Decoded as AcpDecoded
 from bridge.protocols.events import KINDS
 
 HERE = Path(__file__).resolve().parent
@@ -1163,7 +1163,11 @@ def test_the_bridge_ignores_extra_keyword_arguments_of_the_stream_json_signature
 def test_encode_shutdown_is_none_and_codec_flags():
     codec = AcpCodec(cwd="/w")
     assert codec.encode_shutdown() is None
-    assert codec.protocol == "acp" and codec.resume_on_argv is False and codec.launch_flags == ()
+    assert (
+        codec.protocol == "acp"
+        and codec.resume_on_argv is False
+        and codec.launch_flags({"permission_prompts": True}) == []
+    )
 
 
 def test_text_documents_become_embedded_text_resources_and_pdfs_blobs():

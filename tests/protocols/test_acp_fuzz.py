@@ -12,9 +12,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.protocols.acp import FS_METHODS, AcpCodec, AcpDecoded
+from bridge.protocols.acp import FS_METHODS, AcpCodec
+from bridge.protocols.codec import Decoded as AcpDecoded
 from bridge.protocols.events import KINDS
-from bridge.protocols.stream_json import parse_object
+from bridge.protocols.jsonline import parse_object
 
 HERE = Path(__file__).resolve().parent
 TRANSCRIPTS = HERE.parent / "fixtures" / "transcripts" / "claude-agent-acp-0.49.0"
@@ -845,9 +846,12 @@ def test_interleaved_client_operations_write_only_valid_json_rpc(state, ops):
                 assert target not in codec.pending_permissions()
                 assert codec.answer_permission(target, decision, options=options) is None
         elif op == "forward":
-            line = codec.forward_request(arg, "client-1")
+            line = codec.forward_raw(arg, "client-1")
             assert "\n" not in line and "\r" not in line
             obj = strict_loads(line)
+            if "id" not in arg:  # a notification goes out unchanged
+                assert obj == strict_loads(json.dumps(arg))
+                continue
             assert isinstance(obj["id"], int) and obj["method"] == arg["method"]
             request_ids.append(obj["id"])
             forwarded[obj["id"]] = arg.get("id")

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from bridge.protocols.awp_jsonl import PROTOCOL, AwpJsonlCodec
-from bridge.protocols.codecs import PROTOCOLS, make_codec
+from bridge.protocols.codecs import make_codec
 from bridge.protocols.events import KINDS
 from bridge.protocols.stream_json import StreamJsonCodec
 
@@ -193,17 +193,19 @@ def test_encode_shutdown_is_the_shutdown_line():
 
 def test_awp_has_no_interrupt_message():
     assert AwpJsonlCodec().encode_interrupt() is None
-    assert AwpJsonlCodec.supports_interrupt is False
+    assert AwpJsonlCodec().interrupt() is None  # the conversation stops the process instead
 
 
 def test_awp_identity_and_launch_flags():
     codec = AwpJsonlCodec()
     assert codec.protocol == PROTOCOL == "awp-jsonl"
-    assert codec.launch_flags == ()  # the AWP host passes only --model/--resume/--mcp-config
+    # the AWP host passes only --model/--resume/--mcp-config, whatever the thread's options
+    assert codec.launch_flags({}) == []
+    assert codec.launch_flags({"permission_prompts": True, "permission_mode": "plan"}) == []
+    assert codec.prompts_to_clients({"permission_prompts": True}) is False
 
 
 def test_make_codec_picks_the_dialect():
-    assert set(PROTOCOLS) == {"stream-json", "awp-jsonl", "acp"}
     assert type(make_codec("awp-jsonl")) is AwpJsonlCodec
     assert type(make_codec("stream-json")) is StreamJsonCodec
     with pytest.raises(ValueError, match="acp-ish"):

@@ -33,8 +33,8 @@ from test_codec_fuzz import (
 )
 
 from bridge.protocols.awp_jsonl import AwpJsonlCodec
-from bridge.protocols.events import MAX_JSON_DEPTH, too_deep
-from bridge.protocols.stream_json import _DIGITS_AS_ONES, _LONG_DIGITS, StreamJsonCodec, parse_object
+from bridge.protocols.jsonline import _DIGITS_AS_ONES, _LONG_DIGITS, MAX_JSON_DEPTH, parse_object, too_deep
+from bridge.protocols.stream_json import StreamJsonCodec
 
 # Half of FUZZ's examples per property: seven properties over two dialects run in every CI
 # run, and the suite has a ten-minute budget.

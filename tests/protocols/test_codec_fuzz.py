@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from support import REDACTED, expected_redaction, is_secret_key
 
 from bridge.protocols.awp_jsonl import AwpJsonlCodec
-from bridge.protocols.events import KINDS, dumps
+from bridge.protocols.events import KINDS
+from bridge.protocols.jsonline import dumps
 from bridge.protocols.stream_json import StreamJsonCodec
 
 HERE = Path(__file__).resolve().parent

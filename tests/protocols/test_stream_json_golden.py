@@ -21,13 +21,10 @@ import pytest
 from support import REDACTED, expected_redaction, is_secret_key
 
 from bridge.protocols.awp_jsonl import AwpJsonlCodec
-from bridge.protocols.events import KINDS, dumps
-from bridge.protocols.stream_json import (
-    LAUNCH_FLAGS,
-    Decoded,
-    StreamJsonCodec,
-    redact_secrets,
-)
+from bridge.protocols.codec import Decoded
+from bridge.protocols.events import KINDS
+from bridge.protocols.jsonline import dumps
+from bridge.protocols.stream_json import LAUNCH_FLAGS, StreamJsonCodec, redact_secrets
 
 HERE = Path(__file__).resolve().parent
 GOLDEN_DIR = HERE / "golden"
@@ -1153,7 +1150,7 @@ def test_non_ascii_text_decodes_and_raw_keeps_the_escapes():
 
 
 def test_launch_flags_include_verbose():
-    assert StreamJsonCodec.launch_flags == LAUNCH_FLAGS
+    assert StreamJsonCodec().launch_flags({}) == list(LAUNCH_FLAGS)
     assert "--verbose" in LAUNCH_FLAGS
     i = LAUNCH_FLAGS.index("--output-format")
     assert LAUNCH_FLAGS[i + 1] == "stream-json"
@@ -1214,7 +1211,7 @@ def test_encode_interrupt_uses_unique_sdk_style_request_ids():
 
 def test_stream_json_shuts_down_by_closing_stdin():
     assert StreamJsonCodec().encode_shutdown() is None
-    assert StreamJsonCodec.supports_interrupt is True
+    assert StreamJsonCodec().interrupt() is not None
 
 
 def test_encode_permission_allow_and_deny():

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import random
 
-from bridge.protocols.events import Frames, Record
+from bridge.protocols.envelope import Frames
+from bridge.protocols.events import Record
 from bridge.sessions.fanout import Fanout, deliver
 
 

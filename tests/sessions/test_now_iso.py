@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.sessions import conversation
+from bridge import clock
 
 TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
@@ -20,8 +20,8 @@ TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 def test_now_iso_is_the_utc_time_to_the_millisecond(times: list[float]) -> None:
     with pytest.MonkeyPatch.context() as mp:
         for t in times:
-            mp.setattr(conversation.time, "time", lambda t=t: t)
-            text = conversation.now_iso()
+            mp.setattr(clock.time, "time", lambda t=t: t)
+            text = clock.now_iso()
             assert TS.fullmatch(text), text
             parsed = datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
             assert abs(parsed.timestamp() - t) < 0.0015, (t, text)

@@ -1,0 +1,30 @@
+"""How a thread row is shown to clients (docs/api.md §3.2): the public fields only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bridge.store.base import ThreadRow
+
+PUBLIC_THREAD_FIELDS = (
+    "id",
+    "agent",
+    "protocol",
+    "model",
+    "cwd",
+    "title",
+    "native_session_id",
+    "state",
+    "turn_active",
+    "last_seq",
+    "created_at",
+    "updated_at",
+    "last_exit",
+    "agent_info",
+)
+
+
+def thread_view(row: ThreadRow) -> dict[str, Any]:
+    out = {k: row.get(k) for k in PUBLIC_THREAD_FIELDS}
+    out["options"] = row.get("options") or {}
+    return out

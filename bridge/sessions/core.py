@@ -1,0 +1,515 @@
+"""The conversation core: one thread's turn and permission logic, pure (no asyncio, no I/O,
+clock injected), in the style of :class:`~bridge.sessions.tasks.TaskTable`.
+
+Inputs are method calls (a prompt accepted, the agent's decoded output, an interrupt, a
+permission answer, a timer fired, the process started or exited); each returns the
+actions the shell (:mod:`bridge.sessions.conversation`) performs, in order, under the
+conversation's lock: emit events (numbered, stored, then published), write a line to the
+agent, arm or cancel a timer, serve an agent request, route a raw reply to one client,
+stop the process.
+
+Invariants (docs/api.md §4.4):
+
+* a turn starts when its prompt is written to the agent, and every accepted prompt ends in
+  exactly one ``turn.ended`` — from the agent's terminal line, or from the core when the
+  process exits first (status ``error``, or ``cancelled`` when the user stopped it);
+* a terminal line with no turn pending is recorded as ``agent.other`` and never ends the
+  next turn;
+* prompts sent during a turn wait in order (up to ``max_pending_prompts``) and are written
+  one at a time; nothing accepted is dropped;
+* a permission request is answered once: the first answer wins.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from bridge.errors import Busy, Conflict, InvalidRequest
+from bridge.ids import new_id
+from bridge.process.launch import valid_session_id
+from bridge.protocols.codec import AgentInfo, AgentRequest, Codec, Control, Decoded, Fatal, RawRefused, Ready
+from bridge.protocols.codec import RoutedReply as _RoutedReply
+from bridge.protocols.events import Event, Record
+from bridge.sessions.actions import (
+    INTERRUPT_TIMER,
+    USER_ENDED,
+    Accepted,
+    Action,
+    ArmTimer,
+    CancelTimer,
+    Emit,
+    Limits,
+    Route,
+    Serve,
+    Stop,
+    Turn,
+    Write,
+)
+from bridge.sessions.permissions import Pending, PermissionTable, timer_key
+from bridge.sessions.tasks import TaskTable
+
+
+def _raw_obj(raw: str | None) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def prompt_event_data(content: Sequence[dict[str, Any]], turn_id: str, client_id: str | None) -> dict[str, Any]:
+    """The ``message`` event of a user prompt: its text, and what else it carried."""
+    data: dict[str, Any] = {
+        "role": "user",
+        "text": "".join(b.get("text", "") for b in content if b.get("type") == "text"),
+        "turn_id": turn_id,
+    }
+    if any(b.get("type") != "text" for b in content):
+        data["content"] = [
+            b
+            if b.get("type") == "text"
+            else {"type": b.get("type"), "media_type": (b.get("source") or {}).get("media_type")}
+            for b in content
+        ]
+    if client_id is not None:
+        data["client_id"] = client_id
+    return data
+
+
+class ConversationCore:
+    def __init__(
+        self,
+        *,
+        last_seq: int,
+        native_session_id: str | None,
+        options: dict[str, Any],
+        limits: Limits,
+        tasks: TaskTable | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.last_seq = last_seq  # kept by the shell: the seq of the newest stored event
+        self.native_session_id = native_session_id
+        self.options = options
+        self.limits = limits
+        self.tasks = tasks if tasks is not None else TaskTable()
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.codec: Codec | None = None
+        self.active: Turn | None = None
+        self.queue: deque[Turn] = deque()
+        self.interrupting = False
+        self.exit_reason: str | None = None
+        self.permissions = PermissionTable()
+
+    @property
+    def busy(self) -> bool:
+        return self.active is not None or bool(self.queue)
+
+    # ------------------------------------------------------------------ process life
+
+    def process_started(self, codec: Codec, pid: int, pid_start: int | None, resume: str | None) -> list[Action]:
+        self.codec, self.exit_reason, self.interrupting = codec, None, False
+        actions: list[Action] = [
+            Emit(
+                [Event("bridge", "process.started", {"pid": pid, "resume": resume})],
+                {"state": "running", "pid": pid, "pid_start": pid_start},
+            )
+        ]
+        # ACP: initialize; the rest of the handshake follows the agent's replies.
+        actions += self._record_and_write(codec.start(), {"op": "handshake"})
+        return actions
+
+    def stopping(self, reason: str) -> None:
+        """The shell is stopping the process: the exit gets this reason."""
+        self.exit_reason = reason
+
+    def process_exited(self, pid: int, code: int | None, sig: int | None) -> list[Action]:
+        reason = self.exit_reason or ("exited" if code == 0 else "crashed")
+        last_exit = {"code": code, "signal": sig, "reason": reason}
+        status = "cancelled" if reason in USER_ENDED else "error"
+        dropped_ids, dropped = self.permissions.drop_all("agent_exited")
+        events = [Event("bridge", "process.exited", {"pid": pid, **last_exit}), *dropped]
+        if self.active is not None:
+            events.append(
+                Event(
+                    "bridge",
+                    "turn.ended",
+                    {
+                        "turn_id": self.active.turn_id,
+                        "status": status,
+                        "error": f"agent process ended: {reason}",
+                        "exit": last_exit,
+                    },
+                )
+            )
+        for turn in self.queue:
+            events.append(
+                Event(
+                    "bridge",
+                    "turn.ended",
+                    {
+                        "turn_id": turn.turn_id,
+                        "status": status,
+                        "error": f"not started: agent process ended ({reason})",
+                    },
+                )
+            )
+        self.queue.clear()
+        actions: list[Action] = [CancelTimer(timer_key(r)) for r in dropped_ids]
+        actions += self._end_turn()
+        self.codec = None
+        fields = {"state": "exited", "turn_active": False, "last_exit": last_exit, "pid": None, "pid_start": None}
+        actions.append(Emit(events, fields))
+        return actions
+
+    def line_too_long(self, text: str) -> list[Action]:
+        self.exit_reason = "line_too_long"
+        return [Emit([Event("bridge", "diagnostic", {"stream": "protocol", "text": text})]), Stop("line_too_long", 0.0)]
+
+    # ------------------------------------------------------------------ prompts
+
+    def check_room(self) -> None:
+        """Busy when a turn runs and the queue is full."""
+        if self.busy and len(self.queue) >= self.limits.max_pending_prompts:
+            raise Busy(f"a turn is in progress and {len(self.queue)} prompts are queued", code="busy")
+
+    def prompt(self, content: list[dict[str, Any]], client_id: str | None) -> tuple[Accepted, list[Action]]:
+        """Accept one prompt: written now when nothing is ahead of it (the prompt and its
+        turn.started share one transaction), else queued. The returned Accepted's seq is
+        filled in when the Emit is committed."""
+        codec = self.codec
+        if codec is None:
+            raise Conflict("the agent process ended before the prompt could be sent", code="agent_exited")
+        self.check_room()
+        refusal = codec.refuse_content(content)
+        if refusal is not None:
+            raise InvalidRequest(refusal, code="unsupported_content")
+        line = codec.encode_prompt(content) if codec.ready else None
+        turn = Turn(new_id("turn"), content, self.last_seq + 1, line)
+        message = Event("client", "message", prompt_event_data(content, turn.turn_id, client_id), line)
+        acc = Accepted(seq=turn.prompt_seq, turn_id=turn.turn_id, queued=self.busy)
+        if acc.queued or line is None:
+            self.queue.append(turn)
+            return acc, [Emit([message], client_ids=[client_id]), *self.pump()]
+        assert line is not None
+        self.active = turn
+        started = Event("bridge", "turn.started", {"turn_id": turn.turn_id, "prompt_seq": turn.prompt_seq})
+        return acc, [Emit([message, started], {"turn_active": True}, [client_id, None]), Write(line)]
+
+    def prompt_failed(self, turn_id: str | None) -> None:
+        """The prompt's Emit failed (the store refused it): it was never accepted."""
+        if self.active is not None and self.active.turn_id == turn_id:
+            self.active = None
+        self.queue = deque(t for t in self.queue if t.turn_id != turn_id)
+
+    def pump(self) -> list[Action]:
+        """Write the next queued prompt when no turn is active and the agent is ready."""
+        actions: list[Action] = []
+        codec = self.codec
+        while self.active is None and self.queue and codec is not None and codec.ready:
+            turn = self.queue.popleft()
+            events = [Event("bridge", "turn.started", {"turn_id": turn.turn_id, "prompt_seq": turn.prompt_seq})]
+            refusal = codec.refuse_content(turn.content) if turn.line is None else None
+            if refusal is not None:
+                # Accepted before the agent said what it takes: the turn ends unsent.
+                events.append(
+                    Event(
+                        "bridge",
+                        "turn.ended",
+                        {
+                            "turn_id": turn.turn_id,
+                            "status": "error",
+                            "error": refusal,
+                            "error_code": "unsupported_content",
+                        },
+                    )
+                )
+                actions.append(Emit(events))
+                continue
+            self.active = turn
+            line = turn.line
+            if line is None:
+                line = codec.encode_prompt(turn.content)
+                events.append(Event("client", "client.other", {"op": "prompt", "turn_id": turn.turn_id}, line))
+            actions += [Emit(events, {"turn_active": True}), Write(line)]
+        return actions
+
+    # ------------------------------------------------------------------ agent output
+
+    def agent_output(self, decoded: Sequence[Decoded]) -> list[Action]:
+        """Everything one read of stdout brought: one Emit, then what it implies."""
+        out: list[Event] = []
+        fields: dict[str, Any] = {}
+        after: list[Action] = []  # performed after the commit, in order
+        asks: list[int] = []  # indexes in ``out`` of permission requests held for clients
+        ended = False
+        for d in decoded:
+            for ev in d.events:
+                ended = self._on_event(ev, out, fields, after, asks) or ended
+            for reply in d.replies:
+                out.append(Event("client", "client.other", {"op": "auto_reply"}, reply))
+                after.append(Write(reply))
+            for item in d.control:
+                ended = self._on_control(item, fields, after) or ended
+        actions: list[Action] = []
+        if out or fields:
+            actions.append(Emit(out, fields, committed=self._hold(asks) if asks else None))
+        actions += after
+        if ended:
+            actions += self.pump()
+        return actions
+
+    def _on_control(self, item: Control, fields: dict[str, Any], after: list[Action]) -> bool:
+        if isinstance(item, Ready):
+            return True  # queued prompts may go now
+        if isinstance(item, AgentInfo):
+            fields["agent_info"] = item.info
+        elif isinstance(item, AgentRequest):
+            after.append(Serve(item))
+        elif isinstance(item, _RoutedReply):
+            after.append(Route(item.route, item.text))
+        elif isinstance(item, Fatal):
+            self.exit_reason = item.reason
+            after.append(Stop(item.reason, min(self.limits.stop_grace_s, 1.0)))
+        return False
+
+    def _on_event(
+        self, ev: Event, out: list[Event], fields: dict[str, Any], after: list[Action], asks: list[int]
+    ) -> bool:
+        """Record one decoded event; True when it ended the active turn."""
+        handler = _AGENT_HANDLERS.get(ev.kind) if ev.source == "agent" else None
+        if handler is not None:
+            return handler(self, ev, out, fields, after, asks)
+        out.append(ev)
+        if ev.kind == "session.started":
+            self._adopt(ev, out, fields)
+        return False
+
+    def _adopt(self, ev: Event, out: list[Event], fields: dict[str, Any]) -> None:
+        sid = ev.data.get("native_session_id")
+        if sid is not None and not valid_session_id(sid):
+            text = "agent reported a native session id that is not valid; ignored"
+            out.append(Event("bridge", "diagnostic", {"stream": "protocol", "text": text}))
+        elif sid and sid != self.native_session_id:
+            self.native_session_id = sid
+            fields["native_session_id"] = sid
+
+    def _turn_ended(
+        self, ev: Event, out: list[Event], fields: dict[str, Any], after: list[Action], _: list[int]
+    ) -> bool:
+        out.append(ev)
+        if self.active is None:
+            # No turn pending (e.g. after a background task): record it, never assign it
+            # to the next turn.
+            ev.kind = "agent.other"
+            ev.data = {"unsolicited": "turn.ended", **ev.data}
+            return False
+        ev.data["turn_id"] = self.active.turn_id
+        if (
+            self.interrupting
+            and ev.data.get("status") == "error"
+            and ev.data.get("subtype") == "error_during_execution"
+        ):
+            ev.data["status"] = "cancelled"
+        after += self._end_turn()
+        fields["turn_active"] = False
+        return True
+
+    def _permission_requested(
+        self, ev: Event, out: list[Event], fields: dict[str, Any], after: list[Action], asks: list[int]
+    ) -> bool:
+        out.append(ev)
+        codec = self.codec
+        if codec is None or codec.prompts_to_clients(self.options):
+            asks.append(len(out) - 1)  # pending until a client, the timeout or the agent decides
+            return False
+        # Prompts are off for this profile: deny by policy so the agent never hangs.
+        rid = str(ev.data.get("request_id"))
+        answer = codec.answer_permission(
+            rid,
+            "deny",
+            options=ev.data.get("options") or (),
+            updated_input=ev.data.get("input") or {},
+            message="Permission prompts are not enabled for this agent profile",
+        )
+        out.append(Event("bridge", "permission.resolved", {"request_id": rid, "decision": "deny", "by": "policy"}))
+        if answer is not None:
+            out.append(Event("client", "client.other", {"op": "permission"}, answer))
+            after.append(Write(answer))
+        return False
+
+    def _permission_withdrawn(
+        self, ev: Event, out: list[Event], fields: dict[str, Any], after: list[Action], asks: list[int]
+    ) -> bool:
+        # The agent withdrew its request (control_cancel_request): nothing is written back.
+        out.append(ev)
+        rid = str(ev.data.get("request_id"))
+        if self.permissions.withdraw(rid):
+            after.append(CancelTimer(timer_key(rid)))
+        else:
+            ev.kind = "agent.other"
+        return False
+
+    def _task_updated(self, ev: Event, out: list[Event], fields: dict[str, Any], *_: Any) -> bool:
+        # The task table decides: snapshots replace, patches patch, only the notification is
+        # terminal, and late or duplicate events are recorded but do not change the task.
+        out.append(ev)
+        verdict = self.tasks.apply(ev.data, _raw_obj(ev.raw), self.wall_clock())
+        if not verdict.accepted or verdict.task is None:
+            ev.kind = "agent.other"
+            ev.data = {"task_event_ignored": verdict.reason, **ev.data}
+        else:
+            ev.data["status"] = verdict.task["status"]
+            fields["tasks"] = self.tasks.to_json()
+        return False
+
+    def _hold(self, asks: list[int]) -> Callable[[list[Record]], list[Action]]:
+        """Once stored, the held requests are pending (with their seq and time) and their
+        deadlines armed."""
+
+        def held(records: list[Record]) -> list[Action]:
+            timeout = self.limits.permission_timeout_s
+            timers: list[Action] = []
+            for i in asks:
+                rec = records[i]
+                data = rec.data
+                self.permissions.hold(
+                    Pending(
+                        str(data.get("request_id")),
+                        data.get("tool"),
+                        data.get("input") or {},
+                        list(data.get("options") or []),
+                        rec.seq,
+                        rec.ts,
+                        self.clock() + timeout,
+                    )
+                )
+                timers.append(ArmTimer(timer_key(str(data.get("request_id"))), timeout))
+            return timers
+
+        return held
+
+    def _end_turn(self) -> list[Action]:
+        was = self.interrupting
+        self.active = None
+        self.interrupting = False
+        return [CancelTimer(INTERRUPT_TIMER)] if was else []
+
+    # ------------------------------------------------------------------ client operations
+
+    def interrupt(self) -> tuple[bool, list[Action]]:
+        """Cancel the active turn. Idempotent; False when no turn is active."""
+        codec = self.codec
+        if self.active is None or codec is None:
+            return False, []
+        if self.interrupting:
+            return True, []
+        self.interrupting = True
+        lines = codec.interrupt()
+        actions: list[Action] = []
+        if codec.cancel_resolves_permissions:
+            ids, dropped = self.permissions.drop_all("interrupt")
+            actions += [CancelTimer(timer_key(r)) for r in ids]
+            if dropped:
+                actions.append(Emit(dropped))
+        if lines is None:
+            # The dialect has no interrupt message: stopping the process ends the turn.
+            return True, [*actions, Stop("interrupted")]
+        actions += self._record_and_write(lines, {"op": "interrupt"})
+        # If the agent does not end the turn in time, the process is stopped and the turn
+        # ends ``cancelled`` (server.interrupt_timeout_s).
+        actions.append(ArmTimer(INTERRUPT_TIMER, self.limits.interrupt_timeout_s))
+        return True, actions
+
+    def answer(
+        self, request_id: str, decision: str, *, by: str, option_id: str | None = None, message: str | None = None
+    ) -> tuple[dict[str, Any], list[Action]]:
+        """One answer per request: the first wins; later ones are refused (409)."""
+        pending = self.permissions.take(request_id, decision, by, option_id)
+        data: dict[str, Any] = {"request_id": request_id, "decision": decision, "by": by}
+        if option_id is not None:
+            data["option_id"] = option_id
+        events = [Event("bridge", "permission.resolved", data)]
+        actions: list[Action] = [CancelTimer(timer_key(request_id))]
+        line = None
+        if self.codec is not None:
+            line = self.codec.answer_permission(
+                request_id,
+                decision,
+                option_id=option_id,
+                options=pending.options,
+                updated_input=pending.input,
+                message=message or ("Denied by the user" if decision == "deny" else ""),
+            )
+            if line is not None:
+                events.append(Event("client", "client.other", {"op": "permission"}, line))
+        actions.append(Emit(events))
+        if line is not None:
+            actions.append(Write(line))
+        return data, actions
+
+    def raw(self, message: dict[str, Any], route: str) -> list[Action]:
+        """A client's raw message: a permission answer takes the permission flow (the first
+        answer still wins and is recorded once); anything else is written as the dialect
+        says. Raises InvalidRequest / Conflict."""
+        codec = self.codec
+        if codec is None:
+            raise Conflict("the agent process is not running", code="agent_exited")
+        ans = codec.raw_permission_answer(message)
+        if ans is not None:
+            if ans.request_id in self.permissions:
+                return self.answer(ans.request_id, ans.decision, by="raw", message=ans.message)[1]
+            if self.permissions.was_resolved(ans.request_id):
+                raise Conflict(f"permission request {ans.request_id} was already resolved", code="already_resolved")
+        try:
+            line = codec.forward_raw(message, route)
+        except RawRefused as exc:
+            raise InvalidRequest(str(exc), code=exc.code) from exc
+        return [Emit([Event("client", "client.other", {"op": "raw"}, line)]), Write(line, required=True)]
+
+    def timer_fired(self, key: str) -> list[Action]:
+        if key == INTERRUPT_TIMER:
+            if not (self.interrupting and self.active is not None):
+                return []
+            self.exit_reason = "interrupt_timeout"
+            text = (
+                f"the agent did not end the turn within {self.limits.interrupt_timeout_s:g}s of the interrupt; "
+                "stopping it"
+            )
+            return [
+                Emit([Event("bridge", "notice", {"code": "interrupt_timeout", "text": text})]),
+                Stop("interrupt_timeout"),
+            ]
+        rid = key.removeprefix("permission:")
+        if not self.permissions.expired(rid, self.clock()):
+            return []
+        return self.answer(rid, "deny", by="timeout", message="No answer to the permission request in time")[1]
+
+    def served(self, request: AgentRequest, result: Any = None, error: tuple[int, str] | None = None) -> list[Action]:
+        """The answer to an agent request the shell served (ACP fs/*)."""
+        if self.codec is None:
+            return []
+        line = self.codec.answer_request(request, result, error)
+        return self._record_and_write([line], {"op": "fs", "method": request.method})
+
+    def _record_and_write(self, lines: Sequence[str], data: dict[str, Any]) -> list[Action]:
+        if not lines:
+            return []
+        events = [Event("client", "client.other", dict(data), line) for line in lines]
+        return [Emit(events), *(Write(line) for line in lines)]
+
+
+_Handler = Callable[[ConversationCore, Event, list[Event], dict[str, Any], list[Action], list[int]], bool]
+_AGENT_HANDLERS: dict[str, _Handler] = {
+    "turn.ended": ConversationCore._turn_ended,
+    "permission.requested": ConversationCore._permission_requested,
+    "permission.resolved": ConversationCore._permission_withdrawn,
+    "task.updated": ConversationCore._task_updated,
+}

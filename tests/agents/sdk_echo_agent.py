@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Minimal ACP echo agent written with the official Python SDK (PyPI
-``agent-client-protocol`` 0.12.x, import ``acp``), after protocols.md §3.12.
+``agent-client-protocol`` 0.12.x, import ``acp``), modelled on the SDK repository's
+``examples/echo_agent.py``.
 
 Run with a Python that has the SDK installed (the project venv), not with ``-I``
 outside it: ``.venv/bin/python tests/agents/sdk_echo_agent.py``.

@@ -1,4 +1,4 @@
-"""ACP client codec (protocols.md Part 3; API.md §4): golden decoding of real
+"""ACP client codec (docs/api.md §7.3, §6.3): golden decoding of real
 claude-agent-acp 0.49.0 / Python SDK transcripts, and the handshake, id routing,
 cancellation and permission rules one at a time.
 

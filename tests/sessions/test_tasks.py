@@ -1,5 +1,5 @@
 """TaskTable (issue #5 item 4): sub-agent / workflow task state fed by the stream-json codec's
-``task.updated`` events, per protocols.md §1.5.2 and the CodeBuddy workflow stdio spec."""
+``task.updated`` events (docs/api.md §6.6), as Claude Code and CodeBuddy workflows report them."""
 
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ class EchoAgent(Agent):
     async def initialize(
         self, protocol_version: int, client_capabilities: Any = None, client_info: Any = None, **kwargs: Any
     ) -> InitializeResponse:
-        # Echo the client's version if we speak it, else offer ours (spec §3.3).
+        # Echo the client's version if we speak it, else offer ours (ACP version negotiation).
         return InitializeResponse(
             protocol_version=min(protocol_version, PROTOCOL_VERSION),
             agent_capabilities=AgentCapabilities(load_session=True),

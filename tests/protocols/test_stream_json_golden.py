@@ -769,7 +769,7 @@ def test_control_cancel_request_resolves_the_permission_as_cancelled_by_the_agen
     _, line = find_line(lambda o: o.get("type") == "control_cancel_request")
     obj = json.loads(line)
     decoded = decode_one(line)
-    assert decoded.replies == []  # the agent withdrew it: nothing to write back (§1.4.1)
+    assert decoded.replies == []  # the agent withdrew it: nothing to write back (docs/api.md §6.4)
     [ev] = decoded.events
     assert (ev.kind, ev.relay, ev.raw) == ("permission.resolved", True, line)
     assert ev.data == {"request_id": obj["request_id"], "decision": "cancelled", "by": "agent"}

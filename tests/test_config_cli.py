@@ -1,4 +1,4 @@
-"""Configuration and command line (API.md §1): precedence of flags / env twins / TOML /
+"""Configuration and command line (docs/api.md §1): precedence of flags / env twins / TOML /
 defaults, the AWP launch variables, config errors, the token file, ``--no-auth``,
 ``agent-bridge agents``, ``--version`` and a clean exit on SIGTERM."""
 

@@ -1,4 +1,4 @@
-"""REST and WebSocket surface through a real daemon (API.md §3–4)."""
+"""REST and WebSocket surface through a real daemon (docs/api.md §4–5)."""
 
 from __future__ import annotations
 

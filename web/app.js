@@ -1,4 +1,4 @@
-// agent-bridge web page: the reference client of API.md. Plain ES modules, no build step,
+// agent-bridge web page: the reference client of docs/api.md. Plain ES modules, no build step,
 // nothing fetched from anywhere but the daemon that served it.
 import { ThreadStream } from "./stream.js";
 import { TranscriptView, pretty, usageText } from "./transcript.js";
@@ -674,7 +674,7 @@ class App {
       }
     };
     // client_id makes the send idempotent: after a network error, the same request is
-    // sent again and the daemon answers with the original seq (API.md §4).
+    // sent again and the daemon answers with the original seq (docs/api.md §4.6).
     for (let attempt = 0; attempt < 4; attempt++) {
       try {
         await api("POST", `/v1/threads/${encodeURIComponent(cur.id)}/messages`, body);
@@ -847,7 +847,7 @@ class App {
     const rid = dialog.dataset.requestId;
     if (!cur || !rid) return;
     const body = optionId ? { decision, option_id: optionId } : { decision };
-    // A deny can tell the agent why, or what to do instead (API.md: "message").
+    // A deny can tell the agent why, or what to do instead ("message", docs/api.md §4.8).
     const message = $("#perm-message").value.trim();
     if (decision === "deny" && message && !$("#perm-message-box").hidden) body.message = message;
     try {

@@ -1,7 +1,7 @@
 // One thread's event stream: the WebSocket (`/v1/threads/{id}/ws?after=SEQ`), and
 // long-polling (`/events?after=&wait=`) when WebSockets cannot connect. Every event is
 // delivered once, in seq order: the stream remembers the last seq it delivered,
-// reconnects with `after=` it, and drops anything at or below it (API.md §4).
+// reconnects with `after=` it, and drops anything at or below it (docs/api.md §5.2, §4.10).
 //
 // States reported to onState: "connecting", "live" (WebSocket open), "reconnecting",
 // "polling" (the fallback), "offline" (the last attempt failed; retrying), "gone".

@@ -1,10 +1,10 @@
-// The conversation of one thread, built from its events (API.md §4 kinds). Pure DOM:
+// The conversation of one thread, built from its events (docs/api.md §6.3 kinds). Pure DOM:
 // every piece of agent or user text goes through textContent or the Markdown renderer,
 // which does the same.
 import { renderMarkdown } from "./markdown.js";
 
-const MAX_PREVIEW = 20000;
-const CATCH_UP_RENDER_MS = 400; // characters of a tool input/output shown before "…"
+const MAX_PREVIEW = 20000; // characters of a tool input/output shown before "…"
+const CATCH_UP_RENDER_MS = 400; // while replaying history, render at most this often
 
 function el(tag, cls, text) {
   const node = document.createElement(tag);

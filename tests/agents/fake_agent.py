@@ -452,7 +452,7 @@ class Agent:
                 self.reply(f"permission: {answer.get('behavior')}")
                 return
             if msg.get("type") == "control_request" and msg.get("request", {}).get("subtype") == "interrupt":
-                # As Claude Code does (protocols.md §1.6.3): withdraw the prompt, ack, abort.
+                # As Claude Code does: withdraw the prompt, ack, abort (docs/api.md §6.5).
                 out({"type": "control_cancel_request", "request_id": rid})
                 out(
                     {

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Minimal ACP echo agent written with the official Python SDK (PyPI
-``agent-client-protocol`` 0.12.x, import ``acp``), after protocols.md §3.12.
+``agent-client-protocol`` 0.12.x, import ``acp``), modelled on the SDK repository's
+``examples/echo_agent.py``.
 
 Run with a Python that has the SDK installed (the project venv), not with ``-I``
 outside it: ``.venv/bin/python tests/agents/sdk_echo_agent.py``.
@@ -43,7 +44,7 @@ class EchoAgent(Agent):
     async def initialize(
         self, protocol_version: int, client_capabilities: Any = None, client_info: Any = None, **kwargs: Any
     ) -> InitializeResponse:
-        # Echo the client's version if we speak it, else offer ours (spec §3.3).
+        # Echo the client's version if we speak it, else offer ours (ACP version negotiation).
         return InitializeResponse(
             protocol_version=min(protocol_version, PROTOCOL_VERSION),
             agent_capabilities=AgentCapabilities(load_session=True),

@@ -1,4 +1,4 @@
-"""Launch rules (API.md §2): unit tests of bridge.process.launch, then every refusal end to
+"""Launch rules (docs/api.md §2): unit tests of bridge.process.launch, then every refusal end to
 end through a real daemon — a clear HTTP 4xx with a machine-readable code, and nothing
 spawned (no ``start`` line in the fake agent's log, no child process of the daemon)."""
 

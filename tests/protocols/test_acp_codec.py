@@ -1,4 +1,4 @@
-"""ACP client codec (protocols.md Part 3; API.md §4): golden decoding of real
+"""ACP client codec (docs/api.md §7.3, §6.3): golden decoding of real
 claude-agent-acp 0.49.0 / Python SDK transcripts, and the handshake, id routing,
 cancellation and permission rules one at a time.
 
@@ -1089,9 +1089,9 @@ def test_interrupt_cancels_the_session_and_every_pending_permission_then_the_err
     ]
     assert codec.pending_permissions() == []
     assert codec.answer_permission("0", "allow", options=PERM_OPTIONS) is None  # already answered
-    # the agent may still send updates before the prompt response (§3.9 rule 3)
+    # the agent may still send updates before the prompt response (ACP cancellation)
     assert kinds(codec.decode(update("tool_call_update", toolCallId="t1", status="failed"))) == ["tool.result"]
-    # an error response to a cancelled prompt is a cancellation (§3.9 rule 4)
+    # an error response to a cancelled prompt is a cancellation (docs/api.md §7.3)
     [ev] = respond(codec, p, error={"code": -32603, "message": "aborted"}).events
     assert ev.kind == "turn.ended"
     assert ev.data == {"status": "cancelled", "stop_reason": None}

@@ -1,7 +1,7 @@
 """Property tests for the ACP client codec: agent output is untrusted input (DESIGN.md
 rule 4). Whatever a line holds, in whatever handshake state, decoding never raises, relays
 at most once, uses only known kinds, and every line the codec writes back is one line of
-JSON that is a JSON-RPC 2.0 request, notification or response (protocols.md §3.1)."""
+JSON that is a JSON-RPC 2.0 request, notification or response (docs/api.md §7.3)."""
 
 from __future__ import annotations
 

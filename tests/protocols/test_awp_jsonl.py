@@ -1,4 +1,4 @@
-"""The awp-jsonl dialect (protocols.md Part 2): a stream-json subset with top-level raw
+"""The awp-jsonl dialect (docs/api.md §7.2): a stream-json subset with top-level raw
 ``content_block_*`` / ``message_stop`` events, ``result.subtype == "error"``, no control
 protocol, ``{"type":"shutdown"}`` for a graceful exit and no interrupt message."""
 
@@ -13,7 +13,7 @@ from bridge.protocols.codecs import make_codec
 from bridge.protocols.events import KINDS
 from bridge.protocols.stream_json import StreamJsonCodec
 
-# The output sample of protocols.md Part 2, verbatim, and what each line must become.
+# The output sample of the AWP Agent CLI contract, verbatim, and what each line must become.
 # ruff: noqa: E501  (the sample lines are kept byte-for-byte as the contract prints them)
 SAMPLE = [
     (

@@ -58,7 +58,7 @@ def check_decoded(decoded, line: bytes) -> None:
         json.dumps(ev.data, allow_nan=False)
     if relayed:
         # Only a JSON-object line is relayed, as the first event, with its own text, and
-        # that text must be strict JSON: Record.envelope embeds it verbatim (API.md §4).
+        # that text must be strict JSON: Record.envelope embeds it verbatim (docs/api.md §6.1).
         # The one exception: a control_response carrying secrets relays redacted.
         assert relayed[0] is decoded.events[0]
         raw = relayed[0].raw
@@ -101,7 +101,7 @@ def strict_loads(text: str):
 
 def check_wire_line(line: str) -> dict:
     assert "\n" not in line and "\r" not in line
-    line.encode("utf-8")  # must be writable to a UTF-8 pipe (protocols.md §0.1)
+    line.encode("utf-8")  # must be writable to a UTF-8 pipe: agents read UTF-8 JSON lines
     obj = strict_loads(line)
     assert isinstance(obj, dict)
     return obj

@@ -1,4 +1,4 @@
-"""LineFramer: bytes → ``\\n``-terminated lines with a hard length cap (protocols.md §0.1,
+"""LineFramer: bytes → ``\\n``-terminated lines with a hard length cap (docs/api.md §6.7,
 AWP contract "an unbroken stdout buffer over 4 MiB terminates the runtime")."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""stream-json decoding against real Claude Code 2.1.197 transcripts (protocols.md Part 1,
-API.md §4).
+"""stream-json decoding against real Claude Code 2.1.197 transcripts (docs/api.md §7.1,
+§6.3).
 
 Golden files live in ``tests/protocols/golden/<scenario>.json``, one per transcript. To
 rewrite them after an intended mapping change::
@@ -28,7 +28,7 @@ from bridge.protocols.stream_json import LAUNCH_FLAGS, StreamJsonCodec, redact_s
 
 HERE = Path(__file__).resolve().parent
 GOLDEN_DIR = HERE / "golden"
-# A copy of ../shared/transcripts ships in tests/fixtures (protocols.md A.4).
+# Real Claude Code transcripts ship in tests/fixtures/transcripts.
 TRANSCRIPTS = Path(
     os.environ.get(
         "AGENT_BRIDGE_TRANSCRIPTS",
@@ -313,7 +313,7 @@ def test_result_success_becomes_turn_ended_success():
 
 
 def test_success_subtype_with_is_error_is_an_error_turn_end():
-    # protocols.md §1.5.6: subtype success + is_error true = the turn ended on an API error.
+    # Claude Code writes subtype success + is_error true when the turn ended on an API error.
     for scenario in ("errors", "err529"):
         lines = agent_lines(TRANSCRIPTS / f"{scenario}.transcript.jsonl")
         results = [
@@ -423,7 +423,7 @@ def test_hook_callback_gets_a_success_reply_with_an_empty_response():
     [ev] = decoded.events
     assert (ev.kind, ev.relay, ev.raw) == ("diagnostic", True, line)
     assert ev.data == answered_with_default("hook_callback", {})
-    # {} = "no opinion": the hook lets the agent go on (protocols.md §1.4.4).
+    # {} = "no opinion": the hook lets the agent go on (docs/api.md §7.1).
     assert_one_success_reply(decoded, obj["request_id"], {})
 
 
@@ -766,7 +766,7 @@ def test_control_cancel_request_resolves_the_permission_as_cancelled_by_the_agen
     _, line = find_line(lambda o: o.get("type") == "control_cancel_request")
     obj = json.loads(line)
     decoded = decode_one(line)
-    assert decoded.replies == []  # the agent withdrew it: nothing to write back (§1.4.1)
+    assert decoded.replies == []  # the agent withdrew it: nothing to write back (docs/api.md §6.4)
     [ev] = decoded.events
     assert (ev.kind, ev.relay, ev.raw) == ("permission.resolved", True, line)
     assert ev.data == {"request_id": obj["request_id"], "decision": "cancelled", "by": "agent"}
@@ -789,7 +789,8 @@ def test_awp_control_cancel_request_is_agent_other():
 
 
 def test_cancelperm_sequence():
-    # protocols.md §1.6.3, as the normalized kinds a client sees.
+    # Claude Code's interrupt with a pending permission prompt (withdraw the prompt, ack,
+    # abort), as the normalized kinds a client sees (docs/api.md §6.4, §6.5).
     lines = agent_lines(TRANSCRIPTS / "cancelperm.transcript.jsonl")
     decoded = decode_all(lines)
     events = [e for d in decoded for e in d.events]
@@ -1029,7 +1030,7 @@ def test_each_turn_of_full_ends_with_the_expected_status():
 
 
 def test_task_and_auxiliary_messages_from_the_types():
-    # Shapes from protocols.md §1.5.2 / §1.5.8 (not produced by the fake model).
+    # Task and auxiliary line shapes Claude Code writes (not produced by the fake model).
     cases = {
         '{"type":"system","subtype":"task_started","task_id":"t_01","tool_use_id":"toolu_01",'
         '"description":"Explore repo","subagent_type":"Explore"}': (

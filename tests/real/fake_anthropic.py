@@ -1,7 +1,7 @@
 """A loopback fake of the Anthropic Messages API for the real-agent suite (issue #9).
 
 Real agent CLIs (Claude Code, claude-agent-acp) are pointed at it with
-``ANTHROPIC_BASE_URL``. It answers what those CLIs call (protocols.md §4.1):
+``ANTHROPIC_BASE_URL``. It answers what those CLIs call:
 
 * ``HEAD /`` (a pre-connect probe) → 200, empty;
 * ``POST /v1/messages`` (``?beta=true``) → a scripted reply, streamed as SSE when the

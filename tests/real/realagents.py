@@ -205,7 +205,7 @@ async def write_allowed(c: Any, path: Path) -> dict[str, Any]:
 
 
 def root_sandbox() -> dict[str, str]:
-    """As root, Claude Code refuses to bypass permissions unless IS_SANDBOX=1 (protocols.md §1.1)."""
+    """As root, Claude Code refuses to bypass permissions unless IS_SANDBOX=1."""
     return {"IS_SANDBOX": "1"} if os.geteuid() == 0 else {}
 
 

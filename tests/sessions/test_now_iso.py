@@ -1,4 +1,4 @@
-"""The transcript timestamp (API.md §4: ``ts`` like 2026-11-30T01:02:03.456Z), formatted with
+"""The transcript timestamp (docs/api.md §6.1: ``ts`` like 2026-11-30T01:02:03.456Z), formatted with
 a per-second cache (issue #8)."""
 
 from __future__ import annotations

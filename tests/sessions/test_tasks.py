@@ -1,5 +1,5 @@
 """TaskTable (issue #5 item 4): sub-agent / workflow task state fed by the stream-json codec's
-``task.updated`` events, per protocols.md §1.5.2 and the CodeBuddy workflow stdio spec."""
+``task.updated`` events (docs/api.md §6.6), as Claude Code and CodeBuddy workflows report them."""
 
 from __future__ import annotations
 
@@ -319,8 +319,9 @@ def test_a_second_notification_is_a_duplicate_and_is_not_applied() -> None:
 
 
 def test_killed_patch_then_stopped_notification_the_interrupt_path() -> None:
-    """Spec §4.3: patch.status "killed" (not terminal), one notification "stopped", then late
-    task_progress flipping sub-agents to "error" inside the grace window."""
+    """The interrupt path of a CodeBuddy workflow: patch.status "killed" (not terminal), one
+    notification "stopped", then late task_progress flipping sub-agents to "error" inside the
+    grace window."""
     table = TaskTable()
     started(table, 100.0, tool_use_id="toolu_wf", task_type="local_workflow", description="deep research")
     feed(table, 101.0, subtype="task_progress", task_id="t1", workflow_progress=[phase("Gather"), agent("c1")])

@@ -187,25 +187,6 @@ async def test_interrupt_cancels_the_active_turn(daemon: Daemon, dialect: str) -
     await c.close()
 
 
-async def test_prompts_during_a_turn_are_queued_in_order_then_refused_when_full(daemon: Daemon) -> None:
-    thread = await new_thread(daemon, "stream-json")
-    c = await daemon.ws(thread["id"])
-    first = await c.prompt("slow")
-    await c.kind("message.delta")
-    queued = [await c.prompt(f"queued {i}") for i in range(5)]
-    assert all(q["kind"] == "client.accepted" and q["data"]["queued"] for q in queued)
-    refused = await c.prompt("one too many")
-    assert refused["kind"] == "client.rejected" and refused["data"]["code"] == "busy"
-    await c.send(op="interrupt")
-    await c.kind("turn.ended", turn_id=first["data"]["turn_id"])
-    for i, q in enumerate(queued):
-        end = await c.kind("turn.ended", turn_id=q["data"]["turn_id"])
-        assert end["data"]["status"] == "success"
-        msg = [f for f in c.frames if f.get("kind") == "message" and f["source"] == "agent"][-1]
-        assert msg["data"]["text"] == f"echo: queued {i}"
-    await c.close()
-
-
 async def test_client_id_makes_a_prompt_idempotent(daemon: Daemon, dialect: str) -> None:
     thread = await new_thread(daemon, dialect)
     c = await daemon.ws(thread["id"])
@@ -218,19 +199,6 @@ async def test_client_id_makes_a_prompt_idempotent(daemon: Daemon, dialect: str)
         r = await http.post(f"/v1/threads/{thread['id']}/messages", json={"text": "only once", "client_id": "c-1"})
     assert r.status_code == 200 and r.json()["seq"] == first["data"]["seq"]
     assert sum("only once" in x for x in stdin_lines(daemon.tmp)) == 1
-    await c.close()
-
-
-async def test_terminal_line_with_no_turn_pending_is_recorded_not_assigned(daemon: Daemon) -> None:
-    thread = await new_thread(daemon, "stream-json")
-    c = await daemon.ws(thread["id"])
-    await c.turn("orphan")
-    stray = await c.next(lambda f: f.get("kind") == "agent.other" and f["data"].get("unsolicited") == "turn.ended")
-    assert stray["raw"]["type"] == "result"
-    end = await c.turn("next one")
-    assert end["data"]["status"] == "success"
-    msgs = [f for f in c.frames if f.get("kind") == "message" and f["source"] == "agent"]
-    assert msgs[-1]["data"]["text"] == "echo: next one"
     await c.close()
 
 
@@ -311,20 +279,6 @@ async def test_idle_agent_is_stopped_and_the_thread_stays_resumable(
     reply = [f for f in c2.seen("message", role="assistant") if f["source"] == "agent"][-1]
     assert "hello" in reply["data"]["text"]
     await c2.close()
-
-
-async def test_agent_exit_with_queued_prompts_ends_every_turn_once(daemon: Daemon) -> None:
-    thread = await new_thread(daemon, "stream-json")
-    c = await daemon.ws(thread["id"])
-    first = await c.prompt("crash")
-    second = await c.prompt("never written")
-    assert second["data"]["queued"] is True
-    for acc in (first, second):
-        end = await c.kind("turn.ended", turn_id=acc["data"]["turn_id"])
-        assert end["data"]["status"] == "error"
-    assert len(c.seen("turn.ended")) == 2
-    assert not any("never written" in x for x in stdin_lines(daemon.tmp))
-    await c.close()
 
 
 async def test_capacity_is_a_clear_503_and_nothing_is_spawned(

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
-from conftest import DIALECTS, agent_log, new_thread, profile_toml
+from conftest import agent_log, new_thread, profile_toml
 from test_acp_e2e import acp_profile
 
 
@@ -73,32 +72,6 @@ async def test_prompt_reaches_clients_and_one_answer_reaches_the_agent(
         assert bad.status_code == 400
 
 
-async def test_two_clients_racing_to_answer_get_one_acceptance(
-    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
-) -> None:
-    d = await daemon_factory(cfg(agent_env))
-    thread = await new_thread(d, "sj")
-    a, b = await d.ws(thread["id"]), await d.ws(thread["id"])
-    await a.prompt("ask")
-    rid = (await a.kind("permission.requested"))["data"]["request_id"]
-    await b.kind("permission.requested", request_id=rid)
-    await asyncio.gather(
-        a.send(op="permission", request_id=rid, decision="allow"),
-        b.send(op="permission", request_id=rid, decision="deny"),
-    )
-
-    def verdict(f: dict[str, Any]) -> bool:
-        return f.get("kind") in ("client.accepted", "client.rejected") and f["data"]["op"] == "permission"
-
-    answers = [await a.next(verdict), await b.next(verdict)]
-    assert sorted(f["kind"] for f in answers) == ["client.accepted", "client.rejected"]
-    rejected = next(f for f in answers if f["kind"] == "client.rejected")
-    assert rejected["data"]["code"] == "already_resolved"
-    await a.kind("turn.ended")
-    assert len(a.seen("permission.resolved")) == 1
-    assert len(written_answers(tmp_path)) == 1
-
-
 async def test_rest_deny_carries_the_message(daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]) -> None:
     d = await daemon_factory(cfg(agent_env))
     thread = await new_thread(d, "sj")
@@ -112,68 +85,6 @@ async def test_rest_deny_carries_the_message(daemon_factory: Any, tmp_path: Path
     assert r.status_code == 200 and r.json()["by"] == "rest"
     await c.kind("turn.ended")
     assert written_answers(tmp_path)[0]["response"]["response"] == {"behavior": "deny", "message": "not today"}
-
-
-async def test_unanswered_prompt_is_denied_by_the_timeout(
-    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
-) -> None:
-    d = await daemon_factory(cfg(agent_env, "permission_timeout_s = 0.5\n"))
-    c = await d.ws((await new_thread(d, "sj"))["id"])
-    await c.prompt("ask")
-    resolved = await c.kind("permission.resolved")
-    assert resolved["data"]["by"] == "timeout" and resolved["data"]["decision"] == "deny"
-    await c.kind("turn.ended")
-    assert written_answers(tmp_path)[0]["response"]["response"]["behavior"] == "deny"
-
-
-async def test_prompts_off_means_denied_by_policy(
-    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
-) -> None:
-    d = await daemon_factory(cfg(agent_env))
-    c = await d.ws((await new_thread(d, "quiet"))["id"])
-    await c.prompt("ask")
-    resolved = await c.kind("permission.resolved")
-    assert resolved["data"]["by"] == "policy"
-    start = next(e for e in agent_log(tmp_path) if e["event"] == "start")
-    assert "--permission-prompt-tool" not in start["argv"]
-
-
-async def test_interrupt_while_a_prompt_is_pending_cancels_it_and_writes_nothing_back(
-    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
-) -> None:
-    d = await daemon_factory(cfg(agent_env))
-    c = await d.ws((await new_thread(d, "sj"))["id"])
-    acc = await c.prompt("ask")
-    rid = (await c.kind("permission.requested"))["data"]["request_id"]
-    await c.send(op="interrupt")
-    resolved = await c.kind("permission.resolved", request_id=rid)
-    assert resolved["data"] == {"request_id": rid, "decision": "cancelled", "by": "agent"}
-    end = await c.kind("turn.ended", turn_id=acc["data"]["turn_id"])
-    assert end["data"]["status"] == "cancelled"
-    assert written_answers(tmp_path) == []
-    await c.send(op="permission", request_id=rid, decision="allow")
-    late = await c.next(lambda f: f.get("kind") == "client.rejected")
-    assert late["data"]["code"] == "already_resolved"
-
-
-async def test_raw_client_answering_with_control_response_uses_the_same_flow(
-    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
-) -> None:
-    d = await daemon_factory(cfg(agent_env))
-    thread = await new_thread(d, "sj")
-    ev = await d.ws(thread["id"])
-    raw = await d.ws(thread["id"], mode="raw")
-    await ev.prompt("ask")
-    req = await raw.next(lambda f: f.get("type") == "control_request")
-    rid = req["request_id"]
-    await raw.send(
-        type="control_response",
-        response={"subtype": "success", "request_id": rid, "response": {"behavior": "allow", "updatedInput": {}}},
-    )
-    resolved = await ev.kind("permission.resolved", request_id=rid)
-    assert resolved["data"]["by"] == "raw" and resolved["data"]["decision"] == "allow"
-    await ev.kind("turn.ended")
-    assert len(written_answers(tmp_path)) == 1
 
 
 async def test_acp_prompt_answered_with_an_option_and_cancelled_by_interrupt(
@@ -201,10 +112,6 @@ async def test_acp_prompt_answered_with_an_option_and_cancelled_by_interrupt(
     end = await c.kind("turn.ended", turn_id=acc["data"]["turn_id"])
     assert end["data"]["status"] == "cancelled"
     assert written_answers(tmp_path)[-1]["result"] == {"outcome": {"outcome": "cancelled"}}
-
-
-def test_dialects_constant_is_used() -> None:
-    assert "stream-json" in DIALECTS
 
 
 async def test_profile_secrets_never_reach_the_transcript_clients_or_logs(

@@ -14,6 +14,8 @@ from bridge.clock import now_iso
 from bridge.config import THREAD_OPTION_KEYS, AgentProfile, Settings
 from bridge.errors import Capacity, InvalidRequest, LaunchRefused, NotFound
 from bridge.ids import new_id
+from bridge.process.agent_io import Spawn
+from bridge.process.agent_process import AgentProcess
 from bridge.process.launch import executable_problem
 from bridge.process.reaper import reap_group
 from bridge.protocols.envelope import ephemeral
@@ -27,9 +29,10 @@ IDLE_SCAN_S = 1.0
 
 
 class Registry:
-    def __init__(self, settings: Settings, store: Store) -> None:
+    def __init__(self, settings: Settings, store: Store, *, spawn: Spawn = AgentProcess.spawn) -> None:
         self.settings = settings
         self.store = store
+        self._spawn = spawn
         self._convs: dict[str, Conversation] = {}
         self._lock = asyncio.Lock()
         self._reaper: asyncio.Task[None] | None = None
@@ -173,7 +176,12 @@ class Registry:
 
     def _make(self, row: dict[str, Any]) -> Conversation:
         conv = Conversation(
-            row, self.settings.agents.get(row["agent"]), self.settings, self.store, can_start=self._check_capacity
+            row,
+            self.settings.agents.get(row["agent"]),
+            self.settings,
+            self.store,
+            can_start=self._check_capacity,
+            spawn=self._spawn,
         )
         self._convs[row["id"]] = conv
         return conv

@@ -1,0 +1,345 @@
+"""The conversation's logic through its real asyncio shell, with the in-memory agent and
+store of tests/support/memory.py instead of a process and SQLite: milliseconds a test.
+(What crosses a real process, socket or browser stays in the e2e tests.)"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.memory import MemoryAgent, MemoryStore, Spawner
+
+from bridge.config import AgentProfile, ServerSettings, Settings
+from bridge.errors import Busy, Conflict, InvalidRequest, NotFound
+from bridge.sessions.conversation import Conversation
+from bridge.sessions.registry import Registry
+
+pytestmark = pytest.mark.timeout(10)
+
+
+def result(status: str = "success", **extra: Any) -> dict[str, Any]:
+    sub = "success" if status == "success" else "error_during_execution"
+    return {"type": "result", "subtype": sub, "is_error": status != "success", "session_id": "sess-1", **extra}
+
+
+def assistant(text: str) -> dict[str, Any]:
+    return {
+        "type": "assistant",
+        "message": {"id": "m1", "role": "assistant", "content": [{"type": "text", "text": text}]},
+    }
+
+
+def echo(agent: MemoryAgent, msg: dict[str, Any]) -> None:
+    """A stream-json agent: echoes a prompt and ends the turn, except 'slow' (waits for
+    an interrupt), 'ask' (asks permission first), 'silent' (says nothing)."""
+    if msg.get("type") == "user":
+        text = "".join(b.get("text", "") for b in msg["message"]["content"])
+        if text == "slow":
+            agent.say(
+                {
+                    "type": "stream_event",
+                    "event": {"type": "content_block_delta", "delta": {"type": "text_delta", "text": "…"}},
+                }
+            )
+        elif text == "ask":
+            req = {"subtype": "can_use_tool", "tool_name": "Bash", "input": {"command": "ls"}}
+            agent.say({"type": "control_request", "request_id": f"p{len(agent.written)}", "request": req})
+        elif text != "silent":
+            agent.say(
+                {"type": "system", "subtype": "init", "session_id": "sess-1"}, assistant(f"echo: {text}"), result()
+            )
+    elif msg.get("type") == "control_request" and msg["request"]["subtype"] == "interrupt":
+        agent.say(result("error", terminal_reason="aborted_streaming"))
+    elif msg.get("type") == "control_response":
+        agent.say(assistant("done"), result())
+
+
+class Harness:
+    def __init__(self, tmp: Path, *, server: dict[str, Any] | None = None, protocol: str = "stream-json", **prof: Any):
+        profile = AgentProfile(name="fake", protocol=protocol, executable="/usr/bin/true", **prof)
+        self.settings = Settings(
+            data_dir=tmp, server=ServerSettings(**(server or {})), agents={"fake": profile}, default_agent="fake"
+        )
+        self.store = MemoryStore()
+        self.spawner = Spawner(echo)
+        self.registry = Registry(self.settings, self.store, spawn=self.spawner)
+
+    async def thread(self, **options: Any) -> Conversation:
+        return await self.registry.create(agent="fake", cwd=None, model=None, title=None, options=options)
+
+    def events(self, conv: Conversation, kind: str | None = None) -> list[Any]:
+        return [r for r in self.store.events[conv.id] if kind is None or r.kind == kind]
+
+    async def until(self, conv: Conversation, kind: str, count: int = 1, **data: Any) -> list[Any]:
+        async with asyncio.timeout(5):
+            while True:
+                found = [r for r in self.events(conv, kind) if all(r.data.get(k) == v for k, v in data.items())]
+                if len(found) >= count:
+                    return found
+                await conv.wait_beyond(conv.core.last_seq, 1.0)
+
+
+@pytest.fixture
+async def h(tmp_path: Path) -> AsyncIterator[Harness]:
+    harness = Harness(tmp_path)
+    yield harness
+    await harness.registry.shutdown()
+
+
+def prompt(text: str) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": text}]
+
+
+# ---------------------------------------------------------------------- turns
+
+
+async def test_a_turn_is_written_once_and_ends_once_with_the_agents_result(h: Harness) -> None:
+    conv = await h.thread()
+    acc = await conv.submit(prompt("hello"), None)
+    [end] = await h.until(conv, "turn.ended")
+    assert end.data["turn_id"] == acc.turn_id and end.data["status"] == "success"
+    started = h.events(conv, "turn.started")[0]
+    assert started.data["prompt_seq"] == acc.seq == h.events(conv, "message")[0].seq
+    assert [json.loads(x)["type"] for x in h.spawner.agent.written] == ["user"]
+    assert conv.thread["native_session_id"] == "sess-1" and not conv.turn_active
+
+
+async def test_prompts_during_a_turn_are_queued_in_order_then_refused_when_full(h: Harness) -> None:
+    conv = await h.thread()
+    first = await conv.submit(prompt("slow"), None)
+    queued = [await conv.submit(prompt(f"queued {i}"), None) for i in range(5)]
+    assert all(q.queued for q in queued)
+    with pytest.raises(Busy):
+        await conv.submit(prompt("one too many"), None)
+    assert await conv.interrupt() is True
+    await h.until(conv, "turn.ended", turn_id=first.turn_id)
+    ends = await h.until(conv, "turn.ended", 6)
+    assert [e.data["turn_id"] for e in ends[1:]] == [q.turn_id for q in queued]
+    assert all(e.data["status"] == "success" for e in ends[1:])
+    texts = [r.data["text"] for r in h.events(conv, "message") if r.source == "agent"]
+    assert texts == [f"echo: queued {i}" for i in range(5)]
+
+
+async def test_client_id_makes_a_prompt_idempotent(h: Harness) -> None:
+    conv = await h.thread()
+    first = await conv.submit(prompt("only once"), "c-1")
+    await h.until(conv, "turn.ended")
+    again = await conv.submit(prompt("only once"), "c-1")
+    assert again.duplicate and again.seq == first.seq
+    twins = await asyncio.gather(conv.submit(prompt("twin"), "c-2"), conv.submit(prompt("twin"), "c-2"))
+    assert sorted(t.duplicate for t in twins) == [False, True] and twins[0].seq == twins[1].seq
+    written = [x for x in h.spawner.agent.written if "only once" in x or "twin" in x]
+    assert len(written) == 2
+
+
+async def test_terminal_line_with_no_turn_pending_is_recorded_not_assigned(h: Harness) -> None:
+    conv = await h.thread()
+    await conv.submit(prompt("hello"), None)
+    await h.until(conv, "turn.ended")
+    h.spawner.agent.say(result())  # after a background task: no turn is pending
+    [stray] = await h.until(conv, "agent.other")
+    assert stray.data["unsolicited"] == "turn.ended" and json.loads(stray.raw)["type"] == "result"
+    acc = await conv.submit(prompt("next one"), None)
+    ends = await h.until(conv, "turn.ended", 2)
+    assert ends[1].data["turn_id"] == acc.turn_id
+    assert [r.data["text"] for r in h.events(conv, "message") if r.source == "agent"][-1] == "echo: next one"
+
+
+async def test_agent_exit_mid_turn_ends_active_and_queued_turns_once_each(h: Harness) -> None:
+    conv = await h.thread()
+    first = await conv.submit(prompt("silent"), None)
+    second = await conv.submit(prompt("never written"), None)
+    assert second.queued
+    h.spawner.agent.say({"type": "system", "subtype": "init", "session_id": "sess-1"})
+    h.spawner.agent.say_stderr("crashing on purpose")
+    h.spawner.agent.exit(3)
+    ends = await h.until(conv, "turn.ended", 2)
+    assert [e.data["turn_id"] for e in ends] == [first.turn_id, second.turn_id]
+    assert all(e.data["status"] == "error" for e in ends) and "crashed" in ends[0].data["error"]
+    [exited] = h.events(conv, "process.exited")
+    assert exited.data["code"] == 3 and exited.data["reason"] == "crashed"
+    assert any("crashing on purpose" in r.data["text"] for r in h.events(conv, "diagnostic"))
+    assert not any("never written" in x for x in h.spawner.agents[0].written)
+    # The next prompt starts the agent again, resuming its session.
+    await conv.submit(prompt("again"), None)
+    await h.until(conv, "turn.ended", 3)
+    assert len(h.spawner.agents) == 2 and "--resume=sess-1" in h.spawner.agent.spec.argv
+
+
+async def test_interrupt_that_the_agent_ignores_stops_it_after_the_timeout(tmp_path: Path) -> None:
+    h = Harness(tmp_path, server={"interrupt_timeout_s": 0.05})
+    h.spawner.script = lambda agent, msg: None  # an agent that never answers
+    conv = await h.thread()
+    acc = await conv.submit(prompt("anything"), None)
+    assert await conv.interrupt() is True and await conv.interrupt() is True  # idempotent
+    [end] = await h.until(conv, "turn.ended")
+    assert end.data["turn_id"] == acc.turn_id and end.data["status"] == "cancelled"
+    assert [r.data["code"] for r in h.events(conv, "notice")] == ["interrupt_timeout"]
+    assert h.events(conv, "process.exited")[0].data["reason"] == "interrupt_timeout"
+    interrupts = [x for x in h.spawner.agent.written if '"interrupt"' in x]
+    assert len(interrupts) == 1
+    await h.registry.shutdown()
+
+
+async def test_interrupt_without_a_turn_is_false_and_writes_nothing(h: Harness) -> None:
+    conv = await h.thread()
+    await conv.submit(prompt("hello"), None)
+    await h.until(conv, "turn.ended")
+    assert await conv.interrupt() is False
+    assert len(h.spawner.agent.written) == 1
+
+
+# ---------------------------------------------------------------------- permissions
+
+
+async def test_two_answers_racing_get_one_acceptance_and_one_write(tmp_path: Path) -> None:
+    h = Harness(tmp_path, permission_prompts=True)
+    conv = await h.thread()
+    await conv.submit(prompt("ask"), None)
+    [asked] = await h.until(conv, "permission.requested")
+    rid = asked.data["request_id"]
+    argv = h.spawner.agent.spec.argv
+    assert argv[argv.index("--permission-prompt-tool") + 1] == "stdio"
+    assert [p["request_id"] for p in conv.pending_permissions()] == [rid]
+    assert conv.pending_permissions()[0]["seq"] == asked.seq
+    results = await asyncio.gather(
+        conv.answer_permission(rid, "allow", by="a"),
+        conv.answer_permission(rid, "deny", by="b"),
+        return_exceptions=True,
+    )
+    assert sum(isinstance(r, dict) for r in results) == 1
+    [err] = [r for r in results if isinstance(r, BaseException)]
+    assert isinstance(err, Conflict) and err.code == "already_resolved"
+    answers = [json.loads(x) for x in h.spawner.agent.written if "control_response" in x]
+    assert len(answers) == 1 and answers[0]["response"]["response"]["behavior"] == "allow"
+    await h.until(conv, "turn.ended")
+    assert conv.pending_permissions() == []
+    with pytest.raises(NotFound):
+        await conv.answer_permission("nope", "allow", by="a")
+    with pytest.raises(InvalidRequest):
+        await conv.answer_permission(rid, "maybe", by="a")
+
+
+async def test_unanswered_prompt_is_denied_by_the_timeout(tmp_path: Path) -> None:
+    h = Harness(tmp_path, server={"permission_timeout_s": 0.05}, permission_prompts=True)
+    conv = await h.thread()
+    await conv.submit(prompt("ask"), None)
+    [resolved] = await h.until(conv, "permission.resolved")
+    assert resolved.data["decision"] == "deny" and resolved.data["by"] == "timeout"
+    answer = json.loads(next(x for x in h.spawner.agent.written if "control_response" in x))
+    assert answer["response"]["response"] == {
+        "behavior": "deny",
+        "message": "No answer to the permission request in time",
+    }
+    with pytest.raises(Conflict):
+        await conv.answer_permission(resolved.data["request_id"], "allow", by="late")
+
+
+async def test_prompts_off_means_denied_by_policy_at_once(h: Harness) -> None:
+    conv = await h.thread()
+    await conv.submit(prompt("ask"), None)
+    [resolved] = await h.until(conv, "permission.resolved")
+    assert resolved.data["by"] == "policy" and conv.pending_permissions() == []
+    await h.until(conv, "turn.ended")
+    assert "--permission-prompt-tool" not in h.spawner.agent.spec.argv
+
+
+async def test_interrupt_while_a_prompt_is_pending_writes_no_answer(tmp_path: Path) -> None:
+    h = Harness(tmp_path, permission_prompts=True)
+    conv = await h.thread()
+    await conv.submit(prompt("ask"), None)
+    [asked] = await h.until(conv, "permission.requested")
+    await conv.interrupt()
+    # stream-json: the agent withdraws its own request (control_cancel_request)
+    h.spawner.agent.say({"type": "control_cancel_request", "request_id": asked.data["request_id"]})
+    [resolved] = await h.until(conv, "permission.resolved")
+    assert resolved.data == {"request_id": asked.data["request_id"], "decision": "cancelled", "by": "agent"}
+    [end] = await h.until(conv, "turn.ended")
+    assert end.data["status"] == "cancelled"
+    assert not any("control_response" in x for x in h.spawner.agent.written)
+    with pytest.raises(Conflict, match="already resolved"):
+        await conv.answer_permission(asked.data["request_id"], "allow", by="late")
+
+
+async def test_a_raw_control_response_takes_the_permission_flow(tmp_path: Path) -> None:
+    h = Harness(tmp_path, permission_prompts=True)
+    conv = await h.thread()
+    await conv.submit(prompt("ask"), None)
+    [asked] = await h.until(conv, "permission.requested")
+    rid = asked.data["request_id"]
+    raw = {
+        "type": "control_response",
+        "response": {"subtype": "success", "request_id": rid, "response": {"behavior": "deny", "message": "no"}},
+    }
+    await conv.write_raw(raw)
+    [resolved] = await h.until(conv, "permission.resolved")
+    assert resolved.data["by"] == "raw" and resolved.data["decision"] == "deny"
+    with pytest.raises(Conflict):
+        await conv.write_raw(raw)
+    assert sum("control_response" in x for x in h.spawner.agent.written) == 1
+
+
+# ---------------------------------------------------------------------- tasks, secrets, limits
+
+
+async def test_task_events_build_the_task_table_and_late_ones_are_ignored(h: Harness) -> None:
+    conv = await h.thread()
+    await conv.submit(prompt("silent"), None)
+    agent = h.spawner.agent
+    agent.say({"type": "system", "subtype": "task_started", "task_id": "t1", "description": "sub"})
+    agent.say({"type": "system", "subtype": "task_notification", "task_id": "t1", "status": "completed"})
+    agent.say({"type": "system", "subtype": "task_notification", "task_id": "t1", "status": "failed"})
+    await h.until(conv, "agent.other")
+    [task] = conv.tasks.snapshot()
+    assert task["task_id"] == "t1" and task["status"] == "completed"
+    [ignored] = h.events(conv, "agent.other")
+    assert ignored.data["task_event_ignored"] == "duplicate"
+    assert json.loads(conv.thread["tasks"])
+
+
+async def test_profile_secrets_never_reach_the_transcript(tmp_path: Path) -> None:
+    h = Harness(tmp_path, env={"MY_API_KEY": "s3cr3t-value"})
+    conv = await h.thread()
+    await conv.submit(prompt("silent"), None)
+    h.spawner.agent.say(assistant("the key is s3cr3t-value"))
+    h.spawner.agent.say_stderr("stderr has s3cr3t-value too")
+    await h.until(conv, "diagnostic")
+    stored = "".join(r.envelope() for r in h.events(conv))
+    assert "s3cr3t-value" not in stored and stored.count("[redacted]") >= 2
+
+
+async def test_capacity_check_refuses_a_start_beyond_max_conversations(tmp_path: Path) -> None:
+    h = Harness(tmp_path, server={"max_conversations": 1})
+    one, two = await h.thread(), await h.thread()
+    await one.submit(prompt("hello"), None)
+    with pytest.raises(Exception, match="max_conversations"):
+        await two.submit(prompt("hello"), None)
+    assert len(h.spawner.agents) == 1
+    await h.registry.shutdown()
+
+
+async def test_a_store_that_refuses_the_prompt_leaves_no_turn_behind(h: Harness) -> None:
+    conv = await h.thread()
+    await conv.ensure_started()
+    h.store.fail_appends = OSError("disk full")
+    with pytest.raises(OSError):
+        await conv.submit(prompt("hello"), None)
+    assert not conv.busy
+    h.store.fail_appends = None
+    await conv.submit(prompt("hello"), None)
+    await h.until(conv, "turn.ended")
+
+
+async def test_stop_ends_the_process_and_the_thread_resumes(h: Harness) -> None:
+    conv = await h.thread()
+    await conv.submit(prompt("hello"), None)
+    await h.until(conv, "turn.ended")
+    await conv.stop()
+    assert not conv.running and conv.thread["last_exit"]["reason"] == "stopped"
+    await conv.submit(prompt("hello"), None)
+    await h.until(conv, "turn.ended", 2)
+    assert "--resume=sess-1" in h.spawner.agent.spec.argv

@@ -2,18 +2,32 @@
 
     BridgeError                      code, message, http status
     ├── ConfigError                  bad config file / flag / profile (startup)
-    ├── LaunchRefused                a launch rule said no; nothing was spawned (API.md §2)
-    ├── NotFound                     thread_not_found, agent_not_found
+    ├── LaunchRefused                a launch rule said no; nothing was spawned (docs/api.md §2)
+    ├── Unauthorized                 missing or wrong credentials
+    ├── NotFound                     thread_not_found, agent_not_found, a page asset
     ├── InvalidRequest               a client sent something we will not act on
     ├── Busy                         too many queued prompts on one thread
     ├── Capacity                     max_conversations agents are already running
     ├── Conflict                     the thread is not in a state that allows this
     └── StoreError                   the store failed; nothing acknowledged was lost
 
-Only ``api/`` maps these onto HTTP statuses and WebSocket frames.
+Only ``api/`` maps these onto HTTP statuses and WebSocket frames, always with the one
+error body of :func:`error_body` (docs/api.md §9).
 """
 
 from __future__ import annotations
+
+import json
+
+
+def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
+    """The body of every refusal the bridge sends: ``{"error": {"code", "message"}}``."""
+    return {"error": {"code": code, "message": message}}
+
+
+def error_json(code: str, message: str) -> bytes:
+    """:func:`error_body` as UTF-8 JSON, for the places that write raw ASGI / HTTP."""
+    return json.dumps(error_body(code, message)).encode()
 
 
 class BridgeError(Exception):
@@ -26,9 +40,6 @@ class BridgeError(Exception):
         if code is not None:
             self.code = code
 
-    def to_dict(self) -> dict[str, str]:
-        return {"code": self.code, "message": self.message}
-
 
 class ConfigError(BridgeError):
     code = "config_error"
@@ -38,6 +49,11 @@ class ConfigError(BridgeError):
 class LaunchRefused(BridgeError):
     code = "launch_refused"
     status = 422
+
+
+class Unauthorized(BridgeError):
+    code = "unauthorized"
+    status = 401
 
 
 class NotFound(BridgeError):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
 
 import structlog
 from fastapi import FastAPI, Request
@@ -24,16 +23,12 @@ from bridge.api.security import (
     session_router,
 )
 from bridge.config import Settings
-from bridge.errors import BridgeError, ConfigError
+from bridge.errors import BridgeError, ConfigError, error_body
 from bridge.process.launch import is_loopback_host
 from bridge.sessions.registry import Registry
 from bridge.store.sqlite import SqliteStore
 
 log = structlog.get_logger("bridge.api")
-
-
-def error_body(code: str, message: str) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message}}
 
 
 def create_app(

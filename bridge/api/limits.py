@@ -4,10 +4,11 @@ chunked — is answered 413 with the standard error body before the app sees it.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from bridge.errors import error_json
 
 MAX_BODY_BYTES = 8 * 1024 * 1024  # the same cap as one WebSocket frame (api/ws.py)
 
@@ -62,9 +63,7 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
     async def _refuse(self, send: Send) -> None:
-        body = json.dumps(
-            {"error": {"code": "body_too_large", "message": f"request body over {self.max_bytes} bytes"}}
-        ).encode()
+        body = error_json("body_too_large", f"request body over {self.max_bytes} bytes")
         headers: list[Any] = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),

@@ -37,7 +37,7 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bridge.config import DEFAULT_PORTS, Settings, parse_host_port, parse_origin
-from bridge.errors import BridgeError, ConfigError
+from bridge.errors import ConfigError, Unauthorized, error_body
 from bridge.process.launch import is_loopback_host
 
 log = structlog.get_logger("bridge.security")
@@ -45,11 +45,6 @@ log = structlog.get_logger("bridge.security")
 SUBPROTOCOL = "agent-bridge.v1"
 BEARER_PREFIX = "bearer."
 COOKIE_NAME = "agent_bridge_session"
-
-
-class Unauthorized(BridgeError):
-    code = "unauthorized"
-    status = 401
 
 
 # --------------------------------------------------------------------------- the token
@@ -507,7 +502,7 @@ def _with_cors(send: Send, origin: str) -> Callable[[Message], Awaitable[None]]:
 
 async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, code: str, message: str) -> None:
     log.info("security.refused", code=code, type=scope["type"], path=scope.get("path"))
-    body = {"error": {"code": code, "message": message}}
+    body = error_body(code, message)
     if scope["type"] == "websocket" and "websocket.http.response" not in scope.get("extensions", {}):
         # No denial-response extension: closing before accept is an HTTP 403.
         await send({"type": "websocket.close", "code": 1008})

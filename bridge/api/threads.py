@@ -9,9 +9,9 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from bridge.api.content import normalize_prompt
+from bridge.api.schema import PermissionIn, PromptIn
 from bridge.api.security import require_auth
 from bridge.api.views import thread_view
 from bridge.errors import InvalidRequest
@@ -47,20 +47,6 @@ class CreateThread(BaseModel):
 class PatchThread(BaseModel):
     model_config = ConfigDict(extra="forbid")
     title: str = Field(..., max_length=512)
-
-
-class PostMessage(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    text: str | None = None
-    content: list[Any] | None = None
-    client_id: str | None = Field(None, min_length=1, max_length=128)
-
-    @field_validator("client_id")
-    @classmethod
-    def _utf8(cls, v: str | None) -> str | None:
-        if v is not None and not _is_utf8(v):
-            raise ValueError("client_id must be valid Unicode text")
-        return v
 
 
 async def _conv(request: Request, thread_id: str) -> Conversation:
@@ -122,10 +108,9 @@ async def delete_thread(thread_id: str, request: Request) -> Response:
 
 
 @router.post("/threads/{thread_id}/messages", status_code=202)
-async def post_message(thread_id: str, body: PostMessage, request: Request, response: Response) -> dict[str, Any]:
-    content = normalize_prompt(body.text, body.content)
+async def post_message(thread_id: str, body: PromptIn, request: Request, response: Response) -> dict[str, Any]:
     conv = await _conv(request, thread_id)
-    acc = await conv.submit(content, body.client_id)
+    acc = await conv.submit(body.blocks, body.client_id)
     if acc.duplicate:
         response.status_code = 200
     return {"seq": acc.seq, "turn_id": acc.turn_id, "duplicate": acc.duplicate, "queued": acc.queued}
@@ -151,13 +136,6 @@ async def stop(thread_id: str, request: Request) -> dict[str, Any]:
     return thread_view(conv.thread)
 
 
-class PermissionAnswer(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    decision: str = Field(..., pattern="^(allow|deny)$")
-    option_id: str | None = Field(None, min_length=1, max_length=256)
-    message: str | None = Field(None, max_length=4096)
-
-
 @router.get("/threads/{thread_id}/permissions")
 async def list_permissions(thread_id: str, request: Request) -> dict[str, Any]:
     conv = await _conv(request, thread_id)
@@ -165,9 +143,7 @@ async def list_permissions(thread_id: str, request: Request) -> dict[str, Any]:
 
 
 @router.post("/threads/{thread_id}/permissions/{request_id}")
-async def answer_permission(
-    thread_id: str, request_id: str, body: PermissionAnswer, request: Request
-) -> dict[str, Any]:
+async def answer_permission(thread_id: str, request_id: str, body: PermissionIn, request: Request) -> dict[str, Any]:
     conv = await _conv(request, thread_id)
     return await conv.answer_permission(
         request_id, body.decision, by="rest", option_id=body.option_id, message=body.message
@@ -249,14 +225,6 @@ async def events_stream(thread_id: str, request: Request, after: int = Query(0, 
     return StreamingResponse(
         body(), media_type="text/event-stream", headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
     )
-
-
-def _is_utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def validate_after(value: str | None) -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 from fastapi import APIRouter
 from fastapi.responses import FileResponse, Response
 
-from bridge.errors import BridgeError
+from bridge.errors import NotFound
 
 CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -29,11 +29,6 @@ CONTENT_TYPES = {
 }
 # Unhashed file names: the browser may keep a copy but must revalidate (ETag) each time.
 CACHE = {"Cache-Control": "no-cache"}
-
-
-class AssetNotFound(BridgeError):
-    code = "not_found"
-    status = 404
 
 
 def web_root() -> Path | None:
@@ -62,7 +57,7 @@ def make_router(root: Path | None = None) -> APIRouter:
     def serve(rel: str) -> Response:
         path = files.get(rel)
         if path is None:
-            raise AssetNotFound(f"no such page asset: {rel[:200]}")
+            raise NotFound(f"no such page asset: {rel[:200]}", code="not_found")
         return FileResponse(path, media_type=CONTENT_TYPES[path.suffix], headers=CACHE)
 
     @router.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)

@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 from starlette.websockets import WebSocketState
 
-from bridge.api.content import normalize_prompt
+from bridge.api.schema import PermissionFrame, PromptIn, RawIn, frame_error_code
 from bridge.api.security import SUBPROTOCOL, authorized
-from bridge.api.threads import _is_utf8
 from bridge.api.ws_transport import SEND_TEXTS
 from bridge.clock import now_iso
-from bridge.errors import BridgeError, InvalidRequest
+from bridge.errors import BridgeError, InvalidRequest, error_body
 from bridge.protocols.envelope import Frames, ephemeral
 from bridge.protocols.events import Record
 from bridge.protocols.jsonline import loads_strict
@@ -47,9 +48,7 @@ async def thread_ws(ws: WebSocket, thread_id: str) -> None:
     if not _authorized(ws):
         # Refused before the upgrade: an HTTP 401, nothing of the thread is looked up.
         await ws.send_denial_response(
-            JSONResponse(
-                {"error": {"code": "unauthorized", "message": "missing or wrong credentials"}}, status_code=401
-            )
+            JSONResponse(error_body("unauthorized", "missing or wrong credentials"), status_code=401)
         )
         return
     offered = [p.strip() for p in ws.headers.get("sec-websocket-protocol", "").split(",")]
@@ -232,44 +231,55 @@ class _Session:
         op = frame.get("op")
         client_id = frame.get("client_id")
         ids = {"client_id": client_id} if isinstance(client_id, str) else {}
+        handler = _OPS.get(op) if isinstance(op, str) else None
         try:
-            if op == "prompt":
-                if client_id is not None and (
-                    not isinstance(client_id, str) or not 0 < len(client_id) <= 128 or not _is_utf8(client_id)
-                ):
-                    raise InvalidRequest("client_id must be a string of 1-128 characters", code="invalid_client_id")
-                content = normalize_prompt(frame.get("text"), frame.get("content"))
-                acc = await self.conv.submit(content, client_id)
-                await self._accept(
-                    "prompt", seq=acc.seq, turn_id=acc.turn_id, duplicate=acc.duplicate, queued=acc.queued, **ids
-                )
-            elif op == "interrupt":
-                active = await self.conv.interrupt()
-                await self._accept("interrupt", active=active, **ids)
-            elif op == "raw":
-                message = frame.get("message")
-                if not isinstance(message, dict):
-                    raise InvalidRequest("'message' must be a JSON object", code="invalid_frame")
-                seq = await self.conv.write_raw(message)
-                await self._accept("raw", seq=seq, **ids)
-            elif op == "permission":
-                rid, decision = frame.get("request_id"), frame.get("decision")
-                option_id, message = frame.get("option_id"), frame.get("message")
-                if not isinstance(rid, str) or not rid or len(rid) > 256:
-                    raise InvalidRequest("request_id must be a string", code="invalid_frame")
-                if option_id is not None and not isinstance(option_id, str):
-                    raise InvalidRequest("option_id must be a string", code="invalid_frame")
-                if message is not None and (not isinstance(message, str) or len(message) > 4096):
-                    raise InvalidRequest("message must be a string", code="invalid_frame")
-                resolved = await self.conv.answer_permission(
-                    rid,
-                    str(decision),
-                    by=client_id if isinstance(client_id, str) else "websocket",
-                    option_id=option_id,
-                    message=message,
-                )
-                await self._accept("permission", **resolved)
-            else:
+            if handler is None:
                 raise InvalidRequest(f"unknown op {op!r}", code="unknown_op")
+            try:
+                await handler(self, frame, ids)
+            except ValidationError as exc:
+                raise InvalidRequest(_first_error(exc), code=frame_error_code(exc)) from None
         except BridgeError as exc:
             await self._reject(op if isinstance(op, str) else None, exc.code, exc.message, **ids)
+
+    async def _op_prompt(self, frame: dict[str, Any], ids: dict[str, str]) -> None:
+        body: PromptIn = PromptIn.from_frame(frame)
+        acc = await self.conv.submit(body.blocks, body.client_id)
+        await self._accept(
+            "prompt", seq=acc.seq, turn_id=acc.turn_id, duplicate=acc.duplicate, queued=acc.queued, **ids
+        )
+
+    async def _op_interrupt(self, frame: dict[str, Any], ids: dict[str, str]) -> None:
+        active = await self.conv.interrupt()
+        await self._accept("interrupt", active=active, **ids)
+
+    async def _op_raw(self, frame: dict[str, Any], ids: dict[str, str]) -> None:
+        body: RawIn = RawIn.from_frame(frame)
+        seq = await self.conv.write_raw(body.message)
+        await self._accept("raw", seq=seq, **ids)
+
+    async def _op_permission(self, frame: dict[str, Any], ids: dict[str, str]) -> None:
+        body: PermissionFrame = PermissionFrame.from_frame(frame)
+        resolved = await self.conv.answer_permission(
+            body.request_id,
+            body.decision,
+            by=ids.get("client_id", "websocket"),
+            option_id=body.option_id,
+            message=body.message,
+        )
+        await self._accept("permission", **resolved)
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(x) for x in err.get("loc", ()))
+    return f"{where}: {err.get('msg')}" if where else str(err.get("msg"))
+
+
+_Op = Callable[[_Session, dict[str, Any], dict[str, str]], Awaitable[None]]
+_OPS: dict[str, _Op] = {
+    "prompt": _Session._op_prompt,
+    "interrupt": _Session._op_interrupt,
+    "raw": _Session._op_raw,
+    "permission": _Session._op_permission,
+}

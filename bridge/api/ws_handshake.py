@@ -16,12 +16,13 @@ handshake" at error level for a refusal that went out as intended.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.exceptions import InvalidMessage
 from websockets.http11 import MAX_LINE_LENGTH, MAX_NUM_HEADERS
+
+from bridge.errors import error_json
 
 _REFUSALS: dict[str, tuple[int, str, str, str]] = {
     "RequestLineTooLong": (
@@ -50,7 +51,7 @@ def refusal(exc: BaseException) -> bytes:
     """The HTTP response for a handshake the parser refused."""
     cause = exc.__cause__ if isinstance(exc, InvalidMessage) and exc.__cause__ else exc
     status, phrase, code, message = _REFUSALS.get(type(cause).__name__, _BAD_REQUEST)
-    body = json.dumps({"error": {"code": code, "message": message}}).encode()
+    body = error_json(code, message)
     head = (
         f"HTTP/1.1 {status} {phrase}\r\ncontent-type: application/json\r\n"
         f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"

@@ -1,0 +1,86 @@
+"""Client input, one schema for every transport: a REST body and a WebSocket frame that
+mean the same thing are validated by the same model (docs/api.md §4.6, §5.4).
+
+A malformed field is a pydantic ValidationError, which each transport answers in its own
+words (REST: 400 ``invalid_request``; a frame: ``client.rejected`` ``invalid_frame``, or
+``invalid_client_id`` for the client id); content blocks that cannot be sent are refused
+as ``invalid_content`` by :func:`~bridge.api.content.normalize_prompt` in both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from bridge.api.content import normalize_prompt
+
+MAX_CLIENT_ID = 128
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    @classmethod
+    def from_frame(cls, frame: dict[str, Any]) -> Any:
+        """Validate a WebSocket frame: its known fields only (a frame may carry others,
+        ``op`` first among them)."""
+        return cls.model_validate({k: frame[k] for k in cls.model_fields if k in frame})
+
+
+class PromptIn(_In):
+    text: str | None = None
+    content: list[Any] | None = None
+    client_id: str | None = Field(None, min_length=1, max_length=MAX_CLIENT_ID)
+
+    @field_validator("client_id")
+    @classmethod
+    def _client_id(cls, v: str | None) -> str | None:
+        if v is not None and not _utf8(v):
+            raise ValueError("client_id must be valid Unicode text")
+        return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _blocks(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            # InvalidRequest (invalid_content), not a ValidationError: the same answer on
+            # every transport. Checked before the field types, as it always was.
+            data = {**data, "content": normalize_prompt(data.get("text"), data.get("content")), "text": None}
+        return data
+
+    @property
+    def blocks(self) -> list[dict[str, Any]]:
+        assert self.content is not None
+        return self.content
+
+
+class PermissionIn(_In):
+    decision: str = Field(..., max_length=16)  # allow | deny, checked by the conversation
+    option_id: str | None = Field(None, min_length=1, max_length=256)
+    message: str | None = Field(None, max_length=4096)
+
+
+class PermissionFrame(PermissionIn):
+    request_id: str = Field(..., min_length=1, max_length=256)
+
+
+class RawIn(_In):
+    message: dict[str, Any]
+
+
+def frame_error_code(exc: ValidationError) -> str:
+    """The code a frame's ValidationError is answered with."""
+    fields = {str(e["loc"][0]) for e in exc.errors() if e.get("loc")}
+    return "invalid_client_id" if fields == {"client_id"} else "invalid_frame"
+
+
+__all__ = ["PermissionFrame", "PermissionIn", "PromptIn", "RawIn", "frame_error_code"]

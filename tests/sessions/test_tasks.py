@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -17,6 +18,7 @@ from bridge.sessions.tasks import (
     MAX_STR,
     TERMINAL_STATUSES,
     ApplyResult,
+    TaskSnapshot,
     TaskTable,
 )
 
@@ -42,6 +44,31 @@ def started(table: TaskTable, now: float, task_id: str = "t1", **extra: Any) -> 
 
 def notify(table: TaskTable, now: float, status: str, task_id: str = "t1", **extra: Any) -> ApplyResult:
     return feed(table, now, subtype="task_notification", task_id=task_id, status=status, **extra)
+
+
+def task_of(table: TaskTable, task_id: str) -> TaskSnapshot | None:
+    """The one task with that id as ``snapshot()`` lists it, or None."""
+    found = [t for t in table.snapshot() if t["task_id"] == task_id]
+    assert len(found) <= 1, found
+    return found[0] if found else None
+
+
+def ids(table: TaskTable) -> list[str]:
+    return [t["task_id"] for t in table.snapshot()]
+
+
+def unfinished(table: TaskTable) -> list[str]:
+    """Ids of the tasks still waiting for their ``task_notification``, oldest first."""
+    return [t["task_id"] for t in table.snapshot() if not t["terminal"]]
+
+
+def routed_to(table: TaskTable, tool_use_id: str) -> str | None:
+    """The task an event carrying only ``tool_use_id`` (no ``task_id``) is routed to, found by
+    applying such an event to a copy of the table so the table itself is left untouched."""
+    probe = copy.deepcopy(table)
+    res = probe.apply({"event": "task_progress", "tool_use_id": tool_use_id}, None, 0.0)
+    assert (res.reason == "invalid") == (res.task is None), res
+    return None if res.task is None else res.task["task_id"]
 
 
 def phase(title: str) -> dict[str, Any]:
@@ -89,7 +116,7 @@ def test_task_started_creates_a_running_task_with_its_identity() -> None:
     assert task["tool_use_id"] == "toolu_01" and task["parent_task_id"] == "t0"
     assert task["is_backgrounded"] is True
     assert task["started_at"] == task["updated_at"] == 10.0 and task["ended_at"] is None
-    assert table.get("t1") == task and "t1" in table and len(table) == 1
+    assert table.snapshot() == [task] and "t1" in table and len(table) == 1
 
 
 def test_task_type_falls_back_to_subagent_type_as_the_codec_reports_it() -> None:
@@ -144,7 +171,7 @@ def test_task_progress_updates_usage_tool_summary_and_description_but_not_status
     assert task["description"] == "Explore more"
     assert task["status"] == "paused"  # the codec's default "running" for progress is not a status change
     feed(table, 3.0, subtype="task_progress", task_id="t1", usage={"total_tokens": 5})
-    after = table.get("t1")
+    after = task_of(table, "t1")
     assert after is not None and after["usage"] == {"total_tokens": 5}  # usage is a snapshot too
     assert after["last_tool_name"] == "Grep"  # absent keys keep their value
 
@@ -154,22 +181,22 @@ def test_workflow_progress_is_a_snapshot_that_replaces_the_previous_one() -> Non
     started(table, 1.0, task_type="local_workflow")
     first = [phase("Gather"), agent("child-1"), agent("child-2", tokens=10)]
     feed(table, 2.0, subtype="task_progress", task_id="t1", workflow_progress=first)
-    task = table.get("t1")
+    task = task_of(table, "t1")
     assert task is not None and task["workflow_progress"] == first
     second = [phase("Write"), agent("child-1", state="done", endedAt=1785470001000)]
     feed(table, 3.0, subtype="task_progress", task_id="t1", workflow_progress=second)
-    task = table.get("t1")
+    task = task_of(table, "t1")
     assert task is not None and task["workflow_progress"] == second  # never merged
     labels = [e.get("label") for e in task["workflow_progress"] or []]
     assert "child-2" not in labels and all("tokens" not in e for e in task["workflow_progress"] or [])
     feed(table, 4.0, subtype="task_progress", task_id="t1", summary="no timeline in this one")
-    task = table.get("t1")
+    task = task_of(table, "t1")
     assert task is not None and task["workflow_progress"] == second  # absent: kept
     feed(table, 5.0, subtype="task_progress", task_id="t1", workflow_progress={"not": "a list"})
-    task = table.get("t1")
+    task = task_of(table, "t1")
     assert task is not None and task["workflow_progress"] == second  # malformed: ignored
     feed(table, 6.0, subtype="task_progress", task_id="t1", workflow_progress=[])
-    task = table.get("t1")
+    task = task_of(table, "t1")
     assert task is not None and task["workflow_progress"] == []  # an empty snapshot is a snapshot
 
 
@@ -187,10 +214,10 @@ def test_task_updated_applies_only_the_keys_present_in_the_patch() -> None:
     table = TaskTable()
     started(table, 1.0, description="orig", task_type="local_workflow")
     feed(table, 2.0, subtype="task_updated", task_id="t1", patch={"description": "renamed"})
-    task = table.get("t1")
+    task = task_of(table, "t1")
     assert task is not None and task["description"] == "renamed" and task["status"] == "running"
     feed(table, 3.0, subtype="task_updated", task_id="t1", patch={"status": "paused"})
-    task = table.get("t1")
+    task = task_of(table, "t1")
     assert task is not None and task["status"] == "paused" and task["description"] == "renamed"
     feed(
         table,
@@ -199,7 +226,7 @@ def test_task_updated_applies_only_the_keys_present_in_the_patch() -> None:
         task_id="t1",
         patch={"is_backgrounded": True, "error": "boom", "end_time": 1785470000123, "bogus": 1},
     )
-    task = table.get("t1")
+    task = task_of(table, "t1")
     assert task is not None
     assert task["is_backgrounded"] is True and task["error"] == "boom" and task["end_time"] == 1785470000123
     assert task["status"] == "paused" and task["description"] == "renamed" and "bogus" not in task
@@ -213,9 +240,9 @@ def test_every_patch_status_is_live_and_never_terminal(status: str) -> None:
     res = feed(table, 2.0, subtype="task_updated", task_id="t1", patch={"status": status, "end_time": 5})
     assert res.accepted and res.task is not None
     assert res.task["status"] == status and not res.task["terminal"] and res.task["ended_at"] is None
-    assert table.unfinished() == ["t1"]
+    assert unfinished(table) == ["t1"]
     feed(table, 3.0, subtype="task_updated", task_id="t1", patch={"status": "running"})
-    task = table.get("t1")
+    task = task_of(table, "t1")
     assert task is not None and task["status"] == "running"  # live statuses can move freely
 
 
@@ -298,7 +325,7 @@ def test_notification_is_the_authoritative_terminal_state(given_status: str, ter
     assert res.task["terminal"] and res.task["ended_at"] == 2.0
     assert res.task["output_file"] == "/var/tmp/example" and res.task["summary"] == "Found 3 files"
     assert res.task["usage"] == {"total_tokens": 2048}
-    assert table.unfinished() == []
+    assert unfinished(table) == []
 
 
 def test_notification_without_status_ends_the_task_as_stopped() -> None:
@@ -360,7 +387,7 @@ def test_late_progress_is_applied_within_the_grace_window_then_refused() -> None
     assert edge.accepted  # exactly 5 s after the notification is still inside
     outside = feed(table, 15.01, subtype="task_progress", task_id="t1", summary="too late", workflow_progress=[])
     assert (outside.accepted, outside.reason) == (False, "late")
-    task = table.get("t1")
+    task = task_of(table, "t1")
     assert (
         task is not None and task["summary"] == "late 2" and task["workflow_progress"] == [agent("c1", state="error")]
     )
@@ -414,7 +441,7 @@ def test_unknown_task_is_created_lazily_from_any_event() -> None:
     assert paused.task is not None and paused.task["status"] == "running"
     notified = notify(table, 3.0, "killed", task_id="n")
     assert notified.task is not None and notified.task["status"] == "stopped" and notified.task["terminal"]
-    assert [t["task_id"] for t in table.list()] == ["p", "u", "v", "n"]
+    assert ids(table) == ["p", "u", "v", "n"]
 
 
 def test_events_without_a_usable_task_id_or_kind_are_invalid() -> None:
@@ -432,27 +459,25 @@ def test_tool_use_id_correlates_and_looks_tasks_up() -> None:
     table = TaskTable()
     started(table, 1.0, task_id="t1", tool_use_id="toolu_01")
     started(table, 2.0, task_id="t2", tool_use_id="toolu_02")
-    found = table.by_tool_use_id("toolu_02")
-    assert found is not None and found["task_id"] == "t2"
-    assert table.by_tool_use_id("toolu_nope") is None
+    assert routed_to(table, "toolu_02") == "t2"
+    assert routed_to(table, "toolu_nope") is None
     # An event that lost its task_id is routed by the tool_use_id.
     res = table.apply({"event": "task_progress", "tool_use_id": "toolu_01", "summary": "via tool"}, None, 3.0)
     assert res.accepted and res.task is not None and res.task["task_id"] == "t1"
     assert res.task["summary"] == "via tool"
     # The first tool_use_id a task shows is the one kept.
     feed(table, 4.0, subtype="task_progress", task_id="t1", tool_use_id="toolu_other")
-    first = table.get("t1")
+    first = task_of(table, "t1")
     assert first is not None and first["tool_use_id"] == "toolu_01"
-    assert table.by_tool_use_id("toolu_other") is None
+    assert routed_to(table, "toolu_other") is None
 
 
 def test_a_lazily_created_task_learns_its_tool_use_id_later() -> None:
     table = TaskTable()
     feed(table, 1.0, subtype="task_updated", task_id="t1", patch={"status": "running"})
-    assert table.by_tool_use_id("toolu_01") is None
+    assert routed_to(table, "toolu_01") is None
     feed(table, 2.0, subtype="task_progress", task_id="t1", tool_use_id="toolu_01")
-    found = table.by_tool_use_id("toolu_01")
-    assert found is not None and found["task_id"] == "t1"
+    assert routed_to(table, "toolu_01") == "t1"
 
 
 # ---------------------------------------------------------------------- untrusted text & caps
@@ -478,7 +503,7 @@ def test_every_string_is_capped() -> None:
         usage={"note": huge},
     )
     assert len(table) == 1  # the capped id still names the same task
-    task = table.list()[0]
+    [task] = table.snapshot()
     assert len(task["summary"] or "") == MAX_STR and len(task["last_tool_name"] or "") == MAX_STR
     entry = (task["workflow_progress"] or [])[0]
     assert len(entry["label"]) == MAX_STR and len(entry["resultPreview"]) == MAX_STR
@@ -502,7 +527,7 @@ def test_oversized_workflow_progress_keeps_the_leading_entries_and_is_marked_tru
     assert 0 < len(kept) < len(entries) and kept == entries[: len(kept)]
     assert len(json.dumps(kept, separators=(",", ":"))) <= MAX_SNAPSHOT_BYTES
     feed(table, 2.0, subtype="task_progress", task_id="t1", workflow_progress=entries[:3])
-    task = table.get("t1")
+    task = task_of(table, "t1")
     assert task is not None and not task["workflow_progress_truncated"] and task["workflow_progress"] == entries[:3]
 
 
@@ -544,7 +569,7 @@ def test_oversized_usage_is_ignored_and_structured_errors_become_text() -> None:
     started(table, 1.0)
     feed(table, 2.0, subtype="task_progress", task_id="t1", usage={"total_tokens": 1})
     feed(table, 3.0, subtype="task_progress", task_id="t1", usage={f"k{i}": "v" * 100 for i in range(500)})
-    task = table.get("t1")
+    task = task_of(table, "t1")
     assert task is not None and task["usage"] == {"total_tokens": 1}
     res = feed(table, 4.0, subtype="task_updated", task_id="t1", patch={"error": {"message": "boom", "code": 7}})
     assert res.task is not None and json.loads(res.task["error"] or "") == {"message": "boom", "code": 7}
@@ -559,7 +584,7 @@ def test_snapshots_are_copies() -> None:
     (res.task["workflow_progress"] or []).clear()
     (res.task["usage"] or {}).clear()
     res.task["status"] = "hacked"
-    task = table.get("t1")
+    task = task_of(table, "t1")
     assert task is not None and task["workflow_progress"] == [agent("c")] and task["usage"] == {"total_tokens": 1}
     assert task["status"] == "running"
 
@@ -567,15 +592,14 @@ def test_snapshots_are_copies() -> None:
 # ---------------------------------------------------------------------- listing & capacity
 
 
-def test_list_is_sorted_by_started_at_and_matches_snapshot() -> None:
+def test_snapshot_is_sorted_by_started_at_ties_in_arrival_order() -> None:
     table = TaskTable()
     started(table, 5.0, task_id="late")
     started(table, 1.0, task_id="early")
     started(table, 3.0, task_id="middle")
     started(table, 3.0, task_id="middle2")
-    assert [t["task_id"] for t in table.list()] == ["early", "middle", "middle2", "late"]
-    assert table.list() == table.snapshot()
-    keys = set(table.list()[0])
+    assert ids(table) == ["early", "middle", "middle2", "late"]
+    keys = set(table.snapshot()[0])
     assert {
         "task_id",
         "task_type",
@@ -603,13 +627,13 @@ def test_terminal_tasks_are_evicted_first_longest_ended_first() -> None:
     notify(table, 5.0, "completed", task_id="c")
     notify(table, 4.0, "completed", task_id="a")  # ended first, though it sorts first anyway
     started(table, 6.0, task_id="d")
-    assert [t["task_id"] for t in table.list()] == ["b", "c", "d"]
-    assert table.by_tool_use_id("toolu_a") is None
+    assert ids(table) == ["b", "c", "d"]
+    assert routed_to(table, "toolu_a") is None
     started(table, 7.0, task_id="e")
-    assert [t["task_id"] for t in table.list()] == ["b", "d", "e"]
+    assert ids(table) == ["b", "d", "e"]
     # No terminal task left: the oldest-started one goes.
     started(table, 8.0, task_id="f")
-    assert [t["task_id"] for t in table.list()] == ["d", "e", "f"]
+    assert ids(table) == ["d", "e", "f"]
     assert len(table) == 3
 
 
@@ -629,8 +653,7 @@ def test_evicting_a_task_hands_its_tool_use_id_to_another_holder() -> None:
     started(table, 1.0, task_id="a", tool_use_id="toolu_shared")
     started(table, 2.0, task_id="b", tool_use_id="toolu_shared")  # b now owns the index entry
     started(table, 2.5, task_id="x")  # evicts a (oldest), index still points to b
-    found = table.by_tool_use_id("toolu_shared")
-    assert found is not None and found["task_id"] == "b"
+    assert routed_to(table, "toolu_shared") == "b"
 
 
 def test_limits_must_be_sane() -> None:
@@ -691,11 +714,11 @@ def test_json_round_trip_is_exact() -> None:
     assert "gone" not in table and len(table) == 3
     text = table.to_json()
     back = TaskTable.from_json(text, max_tasks=3)
-    assert back.list() == table.list()
+    assert back.snapshot() == table.snapshot()
     assert back.to_json() == text
-    assert TaskTable.from_json(text.encode(), max_tasks=3).list() == table.list()
-    for tool_use_id in ("toolu_wf", "toolu_bash", "toolu_gone"):
-        assert back.by_tool_use_id(tool_use_id) == table.by_tool_use_id(tool_use_id)
+    assert TaskTable.from_json(text.encode(), max_tasks=3).snapshot() == table.snapshot()
+    for tool_use_id, owner in (("toolu_wf", "wf"), ("toolu_bash", "bash"), ("toolu_gone", None)):
+        assert routed_to(back, tool_use_id) == routed_to(table, tool_use_id) == owner
     # The restored table behaves exactly like the original from here on.
     for t in (table, back):
         assert notify(t, 9.0, "completed", task_id="gone").reason == "duplicate"
@@ -724,19 +747,19 @@ def test_from_json_rejects_what_is_not_a_table_and_skips_malformed_entries() -> 
         "gone": ["ok", 7, "old"],
     }
     table = TaskTable.from_json(json.dumps(doc))
-    tasks = {t["task_id"]: t for t in table.list()}
+    tasks = {t["task_id"]: t for t in table.snapshot()}
     assert set(tasks) == {"ok", "fake-terminal", "ended"}
     assert tasks["ok"]["status"] == "running" and tasks["ok"]["usage"] is None and tasks["ok"]["started_at"] == 2.0
     assert tasks["fake-terminal"]["status"] == "completed" and not tasks["fake-terminal"]["terminal"]
     assert tasks["ended"]["status"] == "stopped" and tasks["ended"]["terminal"]
-    assert table.by_tool_use_id("toolu_x") is None  # "ok" never had that tool_use_id
+    assert routed_to(table, "toolu_x") is None  # "ok" never had that tool_use_id
     assert notify(table, 10.0, "completed", task_id="old").reason == "duplicate"
 
 
 def test_from_json_reapplies_the_caps() -> None:
     table = populated()
     smaller = TaskTable.from_json(table.to_json(), max_tasks=2)
-    assert [t["task_id"] for t in smaller.list()] == ["bash", "big"]  # the terminal one went
+    assert ids(smaller) == ["bash", "big"]  # the terminal one went
     assert notify(smaller, 20.0, "completed", task_id="wf").reason == "duplicate"
 
 
@@ -852,7 +875,7 @@ def test_arbitrary_task_event_sequences_never_raise_and_terminal_states_never_ch
             assert res.task is not None
         elif res.reason == "invalid":
             assert res.task is None
-        tasks = {t["task_id"]: t for t in table.list()}
+        tasks = {t["task_id"]: t for t in table.snapshot()}
         assert len(tasks) == len(table) <= max_tasks
         for task_id, task in tasks.items():
             if task["terminal"]:
@@ -866,4 +889,4 @@ def test_arbitrary_task_event_sequences_never_raise_and_terminal_states_never_ch
         assert starts == sorted(starts)
     text = table.to_json()
     back = TaskTable.from_json(text, max_tasks=max_tasks)
-    assert back.list() == table.list() and back.to_json() == text
+    assert back.snapshot() == table.snapshot() and back.to_json() == text

@@ -190,15 +190,9 @@ async def events_stream(thread_id: str, request: Request, after: int = Query(0, 
     sub = conv.subscribe()
     queue: asyncio.Queue[str | None] = asyncio.Queue(maxsize=64)
 
-    async def send(rec: Record) -> None:
-        await queue.put(f"id: {rec.seq}\ndata: {rec.envelope()}\n\n")
-
-    async def send_side(text: str) -> None:
-        await queue.put(f"data: {text}\n\n")
-
     async def pump() -> None:
         try:
-            reason = await deliver(sub, after, conv.read_page, send, send_side)
+            reason = await deliver(sub, after, conv, _SseSink(queue))
             await queue.put(f"event: close\ndata: {dumps({'reason': reason})}\n\n")
         finally:
             await queue.put(None)
@@ -225,6 +219,25 @@ async def events_stream(thread_id: str, request: Request, after: int = Query(0, 
     return StreamingResponse(
         body(), media_type="text/event-stream", headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
     )
+
+
+class _SseSink:
+    """fanout.Sink for an SSE stream: notices as plain ``data:`` events, records with their
+    seq as the event ``id`` (what ``Last-Event-ID`` resumes from)."""
+
+    replay_frames = False
+
+    def __init__(self, queue: asyncio.Queue[str | None]) -> None:
+        self._queue = queue
+
+    async def send(self, texts: list[str], records: list[Record]) -> None:
+        for text in texts:
+            await self._queue.put(f"data: {text}\n\n")
+        for rec in records:
+            await self._queue.put(f"id: {rec.seq}\ndata: {rec.envelope()}\n\n")
+
+    async def send_frames(self, frames: list[bytes]) -> None:
+        raise AssertionError("replay_frames is False")
 
 
 def validate_after(value: str | None) -> int:

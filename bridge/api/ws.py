@@ -23,7 +23,7 @@ from bridge.api.security import SUBPROTOCOL, authorized
 from bridge.api.ws_transport import SEND_TEXTS
 from bridge.clock import now_iso
 from bridge.errors import BridgeError, InvalidRequest, error_body
-from bridge.protocols.envelope import Frames, ephemeral
+from bridge.protocols.envelope import ephemeral
 from bridge.protocols.events import Record
 from bridge.protocols.jsonline import loads_strict
 from bridge.sessions.conversation import Conversation
@@ -88,29 +88,21 @@ class _Session:
         server = ws.app.state.settings.server
         self._send_deadline = server.ws_ping_interval_s + server.ws_ping_timeout_s
 
-    async def _send_text(self, text: str) -> None:
-        async with self._send_lock:
-            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that
-            # lands as the send completes, leaving the sender task alive forever.
-            async with asyncio.timeout(self._send_deadline):
-                await self.ws.send_text(text)
+    # -- fanout.Sink: what deliver() sends this client
 
-    async def _send_record(self, rec: Record) -> None:
-        await self._send_records([rec])
+    replay_frames = True
 
-    async def _send_records(self, recs: list[Record]) -> None:
-        """Everything the subscriber has ready, under one lock and one deadline, and with
-        one socket write when the server offers it (ws_transport.SEND_TEXTS, issue #8)."""
-        await self._send_mixed([], recs)
-
-    async def _send_mixed(self, texts: list[str], recs: list[Record]) -> None:
-        """Replies and notices, then records, in one write (fanout.deliver's send_mixed)."""
+    async def send(self, texts: list[str], recs: list[Record]) -> None:
+        """Replies and notices, then records, in one write."""
         if self.raw:
             texts += [r.raw for r in recs if r.source == "agent" and r.relay and r.raw is not None]
         else:
             texts += [r.envelope() for r in recs]
         if texts:
             await self._send_texts(texts)
+
+    async def send_frames(self, frames: list[bytes]) -> None:
+        await self._send_texts(frames)
 
     async def _send_texts(self, texts: list[str] | list[bytes]) -> None:
         """Frames under one lock and one deadline, with one socket write when the server
@@ -127,24 +119,7 @@ class _Session:
     async def run(self, after: int) -> None:
         sub = self.conv.subscribe(raw=self.raw)
         self._sub = sub
-        raw = self.raw
-
-        async def read_frames(after: int, limit: int) -> Frames:
-            return await self.conv.read_frames(after, limit, raw=raw)
-
-        sender = asyncio.create_task(
-            deliver(
-                sub,
-                after,
-                self.conv.read_page,
-                self._send_record,
-                self._send_text,
-                send_many=self._send_records,
-                read_frames=read_frames,
-                send_texts=self._send_texts,
-                send_mixed=self._send_mixed,
-            )
-        )
+        sender = asyncio.create_task(deliver(sub, after, self.conv, self))
         receiver = asyncio.create_task(self._receive())
         close_code, reason = 1000, ""
         try:

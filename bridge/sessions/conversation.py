@@ -44,7 +44,7 @@ from bridge.sessions.announce import Announcer
 from bridge.sessions.core import ConversationCore
 from bridge.sessions.fanout import Fanout, Subscriber
 from bridge.sessions.tasks import TaskTable
-from bridge.store.base import Store, ThreadRow
+from bridge.store.base import Store, ThreadRow, apply_fields
 
 log = structlog.get_logger("bridge.conversation")
 
@@ -95,7 +95,7 @@ class Conversation:
             native_session_id=thread.get("native_session_id"),
             options=_options(profile, thread),
             limits=Limits(srv.max_pending_prompts, srv.interrupt_timeout_s, srv.permission_timeout_s, srv.stop_grace_s),
-            tasks=TaskTable.from_json(thread["tasks"]) if thread.get("tasks") else None,
+            tasks=TaskTable.from_json(saved) if (saved := thread.get("tasks")) else None,
         )
         self._life = asyncio.Lock()
         self._lock = asyncio.Lock()
@@ -155,7 +155,7 @@ class Conversation:
         thread_fields = {"updated_at": ts, **action.fields}
         await self.store.append(self.id, records, action.client_ids or [None] * len(records), thread_fields)
         self.core.last_seq = seq
-        self.thread.update(thread_fields)
+        apply_fields(self.thread, thread_fields)
         self.thread["last_seq"] = seq
         self._announce.committed(records)
         self._appended.set()
@@ -176,7 +176,7 @@ class Conversation:
         async with self._lock:
             fields = {"updated_at": now_iso(), **fields}
             await self.store.update_thread(self.id, fields)
-            self.thread.update(fields)
+            apply_fields(self.thread, fields)
 
     async def read_page(self, after: int, limit: int) -> list[Record]:
         return await self.store.read_events(self.id, after, limit)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from bridge.protocols.envelope import Frames
 from bridge.protocols.events import Record
@@ -117,125 +118,50 @@ class Fanout:
             sub.close(reason)
 
 
-ReadPage = Callable[[int, int], Awaitable[list[Record]]]
-Send = Callable[[Record], Awaitable[None]]
-SendMany = Callable[[list[Record]], Awaitable[None]]
-SendSide = Callable[[str], Awaitable[None]]
-ReadFrames = Callable[[int, int], Awaitable[Frames]]
-SendTexts = Callable[[list[bytes]], Awaitable[None]]
-SendMixed = Callable[[list[str], list[Record]], Awaitable[None]]
+class Transcript(Protocol):
+    """Where a subscriber's missed records are read from (a Conversation)."""
+
+    async def read_page(self, after: int, limit: int) -> list[Record]: ...
+    async def read_frames(self, after: int, limit: int, *, raw: bool) -> Frames: ...
 
 
-async def deliver(
-    sub: Subscriber,
-    after: int,
-    read_page: ReadPage,
-    send: Send,
-    send_side: SendSide | None = None,
-    *,
-    send_many: SendMany | None = None,
-    read_frames: ReadFrames | None = None,
-    send_texts: SendTexts | None = None,
-    send_mixed: SendMixed | None = None,
-) -> str | None:
+class Sink(Protocol):
+    """One client's side of delivery: a WebSocket, an SSE stream. Each call must send all
+    it is given, in order, or raise."""
+
+    # Store pages may come as frames joined straight from the stored rows (no Record per
+    # row, issue #8): events-mode envelopes or, for a raw subscriber, the relayed lines.
+    replay_frames: bool
+
+    async def send(self, texts: list[str], records: list[Record]) -> None:
+        """Ready frames (answers to the client's own frames, then notices) and then
+        records: one write where the transport allows, so an answer and the events it
+        caused leave together."""
+        ...
+
+    async def send_frames(self, frames: list[bytes]) -> None: ...
+
+
+async def deliver(sub: Subscriber, after: int, transcript: Transcript, sink: Sink) -> str | None:
     """Send every record with ``seq > after`` to one subscriber, in order, exactly once:
     first from the store, then live, resyncing from the store whenever it lagged.
-    Returns the close reason when the subscriber is closed.
-
-    With ``send_many``, everything ready at once (a store page, the whole live buffer) goes
-    out in one call, so the transport can write it with one system call (issue #8);
-    ``send_many`` must send all of its records or raise.
-
-    With ``read_frames`` and ``send_texts``, the store pages come as frame texts joined
-    from the stored rows (no Record per row) and go out with ``send_texts``; live records
-    still go through ``send_many``/``send``. ``send_texts`` must send all or raise.
-
-    With ``send_mixed``, the live loop sends the subscriber's replies and notices and its
-    buffered records with one call (replies first, then notices, then records), so an
-    answer and the events it caused share a write. Without it, replies go out through
-    ``send_side`` like notices."""
-    last = after
-    if send_texts is None:
-        read_frames = None
-
-    async def out(batch: list[Record]) -> None:
-        nonlocal last
-        if not batch:
-            return
-        if send_many is not None:
-            await send_many(batch)
-        else:
-            for rec in batch:
-                await send(rec)
-        last = batch[-1].seq
-
-    async def read(after_seq: int) -> Frames | list[Record]:
-        if read_frames is not None:
-            return await read_frames(after_seq, REPLAY_PAGE)
-        return await read_page(after_seq, REPLAY_PAGE)
-
-    async def out_page(page: Frames | list[Record]) -> None:
-        nonlocal last
-        if isinstance(page, list):
-            await out(page)
-            return
-        if page.texts:
-            assert send_texts is not None
-            await send_texts(page.texts)
-        if page.count:
-            last = page.last
-
-    async def catch_up() -> None:
-        # The next page is read while this one is sent (issue #8). Every read starts after
-        # ``lagging`` was cleared, so whatever it misses (committed after the read) was
-        # published after the clear: it is in the buffer, or ``lagging`` is set again.
-        sub.lagging = False  # from here on, anything published is also buffered
-        pending = asyncio.ensure_future(read(last))
-        try:
-            while True:
-                page = await pending
-                if isinstance(page, list):
-                    count, page_last = len(page), (page[-1].seq if page else last)
-                else:
-                    count, page_last = page.count, page.last
-                if count == REPLAY_PAGE:
-                    sub.lagging = False
-                    pending = asyncio.ensure_future(read(page_last))
-                    await out_page(page)
-                    continue
-                await out_page(page)
-                if not sub.lagging:
-                    return
-                sub.lagging = False
-                pending = asyncio.ensure_future(read(last))
-        finally:
-            if not pending.done():
-                pending.cancel()
-
-    await catch_up()
+    Returns the close reason when the subscriber is closed."""
+    cursor = _Cursor(after)
+    await _catch_up(sub, cursor, transcript, sink)
     while True:
-        if send_mixed is not None and (sub.replies or sub.side or sub.buf):
+        if sub.replies or sub.side or sub.buf:
             texts = [*sub.replies, *sub.side]
             sub.replies.clear()
             sub.side.clear()
             sub.room.set()
-            batch = [rec for rec in sub.buf if rec.seq > last]
+            batch = [rec for rec in sub.buf if rec.seq > cursor.last]
             sub.buf.clear()
-            await send_mixed(texts, batch)
+            await sink.send(texts, batch)
             if batch:
-                last = batch[-1].seq
-        for texts_left in (sub.replies, sub.side):  # without send_mixed: replies, then notices
-            while texts_left:
-                text = texts_left.popleft()
-                if send_side is not None:
-                    await send_side(text)
+                cursor.last = batch[-1].seq
         sub.room.set()
-        if sub.buf:
-            batch = [rec for rec in sub.buf if rec.seq > last]
-            sub.buf.clear()
-            await out(batch)
         if sub.lagging:
-            await catch_up()
+            await _catch_up(sub, cursor, transcript, sink)
             continue
         if sub.closed:
             return sub.close_reason
@@ -243,3 +169,56 @@ async def deliver(
             continue
         sub.wake.clear()
         await sub.wake.wait()
+
+
+class _Cursor:
+    __slots__ = ("last",)
+
+    def __init__(self, last: int) -> None:
+        self.last = last  # the seq of the newest record this subscriber was sent
+
+
+async def _read(sub: Subscriber, after: int, transcript: Transcript, sink: Sink) -> Frames | list[Record]:
+    if sink.replay_frames:
+        return await transcript.read_frames(after, REPLAY_PAGE, raw=sub.raw)
+    return await transcript.read_page(after, REPLAY_PAGE)
+
+
+async def _send_page(page: Frames | list[Record], cursor: _Cursor, sink: Sink) -> tuple[int, int]:
+    """Send one store page; returns (rows read, the last row's seq)."""
+    if isinstance(page, list):
+        if page:
+            await sink.send([], page)
+            cursor.last = page[-1].seq
+        return len(page), cursor.last
+    if page.texts:
+        await sink.send_frames(page.texts)
+    if page.count:
+        cursor.last = page.last
+    return page.count, page.last
+
+
+async def _catch_up(sub: Subscriber, cursor: _Cursor, transcript: Transcript, sink: Sink) -> None:
+    # The next page is read while this one is sent (issue #8). Every read starts after
+    # ``lagging`` was cleared, so whatever it misses (committed after the read) was
+    # published after the clear: it is in the buffer, or ``lagging`` is set again.
+    sub.lagging = False  # from here on, anything published is also buffered
+    pending = asyncio.ensure_future(_read(sub, cursor.last, transcript, sink))
+    try:
+        while True:
+            page = await pending
+            full = (page.count if isinstance(page, Frames) else len(page)) == REPLAY_PAGE
+            if full:
+                sub.lagging = False
+                page_last = page.last if isinstance(page, Frames) else page[-1].seq
+                pending = asyncio.ensure_future(_read(sub, page_last, transcript, sink))
+                await _send_page(page, cursor, sink)
+                continue
+            await _send_page(page, cursor, sink)
+            if not sub.lagging:
+                return
+            sub.lagging = False
+            pending = asyncio.ensure_future(_read(sub, cursor.last, transcript, sink))
+    finally:
+        if not pending.done():
+            pending.cancel()

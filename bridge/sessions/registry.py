@@ -48,8 +48,9 @@ class Registry:
         """A previous daemon died with processes or turns in flight: close their books so
         every accepted turn still ends exactly once and the thread is resumable."""
         for row in await self.store.live_threads():
-            if row.get("pid") and row.get("pid_start") is not None:
-                killed = reap_group(row["pid"], row["pid_start"])
+            pid, pid_start = row.get("pid"), row.get("pid_start")
+            if pid and pid_start is not None:
+                killed = reap_group(pid, pid_start)
                 if killed:
                     log.warning("agent.orphans_reaped", thread_id=row["id"], pids=killed)
             conv = await self.get(row["id"])
@@ -152,7 +153,7 @@ class Registry:
         elif not os.path.isabs(cwd) or not os.path.isdir(cwd):
             raise InvalidRequest(f"cwd must be an existing absolute directory: {cwd}", code="bad_cwd")
         ts = now_iso()
-        row = {
+        row: ThreadRow = {
             "id": tid,
             "agent": name,
             "protocol": prof.protocol,
@@ -174,7 +175,7 @@ class Registry:
         log.info("thread.created", thread_id=tid, agent=name)
         return conv
 
-    def _make(self, row: dict[str, Any]) -> Conversation:
+    def _make(self, row: ThreadRow) -> Conversation:
         conv = Conversation(
             row,
             self.settings.agents.get(row["agent"]),

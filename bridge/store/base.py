@@ -1,37 +1,94 @@
-"""What the sessions and the API need from a store."""
+"""What the sessions and the API need from a store: three narrow protocols and a typed
+thread row. These are the seams a shared PostgreSQL store plugs into (docs/DESIGN.md).
+
+* :class:`ThreadStore` — thread rows: create, read, list (newest activity first, paged),
+  update some columns, delete, and the rows a previous daemon left live.
+* :class:`TranscriptStore` — the per-thread, gapless, durable event log: an append is
+  durable before it returns (and before anything is published); reads are by seq.
+* :class:`SessionStore` — browser sessions (hashed keys and their expiry).
+
+:class:`Store` is all three plus a lifecycle and health; the embedded implementation is
+:class:`~bridge.store.sqlite.SqliteStore`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, Required, TypedDict, cast
 
 from bridge.protocols.envelope import Frames
 from bridge.protocols.events import Record
 
-ThreadRow = dict[str, Any]
+
+class ThreadRow(TypedDict, total=False):
+    """A thread as stored (the public view is api/views.py's)."""
+
+    id: Required[str]
+    agent: Required[str]
+    protocol: Required[str]
+    cwd: Required[str]
+    model: str | None
+    title: str
+    native_session_id: str | None
+    state: str  # idle | starting | running | stopping | exited
+    turn_active: bool
+    last_seq: int
+    created_at: str
+    updated_at: str
+    last_exit: dict[str, Any] | None
+    options: dict[str, Any]
+    agent_info: dict[str, Any] | None
+    tasks: str | None  # TaskTable.to_json()
+    pid: int | None
+    pid_start: int | None
 
 
-class Store(Protocol):
+# A partial update of a thread row: some of its columns (never ``id``).
+ThreadFields = Mapping[str, Any]
+THREAD_COLUMNS = frozenset(ThreadRow.__annotations__) - {"id"}
+
+
+def apply_fields(row: ThreadRow, fields: ThreadFields) -> None:
+    """Update a live row in memory with columns just written to the store."""
+    cast(dict[str, Any], row).update(fields)
+
+
+class ThreadStore(Protocol):
+    async def create_thread(self, thread: ThreadRow) -> None: ...
+    async def get_thread(self, thread_id: str) -> ThreadRow | None: ...
+    async def list_threads(
+        self, *, limit: int, cursor: str | None, agent: str | None
+    ) -> tuple[list[ThreadRow], str | None]: ...
+    async def update_thread(self, thread_id: str, fields: ThreadFields) -> None: ...
+    async def delete_thread(self, thread_id: str) -> bool: ...
+    async def live_threads(self) -> list[ThreadRow]:
+        """Rows a previous daemon left with a process or a turn in flight."""
+        ...
+
+
+class TranscriptStore(Protocol):
+    async def append(
+        self, thread_id: str, records: Sequence[Record], client_ids: Sequence[str | None], thread_fields: ThreadFields
+    ) -> None:
+        """Store ``records`` (the next seqs of the thread, in order) and ``thread_fields``
+        in one transaction; durable when it returns. A ``client_id`` is unique per thread."""
+        ...
+
+    async def read_events(self, thread_id: str, after: int, limit: int) -> list[Record]: ...
+    async def read_frames(self, thread_id: str, after: int, limit: int, *, raw: bool) -> Frames: ...
+    async def find_client_event(self, thread_id: str, client_id: str) -> int | None: ...
+
+
+class SessionStore(Protocol):
+    async def load_sessions(self, now: float) -> list[tuple[str, float]]: ...
+    async def save_session(self, key: str, expires_at: float, evicted: Sequence[str] = ()) -> None: ...
+    async def delete_session(self, key: str) -> None: ...
+
+
+class Store(ThreadStore, TranscriptStore, SessionStore, Protocol):
     healthy: bool  # False while writes fail (they are retried; nothing acknowledged is lost)
     on_health: Callable[[bool, str | None], None] | None
 
     async def open(self) -> None: ...
     async def close(self) -> None: ...
     async def ping(self) -> None: ...
-    async def create_thread(self, thread: ThreadRow) -> None: ...
-    async def get_thread(self, thread_id: str) -> ThreadRow | None: ...
-    async def list_threads(
-        self, *, limit: int, cursor: str | None, agent: str | None
-    ) -> tuple[list[ThreadRow], str | None]: ...
-    async def update_thread(self, thread_id: str, fields: dict[str, Any]) -> None: ...
-    async def delete_thread(self, thread_id: str) -> bool: ...
-    async def append(
-        self, thread_id: str, records: Sequence[Record], client_ids: Sequence[str | None], thread_fields: dict[str, Any]
-    ) -> None: ...
-    async def read_events(self, thread_id: str, after: int, limit: int) -> list[Record]: ...
-    async def read_frames(self, thread_id: str, after: int, limit: int, *, raw: bool) -> Frames: ...
-    async def find_client_event(self, thread_id: str, client_id: str) -> int | None: ...
-    async def live_threads(self) -> list[ThreadRow]: ...
-    async def load_sessions(self, now: float) -> list[tuple[str, float]]: ...
-    async def save_session(self, key: str, expires_at: float, evicted: Sequence[str] = ()) -> None: ...
-    async def delete_session(self, key: str) -> None: ...

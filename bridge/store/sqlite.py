@@ -38,14 +38,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import structlog
 
 from bridge.errors import StoreError
 from bridge.protocols.envelope import Frames, stored_envelopes
 from bridge.protocols.events import Record
-from bridge.store.base import ThreadRow
+from bridge.store.base import ThreadFields, ThreadRow
 
 T = TypeVar("T")
 log = structlog.get_logger("bridge.store")
@@ -329,10 +329,10 @@ class SqliteStore:
         for col in _JSON_COLUMNS:
             out[col] = json.loads(out[col]) if out[col] is not None else None
         out["turn_active"] = bool(out["turn_active"])
-        return out
+        return cast(ThreadRow, out)
 
     @staticmethod
-    def _dump(fields: dict[str, Any]) -> dict[str, Any]:
+    def _dump(fields: ThreadFields) -> dict[str, Any]:
         out = dict(fields)
         for col in _JSON_COLUMNS:
             if col in out and out[col] is not None:
@@ -394,7 +394,7 @@ class SqliteStore:
             next_cursor = encode_cursor(rows[-1]["updated_at"], rows[-1]["id"])
         return rows, next_cursor
 
-    async def update_thread(self, thread_id: str, fields: dict[str, Any]) -> None:
+    async def update_thread(self, thread_id: str, fields: ThreadFields) -> None:
         row = self._dump(fields)
         if not row:
             return
@@ -433,7 +433,7 @@ class SqliteStore:
     # ------------------------------------------------------------------ transcript
 
     async def append(
-        self, thread_id: str, records: Sequence[Record], client_ids: Sequence[str | None], thread_fields: dict[str, Any]
+        self, thread_id: str, records: Sequence[Record], client_ids: Sequence[str | None], thread_fields: ThreadFields
     ) -> None:
         """Return once the records (and the thread fields) are committed. ``updated_at``,
         ``last_seq`` and ``turn_active`` are owed to the thread row and written later

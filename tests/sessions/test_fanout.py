@@ -15,21 +15,47 @@ def rec(seq: int) -> Record:
     return Record(seq, "2026-11-30T00:00:00.000Z", "agent", "agent.other", {}, None, True)
 
 
+class Transcript:
+    """fanout.Transcript over a list; pages as Records or (``frames``) as frame texts."""
+
+    def __init__(self, store: list[Record]) -> None:
+        self.store = store
+
+    async def read_page(self, after: int, limit: int) -> list[Record]:
+        await asyncio.sleep(0)
+        return [r for r in self.store if r.seq > after][:limit]
+
+    async def read_frames(self, after: int, limit: int, *, raw: bool) -> Frames:
+        await asyncio.sleep(0)
+        page = [r for r in self.store if r.seq > after][:limit]
+        return Frames([str(r.seq).encode() for r in page], len(page), page[-1].seq if page else after)
+
+
+class Sink:
+    """fanout.Sink that records seqs; ``rng`` makes it a slow client that yields often."""
+
+    def __init__(self, *, replay_frames: bool = False, rng: random.Random | None = None) -> None:
+        self.replay_frames = replay_frames
+        self.rng = rng
+        self.received: list[int] = []
+
+    async def send(self, texts: list[str], records: list[Record]) -> None:
+        for r in records:
+            self.received.append(r.seq)
+            if self.rng is not None and self.rng.random() < 0.3:
+                await asyncio.sleep(0)  # a slow client yields to the publisher
+
+    async def send_frames(self, frames: list[bytes]) -> None:
+        assert self.replay_frames
+        self.received.extend(int(t) for t in frames)
+        await asyncio.sleep(0)
+
+
 async def test_slow_subscriber_gets_everything_once_in_order_with_a_tiny_buffer() -> None:
     store: list[Record] = []
     fan = Fanout()
     sub = fan.subscribe(limit=4)
-    received: list[int] = []
-    rng = random.Random(7)
-
-    async def read_page(after: int, limit: int) -> list[Record]:
-        await asyncio.sleep(0)
-        return [r for r in store if r.seq > after][:limit]
-
-    async def send(r: Record) -> None:
-        received.append(r.seq)
-        if rng.random() < 0.3:
-            await asyncio.sleep(0)  # a slow client yields to the publisher
+    sink = Sink(rng=random.Random(7))
 
     async def publisher() -> None:
         for seq in range(1, 2001):
@@ -39,10 +65,10 @@ async def test_slow_subscriber_gets_everything_once_in_order_with_a_tiny_buffer(
                 await asyncio.sleep(0)
         sub.close("done")
 
-    task = asyncio.create_task(deliver(sub, 0, read_page, send))
+    task = asyncio.create_task(deliver(sub, 0, Transcript(store), sink))
     await asyncio.wait_for(publisher(), 10)
     assert await asyncio.wait_for(task, 10) == "done"
-    assert received == list(range(1, 2001))
+    assert sink.received == list(range(1, 2001))
     assert len(sub.buf) <= 4
 
 
@@ -53,25 +79,7 @@ async def test_store_pages_as_frames_and_live_records_interleave_exactly_once_in
     store: list[Record] = [rec(seq) for seq in range(1, 2501)]
     fan = Fanout()
     sub = fan.subscribe(limit=4)
-    received: list[int] = []
-    rng = random.Random(11)
-
-    async def read_page(after: int, limit: int) -> list[Record]:
-        raise AssertionError("pages are read as frames")
-
-    async def read_frames(after: int, limit: int) -> Frames:
-        await asyncio.sleep(0)
-        page = [r for r in store if r.seq > after][:limit]
-        return Frames([str(r.seq).encode() for r in page], len(page), page[-1].seq if page else after)
-
-    async def send(r: Record) -> None:
-        received.append(r.seq)
-        if rng.random() < 0.3:
-            await asyncio.sleep(0)
-
-    async def send_texts(texts: list[str]) -> None:
-        received.extend(int(t) for t in texts)
-        await asyncio.sleep(0)
+    sink = Sink(replay_frames=True, rng=random.Random(11))
 
     async def publisher() -> None:
         for seq in range(2501, 5001):
@@ -81,31 +89,25 @@ async def test_store_pages_as_frames_and_live_records_interleave_exactly_once_in
                 await asyncio.sleep(0)
         sub.close("done")
 
-    task = asyncio.create_task(deliver(sub, 0, read_page, send, read_frames=read_frames, send_texts=send_texts))
+    task = asyncio.create_task(deliver(sub, 0, Transcript(store), sink))
     await asyncio.wait_for(publisher(), 10)
     assert await asyncio.wait_for(task, 10) == "done"
-    assert received == list(range(1, 5001))
+    assert sink.received == list(range(1, 5001))
 
 
 async def test_replay_after_a_cursor_then_live() -> None:
     store = [rec(i) for i in range(1, 11)]
     fan = Fanout()
     sub = fan.subscribe()
-    received: list[int] = []
+    sink = Sink()
 
-    async def read_page(after: int, limit: int) -> list[Record]:
-        return [r for r in store if r.seq > after][:limit]
-
-    async def send(r: Record) -> None:
-        received.append(r.seq)
-
-    task = asyncio.create_task(deliver(sub, 6, read_page, send))
+    task = asyncio.create_task(deliver(sub, 6, Transcript(store), sink))
     await asyncio.sleep(0)
     store.append(rec(11))
     fan.publish([store[-1]])
     sub.close("bye")
     assert await asyncio.wait_for(task, 5) == "bye"
-    assert received == [7, 8, 9, 10, 11]
+    assert sink.received == [7, 8, 9, 10, 11]
 
 
 async def test_publish_to_a_full_subscriber_does_not_grow_memory() -> None:

@@ -19,7 +19,8 @@ from bridge import __version__
 from bridge.config import Settings, load_settings
 from bridge.errors import BridgeError
 from bridge.logs import configure_logging
-from bridge.process.launch import executable_problem, is_loopback_host
+from bridge.network import is_loopback_host
+from bridge.process.launch import executable_problem
 
 
 def _parser() -> argparse.ArgumentParser:

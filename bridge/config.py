@@ -9,10 +9,8 @@ reason (``agent-bridge agents``, ``GET /v1/agents``); it is simply refused at la
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
-import re
 import shutil
 import sys
 import tomllib
@@ -23,6 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from bridge.errors import ConfigError
+from bridge.network import parse_host_port, parse_origin
 
 Protocol = Literal["stream-json", "awp-jsonl", "acp"]
 PermissionMode = Literal["default", "acceptEdits", "plan", "bypassPermissions", "dontAsk"]
@@ -73,54 +72,6 @@ class AgentProfile(BaseModel):
             if "\x00" in a:
                 raise ValueError("argument contains a NUL byte")
         return v
-
-
-def parse_host_port(value: str) -> tuple[str, int | None]:
-    """``name``, ``name:port``, ``1.2.3.4:port``, ``[::1]:port`` → (lower-case name, port).
-
-    The form of an HTTP ``Host`` header and of a ``[server] allowed_hosts`` entry; brackets
-    are kept on IPv6 literals, a trailing dot is dropped. ValueError if malformed."""
-    v = value.strip().lower()
-    if v.startswith("["):
-        end = v.find("]")
-        if end < 0:
-            raise ValueError(f"unterminated IPv6 literal in {value!r}")
-        host, rest = v[: end + 1], v[end + 1 :]
-        try:
-            ipaddress.IPv6Address(host[1:-1])
-        except ValueError:
-            raise ValueError(f"bad IPv6 literal in {value!r}") from None
-        if rest and not rest.startswith(":"):
-            raise ValueError(f"junk after the IPv6 literal in {value!r}")
-        port_text = rest[1:] if rest else None
-    else:
-        host, sep, port_text_ = v.partition(":")
-        port_text = port_text_ if sep else None
-        host = host.removesuffix(".")
-        if not _HOST_NAME_RE.fullmatch(host):
-            raise ValueError(f"not a host name or address: {value!r}")
-    port: int | None = None
-    if port_text is not None:
-        if not port_text.isdigit() or len(port_text) > 5 or not 0 < int(port_text) <= 65535:
-            raise ValueError(f"bad port in {value!r}")
-        port = int(port_text)
-    return host, port
-
-
-def parse_origin(value: str) -> tuple[str, str, int]:
-    """``scheme://host[:port]`` (a browser's ``Origin``) → (scheme, host, port); the
-    default port of the scheme fills in a missing one. ValueError if malformed (``null``,
-    a path, user info, another scheme)."""
-    scheme, sep, rest = value.strip().partition("://")
-    scheme = scheme.lower()
-    if not sep or scheme not in DEFAULT_PORTS or not rest or any(c in rest for c in "/?#@"):
-        raise ValueError(f"not an origin (scheme://host[:port]): {value!r}")
-    host, port = parse_host_port(rest)
-    return scheme, host, DEFAULT_PORTS[scheme] if port is None else port
-
-
-DEFAULT_PORTS = {"http": 80, "https": 443}
-_HOST_NAME_RE = re.compile(r"[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?")
 
 
 class ServerSettings(BaseModel):

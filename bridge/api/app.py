@@ -1,5 +1,5 @@
 """create_app(settings): the lifespan owns the store and the registry; RequestGuard (Host,
-Origin, CORS) wraps everything, and every ``/v1`` route needs credentials (security.py)."""
+Origin, CORS) wraps everything, and every ``/v1`` route needs credentials (auth.py)."""
 
 from __future__ import annotations
 
@@ -13,18 +13,12 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bridge import __version__
+from bridge.api.auth import LoginCodes, Sessions, resolve_token, session_router
+from bridge.api.guard import PageHeaders, RequestGuard
 from bridge.api.limits import BodyLimit
-from bridge.api.security import (
-    LoginCodes,
-    PageHeaders,
-    RequestGuard,
-    Sessions,
-    resolve_token,
-    session_router,
-)
 from bridge.config import Settings
 from bridge.errors import BridgeError, ConfigError, error_body
-from bridge.process.launch import is_loopback_host
+from bridge.network import is_loopback_host
 from bridge.sessions.registry import Registry
 from bridge.store.sqlite import SqliteStore
 

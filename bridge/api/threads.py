@@ -11,8 +11,8 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from bridge.api.auth import require_auth
 from bridge.api.schema import PermissionIn, PromptIn
-from bridge.api.security import require_auth
 from bridge.api.views import thread_view
 from bridge.errors import InvalidRequest
 from bridge.process.launch import executable_problem

@@ -18,8 +18,8 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.websockets import WebSocketState
 
+from bridge.api.auth import SUBPROTOCOL, authorized
 from bridge.api.schema import PermissionFrame, PromptIn, RawIn, frame_error_code
-from bridge.api.security import SUBPROTOCOL, authorized
 from bridge.api.ws_transport import SEND_TEXTS
 from bridge.clock import now_iso
 from bridge.errors import BridgeError, InvalidRequest, error_body

@@ -6,7 +6,6 @@ Everything here is checked before anything is spawned; a refusal raises
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 import stat
@@ -15,6 +14,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from bridge.errors import LaunchRefused
+from bridge.network import is_loopback_host
 
 # API.md §2 / AWP contract: opaque, but safe to put on a command line as one argument.
 SESSION_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,256}")
@@ -75,18 +75,6 @@ def executable_problem(path: str) -> str | None:
     if not os.access(path, os.X_OK):
         return f"executable is not executable by this user: {path}"
     return None
-
-
-def is_loopback_host(host: str | None) -> bool:
-    if not host:
-        return False
-    host = host.strip("[]").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def url_problem(values: Iterable[str], *, opt_in: bool) -> str | None:

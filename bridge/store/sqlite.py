@@ -107,7 +107,7 @@ _MIGRATIONS: list[str] = [
     ALTER TABLE threads ADD COLUMN tasks TEXT;
     """,
     # 5: browser sessions, so a daemon restart does not sign every page out. Only a keyed
-    # hash of each session id is kept (api/security.py Sessions), never the id itself.
+    # hash of each session id is kept (api/auth.py Sessions), never the id itself.
     """
     CREATE TABLE browser_sessions (
         key TEXT PRIMARY KEY,

@@ -1,4 +1,4 @@
-"""Who may talk to the daemon (API.md §1 and §4, issue #6; docs/security.md).
+"""Authentication: who may talk to the daemon (docs/api.md §3, docs/security.md).
 
 * The auth token: where it comes from, and constant-time checks of what clients send.
   Token precedence: ``--token`` / ``AGENT_BRIDGE_TOKEN``, else ``<data-dir>/token``, else a
@@ -9,10 +9,8 @@
 * One-time login codes (:class:`LoginCodes`): the daemon prints one in the link it shows at
   start-up (``/#login=<code>``, in the URL fragment, which browsers never send); the page
   trades it once for the session cookie (``POST /v1/session {"code"}``).
-* :class:`RequestGuard`, a pure ASGI middleware that runs before routing: the Host check
-  (DNS rebinding), the Origin check (cross-site WebSocket hijacking, CSRF) and CORS for
-  allowlisted origins.
-* :class:`PageHeaders`: the Content-Security-Policy and friends on every HTTP response.
+
+The request guard (Host, Origin, CORS, page headers) is api/guard.py.
 
 Nothing here logs a token, a cookie or an Authorization header.
 """
@@ -26,19 +24,16 @@ import math
 import os
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import JSONResponse
-from starlette.datastructures import Headers, MutableHeaders
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from bridge.config import DEFAULT_PORTS, Settings, parse_host_port, parse_origin
-from bridge.errors import ConfigError, Unauthorized, error_body
-from bridge.process.launch import is_loopback_host
+from bridge.config import Settings
+from bridge.errors import ConfigError, Unauthorized
+from bridge.store.base import SessionStore
 
 log = structlog.get_logger("bridge.security")
 
@@ -108,12 +103,6 @@ def offered_subprotocols(headers: Mapping[str, str]) -> list[str]:
 
 
 # --------------------------------------------------------------------------- sessions
-
-
-class SessionStore(Protocol):
-    async def load_sessions(self, now: float) -> list[tuple[str, float]]: ...
-    async def save_session(self, key: str, expires_at: float, evicted: Sequence[str] = ()) -> None: ...
-    async def delete_session(self, key: str) -> None: ...
 
 
 class Sessions:
@@ -297,214 +286,3 @@ def _cookie_response(value: str, max_age: int, *, secure: bool) -> Response:
     if secure:
         cookie += "; Secure"
     return Response(status_code=204, headers={"Set-Cookie": cookie, "Cache-Control": "no-store"})
-
-
-# --------------------------------------------------------------------------- Host / Origin / CORS
-
-SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-CORS_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
-CORS_HEADERS = "Authorization, Content-Type, Last-Event-ID"
-CORS_MAX_AGE = "600"
-
-
-class RequestGuard:
-    """Pure ASGI (BaseHTTPMiddleware would break WebSockets and streaming). For every
-    HTTP request and WebSocket upgrade, before routing:
-
-    1. Host: bound to loopback, the Host header must be a loopback name or address with
-       the bound port, or match ``allowed_hosts``; bound elsewhere, only a non-empty
-       ``allowed_hosts`` is enforced (loopback names with the port still pass).
-       Otherwise 421 ``host_not_allowed``.
-    2. Origin: a WebSocket upgrade or a state-changing request (not GET/HEAD/OPTIONS) that
-       carries an Origin other than the daemon's own (same scheme, host and port as the
-       Host header) or one in ``allowed_origins`` gets 403 ``origin_not_allowed``.
-    3. CORS, for ``allowed_origins`` only: preflights are answered here; other responses
-       get Access-Control-Allow-Origin (the exact origin), -Credentials and Vary: Origin.
-    """
-
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        bind_host: str,
-        port: int,
-        allowed_hosts: Iterable[str],
-        allowed_origins: Iterable[str],
-        tls: bool,
-        trust_proxy_headers: bool,
-    ) -> None:
-        self.app = app
-        self.loopback = is_loopback_host(bind_host)
-        self.port = port
-        self.allowed_hosts = [parse_host_port(h) for h in allowed_hosts]
-        self.allowed_origins = {parse_origin(o) for o in allowed_origins}
-        self.tls = tls
-        self.trust_proxy_headers = trust_proxy_headers
-        self.check_hosts = self.loopback or bool(self.allowed_hosts)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket"):
-            await self.app(scope, receive, send)
-            return
-        headers = Headers(scope=scope)
-        scheme = self._scheme(scope, headers)
-        scope["bridge.scheme"] = scheme  # the scheme the client used, for the cookie's Secure
-        hosts = headers.getlist("host")
-        host = _host_or_none(hosts[0]) if len(hosts) == 1 else None
-        if self.check_hosts and (host is None or not self._host_allowed(host, scheme)):
-            await _refuse(
-                scope,
-                receive,
-                send,
-                421,
-                "host_not_allowed",
-                "this Host is not served here; see [server] allowed_hosts",
-            )
-            return
-
-        origins = headers.getlist("origin")
-        if not origins:
-            await self.app(scope, receive, send)
-            return
-        origin = _origin_or_none(origins[0]) if len(origins) == 1 else None
-        allowlisted = origin is not None and origin in self.allowed_origins
-        own = origin is not None and host is not None and origin == (scheme, host[0], host[1] or DEFAULT_PORTS[scheme])
-        if scope["type"] == "http" and scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
-            await self._preflight(scope, receive, send, headers, origins[0] if allowlisted else None)
-            return
-        state_changing = scope["type"] == "websocket" or scope["method"] not in SAFE_METHODS
-        if state_changing and not (allowlisted or own):
-            await _refuse(
-                scope,
-                receive,
-                send,
-                403,
-                "origin_not_allowed",
-                "this Origin may not use the daemon; see [server] allowed_origins",
-            )
-            return
-        if allowlisted and scope["type"] == "http":
-            await self.app(scope, receive, _with_cors(send, origins[0]))
-            return
-        await self.app(scope, receive, send)
-
-    def _scheme(self, scope: Scope, headers: Headers) -> str:
-        if self.trust_proxy_headers:
-            fwd = headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
-            if fwd in DEFAULT_PORTS:
-                return fwd
-        if self.tls or scope.get("scheme") in ("https", "wss"):
-            return "https"
-        return "http"
-
-    def _host_allowed(self, host: tuple[str, int | None], scheme: str) -> bool:
-        name, port = host
-        if is_loopback_host(name) and (port or DEFAULT_PORTS[scheme]) == self.port:
-            return True
-        for a_name, a_port in self.allowed_hosts:
-            # No port in the Host header: the client used a default port (80 or 443;
-            # behind a TLS proxy the daemon cannot tell which).
-            if name == a_name and (
-                a_port is None or a_port == port or (port is None and a_port in DEFAULT_PORTS.values())
-            ):
-                return True
-        return False
-
-    async def _preflight(
-        self, scope: Scope, receive: Receive, send: Send, headers: Headers, origin: str | None
-    ) -> None:
-        if origin is None:
-            await _refuse(
-                scope,
-                receive,
-                send,
-                403,
-                "origin_not_allowed",
-                "this Origin may not use the daemon; see [server] allowed_origins",
-            )
-            return
-        out = {
-            "Access-Control-Allow-Origin": origin,
-            "Access-Control-Allow-Credentials": "true",
-            "Access-Control-Allow-Methods": CORS_METHODS,
-            "Access-Control-Allow-Headers": CORS_HEADERS,
-            "Access-Control-Max-Age": CORS_MAX_AGE,
-            "Vary": "Origin",
-        }
-        if headers.get("access-control-request-private-network") == "true":
-            out["Access-Control-Allow-Private-Network"] = "true"
-        await Response(status_code=204, headers=out)(scope, receive, send)
-
-
-# The bundled page's policy (issue #6 item 7): no inline script or style, nothing from
-# another origin, never framed. It is set on every HTTP response (JSON included, where it
-# costs nothing); the page's own assets are the ones it matters for.
-CONTENT_SECURITY_POLICY = (
-    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
-    "frame-ancestors 'none'"
-)
-PAGE_HEADERS = (
-    ("content-security-policy", CONTENT_SECURITY_POLICY),
-    ("x-content-type-options", "nosniff"),
-    ("x-frame-options", "DENY"),
-    ("referrer-policy", "no-referrer"),
-)
-
-
-class PageHeaders:
-    """Pure ASGI: adds :data:`PAGE_HEADERS` to every HTTP response that lacks them."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def wrapped(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                h = MutableHeaders(scope=message)
-                for name, value in PAGE_HEADERS:
-                    if name not in h:
-                        h[name] = value
-            await send(message)
-
-        await self.app(scope, receive, wrapped)
-
-
-def _host_or_none(value: str) -> tuple[str, int | None] | None:
-    try:
-        return parse_host_port(value)
-    except ValueError:
-        return None
-
-
-def _origin_or_none(value: str) -> tuple[str, str, int] | None:
-    try:
-        return parse_origin(value)
-    except ValueError:
-        return None  # "null", garbage: never own, never allowlisted
-
-
-def _with_cors(send: Send, origin: str) -> Callable[[Message], Awaitable[None]]:
-    async def wrapped(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            h = MutableHeaders(scope=message)
-            h["Access-Control-Allow-Origin"] = origin
-            h["Access-Control-Allow-Credentials"] = "true"
-            h.add_vary_header("Origin")
-        await send(message)
-
-    return wrapped
-
-
-async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, code: str, message: str) -> None:
-    log.info("security.refused", code=code, type=scope["type"], path=scope.get("path"))
-    body = error_body(code, message)
-    if scope["type"] == "websocket" and "websocket.http.response" not in scope.get("extensions", {}):
-        # No denial-response extension: closing before accept is an HTTP 403.
-        await send({"type": "websocket.close", "code": 1008})
-        return
-    await JSONResponse(body, status_code=status)(scope, receive, send)

@@ -37,7 +37,7 @@ def flood_line(size: int) -> bytes:
 
 
 def stream_event(event: dict[str, Any]) -> bytes:
-    """A stream_event line as Claude Code writes it (protocols.md §1.5.5)."""
+    """A stream_event line as Claude Code writes it (docs/api.md §7.1)."""
     return orjson.dumps(
         {"type": "stream_event", "event": event, "session_id": SESSION, "parent_tool_use_id": None, "uuid": UUID}
     )

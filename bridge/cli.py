@@ -1,4 +1,4 @@
-"""Command line (API.md §1): ``serve``, ``agents``, ``--version``."""
+"""Command line (docs/api.md §1.1): ``serve``, ``agents``, ``--version``."""
 
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ def serve(settings: Settings) -> int:
     scheme = "https" if settings.server.tls_cert and settings.server.tls_key else "http"
 
     def ready() -> None:
-        # Scripts and tests parse exactly this first stdout line (API.md §1).
+        # Scripts and tests parse exactly this first stdout line (docs/api.md §1.1).
         print(f"agent-bridge listening on {scheme}://{shown}:{port}", flush=True)
         # The second: a link that logs a browser in once (docs/security.md "One-time
         # link"). The code sits in the fragment, which browsers never send to a server.

@@ -1,4 +1,4 @@
-"""Settings and agent profiles: embedded defaults < TOML file < env twins < flags (API.md §1).
+"""Settings and agent profiles: embedded defaults < TOML file < env twins < flags (docs/api.md §1.2).
 
 Agent profiles come from, in order: the ``[agents.*]`` tables of the config file, the AWP
 launch variables (profile ``awp``), real agent CLIs found on ``PATH`` (``claude``,
@@ -38,7 +38,7 @@ KNOWN_CLIS: tuple[tuple[str, str, Protocol], ...] = (
     ("cbc", "codebuddy", "stream-json"),
 )
 
-# Keys a thread may override at creation (API.md §1, "options").
+# Keys a thread may override at creation (docs/api.md §1.5, "options").
 THREAD_OPTION_KEYS = frozenset(
     {"permission_mode", "allowed_tools", "disallowed_tools", "system_prompt", "mcp_config", "permission_prompts"}
 )

@@ -1,6 +1,6 @@
 """The bundled agent-bridge demo agent: a tiny offline stand-in for Claude Code.
 
-It speaks Claude Code's stream-json dialect (docs: protocols.md Part 1) on stdin/stdout,
+It speaks Claude Code's stream-json dialect (docs/api.md §7.1) on stdin/stdout,
 needs no API key and no network, and uses the standard library only. The daemon launches
 it as ``<python> -I <this file> --output-format stream-json --input-format stream-json
 --verbose --model M [--resume=ID] ...``, so it must never import the ``bridge`` package.
@@ -949,7 +949,7 @@ class DemoAgent:
     def run_turn(self, msg: Json) -> None:
         message = _as_dict(msg.get("message"))
         prompt, attachments = prompt_text(message.get("content"))
-        if msg.get("shouldQuery") is False:  # context only, no turn (protocols.md §1.3)
+        if msg.get("shouldQuery") is False:  # context only, no turn
             self.history.append({"prompt": prompt, "reply": ""})
             self._save()
             return

@@ -186,7 +186,7 @@ def test_every_relative_link_in_the_docs_resolves():
 OUTSIDE = re.compile(r"\bAPI\.md\b|\.\./shared\b|/work/shared\b|\bprotocols\.md\b|\bwebsocket\.md\b")
 
 
-@pytest.mark.parametrize("top", ["README.md", "docs", "web", "tests"])
+@pytest.mark.parametrize("top", ["README.md", "docs", "web", "tests", "bridge", "bench"])
 def test_nothing_cites_a_document_outside_the_repository(top: str):
     here = Path(__file__).resolve()
     root = ROOT / top

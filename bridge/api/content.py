@@ -1,4 +1,4 @@
-"""Client content blocks (API.md §4 ``prompt``): text, image and document, validated and
+"""Client content blocks (docs/api.md §4.6): text, image and document, validated and
 passed on in the Anthropic block shape every dialect here accepts. Anything else is
 refused explicitly, never reinterpreted."""
 

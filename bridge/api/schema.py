@@ -1,5 +1,5 @@
 """Client input, one schema for every transport: a REST body and a WebSocket frame that
-mean the same thing are validated by the same model (docs/api.md §4.6, §5.4).
+mean the same thing are validated by the same model (docs/api.md §4.6, §5.3).
 
 A malformed field is a pydantic ValidationError, which each transport answers in its own
 words (REST: 400 ``invalid_request``; a frame: ``client.rejected`` ``invalid_frame``, or

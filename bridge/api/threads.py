@@ -1,4 +1,4 @@
-"""REST (API.md §3). Thin handlers: parse, call the registry/conversation, shape JSON."""
+"""REST (docs/api.md §4). Thin handlers: parse, call the registry/conversation, shape JSON."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""How a thread row is shown to clients (docs/api.md §3.2): the public fields only."""
+"""How a thread row is shown to clients (docs/api.md §4.3): the public fields only."""
 
 from __future__ import annotations
 

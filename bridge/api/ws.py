@@ -1,6 +1,6 @@
-"""WebSocket ``/v1/threads/{id}/ws`` (API.md §4), events and raw modes.
+"""WebSocket ``/v1/threads/{id}/ws`` (docs/api.md §5), events and raw modes.
 
-Close codes (also in docs/websocket.md):
+Close codes (docs/api.md §5.7):
   1000 normal · 1001 daemon shutting down · 1003 raw mode frame was not one JSON object
   HTTP 401 before the upgrade when unauthorized · 4404 thread not found · 4400 bad query parameter · 4410 thread deleted
 """

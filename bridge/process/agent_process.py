@@ -20,7 +20,7 @@ from bridge.protocols.framing import MAX_LINE_BYTES, LineFramer, LineTooLong
 # transport keeps filling its buffer while the previous batch is stored and sent, so the
 # next batch (one transaction, one socket write per client) is larger (issue #8).
 READ_CHUNK = 256 * 1024
-# stderr is free-form diagnostics (protocols.md §0.1): relay it, but bounded — a line is
+# stderr is free-form diagnostics (docs/api.md §6.7): relay it, but bounded — a line is
 # cut at this many bytes and at most this many lines per second reach the transcript.
 STDERR_LINE_BYTES = 4096
 STDERR_LINES_PER_S = 50

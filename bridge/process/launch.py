@@ -1,4 +1,4 @@
-"""Launch rules (API.md §2): what may be spawned, with which argv and environment.
+"""Launch rules (docs/api.md §2): what may be spawned, with which argv and environment.
 
 Everything here is checked before anything is spawned; a refusal raises
 :class:`~bridge.errors.LaunchRefused` with a machine-readable ``code``.
@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from bridge.errors import LaunchRefused
 from bridge.network import is_loopback_host
 
-# API.md §2 / AWP contract: opaque, but safe to put on a command line as one argument.
+# docs/api.md §2.5: opaque, but safe to put on a command line as one argument.
 SESSION_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,256}")
 
 # The OS variables an agent may inherit from the daemon; everything else it gets comes
@@ -135,7 +135,7 @@ def build_launch(
     if resume_id is not None:
         if not valid_session_id(resume_id):
             raise LaunchRefused("native session id is not valid; refusing to pass it on", code="invalid_session_id")
-        # One argument with "=": an id that starts with "-" cannot become a flag (§1.1).
+        # One argument with "=": an id that starts with "-" cannot become a flag (docs/api.md §2.2).
         argv.append(f"--resume={resume_id}")
     if mcp_config:
         if not os.path.isabs(mcp_config):

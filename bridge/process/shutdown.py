@@ -1,4 +1,4 @@
-"""Stopping an agent (docs/api.md §2): [shutdown line] → close stdin → grace → SIGTERM to the
+"""Stopping an agent (docs/api.md §2.7): [shutdown line] → close stdin → grace → SIGTERM to the
 process group → grace → SIGKILL. The leader is always reaped; anything it left in its
 group is killed too, so no zombie and no orphan survive a stop."""
 

@@ -1,4 +1,4 @@
-"""Agent Client Protocol (ACP) v1: the bridge as the JSON-RPC *client* (protocols.md Part 3).
+"""Agent Client Protocol (ACP) v1: the bridge as the JSON-RPC *client* (docs/api.md §7.3).
 
 A sans-I/O state machine. It owns the request ids, the pending requests and the
 handshake (``initialize`` → [``authenticate``] → ``session/new`` | ``session/load`` |
@@ -7,7 +7,7 @@ lines the bridge must write back. Anything that needs I/O — reading or writing
 ``fs/*`` — is handed to the caller as an :class:`AgentRequest`, answered later with
 :meth:`AcpCodec.encode_result` / :meth:`AcpCodec.encode_error`.
 
-Responses are matched by id in any order. Ids are per direction (§3.1): the agent's own
+Responses are matched by id in any order. Ids are per direction (JSON-RPC 2.0; docs/api.md §7.3): the agent's own
 requests may reuse numbers we use, so a line is a response only if it has no ``method``.
 Malformed lines and invalid JSON-RPC become ``diagnostic`` events, never exceptions.
 """
@@ -25,7 +25,7 @@ from bridge.protocols.jsonline import dumps, parse_object
 PROTOCOL = "acp"
 PROTOCOL_VERSION = 1
 
-# JSON-RPC / ACP error codes (§3.10)
+# JSON-RPC / ACP error codes (docs/api.md §7.3)
 INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
@@ -72,7 +72,7 @@ def _plain_text(source: dict[str, Any]) -> str | None:
 
 
 def to_acp_blocks(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Bridge (Anthropic-shaped) content blocks → ACP ContentBlocks (§3.6)."""
+    """Bridge (Anthropic-shaped) content blocks → ACP ContentBlocks (docs/api.md §7.3)."""
     out: list[dict[str, Any]] = []
     for b in content:
         if b.get("type") == "text":
@@ -95,7 +95,7 @@ def to_acp_blocks(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def content_refusal(content: list[dict[str, Any]], capabilities: Any) -> str | None:
     """Why an agent with these ``agentCapabilities`` cannot take ``content``, or None.
     Text is baseline; images need ``promptCapabilities.image`` and documents (sent as
-    embedded resources) ``promptCapabilities.embeddedContext`` (§3.3). Refused, never
+    embedded resources) ``promptCapabilities.embeddedContext`` (docs/api.md §7.3). Refused, never
     silently dropped or turned into something else."""
     caps = _d(_d(capabilities).get("promptCapabilities"))
     for b in content:
@@ -117,7 +117,7 @@ def _meta_tool_name(obj: dict[str, Any]) -> str | None:
 class AcpCodec:
     protocol = PROTOCOL
     resume_on_argv = False  # resume goes through session/load or session/resume
-    cancel_resolves_permissions = True  # session/cancel answers every pending request (§3.9)
+    cancel_resolves_permissions = True  # session/cancel answers every pending request (docs/api.md §6.5)
 
     def __init__(
         self,
@@ -192,7 +192,7 @@ class AcpCodec:
         return self._request("session/prompt", {"sessionId": self.session_id, "prompt": to_acp_blocks(content)})
 
     def interrupt(self) -> list[str] | None:
-        """session/cancel, and ``cancelled`` for every pending permission request (§3.9)."""
+        """session/cancel, and ``cancelled`` for every pending permission request (docs/api.md §6.5)."""
         if self.session_id is None:
             return []
         # Only a prompt still in flight is being cancelled: a late cancel must not turn the
@@ -205,7 +205,7 @@ class AcpCodec:
         return lines
 
     def encode_shutdown(self) -> str | None:
-        return None  # ACP has no shutdown method: close stdin, then terminate (§0.1)
+        return None  # ACP has no shutdown method: close stdin, then terminate (docs/api.md §2.7)
 
     def answer_permission(
         self,
@@ -526,7 +526,7 @@ class AcpCodec:
     def _on_notification(self, obj: dict[str, Any], raw: str, out: Decoded) -> None:
         method, params = obj["method"], _d(obj.get("params"))
         if method == "$/cancel_request":
-            # The agent withdrew one of its requests (§3.9 rule 5): a pending permission
+            # The agent withdrew one of its requests (docs/api.md §6.5): a pending permission
             # request is resolved as cancelled and answered with -32800.
             target = params.get("requestId")
             key = None

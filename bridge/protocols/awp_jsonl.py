@@ -1,4 +1,4 @@
-"""The AWP Agent CLI ``awp-jsonl`` dialect (protocols.md Part 2).
+"""The AWP Agent CLI ``awp-jsonl`` dialect (docs/api.md §7.2).
 
 A subset of stream-json: the same ``system/init``, ``assistant`` and ``result`` lines,
 plus top-level ``content_block_*`` and ``message_stop`` events, ``result.subtype ==

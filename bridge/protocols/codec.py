@@ -119,7 +119,7 @@ class Codec(Protocol):
     ready: bool
     # Resume goes on the command line (--resume=ID), not through a handshake request.
     resume_on_argv: bool
-    # An interrupt answers every pending permission request (ACP session/cancel, §3.9);
+    # An interrupt answers every pending permission request (ACP session/cancel, docs/api.md §6.5);
     # otherwise the agent withdraws its own requests.
     cancel_resolves_permissions: bool
 

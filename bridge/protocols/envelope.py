@@ -1,6 +1,6 @@
 """The wire envelope of transcript events: the events-mode frame, built from a record or
 joined straight from stored rows, and the ephemeral frames sent to one client only
-(docs/api.md §4.3)."""
+(docs/api.md §6.1)."""
 
 from __future__ import annotations
 

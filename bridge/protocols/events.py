@@ -1,4 +1,4 @@
-"""The normalized event model shared by every dialect (docs/api.md §4).
+"""The normalized event model shared by every dialect (docs/api.md §6).
 
 An :class:`Event` is what a codec produces from one agent line, what the bridge records
 when it writes to the agent, and what the bridge says itself. The conversation gives it a
@@ -17,7 +17,7 @@ from bridge.protocols.jsonline import dumps
 
 Source = Literal["agent", "client", "bridge"]
 
-# Normalized kinds (docs/api.md §4). Kept as plain strings so that a newer kind never breaks
+# Normalized kinds (docs/api.md §6.3). Kept as plain strings so that a newer kind never breaks
 # an older reader; this set documents what the bridge itself produces.
 KINDS = frozenset(
     {
@@ -120,7 +120,7 @@ class Record:
         return f"Record(seq={self.seq}, kind={self.kind!r}, source={self.source!r})"
 
     def envelope(self) -> str:
-        """The events-mode frame (docs/api.md §4.3), built once."""
+        """The events-mode frame (docs/api.md §6.1), built once."""
         if self._envelope is None:
             self._envelope = record_envelope(self.seq, self.ts, self.source, self.kind, self.data_json, self.raw)
         return self._envelope

@@ -1,6 +1,6 @@
 """Bytes → lines, with a hard cap on line length.
 
-Agents write one JSON object per ``\\n``-terminated line (protocols.md §0.1). A line longer
+Agents write one JSON object per ``\\n``-terminated line (docs/api.md §6.7). A line longer
 than ``max_line`` bytes without a newline is a protocol violation that would otherwise
 grow our memory without bound: the framer raises :class:`LineTooLong` and the caller ends
 that agent with reason ``line_too_long`` (AWP contract: "an unbroken stdout buffer over

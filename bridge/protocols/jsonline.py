@@ -20,7 +20,7 @@ def dumps(obj: Any) -> str:
 
     A lone surrogate is legal in a parsed JSON string (``"\\ud800"``) but not in UTF-8, so
     such a value falls back to ``\\uXXXX`` escapes, which a reader decodes to the same string
-    (protocols.md §0.1; a request_id echoed in a reply must round-trip exactly). Used for
+    (a request_id echoed in a reply must round-trip exactly). Used for
     everything the bridge writes: agent stdin, the store, WebSocket frames.
 
     orjson writes the common case (issue #8: several times faster than ``json``); what it
@@ -118,7 +118,7 @@ def parse_object(line: bytes) -> tuple[dict[str, Any] | None, str, str | None]:
     if not text.strip():
         return None, text, "empty line"
     try:
-        # Strict RFC 8259: ``raw`` is embedded verbatim in events-mode frames (API.md §4), so
+        # Strict RFC 8259: ``raw`` is embedded verbatim in events-mode frames (docs/api.md §6.1), so
         # NaN/Infinity, out-of-range numbers and non-JSON whitespace (str.strip() would drop
         # \x0c or U+3000) must not pass as an object.
         obj = _STRICT.decode(text)

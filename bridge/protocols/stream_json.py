@@ -1,7 +1,7 @@
-"""Claude Code / CodeBuddy / Qwen Code ``stream-json`` dialect (protocols.md Part 1).
+"""Claude Code / CodeBuddy / Qwen Code ``stream-json`` dialect (docs/api.md §7.1).
 
-Decoding maps every stdout line onto the normalized kinds of API.md §4. Parsing is
-lenient by design (protocols.md §0): unknown ``type``/``subtype`` values become
+Decoding maps every stdout line onto the normalized kinds of docs/api.md §6.3. Parsing is
+lenient by design (docs/api.md §7): unknown ``type``/``subtype`` values become
 ``agent.other``, unknown keys are ignored, a missing field is never assumed present.
 A line that is not a JSON object becomes a ``diagnostic``; nothing here raises on agent
 output.
@@ -25,7 +25,7 @@ from bridge.protocols.jsonline import _may_be_too_deep, dumps, parse_object
 
 PROTOCOL = "stream-json"
 
-# Host launch flags (API.md §2; protocols.md §1.1). ``--verbose`` is mandatory with
+# Host launch flags (docs/api.md §2.2). ``--verbose`` is mandatory with
 # ``--output-format stream-json``.
 LAUNCH_FLAGS = ("--output-format", "stream-json", "--input-format", "stream-json", "--verbose")
 
@@ -102,7 +102,7 @@ def spawn_option_flags(options: Mapping[str, Any]) -> list[str]:
     """Claude Code's spawn options as flags (docs/configuration.md, per-thread options)."""
     extra: list[str] = []
     if options.get("permission_prompts"):
-        # can_use_tool control requests come to us, and from us to clients (§1.4.4)
+        # can_use_tool control requests come to us, and from us to clients (docs/api.md §6.4)
         extra += ["--permission-prompt-tool", "stdio"]
     if options.get("permission_mode"):
         extra += ["--permission-mode", options["permission_mode"]]
@@ -126,7 +126,7 @@ class StreamJsonCodec:
     prefixes of its decode fast path and which top-level types are streaming deltas."""
 
     protocol = PROTOCOL
-    resume_on_argv = True  # --resume=ID (docs/api.md §2)
+    resume_on_argv = True  # --resume=ID (docs/api.md §2.2)
     ready = True  # no handshake: prompts may be written as soon as the process runs
     cancel_resolves_permissions = False  # the agent withdraws its own (control_cancel_request)
     _fast_prefixes: ClassVar[tuple[bytes, ...]] = _STREAM_EVENT_LINE
@@ -392,7 +392,7 @@ class StreamJsonCodec:
                     raw,
                 )
             ]
-        # Every other CLI → host request must be answered or the agent hangs (§1.4.4):
+        # Every other CLI → host request must be answered or the agent hangs (docs/api.md §6.4):
         # a default where the protocol has a harmless one, an error otherwise.
         if request_id is None:
             return [
@@ -419,7 +419,7 @@ class StreamJsonCodec:
     @staticmethod
     def _control_default(sub: str, req: dict[str, Any]) -> dict[str, Any] | None:
         if sub == "hook_callback":
-            return {}  # "no opinion": the hook lets the agent continue (§1.4.4)
+            return {}  # "no opinion": the hook lets the agent continue (docs/api.md §6.4)
         if sub == "elicitation":
             return {"action": "decline"}
         if sub == "mcp_message":
@@ -438,7 +438,7 @@ class StreamJsonCodec:
 
     def _control_cancel(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
         # The agent withdrew one of its requests (a permission prompt, after an interrupt):
-        # dismiss it and write nothing back (§1.4.1).
+        # dismiss it and write nothing back (docs/api.md §6.4).
         rid = _s(obj.get("request_id"))
         return [self._ev("permission.resolved", {"request_id": rid, "decision": "cancelled", "by": "agent"}, raw)]
 
@@ -520,7 +520,7 @@ class StreamJsonCodec:
         )
 
     def encode_shutdown(self) -> str | None:
-        return None  # closing stdin is stream-json's polite shutdown (§0.1)
+        return None  # closing stdin is stream-json's polite shutdown (docs/api.md §2.7)
 
     def start(self) -> list[str]:
         return []

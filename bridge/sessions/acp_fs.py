@@ -1,4 +1,4 @@
-"""``fs/read_text_file`` and ``fs/write_text_file`` for ACP agents (protocols.md §3.8),
+"""``fs/read_text_file`` and ``fs/write_text_file`` for ACP agents (docs/api.md §7.3),
 served strictly inside the thread's working directory.
 
 Every path is resolved (symlinks followed) before the check, so neither ``..`` nor a
@@ -15,7 +15,7 @@ from typing import Any
 from bridge.protocols.acp import INVALID_PARAMS, RESOURCE_NOT_FOUND
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
-ACCESS_DENIED = -32001  # implementation-defined (§3.10 "other")
+ACCESS_DENIED = -32001  # implementation-defined (JSON-RPC "server error" range; docs/api.md §7.3)
 
 
 class FsError(Exception):

@@ -63,7 +63,7 @@ OPTION_FIELDS = (
 
 
 def _options(profile: AgentProfile | None, thread: ThreadRow) -> dict[str, Any]:
-    """The profile's spawn options, overridden by the thread's own (docs/api.md §1)."""
+    """The profile's spawn options, overridden by the thread's own (docs/api.md §1.5)."""
     base = profile.model_dump(include=set(OPTION_FIELDS)) if profile else {}
     return {**base, **(thread.get("options") or {})}
 

@@ -8,7 +8,7 @@ conversation's lock: emit events (numbered, stored, then published), write a lin
 agent, arm or cancel a timer, serve an agent request, route a raw reply to one client,
 stop the process.
 
-Invariants (docs/api.md §4.4):
+Invariants (docs/api.md §6.2):
 
 * a turn starts when its prompt is written to the agent, and every accepted prompt ends in
   exactly one ``turn.ended`` — from the agent's terminal line, or from the core when the

@@ -1,7 +1,7 @@
 """Sub-agent / background / workflow task state of one thread (issue #5 item 4).
 
 Claude Code and CodeBuddy report tasks with four ``system`` subtypes on stream-json stdout
-(protocols.md §1.5.2; CodeBuddy workflow stdio spec, ``codebuddy-workflow-stdio.zh.txt``).
+(docs/api.md §6.6; "spec" below is the CodeBuddy workflow stdio protocol, by section).
 The codec turns each line into a ``task.updated`` event (``StreamJsonCodec._task``); the
 caller hands that event's ``data`` plus the parsed original line (``raw``) to
 :meth:`TaskTable.apply`. This module is pure: no I/O, no asyncio, and the clock is
@@ -15,7 +15,7 @@ Rules implemented, with the spec section they come from:
   snapshot's ``tool_use_id``) and indexed, and an event without a ``task_id`` but with a
   known ``tool_use_id`` is routed to that task through the index.
 * ``task_started`` creates the task, or revives one that is not terminal yet, with status
-  ``running`` (spec §5.1; protocols.md §1.5.2).
+  ``running`` (spec §5.1).
 * ``task_progress`` updates ``usage`` / ``last_tool_name`` / ``summary`` / ``description``.
   ``workflow_progress`` is an authoritative *snapshot*: a later one replaces the previous
   one entirely, it is never merged or diffed (spec §4.4, §5.2, §6 "快照替换语义").

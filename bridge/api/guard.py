@@ -95,7 +95,7 @@ class RequestGuard:
     ) -> None:
         origin = _origin_or_none(origins[0]) if len(origins) == 1 else None
         allowlisted = origin is not None and origin in self.allowed_origins
-        own = origin is not None and host is not None and origin == (scheme, host[0], host[1] or DEFAULT_PORTS[scheme])
+        own = _is_own(origin, host, scheme)
         if scope["type"] == "http" and scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
             await self._preflight(scope, receive, send, headers, origins[0] if allowlisted else None)
             return
@@ -185,6 +185,13 @@ class PageHeaders:
             await send(message)
 
         await self.app(scope, receive, wrapped)
+
+
+def _is_own(origin: tuple[str, str, int] | None, host: tuple[str, int | None] | None, scheme: str) -> bool:
+    """The daemon's own origin: the scheme, host and port the request itself used."""
+    if origin is None or host is None:
+        return False
+    return origin == (scheme, host[0], host[1] or DEFAULT_PORTS[scheme])
 
 
 def _host_or_none(value: str) -> tuple[str, int | None] | None:

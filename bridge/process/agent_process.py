@@ -153,41 +153,15 @@ class AgentProcess:
         stream = self._proc.stderr
         assert stream is not None
         loop = asyncio.get_running_loop()
-        window_start, in_window, dropped = loop.time(), 0, 0
-        buf = bytearray()
-        discarding = False  # inside an over-long line whose head was already relayed
+        lines, limit = StderrLines(), StderrRate(STDERR_LINES_PER_S)
         while True:
             chunk = await stream.read(READ_CHUNK)
-            buf += chunk
-            lines: list[bytes] = []
-            while (nl := buf.find(b"\n")) != -1:
-                line = bytes(buf[:nl])
-                del buf[: nl + 1]
-                if not discarding:
-                    lines.append(line)
-                discarding = False
-            if len(buf) > STDERR_LINE_BYTES or (not chunk and buf):
-                if not discarding:
-                    lines.append(bytes(buf))
-                discarding = bool(chunk)
-                buf.clear()
-            for line in lines:
-                now = loop.time()
-                if now - window_start >= 1.0:
-                    if dropped:
-                        await emit(f"[{dropped} stderr lines dropped: rate limit]")
-                    window_start, in_window, dropped = now, 0, 0
-                if in_window >= STDERR_LINES_PER_S:
-                    dropped += 1
-                    continue
-                in_window += 1
-                text = line[:STDERR_LINE_BYTES].decode("utf-8", "replace").rstrip("\r")
-                if len(line) > STDERR_LINE_BYTES:
-                    text += " …[cut]"
-                await emit(text)
+            for line in lines.feed(chunk):
+                for text in limit.admit(line, loop.time()):
+                    await emit(text)
             if not chunk:
-                if dropped:
-                    await emit(f"[{dropped} stderr lines dropped: rate limit]")
+                if (tail := limit.finish()) is not None:
+                    await emit(tail)
                 return
 
     async def wait(self) -> ExitInfo:
@@ -223,3 +197,59 @@ def exit_info(rc: int) -> ExitInfo:
 
 
 __all__ = ["AgentProcess", "ExitInfo", "LineTooLong", "signal"]
+
+
+class StderrLines:
+    """stderr bytes → lines, each cut at STDERR_LINE_BYTES (the rest of an over-long line
+    is discarded, its head relayed once). ``feed(b"")`` is the end of the stream."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._discarding = False  # inside an over-long line whose head was already relayed
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        buf = self._buf
+        buf += chunk
+        lines: list[bytes] = []
+        while (nl := buf.find(b"\n")) != -1:
+            if not self._discarding:
+                lines.append(bytes(buf[:nl]))
+            del buf[: nl + 1]
+            self._discarding = False
+        if len(buf) > STDERR_LINE_BYTES or (not chunk and buf):
+            if not self._discarding:
+                lines.append(bytes(buf))
+            self._discarding = bool(chunk)
+            buf.clear()
+        return lines
+
+
+class StderrRate:
+    """At most ``per_s`` lines a second reach the transcript. When dropping starts it says
+    so at once; how many were dropped is said at the next second that has a line, and at
+    the end."""
+
+    def __init__(self, per_s: int) -> None:
+        self.per_s = per_s
+        self._window: float | None = None
+        self._in_window = 0
+        self._dropped = 0
+
+    def admit(self, line: bytes, now: float) -> list[str]:
+        out: list[str] = []
+        if self._window is None or now - self._window >= 1.0:
+            if self._dropped:
+                out.append(f"[{self._dropped} stderr lines dropped: rate limit]")
+            self._window, self._in_window, self._dropped = now, 0, 0
+        if self._in_window >= self.per_s:
+            if not self._dropped:
+                out.append(f"[stderr rate limit of {self.per_s} lines/s reached: dropping lines]")
+            self._dropped += 1
+            return out
+        self._in_window += 1
+        text = line[:STDERR_LINE_BYTES].decode("utf-8", "replace").rstrip("\r")
+        out.append(text + " …[cut]" if len(line) > STDERR_LINE_BYTES else text)
+        return out
+
+    def finish(self) -> str | None:
+        return f"[{self._dropped} stderr lines dropped: rate limit]" if self._dropped else None

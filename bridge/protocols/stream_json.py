@@ -61,6 +61,16 @@ def _l(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
+def _result_error(obj: dict[str, Any]) -> str | None:
+    """What an error ``result`` says went wrong: its ``errors``, else its text (Qwen Code
+    puts it in ``error.message``)."""
+    errors = [e for e in _l(obj.get("errors")) if isinstance(e, str)]
+    err = _s(obj.get("result")) if not errors else "; ".join(errors)
+    if isinstance(obj.get("error"), dict):  # qwen: error: {type?, message}
+        err = _s(obj["error"].get("message")) or err
+    return err
+
+
 def _truncate(text: str, limit: int = 4096) -> str:
     return text if len(text) <= limit else text[:limit] + f"… [{len(text) - limit} more chars]"
 
@@ -361,11 +371,7 @@ class StreamJsonCodec:
         if isinstance(obj.get("usage"), dict):
             data["usage"] = obj["usage"]
         if is_error:
-            errors = [e for e in _l(obj.get("errors")) if isinstance(e, str)]
-            err = _s(obj.get("result")) if not errors else "; ".join(errors)
-            if isinstance(obj.get("error"), dict):  # qwen: error: {type?, message}
-                err = _s(obj["error"].get("message")) or err
-            data["error"] = err or sub or "error"
+            data["error"] = _result_error(obj) or sub or "error"
             data["subtype"] = sub
         if terminal_reason is not None:
             data["terminal_reason"] = terminal_reason

@@ -29,20 +29,21 @@ import structlog
 
 from bridge import __version__
 from bridge.clock import now_iso
-from bridge.config import AgentProfile, Settings
+from bridge.config import THREAD_OPTION_KEYS, AgentProfile, Settings
 from bridge.errors import BridgeError, Conflict, InvalidRequest, LaunchRefused, StoreError
 from bridge.process.agent_io import AgentIO, ExitInfo, Spawn
 from bridge.process.agent_process import AgentProcess
 from bridge.process.launch import build_launch, valid_session_id
 from bridge.protocols.codecs import make_codec, stored_content_refusal
 from bridge.protocols.envelope import Frames
-from bridge.protocols.events import REDACTED, SECRET_KEY_RE, Event, Record
+from bridge.protocols.events import Event, Record
 from bridge.protocols.framing import LineTooLong
 from bridge.sessions import acp_fs
 from bridge.sessions.actions import Accepted, Action, ArmTimer, CancelTimer, Emit, Limits, Route, Serve, Stop, Write
 from bridge.sessions.announce import Announcer
 from bridge.sessions.core import ConversationCore
 from bridge.sessions.fanout import Fanout, Subscriber
+from bridge.sessions.scrub import Scrubber
 from bridge.sessions.tasks import TaskTable
 from bridge.store.base import Store, ThreadRow, apply_fields
 
@@ -52,19 +53,10 @@ log = structlog.get_logger("bridge.conversation")
 # (a grandchild may hold them open).
 DRAIN_TIMEOUT_S = 2.0
 
-OPTION_FIELDS = (
-    "permission_mode",
-    "allowed_tools",
-    "disallowed_tools",
-    "system_prompt",
-    "mcp_config",
-    "permission_prompts",
-)
-
 
 def _options(profile: AgentProfile | None, thread: ThreadRow) -> dict[str, Any]:
     """The profile's spawn options, overridden by the thread's own (docs/api.md §1.5)."""
-    base = profile.model_dump(include=set(OPTION_FIELDS)) if profile else {}
+    base = profile.model_dump(include=set(THREAD_OPTION_KEYS)) if profile else {}
     return {**base, **(thread.get("options") or {})}
 
 
@@ -107,12 +99,7 @@ class Conversation:
         self.deleted = False
         self._appended = asyncio.Event()  # replaced on every append; wakes long-polls
         self._raw_routes: dict[str, Subscriber] = {}  # raw-mode clients awaiting responses
-        # Values of the profile's secret-looking env vars: never stored, never shown.
-        self._secrets: list[bytes] = (
-            []
-            if profile is None
-            else [v.encode() for k, v in profile.env.items() if SECRET_KEY_RE.search(k) and len(v) >= 6]
-        )
+        self._scrub = Scrubber(profile.env if profile is not None else {})
 
     # ------------------------------------------------------------------ state
 
@@ -341,15 +328,8 @@ class Conversation:
         self._watcher = asyncio.create_task(self._watch(proc, reader, errs), name=f"watch-{self.id}")
         await self._step(self.core.process_started(codec, proc.pid, proc.start_time, resume))
 
-    def _scrub(self, line: bytes) -> bytes:
-        for secret in self._secrets:
-            if secret in line:
-                line = line.replace(secret, REDACTED.encode())
-        return line
-
     async def _on_stderr(self, text: str) -> None:
-        for secret in self._secrets:
-            text = text.replace(secret.decode(), REDACTED)
+        text = self._scrub.text(text)
         await self.emit([Event("agent", "diagnostic", {"stream": "stderr", "text": text})])
 
     async def _read_stdout(self, proc: AgentIO) -> None:
@@ -357,8 +337,7 @@ class Conversation:
             async for lines in proc.stdout_batches():
                 # Everything one read brought is decoded, stored and published together:
                 # one transaction for a burst of deltas instead of one per line.
-                if self._secrets:
-                    lines = [self._scrub(line) for line in lines]
+                lines = self._scrub.lines(lines)
                 async with self._lock:
                     codec = self.core.codec
                     if codec is None:

@@ -64,3 +64,50 @@ def test_module_respects_the_layering(module: str, imports: set[str]) -> None:
     for lib, home in ONLY_IN.items():
         if any(i == lib or i.startswith(lib + ".") for i in imports):
             assert module.startswith(home), f"{module} imports {lib}; only {home} may"
+
+
+DIALECT_NAMES = (
+    "StreamJsonCodec",
+    "AwpJsonlCodec",
+    "AcpCodec",
+    "bridge.protocols.stream_json",
+    "bridge.protocols.awp_jsonl",
+    "bridge.protocols.acp",
+)
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted([*BRIDGE.joinpath("sessions").glob("*.py"), *BRIDGE.joinpath("api").glob("*.py")]),
+    ids=lambda p: p.name,
+)
+def test_sessions_and_api_never_name_a_dialect(path: Path) -> None:
+    text = path.read_text()
+    named = [n for n in DIALECT_NAMES if n in text]
+    assert not named, f"{path.name} names {named}: talk to protocols.codec.Codec instead"
+    for proto in ('"stream-json"', '"awp-jsonl"', '"acp"'):
+        assert f"== {proto}" not in text and f"!= {proto}" not in text, f"{path.name} compares with {proto}"
+
+
+PURE = (
+    "bridge.sessions.core",
+    "bridge.sessions.output",
+    "bridge.sessions.actions",
+    "bridge.sessions.permissions",
+    "bridge.sessions.scrub",
+    "bridge.sessions.tasks",
+    "bridge.sessions.task_state",
+    "bridge.sessions.task_values",
+    "bridge.sessions.task_json",
+)
+
+
+@pytest.mark.parametrize(("module", "imports"), [m for m in modules() if m[0] in PURE], ids=lambda m: str(m))
+def test_the_conversation_core_is_pure(module: str, imports: set[str]) -> None:
+    bad = {
+        i
+        for i in imports
+        if i.split(".")[0] in ("asyncio", "os", "subprocess", "signal", "socket")
+        or i.startswith(("bridge.process.agent_process", "bridge.store", "bridge.api"))
+    }
+    assert not bad, f"{module} imports {bad}"

@@ -28,10 +28,8 @@ PROTOCOL_VERSION = 1
 # JSON-RPC / ACP error codes (docs/api.md §7.3)
 INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
 REQUEST_CANCELLED = -32800
 AUTH_REQUIRED = -32000
-RESOURCE_NOT_FOUND = -32002
 
 # What the bridge implements, and so all it declares (issue #4: never claim more).
 CLIENT_CAPABILITIES: dict[str, Any] = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": False}

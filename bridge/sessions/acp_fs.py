@@ -12,9 +12,9 @@ import asyncio
 import os
 from typing import Any
 
-from bridge.protocols.acp import INVALID_PARAMS, RESOURCE_NOT_FOUND
-
 MAX_FILE_BYTES = 16 * 1024 * 1024
+INVALID_PARAMS = -32602  # JSON-RPC 2.0
+RESOURCE_NOT_FOUND = -32002  # ACP
 ACCESS_DENIED = -32001  # implementation-defined (JSON-RPC "server error" range; docs/api.md §7.3)
 
 

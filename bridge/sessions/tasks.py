@@ -2,7 +2,7 @@
 
 Claude Code and CodeBuddy report tasks with four ``system`` subtypes on stream-json stdout
 (docs/api.md §6.6; "spec" below is the CodeBuddy workflow stdio protocol, by section).
-The codec turns each line into a ``task.updated`` event (``StreamJsonCodec._task``); the
+The codec turns each line into a ``task.updated`` event (the stream-json codec); the
 caller hands that event's ``data`` plus the parsed original line (``raw``) to
 :meth:`TaskTable.apply`. This module is pure: no I/O, no asyncio, and the clock is
 injected (``now``, seconds; pass wall-clock time if the timestamps are shown or persisted —

@@ -92,6 +92,7 @@ class Conversation:
         self._life = asyncio.Lock()
         self._lock = asyncio.Lock()
         self._proc: AgentIO | None = None
+        self.starting = False  # a start holds its place under max_conversations
         self._watcher: asyncio.Task[None] | None = None
         self._timers: dict[str, asyncio.Task[None]] = {}
         self._background: set[asyncio.Task[None]] = set()
@@ -284,7 +285,6 @@ class Conversation:
             raise LaunchRefused(
                 f"agent profile {self.thread['agent']!r} is no longer configured", code="agent_not_found"
             )
-        self._can_start(self)
         resume = self.core.native_session_id
         if resume is not None and not valid_session_id(resume):
             raise LaunchRefused("native session id is not valid; refusing to pass it on", code="invalid_session_id")
@@ -308,13 +308,20 @@ class Conversation:
             mcp_config=opts.get("mcp_config"),
             remote_api_opt_in=profile.remote_api_opt_in,
         )
-        await self.set_fields({"state": "starting"})
+        # The capacity check and the reservation are one step (no await between them):
+        # concurrent starts can never exceed max_conversations.
+        self._can_start(self)
+        self.starting = True
         try:
-            proc = await self._spawn(spec)
-        except BridgeError:
-            await self.set_fields({"state": "exited" if self.thread.get("last_exit") else "idle"})
-            raise
-        self._proc = proc
+            await self.set_fields({"state": "starting"})
+            try:
+                proc = await self._spawn(spec)
+            except BridgeError:
+                await self.set_fields({"state": "exited" if self.thread.get("last_exit") else "idle"})
+                raise
+            self._proc = proc
+        finally:
+            self.starting = False
         log.info(
             "agent.spawned",
             thread_id=self.id,
@@ -346,6 +353,15 @@ class Conversation:
         except LineTooLong as exc:
             log.warning("agent.line_too_long", thread_id=self.id, pid=proc.pid)
             await self._step(self.core.line_too_long(str(exc)))
+            return
+        # stdout is closed: the protocol is over. An agent that exits does so now; one that
+        # keeps running is stopped after the grace period (its turn ends naming the cause).
+        try:
+            async with asyncio.timeout(self.settings.server.stop_grace_s):
+                await proc.wait()
+        except TimeoutError:
+            log.warning("agent.stdout_closed", thread_id=self.id, pid=proc.pid)
+            await self._step(self.core.stdout_closed())
 
     async def _watch(self, proc: AgentIO, reader: asyncio.Task[None], errs: asyncio.Task[None]) -> None:
         info = await proc.wait()

@@ -155,6 +155,12 @@ class ConversationCore(AgentOutput):
         actions.append(Emit(events, fields))
         return actions
 
+    def stdout_closed(self) -> list[Action]:
+        """The agent closed its stdout but kept running: nothing more can come of it."""
+        self.exit_reason = "stdout_closed"
+        text = "the agent closed its stdout but kept running; stopping it"
+        return [Emit([Event("bridge", "diagnostic", {"stream": "protocol", "text": text})]), Stop("stdout_closed", 0.0)]
+
     def line_too_long(self, text: str) -> list[Action]:
         self.exit_reason = "line_too_long"
         return [Emit([Event("bridge", "diagnostic", {"stream": "protocol", "text": text})]), Stop("line_too_long", 0.0)]

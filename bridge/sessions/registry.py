@@ -119,7 +119,7 @@ class Registry:
         return prof
 
     def _check_capacity(self, conv: Conversation) -> None:
-        live = sum(1 for c in self._convs.values() if c.running and c is not conv)
+        live = sum(1 for c in self._convs.values() if (c.running or c.starting) and c is not conv)
         if live >= self.settings.server.max_conversations:
             raise Capacity(f"{live} agents are running (max_conversations); stop one or retry later")
 

@@ -343,3 +343,29 @@ async def test_stop_ends_the_process_and_the_thread_resumes(h: Harness) -> None:
     await conv.submit(prompt("hello"), None)
     await h.until(conv, "turn.ended", 2)
     assert "--resume=sess-1" in h.spawner.agent.spec.argv
+
+
+async def test_max_conversations_holds_under_concurrent_starts(tmp_path: Path) -> None:
+    """Hardening II #2: the capacity check and the spawn are one step (was 50 of 50 spawned)."""
+    h = Harness(tmp_path, server={"max_conversations": 3})
+    threads = [await h.thread() for _ in range(12)]
+    results = await asyncio.gather(*(t.submit(prompt("hello"), None) for t in threads), return_exceptions=True)
+    refused = [r for r in results if isinstance(r, Exception)]
+    assert len(h.spawner.agents) == 3 and len(refused) == 9
+    assert all(getattr(r, "code", None) == "capacity" for r in refused)
+    await h.registry.shutdown()
+
+
+async def test_an_agent_that_closes_stdout_but_keeps_running_is_stopped_and_its_turn_ends(tmp_path: Path) -> None:
+    """Hardening II #7: stdout EOF ends the protocol (the turn used to stay active forever)."""
+    h = Harness(tmp_path, server={"stop_grace_s": 0.05})
+    h.spawner.kw = {"exit_on_eof": False}
+    conv = await h.thread()
+    acc = await conv.submit(prompt("silent"), None)
+    queued = await conv.submit(prompt("after"), None)
+    h.spawner.agent.close_stdout()  # and keeps running
+    ends = await h.until(conv, "turn.ended", 2)
+    assert [e.data["turn_id"] for e in ends] == [acc.turn_id, queued.turn_id]
+    assert "stdout_closed" in ends[0].data["error"] and ends[0].data["status"] == "error"
+    assert not h.spawner.agent.alive and conv.thread["last_exit"]["reason"] == "stdout_closed"
+    await h.registry.shutdown()

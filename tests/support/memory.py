@@ -152,6 +152,7 @@ class Spawner:
         self.agents: list[MemoryAgent] = []
 
     async def __call__(self, spec: LaunchSpec) -> MemoryAgent:
+        await asyncio.sleep(0)  # a real spawn yields to the loop
         agent = MemoryAgent(spec, self.script, **self.kw)
         self.agents.append(agent)
         return agent
@@ -173,6 +174,7 @@ class MemoryStore:
         self.client_ids: dict[tuple[str, str], int] = {}
         self.sessions: dict[str, float] = {}
         self.fail_appends: BaseException | None = None
+        self.block_appends: asyncio.Event | None = None  # set: appends wait (a disk that is full)
 
     async def open(self) -> None:
         return None
@@ -200,6 +202,9 @@ class MemoryStore:
         return [dict(r) for r in rows[:limit]], None
 
     async def update_thread(self, thread_id: str, fields: dict[str, Any]) -> None:
+        await asyncio.sleep(0)
+        if self.block_appends is not None:
+            await self.block_appends.wait()
         self.threads[thread_id].update(fields)
 
     async def delete_thread(self, thread_id: str) -> bool:
@@ -217,6 +222,9 @@ class MemoryStore:
         client_ids: Sequence[str | None],
         thread_fields: dict[str, Any],
     ) -> None:
+        await asyncio.sleep(0)  # a real store yields while it commits
+        if self.block_appends is not None:
+            await self.block_appends.wait()
         if self.fail_appends is not None:
             raise self.fail_appends
         for rec, cid in zip(records, client_ids, strict=True):

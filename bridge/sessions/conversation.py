@@ -52,6 +52,8 @@ log = structlog.get_logger("bridge.conversation")
 # After the process exits, its pipes get this long to drain before they are abandoned
 # (a grandchild may hold them open).
 DRAIN_TIMEOUT_S = 2.0
+# A stop while the store cannot write waits this long for the exit to be recorded.
+STOP_RECORD_WAIT_S = 1.0
 
 
 def _options(profile: AgentProfile | None, thread: ThreadRow) -> dict[str, Any]:
@@ -161,10 +163,17 @@ class Conversation:
                 await asyncio.wait_for(self._appended.wait(), left)
 
     async def set_fields(self, fields: dict[str, Any]) -> None:
+        self._require_writable()
         async with self._lock:
             fields = {"updated_at": now_iso(), **fields}
             await self.store.update_thread(self.id, fields)
             apply_fields(self.thread, fields)
+
+    def _require_writable(self) -> None:
+        """A write that cannot succeed now is refused at once, never queued behind appends
+        that wait for the store (a full disk)."""
+        if not self.store.healthy:
+            raise StoreError("the transcript store cannot be written right now; retry later", code="store_unavailable")
 
     async def read_page(self, after: int, limit: int) -> list[Record]:
         return await self.store.read_events(self.id, after, limit)
@@ -391,10 +400,19 @@ class Conversation:
         if proc is None or watcher is None:
             return
         self.core.stopping(reason)
-        await self.set_fields({"state": "stopping"})
+        # A stop never waits for the store (Hardening II #5): with appends blocked (a full
+        # disk) the process is still stopped at once, and its exit recorded when the store
+        # can write again.
+        if self.store.healthy and not self._lock.locked():
+            await self.set_fields({"state": "stopping"})
+        else:
+            self.thread["state"] = "stopping"
         grace = self.settings.server.stop_grace_s if grace_s is None else grace_s
         await proc.stop(grace, shutdown_line=codec.encode_shutdown() if codec else None)
-        await watcher
+        if self.store.healthy:
+            await watcher
+        else:
+            await asyncio.wait({watcher}, timeout=STOP_RECORD_WAIT_S)
 
     async def close(self, reason: str) -> None:
         """Stop the process and disconnect every subscriber (delete, daemon shutdown)."""

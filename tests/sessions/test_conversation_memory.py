@@ -369,3 +369,28 @@ async def test_an_agent_that_closes_stdout_but_keeps_running_is_stopped_and_its_
     assert "stdout_closed" in ends[0].data["error"] and ends[0].data["status"] == "error"
     assert not h.spawner.agent.alive and conv.thread["last_exit"]["reason"] == "stdout_closed"
     await h.registry.shutdown()
+
+
+async def test_stop_works_while_the_store_cannot_write_and_is_recorded_after(h: Harness) -> None:
+    """Hardening II #5: stop and PATCH used to hang for as long as the disk was full."""
+    from bridge.errors import StoreError
+
+    conv = await h.thread()
+    await conv.submit(prompt("silent"), None)
+    h.store.block_appends = asyncio.Event()
+    h.store.healthy = False
+    h.spawner.agent.say(assistant("this append waits for the disk"))
+    async with asyncio.timeout(1):
+        await h.store.blocked.wait()  # the reader is inside a blocked append, holding the lock
+    assert conv._lock.locked()
+    async with asyncio.timeout(3):
+        await conv.stop()
+    assert not h.spawner.agent.alive
+    with pytest.raises(StoreError, match="retry later"):
+        await conv.set_fields({"title": "x"})
+    h.store.healthy = True
+    h.store.block_appends.set()
+    [exited] = await h.until(conv, "process.exited")
+    assert exited.data["reason"] == "stopped"
+    [end] = await h.until(conv, "turn.ended")
+    assert end.data["status"] == "cancelled"

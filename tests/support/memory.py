@@ -175,6 +175,7 @@ class MemoryStore:
         self.sessions: dict[str, float] = {}
         self.fail_appends: BaseException | None = None
         self.block_appends: asyncio.Event | None = None  # set: appends wait (a disk that is full)
+        self.blocked = asyncio.Event()  # an append is waiting on block_appends
 
     async def open(self) -> None:
         return None
@@ -224,6 +225,7 @@ class MemoryStore:
     ) -> None:
         await asyncio.sleep(0)  # a real store yields while it commits
         if self.block_appends is not None:
+            self.blocked.set()
             await self.block_appends.wait()
         if self.fail_appends is not None:
             raise self.fail_appends

@@ -687,11 +687,12 @@ class Bench:
                 await self.wsd_echo.start()
             await self.bridge.start()
             async with self.bridge.http() as http:
-                for name, job in (
+                jobs: tuple[tuple[str, Callable[[], Awaitable[None]]], ...] = (
                     ("throughput", lambda: self.throughput(http)),
                     ("latency", lambda: self.latency(http)),
                     ("replay", lambda: self.replay(http)),
-                ):
+                )
+                for name, job in jobs:
                     if name in sections:
                         self.log(f"bench: {name}")
                         t = time.perf_counter()

@@ -4,8 +4,9 @@ transcript from ``after=0`` (the fastest a client can receive it).
 
     .venv/bin/python bench/web_replay.py [--deltas 20000] [--rounds 3]
 
-Needs Debian's chromium (/usr/bin/chromium) and the test extras (Playwright). Prints the
-median of each side and page / peer; it asserts nothing.
+The daemon is the benchmark's own (``bench.run.Bridge``, the flood agent of bench/agents/);
+nothing here depends on tests/. Needs Debian's chromium (/usr/bin/chromium) and the test
+extras (Playwright). Prints the median of each side and page / peer; it asserts nothing.
 """
 
 from __future__ import annotations
@@ -21,23 +22,24 @@ from pathlib import Path
 import websockets
 from playwright.async_api import async_playwright
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from conftest import TOKEN, Daemon, profile_toml
+if __package__ in (None, ""):  # run as a script: make the ``bench`` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.run import HOST, TOKEN, Bridge
 
 CHROMIUM = "/usr/bin/chromium"
 
 
 async def main(deltas: int, rounds: int) -> None:
     with tempfile.TemporaryDirectory() as tmp_s:
-        tmp = Path(tmp_s)
-        (tmp / "state").mkdir()
-        env = {"FAKE_AGENT_LOG": str(tmp / "agent.log"), "FAKE_AGENT_STATE": str(tmp / "state")}
-        d = Daemon(tmp, "[server]\nstop_grace_s = 1\n" + profile_toml("sj", "stream-json", env))
+        d = Bridge(Path(tmp_s))
         await d.start()
+        url, ws_url = f"http://{HOST}:{d.port}", f"ws://{HOST}:{d.port}"
         try:
             async with d.http() as http:
-                tid = (await http.post("/v1/threads", json={"agent": "sj"})).json()["id"]
-                await http.post(f"/v1/threads/{tid}/messages", json={"text": f"flood {deltas}"})
+                tid = await d.new_thread(http, "flood")
+                # bench/agents/flood_agent.py: ``deltas`` text deltas of the smallest size, one result
+                r = await http.post(f"/v1/threads/{tid}/messages", json={"text": f"flood {deltas} 0"})
+                r.raise_for_status()
                 while True:
                     thread = (await http.get(f"/v1/threads/{tid}")).json()
                     if not thread["turn_active"] and thread["last_seq"] > deltas:
@@ -52,16 +54,16 @@ async def main(deltas: int, rounds: int) -> None:
                     executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"]
                 )
                 page = await (await browser.new_context()).new_page()
-                await page.goto(f"{d.url}/")
+                await page.goto(f"{url}/")
                 await page.fill("#token", TOKEN)
                 await page.press("#token", "Enter")
                 await page.wait_for_selector("#app:not([hidden])")
-                await page.goto(f"{d.url}/#t={tid}")
+                await page.goto(f"{url}/#t={tid}")
                 await page.wait_for_selector(".turn-end", timeout=300_000)
                 for _ in range(rounds):
                     t0 = time.perf_counter()
                     async with websockets.connect(
-                        f"{d.ws_url}/v1/threads/{tid}/ws?after=0", additional_headers=d.headers, max_size=None
+                        f"{ws_url}/v1/threads/{tid}/ws?after=0", additional_headers=d.headers, max_size=None
                     ) as ws:
                         for _ in range(last):
                             await ws.recv()

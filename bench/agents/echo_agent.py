@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import sys
 import uuid
+from typing import Any
 
 
-def user_text(msg: dict) -> str:
+def user_text(msg: dict[str, Any]) -> str:
     content = (msg.get("message") or {}).get("content")
     if isinstance(content, list):
         return "".join(b.get("text", "") for b in content if isinstance(b, dict))

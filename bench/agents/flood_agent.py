@@ -13,18 +13,19 @@ from __future__ import annotations
 import json
 import sys
 import uuid
+from typing import Any, BinaryIO
 
 CHUNK = 256 * 1024
 
 
-def user_text(msg: dict) -> str:
+def user_text(msg: dict[str, Any]) -> str:
     content = (msg.get("message") or {}).get("content")
     if isinstance(content, list):
         return "".join(b.get("text", "") for b in content if isinstance(b, dict))
     return str(content or "")
 
 
-def flood(out, sid: str, count: int, size: int) -> None:
+def flood(out: BinaryIO, sid: str, count: int, size: int) -> None:
     head = (
         '{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"'
     )

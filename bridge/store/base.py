@@ -43,6 +43,12 @@ class ThreadRow(TypedDict, total=False):
     pid_start: int | None
 
 
+# A transcript page (read_events, read_frames) stops after the event that brings it to this
+# many bytes of stored data: a page is at most this plus one event, whatever ``limit`` asks
+# (Hardening II #4: 24 events of 8 MiB made one replay take 874 MB). One event can be large:
+# a client prompt of up to 8 MiB is stored as its text and as the line written to the agent.
+PAGE_BYTES = 4 * 1024 * 1024
+
 # A partial update of a thread row: some of its columns (never ``id``).
 ThreadFields = Mapping[str, Any]
 THREAD_COLUMNS = frozenset(ThreadRow.__annotations__) - {"id"}
@@ -74,8 +80,14 @@ class TranscriptStore(Protocol):
         in one transaction; durable when it returns. A ``client_id`` is unique per thread."""
         ...
 
-    async def read_events(self, thread_id: str, after: int, limit: int) -> list[Record]: ...
-    async def read_frames(self, thread_id: str, after: int, limit: int, *, raw: bool) -> Frames: ...
+    async def read_events(self, thread_id: str, after: int, limit: int) -> list[Record]:
+        """Events after ``after`` in seq order: at most ``limit``, and bounded by PAGE_BYTES."""
+        ...
+
+    async def read_frames(self, thread_id: str, after: int, limit: int, *, raw: bool) -> Frames:
+        """The same page as frames joined from the stored rows (``Frames.count`` rows read)."""
+        ...
+
     async def find_client_event(self, thread_id: str, client_id: str) -> int | None: ...
 
 

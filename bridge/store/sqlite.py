@@ -45,7 +45,7 @@ import structlog
 from bridge.errors import StoreError
 from bridge.protocols.envelope import Frames, stored_envelopes
 from bridge.protocols.events import Record
-from bridge.store.base import ThreadFields, ThreadRow
+from bridge.store.base import PAGE_BYTES, ThreadFields, ThreadRow
 
 T = TypeVar("T")
 log = structlog.get_logger("bridge.store")
@@ -612,15 +612,15 @@ class SqliteStore:
 
     async def read_events(self, thread_id: str, after: int, limit: int) -> list[Record]:
         def do(db: sqlite3.Connection) -> list[Record]:
-            rows = db.execute(
+            cur = db.execute(
                 "SELECT seq,ts,source,kind,data,raw,relay FROM events WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
                 (thread_id, after, limit),
-            ).fetchall()
+            )
             # The stored text is kept as it is: a replay relays it without parsing it.
             # (Assembling the whole envelope in SQL instead was measured slower.)
             return [
                 Record(seq, ts, source, kind, None, raw, relay == 1, data)
-                for seq, ts, source, kind, data, raw, relay in rows
+                for seq, ts, source, kind, data, raw, relay in _bounded(cur, lambda r: len(r[4]) + len(r[5] or ""))
             ]
 
         return await self._read(do)
@@ -633,18 +633,20 @@ class SqliteStore:
             try:
                 if raw:
                     # Raw mode relays the agent's own lines, one per stdout line (``relay``).
-                    rrows: list[tuple[int, bytes | None]] = db.execute(
+                    cur = db.execute(
                         "SELECT seq,CASE WHEN source='agent' AND relay=1 THEN raw END FROM events"
                         " WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
                         (thread_id, after, limit),
-                    ).fetchall()
+                    )
+                    rrows: list[tuple[int, bytes | None]] = _bounded(cur, lambda r: len(r[1] or b""))
                     return Frames(
                         [text for _, text in rrows if text is not None], len(rrows), rrows[-1][0] if rrows else after
                     )
-                rows = db.execute(
+                cur = db.execute(
                     "SELECT seq,ts,source,kind,data,raw FROM events WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
                     (thread_id, after, limit),
-                ).fetchall()
+                )
+                rows = _bounded(cur, lambda r: len(r[4]) + len(r[5] or b""))
                 return Frames(stored_envelopes(rows), len(rows), rows[-1][0] if rows else after)
             finally:
                 db.text_factory = str
@@ -659,6 +661,20 @@ class SqliteStore:
             return int(row[0]) if row else None
 
         return await self._read(do)
+
+
+def _bounded(cur: sqlite3.Cursor, size: Callable[[Any], int], max_bytes: int = PAGE_BYTES) -> list[Any]:
+    """The cursor's rows, stopping after the row that brings the page to ``max_bytes``
+    (so a page holds at least one row, and at most max_bytes plus one row's worth)."""
+    rows: list[Any] = []
+    total = 0
+    while total < max_bytes and (chunk := cur.fetchmany(64)):
+        for row in chunk:
+            rows.append(row)
+            total += size(row)
+            if total >= max_bytes:
+                break
+    return rows
 
 
 def _write_item(db: sqlite3.Connection, item: _Append) -> None:

@@ -1,0 +1,62 @@
+"""Transcript pages are bounded by bytes as well as by count (Hardening II #4): a replay of
+a thread full of huge events holds one page in memory, not the whole transcript."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bridge.protocols.events import Record
+from bridge.store.base import PAGE_BYTES
+from bridge.store.sqlite import SqliteStore
+
+pytestmark = pytest.mark.timeout(60)
+MIB = 1024 * 1024
+
+
+def big(seq: int, size: int) -> Record:
+    text = "x" * size
+    line = json.dumps({"type": "user", "message": {"content": [{"type": "text", "text": text}]}})
+    return Record(seq, "2026-12-01T00:00:00.000Z", "client", "message", {"role": "user", "text": text}, line, False)
+
+
+async def test_pages_stop_at_the_byte_bound_and_still_cover_every_event_in_order(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "bridge.db")
+    await store.open()
+    try:
+        row = {
+            "id": "thr_1",
+            "agent": "a",
+            "protocol": "stream-json",
+            "cwd": "/tmp",
+            "title": "",
+            "state": "idle",
+            "turn_active": False,
+            "last_seq": 0,
+            "created_at": "t",
+            "updated_at": "t",
+            "options": {},
+        }
+        await store.create_thread(row)  # type: ignore[arg-type]
+        for seq in range(1, 25):  # 24 events of ~2 MiB each (text and raw line)
+            await store.append("thr_1", [big(seq, MIB)], [None], {})
+        seen: list[int] = []
+        after = 0
+        while page := await store.read_events("thr_1", after, 1000):
+            size = sum(len(r.data_json) + len(r.raw or "") for r in page)
+            assert size < PAGE_BYTES + 3 * MIB and len(page) <= PAGE_BYTES // (2 * MIB) + 1
+            seen += [r.seq for r in page]
+            after = page[-1].seq
+        assert seen == list(range(1, 25))
+        frames = await store.read_frames("thr_1", 0, 1000, raw=False)
+        assert 1 <= frames.count <= PAGE_BYTES // (2 * MIB) + 1 and frames.last == frames.count
+        assert sum(len(t) for t in frames.texts) < PAGE_BYTES + 3 * MIB
+        # Raw mode relays agent lines only: these client events are rows with nothing to send.
+        frames = await store.read_frames("thr_1", 0, 1000, raw=True)
+        assert frames.texts == [] and frames.count == 24
+        small = await store.read_events("thr_1", 0, 2)
+        assert [r.seq for r in small] == [1, 2]  # the count bound still holds
+    finally:
+        await store.close()

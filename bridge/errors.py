@@ -4,6 +4,7 @@
     ├── ConfigError                  bad config file / flag / profile (startup)
     ├── LaunchRefused                a launch rule said no; nothing was spawned (docs/api.md §2)
     ├── Unauthorized                 missing or wrong credentials
+    ├── Throttled                    too many wrong credentials from one peer (429, Retry-After)
     ├── NotFound                     thread_not_found, agent_not_found, a page asset
     ├── InvalidRequest               a client sent something we will not act on
     ├── Busy                         too many queued prompts on one thread
@@ -54,6 +55,15 @@ class LaunchRefused(BridgeError):
 class Unauthorized(BridgeError):
     code = "unauthorized"
     status = 401
+
+
+class Throttled(BridgeError):
+    code = "too_many_failures"
+    status = 429
+
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class NotFound(BridgeError):

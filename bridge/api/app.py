@@ -13,11 +13,11 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bridge import __version__
-from bridge.api.auth import LoginCodes, Sessions, resolve_token, session_router
+from bridge.api.auth import LoginCodes, Refusals, Sessions, resolve_token, session_router
 from bridge.api.guard import PageHeaders, RequestGuard
 from bridge.api.limits import BodyLimit
 from bridge.config import Settings
-from bridge.errors import BridgeError, ConfigError, error_body
+from bridge.errors import BridgeError, ConfigError, Throttled, error_body
 from bridge.network import is_loopback_host
 from bridge.sessions.registry import Registry
 from bridge.store.sqlite import SqliteStore
@@ -64,6 +64,7 @@ def create_app(
     app.state.token = token
     app.state.tls = tls
     app.state.login_codes = LoginCodes(server.login_code_ttl_s)
+    app.state.refusals = Refusals()
     app.add_middleware(BodyLimit)
     app.add_middleware(
         RequestGuard,
@@ -78,7 +79,8 @@ def create_app(
 
     @app.exception_handler(BridgeError)
     async def bridge_error(_: Request, exc: BridgeError) -> JSONResponse:
-        return JSONResponse(error_body(exc.code, exc.message), status_code=exc.status)
+        headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Throttled) else None
+        return JSONResponse(error_body(exc.code, exc.message), status_code=exc.status, headers=headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -32,7 +32,7 @@ import structlog
 from fastapi import APIRouter, Request, Response
 
 from bridge.config import Settings
-from bridge.errors import ConfigError, Unauthorized
+from bridge.errors import ConfigError, Throttled, Unauthorized
 from bridge.store.base import SessionStore
 
 log = structlog.get_logger("bridge.security")
@@ -218,24 +218,105 @@ class LoginCodes:
         return len(self._codes)
 
 
-def authorized(state: Any, headers: Mapping[str, str], cookies: Mapping[str, str], *, websocket: bool = False) -> bool:
+class Refusals:
+    """Refused credentials, per peer address (Hardening II #9).
+
+    * Logged: ``auth.refused`` with the peer, what was refused and how many times since the
+      peer's last line — at most one line per peer per ``log_every_s``; never the secret.
+    * Throttled: after ``max_failures`` wrong tokens or login codes within ``window_s``, the
+      peer's requests are refused with 429 and ``Retry-After`` until the window has passed,
+      without looking at what they carry — except a valid session cookie, which cannot be
+      guessed and keeps a signed-in browser working. Missing credentials are not counted
+      (a page whose session expired is not guessing).
+    Pure but for the log; the clock is injected. At most ``max_peers`` are remembered.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_failures: int = 20,
+        window_s: float = 60.0,
+        log_every_s: float = 10.0,
+        max_peers: int = 4096,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.max_failures, self.window_s, self.log_every_s, self.max_peers = (
+            max_failures,
+            window_s,
+            log_every_s,
+            max_peers,
+        )
+        self._clock = clock
+        self._failures: dict[str, list[float]] = {}
+        self._logged: dict[str, tuple[float, int]] = {}  # peer → (last line, refusals since)
+
+    def retry_after(self, peer: str) -> int | None:
+        """Seconds until ``peer`` may try again, or None when it is not throttled."""
+        now = self._clock()
+        times = [t for t in self._failures.get(peer, ()) if now - t < self.window_s]
+        if times:
+            self._failures[peer] = times
+        else:
+            self._failures.pop(peer, None)
+        if len(times) < self.max_failures:
+            return None
+        return max(1, math.ceil(times[0] + self.window_s - now))
+
+    def refused(self, peer: str, what: str, *, guess: bool) -> None:
+        now = self._clock()
+        if guess:
+            if peer not in self._failures and len(self._failures) >= self.max_peers:
+                self._failures.pop(next(iter(self._failures)))
+            self._failures.setdefault(peer, []).append(now)
+        last, count = self._logged.get(peer, (-math.inf, 0))
+        if now - last >= self.log_every_s:
+            log.warning("auth.refused", peer=peer, refused=what, count=count + 1)
+            if peer not in self._logged and len(self._logged) >= self.max_peers:
+                self._logged.pop(next(iter(self._logged)))
+            self._logged[peer] = (now, 0)
+        else:
+            self._logged[peer] = (last, count + 1)
+
+
+def _peer(scope_client: Any) -> str:
+    return str(scope_client[0]) if scope_client else "unknown"
+
+
+def authorized(
+    state: Any,
+    headers: Mapping[str, str],
+    cookies: Mapping[str, str],
+    *,
+    websocket: bool = False,
+    peer: str = "unknown",
+) -> bool:
     """A bearer token (header, or for a WebSocket the subprotocol) or a live session
-    cookie. A token that is present but wrong fails even beside a good cookie."""
+    cookie. A token that is present but wrong fails even beside a good cookie. Raises
+    Throttled for a peer that sent too many wrong ones (:class:`Refusals`)."""
     expected: str | None = state.token
     if expected is None:
         return True
+    sessions: Sessions = state.sessions
+    refusals: Refusals = state.refusals
     given = bearer_from_header(headers.get("authorization"))
     if given is None and websocket:
         given = bearer_from_subprotocols(offered_subprotocols(headers))
+    if given is None and sessions.valid(cookies.get(COOKIE_NAME)):
+        return True
+    if (wait := refusals.retry_after(peer)) is not None:
+        raise Throttled(f"too many wrong credentials from {peer}; retry in {wait} s", retry_after_s=wait)
     if given is not None:
-        return token_matches(expected, given)
-    sessions: Sessions = state.sessions
-    return sessions.valid(cookies.get(COOKIE_NAME))
+        if token_matches(expected, given):
+            return True
+        refusals.refused(peer, "token", guess=True)
+        return False
+    refusals.refused(peer, "session cookie" if COOKIE_NAME in cookies else "no credentials", guess=False)
+    return False
 
 
 def require_auth(request: Request) -> None:
     """The dependency of every ``/v1`` REST route."""
-    if not authorized(request.app.state, request.headers, request.cookies):
+    if not authorized(request.app.state, request.headers, request.cookies, peer=_peer(request.client)):
         raise Unauthorized("missing or wrong credentials")
 
 
@@ -248,13 +329,19 @@ async def login(request: Request) -> Response:
     ``{"code": …}``), for an HttpOnly session cookie."""
     state = request.app.state
     expected: str | None = state.token
+    peer, refusals = _peer(request.client), state.refusals
+    if expected is not None and (wait := refusals.retry_after(peer)) is not None:
+        raise Throttled(f"too many wrong credentials from {peer}; retry in {wait} s", retry_after_s=wait)
     given = bearer_from_header(request.headers.get("authorization"))
     if given is not None:
         ok = expected is None or token_matches(expected, given)
+        what = "token"
     else:
         codes: LoginCodes = state.login_codes
         ok = codes.redeem(_code_from_body(await request.body())) or expected is None
+        what = "login code"
     if not ok:
+        refusals.refused(peer, what, guess=True)
         raise Unauthorized("POST /v1/session needs the token as Authorization: Bearer, or a valid one-time login code")
     sessions: Sessions = state.sessions
     sid = await sessions.create()

@@ -22,7 +22,7 @@ from bridge.api.auth import SUBPROTOCOL, authorized
 from bridge.api.schema import PermissionFrame, PromptIn, RawIn, frame_error_code
 from bridge.api.ws_transport import SEND_TEXTS
 from bridge.clock import now_iso
-from bridge.errors import BridgeError, InvalidRequest, error_body
+from bridge.errors import BridgeError, InvalidRequest, Throttled, error_body
 from bridge.protocols.envelope import ephemeral
 from bridge.protocols.events import Record
 from bridge.protocols.jsonline import loads_strict
@@ -38,18 +38,25 @@ CLOSE_CODES = {"daemon_shutdown": 1001, "deleted": 4410}
 MAX_FRAME_BYTES = 8 * 1024 * 1024
 
 
-def _authorized(ws: WebSocket) -> bool:
-    # Host and Origin were checked before routing (security.RequestGuard).
-    return authorized(ws.app.state, ws.headers, ws.cookies, websocket=True)
+def _refusal(ws: WebSocket) -> JSONResponse | None:
+    """The HTTP answer to an upgrade without good credentials (401, or 429 for a peer
+    that sent too many wrong ones), or None. Host and Origin were checked before routing
+    (guard.RequestGuard)."""
+    peer = str(ws.client[0]) if ws.client else "unknown"
+    try:
+        if authorized(ws.app.state, ws.headers, ws.cookies, websocket=True, peer=peer):
+            return None
+    except Throttled as exc:
+        headers = {"Retry-After": str(exc.retry_after_s)}
+        return JSONResponse(error_body(exc.code, exc.message), status_code=429, headers=headers)
+    return JSONResponse(error_body("unauthorized", "missing or wrong credentials"), status_code=401)
 
 
 @router.websocket("/v1/threads/{thread_id}/ws")
 async def thread_ws(ws: WebSocket, thread_id: str) -> None:
-    if not _authorized(ws):
-        # Refused before the upgrade: an HTTP 401, nothing of the thread is looked up.
-        await ws.send_denial_response(
-            JSONResponse(error_body("unauthorized", "missing or wrong credentials"), status_code=401)
-        )
+    if (refusal := _refusal(ws)) is not None:
+        # Refused before the upgrade: an HTTP answer, nothing of the thread is looked up.
+        await ws.send_denial_response(refusal)
         return
     offered = [p.strip() for p in ws.headers.get("sec-websocket-protocol", "").split(",")]
     await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)

@@ -91,3 +91,41 @@ async def test_a_raw_frame_with_an_infinite_number_never_reaches_the_agent(clien
     await Probe()._op_frame(json.dumps({"op": "raw", "message": {"n": 1}})[:-1] + ', "x": 1e400}')
     assert rejected == [(None, "invalid_json")]
     assert not conv.running  # nothing was started, nothing written
+
+
+def test_refusals_are_throttled_per_peer_and_logged_at_a_bounded_rate(capsys: pytest.CaptureFixture[str]) -> None:
+    from bridge.api.auth import Refusals
+
+    now = [0.0]
+    r = Refusals(max_failures=3, window_s=60, log_every_s=10, clock=lambda: now[0])
+    for _ in range(3):
+        assert r.retry_after("10.0.0.1") is None
+        r.refused("10.0.0.1", "token", guess=True)
+    assert r.retry_after("10.0.0.1") == 60 and r.retry_after("10.0.0.2") is None
+    for _ in range(50):
+        r.refused("10.0.0.2", "no credentials", guess=False)  # not a guess: never throttled
+    assert r.retry_after("10.0.0.2") is None
+    now[0] = 59.5
+    assert r.retry_after("10.0.0.1") == 1
+    now[0] = 60.0
+    assert r.retry_after("10.0.0.1") is None
+    captured = capsys.readouterr()
+    lines = [x for x in (captured.out + captured.err).splitlines() if "auth.refused" in x]
+    assert 2 <= len(lines) <= 4  # one per peer per 10 s (and after), never one per attempt
+
+
+async def test_wrong_tokens_and_login_codes_get_429_with_retry_after_and_no_secret_in_the_log(
+    client: httpx.AsyncClient, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Hardening II #9: 3,000 wrong login codes were neither logged nor slowed down."""
+    for i in range(20):
+        r = await client.post("/v1/session", json={"code": f"guess-{i}"}, headers={"Authorization": ""})
+        assert r.status_code == 401
+    r = await client.post("/v1/session", json={"code": "guess-x"}, headers={"Authorization": ""})
+    assert r.status_code == 429 and int(r.headers["retry-after"]) > 0
+    assert r.json()["error"]["code"] == "too_many_failures"
+    r = await client.get("/v1/threads", headers={"Authorization": "Bearer wrong-token-value"})
+    assert r.status_code == 429  # the peer is throttled whatever it sends
+    out = capfd.readouterr()
+    logged = out.out + out.err
+    assert "auth.refused" in logged and "guess-" not in logged and "wrong-token-value" not in logged

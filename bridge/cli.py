@@ -98,6 +98,12 @@ def _agents(settings: Settings, *, as_json: bool) -> int:
     return 0
 
 
+def ws_compression(settings: Settings) -> bool:
+    """Whether permessage-deflate is offered ([server] ws_compression)."""
+    mode = settings.server.ws_compression
+    return mode == "on" or (mode == "auto" and not is_loopback_host(settings.host))
+
+
 def serve(settings: Settings) -> int:
     from bridge.api.app import create_app
     from bridge.api.ws_transport import PROTOCOL as WS_PROTOCOL
@@ -135,6 +141,7 @@ def serve(settings: Settings) -> int:
         ws_max_size=16 * 1024 * 1024,
         ws_ping_interval=settings.server.ws_ping_interval_s,
         ws_ping_timeout=settings.server.ws_ping_timeout_s,
+        ws_per_message_deflate=ws_compression(settings),
         timeout_graceful_shutdown=5,
         **ssl,
     )

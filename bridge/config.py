@@ -96,6 +96,10 @@ class ServerSettings(BaseModel):
     permission_timeout_s: float = Field(300.0, gt=0)  # unanswered prompts are denied
     ws_ping_interval_s: float = Field(20.0, gt=0)
     ws_ping_timeout_s: float = Field(20.0, gt=0)
+    # permessage-deflate for WebSocket clients that offer it: "auto" is off on a loopback
+    # bind (compression costs CPU per client and saves nothing on loopback; Hardening II:
+    # 50 stalled clients cost a normal one 6x, ~65% of it in deflate) and on elsewhere.
+    ws_compression: Literal["auto", "on", "off"] = "auto"
     subscriber_buffer: int = Field(1024, ge=16)
     tls_cert: str | None = None
     tls_key: str | None = None

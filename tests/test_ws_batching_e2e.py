@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import websockets
-from conftest import STEP_TIMEOUT, new_thread
+from conftest import STEP_TIMEOUT, base_config, new_thread
 
 from bridge.api.ws_transport import PROTOCOL
 
@@ -24,7 +24,11 @@ def test_the_daemon_runs_the_batching_protocol_with_this_uvicorn() -> None:
 
 
 @pytest.mark.parametrize("compression", ["deflate", None])
-async def test_a_burst_reaches_every_client_whole_once_and_in_order(daemon: Any, compression: str | None) -> None:
+async def test_a_burst_reaches_every_client_whole_once_and_in_order(
+    daemon_factory: Any, tmp_path: Any, agent_env: dict[str, str], compression: str | None
+) -> None:
+    server = 'ws_compression = "on"\n' if compression else ""
+    daemon = await daemon_factory(base_config(tmp_path, agent_env, server=server))
     thread = await new_thread(daemon, "stream-json")
     tid = thread["id"]
     url = f"{daemon.ws_url}/v1/threads/{tid}/ws"
@@ -39,6 +43,8 @@ async def test_a_burst_reaches_every_client_whole_once_and_in_order(daemon: Any,
         open_timeout=STEP_TIMEOUT,
     )
     try:
+        negotiated = events.response.headers.get("Sec-WebSocket-Extensions") or ""
+        assert ("permessage-deflate" in negotiated) == (compression is not None)
         await events.send(json.dumps({"op": "prompt", "text": f"flood {N}"}))
         frames: list[dict[str, Any]] = []
         while not frames or frames[-1].get("kind") != "turn.ended":
@@ -81,5 +87,20 @@ async def test_answers_to_a_client_that_does_not_read_are_never_dropped_and_keep
             "client.rejected" if i % 3 == 2 else "client.accepted" for i in range(n)
         ]
         assert all(a["data"]["code"] == "unknown_op" for a in answers if a["kind"] == "client.rejected")
+    finally:
+        await ws.close()
+
+
+async def test_compression_is_not_negotiated_on_a_loopback_bind_by_default(daemon: Any) -> None:
+    """Hardening II: per-client deflate cost a normal client 6x beside 50 stalled ones."""
+    thread = await new_thread(daemon, "stream-json")
+    ws = await websockets.connect(
+        f"{daemon.ws_url}/v1/threads/{thread['id']}/ws",
+        additional_headers=daemon.headers,
+        compression="deflate",
+        open_timeout=STEP_TIMEOUT,
+    )
+    try:
+        assert "permessage-deflate" not in (ws.response.headers.get("Sec-WebSocket-Extensions") or "")
     finally:
         await ws.close()

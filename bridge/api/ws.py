@@ -62,8 +62,14 @@ async def thread_ws(ws: WebSocket, thread_id: str) -> None:
     await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
     mode = ws.query_params.get("mode", "events")
     after_raw = ws.query_params.get("after", "0") or "0"
-    if mode not in ("events", "raw") or not (after_raw.isascii() and after_raw.isdigit()) or len(after_raw) > 15:
-        await _close_quietly(ws, 4400, "mode must be events|raw and after a non-negative integer")
+    omit_raw = ws.query_params.get("omit_raw", "0")
+    if (
+        mode not in ("events", "raw")
+        or not (after_raw.isascii() and after_raw.isdigit())
+        or len(after_raw) > 15
+        or omit_raw not in ("0", "1")
+    ):
+        await _close_quietly(ws, 4400, "mode must be events|raw, after a non-negative integer, omit_raw 0|1")
         return
     reg: Registry = ws.app.state.registry
     try:
@@ -71,7 +77,7 @@ async def thread_ws(ws: WebSocket, thread_id: str) -> None:
     except BridgeError as exc:
         await _close_quietly(ws, 4404, exc.code)
         return
-    session = _Session(ws, conv, raw=(mode == "raw"))
+    session = _Session(ws, conv, raw=(mode == "raw"), omit_raw=omit_raw == "1" and mode == "events")
     await session.run(int(after_raw))
 
 
@@ -82,10 +88,14 @@ async def _close_quietly(ws: WebSocket, code: int, reason: str) -> None:
 
 
 class _Session:
-    def __init__(self, ws: WebSocket, conv: Conversation, *, raw: bool) -> None:
+    def __init__(self, ws: WebSocket, conv: Conversation, *, raw: bool, omit_raw: bool = False) -> None:
         self.ws = ws
         self.conv = conv
         self.raw = raw
+        # Envelopes without "raw" (null): a frame about half the size of a huge prompt's.
+        # Replayed pages then come as records, each envelope built for this client.
+        self.omit_raw = omit_raw
+        self.replay_frames = not omit_raw
         self._send_lock = asyncio.Lock()
         self._sub: Subscriber | None = None
         # A peer that has not taken a frame for a whole ping round (interval + timeout)
@@ -97,12 +107,12 @@ class _Session:
 
     # -- fanout.Sink: what deliver() sends this client
 
-    replay_frames = True
-
     async def send(self, texts: list[str], recs: list[Record]) -> None:
         """Replies and notices, then records, in one write."""
         if self.raw:
             texts += [r.raw for r in recs if r.source == "agent" and r.relay and r.raw is not None]
+        elif self.omit_raw:
+            texts += [r.envelope(with_raw=False) for r in recs]
         else:
             texts += [r.envelope() for r in recs]
         if texts:

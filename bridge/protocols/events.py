@@ -119,8 +119,11 @@ class Record:
     def __repr__(self) -> str:
         return f"Record(seq={self.seq}, kind={self.kind!r}, source={self.source!r})"
 
-    def envelope(self) -> str:
-        """The events-mode frame (docs/api.md §6.1), built once."""
+    def envelope(self, *, with_raw: bool = True) -> str:
+        """The events-mode frame (docs/api.md §6.1), built once; without ``raw`` (null),
+        built each time it is asked for."""
+        if not with_raw:
+            return record_envelope(self.seq, self.ts, self.source, self.kind, self.data_json, None)
         if self._envelope is None:
             self._envelope = record_envelope(self.seq, self.ts, self.source, self.kind, self.data_json, self.raw)
         return self._envelope

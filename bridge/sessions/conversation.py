@@ -226,8 +226,13 @@ class Conversation:
             if sub is not None:
                 sub.push_side(action.text)
         elif isinstance(action, Stop):
-            self._in_background(self.stop(action.reason, grace_s=action.grace_s), f"stop-{self.id}")
+            self.stop_soon(action.reason, grace_s=action.grace_s)
         return []
+
+    def stop_soon(self, reason: str, *, grace_s: float | None = None) -> None:
+        """Stop the process in a task of the conversation's own (it must not wait for
+        ``_life`` where it is asked: under ``_lock``, or in the registry's reaper)."""
+        self._in_background(self.stop(reason, grace_s=grace_s), f"stop-{self.id}")
 
     async def _write(self, action: Write) -> None:
         proc = self._proc

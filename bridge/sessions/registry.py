@@ -108,7 +108,7 @@ class Registry:
             for conv in list(self._convs.values()):
                 if conv.running and not conv.busy and len(conv.fanout) == 0 and now - conv.last_activity >= idle_s:
                     log.info("agent.idle_stop", thread_id=conv.id)
-                    asyncio.create_task(conv.stop("idle_timeout"))  # noqa: RUF006
+                    conv.stop_soon("idle_timeout")
 
     # ------------------------------------------------------------------ threads
 

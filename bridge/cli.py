@@ -7,19 +7,24 @@ import asyncio
 import contextlib
 import json
 import logging
+import resource
 import signal
 import socket
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
+import structlog
 import uvicorn
 
-from bridge import __version__
+from bridge import __version__, datadir
 from bridge.config import Settings, load_settings
 from bridge.errors import BridgeError
 from bridge.logs import configure_logging
 from bridge.process.launch import executable_problem, is_loopback_host
+from bridge.process.subreaper import TRACKER, reap_recorded
+
+log = structlog.get_logger("bridge.cli")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,7 +41,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="bind address (env AGENT_BRIDGE_HOST, default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port, 0 = any free one (env AGENT_BRIDGE_PORT)")
     auth = serve.add_mutually_exclusive_group()
-    auth.add_argument("--token", help="auth token (env AGENT_BRIDGE_TOKEN)")
+    auth.add_argument(
+        "--token",
+        help="auth token; visible to every local user in ps, so prefer the env twin "
+        "AGENT_BRIDGE_TOKEN or the token file <data-dir>/token",
+    )
     auth.add_argument("--no-auth", action="store_true", help="no token (loopback only)")
     serve.add_argument("--log-format", choices=["json", "console"])
 
@@ -55,6 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "agents":
             settings = load_settings(config=args.config, data_dir=args.data_dir)
             return _agents(settings, as_json=args.json)
+        if args.token:
+            print(FLAG_IN_PS_WARNING, file=sys.stderr)
         settings = load_settings(
             config=args.config,
             host=args.host,
@@ -68,6 +79,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BridgeError as exc:
         print(f"agent-bridge: {exc.message}", file=sys.stderr)
         return 2
+
+
+FLAG_IN_PS_WARNING = (
+    "agent-bridge: warning: --token puts the token on the command line, where every local user "
+    "can read it (ps, /proc/PID/cmdline); use AGENT_BRIDGE_TOKEN or the token file <data-dir>/token"
+)
+
+
+def raise_fd_limit() -> None:
+    """The soft limit on open files raised to the hard limit: each connection, agent pipe
+    and database handle is a descriptor, and the usual soft limit (1024) is soon reached."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        target = FD_LIMIT_CAP if hard == resource.RLIM_INFINITY else hard
+        if soft != resource.RLIM_INFINITY and soft < target:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (OSError, ValueError) as exc:
+        log.warning("fd_limit.unchanged", error=str(exc))
+
+
+# With no hard limit, the soft one goes this high (select()-free, so any number works).
+FD_LIMIT_CAP = 1 << 20
 
 
 def _agents(settings: Settings, *, as_json: bool) -> int:
@@ -105,6 +138,15 @@ def serve(settings: Settings) -> int:
         print("agent-bridge: --no-auth is refused unless the bind address is loopback", file=sys.stderr)
         return 2
     configure_logging(settings.log_format)
+    # Private files, one daemon per data dir, and agents' escaped descendants found; the
+    # lock is held before the store is opened and before any reaper runs (bridge/datadir.py).
+    datadir.make_private(settings.data_dir)
+    lock_fd = datadir.lock(settings.data_dir)
+    TRACKER.install(settings.data_dir)
+    killed = reap_recorded(settings.data_dir)
+    if killed:
+        log.warning("agent.orphans_reaped", pids=killed, source="agents_record")
+    raise_fd_limit()
     sock = _bind(settings.host, settings.port)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
@@ -119,7 +161,7 @@ def serve(settings: Settings) -> int:
         print(f"open {page_link(scheme, host, port, app.state)}", flush=True)
 
     app = create_app(settings, on_ready=ready, bound_port=port)
-    ssl = {}
+    ssl: dict[str, Any] = {}
     if settings.server.tls_cert and settings.server.tls_key:
         ssl = {"ssl_certfile": settings.server.tls_cert, "ssl_keyfile": settings.server.tls_key}
     # proxy_headers off: X-Forwarded-Proto is honoured only with [server]
@@ -136,13 +178,14 @@ def serve(settings: Settings) -> int:
         ws_ping_timeout=settings.server.ws_ping_timeout_s,
         timeout_graceful_shutdown=5,
         **ssl,
-    )  # type: ignore[arg-type]
+    )
     server = _Server(config, before_shutdown=lambda: app.state.registry.close_clients("daemon_shutdown"))
     try:
         asyncio.run(server.serve(sockets=[sock]))
     except KeyboardInterrupt:
         pass
     logging.shutdown()
+    datadir.unlock(lock_fd)
     return 0 if server.started else 1
 
 

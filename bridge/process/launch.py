@@ -59,9 +59,22 @@ def valid_session_id(value: object) -> bool:
 
 
 def executable_problem(path: str) -> str | None:
-    """Why ``path`` may not be launched, or None. Checked at load and before each spawn."""
+    """Why ``path`` may not be launched, or None. Checked at load, at thread creation and
+    before each spawn (where :func:`open_executable` then opens what is executed). Never
+    raises."""
+    try:
+        return _executable_problem(path)
+    except (OSError, ValueError) as exc:
+        return f"executable cannot be inspected: {path!r}: {getattr(exc, 'strerror', None) or exc}"
+
+
+def _executable_problem(path: str) -> str | None:
     if not path or not os.path.isabs(path):
         return f"executable must be an absolute path: {path!r}"
+    if "\x00" in path:
+        return "executable path contains a NUL byte"
+    if path.startswith("//") or os.path.normpath(path) != path:
+        return f"executable path must be normalized (no '.', '..', '//' or trailing '/'): {path}"
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -69,12 +82,74 @@ def executable_problem(path: str) -> str | None:
     except OSError as exc:
         return f"executable cannot be inspected: {path}: {exc.strerror}"
     if stat.S_ISLNK(st.st_mode):
-        return f"executable is a symlink (give its real path {os.path.realpath(path)}): {path}"
+        return f"executable is a symlink (give its real path {_real(path)}): {path}"
     if not stat.S_ISREG(st.st_mode):
         return f"executable is not a regular file: {path}"
+    parent = os.path.dirname(path)
+    if _real(parent) != parent:
+        return f"executable's directory is reached through a symlink (give its real path {_real(path)}): {path}"
     if not os.access(path, os.X_OK):
         return f"executable is not executable by this user: {path}"
     return None
+
+
+def _real(path: str) -> str:
+    try:
+        return os.path.realpath(path)
+    except (OSError, ValueError):
+        return "(unresolvable)"
+
+
+# Where the kernel shows an open descriptor's file; exec through it runs exactly that file.
+_FD_DIR = "/proc/self/fd"
+_O_PATH = getattr(os, "O_PATH", os.O_RDONLY)
+
+
+def open_executable(path: str) -> int | None:
+    """Check ``path`` and open it once (``O_PATH|O_NOFOLLOW``); the spawn then executes
+    ``/proc/self/fd/N``, so the file executed is the file checked, whatever happens to the
+    path in between (issue #15 item 8). The opened file is checked again: a regular,
+    executable file whose kernel path is ``path`` itself (no symlink anywhere on the way).
+    None where ``/proc`` is missing (the path is executed after the check). Raises
+    LaunchRefused; the caller closes the descriptor."""
+    problem = executable_problem(path)
+    if problem:
+        raise LaunchRefused(problem, code="executable_unusable")
+    if not os.path.isdir(_FD_DIR):
+        return None
+    try:
+        fd = os.open(path, _O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except (OSError, ValueError) as exc:
+        raise LaunchRefused(
+            f"executable changed while it was being launched: {path}: {getattr(exc, 'strerror', None) or exc}",
+            code="executable_unusable",
+        ) from exc
+    try:
+        problem = _opened_problem(fd, path)
+    except (OSError, ValueError) as exc:
+        problem = f"executable changed while it was being launched: {path}: {getattr(exc, 'strerror', None) or exc}"
+    if problem:
+        os.close(fd)
+        raise LaunchRefused(problem, code="executable_unusable")
+    return fd
+
+
+def _opened_problem(fd: int, path: str) -> str | None:
+    st = os.fstat(fd)
+    if stat.S_ISLNK(st.st_mode):
+        return f"executable changed into a symlink while it was being launched: {path}"
+    if not stat.S_ISREG(st.st_mode):
+        return f"executable changed into something other than a regular file while it was being launched: {path}"
+    if os.readlink(f"{_FD_DIR}/{fd}") != path:
+        return f"executable was reached through a symlink or moved while it was being launched: {path}"
+    if not os.access(f"{_FD_DIR}/{fd}", os.X_OK):
+        return f"executable is not executable by this user: {path}"
+    return None
+
+
+def exec_path(fd: int) -> str:
+    """The path a child executes to run the file open on ``fd`` (kept open in the child)."""
+    return f"{_FD_DIR}/{fd}"
 
 
 def is_loopback_host(host: str | None) -> bool:

@@ -147,9 +147,12 @@ class Tracker:
     def register(self, proc: Tracked) -> None:
         self._agents[proc.pid] = _Agent(proc)
         self._save()
-        if self._task is None or self._task.done():
-            with contextlib.suppress(RuntimeError):  # no running loop: tracked on signal only
-                self._task = asyncio.get_running_loop().create_task(self._run(), name="agent-tracker")
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no running loop: tracked when signalled only
+            return
+        if self._task is None or self._task.done() or self._task.get_loop() is not loop:
+            self._task = loop.create_task(self._run(), name="agent-tracker")
 
     def unregister(self, proc: Tracked) -> None:
         agent = self._agents.get(proc.pid)

@@ -23,6 +23,7 @@ from bridge.errors import BridgeError
 from bridge.logs import configure_logging
 from bridge.process.launch import executable_problem, is_loopback_host
 from bridge.process.subreaper import TRACKER, reap_recorded
+from bridge.store.sqlite import check_schema
 
 log = structlog.get_logger("bridge.cli")
 
@@ -142,6 +143,7 @@ def serve(settings: Settings) -> int:
     # lock is held before the store is opened and before any reaper runs (bridge/datadir.py).
     datadir.make_private(settings.data_dir)
     lock_fd = datadir.lock(settings.data_dir)
+    check_schema(settings.data_dir / "bridge.db")  # a newer version's database: refused
     TRACKER.install(settings.data_dir)
     killed = reap_recorded(settings.data_dir)
     if killed:

@@ -22,7 +22,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from bridge.errors import ConfigError
+from bridge.errors import ConfigError, LaunchRefused
+from bridge.process.launch import check_launch_rules
 
 Protocol = Literal["stream-json", "awp-jsonl", "acp"]
 PermissionMode = Literal["default", "acceptEdits", "plan", "bypassPermissions", "dontAsk"]
@@ -322,6 +323,13 @@ def load_settings(
         agents.update(_path_profiles(env, set(agents) | {DEMO_PROFILE}))
     if DEMO_PROFILE not in agents:
         agents[DEMO_PROFILE] = demo_profile(ddir)
+    for name, prof in agents.items():
+        # Rules a profile can break by itself (remote URLs, relative mcp_config): refused
+        # now rather than at every launch. An unusable executable is only listed.
+        try:
+            check_launch_rules(prof, check_executable=False)
+        except LaunchRefused as exc:
+            raise ConfigError(f"agent profile {name!r}: {exc.message}") from exc
 
     return Settings(
         server=server,

@@ -19,6 +19,7 @@ import uvicorn
 
 from bridge import __version__, datadir
 from bridge.config import Settings, load_settings
+from bridge.connections import ConnectionGuard, connection_limit, guarded_protocol
 from bridge.errors import BridgeError
 from bridge.logs import configure_logging
 from bridge.process.launch import executable_problem, is_loopback_host
@@ -65,8 +66,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "agents":
             settings = load_settings(config=args.config, data_dir=args.data_dir)
             return _agents(settings, as_json=args.json)
-        if args.token:
-            print(FLAG_IN_PS_WARNING, file=sys.stderr)
         settings = load_settings(
             config=args.config,
             host=args.host,
@@ -76,15 +75,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             no_auth=args.no_auth,
             log_format=args.log_format,
         )
-        return serve(settings)
+        return serve(settings, secret_on_command_line=bool(args.token))
     except BridgeError as exc:
         print(f"agent-bridge: {exc.message}", file=sys.stderr)
         return 2
 
 
-FLAG_IN_PS_WARNING = (
-    "agent-bridge: warning: --token puts the token on the command line, where every local user "
-    "can read it (ps, /proc/PID/cmdline); use AGENT_BRIDGE_TOKEN or the token file <data-dir>/token"
+# --token is readable by every local user (ps, /proc/PID/cmdline): said once at start.
+ON_COMMAND_LINE_HINT = (
+    "--token puts the token on the command line, where every local user can read it "
+    "(ps, /proc/PID/cmdline); use AGENT_BRIDGE_TOKEN or the token file <data-dir>/token instead"
 )
 
 
@@ -131,7 +131,7 @@ def _agents(settings: Settings, *, as_json: bool) -> int:
     return 0
 
 
-def serve(settings: Settings) -> int:
+def serve(settings: Settings, *, secret_on_command_line: bool = False) -> int:
     from bridge.api.app import create_app
     from bridge.api.ws_transport import PROTOCOL as WS_PROTOCOL
 
@@ -139,6 +139,8 @@ def serve(settings: Settings) -> int:
         print("agent-bridge: --no-auth is refused unless the bind address is loopback", file=sys.stderr)
         return 2
     configure_logging(settings.log_format)
+    if secret_on_command_line:
+        log.warning("auth.secret_on_command_line", hint=ON_COMMAND_LINE_HINT)
     # Private files, one daemon per data dir, and agents' escaped descendants found; the
     # lock is held before the store is opened and before any reaper runs (bridge/datadir.py).
     datadir.make_private(settings.data_dir)
@@ -168,8 +170,11 @@ def serve(settings: Settings) -> int:
         ssl = {"ssl_certfile": settings.server.tls_cert, "ssl_keyfile": settings.server.tls_key}
     # proxy_headers off: X-Forwarded-Proto is honoured only with [server]
     # trust_proxy_headers, by security.RequestGuard (docs/security.md).
+    limit = connection_limit(settings.server.max_connections, settings.server.max_conversations)
+    guard = ConnectionGuard(limit, settings.server.header_timeout_s)
     config = uvicorn.Config(
         app,
+        http=guarded_protocol(guard),  # bounded connections, request headers on time
         log_config=None,
         access_log=False,
         lifespan="on",

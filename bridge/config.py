@@ -147,6 +147,10 @@ class ServerSettings(BaseModel):
     ws_ping_interval_s: float = Field(20.0, gt=0)
     ws_ping_timeout_s: float = Field(20.0, gt=0)
     subscriber_buffer: int = Field(1024, ge=16)
+    # Open connections at most (capped below the open-files limit); at the limit the
+    # oldest connection still waiting for its request headers is closed (bridge/connections.py).
+    max_connections: int = Field(4096, ge=16)
+    header_timeout_s: float = Field(10.0, gt=0)  # request headers must be complete by then
     tls_cert: str | None = None
     tls_key: str | None = None
 

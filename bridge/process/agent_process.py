@@ -91,7 +91,7 @@ class AgentProcess:
         # opened once: what runs is /proc/self/fd/N, the very file that was checked.
         fd = open_executable(spec.argv[0])
         loop = asyncio.get_running_loop()
-        TRACKER.spawning += 1
+        TRACKER.spawn_started()
         try:
             transport, protocol = await loop.subprocess_exec(
                 lambda: _Protocol(256 * 1024, loop),  # the transport pauses at twice this
@@ -109,16 +109,23 @@ class AgentProcess:
                 preexec_fn=child_setup(),
             )
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            TRACKER.spawn_ended(None)
             detail = getattr(exc, "strerror", None) or exc
             raise LaunchRefused(f"cannot start agent: {detail}", code="spawn_failed") from exc
+        except BaseException:
+            TRACKER.spawn_ended(None)
+            raise
         finally:
-            TRACKER.spawning -= 1
             if fd is not None:
                 os.close(fd)
-        _widen_pipe(transport.get_pipe_transport(1))
-        proc = asyncio.subprocess.Process(transport, protocol, loop)
-        agent = cls(proc, protocol, transport, spec, max_line)
-        TRACKER.register(agent)
+        try:
+            _widen_pipe(transport.get_pipe_transport(1))
+            proc = asyncio.subprocess.Process(transport, protocol, loop)
+            agent = cls(proc, protocol, transport, spec, max_line)
+        except BaseException:
+            TRACKER.spawn_ended(None)
+            raise
+        TRACKER.spawn_ended(agent)
         return agent
 
     @property

@@ -28,6 +28,7 @@ import json
 import os
 import signal
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -133,6 +134,9 @@ class Tracker:
         self.subreaper = False
         self.spawning = 0  # spawns in flight: their child is the daemon's but not registered yet
         self._task: asyncio.Task[None] | None = None
+        # The periodic walk runs in a worker thread (it reads /proc: ~0.5 ms per agent), the
+        # rest on the event loop; everything that reads or changes the tables holds this.
+        self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ set-up
 
@@ -144,9 +148,22 @@ class Tracker:
             log.warning("subreaper.unavailable", platform=sys.platform)
         return self.subreaper
 
+    def spawn_started(self) -> None:
+        with self._lock:
+            self.spawning += 1
+
+    def spawn_ended(self, proc: Tracked | None) -> None:
+        """The spawn is over: its child (if any) is registered in the same step, so the
+        orphan sweep can never take a just-spawned agent's exit status."""
+        with self._lock:
+            self.spawning -= 1
+            if proc is not None:
+                self.register(proc)
+
     def register(self, proc: Tracked) -> None:
-        self._agents[proc.pid] = _Agent(proc)
-        self._save()
+        with self._lock:
+            self._agents[proc.pid] = _Agent(proc)
+            self._save()
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no running loop: tracked when signalled only
@@ -155,26 +172,29 @@ class Tracker:
             self._task = loop.create_task(self._run(), name="agent-tracker")
 
     def unregister(self, proc: Tracked) -> None:
-        agent = self._agents.get(proc.pid)
-        if agent is not None and agent.proc is proc:
-            del self._agents[proc.pid]
-        if not self._agents:
-            self._sweep_orphans(kill_unowned=True)
-        self._save()
+        with self._lock:
+            agent = self._agents.get(proc.pid)
+            if agent is not None and agent.proc is proc:
+                del self._agents[proc.pid]
+            if not self._agents:
+                self._sweep_orphans(kill_unowned=True)
+            self._save()
 
     def escaped(self, proc: Tracked) -> dict[int, int]:
-        agent = self._agents.get(proc.pid)
-        return dict(agent.escaped) if agent is not None else {}
+        with self._lock:
+            agent = self._agents.get(proc.pid)
+            return dict(agent.escaped) if agent is not None else {}
 
     # ------------------------------------------------------------------ tracking
 
     def refresh(self, proc: Tracked) -> None:
-        agent = self._agents.get(proc.pid)
-        if agent is None or agent.proc is not proc:
-            return
-        self._refresh(agent)
-        self._sweep_orphans(kill_unowned=False)
-        self._save()
+        with self._lock:
+            agent = self._agents.get(proc.pid)
+            if agent is None or agent.proc is not proc:
+                return
+            self._refresh(agent)
+            self._sweep_orphans(kill_unowned=False)
+            self._save()
 
     def _refresh(self, agent: _Agent) -> None:
         proc = agent.proc
@@ -252,27 +272,38 @@ class Tracker:
 
     def signal_escaped(self, proc: Tracked, sig: int) -> list[int]:
         """Signal every descendant of ``proc`` that left its process group; their pids."""
-        agent = self._agents.get(proc.pid)
-        if agent is None or agent.proc is not proc:
-            return []
-        self._refresh(agent)
-        self._sweep_orphans(kill_unowned=False)
-        hit = [pid for pid, start in list(agent.escaped.items()) if _kill(pid, start, sig)]
+        with self._lock:
+            agent = self._agents.get(proc.pid)
+            if agent is None or agent.proc is not proc:
+                return []
+            self._refresh(agent)
+            self._sweep_orphans(kill_unowned=False)
+            hit = [pid for pid, start in list(agent.escaped.items()) if _kill(pid, start, sig)]
+            self._save()
         if hit:
             log.info("agent.escaped_signalled", pid=proc.pid, signal=signal.Signals(sig).name, pids=hit)
-        self._save()
         return hit
 
-    async def _run(self) -> None:
-        while self._agents or self._unowned:
-            await asyncio.sleep(TRACK_INTERVAL_S)
+    def _tick(self) -> bool:
+        with self._lock:
             for agent in list(self._agents.values()):
                 self._refresh(agent)
             self._sweep_orphans(kill_unowned=not self._agents)
             self._save()
+            return bool(self._agents or self._unowned)
+
+    def _last_sweep(self) -> None:
+        with self._lock:
+            self._sweep_orphans(kill_unowned=not self._agents)
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(TRACK_INTERVAL_S)
+            if not await asyncio.to_thread(self._tick):
+                break
         # Dead orphans reparented to us after the last agent went: reap them once more.
         await asyncio.sleep(TRACK_INTERVAL_S)
-        self._sweep_orphans(kill_unowned=True)
+        await asyncio.to_thread(self._last_sweep)
 
     # ------------------------------------------------------------------ the record
 

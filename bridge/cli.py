@@ -171,7 +171,7 @@ def serve(settings: Settings, *, secret_on_command_line: bool = False) -> int:
     # proxy_headers off: X-Forwarded-Proto is honoured only with [server]
     # trust_proxy_headers, by security.RequestGuard (docs/security.md).
     limit = connection_limit(settings.server.max_connections, settings.server.max_conversations)
-    guard = ConnectionGuard(limit, settings.server.header_timeout_s)
+    guard = ConnectionGuard(limit, settings.server.header_timeout_s, settings.server.body_timeout_s)
     config = uvicorn.Config(
         app,
         http=guarded_protocol(guard),  # bounded connections, request headers on time

@@ -151,6 +151,7 @@ class ServerSettings(BaseModel):
     # oldest connection still waiting for its request headers is closed (bridge/connections.py).
     max_connections: int = Field(4096, ge=16)
     header_timeout_s: float = Field(10.0, gt=0)  # request headers must be complete by then
+    body_timeout_s: float = Field(30.0, gt=0)  # and the body this long after the headers
     tls_cert: str | None = None
     tls_key: str | None = None
 

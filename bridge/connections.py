@@ -5,7 +5,9 @@ connections that send nothing (or send headers a byte at a time) would each hold
 descriptor for ever. :func:`guarded_protocol` wraps uvicorn's h11 protocol so that:
 
 * a connection whose request headers are not complete within ``header_timeout_s`` is
-  closed (the keep-alive timeout of uvicorn covers the time between requests);
+  closed (a WebSocket upgrade request included; the keep-alive timeout of uvicorn covers
+  the time between requests), and so is one whose request body is not complete within
+  ``body_timeout_s`` of its headers;
 * at most ``limit`` connections are open: at the limit, a new connection evicts the oldest
   one still waiting for its headers (so a flood of silent connections cannot lock out a
   client that sends its request promptly), and is itself refused only when every open
@@ -66,14 +68,18 @@ class _Counter:
 
 
 class ConnectionGuard:
-    def __init__(self, limit: int, header_timeout_s: float) -> None:
+    def __init__(self, limit: int, header_timeout_s: float, body_timeout_s: float = 30.0) -> None:
         self.limit = limit
         self.header_timeout_s = header_timeout_s
+        self.body_timeout_s = body_timeout_s
         self._open: dict[asyncio.Transport, None] = {}  # insertion-ordered
         self._waiting: OrderedDict[asyncio.Transport, asyncio.TimerHandle] = OrderedDict()
+        # Requests whose body is still arriving: transport → (the request, its deadline).
+        self._bodies: dict[asyncio.Transport, tuple[object, asyncio.TimerHandle]] = {}
         self._refused = _Counter("connections.refused_at_limit")
         self._evicted = _Counter("connections.evicted_waiting_for_headers")
         self._timed_out = _Counter("connections.header_timeout")
+        self._body_timed_out = _Counter("connections.body_timeout")
 
     def __len__(self) -> int:
         return len(self._open)
@@ -109,11 +115,35 @@ class ConnectionGuard:
         if timer is not None:
             timer.cancel()
 
+    def body(
+        self, transport: asyncio.Transport, request: object, complete: bool, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        """``request`` (uvicorn's cycle) is reading its body: bounded in time until complete."""
+        current = self._bodies.get(transport)
+        if current is not None and (current[0] is not request or complete):
+            current[1].cancel()
+            del self._bodies[transport]
+            current = None
+        if current is None and not complete:
+            timer = loop.call_later(self.body_timeout_s, self._body_timeout, transport, request)
+            self._bodies[transport] = (request, timer)
+
+    def _body_timeout(self, transport: asyncio.Transport, request: object) -> None:
+        current = self._bodies.get(transport)
+        if current is not None and current[0] is request:
+            del self._bodies[transport]
+            self._body_timed_out.hit(timeout_s=self.body_timeout_s)
+            self._open.pop(transport, None)
+            transport.abort()
+
     def _forget(self, transport: asyncio.Transport) -> None:
         self._open.pop(transport, None)
         timer = self._waiting.pop(transport, None)
         if timer is not None:
             timer.cancel()
+        body = self._bodies.pop(transport, None)
+        if body is not None:
+            body[1].cancel()
 
     def closed(self, transport: asyncio.Transport) -> None:
         self._forget(transport)
@@ -131,8 +161,11 @@ def guarded_protocol(guard: ConnectionGuard) -> type[asyncio.Protocol]:
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
             transport = self.transport
-            if self.cycle is not None or transport.get_protocol() is not self:
+            if transport.get_protocol() is not self:  # upgraded: the WebSocket's own timeouts apply
                 guard.started(transport)
+            elif self.cycle is not None:
+                guard.started(transport)
+                guard.body(transport, self.cycle, not self.cycle.more_body, self.loop)
 
         def connection_lost(self, exc: Exception | None) -> None:
             with contextlib.suppress(Exception):

@@ -24,7 +24,7 @@ HEADER_TIMEOUT_S = 1.0
 
 
 def server(header_timeout_s: float = HEADER_TIMEOUT_S) -> str:
-    return f"max_connections = {LIMIT}\nheader_timeout_s = {header_timeout_s}\n"
+    return f"max_connections = {LIMIT}\nheader_timeout_s = {header_timeout_s}\nbody_timeout_s = {HEADER_TIMEOUT_S}\n"
 
 
 async def raw_connect(url: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -42,16 +42,28 @@ async def closed_by_server(reader: asyncio.StreamReader, within_s: float) -> boo
     return data == b""
 
 
-async def test_connections_whose_headers_do_not_arrive_are_closed(
+async def test_connections_whose_headers_or_body_do_not_arrive_are_closed(
     daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
 ) -> None:
     d = await daemon_factory(base_config(tmp_path, agent_env, server=server()))
-    conns = [await raw_connect(d.url) for _ in range(12)]
+    host = d.url.removeprefix("http://")
+    auth = f"Authorization: Bearer {TOKEN}\r\n".encode()
+    partial = [
+        b"",  # silent
+        b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n",  # headers never finished
+        b"GET /v1/threads HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: a",  # slowloris
+        # a WebSocket upgrade that never completes
+        b"GET /v1/threads/x/ws HTTP/1.1\r\nHost: " + host.encode() + b"\r\nUpgrade: websocket\r\n",
+        # a body that never arrives (authenticated, so it would be read)
+        b"POST /v1/threads HTTP/1.1\r\nHost: "
+        + host.encode()
+        + b"\r\n"
+        + auth
+        + b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{",
+    ]
+    conns = [await raw_connect(d.url) for _ in range(3 * len(partial))]
     for i, (_r, w) in enumerate(conns):
-        if i % 3 == 1:
-            w.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # headers never finished
-        elif i % 3 == 2:
-            w.write(b"GET /v1/threads HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: a")  # slowloris
+        w.write(partial[i % len(partial)])
         await w.drain()
     try:
         results = await asyncio.gather(*(closed_by_server(r, HEADER_TIMEOUT_S + 4) for r, _w in conns))

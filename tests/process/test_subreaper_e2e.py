@@ -98,3 +98,39 @@ async def test_after_sigkill_the_next_daemon_kills_a_recorded_setsid_grandchild(
 
 def stat_mode(path: Path) -> int:
     return os.stat(path).st_mode & 0o777
+
+
+def test_the_record_is_only_trusted_with_matching_start_times(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from bridge.process.reaper import start_time
+    from bridge.process.subreaper import reap_recorded
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        started = start_time(proc.pid)
+        assert started is not None
+        record = tmp_path / RECORD_NAME
+        # A recycled pid (another start time) is never touched, as a group or alone.
+        record.write_text(
+            json.dumps(
+                {
+                    "processes": [
+                        {"pid": proc.pid, "start": started + 1, "group": False},
+                        {"pid": proc.pid, "start": started + 1, "group": True},
+                    ]
+                }
+            )
+        )
+        assert reap_recorded(tmp_path) == []
+        assert proc.poll() is None and not record.exists()
+        record.write_text(json.dumps({"processes": [{"pid": proc.pid, "start": started, "group": False}]}))
+        assert reap_recorded(tmp_path) == [proc.pid]
+        assert proc.wait(10) == -signal.SIGKILL
+        record.write_text("not json")  # an unreadable record is dropped, never fatal
+        assert reap_recorded(tmp_path) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)

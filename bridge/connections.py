@@ -9,9 +9,10 @@ descriptor for ever. :func:`guarded_protocol` wraps uvicorn's h11 protocol so th
   the time between requests), and so is one whose request body is not complete within
   ``body_timeout_s`` of its headers;
 * at most ``limit`` connections are open: at the limit, a new connection evicts the oldest
-  one still waiting for its headers (so a flood of silent connections cannot lock out a
-  client that sends its request promptly), and is itself refused only when every open
-  connection is busy with a request or a WebSocket;
+  one waiting for request headers — a new connection, or a kept-alive one between
+  requests — (so a flood of silent connections, or of quickly refused requests, cannot lock
+  out a client that sends its request promptly), and is itself refused only when every
+  open connection is busy with a request in progress or a WebSocket;
 * what is refused or timed out is logged once per interval with a count, never per
   connection.
 """
@@ -109,6 +110,15 @@ class ConnectionGuard:
             self._open.pop(transport, None)
             transport.abort()
 
+    def idle(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        """A response is complete and the connection is kept alive: evictable again until
+        the next request's headers are complete (uvicorn closes it after its keep-alive)."""
+        body = self._bodies.pop(transport, None)
+        if body is not None:
+            body[1].cancel()
+        if transport in self._open and transport not in self._waiting:
+            self._waiting[transport] = loop.call_later(self.header_timeout_s, self._header_timeout, transport)
+
     def started(self, transport: asyncio.Transport) -> None:
         """The request's headers are complete (or it was upgraded to a WebSocket)."""
         timer = self._waiting.pop(transport, None)
@@ -163,9 +173,14 @@ def guarded_protocol(guard: ConnectionGuard) -> type[asyncio.Protocol]:
             transport = self.transport
             if transport.get_protocol() is not self:  # upgraded: the WebSocket's own timeouts apply
                 guard.started(transport)
-            elif self.cycle is not None:
+            elif self.cycle is not None and not self.cycle.response_complete:
                 guard.started(transport)
                 guard.body(transport, self.cycle, not self.cycle.more_body, self.loop)
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                guard.idle(self.transport, self.loop)
 
         def connection_lost(self, exc: Exception | None) -> None:
             with contextlib.suppress(Exception):

@@ -105,6 +105,34 @@ async def test_a_flood_of_silent_connections_neither_exhausts_nor_locks_out_clie
             w.close()
 
 
+async def test_kept_alive_refused_requests_do_not_lock_out_clients(
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
+    d = await daemon_factory(base_config(tmp_path, agent_env, server=server(30)))
+    host = d.url.removeprefix("http://").encode()
+    flood = []
+    try:
+        for _ in range(2 * LIMIT):
+            r, w = await raw_connect(d.url)
+            # A complete request without credentials: answered 401, then kept alive.
+            w.write(b"GET /v1/threads HTTP/1.1\r\nHost: " + host + b"\r\n\r\n")
+            await w.drain()
+            flood.append((r, w))
+            try:
+                head = await asyncio.wait_for(r.readuntil(b"\r\n\r\n"), STEP_TIMEOUT)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                continue  # closed to make room (or refused): what the flood gets
+            assert head.startswith(b"HTTP/1.1 401"), head
+        for _ in range(10):
+            async with httpx.AsyncClient(
+                base_url=d.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5.0
+            ) as http:
+                assert (await http.get("/v1/threads")).status_code == 200
+    finally:
+        for _r, w in flood:
+            w.close()
+
+
 async def test_the_soft_open_files_limit_is_raised_to_the_hard_one(tmp_path: Path) -> None:
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     low = min(256, hard)

@@ -86,7 +86,6 @@ async def test_a_flood_of_silent_connections_neither_exhausts_nor_locks_out_clie
     try:
         for _ in range(4 * LIMIT):
             flood.append(await raw_connect(d.url))
-        await asyncio.sleep(0)  # (not a wait for a condition: the requests below are the check)
         for _ in range(10):
             # New connections, each with a complete request: served, within bounded time.
             async with httpx.AsyncClient(

@@ -30,7 +30,7 @@ log = structlog.get_logger("bridge.datadir")
 
 LOCK_NAME = "daemon.lock"
 # What the daemon itself creates or owns in the data dir, tightened at start.
-PRIVATE_DIRS = ("", "workspaces")
+PRIVATE_DIRS = ("workspaces",)
 PRIVATE_FILES = ("bridge.db", "bridge.db-wal", "bridge.db-shm", "token", LOCK_NAME)
 
 
@@ -47,8 +47,11 @@ def make_private(data_dir: Path) -> None:
         data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise BridgeError(f"cannot create data dir {data_dir}: {exc.strerror}", code="data_dir_unusable") from exc
+    # The data dir itself may be given as a symlink (the operator's choice): its target is
+    # tightened. Nothing inside it is ever followed.
+    _tighten(data_dir.resolve(), 0o700, want_dir=True)
     for name in PRIVATE_DIRS:
-        _tighten(data_dir / name if name else data_dir, 0o700, want_dir=True)
+        _tighten(data_dir / name, 0o700, want_dir=True)
     for name in PRIVATE_FILES:
         _tighten(data_dir / name, 0o600, want_dir=False)
 

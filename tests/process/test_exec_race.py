@@ -116,3 +116,26 @@ async def test_spawn_turns_every_error_into_launch_refused(tmp_path: Path) -> No
     with pytest.raises(LaunchRefused) as exc:  # a cwd that is not there: the exec fails in the child
         await AgentProcess.spawn(LaunchSpec((str(good),), {}, str(tmp_path / "missing")))
     assert exc.value.code == "spawn_failed"
+
+
+def test_the_check_itself_never_raises_while_the_path_flips(tmp_path: Path) -> None:
+    # The race that made os.path.realpath raise (the symlink gone between lstat and
+    # readlink): every answer is None or a problem string, for a bounded number of calls.
+    good = script(tmp_path / "good", "good", tmp_path / "ran.log")
+    evil = script(tmp_path / "evil", "evil", tmp_path / "ran.log")
+    path = tmp_path / "agent"
+    os.link(good, path)
+    stop = threading.Event()
+    t = flipper(path, good, evil, stop)
+    answers: set[str] = set()
+    try:
+        for _ in range(CHECKS):
+            problem = executable_problem(str(path))
+            answers.add("ok" if problem is None else problem.split(":")[0])
+    finally:
+        stop.set()
+        t.join(5)
+    assert "ok" in answers and len(answers) > 1, answers  # both states were seen
+
+
+CHECKS = 50_000

@@ -7,20 +7,27 @@ import asyncio
 import contextlib
 import json
 import logging
+import resource
 import signal
 import socket
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
+import structlog
 import uvicorn
 
-from bridge import __version__
+from bridge import __version__, datadir
 from bridge.config import Settings, load_settings
+from bridge.connections import ConnectionGuard, connection_limit, guarded_protocol
 from bridge.errors import BridgeError
 from bridge.logs import configure_logging
 from bridge.network import is_loopback_host
 from bridge.process.launch import executable_problem
+from bridge.process.subreaper import TRACKER, reap_recorded
+from bridge.store.sqlite import check_schema
+
+log = structlog.get_logger("bridge.cli")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,7 +44,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="bind address (env AGENT_BRIDGE_HOST, default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port, 0 = any free one (env AGENT_BRIDGE_PORT)")
     auth = serve.add_mutually_exclusive_group()
-    auth.add_argument("--token", help="auth token (env AGENT_BRIDGE_TOKEN)")
+    auth.add_argument(
+        "--token",
+        help="auth token; visible to every local user in ps, so prefer the env twin "
+        "AGENT_BRIDGE_TOKEN or the token file <data-dir>/token",
+    )
     auth.add_argument("--no-auth", action="store_true", help="no token (loopback only)")
     serve.add_argument("--log-format", choices=["json", "console"])
 
@@ -65,10 +76,33 @@ def main(argv: Sequence[str] | None = None) -> int:
             no_auth=args.no_auth,
             log_format=args.log_format,
         )
-        return serve(settings)
+        return serve(settings, secret_on_command_line=bool(args.token))
     except BridgeError as exc:
         print(f"agent-bridge: {exc.message}", file=sys.stderr)
         return 2
+
+
+# --token is readable by every local user (ps, /proc/PID/cmdline): said once at start.
+ON_COMMAND_LINE_HINT = (
+    "--token puts the token on the command line, where every local user can read it "
+    "(ps, /proc/PID/cmdline); use AGENT_BRIDGE_TOKEN or the token file <data-dir>/token instead"
+)
+
+
+def raise_fd_limit() -> None:
+    """The soft limit on open files raised to the hard limit: each connection, agent pipe
+    and database handle is a descriptor, and the usual soft limit (1024) is soon reached."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        target = FD_LIMIT_CAP if hard == resource.RLIM_INFINITY else hard
+        if soft != resource.RLIM_INFINITY and soft < target:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (OSError, ValueError) as exc:
+        log.warning("fd_limit.unchanged", error=str(exc))
+
+
+# With no hard limit, the soft one goes this high (select()-free, so any number works).
+FD_LIMIT_CAP = 1 << 20
 
 
 def _agents(settings: Settings, *, as_json: bool) -> int:
@@ -104,7 +138,7 @@ def ws_compression(settings: Settings) -> bool:
     return mode == "on" or (mode == "auto" and not is_loopback_host(settings.host))
 
 
-def serve(settings: Settings) -> int:
+def serve(settings: Settings, *, secret_on_command_line: bool = False) -> int:
     from bridge.api.app import create_app
     from bridge.api.ws_transport import PROTOCOL as WS_PROTOCOL
 
@@ -112,6 +146,18 @@ def serve(settings: Settings) -> int:
         print("agent-bridge: --no-auth is refused unless the bind address is loopback", file=sys.stderr)
         return 2
     configure_logging(settings.log_format)
+    if secret_on_command_line:
+        log.warning("auth.secret_on_command_line", hint=ON_COMMAND_LINE_HINT)
+    # Private files, one daemon per data dir, and agents' escaped descendants found; the
+    # lock is held before the store is opened and before any reaper runs (bridge/datadir.py).
+    datadir.make_private(settings.data_dir)
+    lock_fd = datadir.lock(settings.data_dir)
+    check_schema(settings.data_dir / "bridge.db")  # a newer version's database: refused
+    TRACKER.install(settings.data_dir)
+    killed = reap_recorded(settings.data_dir)
+    if killed:
+        log.warning("agent.orphans_reaped", pids=killed, source="agents_record")
+    raise_fd_limit()
     sock = _bind(settings.host, settings.port)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
@@ -131,8 +177,11 @@ def serve(settings: Settings) -> int:
         ssl = {"ssl_certfile": settings.server.tls_cert, "ssl_keyfile": settings.server.tls_key}
     # proxy_headers off: X-Forwarded-Proto is honoured only with [server]
     # trust_proxy_headers, by security.RequestGuard (docs/security.md).
+    limit = connection_limit(settings.server.max_connections, settings.server.max_conversations)
+    guard = ConnectionGuard(limit, settings.server.header_timeout_s, settings.server.body_timeout_s)
     config = uvicorn.Config(
         app,
+        http=guarded_protocol(guard),  # bounded connections, request headers on time
         log_config=None,
         access_log=False,
         lifespan="on",
@@ -151,6 +200,7 @@ def serve(settings: Settings) -> int:
     except KeyboardInterrupt:
         pass
     logging.shutdown()
+    datadir.unlock(lock_fd)
     return 0 if server.started else 1
 
 

@@ -20,8 +20,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from bridge.errors import ConfigError
+from bridge.errors import ConfigError, LaunchRefused
 from bridge.network import parse_host_port, parse_origin
+from bridge.process.launch import check_launch_rules
 
 Protocol = Literal["stream-json", "awp-jsonl", "acp"]
 PermissionMode = Literal["default", "acceptEdits", "plan", "bypassPermissions", "dontAsk"]
@@ -101,6 +102,11 @@ class ServerSettings(BaseModel):
     # 50 stalled clients cost a normal one 6x, ~65% of it in deflate) and on elsewhere.
     ws_compression: Literal["auto", "on", "off"] = "auto"
     subscriber_buffer: int = Field(1024, ge=16)
+    # Open connections at most (capped below the open-files limit); at the limit the
+    # oldest connection still waiting for its request headers is closed (bridge/connections.py).
+    max_connections: int = Field(4096, ge=16)
+    header_timeout_s: float = Field(10.0, gt=0)  # request headers must be complete by then
+    body_timeout_s: float = Field(30.0, gt=0)  # and the body this long after the headers
     tls_cert: str | None = None
     tls_key: str | None = None
 
@@ -277,6 +283,13 @@ def load_settings(
         agents.update(_path_profiles(env, set(agents) | {DEMO_PROFILE}))
     if DEMO_PROFILE not in agents:
         agents[DEMO_PROFILE] = demo_profile(ddir)
+    for name, prof in agents.items():
+        # Rules a profile can break by itself (remote URLs, relative mcp_config): refused
+        # now rather than at every launch. An unusable executable is only listed.
+        try:
+            check_launch_rules(prof, check_executable=False)
+        except LaunchRefused as exc:
+            raise ConfigError(f"agent profile {name!r}: {exc.message}") from exc
 
     return Settings(
         server=server,

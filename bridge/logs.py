@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -19,6 +20,41 @@ def redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[s
         if _SECRET_KEY.search(key):
             event[key] = REDACTED
     return event
+
+
+# Library messages that can repeat per attempt (asyncio retries accept() after EMFILE/ENFILE):
+# logged at most once per this interval, with how many were dropped since.
+RATE_LIMITED_PREFIXES = ("socket.accept() out of system resource",)
+RATE_LIMIT_INTERVAL_S = 10.0
+
+
+class RateLimit(logging.Filter):
+    """Passes a record whose message starts with one of ``prefixes`` at most once per
+    ``interval_s`` (per prefix); the next one passed says how many were dropped."""
+
+    def __init__(self, prefixes: tuple[str, ...] = RATE_LIMITED_PREFIXES, interval_s: float = RATE_LIMIT_INTERVAL_S):
+        super().__init__()
+        self.prefixes = prefixes
+        self.interval_s = interval_s
+        self._last: dict[str, float] = {}
+        self._dropped: dict[str, int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = str(record.msg)
+        prefix = next((p for p in self.prefixes if msg.startswith(p)), None)
+        if prefix is None:
+            return True
+        now = time.monotonic()
+        if now - self._last.get(prefix, -self.interval_s) < self.interval_s:
+            self._dropped[prefix] = self._dropped.get(prefix, 0) + 1
+            return False
+        self._last[prefix] = now
+        dropped = self._dropped.pop(prefix, 0)
+        if dropped:
+            record.msg = f"{msg} ({dropped} more like this were not logged in the last {self.interval_s:g} s)"
+        record.exc_info = None  # the same traceback every time: the message says it all
+        record.exc_text = None
+        return True
 
 
 def configure_logging(fmt: str = "console", level: int = logging.INFO) -> None:
@@ -56,3 +92,7 @@ def configure_logging(fmt: str = "console", level: int = logging.INFO) -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(logging.WARNING)
+    aio = logging.getLogger("asyncio")
+    for old_filter in [f for f in aio.filters if isinstance(f, RateLimit)]:
+        aio.removeFilter(old_filter)
+    aio.addFilter(RateLimit())

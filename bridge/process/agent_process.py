@@ -8,12 +8,15 @@ import contextlib
 import fcntl
 import os
 import signal
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from bridge.errors import LaunchRefused
 from bridge.process.agent_io import ExitInfo
-from bridge.process.launch import LaunchSpec, executable_problem
+from bridge.process.launch import LaunchSpec, exec_path, open_executable
 from bridge.process.reaper import child_setup, start_time
+from bridge.process.subreaper import TRACKER
+from bridge.process.umask import agent_umask
 from bridge.protocols.framing import MAX_LINE_BYTES, LineFramer, LineTooLong
 
 # One read takes whatever the pipe transport has buffered, up to this: during a burst the
@@ -78,15 +81,17 @@ class AgentProcess:
 
     @classmethod
     async def spawn(cls, spec: LaunchSpec, *, max_line: int = MAX_LINE_BYTES) -> AgentProcess:
-        # Checked again right before the spawn: the file may have changed since load.
-        problem = executable_problem(spec.argv[0])
-        if problem:
-            raise LaunchRefused(problem, code="executable_unusable")
+        # Checked again right before the spawn (the file may have changed since load), and
+        # opened once: what runs is /proc/self/fd/N, the very file that was checked.
+        fd = open_executable(spec.argv[0])
         loop = asyncio.get_running_loop()
+        TRACKER.spawn_started()
         try:
             transport, protocol = await loop.subprocess_exec(
                 lambda: _Protocol(256 * 1024, loop),  # the transport pauses at twice this
                 *spec.argv,
+                executable=spec.argv[0] if fd is None else exec_path(fd),
+                pass_fds=() if fd is None else (fd,),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -94,13 +99,28 @@ class AgentProcess:
                 cwd=spec.cwd,
                 start_new_session=True,
                 close_fds=True,
+                umask=agent_umask(),
                 preexec_fn=child_setup(),
             )
-        except OSError as exc:
-            raise LaunchRefused(f"cannot start agent: {exc.strerror or exc}", code="spawn_failed") from exc
-        _widen_pipe(transport.get_pipe_transport(1))
-        proc = asyncio.subprocess.Process(transport, protocol, loop)
-        return cls(proc, protocol, transport, spec, max_line)
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            TRACKER.spawn_ended(None)
+            detail = getattr(exc, "strerror", None) or exc
+            raise LaunchRefused(f"cannot start agent: {detail}", code="spawn_failed") from exc
+        except BaseException:
+            TRACKER.spawn_ended(None)
+            raise
+        finally:
+            if fd is not None:
+                os.close(fd)
+        try:
+            _widen_pipe(transport.get_pipe_transport(1))
+            proc = asyncio.subprocess.Process(transport, protocol, loop)
+            agent = cls(proc, protocol, transport, spec, max_line)
+        except BaseException:
+            TRACKER.spawn_ended(None)
+            raise
+        TRACKER.spawn_ended(agent)
+        return agent
 
     @property
     def returncode(self) -> int | None:
@@ -173,9 +193,12 @@ class AgentProcess:
     def release(self) -> None:
         """Close our ends of the pipes once the process is gone and its output drained."""
         self._transport.close()
+        TRACKER.unregister(self)
 
     def signal_group(self, sig: int) -> bool:
-        """Signal the whole process group; False when nothing is left in it."""
+        """Signal the whole process group, and every descendant that left it (setsid:
+        process/subreaper.py); False when nothing is left of the group."""
+        TRACKER.signal_escaped(self, sig)
         try:
             os.killpg(self.pgid, sig)
         except ProcessLookupError:

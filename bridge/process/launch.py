@@ -11,6 +11,7 @@ import re
 import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from bridge.errors import LaunchRefused
@@ -30,6 +31,14 @@ ENV_ALLOWLIST = frozenset(
         "SHELL",
         "TERM",
         "LANG",
+        # The locale variables POSIX defines (never any other LC_* a daemon may carry).
+        "LC_ALL",
+        "LC_COLLATE",
+        "LC_CTYPE",
+        "LC_MESSAGES",
+        "LC_MONETARY",
+        "LC_NUMERIC",
+        "LC_TIME",
         "LANGUAGE",
         "TMPDIR",
         "TZ",
@@ -38,12 +47,18 @@ ENV_ALLOWLIST = frozenset(
         "XDG_RUNTIME_DIR",
     }
 )
-ENV_ALLOWLIST_PREFIXES = ("LC_",)
 
-# "http:" + any slashes + the rest: WHATWG URL parsers (Node, i.e. the agent CLIs) accept
-# "http:host" and "http:/host" too, read a backslash as "/" and drop ASCII tabs and newlines
-# anywhere, so url_problem checks each value as written and as such a parser reads it.
-_URL_RE = re.compile(r"(?i)\b(https?):(/*)([^\s\"'<>]*)")
+# A scheme WHATWG URL parsers (Node, i.e. the agent CLIs) treat as special + any slashes +
+# the rest: they accept "http:host" and "http:/host" too, read a backslash as "/" and drop
+# ASCII tabs and newlines anywhere, so url_problem checks each value as written and as such
+# a parser reads it. A scheme-relative "//host" (at the start of a value, after "=" or a
+# space) takes the scheme of whatever base the agent joins it with.
+_URL_RE = re.compile(r"(?i)\b(https?|wss?|ftp):(/*)([^\s\"'<>]*)")
+_RELATIVE_RE = re.compile(r"(?:^|(?<=[=\s]))//([^\s\"'<>/]+)")
+# Remote hosts with the opt-in: only over these; the others (and "//host") never.
+SECURE_SCHEMES = frozenset({"https", "wss"})
+# Flags whose value is prose for the model, not an endpoint: never checked for URLs.
+PROSE_FLAGS = frozenset({"--system-prompt", "--append-system-prompt"})
 _WHATWG_DROP = str.maketrans("", "", "\t\n\r")
 
 
@@ -59,9 +74,22 @@ def valid_session_id(value: object) -> bool:
 
 
 def executable_problem(path: str) -> str | None:
-    """Why ``path`` may not be launched, or None. Checked at load and before each spawn."""
+    """Why ``path`` may not be launched, or None. Checked at load, at thread creation and
+    before each spawn (where :func:`open_executable` then opens what is executed). Never
+    raises."""
+    try:
+        return _executable_problem(path)
+    except (OSError, ValueError) as exc:
+        return f"executable cannot be inspected: {path!r}: {getattr(exc, 'strerror', None) or exc}"
+
+
+def _executable_problem(path: str) -> str | None:
     if not path or not os.path.isabs(path):
         return f"executable must be an absolute path: {path!r}"
+    if "\x00" in path:
+        return "executable path contains a NUL byte"
+    if path.startswith("//") or os.path.normpath(path) != path:
+        return f"executable path must be normalized (no '.', '..', '//' or trailing '/'): {path}"
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -69,17 +97,79 @@ def executable_problem(path: str) -> str | None:
     except OSError as exc:
         return f"executable cannot be inspected: {path}: {exc.strerror}"
     if stat.S_ISLNK(st.st_mode):
-        return f"executable is a symlink (give its real path {os.path.realpath(path)}): {path}"
+        return f"executable is a symlink (give its real path {_real(path)}): {path}"
     if not stat.S_ISREG(st.st_mode):
         return f"executable is not a regular file: {path}"
+    parent = os.path.dirname(path)
+    if _real(parent) != parent:
+        return f"executable's directory is reached through a symlink (give its real path {_real(path)}): {path}"
     if not os.access(path, os.X_OK):
         return f"executable is not executable by this user: {path}"
     return None
 
 
+def _real(path: str) -> str:
+    try:
+        return os.path.realpath(path)
+    except (OSError, ValueError):
+        return "(unresolvable)"
+
+
+# Where the kernel shows an open descriptor's file; exec through it runs exactly that file.
+_FD_DIR = "/proc/self/fd"
+_O_PATH = getattr(os, "O_PATH", os.O_RDONLY)
+
+
+def open_executable(path: str) -> int | None:
+    """Check ``path`` and open it once (``O_PATH|O_NOFOLLOW``); the spawn then executes
+    ``/proc/self/fd/N``, so the file executed is the file checked, whatever happens to the
+    path in between (issue #15 item 8). The opened file is checked again: a regular,
+    executable file whose kernel path is ``path`` itself (no symlink anywhere on the way).
+    None where ``/proc`` is missing (the path is executed after the check). Raises
+    LaunchRefused; the caller closes the descriptor."""
+    problem = executable_problem(path)
+    if problem:
+        raise LaunchRefused(problem, code="executable_unusable")
+    if not os.path.isdir(_FD_DIR):
+        return None
+    try:
+        fd = os.open(path, _O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except (OSError, ValueError) as exc:
+        raise LaunchRefused(
+            f"executable changed while it was being launched: {path}: {getattr(exc, 'strerror', None) or exc}",
+            code="executable_unusable",
+        ) from exc
+    try:
+        problem = _opened_problem(fd, path)
+    except (OSError, ValueError) as exc:
+        problem = f"executable changed while it was being launched: {path}: {getattr(exc, 'strerror', None) or exc}"
+    if problem:
+        os.close(fd)
+        raise LaunchRefused(problem, code="executable_unusable")
+    return fd
+
+
+def _opened_problem(fd: int, path: str) -> str | None:
+    st = os.fstat(fd)
+    if stat.S_ISLNK(st.st_mode):
+        return f"executable changed into a symlink while it was being launched: {path}"
+    if not stat.S_ISREG(st.st_mode):
+        return f"executable changed into something other than a regular file while it was being launched: {path}"
+    if os.readlink(f"{_FD_DIR}/{fd}") != path:
+        return f"executable was reached through a symlink or moved while it was being launched: {path}"
+    if not os.access(f"{_FD_DIR}/{fd}", os.X_OK):
+        return f"executable is not executable by this user: {path}"
+    return None
+
+
+def exec_path(fd: int) -> str:
+    """The path a child executes to run the file open on ``fd`` (kept open in the child)."""
+    return f"{_FD_DIR}/{fd}"
+
+
 def url_problem(values: Iterable[str], *, opt_in: bool) -> str | None:
-    """Remote-URL rule: loopback always allowed; remote https needs the opt-in; remote
-    plain http is refused even with it."""
+    """Remote-URL rule: loopback always allowed; remote ``https``/``wss`` need the opt-in;
+    remote ``http``, ``ws``, ``ftp`` and scheme-relative ``//host`` are refused even with it."""
     for value in values:
         # Otherwise "https://evil.example\\@127.0.0.1" or "http://localhost\n.evil.example"
         # would be loopback here and remote for the agent.
@@ -89,21 +179,115 @@ def url_problem(values: Iterable[str], *, opt_in: bool) -> str | None:
                 scheme, slashes, rest = match.group(1).lower(), match.group(2), match.group(3)
                 if not slashes and not rest:
                     continue  # a bare "http:" in prose
-                try:
-                    host = urlsplit(f"{scheme}://{rest}").hostname
-                except ValueError:
-                    return f"malformed URL in agent arguments or environment: {match.group(0)[:100]}"
-                if is_loopback_host(host):
-                    continue
-                if not opt_in:
-                    return f"remote URL {scheme}://{host} needs remote_api_opt_in (AWP_AGENT_REMOTE_API_OPT_IN=1)"
-                if scheme == "http":
-                    return f"plain http to a non-loopback host is refused: http://{host}"
+                problem = _remote_problem(scheme, rest, match.group(0), opt_in=opt_in)
+                if problem:
+                    return problem
+            for match in _RELATIVE_RE.finditer(text):
+                problem = _remote_problem(None, match.group(1), match.group(0), opt_in=opt_in)
+                if problem:
+                    return problem
     return None
 
 
+def _remote_problem(scheme: str | None, rest: str, written: str, *, opt_in: bool) -> str | None:
+    try:
+        host = urlsplit(f"{scheme or 'http'}://{rest}").hostname
+    except ValueError:
+        return f"malformed URL in agent arguments or environment: {written[:100]}"
+    if is_loopback_host(host):
+        return None
+    shown = f"{scheme}://{host}" if scheme else f"//{host}"
+    if not opt_in:
+        return f"remote URL {shown} needs remote_api_opt_in (AWP_AGENT_REMOTE_API_OPT_IN=1)"
+    if scheme is None:
+        return f"scheme-relative URL to a non-loopback host is refused (its scheme is not known): {shown}"
+    if scheme not in SECURE_SCHEMES:
+        return f"plain {scheme} to a non-loopback host is refused: {shown}"
+    return None
+
+
+def endpoint_values(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    """What the remote-URL rule looks at: every argument and env value, except the value
+    of a prose flag (``--system-prompt``: text for the model, not an endpoint)."""
+    out: list[str] = []
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        flag, eq, _ = a.partition("=")
+        if flag in PROSE_FLAGS:
+            skip = not eq
+            continue
+        out.append(a)
+    return out + list(env.values())
+
+
+class ProfileLike(Protocol):
+    """What :func:`check_launch_rules` reads of an agent profile (config.AgentProfile)."""
+
+    @property
+    def executable(self) -> str: ...
+    @property
+    def args(self) -> Sequence[str]: ...
+    @property
+    def env(self) -> Mapping[str, str]: ...
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def remote_api_opt_in(self) -> bool: ...
+    @property
+    def mcp_config(self) -> str | None: ...
+    @property
+    def allowed_tools(self) -> Sequence[str] | None: ...
+    @property
+    def disallowed_tools(self) -> Sequence[str] | None: ...
+    @property
+    def system_prompt(self) -> str | None: ...
+
+
+def check_launch_rules(
+    profile: ProfileLike,
+    options: Mapping[str, Any] | None = None,
+    *,
+    model: str | None = None,
+    check_executable: bool = True,
+) -> None:
+    """The launch rules that depend only on the profile and a thread's options (and
+    model): for thread creation and profile load, so a thread that could never be spawned
+    is refused up front. Spawn-time checks (cwd, resume id, the executable again) stay in
+    :func:`build_launch`. Pure apart from inspecting the executable (skipped with
+    ``check_executable=False``: at load, an unusable executable is listed, not fatal);
+    raises LaunchRefused."""
+    opts = dict(options or {})
+    problem = executable_problem(profile.executable) if check_executable else None
+    if problem:
+        raise LaunchRefused(problem, code="executable_unusable")
+    mcp = opts.get("mcp_config", profile.mcp_config)
+    if mcp and (not isinstance(mcp, str) or not os.path.isabs(mcp)):
+        raise LaunchRefused("mcp_config must be an absolute path", code="bad_mcp_config")
+    argv = [*profile.args]
+    for key, flag in (("allowed_tools", "--allowedTools"), ("disallowed_tools", "--disallowedTools")):
+        tools = opts.get(key, getattr(profile, key))
+        if tools:
+            argv += [flag, ",".join(str(t) for t in tools)]
+    prompt = opts.get("system_prompt", profile.system_prompt)
+    if prompt is not None:
+        argv += ["--system-prompt", str(prompt)]
+    chosen = model or profile.model
+    if chosen:
+        argv += ["--model", chosen]
+    if mcp:
+        argv += ["--mcp-config", str(mcp)]
+    if any("\x00" in a for a in argv):
+        raise LaunchRefused("argument contains a NUL byte", code="bad_argument")
+    problem = url_problem(endpoint_values(argv, profile.env), opt_in=profile.remote_api_opt_in)
+    if problem:
+        raise LaunchRefused(problem, code="remote_url_refused")
+
+
 def child_env(daemon_env: Mapping[str, str], profile_env: Mapping[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in daemon_env.items() if k in ENV_ALLOWLIST or k.startswith(ENV_ALLOWLIST_PREFIXES)}
+    env = {k: v for k, v in daemon_env.items() if k in ENV_ALLOWLIST}
     env.update(profile_env)
     return env
 
@@ -144,7 +328,7 @@ def build_launch(
     for a in argv:
         if "\x00" in a:
             raise LaunchRefused("argument contains a NUL byte", code="bad_argument")
-    problem = url_problem([*argv[1:], *profile_env.values()], opt_in=remote_api_opt_in)
+    problem = url_problem(endpoint_values(argv[1:], profile_env), opt_in=remote_api_opt_in)
     if problem:
         raise LaunchRefused(problem, code="remote_url_refused")
     env = child_env(os.environ if daemon_env is None else daemon_env, profile_env)

@@ -16,7 +16,7 @@ from bridge.errors import Capacity, InvalidRequest, LaunchRefused, NotFound
 from bridge.ids import new_id
 from bridge.process.agent_io import Spawn
 from bridge.process.agent_process import AgentProcess
-from bridge.process.launch import executable_problem
+from bridge.process.launch import check_launch_rules, executable_problem
 from bridge.process.reaper import reap_group
 from bridge.protocols.envelope import ephemeral
 from bridge.protocols.events import Event
@@ -145,6 +145,9 @@ class Registry:
             AgentProfile.model_validate({**prof.model_dump(), **options})
         except ValueError as exc:
             raise InvalidRequest(f"invalid options: {exc}", code="invalid_option") from exc
+        # Every launch rule that depends only on the profile and these options: a thread
+        # that could never be spawned is refused now, not at its first prompt.
+        check_launch_rules(prof, options, model=model)
         tid = new_id("thr")
         if cwd is None:
             path = self.settings.data_dir / "workspaces" / tid

@@ -116,6 +116,33 @@ _MIGRATIONS: list[str] = [
     """,
 ]
 
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+
+def schema_too_new(path: Path, version: int) -> str:
+    return (
+        f"database {path} has schema version {version}, newer than this agent-bridge's "
+        f"({SCHEMA_VERSION}): it was written by a newer version; run that version, or use another data dir"
+    )
+
+
+def check_schema(path: Path) -> None:
+    """Refuse (StoreError) a database a newer agent-bridge wrote, before anything opens
+    it for writing; a missing file is fine (it is created at open)."""
+    if not path.exists():
+        return
+    try:
+        db = sqlite3.connect(path)  # reads only: nothing is written before the check
+        try:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot read database {path}: {exc}") from exc
+    if version > SCHEMA_VERSION:
+        raise StoreError(schema_too_new(path, version), code="schema_too_new")
+
+
 _THREAD_COLUMNS = (
     "id",
     "agent",
@@ -237,8 +264,11 @@ class SqliteStore:
         def do_open() -> None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = self._connect()
-            db.execute("PRAGMA journal_mode=WAL")
             version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                db.close()
+                raise StoreError(schema_too_new(self.path, version), code="schema_too_new")
+            db.execute("PRAGMA journal_mode=WAL")
             for i, ddl in enumerate(_MIGRATIONS[version:], start=version + 1):
                 db.execute("BEGIN IMMEDIATE")
                 for stmt in filter(str.strip, ddl.split(";")):

@@ -28,6 +28,9 @@ Directives are the first word of a prompt:
   leak NAME          reply with (and write to stderr) the value of env var NAME
   flood N            write N deltas as fast as possible, then a terminal line
   spawnchild         start a grandchild (sleeps 300 s, cmdline carries FAKE_AGENT_LOG) and hang
+  spawnsetsid [exit] start a grandchild that calls setsid() (leaves the agent's process group
+                     and session; sleeps 300 s, cmdline carries FAKE_AGENT_LOG), then hang, or
+                     with "exit" exit 3 (the grandchild is orphaned)
 
 Flags: --exit-at-start (exit 5 before reading anything).
 
@@ -552,6 +555,19 @@ class Agent:
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", marker])
         log(event="child", pid=child.pid)
         self.delta(f"child {child.pid}")
+        self.do_hang(text)
+
+    def do_spawnsetsid(self, text: str) -> None:
+        import subprocess
+
+        marker = os.environ.get("FAKE_AGENT_LOG", "fake-agent-child")
+        child = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(300)", marker, "setsid"], start_new_session=True
+        )
+        log(event="setsid_child", pid=child.pid)
+        self.delta(f"setsid child {child.pid}")
+        if text.split()[1:2] == ["exit"]:
+            os._exit(3)
         self.do_hang(text)
 
     def do_badsession(self, text: str) -> None:

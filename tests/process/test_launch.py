@@ -10,6 +10,8 @@ import os
 import shutil
 import sqlite3
 import stat
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -193,7 +195,8 @@ def test_executable_problem_for_each_rule(tmp_path: Path) -> None:
         (["http://localhost:9"], False, None),
         (["http://[::1]:9"], False, None),
         (["https://localhost/v1", "http://[::1]:9/a?b=c"], False, None),
-        (["no url here", "ftp://example.com", "file:///etc/passwd"], False, None),
+        (["no url here", "file:///etc/passwd"], False, None),
+        (["ftp://example.com"], False, "remote_api_opt_in"),
         (["http://127.0.0.1:9", "x https://evil.example"], False, "remote_api_opt_in"),
         (["http://127.0.0.1:9@evil.example/"], False, "evil.example"),
         (["http://evil.example#@127.0.0.1"], False, "evil.example"),
@@ -412,29 +415,36 @@ async def test_child_env_has_no_daemon_secrets(daemon_factory: Any, tmp_path: Pa
     assert {k: env[k] for k in env if k not in os_part} == profile_env
 
 
-async def test_remote_url_without_opt_in_is_refused(
-    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
-) -> None:
-    d = await daemon_factory(
-        config(
-            fake_profile("remote_env", {**agent_env, "ANTHROPIC_BASE_URL": "https://api.example.com"}),
-            fake_profile("remote_arg", agent_env, extra_args=["--api=https://api.example.com/v1"]),
-            fake_profile(
-                "http_opt_in", {**agent_env, "ANTHROPIC_BASE_URL": "http://example.com"}, remote_api_opt_in=True
-            ),
-        )
-    )
-    for agent, words in (
+@pytest.mark.parametrize(
+    ("profile", "words"),
+    [
         ("remote_env", ("remote_api_opt_in", "api.example.com")),
         ("remote_arg", ("remote_api_opt_in", "api.example.com")),
         ("http_opt_in", ("plain http", "example.com")),
-    ):
-        thread = await new_thread(d, agent)
-        async with d.http() as http:
-            r = await http.post(f"/v1/threads/{thread['id']}/messages", json={"text": "hi"})
-        err = assert_refused(r, "remote_url_refused")
-        assert all(w in err["message"] for w in words), err
-    assert_nothing_spawned(d, tmp_path)
+    ],
+)
+def test_a_profile_breaking_the_remote_url_rule_stops_the_daemon_at_load(
+    tmp_path: Path, agent_env: dict[str, str], profile: str, words: tuple[str, ...]
+) -> None:
+    # Refused when the profile is loaded (issue #15), not at its first spawn.
+    profiles = {
+        "remote_env": fake_profile("remote_env", {**agent_env, "ANTHROPIC_BASE_URL": "https://api.example.com"}),
+        "remote_arg": fake_profile("remote_arg", agent_env, extra_args=["--api=https://api.example.com/v1"]),
+        "http_opt_in": fake_profile(
+            "http_opt_in", {**agent_env, "ANTHROPIC_BASE_URL": "http://example.com"}, remote_api_opt_in=True
+        ),
+    }
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(config(profiles[profile], fake_profile("good", agent_env)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_BRIDGE_")}
+    argv = [sys.executable, "-m", "bridge", "serve", "--port", "0", "--no-auth", "--config", str(cfg)]
+    r = subprocess.run(
+        [*argv, "--data-dir", str(tmp_path / "data")], capture_output=True, text=True, timeout=STEP_TIMEOUT, env=env
+    )
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "listening" not in r.stdout
+    assert f"'{profile}'" in r.stderr and all(w in r.stderr for w in words), r.stderr
+    assert starts(tmp_path) == []
 
 
 async def test_remote_https_with_opt_in_and_loopback_urls_are_allowed(

@@ -21,8 +21,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from bridge.errors import ConfigError, LaunchRefused
+from bridge.launching import check_profile, spawn_options
 from bridge.network import parse_host_port, parse_origin
-from bridge.process.launch import check_launch_rules
 
 Protocol = Literal["stream-json", "awp-jsonl", "acp"]
 PermissionMode = Literal["default", "acceptEdits", "plan", "bypassPermissions", "dontAsk"]
@@ -169,17 +169,7 @@ def _awp_profile(env: Mapping[str, str]) -> AgentProfile | None:
     exe = env.get("AWP_AGENT_CLI_EXECUTABLE")
     if not exe:
         return None
-    try:
-        args = json.loads(env.get("AWP_AGENT_CLI_ARGS_JSON") or "[]")
-        child_env = json.loads(env.get("AWP_AGENT_CLI_ENV_JSON") or "{}")
-    except ValueError as exc:
-        raise ConfigError(f"AWP_AGENT_CLI_ARGS_JSON / AWP_AGENT_CLI_ENV_JSON is not JSON: {exc}") from exc
-    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-        raise ConfigError("AWP_AGENT_CLI_ARGS_JSON must be a JSON array of strings")
-    if not isinstance(child_env, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in child_env.items()
-    ):
-        raise ConfigError("AWP_AGENT_CLI_ENV_JSON must be a JSON object of strings")
+    args, child_env = _awp_json(env)
     protocol = env.get("AWP_AGENT_CLI_PROTOCOL") or "awp-jsonl"
     if protocol not in ("awp-jsonl", "stream-json"):
         raise ConfigError(f"AWP_AGENT_CLI_PROTOCOL must be awp-jsonl or stream-json, not {protocol!r}")
@@ -195,6 +185,23 @@ def _awp_profile(env: Mapping[str, str]) -> AgentProfile | None:
         )
     except ValidationError as exc:
         raise ConfigError(f"AWP_AGENT_CLI_* variables: {exc}") from exc
+
+
+def _awp_json(env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """AWP_AGENT_CLI_ARGS_JSON (an array of strings) and AWP_AGENT_CLI_ENV_JSON (an object
+    of strings)."""
+    try:
+        args = json.loads(env.get("AWP_AGENT_CLI_ARGS_JSON") or "[]")
+        child_env = json.loads(env.get("AWP_AGENT_CLI_ENV_JSON") or "{}")
+    except ValueError as exc:
+        raise ConfigError(f"AWP_AGENT_CLI_ARGS_JSON / AWP_AGENT_CLI_ENV_JSON is not JSON: {exc}") from exc
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise ConfigError("AWP_AGENT_CLI_ARGS_JSON must be a JSON array of strings")
+    if not isinstance(child_env, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in child_env.items()
+    ):
+        raise ConfigError("AWP_AGENT_CLI_ENV_JSON must be a JSON object of strings")
+    return args, child_env
 
 
 def _path_profiles(env: Mapping[str, str], taken: set[str]) -> dict[str, AgentProfile]:
@@ -235,45 +242,31 @@ def load_settings(
     env = os.environ if env is None else env
     config = config or env.get("AGENT_BRIDGE_CONFIG")
     raw: dict[str, Any] = load_toml(Path(config)) if config else {}
-    server_raw = raw.pop("server", {}) or {}
-    if not isinstance(server_raw, dict):
-        raise ConfigError("[server] must be a table")
-    server_raw = dict(server_raw)
-    agents_raw = raw.pop("agents", {}) or {}
+    server_raw = _table(raw.pop("server", {}) or {}, "[server] must be a table")
+    agents_raw = _table(raw.pop("agents", {}) or {}, "[agents] must be a table of profiles")
     if raw:
         raise ConfigError(f"unknown config sections: {', '.join(sorted(raw))}")
+    server = _server(server_raw, host or env.get("AGENT_BRIDGE_HOST"), _port(port, env))
+    ddir = Path(data_dir or env.get("AGENT_BRIDGE_DATA_DIR") or default_data_dir(env)).expanduser().absolute()
+    agents, default = _all_profiles(agents_raw, env, ddir, discover_path=discover_path)
+    return Settings(
+        server=server,
+        data_dir=ddir,
+        token=token or env.get("AGENT_BRIDGE_TOKEN") or None,
+        no_auth=no_auth,
+        log_format=_log_format(log_format or env.get("AGENT_BRIDGE_LOG_FORMAT") or "console"),
+        agents=agents,
+        default_agent=default,
+        config_file=Path(config).absolute() if config else None,
+    )
 
-    host = host or env.get("AGENT_BRIDGE_HOST")
-    if host:
-        server_raw["host"] = host
-    if port is None and env.get("AGENT_BRIDGE_PORT"):
-        try:
-            port = int(env["AGENT_BRIDGE_PORT"])
-        except ValueError as exc:
-            raise ConfigError("AGENT_BRIDGE_PORT must be an integer") from exc
-    if port is not None:
-        server_raw["port"] = port
-    try:
-        server = ServerSettings(**server_raw)
-    except ValidationError as exc:
-        raise ConfigError(f"[server]: {_errors(exc)}") from exc
 
-    ddir = Path(data_dir or env.get("AGENT_BRIDGE_DATA_DIR") or default_data_dir(env)).expanduser()
-    ddir = ddir.absolute()
-
-    agents: dict[str, AgentProfile] = {}
-    if not isinstance(agents_raw, dict):
-        raise ConfigError("[agents] must be a table of profiles")
-    for name, prof in agents_raw.items():
-        if not isinstance(prof, dict):
-            raise ConfigError(f"[agents.{name}] must be a table")
-        reserved = {"name", "builtin"} & set(prof)
-        if reserved:
-            raise ConfigError(f"[agents.{name}]: {', '.join(sorted(reserved))} cannot be set")
-        try:
-            agents[name] = AgentProfile(**{**prof, "name": name})
-        except ValidationError as exc:
-            raise ConfigError(f"[agents.{name}]: {_errors(exc)}") from exc
+def _all_profiles(
+    agents_raw: dict[str, Any], env: Mapping[str, str], ddir: Path, *, discover_path: bool
+) -> tuple[dict[str, AgentProfile], str]:
+    """Every profile — configured, the AWP variables', found on PATH, the demo — and the
+    default one (the first configured, else the demo)."""
+    agents = _profiles(agents_raw)
     configured = list(agents)
     awp = _awp_profile(env)
     if awp is not None and "awp" not in agents:
@@ -287,20 +280,51 @@ def load_settings(
         # Rules a profile can break by itself (remote URLs, relative mcp_config): refused
         # now rather than at every launch. An unusable executable is only listed.
         try:
-            check_launch_rules(prof, check_executable=False)
+            check_profile(prof, spawn_options(prof, None, THREAD_OPTION_KEYS), check_executable=False)
         except LaunchRefused as exc:
             raise ConfigError(f"agent profile {name!r}: {exc.message}") from exc
+    return agents, configured[0] if configured else DEMO_PROFILE
 
-    return Settings(
-        server=server,
-        data_dir=ddir,
-        token=token or env.get("AGENT_BRIDGE_TOKEN") or None,
-        no_auth=no_auth,
-        log_format=_log_format(log_format or env.get("AGENT_BRIDGE_LOG_FORMAT") or "console"),
-        agents=agents,
-        default_agent=configured[0] if configured else DEMO_PROFILE,
-        config_file=Path(config).absolute() if config else None,
-    )
+
+def _table(value: Any, problem: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(problem)
+    return dict(value)
+
+
+def _port(port: int | None, env: Mapping[str, str]) -> int | None:
+    if port is None and env.get("AGENT_BRIDGE_PORT"):
+        try:
+            return int(env["AGENT_BRIDGE_PORT"])
+        except ValueError as exc:
+            raise ConfigError("AGENT_BRIDGE_PORT must be an integer") from exc
+    return port
+
+
+def _server(server_raw: dict[str, Any], host: str | None, port: int | None) -> ServerSettings:
+    if host:
+        server_raw["host"] = host
+    if port is not None:
+        server_raw["port"] = port
+    try:
+        return ServerSettings(**server_raw)
+    except ValidationError as exc:
+        raise ConfigError(f"[server]: {_errors(exc)}") from exc
+
+
+def _profiles(agents_raw: dict[str, Any]) -> dict[str, AgentProfile]:
+    agents: dict[str, AgentProfile] = {}
+    for name, prof in agents_raw.items():
+        if not isinstance(prof, dict):
+            raise ConfigError(f"[agents.{name}] must be a table")
+        reserved = {"name", "builtin"} & set(prof)
+        if reserved:
+            raise ConfigError(f"[agents.{name}]: {', '.join(sorted(reserved))} cannot be set")
+        try:
+            agents[name] = AgentProfile(**{**prof, "name": name})
+        except ValidationError as exc:
+            raise ConfigError(f"[agents.{name}]: {_errors(exc)}") from exc
+    return agents
 
 
 def _log_format(value: str) -> Literal["json", "console"]:

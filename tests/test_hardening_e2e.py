@@ -11,8 +11,8 @@ daemon's logs or its data directory.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import base64
+import contextlib
 import json
 import secrets
 from collections.abc import AsyncIterator, Callable

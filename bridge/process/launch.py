@@ -11,7 +11,7 @@ import re
 import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from bridge.errors import LaunchRefused
@@ -248,37 +248,30 @@ class ProfileLike(Protocol):
 
 def check_launch_rules(
     profile: ProfileLike,
-    options: Mapping[str, Any] | None = None,
+    flags: Sequence[str] = (),
     *,
     model: str | None = None,
+    mcp_config: str | None = None,
     check_executable: bool = True,
 ) -> None:
-    """The launch rules that depend only on the profile and a thread's options (and
-    model): for thread creation and profile load, so a thread that could never be spawned
-    is refused up front. Spawn-time checks (cwd, resume id, the executable again) stay in
+    """The launch rules that depend only on the profile and the flags a thread's options
+    give (the dialect's, from ``codec.launch_flags``; see bridge/launching.py): for thread
+    creation and profile load, so a thread that could never be spawned is refused up
+    front. Spawn-time checks (cwd, resume id, the executable again) stay in
     :func:`build_launch`. Pure apart from inspecting the executable (skipped with
     ``check_executable=False``: at load, an unusable executable is listed, not fatal);
     raises LaunchRefused."""
-    opts = dict(options or {})
     problem = executable_problem(profile.executable) if check_executable else None
     if problem:
         raise LaunchRefused(problem, code="executable_unusable")
-    mcp = opts.get("mcp_config", profile.mcp_config)
-    if mcp and (not isinstance(mcp, str) or not os.path.isabs(mcp)):
+    if mcp_config and not os.path.isabs(mcp_config):
         raise LaunchRefused("mcp_config must be an absolute path", code="bad_mcp_config")
-    argv = [*profile.args]
-    for key, flag in (("allowed_tools", "--allowedTools"), ("disallowed_tools", "--disallowedTools")):
-        tools = opts.get(key, getattr(profile, key))
-        if tools:
-            argv += [flag, ",".join(str(t) for t in tools)]
-    prompt = opts.get("system_prompt", profile.system_prompt)
-    if prompt is not None:
-        argv += ["--system-prompt", str(prompt)]
+    argv = [*profile.args, *flags]
     chosen = model or profile.model
     if chosen:
         argv += ["--model", chosen]
-    if mcp:
-        argv += ["--mcp-config", str(mcp)]
+    if mcp_config:
+        argv += ["--mcp-config", mcp_config]
     if any("\x00" in a for a in argv):
         raise LaunchRefused("argument contains a NUL byte", code="bad_argument")
     problem = url_problem(endpoint_values(argv, profile.env), opt_in=profile.remote_api_opt_in)

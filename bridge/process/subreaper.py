@@ -229,38 +229,42 @@ class Tracker:
         """The daemon's children that are not agents: reap the dead, attribute the living."""
         if not self.subreaper:
             return
-        me = os.getpid()
         agents = {a.proc.pid for a in self._agents.values()}
-        for pid in _children(me):
-            if pid in agents:
-                continue
-            st = _stat(pid)
-            if st is None:
-                continue
-            if st.zombie:
-                if self.spawning == 0:  # never a just-forked agent's exit status
-                    with contextlib.suppress(ChildProcessError, OSError):
-                        os.waitpid(pid, os.WNOHANG)
-                self._unowned.pop(pid, None)
-                continue
-            if self.spawning:
-                continue  # may be an agent being spawned right now
-            tree = _walk([pid])
-            owner = next(
-                (
-                    a
-                    for a in self._agents.values()
-                    if a.seen.get(pid) == st.start or st.sid == a.proc.pid or st.pgid == a.proc.pgid
-                ),
-                None,
-            )
-            if owner is not None:
-                self._adopt(owner, tree)
-                self._unowned.pop(pid, None)
-                continue
-            for p, s in tree.items():
-                if not s.zombie:
-                    self._unowned[p] = s.start
+        for pid in _children(os.getpid()):
+            if pid not in agents:
+                self._sweep_child(pid)
+        self._sweep_unowned(kill_unowned=kill_unowned)
+
+    def _sweep_child(self, pid: int) -> None:
+        st = _stat(pid)
+        if st is None:
+            return
+        if st.zombie:
+            if self.spawning == 0:  # never a just-forked agent's exit status
+                with contextlib.suppress(ChildProcessError, OSError):
+                    os.waitpid(pid, os.WNOHANG)
+            self._unowned.pop(pid, None)
+            return
+        if self.spawning:
+            return  # may be an agent being spawned right now
+        tree = _walk([pid])
+        owner = next(
+            (
+                a
+                for a in self._agents.values()
+                if a.seen.get(pid) == st.start or st.sid == a.proc.pid or st.pgid == a.proc.pgid
+            ),
+            None,
+        )
+        if owner is not None:
+            self._adopt(owner, tree)
+            self._unowned.pop(pid, None)
+            return
+        for p, s in tree.items():
+            if not s.zombie:
+                self._unowned[p] = s.start
+
+    def _sweep_unowned(self, *, kill_unowned: bool) -> None:
         for pid, start in list(self._unowned.items()):
             st = _stat(pid)
             if st is None or st.start != start or st.zombie:

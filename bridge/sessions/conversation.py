@@ -31,6 +31,7 @@ from bridge import __version__
 from bridge.clock import now_iso
 from bridge.config import THREAD_OPTION_KEYS, AgentProfile, Settings
 from bridge.errors import BridgeError, Conflict, InvalidRequest, LaunchRefused, StoreError
+from bridge.launching import spawn_options
 from bridge.process.agent_io import AgentIO, ExitInfo, Spawn
 from bridge.process.agent_process import AgentProcess
 from bridge.process.launch import build_launch, valid_session_id
@@ -58,8 +59,8 @@ STOP_RECORD_WAIT_S = 1.0
 
 def _options(profile: AgentProfile | None, thread: ThreadRow) -> dict[str, Any]:
     """The profile's spawn options, overridden by the thread's own (docs/api.md §1.5)."""
-    base = profile.model_dump(include=set(THREAD_OPTION_KEYS)) if profile else {}
-    return {**base, **(thread.get("options") or {})}
+    overrides = thread.get("options") or {}
+    return spawn_options(profile, overrides, THREAD_OPTION_KEYS) if profile else dict(overrides)
 
 
 class Conversation:

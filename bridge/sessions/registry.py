@@ -14,9 +14,10 @@ from bridge.clock import now_iso
 from bridge.config import THREAD_OPTION_KEYS, AgentProfile, Settings
 from bridge.errors import Capacity, InvalidRequest, LaunchRefused, NotFound
 from bridge.ids import new_id
+from bridge.launching import check_profile, spawn_options
 from bridge.process.agent_io import Spawn
 from bridge.process.agent_process import AgentProcess
-from bridge.process.launch import check_launch_rules, executable_problem
+from bridge.process.launch import executable_problem
 from bridge.process.reaper import reap_group
 from bridge.protocols.envelope import ephemeral
 from bridge.protocols.events import Event
@@ -147,7 +148,7 @@ class Registry:
             raise InvalidRequest(f"invalid options: {exc}", code="invalid_option") from exc
         # Every launch rule that depends only on the profile and these options: a thread
         # that could never be spawned is refused now, not at its first prompt.
-        check_launch_rules(prof, options, model=model)
+        check_profile(prof, spawn_options(prof, options, THREAD_OPTION_KEYS), model=model, check_executable=False)
         tid = new_id("thr")
         if cwd is None:
             path = self.settings.data_dir / "workspaces" / tid

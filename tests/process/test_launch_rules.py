@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from conftest import PYTHON
 
-from bridge.config import AgentProfile, load_settings
+from bridge.config import THREAD_OPTION_KEYS, AgentProfile, load_settings
 from bridge.errors import ConfigError, LaunchRefused
+from bridge.launching import check_profile, spawn_options
 from bridge.process.launch import (
     build_launch,
-    check_launch_rules,
     child_env,
     endpoint_values,
     executable_problem,
@@ -82,6 +82,19 @@ def test_build_launch_skips_the_system_prompt_but_not_other_arguments(tmp_path: 
 
 def profile(**kw: Any) -> AgentProfile:
     return AgentProfile(**{"name": "p", "executable": PYTHON, **kw})
+
+
+def check_launch_rules(
+    prof: AgentProfile,
+    options: dict[str, Any] | None = None,
+    *,
+    model: str | None = None,
+    check_executable: bool = True,
+) -> None:
+    """What thread creation checks: the profile with the thread's options (bridge/launching.py)."""
+    check_profile(
+        prof, spawn_options(prof, options, THREAD_OPTION_KEYS), model=model, check_executable=check_executable
+    )
 
 
 def test_check_launch_rules_for_thread_creation(tmp_path: Path) -> None:

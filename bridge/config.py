@@ -16,13 +16,14 @@ import re
 import shutil
 import sys
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from bridge.errors import ConfigError
+from bridge.protocols.stream_json import launch_flags_for
 
 Protocol = Literal["stream-json", "awp-jsonl", "acp"]
 PermissionMode = Literal["default", "acceptEdits", "plan", "bypassPermissions", "dontAsk"]
@@ -64,6 +65,9 @@ class AgentProfile(BaseModel):
     # stream-json: send permission prompts to clients (--permission-prompt-tool stdio);
     # ACP agents always ask clients.
     permission_prompts: bool = False
+    # The protocol's compatibility flags, exactly (API.md §2); unset: the codec decides
+    # from the CLI (stream_json.launch_flags_for).
+    protocol_flags: list[str] | None = None
     builtin: bool = False
 
     @field_validator("args")
@@ -73,6 +77,25 @@ class AgentProfile(BaseModel):
             if "\x00" in a:
                 raise ValueError("argument contains a NUL byte")
         return v
+
+    @field_validator("protocol_flags")
+    @classmethod
+    def _flags_are_arguments(cls, v: list[str] | None) -> list[str] | None:
+        for a in v or ():
+            if not a or "\x00" in a or "\n" in a or "\r" in a:
+                raise ValueError(f"protocol_flags: {a!r} is not a command-line argument (empty, NUL or newline)")
+        if v and not v[0].startswith("-"):
+            raise ValueError(f"protocol_flags must start with a flag, not {v[0]!r}")
+        return v
+
+    def launch_flags(self, codec_flags: Sequence[str]) -> tuple[str, ...]:
+        """The flags between ``args`` and the bridge's own: ``protocol_flags`` when the
+        profile states them, else what the protocol needs for this CLI."""
+        if self.protocol_flags is not None:
+            return tuple(self.protocol_flags)
+        if self.protocol == "stream-json":
+            return launch_flags_for(self.executable, self.args)
+        return tuple(codec_flags)
 
 
 def parse_host_port(value: str) -> tuple[str, int | None]:

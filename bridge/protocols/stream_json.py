@@ -16,7 +16,7 @@ import json
 import math
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -26,9 +26,60 @@ from bridge.protocols.events import MAX_JSON_DEPTH, REDACTED, SECRET_KEY_RE, Eve
 
 PROTOCOL = "stream-json"
 
-# Host launch flags (API.md §2; protocols.md §1.1). ``--verbose`` is mandatory with
-# ``--output-format stream-json``.
+# Host launch flags (API.md §2; protocols.md §1.1). Claude Code and CodeBuddy require
+# ``--verbose`` with ``--output-format stream-json``; Qwen Code refuses it.
 LAUNCH_FLAGS = ("--output-format", "stream-json", "--input-format", "stream-json", "--verbose")
+QUIET_LAUNCH_FLAGS = LAUNCH_FLAGS[:4]
+
+# The stream-json CLIs whose flags are known, by the name a command or an npm package
+# directory goes by; each named CLI's own ``--help`` was checked (docs/agents.md).
+_CLI_NAMES = {
+    "claude": "claude",
+    "claude.exe": "claude",
+    "claude-code": "claude",
+    "codebuddy": "codebuddy",
+    "cbc": "codebuddy",
+    "codebuddy-code": "codebuddy",
+    "qwen": "qwen",
+    "qwen-code": "qwen",
+}
+_FLAGS_BY_CLI = {"claude": LAUNCH_FLAGS, "codebuddy": LAUNCH_FLAGS, "qwen": QUIET_LAUNCH_FLAGS}
+# Interpreters that run a CLI given as their first argument (``node …/cli-entry.js``).
+_INTERPRETERS = re.compile(r"(node|nodejs|bun|deno)(\d+(\.\d+)*)?(\.exe)?")
+
+
+def stream_json_cli(executable: str, args: Sequence[str] = ()) -> str | None:
+    """Which known stream-json CLI a profile runs: ``claude``, ``codebuddy``, ``qwen``, or
+    None. Pure string work on the path (nothing is read from disk): the command's own name
+    (``/usr/bin/qwen``), else the npm package the file lies in
+    (``…/node_modules/@qwen-code/qwen-code/cli-entry.js``, the real path of an npm symlink);
+    for an interpreter (``node``), the same for its first argument, the script."""
+    target = executable
+    if _INTERPRETERS.fullmatch(executable.replace("\\", "/").rsplit("/", 1)[-1]) and args:
+        target = args[0]
+    parts = [p for p in target.replace("\\", "/").split("/") if p]
+    if not parts:
+        return None
+    if parts[-1] in _CLI_NAMES:
+        return _CLI_NAMES[parts[-1]]
+    if "node_modules" in parts:  # the package directory right below the last node_modules
+        rest = parts[len(parts) - parts[::-1].index("node_modules") :]
+        package = rest[1] if rest and rest[0].startswith("@") and len(rest) > 1 else (rest[0] if rest else "")
+        # claude-code-linux-x64 and the like: a platform package of the CLI
+        for name, cli in _CLI_NAMES.items():
+            if package == name or package.startswith(name + "-linux") or package.startswith(name + "-darwin"):
+                return cli
+    return None
+
+
+def launch_flags_for(executable: str, args: Sequence[str] = ()) -> tuple[str, ...]:
+    """The stream-json compatibility flags for the CLI a profile runs (API.md §2):
+    ``--verbose`` for Claude Code and CodeBuddy (they refuse stream-json output without
+    it), none for Qwen Code (which refuses the unknown flag). An unknown CLI gets the
+    Claude Code flags: every stream-json CLI this bridge was written for but Qwen Code
+    mirrors Claude Code's command line, and it is what the bridge always passed before;
+    a profile whose CLI differs states its flags with ``protocol_flags``."""
+    return _FLAGS_BY_CLI.get(stream_json_cli(executable, args) or "", LAUNCH_FLAGS)
 
 _CANCELLED_TERMINAL_REASONS = ("aborted_streaming", "aborted_tools")
 

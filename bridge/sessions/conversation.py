@@ -295,7 +295,7 @@ class Conversation:
         spec = build_launch(
             executable=profile.executable,
             args=profile.args,
-            protocol_flags=codec.launch_flags,
+            protocol_flags=profile.launch_flags(codec.launch_flags),
             profile_env=profile.env,
             cwd=self.thread["cwd"],
             model=self.thread.get("model"),

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from bridge.errors import ConfigError
-from bridge.protocols.stream_json import launch_flags_for
+from bridge.protocols.stream_json import launch_flags_for, permission_prompt_flags_for, stream_json_cli
 
 Protocol = Literal["stream-json", "awp-jsonl", "acp"]
 PermissionMode = Literal["default", "acceptEdits", "plan", "bypassPermissions", "dontAsk"]
@@ -96,6 +96,14 @@ class AgentProfile(BaseModel):
         if self.protocol == "stream-json":
             return launch_flags_for(self.executable, self.args)
         return tuple(codec_flags)
+
+    def stream_json_cli(self) -> str | None:
+        """The known stream-json CLI this profile runs (``claude``, ``codebuddy``, ``qwen``)."""
+        return stream_json_cli(self.executable, self.args) if self.protocol == "stream-json" else None
+
+    def permission_prompt_flags(self) -> list[str]:
+        """stream-json: the flags that send the CLI's permission prompts to the bridge."""
+        return list(permission_prompt_flags_for(self.executable, self.args))
 
 
 def parse_host_port(value: str) -> tuple[str, int | None]:

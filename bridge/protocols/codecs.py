@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bridge.protocols.acp import AcpCodec
 from bridge.protocols.awp_jsonl import AwpJsonlCodec
-from bridge.protocols.stream_json import StreamJsonCodec
+from bridge.protocols.stream_json import INITIALIZE_FIRST, StreamJsonCodec
 
 PROTOCOLS = ("stream-json", "awp-jsonl", "acp")
 
@@ -18,9 +18,11 @@ def make_codec(
     resume_id: str | None = None,
     auth_method: str | None = None,
     client_version: str = "0",
+    cli: str | None = None,
 ) -> Codec:
+    """``cli``: the known stream-json CLI the profile runs (stream_json_cli), if any."""
     if protocol == "stream-json":
-        return StreamJsonCodec()
+        return StreamJsonCodec(initialize=cli in INITIALIZE_FIRST)
     if protocol == "awp-jsonl":
         return AwpJsonlCodec()
     if protocol == "acp":

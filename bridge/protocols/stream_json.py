@@ -81,6 +81,24 @@ def launch_flags_for(executable: str, args: Sequence[str] = ()) -> tuple[str, ..
     a profile whose CLI differs states its flags with ``protocol_flags``."""
     return _FLAGS_BY_CLI.get(stream_json_cli(executable, args) or "", LAUNCH_FLAGS)
 
+
+def permission_prompt_flags_for(executable: str, args: Sequence[str] = ()) -> tuple[str, ...]:
+    """What makes the CLI send ``can_use_tool`` control requests to the bridge:
+    ``--permission-prompt-tool stdio`` for Claude Code, CodeBuddy and unknown CLIs;
+    nothing for Qwen Code, which refuses the flag (``Unknown arguments:
+    permission-prompt-tool``, 0.24.4) and asks once it got an ``initialize`` request
+    (:attr:`StreamJsonCodec.initialize`)."""
+    if stream_json_cli(executable, args) == "qwen":
+        return ()
+    return ("--permission-prompt-tool", "stdio")
+
+
+# CLIs that enable their control protocol (can_use_tool, interrupt) only when the host's
+# first stdin line is an ``initialize`` control request, as the agent SDKs send: Qwen Code
+# (0.24.4: without it a tool call that needs approval waits for ever and an interrupt
+# ends the process; an initialize after the first prompt is ignored).
+INITIALIZE_FIRST = frozenset({"qwen"})
+
 _CANCELLED_TERMINAL_REASONS = ("aborted_streaming", "aborted_tools")
 
 
@@ -231,8 +249,10 @@ class StreamJsonCodec:
     resume_on_argv = True  # --resume=ID (API.md §2)
     ready = True  # no handshake: prompts may be written as soon as the process runs
 
-    def __init__(self, *, awp: bool = False) -> None:
+    def __init__(self, *, awp: bool = False, initialize: bool = False) -> None:
         self._awp = awp
+        # Send an initialize control request before anything else (INITIALIZE_FIRST).
+        self.initialize = initialize and not awp
         self._fast_prefixes = _AWP_DELTA_LINE if awp else _STREAM_EVENT_LINE
         self._req_counter = 0
 
@@ -650,7 +670,13 @@ class StreamJsonCodec:
         return None  # closing stdin is stream-json's polite shutdown (§0.1)
 
     def start(self) -> list[str]:
-        return []
+        if not self.initialize:
+            return []
+        return [
+            dumps(
+                {"type": "control_request", "request_id": self._next_request_id(), "request": {"subtype": "initialize"}}
+            )
+        ]
 
     def interrupt(self) -> list[str] | None:
         """Lines that interrupt the turn; None when the dialect cannot (stop the process)."""

@@ -275,13 +275,14 @@ class Conversation:
             resume_id=resume,
             auth_method=profile.auth_method,
             client_version=__version__,
+            cli=profile.stream_json_cli(),
         )
         opts = self._options()
         extra: list[str] = []
         if profile.protocol == "stream-json":
             if opts.get("permission_prompts"):
                 # can_use_tool control requests come to us, and from us to clients (§1.4.4)
-                extra += ["--permission-prompt-tool", "stdio"]
+                extra += profile.permission_prompt_flags()
             if opts.get("permission_mode"):
                 extra += ["--permission-mode", opts["permission_mode"]]
             if opts.get("allowed_tools"):

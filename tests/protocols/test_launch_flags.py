@@ -83,3 +83,22 @@ def test_bad_protocol_flags_are_refused(flags: object, word: str) -> None:
     with pytest.raises(ValidationError) as exc:
         profile(protocol_flags=flags)
     assert word in str(exc.value).lower()
+
+
+def test_permission_prompts_need_the_stdio_tool_flag_except_for_qwen() -> None:
+    assert profile(executable="/usr/bin/claude").permission_prompt_flags() == ["--permission-prompt-tool", "stdio"]
+    assert profile(executable="/opt/agent").permission_prompt_flags() == ["--permission-prompt-tool", "stdio"]
+    assert profile().permission_prompt_flags() == []  # qwen asks whenever its input is stream-json
+
+
+def test_qwen_gets_an_initialize_request_first_and_others_nothing() -> None:
+    import json
+
+    from bridge.protocols.codecs import make_codec
+
+    [line] = make_codec("stream-json", cli=profile().stream_json_cli()).start()
+    msg = json.loads(line)
+    assert msg["type"] == "control_request" and msg["request"] == {"subtype": "initialize"} and msg["request_id"]
+    assert make_codec("stream-json", cli=profile(executable="/usr/bin/claude").stream_json_cli()).start() == []
+    assert make_codec("stream-json").start() == []
+    assert profile(protocol="acp").stream_json_cli() is None

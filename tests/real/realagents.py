@@ -20,7 +20,8 @@ import platform
 import re
 import shutil
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -147,15 +148,16 @@ def agent_env(fake: FakeAnthropic, home: Path) -> dict[str, str]:
 class Real:
     """One test's world: the fake API, a fresh HOME, the work dir, daemons to start."""
 
-    fake: FakeAnthropic
+    fake: Any  # a fakeserver.FakeServer
     home: Path
     work: Path
     tmp: Path
     make_daemon: Callable[..., Any]
     daemons: list[Daemon]
+    base_env: dict[str, str] = field(default_factory=dict)
 
     def env(self, **extra: str) -> dict[str, str]:
-        return {**agent_env(self.fake, self.home), **extra}
+        return {**self.base_env, **extra}
 
     def config(self, *profiles: str, server: str = "") -> str:
         return "[server]\nstop_grace_s = 3\ninterrupt_timeout_s = 15\n" + server + "\n" + "".join(profiles)
@@ -170,20 +172,58 @@ class Real:
         return processes_with_environ(f"HOME={self.home}\0".encode())
 
 
-@pytest.fixture
-async def real(fake_api: FakeAnthropic, tmp_path: Path, daemon_factory: Callable[..., Any]) -> AsyncIterator[Real]:
+@asynccontextmanager
+async def world(fake: Any, tmp_path: Path, daemon_factory: Callable[..., Any]) -> AsyncIterator[Real]:
+    """A :class:`Real` around ``fake``; at the end every daemon stops cleanly and no agent
+    process (nor anything it spawned) lives on."""
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
-    world = Real(fake_api, home, work, tmp_path, daemon_factory, [])
-    yield world
-    for d in world.daemons:
+    w = Real(fake, home, work, tmp_path, daemon_factory, [])
+    yield w
+    for d in w.daemons:
         for c in d.clients:
             await asyncio.wait_for(c.close(), STEP_TIMEOUT)
         if d.proc is not None and d.proc.returncode is None:
             assert await d.stop() == 0
-    # No agent, nor anything it spawned (the CLI under claude-agent-acp, Bash tools), lives on.
-    await wait_until(lambda: not world.own_processes(), timeout=STEP_TIMEOUT, what="agent processes to exit")
+    await wait_until(lambda: not w.own_processes(), timeout=STEP_TIMEOUT, what="agent processes to exit")
+
+
+@pytest.fixture
+async def real(fake_api: FakeAnthropic, tmp_path: Path, daemon_factory: Callable[..., Any]) -> AsyncIterator[Real]:
+    async with world(fake_api, tmp_path, daemon_factory) as w:
+        w.base_env = agent_env(fake_api, w.home)
+        yield w
+
+
+def node_script(package: str, script: str) -> tuple[str, list[str]]:
+    """node (its real path) and the pinned package's ``script`` as its first argument."""
+    _check_pinned(package)
+    node = shutil.which("node")
+    if node is None:
+        _unavailable("node is not on PATH")
+        raise AssertionError("unreachable")
+    path = npm_cache() / "node_modules" / package / script
+    if not path.is_file():
+        _unavailable(f"{path} is missing")
+    return os.path.realpath(node), [str(path)]
+
+
+def native_binary(package: str, binary: str) -> str:
+    """A native executable inside the pinned ``package``'s platform package
+    (``<package>-linux-x64/<binary>``): a regular file, as the launch rules want."""
+    _check_pinned(package)
+    path = npm_cache() / "node_modules" / f"{package}-{_native_suffix()}" / binary
+    if not (path.is_file() and not path.is_symlink() and os.access(path, os.X_OK)):
+        _unavailable(f"no native {binary} at {path}")
+    return str(path)
+
+
+def assert_gapless(c: Any) -> None:
+    """Client ``c`` (connected with ``after=0``) saw the whole transcript: seq 1, 2, … with
+    no gap and no repeat."""
+    seqs = c.seqs()
+    assert seqs == list(range(1, len(seqs) + 1)), seqs
 
 
 def agent_text(c: Any, since: int = 0) -> str:
@@ -242,7 +282,7 @@ def strace_wrapped(executable: str, args: list[str], log: Path) -> tuple[str, li
     return os.path.realpath(strace), ["-f", "-qq", "-e", TRACED, "-o", str(log), executable, *args]
 
 
-def assert_only_peer_is(fake: FakeAnthropic, log: Path) -> None:
+def assert_only_peer_is(fake: Any, log: Path) -> None:
     """The traced processes talked to the loopback fake, and to nothing else."""
     peers = network_peers(log)
     addr = ("127.0.0.1", int(fake.url.rsplit(":", 1)[1]))

@@ -181,6 +181,11 @@ async def world(fake: Any, tmp_path: Path, daemon_factory: Callable[..., Any]) -
     work.mkdir()
     w = Real(fake, home, work, tmp_path, daemon_factory, [])
     yield w
+    if os.environ.get("REAL_DUMP"):
+        with open(os.environ["REAL_DUMP"], "a") as fh:  # noqa: ASYNC230 (a debugging aid)
+            for d in w.daemons:
+                for c in d.clients:
+                    fh.write(json.dumps(c.frames) + "\n")
     for d in w.daemons:
         for c in d.clients:
             await asyncio.wait_for(c.close(), STEP_TIMEOUT)

@@ -15,22 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import new_thread, wait_until
+import scenarios
 from fake_openai import MODEL, FakeOpenAI, all_texts
-from fakeserver import CHAT_TEXT
-from realagents import (
-    AGENT_TIMEOUT,
-    PINS,
-    Real,
-    agent_text,
-    assert_gapless,
-    assert_only_peer_is,
-    doc_preset,
-    node_script,
-    profile,
-    strace_wrapped,
-    world,
-)
+from realagents import PINS, Real, node_script, world
+from scenarios import Agent
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -76,164 +64,77 @@ async def real(fake_openai: FakeOpenAI, tmp_path: Path, daemon_factory: Callable
         yield w
 
 
-@pytest.fixture(params=MODES)
-def mode(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-def qwen_profile(r: Real, mode: str, command: tuple[str, list[str]] | None = None) -> str:
-    node, args = command or node_script(QWEN, "cli-entry.js")
-    if mode == "qwen":
-        fields: dict[str, Any] = {"permission_prompts": True}
-        if command is not None:  # under strace: the bridge cannot tell the CLI, so say its flags
-            fields = {"protocol_flags": ["--output-format", "stream-json", "--input-format", "stream-json"]}
-        return profile(
-            mode,
-            protocol="stream-json",
-            executable=node,
-            args=[*args, "--auth-type", "openai", "--include-partial-messages", *APPROVAL],
-            env=r.env(),
-            model=MODEL,
-            **fields,
-        )
-    return profile(
-        mode, protocol="acp", executable=node, args=[*args, "--acp", *APPROVAL], auth_method="openai", env=r.env()
-    )
-
-
-async def turn(c: Any, text: str) -> dict[str, Any]:
-    acc = await c.prompt(text)
-    assert acc["kind"] == "client.accepted", acc
-    end: dict[str, Any] = await c.kind("turn.ended", turn_id=acc["data"]["turn_id"], timeout=AGENT_TIMEOUT)
-    return end
-
-
-async def test_chat_turn_streams_text(real: Real, mode: str) -> None:
-    d = await real.daemon(real.config(qwen_profile(real, mode)))
-    thread = await new_thread(d, mode, cwd=str(real.work))
-    c = await d.ws(thread["id"], after=0)
-    end = await turn(c, "CHAT hello there")
-    assert end["data"]["status"] == "success", end
-    assert agent_text(c) == CHAT_TEXT
-    assert [f["data"]["text"] for f in c.seen("message.delta", channel="text") if f["data"]["text"]] == [
-        "Hello ",
-        "from ",
-        "the ",
-        "fake ",
-        "model.",
-    ]
-    started = c.seen("session.started")[0]["data"]
-    assert started["native_session_id"]
-    async with d.http() as http:
-        t = (await http.get(f"/v1/threads/{thread['id']}")).json()
-    if mode == "qwen-acp":
-        assert t["agent_info"]["info"]["version"] == PINS[QWEN]
-    [req] = real.fake.model_requests()
-    assert req.body["stream"] is True and req.body["model"] == MODEL
-    assert "CHAT hello there" in all_texts(req.body)[-1]
-    assert all(FAKE_KEY not in t for t in c.texts)
-    assert_gapless(c)
-
-
-async def test_a_shell_tool_asks_permission_allowed_then_denied(real: Real, mode: str) -> None:
-    d = await real.daemon(real.config(qwen_profile(real, mode)))
-    thread = await new_thread(d, mode, cwd=str(real.work))
-    c = await d.ws(thread["id"], after=0)
-    allowed, denied = real.work / "allowed.txt", real.work / "denied.txt"
-
-    acc = await c.prompt(f"WRITE {allowed}")
-    req = await c.kind("permission.requested", timeout=AGENT_TIMEOUT)
-    if mode == "qwen":
-        assert req["data"]["tool"] == "run_shell_command", req
-        assert req["data"]["input"]["command"] == f"touch {allowed}", req
-    else:  # the ACP request's title names the command; the tool's name is in its _meta
-        assert req["data"]["title"] == f"touch {allowed} (Create a file)", req
-        assert req["data"]["input"]["command"] == f"touch {allowed}", req
+def check_permission(req: dict[str, Any], path: Path) -> None:
+    if req["data"]["tool"] == "run_shell_command":  # stream-json: can_use_tool
+        assert req["data"]["input"]["command"] == f"touch {path}", req
+    else:  # ACP: the request's title names the command; the tool's name is in its _meta
+        assert req["data"]["title"] == f"touch {path} (Create a file)", req
+        assert req["data"]["input"]["command"] == f"touch {path}", req
         assert req["raw"]["params"]["toolCall"]["_meta"]["toolName"] == "run_shell_command", req
-    await c.send(op="permission", request_id=req["data"]["request_id"], decision="allow")
-    end = await c.kind("turn.ended", turn_id=acc["data"]["turn_id"], timeout=AGENT_TIMEOUT)
-    assert end["data"]["status"] == "success", end
-    assert allowed.exists()
-    assert agent_text(c).startswith("Tool said")
-
-    acc = await c.prompt(f"WRITE {denied}")
-    req = await c.kind("permission.requested", timeout=AGENT_TIMEOUT)
-    await c.send(op="permission", request_id=req["data"]["request_id"], decision="deny")
-    end = await c.kind("turn.ended", turn_id=acc["data"]["turn_id"], timeout=AGENT_TIMEOUT)
-    assert not denied.exists()
-    assert [f["data"]["decision"] for f in c.seen("permission.resolved")] == ["allow", "deny"]
-    assert_gapless(c)
 
 
-async def test_interrupt_during_a_slow_streamed_reply(real: Real, mode: str) -> None:
-    d = await real.daemon(real.config(qwen_profile(real, mode)))
-    thread = await new_thread(d, mode, cwd=str(real.work))
-    c = await d.ws(thread["id"], after=0)
-    acc = await c.prompt("SLOW please")
-    await c.next(lambda f: f.get("kind") == "message.delta" and f["data"]["text"] == "tick 2 ", timeout=AGENT_TIMEOUT)
-    await c.send(op="interrupt")
-    end = await c.kind("turn.ended", turn_id=acc["data"]["turn_id"], timeout=AGENT_TIMEOUT)
-    assert end["data"]["status"] == "cancelled", end
-    slow = real.fake.model_requests()[0]
-    await wait_until(lambda: slow.stream == "aborted", what="the slow stream to be dropped")
-    assert not c.seen("process.exited")  # interrupted, not killed
-    mark = c.seqs()[-1]
-    end = await turn(c, "CHAT again")
-    assert end["data"]["status"] == "success", end
-    assert agent_text(c, since=mark) == CHAT_TEXT
-    assert len(c.seen("process.started")) == 1
-    assert_gapless(c)
+def command() -> tuple[str, list[str]]:
+    return node_script(QWEN, "cli-entry.js")
 
 
-async def test_stop_start_resume_carries_the_first_turn_to_the_model(real: Real, mode: str) -> None:
-    cfg = real.config(qwen_profile(real, mode))
-    d1 = await real.daemon(cfg)
-    thread = await new_thread(d1, mode, cwd=str(real.work))
-    c1 = await d1.ws(thread["id"])
-    end = await turn(c1, "CHAT remember the word PINEAPPLE")
-    assert end["data"]["status"] == "success", end
-    native = c1.seen("session.started")[0]["data"]["native_session_id"]
-    assert await d1.stop() == 0
-
-    d2 = await real.daemon(cfg)
-    c2 = await d2.ws(thread["id"], after=0)
-    end = await turn(c2, "CHAT which word?")
-    assert end["data"]["status"] == "success", end
-    assert c2.seen("session.started")[-1]["data"]["native_session_id"] == native
-    if mode == "qwen":
-        assert [f["data"]["resume"] for f in c2.seen("process.started")] == [None, native]
-    # One user message each: a replayed history did not enter the transcript again.
-    assert [f["data"]["text"] for f in c2.seen("message", role="user")] == [
-        "CHAT remember the word PINEAPPLE",
-        "CHAT which word?",
-    ]
-    texts = all_texts(real.fake.model_requests()[-1].body)
-    assert any("remember the word PINEAPPLE" in t for t in texts), texts
-    assert CHAT_TEXT in texts
-    assert "which word?" in texts[-1]
-    assert_gapless(c2)
+STREAM_JSON = Agent(
+    "qwen",
+    "stream-json",
+    command,
+    lambda r: {
+        "args": ["--auth-type", "openai", "--include-partial-messages", *APPROVAL],
+        "env": r.env(),
+        "model": MODEL,
+        "permission_prompts": True,
+    },
+    all_texts,
+    FakeOpenAI.model_requests,
+    check_permission,
+    resume_on_argv=True,
+)
+ACP = Agent(
+    "qwen-acp",
+    "acp",
+    command,
+    lambda r: {"args": ["--acp", *APPROVAL], "auth_method": "openai", "env": r.env()},
+    all_texts,
+    FakeOpenAI.model_requests,
+    check_permission,
+    version=PINS[QWEN],
+)
 
 
-async def test_the_documented_preset_runs(real: Real, mode: str) -> None:
-    # docs/agents.md's preset, with only the script's path and the fake's key/base URL swapped in.
-    preset = doc_preset(mode)
-    node, args = node_script(QWEN, "cli-entry.js")
-    assert preset["args"][0].endswith(args[0].split("node_modules", 1)[1])
-    preset.update(executable=node, args=[*args, *preset["args"][1:]])
-    preset["env"] = {**preset["env"], **real.env()}
-    preset.pop("remote_api_opt_in", None)
-    preset.pop("model", None)  # OPENAI_MODEL names the fake's model
-    d = await real.daemon(real.config(profile(mode, **preset)))
-    c = await d.ws((await new_thread(d, mode, cwd=str(real.work)))["id"])
-    end = await turn(c, "CHAT hi")
-    assert end["data"]["status"] == "success", end
-    assert [f["data"]["text"] for f in c.seen("message", role="assistant")] == [CHAT_TEXT]
+@pytest.fixture(params=[STREAM_JSON, ACP], ids=MODES)
+def agent(request: pytest.FixtureRequest) -> Agent:
+    a: Agent = request.param
+    return a
 
 
-async def test_no_traffic_leaves_the_machine(real: Real, mode: str) -> None:
-    log = real.tmp / "strace.log"
-    node, args = node_script(QWEN, "cli-entry.js")
-    d = await real.daemon(real.config(qwen_profile(real, mode, strace_wrapped(node, args, log))))
-    c = await d.ws((await new_thread(d, mode, cwd=str(real.work)))["id"])
-    assert (await turn(c, "CHAT hello"))["data"]["status"] == "success"
-    assert_only_peer_is(real.fake, log)
+async def test_chat_turn_streams_text(real: Real, agent: Agent) -> None:
+    await scenarios.chat_turn_streams_text(real, agent)
+
+
+async def test_a_shell_tool_asks_permission_allowed_then_denied(real: Real, agent: Agent) -> None:
+    await scenarios.tool_call_asks_permission(real, agent)
+
+
+async def test_interrupt_during_a_slow_streamed_reply(real: Real, agent: Agent) -> None:
+    await scenarios.interrupt_during_a_slow_reply(real, agent)
+
+
+async def test_stop_start_resume_carries_the_first_turn_to_the_model(real: Real, agent: Agent) -> None:
+    await scenarios.restart_resumes_with_the_first_turn(real, agent)
+
+
+async def test_the_documented_preset_runs(real: Real, agent: Agent) -> None:
+    # The docs' model and remote opt-in are for the real service; OPENAI_MODEL names the fake's.
+    await scenarios.documented_preset_runs(real, agent, drop=("remote_api_opt_in", "model"))
+
+
+async def test_no_traffic_leaves_the_machine(real: Real, agent: Agent) -> None:
+    # Under strace the bridge cannot tell which CLI runs: the profile states its flags.
+    over: dict[str, Any] = {}
+    if agent.protocol == "stream-json":
+        over = {"protocol_flags": ["--output-format", "stream-json", "--input-format", "stream-json"]}
+        over["permission_prompts"] = False
+    await scenarios.no_traffic_leaves_the_machine(real, agent, **over)

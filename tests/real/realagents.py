@@ -19,6 +19,7 @@ import os
 import platform
 import re
 import shutil
+import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -214,11 +215,12 @@ def node_script(package: str, script: str) -> tuple[str, list[str]]:
     return os.path.realpath(node), [str(path)]
 
 
-def native_binary(package: str, binary: str) -> str:
-    """A native executable inside the pinned ``package``'s platform package
-    (``<package>-linux-x64/<binary>``): a regular file, as the launch rules want."""
+def native_binary(package: str, binary: str, platform_package: bool = True) -> str:
+    """A native executable of the pinned ``package``: in its platform package
+    (``<package>-linux-x64/<binary>``), or in the package itself; a regular file, as the
+    launch rules want."""
     _check_pinned(package)
-    path = npm_cache() / "node_modules" / f"{package}-{_native_suffix()}" / binary
+    path = npm_cache() / "node_modules" / (f"{package}-{_native_suffix()}" if platform_package else package) / binary
     if not (path.is_file() and not path.is_symlink() and os.access(path, os.X_OK)):
         _unavailable(f"no native {binary} at {path}")
     return str(path)
@@ -287,12 +289,20 @@ def strace_wrapped(executable: str, args: list[str], log: Path) -> tuple[str, li
     return os.path.realpath(strace), ["-f", "-qq", "-e", TRACED, "-o", str(log), executable, *args]
 
 
-def assert_only_peer_is(fake: Any, log: Path) -> None:
-    """The traced processes talked to the loopback fake, and to nothing else."""
+def assert_only_peer_is(fake: Any, log: Path, own: set[tuple[str, int]] | None = None) -> None:
+    """The traced processes talked to the loopback fake, and to nothing else (but to
+    ``own``: loopback servers of the agent itself)."""
     peers = network_peers(log)
     addr = ("127.0.0.1", int(fake.url.rsplit(":", 1)[1]))
     assert addr in peers, peers  # the trace saw the model traffic
-    assert set(peers) == {addr}, peers
+    assert set(peers) - (own or set()) == {addr}, peers
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 def network_peers(log: Path) -> list[tuple[str, int]]:

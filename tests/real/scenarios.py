@@ -42,10 +42,11 @@ class Agent:
     before_restart: Callable[[Real], Awaitable[None]] | None = None
 
     def profile(self, r: Real, command: tuple[str, list[str]] | None = None, **over: Any) -> str:
+        """The profile; ``over`` replaces fields (``args``: those after the command's)."""
         exe, args = command or self.command()
-        fields = self.fields(r)
+        fields = {**self.fields(r), **over}
         fields["args"] = [*args, *fields.get("args", [])]
-        return profile(self.name, protocol=self.protocol, executable=exe, **{**fields, **over})
+        return profile(self.name, protocol=self.protocol, executable=exe, **fields)
 
 
 async def turn(c: Any, text: str) -> dict[str, Any]:
@@ -178,10 +179,14 @@ async def documented_preset_runs(
     assert agent_text(c) in ("", CHAT_TEXT)
 
 
-async def no_traffic_leaves_the_machine(r: Real, a: Agent, **over: Any) -> None:
+async def no_traffic_leaves_the_machine(
+    r: Real, a: Agent, own: set[tuple[str, int]] | None = None, **over: Any
+) -> None:
+    """Under ``strace -f``: the CLI and all it spawns talk to the fake only (and to
+    ``own``, the agent's own loopback servers)."""
     log = r.tmp / "strace.log"
     exe, args = a.command()
     d = await r.daemon(r.config(a.profile(r, strace_wrapped(exe, args, log), **over)))
     c = await d.ws((await new_thread(d, a.name, cwd=str(r.work)))["id"])
     assert (await turn(c, "CHAT hello"))["data"]["status"] == "success"
-    assert_only_peer_is(r.fake, log)
+    assert_only_peer_is(r.fake, log, own)

@@ -68,6 +68,7 @@ AGENT = Agent(
     FakeOpenAI.model_requests,
     check_permission,
     version=PINS[CODEX_ACP],
+    deny_ends="cancelled",  # Codex's only way to refuse a command is "abort", which ends the turn
 )
 
 

@@ -11,7 +11,18 @@ from realagents import DOCS_AGENTS
 
 from bridge.config import AgentProfile
 
-PRESETS = {"claude", "claude-offline", "claude-acp", "qwen", "qwen-acp", "codebuddy", "gemini", "goose", "opencode"}
+PRESETS = {
+    "claude",
+    "claude-offline",
+    "claude-acp",
+    "qwen",
+    "qwen-acp",
+    "codebuddy",
+    "gemini",
+    "goose",
+    "opencode",
+    "codex",
+}
 
 
 def test_every_preset_in_the_docs_is_a_valid_profile() -> None:

@@ -20,6 +20,7 @@ from bridge.config import Settings, load_settings
 from bridge.errors import BridgeError
 from bridge.logs import configure_logging
 from bridge.process.launch import executable_problem, is_loopback_host
+from bridge.tested_agents import TESTED, cli_version
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -71,9 +72,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _agents(settings: Settings, *, as_json: bool) -> int:
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, prof in settings.agents.items():
         problem = executable_problem(prof.executable)
+        cli = None if problem or prof.builtin else cli_version(prof.executable, prof.args)
         rows.append(
             {
                 "name": name,
@@ -83,6 +85,8 @@ def _agents(settings: Settings, *, as_json: bool) -> int:
                 "available": problem is None,
                 "problem": problem,
                 "default": name == settings.default_agent,
+                # the CLI's npm package and version, and whether tests/real runs that version
+                "cli": None if cli is None else {"package": cli.package, "version": cli.version, "tested": cli.tested},
             }
         )
     if as_json:
@@ -94,6 +98,10 @@ def _agents(settings: Settings, *, as_json: bool) -> int:
         print(f"{mark}{r['name']}{default}  [{r['protocol']}]  {r['executable']}")
         if r["problem"]:
             print(f"     unusable: {r['problem']}")
+        seen = r["cli"]
+        if seen and not seen["tested"]:
+            tested = ", ".join(sorted(TESTED[seen["package"]]))
+            print(f"     untested version: {seen['package']} {seen['version']} (tested: {tested}; docs/agents.md)")
     return 0
 
 

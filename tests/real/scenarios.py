@@ -25,6 +25,8 @@ from realagents import (
     strace_wrapped,
 )
 
+from bridge.tested_agents import cli_version
+
 
 @dataclass
 class Agent:
@@ -57,6 +59,9 @@ async def turn(c: Any, text: str) -> dict[str, Any]:
 
 
 async def chat_turn_streams_text(r: Real, a: Agent) -> None:
+    # `agent-bridge agents` reads the pinned CLI's version from its package: a tested one.
+    version = cli_version(*a.command())
+    assert version is not None and version.tested, version
     d = await r.daemon(r.config(a.profile(r)))
     thread = await new_thread(d, a.name, cwd=str(r.work))
     c = await d.ws(thread["id"], after=0)

@@ -9,6 +9,9 @@ Where the CLIs come from: ``.ci/run`` installs the versions pinned in ``npm-pins
 with ``npm install --prefix "$AGENT_BRIDGE_NPM_CACHE"`` (default
 ``~/.cache/agent-bridge/npm``). A missing or mismatched CLI fails the suite when ``CI`` is
 set and skips it otherwise, with the reason.
+
+Debugging: with ``AGENT_BRIDGE_REAL_DUMP=FILE`` every test appends each WebSocket client's
+frames (one JSON array a line) to FILE at its end, pass or fail.
 """
 
 from __future__ import annotations
@@ -21,14 +24,16 @@ import re
 import shutil
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from conftest import STEP_TIMEOUT, Daemon, processes_with_environ, wait_until
 from fake_anthropic import FakeAnthropic
+from fake_openai import FakeOpenAI
+from fakeserver import FakeServer
 
 HERE = Path(__file__).resolve().parent
 PINS = dict(
@@ -120,15 +125,33 @@ def profile(name: str, **fields: Any) -> str:
     return f"[agents.{name}]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in fields.items()) + "\n"
 
 
+F = TypeVar("F", bound=FakeServer)
+
+
+@contextmanager
+def serving(fake: F, allowed: Callable[[tuple[str, str]], bool]) -> Iterator[F]:
+    """``fake`` running; at the end, the agent asked it for nothing but ``allowed``
+    (method, path) pairs: no telemetry, no feature flags, no catalogue, …"""
+    fake.start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+    unexpected = {p for p in fake.paths() if not allowed(p)}
+    assert not unexpected, f"the agent asked the fake for unexpected paths: {unexpected}"
+
+
 @pytest.fixture
 def fake_api() -> Iterator[FakeAnthropic]:
-    fake = FakeAnthropic()
-    fake.start()
-    yield fake
-    fake.stop()
-    # Nothing but the Messages API was asked for (no telemetry, no feature flags, …).
-    unexpected = {p for p in fake.paths() if p not in EXPECTED_PATHS}
-    assert not unexpected, f"the agent asked the fake for unexpected paths: {unexpected}"
+    with serving(FakeAnthropic(), EXPECTED_PATHS.__contains__) as fake:
+        yield fake
+
+
+@pytest.fixture
+def fake_openai() -> Iterator[FakeOpenAI]:
+    """The OpenAI fake: model requests only (chat completions or Responses)."""
+    with serving(FakeOpenAI(), lambda p: p[0] == "POST" and p[1] in FakeOpenAI.model_paths) as fake:
+        yield fake
 
 
 def agent_env(fake: FakeAnthropic, home: Path) -> dict[str, str]:
@@ -182,8 +205,8 @@ async def world(fake: Any, tmp_path: Path, daemon_factory: Callable[..., Any]) -
     work.mkdir()
     w = Real(fake, home, work, tmp_path, daemon_factory, [])
     yield w
-    if os.environ.get("REAL_DUMP"):
-        with open(os.environ["REAL_DUMP"], "a") as fh:  # noqa: ASYNC230 (a debugging aid)
+    if os.environ.get("AGENT_BRIDGE_REAL_DUMP"):
+        with open(os.environ["AGENT_BRIDGE_REAL_DUMP"], "a") as fh:  # noqa: ASYNC230 (a debugging aid)
             for d in w.daemons:
                 for c in d.clients:
                     fh.write(json.dumps(c.frames) + "\n")

@@ -2,7 +2,9 @@
 chat turn, a tool call that asks permission (allowed, then denied), an interrupt during a
 slow reply, a daemon stop → start → resumed turn whose model request carries the first
 turn's text, the documented preset, and no traffic beyond the loopback fake. Each
-``test_<cli>.py`` describes its CLI in an :class:`Agent` and calls these.
+``test_<cli>.py`` imports the ``test_*`` functions below and provides two fixtures:
+``real`` (a :class:`~realagents.Real` around its fake) and ``agent`` (an :class:`Agent`
+describing its CLI).
 """
 
 from __future__ import annotations
@@ -27,6 +29,16 @@ from realagents import (
 
 from bridge.tested_agents import cli_version
 
+# What a test module gets with ``from scenarios import *``: the tests.
+__all__ = [
+    "test_a_tool_call_asks_permission_allowed_then_denied",
+    "test_chat_turn_streams_text",
+    "test_interrupt_during_a_slow_streamed_reply",
+    "test_no_traffic_leaves_the_machine",
+    "test_stop_start_resume_carries_the_first_turn_to_the_model",
+    "test_the_documented_preset_runs",
+]
+
 
 @dataclass
 class Agent:
@@ -42,6 +54,10 @@ class Agent:
     deny_ends: str = "success"  # the turn status after a denied tool call
     # Awaited between the first daemon's stop and the second's start (a CLI's quirk).
     before_restart: Callable[[Real], Awaitable[None]] | None = None
+    preset_drop: tuple[str, ...] = ()  # fields of the docs' preset the offline run leaves out
+    preset_args: Callable[[Real], list[str]] | None = None  # added after the preset's args
+    # Under strace: the agent's own loopback servers, and profile fields to override.
+    traced: Callable[[Real], tuple[set[tuple[str, int]], dict[str, Any]]] | None = None
 
     def profile(self, r: Real, command: tuple[str, list[str]] | None = None, **over: Any) -> str:
         """The profile; ``over`` replaces fields (``args``: those after the command's)."""
@@ -58,7 +74,8 @@ async def turn(c: Any, text: str) -> dict[str, Any]:
     return end
 
 
-async def chat_turn_streams_text(r: Real, a: Agent) -> None:
+async def test_chat_turn_streams_text(real: Real, agent: Agent) -> None:
+    r, a = real, agent
     # `agent-bridge agents` reads the pinned CLI's version from its package: a tested one.
     version = cli_version(*a.command())
     assert version is not None and version.tested, version
@@ -81,7 +98,8 @@ async def chat_turn_streams_text(r: Real, a: Agent) -> None:
     assert_gapless(c)
 
 
-async def tool_call_asks_permission(r: Real, a: Agent) -> None:
+async def test_a_tool_call_asks_permission_allowed_then_denied(real: Real, agent: Agent) -> None:
+    r, a = real, agent
     d = await r.daemon(r.config(a.profile(r)))
     thread = await new_thread(d, a.name, cwd=str(r.work))
     c = await d.ws(thread["id"], after=0)
@@ -106,7 +124,8 @@ async def tool_call_asks_permission(r: Real, a: Agent) -> None:
     assert_gapless(c)
 
 
-async def interrupt_during_a_slow_reply(r: Real, a: Agent) -> None:
+async def test_interrupt_during_a_slow_streamed_reply(real: Real, agent: Agent) -> None:
+    r, a = real, agent
     d = await r.daemon(r.config(a.profile(r)))
     thread = await new_thread(d, a.name, cwd=str(r.work))
     c = await d.ws(thread["id"], after=0)
@@ -126,7 +145,8 @@ async def interrupt_during_a_slow_reply(r: Real, a: Agent) -> None:
     assert_gapless(c)
 
 
-async def restart_resumes_with_the_first_turn(r: Real, a: Agent) -> None:
+async def test_stop_start_resume_carries_the_first_turn_to_the_model(real: Real, agent: Agent) -> None:
+    r, a = real, agent
     cfg = r.config(a.profile(r))
     d1 = await r.daemon(cfg)
     thread = await new_thread(d1, a.name, cwd=str(r.work))
@@ -157,12 +177,11 @@ async def restart_resumes_with_the_first_turn(r: Real, a: Agent) -> None:
     assert_gapless(c2)
 
 
-async def documented_preset_runs(
-    r: Real, a: Agent, drop: tuple[str, ...] = (), extra_args: list[str] | None = None
-) -> None:
+async def test_the_documented_preset_runs(real: Real, agent: Agent) -> None:
     """docs/agents.md's preset, with only the command's paths and the fake's key and base
-    URL swapped in (``extra_args`` after the preset's; the ``drop`` fields, e.g. a remote
-    opt-in, left out)."""
+    URL swapped in (``agent.preset_args`` after the preset's; ``agent.preset_drop``, e.g.
+    a remote opt-in, left out)."""
+    r, a = real, agent
     preset = doc_preset(a.name)
     exe, args = a.command()
     if args:  # node + script: the docs show the same script of the same package
@@ -171,9 +190,9 @@ async def documented_preset_runs(
     else:
         assert preset["executable"].endswith(exe.split("node_modules", 1)[1]), preset
     preset["executable"] = exe
-    preset["args"] = [*preset.get("args", []), *(extra_args or [])]
+    preset["args"] = [*preset.get("args", []), *(a.preset_args(r) if a.preset_args else [])]
     preset["env"] = {**preset["env"], **r.env()}
-    for k in drop:
+    for k in a.preset_drop:
         preset.pop(k, None)
     d = await r.daemon(r.config(profile(a.name, **preset)))
     c = await d.ws((await new_thread(d, a.name, cwd=str(r.work)))["id"])
@@ -184,11 +203,11 @@ async def documented_preset_runs(
     assert agent_text(c) in ("", CHAT_TEXT)
 
 
-async def no_traffic_leaves_the_machine(
-    r: Real, a: Agent, own: set[tuple[str, int]] | None = None, **over: Any
-) -> None:
-    """Under ``strace -f``: the CLI and all it spawns talk to the fake only (and to
-    ``own``, the agent's own loopback servers)."""
+async def test_no_traffic_leaves_the_machine(real: Real, agent: Agent) -> None:
+    """Under ``strace -f``: the CLI and all it spawns talk to the fake only (and to the
+    agent's own loopback servers, ``agent.traced``)."""
+    r, a = real, agent
+    own, over = a.traced(r) if a.traced else (set(), {})
     log = r.tmp / "strace.log"
     exe, args = a.command()
     d = await r.daemon(r.config(a.profile(r, strace_wrapped(exe, args, log), **over)))

@@ -8,23 +8,23 @@ fake OpenAI Responses API of fake_openai.py through a custom model provider give
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import scenarios
 from fake_openai import FakeOpenAI, all_texts
-from realagents import PINS, Real, native_binary, world
+from realagents import PINS, Real, fake_openai, native_binary, world
+from scenarios import *  # noqa: F403 -- the scenarios every real CLI goes through
 from scenarios import Agent
 
 pytestmark = pytest.mark.timeout(150)
+__all__ = ["fake_openai"]  # fixtures the scenarios use
 
 CODEX_ACP = "@zed-industries/codex-acp"
 FAKE_KEY = "sk-fake-codex-0123456789"
 # A model Codex has metadata for (with an unknown one it adds a warning to the reply).
 MODEL = "gpt-5.4-mini"
-EXPECTED_PATHS = {("POST", "/v1/responses")}
 
 
 def codex_args(base_url: str) -> list[str]:
@@ -35,16 +35,6 @@ def codex_args(base_url: str) -> list[str]:
         *("-c", f'model="{MODEL}"'),
         *("-c", 'approval_policy="untrusted"'),  # every command but a few read-only ones asks
     ]
-
-
-@pytest.fixture
-def fake_openai() -> Iterator[FakeOpenAI]:
-    fake = FakeOpenAI()
-    fake.start()
-    yield fake
-    fake.stop()
-    unexpected = {p for p in fake.paths() if p not in EXPECTED_PATHS}
-    assert not unexpected, f"the agent asked the fake for unexpected paths: {unexpected}"
 
 
 @pytest.fixture
@@ -69,29 +59,11 @@ AGENT = Agent(
     check_permission,
     version=PINS[CODEX_ACP],
     deny_ends="cancelled",  # Codex's only way to refuse a command is "abort", which ends the turn
+    # The docs' preset talks to OpenAI itself; the fake's provider overrides come after it.
+    preset_args=lambda r: codex_args(f"{r.fake.url}/v1"),
 )
 
 
-async def test_chat_turn_streams_text(real: Real) -> None:
-    await scenarios.chat_turn_streams_text(real, AGENT)
-
-
-async def test_a_shell_tool_asks_permission_allowed_then_denied(real: Real) -> None:
-    await scenarios.tool_call_asks_permission(real, AGENT)
-
-
-async def test_interrupt_during_a_slow_streamed_reply(real: Real) -> None:
-    await scenarios.interrupt_during_a_slow_reply(real, AGENT)
-
-
-async def test_stop_start_resume_carries_the_first_turn_to_the_model(real: Real) -> None:
-    await scenarios.restart_resumes_with_the_first_turn(real, AGENT)
-
-
-async def test_the_documented_preset_runs(real: Real) -> None:
-    # The docs' preset talks to OpenAI itself; the fake's provider overrides come first.
-    await scenarios.documented_preset_runs(real, AGENT, extra_args=codex_args(f"{real.fake.url}/v1"))
-
-
-async def test_no_traffic_leaves_the_machine(real: Real) -> None:
-    await scenarios.no_traffic_leaves_the_machine(real, AGENT)
+@pytest.fixture
+def agent() -> Agent:
+    return AGENT

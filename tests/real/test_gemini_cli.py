@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import scenarios
 from conftest import wait_until
 from fake_gemini import MODEL, FakeGemini, all_texts
-from realagents import PINS, Real, node_script, world
+from realagents import PINS, Real, node_script, serving, world
+from scenarios import *  # noqa: F403 -- the scenarios every real CLI goes through
 from scenarios import Agent
 
 pytestmark = pytest.mark.timeout(150)
@@ -31,11 +31,8 @@ SETTINGS = {"privacy": {"usageStatisticsEnabled": False}, "telemetry": {"enabled
 @pytest.fixture
 def fake_gemini() -> Iterator[FakeGemini]:
     fake = FakeGemini()
-    fake.start()
-    yield fake
-    fake.stop()
-    unexpected = {p for p in fake.paths() if p[0] != "POST" or not fake.is_model_path(p[1])}
-    assert not unexpected, f"the agent asked the fake for unexpected paths: {unexpected}"
+    with serving(fake, lambda p: p[0] == "POST" and fake.is_model_path(p[1])):
+        yield fake
 
 
 @pytest.fixture
@@ -74,6 +71,11 @@ async def next_minute(r: Real) -> None:
     )
 
 
+@pytest.fixture
+def agent() -> Agent:
+    return AGENT
+
+
 AGENT = Agent(
     "gemini",
     "acp",
@@ -85,27 +87,3 @@ AGENT = Agent(
     version=PINS[GEMINI],
     before_restart=next_minute,
 )
-
-
-async def test_chat_turn_streams_text(real: Real) -> None:
-    await scenarios.chat_turn_streams_text(real, AGENT)
-
-
-async def test_a_shell_tool_asks_permission_allowed_then_denied(real: Real) -> None:
-    await scenarios.tool_call_asks_permission(real, AGENT)
-
-
-async def test_interrupt_during_a_slow_streamed_reply(real: Real) -> None:
-    await scenarios.interrupt_during_a_slow_reply(real, AGENT)
-
-
-async def test_stop_start_resume_carries_the_first_turn_to_the_model(real: Real) -> None:
-    await scenarios.restart_resumes_with_the_first_turn(real, AGENT)
-
-
-async def test_the_documented_preset_runs(real: Real) -> None:
-    await scenarios.documented_preset_runs(real, AGENT)
-
-
-async def test_no_traffic_leaves_the_machine(real: Real) -> None:
-    await scenarios.no_traffic_leaves_the_machine(real, AGENT)

@@ -9,21 +9,21 @@ its model catalogue fetch is off (``OPENCODE_DISABLE_MODELS_FETCH``).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import scenarios
 from fake_openai import MODEL, FakeOpenAI, all_texts
-from realagents import PINS, Real, free_port, native_binary, world
+from realagents import PINS, Real, fake_openai, free_port, native_binary, world
+from scenarios import *  # noqa: F403 -- the scenarios every real CLI goes through
 from scenarios import Agent
 
 pytestmark = pytest.mark.timeout(150)
+__all__ = ["fake_openai"]  # fixtures the scenarios use
 
 OPENCODE = "opencode-ai"
 FAKE_KEY = "sk-fake-opencode-0123456789"
-EXPECTED_PATHS = {("POST", "/v1/chat/completions")}
 
 
 def opencode_config(base_url: str) -> str:
@@ -43,16 +43,6 @@ def opencode_config(base_url: str) -> str:
             "autoupdate": False,
         }
     )
-
-
-@pytest.fixture
-def fake_openai() -> Iterator[FakeOpenAI]:
-    fake = FakeOpenAI()
-    fake.start()
-    yield fake
-    fake.stop()
-    unexpected = {p for p in fake.paths() if p not in EXPECTED_PATHS}
-    assert not unexpected, f"the agent asked the fake for unexpected paths: {unexpected}"
 
 
 @pytest.fixture
@@ -100,31 +90,17 @@ AGENT = Agent(
     chat_requests,
     check_permission,
     version=PINS[OPENCODE],
+    traced=lambda r: traced_on_a_port_of_ours(),
 )
 
 
-async def test_chat_turn_streams_text(real: Real) -> None:
-    await scenarios.chat_turn_streams_text(real, AGENT)
-
-
-async def test_a_shell_tool_asks_permission_allowed_then_denied(real: Real) -> None:
-    await scenarios.tool_call_asks_permission(real, AGENT)
-
-
-async def test_interrupt_during_a_slow_streamed_reply(real: Real) -> None:
-    await scenarios.interrupt_during_a_slow_reply(real, AGENT)
-
-
-async def test_stop_start_resume_carries_the_first_turn_to_the_model(real: Real) -> None:
-    await scenarios.restart_resumes_with_the_first_turn(real, AGENT)
-
-
-async def test_the_documented_preset_runs(real: Real) -> None:
-    await scenarios.documented_preset_runs(real, AGENT)
-
-
-async def test_no_traffic_leaves_the_machine(real: Real) -> None:
-    # `opencode acp` serves its own HTTP API on loopback and talks to it: on a port of ours.
+def traced_on_a_port_of_ours() -> tuple[set[tuple[str, int]], dict[str, Any]]:
+    """`opencode acp` serves its own HTTP API on loopback and talks to it: on a port we
+    choose, so the strace check knows that peer."""
     port = free_port()
-    args = ["acp", "--port", str(port)]
-    await scenarios.no_traffic_leaves_the_machine(real, AGENT, own={("127.0.0.1", port)}, args=args)
+    return {("127.0.0.1", port)}, {"args": ["acp", "--port", str(port)]}
+
+
+@pytest.fixture
+def agent() -> Agent:
+    return AGENT

@@ -10,40 +10,30 @@ per mode: ``qwen`` (stream-json) and ``qwen-acp`` (ACP).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import scenarios
 from fake_openai import MODEL, FakeOpenAI, all_texts
-from realagents import PINS, Real, node_script, world
+from realagents import PINS, Real, fake_openai, node_script, world
+from scenarios import *  # noqa: F403 -- the scenarios every real CLI goes through
 from scenarios import Agent
 
 pytestmark = pytest.mark.timeout(150)
+__all__ = ["fake_openai"]  # fixtures the scenarios use
 
 QWEN = "@qwen-code/qwen-code"
 FAKE_KEY = "sk-fake-qwen-0123456789"
-# What Qwen Code may ask the fake for: model round trips only.
-EXPECTED_PATHS = {("POST", "/v1/chat/completions")}
 MODES = ["qwen", "qwen-acp"]
 # Every tool call that changes something asks (the CLI's default mode is "auto", where a
 # model-based classifier decides first).
 APPROVAL = ["--approval-mode", "default"]
+QUIET_FLAGS = ["--output-format", "stream-json", "--input-format", "stream-json"]
 # $HOME/.qwen/settings.json: usage statistics are on by default (they would leave the
 # machine), and after each turn a background "managed memory" sub-agent makes a model
 # request of its own; both off, as docs/agents.md says.
 SETTINGS = {"privacy": {"usageStatisticsEnabled": False}, "memory": {"enableManagedAutoMemory": False}}
-
-
-@pytest.fixture
-def fake_openai() -> Iterator[FakeOpenAI]:
-    fake = FakeOpenAI()
-    fake.start()
-    yield fake
-    fake.stop()
-    unexpected = {p for p in fake.paths() if p not in EXPECTED_PATHS}
-    assert not unexpected, f"the agent asked the fake for unexpected paths: {unexpected}"
 
 
 def qwen_env(fake: FakeOpenAI, home: Path) -> dict[str, str]:
@@ -91,6 +81,10 @@ STREAM_JSON = Agent(
     FakeOpenAI.model_requests,
     check_permission,
     resume_on_argv=True,
+    # The docs' model and remote opt-in are for the real service; OPENAI_MODEL names the fake's.
+    preset_drop=("remote_api_opt_in", "model"),
+    # Under strace the bridge cannot tell which CLI runs: the profile states its flags.
+    traced=lambda r: (set(), {"protocol_flags": QUIET_FLAGS, "permission_prompts": False}),
 )
 ACP = Agent(
     "qwen-acp",
@@ -101,6 +95,7 @@ ACP = Agent(
     FakeOpenAI.model_requests,
     check_permission,
     version=PINS[QWEN],
+    preset_drop=("remote_api_opt_in",),
 )
 
 
@@ -108,33 +103,3 @@ ACP = Agent(
 def agent(request: pytest.FixtureRequest) -> Agent:
     a: Agent = request.param
     return a
-
-
-async def test_chat_turn_streams_text(real: Real, agent: Agent) -> None:
-    await scenarios.chat_turn_streams_text(real, agent)
-
-
-async def test_a_shell_tool_asks_permission_allowed_then_denied(real: Real, agent: Agent) -> None:
-    await scenarios.tool_call_asks_permission(real, agent)
-
-
-async def test_interrupt_during_a_slow_streamed_reply(real: Real, agent: Agent) -> None:
-    await scenarios.interrupt_during_a_slow_reply(real, agent)
-
-
-async def test_stop_start_resume_carries_the_first_turn_to_the_model(real: Real, agent: Agent) -> None:
-    await scenarios.restart_resumes_with_the_first_turn(real, agent)
-
-
-async def test_the_documented_preset_runs(real: Real, agent: Agent) -> None:
-    # The docs' model and remote opt-in are for the real service; OPENAI_MODEL names the fake's.
-    await scenarios.documented_preset_runs(real, agent, drop=("remote_api_opt_in", "model"))
-
-
-async def test_no_traffic_leaves_the_machine(real: Real, agent: Agent) -> None:
-    # Under strace the bridge cannot tell which CLI runs: the profile states its flags.
-    over: dict[str, Any] = {}
-    if agent.protocol == "stream-json":
-        over = {"protocol_flags": ["--output-format", "stream-json", "--input-format", "stream-json"]}
-        over["permission_prompts"] = False
-    await scenarios.no_traffic_leaves_the_machine(real, agent, **over)

@@ -127,7 +127,7 @@ def serve(settings: Settings) -> int:
         print(f"open {page_link(scheme, host, port, app.state)}", flush=True)
 
     app = create_app(settings, on_ready=ready, bound_port=port)
-    ssl = {}
+    ssl: dict[str, Any] = {}
     if settings.server.tls_cert and settings.server.tls_key:
         ssl = {"ssl_certfile": settings.server.tls_cert, "ssl_keyfile": settings.server.tls_key}
     # proxy_headers off: X-Forwarded-Proto is honoured only with [server]
@@ -144,7 +144,7 @@ def serve(settings: Settings) -> int:
         ws_ping_timeout=settings.server.ws_ping_timeout_s,
         timeout_graceful_shutdown=5,
         **ssl,
-    )  # type: ignore[arg-type]
+    )
     server = _Server(config, before_shutdown=lambda: app.state.registry.close_clients("daemon_shutdown"))
     try:
         asyncio.run(server.serve(sockets=[sock]))

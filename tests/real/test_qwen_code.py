@@ -10,15 +10,19 @@ per mode: ``qwen`` (stream-json) and ``qwen-acp`` (ACP).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import new_thread
 from fake_openai import MODEL, FakeOpenAI, all_texts
-from realagents import PINS, Real, fake_openai, node_script, world
+from fakeserver import CHAT_TEXT
+from realagents import PINS, Real, assert_gapless, fake_openai, node_script, world
 from scenarios import *  # noqa: F403 -- the scenarios every real CLI goes through
 from scenarios import Agent
+from scenarios import turn as scenarios_turn
 
 pytestmark = pytest.mark.timeout(150)
 __all__ = ["fake_openai"]  # fixtures the scenarios use
@@ -103,3 +107,28 @@ ACP = Agent(
 def agent(request: pytest.FixtureRequest) -> Agent:
     a: Agent = request.param
     return a
+
+
+async def test_the_profile_found_on_path_works_as_it_is(real: Real) -> None:
+    # No [agents.qwen]: the daemon finds `qwen` on PATH (npm's symlink to cli-entry.js) and
+    # runs the resolved script with no --verbose; key, endpoint and model come from the
+    # CLI's own files in HOME ($HOME/.qwen/.env, settings.json), as for a user's install.
+    node, [script] = node_script(QWEN, "cli-entry.js")
+    bindir = real.tmp / "bin"
+    bindir.mkdir()
+    (bindir / "qwen").symlink_to(script)
+    qwen_dir = real.home / ".qwen"
+    (qwen_dir / ".env").write_text("".join(f"{k}={v}\n" for k, v in real.env().items() if k != "HOME"))
+    (qwen_dir / "settings.json").write_text(json.dumps({**SETTINGS, "security": {"auth": {"selectedType": "openai"}}}))
+    path = os.pathsep.join([str(bindir), os.path.dirname(node), "/usr/bin", "/bin"])
+    d = await real.make_daemon(real.config(), extra_env={"PATH": path, "HOME": str(real.home)})
+    real.daemons.append(d)
+    async with d.http() as http:
+        agents = {a["name"]: a for a in (await http.get("/v1/agents")).json()}
+    assert agents["qwen"]["protocol"] == "stream-json" and agents["qwen"]["available"], agents
+    thread = await new_thread(d, "qwen", cwd=str(real.work))
+    c = await d.ws(thread["id"], after=0)
+    end = await scenarios_turn(c, "CHAT hello")
+    assert end["data"]["status"] == "success", end
+    assert [f["data"]["text"] for f in c.seen("message", role="assistant")] == [CHAT_TEXT]
+    assert_gapless(c)

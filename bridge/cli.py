@@ -26,6 +26,7 @@ from bridge.network import is_loopback_host
 from bridge.process.launch import executable_problem
 from bridge.process.subreaper import TRACKER, reap_recorded
 from bridge.store.sqlite import check_schema
+from bridge.tested_agents import TESTED, cli_version
 
 log = structlog.get_logger("bridge.cli")
 
@@ -106,9 +107,10 @@ FD_LIMIT_CAP = 1 << 20
 
 
 def _agents(settings: Settings, *, as_json: bool) -> int:
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, prof in settings.agents.items():
         problem = executable_problem(prof.executable)
+        cli = None if problem or prof.builtin else cli_version(prof.executable, prof.args)
         rows.append(
             {
                 "name": name,
@@ -118,6 +120,8 @@ def _agents(settings: Settings, *, as_json: bool) -> int:
                 "available": problem is None,
                 "problem": problem,
                 "default": name == settings.default_agent,
+                # the CLI's npm package and version, and whether tests/real runs that version
+                "cli": None if cli is None else {"package": cli.package, "version": cli.version, "tested": cli.tested},
             }
         )
     if as_json:
@@ -129,6 +133,10 @@ def _agents(settings: Settings, *, as_json: bool) -> int:
         print(f"{mark}{r['name']}{default}  [{r['protocol']}]  {r['executable']}")
         if r["problem"]:
             print(f"     unusable: {r['problem']}")
+        seen = r["cli"]
+        if seen and not seen["tested"]:
+            tested = ", ".join(sorted(TESTED[seen["package"]]))
+            print(f"     untested version: {seen['package']} {seen['version']} (tested: {tested}; docs/agents.md)")
     return 0
 
 

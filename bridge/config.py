@@ -64,6 +64,9 @@ class AgentProfile(BaseModel):
     # stream-json: send permission prompts to clients (--permission-prompt-tool stdio);
     # ACP agents always ask clients.
     permission_prompts: bool = False
+    # The protocol's compatibility flags, exactly (docs/api.md §2.2); unset: the codec decides
+    # from the CLI (stream_json.launch_flags_for).
+    protocol_flags: list[str] | None = None
     builtin: bool = False
 
     @field_validator("args")
@@ -72,6 +75,16 @@ class AgentProfile(BaseModel):
         for a in v:
             if "\x00" in a:
                 raise ValueError("argument contains a NUL byte")
+        return v
+
+    @field_validator("protocol_flags")
+    @classmethod
+    def _flags_are_arguments(cls, v: list[str] | None) -> list[str] | None:
+        for a in v or ():
+            if not a or "\x00" in a or "\n" in a or "\r" in a:
+                raise ValueError(f"protocol_flags: {a!r} is not a command-line argument (empty, NUL or newline)")
+        if v and not v[0].startswith("-"):
+            raise ValueError(f"protocol_flags must start with a flag, not {v[0]!r}")
         return v
 
 

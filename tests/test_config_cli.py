@@ -482,6 +482,7 @@ def test_agents_with_nothing_configured_lists_the_demo_as_default(tmp_path: Path
         "available": True,
         "problem": None,
         "default": True,
+        "cli": None,
     }
     r = run_cli(tmp_path, "agents", "--data-dir", str(tmp_path / "d"))
     assert r.returncode == 0 and r.stderr == ""

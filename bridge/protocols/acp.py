@@ -125,7 +125,9 @@ class AcpCodec:
         auth_method: str | None = None,
         client_name: str = "agent-bridge",
         client_version: str = "0",
+        protocol_flags: Sequence[str] | None = None,
     ) -> None:
+        self._flags = tuple(protocol_flags or ())
         self.cwd = cwd
         self.resume_id = resume_id
         self.auth_method = auth_method
@@ -230,7 +232,7 @@ class AcpCodec:
         return self.encode_result(rid, {"outcome": {"outcome": "selected", "optionId": option_id}})
 
     def launch_flags(self, options: Mapping[str, Any]) -> list[str]:
-        return []  # ACP adds nothing to argv
+        return list(self._flags)  # ACP adds nothing to argv, unless a profile states flags
 
     def prompts_to_clients(self, options: Mapping[str, Any]) -> bool:
         return True  # session/request_permission always waits for an answer

@@ -13,7 +13,7 @@ top-level types are streaming deltas.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from bridge.protocols.codec import Decoded
@@ -54,11 +54,12 @@ class AwpJsonlCodec(StreamJsonCodec):
         "message_stop": _message_stop,
     }
 
-    def __init__(self) -> None:
-        super().__init__(protocol_flags=())  # the AWP host passes only --model/--resume/--mcp-config
+    def __init__(self, *, protocol_flags: Sequence[str] | None = None) -> None:
+        # The AWP host passes only --model/--resume/--mcp-config, unless a profile states more.
+        super().__init__(protocol_flags=protocol_flags or ())
 
     def launch_flags(self, options: Mapping[str, Any]) -> list[str]:
-        return []  # no spawn options: the contract's argv is fixed
+        return list(self._flags)  # no spawn options: the contract's argv is fixed
 
     def prompts_to_clients(self, options: Mapping[str, Any]) -> bool:
         return False  # the contract has no permission prompts

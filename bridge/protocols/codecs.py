@@ -19,14 +19,23 @@ def make_codec(
     auth_method: str | None = None,
     client_version: str = "0",
     executable: str = "",
+    args: Sequence[str] = (),
     protocol_flags: Sequence[str] | None = None,
 ) -> Codec:
+    """``executable`` and ``args``: the profile's, from which a stream-json codec knows
+    which CLI it speaks to (its flags, its handshake); ``protocol_flags``: a profile's own."""
     if protocol == "stream-json":
-        return StreamJsonCodec(executable=executable, protocol_flags=protocol_flags)
+        return StreamJsonCodec(executable=executable, args=args, protocol_flags=protocol_flags)
     if protocol == "awp-jsonl":
-        return AwpJsonlCodec()
+        return AwpJsonlCodec(protocol_flags=protocol_flags)
     if protocol == "acp":
-        return AcpCodec(cwd=cwd, resume_id=resume_id, auth_method=auth_method, client_version=client_version)
+        return AcpCodec(
+            cwd=cwd,
+            resume_id=resume_id,
+            auth_method=auth_method,
+            client_version=client_version,
+            protocol_flags=protocol_flags,
+        )
     raise ValueError(f"unknown protocol {protocol!r}")
 
 

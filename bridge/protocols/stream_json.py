@@ -25,9 +25,78 @@ from bridge.protocols.jsonline import _may_be_too_deep, dumps, parse_object
 
 PROTOCOL = "stream-json"
 
-# Host launch flags (docs/api.md §2.2). ``--verbose`` is mandatory with
-# ``--output-format stream-json``.
+# Host launch flags (docs/api.md §2.2). Claude Code and CodeBuddy require ``--verbose``
+# with ``--output-format stream-json``; Qwen Code refuses it.
 LAUNCH_FLAGS = ("--output-format", "stream-json", "--input-format", "stream-json", "--verbose")
+QUIET_LAUNCH_FLAGS = LAUNCH_FLAGS[:4]
+
+# The stream-json CLIs whose flags are known, by the name a command or an npm package
+# directory goes by; each named CLI's own ``--help`` was checked (docs/agents.md).
+_CLI_NAMES = {
+    "claude": "claude",
+    "claude.exe": "claude",
+    "claude-code": "claude",
+    "codebuddy": "codebuddy",
+    "cbc": "codebuddy",
+    "codebuddy-code": "codebuddy",
+    "qwen": "qwen",
+    "qwen-code": "qwen",
+}
+_FLAGS_BY_CLI = {"claude": LAUNCH_FLAGS, "codebuddy": LAUNCH_FLAGS, "qwen": QUIET_LAUNCH_FLAGS}
+# Interpreters that run a CLI given as their first argument (``node …/cli-entry.js``).
+_INTERPRETERS = re.compile(r"(node|nodejs|bun|deno)(\d+(\.\d+)*)?(\.exe)?")
+
+
+def stream_json_cli(executable: str, args: Sequence[str] = ()) -> str | None:
+    """Which known stream-json CLI a profile runs: ``claude``, ``codebuddy``, ``qwen``, or
+    None. Pure string work on the path (nothing is read from disk): the command's own name
+    (``/usr/bin/qwen``), else the npm package the file lies in
+    (``…/node_modules/@qwen-code/qwen-code/cli-entry.js``, the real path of an npm symlink);
+    for an interpreter (``node``), the same for its first argument, the script."""
+    target = executable
+    if _INTERPRETERS.fullmatch(executable.replace("\\", "/").rsplit("/", 1)[-1]) and args:
+        target = args[0]
+    parts = [p for p in target.replace("\\", "/").split("/") if p]
+    if not parts:
+        return None
+    if parts[-1] in _CLI_NAMES:
+        return _CLI_NAMES[parts[-1]]
+    if "node_modules" in parts:  # the package directory right below the last node_modules
+        rest = parts[len(parts) - parts[::-1].index("node_modules") :]
+        package = rest[1] if rest and rest[0].startswith("@") and len(rest) > 1 else (rest[0] if rest else "")
+        # claude-code-linux-x64 and the like: a platform package of the CLI
+        for name, cli in _CLI_NAMES.items():
+            if package == name or package.startswith(name + "-linux") or package.startswith(name + "-darwin"):
+                return cli
+    return None
+
+
+def launch_flags_for(executable: str, args: Sequence[str] = ()) -> tuple[str, ...]:
+    """The stream-json compatibility flags for the CLI a profile runs (docs/api.md §2.2):
+    ``--verbose`` for Claude Code and CodeBuddy (they refuse stream-json output without
+    it), none for Qwen Code (which refuses the unknown flag). An unknown CLI gets the
+    Claude Code flags: every stream-json CLI this bridge was written for but Qwen Code
+    mirrors Claude Code's command line, and it is what the bridge always passed before;
+    a profile whose CLI differs states its flags with ``protocol_flags``."""
+    return _FLAGS_BY_CLI.get(stream_json_cli(executable, args) or "", LAUNCH_FLAGS)
+
+
+def permission_prompt_flags_for(executable: str, args: Sequence[str] = ()) -> tuple[str, ...]:
+    """What makes the CLI send ``can_use_tool`` control requests to the bridge:
+    ``--permission-prompt-tool stdio`` for Claude Code, CodeBuddy and unknown CLIs;
+    nothing for Qwen Code, which refuses the flag (``Unknown arguments:
+    permission-prompt-tool``, 0.24.4) and asks once it got an ``initialize`` request
+    (:attr:`StreamJsonCodec.initialize`)."""
+    if stream_json_cli(executable, args) == "qwen":
+        return ()
+    return ("--permission-prompt-tool", "stdio")
+
+
+# CLIs that enable their control protocol (can_use_tool, interrupt) only when the host's
+# first stdin line is an ``initialize`` control request, as the agent SDKs send: Qwen Code
+# (0.24.4: without it a tool call that needs approval waits for ever and an interrupt
+# ends the process; an initialize after the first prompt is ignored).
+INITIALIZE_FIRST = frozenset({"qwen"})
 
 _CANCELLED_TERMINAL_REASONS = ("aborted_streaming", "aborted_tools")
 
@@ -89,31 +158,13 @@ _DELTA_LITERALS = len("typecontent_block_deltadeltatypetext_deltatext")
 _RAW_STREAM_LITERALS = len("typestream_eventevent")
 
 
-# What each known CLI needs besides the stream-json formats, by the executable's name
-# (docs/agents.md): Claude Code and CodeBuddy refuse stream-json output without
-# ``--verbose``; Qwen Code refuses ``--verbose`` itself ("Unknown argument: verbose"). A CLI
-# not named here gets ``--verbose``, as the reference CLI needs; a profile states its flags
-# exactly with ``protocol_flags``.
-_FORMAT_FLAGS = ("--output-format", "stream-json", "--input-format", "stream-json")
-_CLI_FLAGS: dict[str, tuple[str, ...]] = {
-    "claude": (*_FORMAT_FLAGS, "--verbose"),
-    "codebuddy": (*_FORMAT_FLAGS, "--verbose"),
-    "qwen": _FORMAT_FLAGS,
-}
-
-
-def launch_flags_for(executable: str) -> tuple[str, ...]:
-    """The stream-json flags for the CLI at ``executable`` (by its file name)."""
-    name = executable.rsplit("/", 1)[-1].lower()
-    return _CLI_FLAGS.get(name, LAUNCH_FLAGS)
-
-
-def spawn_option_flags(options: Mapping[str, Any]) -> list[str]:
-    """Claude Code's spawn options as flags (docs/configuration.md, per-thread options)."""
+def spawn_option_flags(options: Mapping[str, Any], prompt_flags: Sequence[str]) -> list[str]:
+    """Claude Code's spawn options as flags (docs/configuration.md, per-thread options);
+    ``prompt_flags``: what sends this CLI's permission prompts to the bridge."""
     extra: list[str] = []
     if options.get("permission_prompts"):
         # can_use_tool control requests come to us, and from us to clients (docs/api.md §6.4)
-        extra += ["--permission-prompt-tool", "stdio"]
+        extra += prompt_flags
     if options.get("permission_mode"):
         extra += ["--permission-mode", options["permission_mode"]]
     if options.get("allowed_tools"):
@@ -142,12 +193,18 @@ class StreamJsonCodec:
     _fast_prefixes: ClassVar[tuple[bytes, ...]] = _STREAM_EVENT_LINE
     _toplevel_deltas: ClassVar[frozenset[str]] = frozenset()
 
-    def __init__(self, *, executable: str = "", protocol_flags: Sequence[str] | None = None) -> None:
-        self._flags = tuple(protocol_flags) if protocol_flags is not None else launch_flags_for(executable)
+    def __init__(
+        self, *, executable: str = "", args: Sequence[str] = (), protocol_flags: Sequence[str] | None = None
+    ) -> None:
+        cli = stream_json_cli(executable, args)
+        self._flags = tuple(protocol_flags) if protocol_flags is not None else launch_flags_for(executable, args)
+        self._prompt_flags = permission_prompt_flags_for(executable, args)
+        # Send an initialize control request before anything else (INITIALIZE_FIRST).
+        self.initialize = cli in INITIALIZE_FIRST
         self._req_counter = 0
 
     def launch_flags(self, options: Mapping[str, Any]) -> list[str]:
-        return [*self._flags, *spawn_option_flags(options)]
+        return [*self._flags, *spawn_option_flags(options, self._prompt_flags)]
 
     def prompts_to_clients(self, options: Mapping[str, Any]) -> bool:
         return bool(options.get("permission_prompts"))
@@ -529,7 +586,13 @@ class StreamJsonCodec:
         return None  # closing stdin is stream-json's polite shutdown (docs/api.md §2.7)
 
     def start(self) -> list[str]:
-        return []
+        if not self.initialize:
+            return []
+        return [
+            dumps(
+                {"type": "control_request", "request_id": self._next_request_id(), "request": {"subtype": "initialize"}}
+            )
+        ]
 
     def interrupt(self) -> list[str] | None:
         """Lines that interrupt the turn; None when the dialect cannot (stop the process)."""

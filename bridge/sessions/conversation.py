@@ -310,6 +310,8 @@ class Conversation:
             auth_method=profile.auth_method,
             client_version=__version__,
             executable=profile.executable,
+            args=profile.args,
+            protocol_flags=profile.protocol_flags,
         )
         opts = self.core.options
         spec = build_launch(

@@ -21,20 +21,16 @@ port 0, so a test's event loop never has to serve it.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import socket
-import threading
-import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
-import uvicorn
-from starlette.applications import Starlette
+from fakeserver import CHAT_CHUNKS, MARKERS, FakeServer, Logged, Reply, Text, ToolUse, scenario, sse_data
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+__all__ = ["CHAT_CHUNKS", "MARKERS", "FakeAnthropic", "Logged", "Reply", "Text", "ToolUse"]
 
 MODEL = "claude-fake-1"
 # Headers worth keeping in the log (never the key itself).
@@ -46,52 +42,6 @@ LOGGED_HEADERS = (
     "x-claude-code-session-id",
     "content-type",
 )
-
-
-@dataclass
-class Text:
-    """A text block, streamed as one ``text_delta`` per chunk."""
-
-    chunks: list[str]
-
-
-@dataclass
-class ToolUse:
-    name: str
-    input: dict[str, Any]
-    id: str = ""
-
-
-@dataclass
-class Reply:
-    blocks: list[Text | ToolUse]
-    delay: float = 0.0  # seconds before each delta: a slow reply
-    status: int = 200  # not 200: an API error with this status
-    error_type: str = "api_error"
-
-    @property
-    def stop_reason(self) -> str:
-        return "tool_use" if any(isinstance(b, ToolUse) for b in self.blocks) else "end_turn"
-
-
-@dataclass
-class Logged:
-    method: str
-    path: str
-    query: str
-    headers: dict[str, str]
-    body: Any
-    t: float
-    # For streamed replies: "streaming" until the last event was sent ("completed") or
-    # the client went away first ("aborted").
-    stream: str = ""
-    events_sent: int = 0
-
-    @property
-    def messages(self) -> list[dict[str, Any]]:
-        body = self.body if isinstance(self.body, dict) else {}
-        msgs = body.get("messages")
-        return msgs if isinstance(msgs, list) else []
 
 
 def block_texts(content: Any) -> list[str]:
@@ -143,24 +93,16 @@ def subagent_tool(body: dict[str, Any]) -> str:
     return next((n for n in ("Agent", "Task") if n in names), "Task")
 
 
-# Marker words in a prompt → what the model does. A test's prompt carries one of them.
-MARKERS = {
-    "CHAT": "streams a text reply in several deltas",
-    "WRITE <path>": "asks to run Bash `touch <path>` (a mutating command: permission prompt)",
-    "SLOW": "streams a long reply, one delta every 0.1 s, for about 30 s",
-    "DELEGATE": "calls the sub-agent tool with a prompt carrying SUBTASK",
-    "SUBTASK": "(the sub-agent's own request) answers with a short text",
-}
-CHAT_CHUNKS = ["Hello ", "from ", "the ", "fake ", "model."]
+def _bash(command: str) -> ToolUse:
+    return ToolUse("Bash", {"command": command, "description": "Create a file"})
 
 
 def default_script(body: dict[str, Any]) -> Reply:
     user = last_user(body)
     results = tool_results(user)
     if results:
-        text = " ".join(block_texts(results[-1].get("content")))[:200]
-        err = " (error)" if results[-1].get("is_error") else ""
-        return Reply([Text([f"Tool said{err}: ", text])])
+        text = " ".join(block_texts(results[-1].get("content")))
+        return scenario("", (text, bool(results[-1].get("is_error"))), None) or Reply([Text(["ok"])])
     prompt = prompt_text(user)
     if "SUBTASK" in prompt:
         return Reply([Text(["Sub-agent ", "found 3 files."])])
@@ -178,31 +120,22 @@ def default_script(body: dict[str, Any]) -> Reply:
                 ),
             ]
         )
-    if "WRITE " in prompt:
-        path = prompt.split("WRITE ", 1)[1].split()[0]
-        return Reply([ToolUse("Bash", {"command": f"touch {path}", "description": "Create a file"})])
-    if "SLOW" in prompt:
-        return Reply([Text([f"tick {i} " for i in range(300)])], delay=0.1)
-    if "CHAT" in prompt:
-        return Reply([Text(CHAT_CHUNKS)])
-    return Reply([Text(["ok"])])
+    return scenario(prompt, None, _bash) or Reply([Text(["ok"])])
 
 
-def _sse(event: str, data: dict[str, Any]) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+def _stop_reason(reply: Reply) -> str:
+    return "tool_use" if reply.has_tool_use else "end_turn"
 
 
-class FakeAnthropic:
+class FakeAnthropic(FakeServer):
+    name = "fake-anthropic"
+    model_paths = ("/v1/messages",)
+    logged_headers = LOGGED_HEADERS
+
     def __init__(self, script: Callable[[dict[str, Any]], Reply] = default_script) -> None:
         self.script = script
-        self.log: list[Logged] = []
-        self._lock = threading.Lock()
-        self._counter = 0
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-        self.url = ""
-        self.app = Starlette(
-            routes=[
+        super().__init__(
+            [
                 Route("/", self._root, methods=["GET", "HEAD"]),
                 Route("/v1/messages", self._messages, methods=["POST"]),
                 Route("/v1/messages/count_tokens", self._count_tokens, methods=["POST"]),
@@ -210,68 +143,35 @@ class FakeAnthropic:
             ]
         )
 
-    # ------------------------------------------------------------------ log
-
-    async def _record(self, request: Request) -> Logged:
-        raw = await request.body()
-        try:
-            body: Any = json.loads(raw) if raw else None
-        except ValueError:
-            body = raw.decode("utf-8", "replace")
-        entry = Logged(
-            request.method,
-            request.url.path,
-            request.url.query,
-            {h: request.headers[h] for h in LOGGED_HEADERS if h in request.headers},
-            body,
-            time.time(),
-        )
-        with self._lock:
-            self.log.append(entry)
-        return entry
-
-    def model_requests(self) -> list[Logged]:
-        with self._lock:
-            return [e for e in self.log if e.path == "/v1/messages"]
-
-    def paths(self) -> set[tuple[str, str]]:
-        with self._lock:
-            return {(e.method, e.path) for e in self.log}
-
-    def _next_id(self, prefix: str) -> str:
-        with self._lock:
-            self._counter += 1
-            return f"{prefix}_fake_{self._counter:04d}"
-
     # ------------------------------------------------------------------ routes
 
     async def _root(self, request: Request) -> Response:
-        await self._record(request)
+        await self.record(request)
         return Response(b"", status_code=200)
 
     async def _other(self, request: Request) -> Response:
-        await self._record(request)
+        await self.record(request)
         return JSONResponse(
             {"type": "error", "error": {"type": "not_found_error", "message": "not faked"}}, status_code=404
         )
 
     async def _count_tokens(self, request: Request) -> Response:
-        await self._record(request)
+        await self.record(request)
         return JSONResponse({"input_tokens": 123})
 
     async def _messages(self, request: Request) -> Response:
-        entry = await self._record(request)
+        entry = await self.record(request)
         body = entry.body if isinstance(entry.body, dict) else {}
         reply = self.script(body)
         for b in reply.blocks:
             if isinstance(b, ToolUse) and not b.id:
-                b.id = self._next_id("toolu")
+                b.id = self.next_id("toolu")
         if reply.status != 200:
             return JSONResponse(
                 {"type": "error", "error": {"type": reply.error_type, "message": "scripted error"}},
                 status_code=reply.status,
             )
-        msg_id = self._next_id("msg")
+        msg_id = self.next_id("msg")
         if not body.get("stream"):
             content: list[dict[str, Any]] = [
                 {"type": "text", "text": "".join(b.chunks)}
@@ -286,7 +186,7 @@ class FakeAnthropic:
                     "role": "assistant",
                     "model": MODEL,
                     "content": content,
-                    "stop_reason": reply.stop_reason,
+                    "stop_reason": _stop_reason(reply),
                     "stop_sequence": None,
                     "usage": {
                         "input_tokens": 50,
@@ -296,118 +196,84 @@ class FakeAnthropic:
                     },
                 }
             )
-        entry.stream = "streaming"
         return StreamingResponse(
-            self._stream(entry, msg_id, reply),
+            self.stream(entry, _frames(msg_id, reply), reply.delay),
             media_type="text/event-stream",
-            headers={"cache-control": "no-cache", "request-id": self._next_id("req")},
+            headers={"cache-control": "no-cache", "request-id": self.next_id("req")},
         )
 
-    async def _stream(self, entry: Logged, msg_id: str, reply: Reply) -> AsyncIterator[bytes]:
-        events: list[tuple[str, dict[str, Any]]] = [
-            (
-                "message_start",
-                {
-                    "type": "message_start",
-                    "message": {
-                        "id": msg_id,
-                        "type": "message",
-                        "role": "assistant",
-                        "model": MODEL,
-                        "content": [],
-                        "stop_reason": None,
-                        "stop_sequence": None,
-                        "usage": {
-                            "input_tokens": 50,
-                            "output_tokens": 1,
-                            "cache_creation_input_tokens": 0,
-                            "cache_read_input_tokens": 0,
-                        },
+
+def _frames(msg_id: str, reply: Reply) -> list[tuple[bytes, bool]]:
+    """The SSE events of one streamed message; (bytes, is-a-delta)."""
+    events: list[tuple[str, dict[str, Any]]] = [
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": msg_id,
+                    "type": "message",
+                    "role": "assistant",
+                    "model": MODEL,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {
+                        "input_tokens": 50,
+                        "output_tokens": 1,
+                        "cache_creation_input_tokens": 0,
+                        "cache_read_input_tokens": 0,
                     },
                 },
-            )
-        ]
-        for i, b in enumerate(reply.blocks):
-            if isinstance(b, Text):
-                events.append(
-                    (
-                        "content_block_start",
-                        {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}},
-                    )
-                )
-                events += [
-                    (
-                        "content_block_delta",
-                        {"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": c}},
-                    )
-                    for c in b.chunks
-                ]
-            else:
-                events.append(
-                    (
-                        "content_block_start",
-                        {
-                            "type": "content_block_start",
-                            "index": i,
-                            "content_block": {"type": "tool_use", "id": b.id, "name": b.name, "input": {}},
-                        },
-                    )
-                )
-                events.append(
-                    (
-                        "content_block_delta",
-                        {
-                            "type": "content_block_delta",
-                            "index": i,
-                            "delta": {"type": "input_json_delta", "partial_json": json.dumps(b.input)},
-                        },
-                    )
-                )
-            events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
-        events.append(
-            (
-                "message_delta",
-                {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": reply.stop_reason, "stop_sequence": None},
-                    "usage": {"output_tokens": 12},
-                },
-            )
+            },
         )
-        events.append(("message_stop", {"type": "message_stop"}))
-        try:
-            for name, data in events:
-                if reply.delay and name == "content_block_delta":
-                    await asyncio.sleep(reply.delay)
-                yield _sse(name, data)
-                entry.events_sent += 1
-            entry.stream = "completed"
-        finally:
-            if entry.stream != "completed":
-                entry.stream = "aborted"
-
-    # ------------------------------------------------------------------ life
-
-    def start(self) -> None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-        config = uvicorn.Config(
-            self.app, log_level="warning", lifespan="off", access_log=False, timeout_graceful_shutdown=1
+    ]
+    for i, b in enumerate(reply.blocks):
+        if isinstance(b, Text):
+            events.append(
+                (
+                    "content_block_start",
+                    {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}},
+                )
+            )
+            events += [
+                (
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": c}},
+                )
+                for c in b.chunks
+            ]
+        else:
+            events.append(
+                (
+                    "content_block_start",
+                    {
+                        "type": "content_block_start",
+                        "index": i,
+                        "content_block": {"type": "tool_use", "id": b.id, "name": b.name, "input": {}},
+                    },
+                )
+            )
+            events.append(
+                (
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": i,
+                        "delta": {"type": "input_json_delta", "partial_json": json.dumps(b.input)},
+                    },
+                )
+            )
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
+    events.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": _stop_reason(reply), "stop_sequence": None},
+                "usage": {"output_tokens": 12},
+            },
         )
-        self._server = uvicorn.Server(config)
-        server = self._server
-        self._thread = threading.Thread(target=lambda: server.run(sockets=[sock]), name="fake-anthropic", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("fake Anthropic API did not start")
-            time.sleep(0.01)
-
-    def stop(self) -> None:
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join(10)
+    )
+    events.append(("message_stop", {"type": "message_stop"}))
+    return [(sse_data(data, name), name == "content_block_delta") for name, data in events]

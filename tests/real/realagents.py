@@ -9,6 +9,9 @@ Where the CLIs come from: ``.ci/run`` installs the versions pinned in ``npm-pins
 with ``npm install --prefix "$AGENT_BRIDGE_NPM_CACHE"`` (default
 ``~/.cache/agent-bridge/npm``). A missing or mismatched CLI fails the suite when ``CI`` is
 set and skips it otherwise, with the reason.
+
+Debugging: with ``AGENT_BRIDGE_REAL_DUMP=FILE`` every test appends each WebSocket client's
+frames (one JSON array a line) to FILE at its end, pass or fail.
 """
 
 from __future__ import annotations
@@ -19,14 +22,18 @@ import os
 import platform
 import re
 import shutil
+import socket
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from conftest import STEP_TIMEOUT, Daemon, processes_with_environ, wait_until
 from fake_anthropic import FakeAnthropic
+from fake_openai import FakeOpenAI
+from fakeserver import FakeServer
 
 HERE = Path(__file__).resolve().parent
 PINS = dict(
@@ -118,15 +125,33 @@ def profile(name: str, **fields: Any) -> str:
     return f"[agents.{name}]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in fields.items()) + "\n"
 
 
+F = TypeVar("F", bound=FakeServer)
+
+
+@contextmanager
+def serving(fake: F, allowed: Callable[[tuple[str, str]], bool]) -> Iterator[F]:
+    """``fake`` running; at the end, the agent asked it for nothing but ``allowed``
+    (method, path) pairs: no telemetry, no feature flags, no catalogue, …"""
+    fake.start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+    unexpected = {p for p in fake.paths() if not allowed(p)}
+    assert not unexpected, f"the agent asked the fake for unexpected paths: {unexpected}"
+
+
 @pytest.fixture
 def fake_api() -> Iterator[FakeAnthropic]:
-    fake = FakeAnthropic()
-    fake.start()
-    yield fake
-    fake.stop()
-    # Nothing but the Messages API was asked for (no telemetry, no feature flags, …).
-    unexpected = {p for p in fake.paths() if p not in EXPECTED_PATHS}
-    assert not unexpected, f"the agent asked the fake for unexpected paths: {unexpected}"
+    with serving(FakeAnthropic(), EXPECTED_PATHS.__contains__) as fake:
+        yield fake
+
+
+@pytest.fixture
+def fake_openai() -> Iterator[FakeOpenAI]:
+    """The OpenAI fake: model requests only (chat completions or Responses)."""
+    with serving(FakeOpenAI(), lambda p: p[0] == "POST" and p[1] in FakeOpenAI.model_paths) as fake:
+        yield fake
 
 
 def agent_env(fake: FakeAnthropic, home: Path) -> dict[str, str]:
@@ -147,15 +172,16 @@ def agent_env(fake: FakeAnthropic, home: Path) -> dict[str, str]:
 class Real:
     """One test's world: the fake API, a fresh HOME, the work dir, daemons to start."""
 
-    fake: FakeAnthropic
+    fake: Any  # a fakeserver.FakeServer
     home: Path
     work: Path
     tmp: Path
     make_daemon: Callable[..., Any]
     daemons: list[Daemon]
+    base_env: dict[str, str] = field(default_factory=dict)
 
     def env(self, **extra: str) -> dict[str, str]:
-        return {**agent_env(self.fake, self.home), **extra}
+        return {**self.base_env, **extra}
 
     def config(self, *profiles: str, server: str = "") -> str:
         return "[server]\nstop_grace_s = 3\ninterrupt_timeout_s = 15\n" + server + "\n" + "".join(profiles)
@@ -170,20 +196,64 @@ class Real:
         return processes_with_environ(f"HOME={self.home}\0".encode())
 
 
-@pytest.fixture
-async def real(fake_api: FakeAnthropic, tmp_path: Path, daemon_factory: Callable[..., Any]) -> AsyncIterator[Real]:
+@asynccontextmanager
+async def world(fake: Any, tmp_path: Path, daemon_factory: Callable[..., Any]) -> AsyncIterator[Real]:
+    """A :class:`Real` around ``fake``; at the end every daemon stops cleanly and no agent
+    process (nor anything it spawned) lives on."""
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
-    world = Real(fake_api, home, work, tmp_path, daemon_factory, [])
-    yield world
-    for d in world.daemons:
+    w = Real(fake, home, work, tmp_path, daemon_factory, [])
+    yield w
+    if os.environ.get("AGENT_BRIDGE_REAL_DUMP"):
+        with open(os.environ["AGENT_BRIDGE_REAL_DUMP"], "a") as fh:  # noqa: ASYNC230 (a debugging aid)
+            for d in w.daemons:
+                for c in d.clients:
+                    fh.write(json.dumps(c.frames) + "\n")
+    for d in w.daemons:
         for c in d.clients:
             await asyncio.wait_for(c.close(), STEP_TIMEOUT)
         if d.proc is not None and d.proc.returncode is None:
             assert await d.stop() == 0
-    # No agent, nor anything it spawned (the CLI under claude-agent-acp, Bash tools), lives on.
-    await wait_until(lambda: not world.own_processes(), timeout=STEP_TIMEOUT, what="agent processes to exit")
+    await wait_until(lambda: not w.own_processes(), timeout=STEP_TIMEOUT, what="agent processes to exit")
+
+
+@pytest.fixture
+async def real(fake_api: FakeAnthropic, tmp_path: Path, daemon_factory: Callable[..., Any]) -> AsyncIterator[Real]:
+    async with world(fake_api, tmp_path, daemon_factory) as w:
+        w.base_env = agent_env(fake_api, w.home)
+        yield w
+
+
+def node_script(package: str, script: str) -> tuple[str, list[str]]:
+    """node (its real path) and the pinned package's ``script`` as its first argument."""
+    _check_pinned(package)
+    node = shutil.which("node")
+    if node is None:
+        _unavailable("node is not on PATH")
+        raise AssertionError("unreachable")
+    path = npm_cache() / "node_modules" / package / script
+    if not path.is_file():
+        _unavailable(f"{path} is missing")
+    return os.path.realpath(node), [str(path)]
+
+
+def native_binary(package: str, binary: str, platform_package: bool = True) -> str:
+    """A native executable of the pinned ``package``: in its platform package
+    (``<package>-linux-x64/<binary>``), or in the package itself; a regular file, as the
+    launch rules want."""
+    _check_pinned(package)
+    path = npm_cache() / "node_modules" / (f"{package}-{_native_suffix()}" if platform_package else package) / binary
+    if not (path.is_file() and not path.is_symlink() and os.access(path, os.X_OK)):
+        _unavailable(f"no native {binary} at {path}")
+    return str(path)
+
+
+def assert_gapless(c: Any) -> None:
+    """Client ``c`` (connected with ``after=0``) saw the whole transcript: seq 1, 2, … with
+    no gap and no repeat."""
+    seqs = c.seqs()
+    assert seqs == list(range(1, len(seqs) + 1)), seqs
 
 
 def agent_text(c: Any, since: int = 0) -> str:
@@ -242,12 +312,20 @@ def strace_wrapped(executable: str, args: list[str], log: Path) -> tuple[str, li
     return os.path.realpath(strace), ["-f", "-qq", "-e", TRACED, "-o", str(log), executable, *args]
 
 
-def assert_only_peer_is(fake: FakeAnthropic, log: Path) -> None:
-    """The traced processes talked to the loopback fake, and to nothing else."""
+def assert_only_peer_is(fake: Any, log: Path, own: set[tuple[str, int]] | None = None) -> None:
+    """The traced processes talked to the loopback fake, and to nothing else (but to
+    ``own``: loopback servers of the agent itself)."""
     peers = network_peers(log)
     addr = ("127.0.0.1", int(fake.url.rsplit(":", 1)[1]))
     assert addr in peers, peers  # the trace saw the model traffic
-    assert set(peers) == {addr}, peers
+    assert set(peers) - (own or set()) == {addr}, peers
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 def network_peers(log: Path) -> list[tuple[str, int]]:

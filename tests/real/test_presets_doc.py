@@ -11,7 +11,18 @@ from realagents import DOCS_AGENTS
 
 from bridge.config import AgentProfile
 
-PRESETS = {"claude", "claude-offline", "claude-acp", "qwen", "qwen-acp", "codebuddy", "gemini", "goose", "opencode"}
+PRESETS = {
+    "claude",
+    "claude-offline",
+    "claude-acp",
+    "qwen",
+    "qwen-acp",
+    "codebuddy",
+    "gemini",
+    "goose",
+    "opencode",
+    "codex",
+}
 
 
 def test_every_preset_in_the_docs_is_a_valid_profile() -> None:
@@ -28,3 +39,21 @@ def test_every_preset_in_the_docs_is_a_valid_profile() -> None:
         profile = AgentProfile.model_validate({**table, "name": name})
         assert profile.executable.startswith("/"), name
         assert profile.env, name
+
+
+def test_the_docs_name_every_tested_version_and_say_why_the_others_are_not() -> None:
+    # Each status row says "tested in CI with <CLI> <version>" or "not tested: <why>", and
+    # the tested versions are bridge/tested_agents.py's (which test_tested_agents.py keeps
+    # equal to npm-pins.txt).
+    from bridge.tested_agents import TESTED
+
+    text = DOCS_AGENTS.read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| [")]
+    assert len(rows) == 8, rows
+    for row in rows:
+        status = row.rsplit("|", 2)[-2]
+        assert re.search(r"tested in CI with [\w -]+ \d+\.\d+\.\d+", status) or "not tested: " in status, row
+    tested = " ".join(rows)
+    for versions in TESTED.values():
+        for v in versions:
+            assert re.search(rf"tested in CI with [\w -]+ {re.escape(v)}\b", tested), v

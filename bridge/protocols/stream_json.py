@@ -61,14 +61,22 @@ def stream_json_cli(executable: str, args: Sequence[str] = ()) -> str | None:
         return None
     if parts[-1] in _CLI_NAMES:
         return _CLI_NAMES[parts[-1]]
-    if "node_modules" in parts:  # the package directory right below the last node_modules
-        rest = parts[len(parts) - parts[::-1].index("node_modules") :]
-        package = rest[1] if rest and rest[0].startswith("@") and len(rest) > 1 else (rest[0] if rest else "")
-        # claude-code-linux-x64 and the like: a platform package of the CLI
-        for name, cli in _CLI_NAMES.items():
-            if package == name or package.startswith(name + "-linux") or package.startswith(name + "-darwin"):
-                return cli
+    package = _npm_package(parts)
+    # claude-code-linux-x64 and the like: a platform package of the CLI
+    for name, cli in _CLI_NAMES.items():
+        if package and (package == name or package.startswith((name + "-linux", name + "-darwin"))):
+            return cli
     return None
+
+
+def _npm_package(parts: list[str]) -> str | None:
+    """The npm package directory right below the last ``node_modules`` of a path."""
+    if "node_modules" not in parts:
+        return None
+    rest = parts[len(parts) - parts[::-1].index("node_modules") :]
+    if rest and rest[0].startswith("@") and len(rest) > 1:
+        return rest[1]
+    return rest[0] if rest else None
 
 
 def launch_flags_for(executable: str, args: Sequence[str] = ()) -> tuple[str, ...]:

@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import signal
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
@@ -44,6 +44,7 @@ from bridge.sessions.actions import Accepted, Action, ArmTimer, CancelTimer, Emi
 from bridge.sessions.announce import Announcer
 from bridge.sessions.core import ConversationCore
 from bridge.sessions.fanout import Fanout, Subscriber
+from bridge.sessions.owned import Owned
 from bridge.sessions.scrub import Scrubber
 from bridge.sessions.tasks import TaskTable
 from bridge.store.base import Store, ThreadRow, apply_fields
@@ -97,8 +98,7 @@ class Conversation:
         self._proc: AgentIO | None = None
         self.starting = False  # a start holds its place under max_conversations
         self._watcher: asyncio.Task[None] | None = None
-        self._timers: dict[str, asyncio.Task[None]] = {}
-        self._background: set[asyncio.Task[None]] = set()
+        self._owned = Owned(self.id, self._timer_fired)
         self.last_activity = time.monotonic()
         self.deleted = False
         self._appended = asyncio.Event()  # replaced on every append; wakes long-polls
@@ -207,9 +207,9 @@ class Conversation:
             elif isinstance(action, Write):
                 await self._write(action)
             elif isinstance(action, ArmTimer):
-                self._arm(action.key, action.delay_s)
+                self._owned.arm(action.key, action.delay_s)
             elif isinstance(action, CancelTimer):
-                self._disarm(action.key)
+                self._owned.disarm(action.key)
             else:
                 todo[0:0] = await self._perform_other(action)
         return stored
@@ -233,7 +233,7 @@ class Conversation:
     def stop_soon(self, reason: str, *, grace_s: float | None = None) -> None:
         """Stop the process in a task of the conversation's own (it must not wait for
         ``_life`` where it is asked: under ``_lock``, or in the registry's reaper)."""
-        self._in_background(self.stop(reason, grace_s=grace_s), f"stop-{self.id}")
+        self._owned.spawn(self.stop(reason, grace_s=grace_s), "stop")
 
     async def _write(self, action: Write) -> None:
         proc = self._proc
@@ -250,39 +250,11 @@ class Conversation:
         async with self._lock:
             return await self._perform(actions)
 
-    # ------------------------------------------------------------------ timers and tasks
-
-    def _in_background(self, coro: Coroutine[Any, Any, None], name: str) -> None:
-        task = asyncio.create_task(coro, name=name)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    def _arm(self, key: str, delay_s: float) -> None:
-        self._disarm(key)
-        self._timers[key] = asyncio.create_task(self._timer(key, delay_s), name=f"timer-{key}-{self.id}")
-
-    def _disarm(self, key: str) -> None:
-        task = self._timers.pop(key, None)
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
-
-    async def _timer(self, key: str, delay_s: float) -> None:
-        await asyncio.sleep(delay_s)
+    async def _timer_fired(self, key: str) -> None:
         async with self._lock:
-            if self._timers.get(key) is asyncio.current_task():
-                del self._timers[key]
+            if self._owned.claim(key):
                 with contextlib.suppress(BridgeError):
                     await self._perform(self.core.timer_fired(key))
-
-    async def _cancel_owned(self) -> None:
-        """Cancel and await every timer and background task (close, daemon shutdown)."""
-        tasks = [*self._timers.values(), *self._background]
-        self._timers.clear()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
 
     # ------------------------------------------------------------------ process life
 
@@ -429,7 +401,7 @@ class Conversation:
                 self.deleted = True
             await self._stop_locked(reason)
             self.fanout.close_all(reason)
-        await self._cancel_owned()
+        await self._owned.cancel_all()
 
     # ------------------------------------------------------------------ client operations
 

@@ -292,6 +292,7 @@ def load_settings(
             raise ConfigError("AGENT_BRIDGE_PORT must be an integer") from exc
     if port is not None:
         server_raw["port"] = port
+    server_raw.update(_server_env_twins(env))
     try:
         server = ServerSettings(**server_raw)
     except ValidationError as exc:
@@ -333,6 +334,24 @@ def load_settings(
         default_agent=configured[0] if configured else DEMO_PROFILE,
         config_file=Path(config).absolute() if config else None,
     )
+
+
+def _server_env_twins(env: Mapping[str, str]) -> dict[str, Any]:
+    """``[server]`` keys a container or unit sets without a config file: replace the TOML
+    value when the variable is set (an empty ``AGENT_BRIDGE_ALLOWED_HOSTS`` clears the list)."""
+    out: dict[str, Any] = {}
+    hosts = env.get("AGENT_BRIDGE_ALLOWED_HOSTS")
+    if hosts is not None:
+        out["allowed_hosts"] = [h.strip() for h in hosts.split(",") if h.strip()]
+    trust = env.get("AGENT_BRIDGE_TRUST_PROXY_HEADERS")
+    if trust is not None:
+        if trust.strip().lower() not in _BOOLS:
+            raise ConfigError(f"AGENT_BRIDGE_TRUST_PROXY_HEADERS must be true or false, not {trust!r}")
+        out["trust_proxy_headers"] = _BOOLS[trust.strip().lower()]
+    return out
+
+
+_BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 
 def _log_format(value: str) -> Literal["json", "console"]:

@@ -30,7 +30,7 @@ EXTRA_CA_DIR = Path("/usr/local/share/ca-certificates")
 TOOLS = ("podman", "runc", "debootstrap")
 
 CONTAINERS_CONF = """\
-# Written by tests/deploy/podman.py.
+# Written by tests/deploy/imagebuild.py.
 [containers]
 default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
 

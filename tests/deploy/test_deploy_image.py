@@ -5,6 +5,7 @@ transcript and the agent's own session surviving a new container on the same vol
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import time
@@ -45,15 +46,18 @@ class Container:
     """One ``podman run -d`` of the image with the port published on loopback; removed
     (with nothing else) on close."""
 
-    def __init__(self, pm: imagebuild.Podman, volumes: dict[str, str], env: dict[str, str]) -> None:
+    def __init__(self, pm: imagebuild.Podman, volumes: dict[str, str], env: dict[str, str], image: str = TAG) -> None:
         self.pm = pm
         self.name = f"agent-bridge-ci-{next(_names)}-{time.monotonic_ns()}"
-        args = ["run", "-d", "--name", self.name, "-p", "127.0.0.1::8765"]
+        # As the Kubernetes manifests run it: read-only root (podman adds tmpfs /tmp),
+        # no capabilities, no privilege gain.
+        args = ["run", "-d", "--name", self.name, "-p", "127.0.0.1::8765", "--read-only"]
+        args += ["--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
         for vol, target in volumes.items():
             args += ["-v", f"{vol}:{target}"]
         for k, v in env.items():
             args += ["-e", f"{k}={v}"]
-        pm.run(*args, TAG, timeout=60)
+        pm.run(*args, image, timeout=60)
         port = pm.run("port", self.name, "8765/tcp").stdout.strip().rsplit(":", 1)[1]
         self.url = f"http://127.0.0.1:{port}"
 
@@ -167,6 +171,9 @@ def test_image_serves_a_demo_chat_as_non_root_and_stops_cleanly(
             before = http.get(f"/v1/threads/{thread}/events", params={"after": 0, "limit": 1000}).json()["events"]
             assert http.get("/readyz").status_code == 200
 
+        rss = c.exec("sh", "-c", "grep -h VmRSS /proc/[0-9]*/status")
+        print(f"\nRSS in the container (tini, daemon[, demo agent]): {' | '.join(rss.split(chr(10)))}")
+
         hc = pm.run("healthcheck", "run", c.name, check=False)
         assert hc.returncode == 0 and "unhealthy" not in hc.stdout, (hc.stdout, hc.stderr)
 
@@ -203,3 +210,36 @@ def test_image_metadata(image: tuple[imagebuild.Podman, float]) -> None:
     assert '"/data"' in out and '"/home/agent-bridge"' in out
     assert '["/usr/bin/tini","--","agent-bridge"]' in out.replace(" ", "")
     assert re.search(r"healthz", out), out
+
+
+def test_agent_clis_build_argument_adds_node_and_the_cli(image: tuple[imagebuild.Podman, float]) -> None:
+    """AGENT_CLIS: Node.js from Debian and the pinned Claude Code from npm; the daemon finds
+    it on PATH and it runs as the image's user."""
+    pm, _ = image
+    pins = (ROOT / "tests/real/npm-pins.txt").read_text().split()
+    (claude,) = [p for p in pins if p.startswith("@anthropic-ai/claude-code@")]
+    tag = f"{TAG}-clis"
+    seconds = imagebuild.build(pm, ROOT, tag, build_args=[f"AGENT_CLIS={claude}"])
+    print(f"\nimage build with AGENT_CLIS={claude}: {seconds:.1f} s")
+    # One running container, asked with exec: on podman 4.3 here every command that waits
+    # for a container to exit (run --rm, start -a, wait) sits out a 20 s conmon timeout.
+    c = Container(pm, {}, {}, image=tag)
+    try:
+        c.wait_healthy()
+        found = {a["name"]: a for a in json.loads(c.exec("agent-bridge", "agents", "--json"))}
+        assert found["claude"]["available"] is True, found
+        assert found["claude"]["executable"].startswith("/usr/local/lib/node_modules/@anthropic-ai/claude-code/")
+        r = http_agents(c)
+        assert {"claude", "demo"} <= {a["name"] for a in r}, r
+        uid, node, version = c.exec("sh", "-c", "id -u; node --version; claude --version").split("\n")[:3]
+        assert uid == str(UID) and node.startswith("v") and claude.rsplit("@", 1)[1] in version, (uid, node, version)
+    finally:
+        c.close()
+
+
+def http_agents(c: Container) -> list[dict[str, Any]]:
+    token = c.exec("cat", "/data/token").strip()
+    r = httpx.get(f"{c.url}/v1/agents", headers={"Authorization": f"Bearer {token}"}, timeout=STEP_S)
+    assert r.status_code == 200, r.text
+    result: list[dict[str, Any]] = r.json()
+    return result

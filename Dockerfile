@@ -16,8 +16,9 @@
 # volumes (agent CLIs keep their session files under HOME, which --resume needs), and
 # /workspaces is there to mount project checkouts into. Listens on 0.0.0.0:8765 with the
 # token from AGENT_BRIDGE_TOKEN, else /data/token (generated on first start; the log says
-# how to read it). Agent keys are passed as environment variables of the container and
-# named in the agent profile (docs/deploy.md "Agent CLIs and their keys").
+# how to read it). Agents get none of the container's environment beyond a small
+# allowlist: give them keys by logging the CLI in once (kept in HOME) or in a profile's
+# env in a mounted config file (docs/deploy.md "Agent CLIs and their keys").
 
 ARG BASE_IMAGE=docker.io/library/debian:bookworm-slim
 

@@ -113,7 +113,9 @@ def chat(http: httpx.Client, thread: str, text: str) -> list[dict[str, Any]]:
         assert time.monotonic() < deadline, f"no turn.ended: {events}"
         page = http.get(f"/v1/threads/{thread}/events", params={"after": after, "wait": 5}).json()
         events += page["events"]
-        after = page["last_seq"]
+        # The cursor is the last event received: last_seq is the thread's, which may
+        # already count events committed after this page was read.
+        after = page["events"][-1]["seq"] if page["events"] else after
     return events
 
 

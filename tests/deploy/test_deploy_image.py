@@ -86,7 +86,8 @@ class Container:
         return self.pm.run("inspect", "--format", "{{.State.Status}}", self.name).stdout.strip()
 
     def close(self) -> None:
-        self.pm.run("rm", "-f", "-t", "0", self.name, check=False, timeout=60)
+        # -v: the anonymous volumes the image's VOLUMEs got (named ones stay).
+        self.pm.run("rm", "-f", "-v", "-t", "0", self.name, check=False, timeout=60)
 
 
 @pytest.fixture

@@ -10,11 +10,14 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from bridge.config import ServerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -204,12 +207,7 @@ def test_kubernetes_manifests_say_what_the_issue_asks() -> None:
     annotations = docs["Ingress/agent-bridge"]["metadata"]["annotations"]
     assert int(annotations["nginx.ingress.kubernetes.io/proxy-read-timeout"]) >= 3600
     assert int(annotations["nginx.ingress.kubernetes.io/proxy-send-timeout"]) >= 3600
-    config = docs["ConfigMap/agent-bridge-config"]["data"]["config.toml"]
-    import tomllib
-
-    server = tomllib.loads(config)["server"]
-    from bridge.config import ServerSettings
-
+    server = tomllib.loads(docs["ConfigMap/agent-bridge-config"]["data"]["config.toml"])["server"]
     ServerSettings(**server)  # the daemon accepts it
     assert server["allowed_hosts"] == docs["Ingress/agent-bridge"]["spec"]["rules"][0]["host"].split()
 

@@ -12,6 +12,7 @@ import signal
 import socket
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -179,7 +180,10 @@ def serve(settings: Settings, *, secret_on_command_line: bool = False) -> int:
         # link"). The code sits in the fragment, which browsers never send to a server.
         print(f"open {page_link(scheme, host, port, app.state)}", flush=True)
 
+    token_file = settings.data_dir / "token"
+    had_token_file = token_file.exists()
     app = create_app(settings, on_ready=ready, bound_port=port)
+    _log_token_source(settings, token_file, had_token_file)
     ssl: dict[str, Any] = {}
     if settings.server.tls_cert and settings.server.tls_key:
         ssl = {"ssl_certfile": settings.server.tls_cert, "ssl_keyfile": settings.server.tls_key}
@@ -210,6 +214,19 @@ def serve(settings: Settings, *, secret_on_command_line: bool = False) -> int:
     logging.shutdown()
     datadir.unlock(lock_fd)
     return 0 if server.started else 1
+
+
+def _log_token_source(settings: Settings, token_file: Path, had_token_file: bool) -> None:
+    """Where the token came from and, for the token file, how to read it (a container's
+    operator finds it there); never the token itself."""
+    log = structlog.get_logger("bridge.cli")
+    if settings.no_auth:
+        log.info("auth.disabled")
+    elif settings.token:
+        log.info("auth.token", source="--token or AGENT_BRIDGE_TOKEN")
+    else:
+        source = "file" if had_token_file else "generated"
+        log.info("auth.token", source=source, path=str(token_file), hint=f"read it with: cat {token_file}")
 
 
 def page_link(scheme: str, host: str, port: int, state: Any) -> str:

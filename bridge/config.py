@@ -259,7 +259,7 @@ def load_settings(
     agents_raw = _table(raw.pop("agents", {}) or {}, "[agents] must be a table of profiles")
     if raw:
         raise ConfigError(f"unknown config sections: {', '.join(sorted(raw))}")
-    server = _server(server_raw, host or env.get("AGENT_BRIDGE_HOST"), _port(port, env))
+    server = _server(server_raw, host or env.get("AGENT_BRIDGE_HOST"), _port(port, env), env)
     ddir = Path(data_dir or env.get("AGENT_BRIDGE_DATA_DIR") or default_data_dir(env)).expanduser().absolute()
     agents, default = _all_profiles(agents_raw, env, ddir, discover_path=discover_path)
     return Settings(
@@ -314,11 +314,12 @@ def _port(port: int | None, env: Mapping[str, str]) -> int | None:
     return port
 
 
-def _server(server_raw: dict[str, Any], host: str | None, port: int | None) -> ServerSettings:
+def _server(server_raw: dict[str, Any], host: str | None, port: int | None, env: Mapping[str, str]) -> ServerSettings:
     if host:
         server_raw["host"] = host
     if port is not None:
         server_raw["port"] = port
+    server_raw.update(_server_env_twins(env))
     try:
         return ServerSettings(**server_raw)
     except ValidationError as exc:
@@ -338,6 +339,24 @@ def _profiles(agents_raw: dict[str, Any]) -> dict[str, AgentProfile]:
         except ValidationError as exc:
             raise ConfigError(f"[agents.{name}]: {_errors(exc)}") from exc
     return agents
+
+
+def _server_env_twins(env: Mapping[str, str]) -> dict[str, Any]:
+    """``[server]`` keys a container or unit sets without a config file: replace the TOML
+    value when the variable is set (an empty ``AGENT_BRIDGE_ALLOWED_HOSTS`` clears the list)."""
+    out: dict[str, Any] = {}
+    hosts = env.get("AGENT_BRIDGE_ALLOWED_HOSTS")
+    if hosts is not None:
+        out["allowed_hosts"] = [h.strip() for h in hosts.split(",") if h.strip()]
+    trust = env.get("AGENT_BRIDGE_TRUST_PROXY_HEADERS")
+    if trust is not None:
+        if trust.strip().lower() not in _BOOLS:
+            raise ConfigError(f"AGENT_BRIDGE_TRUST_PROXY_HEADERS must be true or false, not {trust!r}")
+        out["trust_proxy_headers"] = _BOOLS[trust.strip().lower()]
+    return out
+
+
+_BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 
 def _log_format(value: str) -> Literal["json", "console"]:

@@ -543,3 +543,78 @@ async def test_signal_stops_serve_with_exit_0(tmp_path: Path, sig: int) -> None:
         assert (await get_agents(s.url, "t-0123456789")).status_code == 200
         assert await terminate(s.proc, sig, within_s=5) == 0
         assert nothing_listens(port)
+
+
+async def test_serve_logs_where_the_token_is_and_never_the_token(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    token_file = data / "token"
+    async with serving(tmp_path, "--port", "0", "--data-dir", str(data)) as s:
+        port_of(s.first_line)
+        assert await terminate(s.proc) == 0
+    token = token_file.read_text().strip()
+    first = s.stderr()
+    assert "auth.token" in first and "source=generated" in first, first
+    assert f"cat {token_file}" in first, first
+    async with serving(tmp_path, "--port", "0", "--data-dir", str(data)) as s:
+        assert await terminate(s.proc) == 0
+    second = s.stderr()
+    assert "source=file" in second and f"cat {token_file}" in second, second
+    env = clean_env(tmp_path, AGENT_BRIDGE_TOKEN="env-token-0123456789")
+    async with serving(tmp_path, "--port", "0", "--data-dir", str(tmp_path / "other"), env=env) as s:
+        assert await terminate(s.proc) == 0
+    third = s.stderr()
+    assert "AGENT_BRIDGE_TOKEN" in third and "cat " not in third, third
+    for text in (first, second, third):
+        assert token not in text and "env-token-0123456789" not in text
+
+
+# --------------------------------------------------------------------------- [server] env twins
+
+
+def test_allowed_hosts_and_trust_proxy_headers_env_twins(tmp_path: Path) -> None:
+    cfg = write(tmp_path / "c.toml", '[server]\nallowed_hosts = ["toml.example"]\ntrust_proxy_headers = true\n')
+    home = {"HOME": str(tmp_path)}
+    s = load_settings(config=str(cfg), env=home, discover_path=False)
+    assert (s.server.allowed_hosts, s.server.trust_proxy_headers) == (["toml.example"], True)
+    env = {
+        **home,
+        "AGENT_BRIDGE_ALLOWED_HOSTS": " bridge.example:443, [::1]:8765 ,,10.0.0.5",
+        "AGENT_BRIDGE_TRUST_PROXY_HEADERS": "false",
+    }
+    s = load_settings(config=str(cfg), env=env, discover_path=False)
+    assert s.server.allowed_hosts == ["bridge.example:443", "[::1]:8765", "10.0.0.5"]
+    assert s.server.trust_proxy_headers is False
+    s = load_settings(env={**home, "AGENT_BRIDGE_TRUST_PROXY_HEADERS": "YES"}, discover_path=False)
+    assert s.server.trust_proxy_headers is True and s.server.allowed_hosts == []
+    # Set but empty: the TOML list is cleared.
+    s = load_settings(config=str(cfg), env={**home, "AGENT_BRIDGE_ALLOWED_HOSTS": ""}, discover_path=False)
+    assert s.server.allowed_hosts == []
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        ({"AGENT_BRIDGE_ALLOWED_HOSTS": "ok.example,bad host"}, ["allowed_hosts", "bad host"]),
+        ({"AGENT_BRIDGE_ALLOWED_HOSTS": "ok.example:99999"}, ["allowed_hosts", "port"]),
+        ({"AGENT_BRIDGE_TRUST_PROXY_HEADERS": "maybe"}, ["AGENT_BRIDGE_TRUST_PROXY_HEADERS", "maybe"]),
+    ],
+)
+def test_bad_server_env_twins(tmp_path: Path, env: dict[str, str], words: list[str]) -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_settings(env={"HOME": str(tmp_path), **env}, discover_path=False)
+    assert all(w in exc.value.message for w in words), exc.value.message
+
+
+async def test_allowed_hosts_env_twin_reaches_the_host_check(tmp_path: Path) -> None:
+    env = clean_env(tmp_path, AGENT_BRIDGE_ALLOWED_HOSTS="bridge.example", AGENT_BRIDGE_TOKEN="t-0123456789")
+    async with serving(tmp_path, "--port", "0", "--data-dir", str(tmp_path / "d"), env=env) as s:
+        port = port_of(s.first_line)
+        async with httpx.AsyncClient(base_url=s.url, timeout=STEP_TIMEOUT) as http:
+            auth = {"Authorization": "Bearer t-0123456789"}
+            r = await http.get("/v1/agents", headers={**auth, "Host": "bridge.example"})
+            assert r.status_code == 200, r.text
+            r = await http.get("/v1/agents", headers={**auth, "Host": "other.example"})
+            assert r.status_code == 421 and r.json()["error"]["code"] == "host_not_allowed", r.text
+            r = await http.get("/v1/agents", headers={**auth, "Host": f"127.0.0.1:{port}"})
+            assert r.status_code == 200, r.text
+        assert await terminate(s.proc) == 0

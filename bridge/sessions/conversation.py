@@ -225,7 +225,7 @@ class Conversation:
         if isinstance(action, Route):
             sub = self._raw_routes.get(action.route)
             if sub is not None:
-                sub.push_side(action.text)
+                sub.push_routed(action.text, self.core.last_seq)
         elif isinstance(action, Stop):
             self.stop_soon(action.reason, grace_s=action.grace_s)
         return []

@@ -26,7 +26,19 @@ REPLY_LIMIT = 64  # answers to a client's own frames waiting to go out before it
 
 
 class Subscriber:
-    __slots__ = ("buf", "close_reason", "closed", "lagging", "limit", "raw", "replies", "room", "side", "wake")
+    __slots__ = (
+        "buf",
+        "close_reason",
+        "closed",
+        "lagging",
+        "limit",
+        "raw",
+        "replies",
+        "room",
+        "routed",
+        "side",
+        "wake",
+    )
 
     def __init__(self, limit: int = DEFAULT_BUFFER, *, raw: bool = False) -> None:
         self.raw = raw  # raw mode: only agent lines and responses routed to it, no notices
@@ -34,6 +46,10 @@ class Subscriber:
         # Frames that are not transcript events (e.g. "the store is unavailable"): they
         # cannot be replayed, so a slow subscriber keeps only the newest few.
         self.side: deque[str] = deque(maxlen=SIDE_LIMIT)
+        # Responses routed to this client only (a raw client's own request), each with the
+        # seq of the newest event committed before it: it goes out after that event, so a
+        # response never overtakes the notifications the agent wrote before it.
+        self.routed: deque[tuple[int, str]] = deque()
         # Answers to this client's own frames (client.accepted / client.rejected): never
         # dropped, sent with whatever else is ready in one write (issue #8). The client's
         # reader waits for ``room`` when more than REPLY_LIMIT are waiting.
@@ -59,6 +75,11 @@ class Subscriber:
         else:
             self.buf.extend(records)
         self.wake.set()
+
+    def push_routed(self, text: str, after_seq: int) -> None:
+        if not self.closed:
+            self.routed.append((after_seq, text))
+            self.wake.set()
 
     def push_side(self, text: str) -> None:
         if not self.closed:
@@ -149,26 +170,42 @@ async def deliver(sub: Subscriber, after: int, transcript: Transcript, sink: Sin
     cursor = _Cursor(after)
     await _catch_up(sub, cursor, transcript, sink)
     while True:
-        if sub.replies or sub.side or sub.buf:
-            texts = [*sub.replies, *sub.side]
-            sub.replies.clear()
-            sub.side.clear()
-            sub.room.set()
-            batch = [rec for rec in sub.buf if rec.seq > cursor.last]
-            sub.buf.clear()
-            await sink.send(texts, batch)
-            if batch:
-                cursor.last = batch[-1].seq
+        await _send_ready(sub, cursor, sink)
         sub.room.set()
         if sub.lagging:
             await _catch_up(sub, cursor, transcript, sink)
             continue
         if sub.closed:
             return sub.close_reason
-        if sub.side or sub.buf or sub.replies:
+        if sub.side or sub.buf or sub.replies or (sub.routed and sub.routed[0][0] <= cursor.last):
             continue
         sub.wake.clear()
         await sub.wake.wait()
+
+
+async def _send_ready(sub: Subscriber, cursor: _Cursor, sink: Sink) -> None:
+    """Everything the subscriber has ready: answers and notices, then records (one send),
+    then the routed responses those records were waiting for."""
+    if sub.replies or sub.side or sub.buf:
+        texts = [*sub.replies, *sub.side]
+        sub.replies.clear()
+        sub.side.clear()
+        sub.room.set()
+        batch = [rec for rec in sub.buf if rec.seq > cursor.last]
+        sub.buf.clear()
+        await sink.send(texts, batch)
+        if batch:
+            cursor.last = batch[-1].seq
+    if due := _due(sub, cursor.last):
+        await sink.send(due, [])
+
+
+def _due(sub: Subscriber, last: int) -> list[str]:
+    """The routed responses whose preceding events have been sent."""
+    out = []
+    while sub.routed and sub.routed[0][0] <= last:
+        out.append(sub.routed.popleft()[1])
+    return out
 
 
 class _Cursor:

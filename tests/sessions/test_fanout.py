@@ -116,3 +116,41 @@ async def test_publish_to_a_full_subscriber_does_not_grow_memory() -> None:
     for seq in range(1, 10_001):
         fan.publish([rec(seq)])
     assert sub.lagging and len(sub.buf) == 0
+
+
+class TextSink(Sink):
+    def __init__(self) -> None:
+        super().__init__()
+        self.order: list[str | int] = []
+        self.sent = asyncio.Event()
+
+    async def send(self, texts: list[str], records: list[Record]) -> None:
+        self.order += [*texts, *(r.seq for r in records)]
+        self.sent.set()
+
+
+async def test_a_routed_response_never_overtakes_the_events_committed_before_it() -> None:
+    """A raw client's response used to go out before the notifications the agent wrote
+    before it, when both came in one read."""
+    store = [rec(i) for i in range(1, 4)]
+    fan = Fanout()
+    sub = fan.subscribe()
+    sink = TextSink()
+    task = asyncio.create_task(deliver(sub, 3, Transcript(store), sink))
+    await asyncio.sleep(0)
+    store += [rec(4), rec(5)]
+    fan.publish(store[-2:])
+    sub.push_routed("response", 5)  # the same loop round: committed 4 and 5, then routed
+    sub.push_routed("late", 6)  # waits for seq 6
+    sub.push_reply("answer")
+    async with asyncio.timeout(5):
+        while "response" not in sink.order:
+            sink.sent.clear()
+            await sink.sent.wait()
+    assert sink.order.index("response") > max(sink.order.index(4), sink.order.index(5))
+    assert "late" not in sink.order and "answer" in sink.order
+    store.append(rec(6))
+    fan.publish(store[-1:])
+    sub.close("bye")
+    assert await asyncio.wait_for(task, 5) == "bye"
+    assert sink.order[-2:] == [6, "late"]

@@ -102,7 +102,9 @@ PURE = (
 )
 
 
-@pytest.mark.parametrize(("module", "imports"), [m for m in modules() if m[0] in PURE], ids=lambda m: str(m))
+@pytest.mark.parametrize(
+    ("module", "imports"), [m for m in modules() if m[0] in PURE], ids=[m for m, _ in modules() if m in PURE]
+)
 def test_the_conversation_core_is_pure(module: str, imports: set[str]) -> None:
     bad = {
         i

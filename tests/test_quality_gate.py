@@ -30,7 +30,7 @@ def test_ci_installs_the_dev_tools_and_runs_the_gate_before_the_readme_test_comm
     gate = [n for n, ln in enumerate(ci) if not ln.startswith("#") and "scripts/check" in ln]
     assert gate, ".ci/run does not run scripts/check"
     assert gate[0] < ci.index(command), "the gate runs after the (long) test suite"
-    assert "'.[dev]'" in ci[gate[0]] or any("'.[dev]'" in ln for ln in ci[: gate[0]])
+    assert "'.[dev,test]'" in ci[gate[0]] or any("'.[dev,test]'" in ln for ln in ci[: gate[0]])
     assert os.access(GATE, os.X_OK)
 
 
@@ -51,7 +51,7 @@ def tree(root: Path, *, tools: bool) -> Path:
         (root / package / "clean.py").write_text(CLEAN)
     if tools:
         if not ((TOOLS / "ruff").exists() and (TOOLS / "mypy").exists()):
-            pytest.skip(f"{TOOLS}/ruff and mypy are not installed: .venv/bin/pip install -e '.[dev]'")
+            pytest.skip(f"{TOOLS}/ruff and mypy are not installed: .venv/bin/pip install -e '.[dev,test]'")
         (root / ".venv" / "bin").mkdir(parents=True)
         for tool in ("ruff", "mypy"):
             (root / ".venv" / "bin" / tool).symlink_to(TOOLS / tool)

@@ -108,8 +108,10 @@ MAX_TOOL_NAMES = 1024  # tool call ids whose names are remembered for permission
 
 
 def _meta_tool_name(obj: dict[str, Any]) -> str | None:
-    """claude-agent-acp's stable tool name (``_meta.claudeCode.toolName``), if any."""
-    return _s(_d(_d(obj.get("_meta")).get("claudeCode")).get("toolName"))
+    """The agent's stable tool name, if it gives one: claude-agent-acp's
+    ``_meta.claudeCode.toolName``, Qwen Code's ``_meta.toolName``."""
+    meta = _d(obj.get("_meta"))
+    return _s(_d(meta.get("claudeCode")).get("toolName")) or _s(meta.get("toolName"))
 
 
 class AcpCodec:

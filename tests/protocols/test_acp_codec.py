@@ -1235,3 +1235,13 @@ def test_remembered_tool_names_are_bounded():
     # t1 was among the oldest and is forgotten: the title stands in again
     [ev] = codec.decode(permission_request(6)).events
     assert ev.data["tool"] == "touch x"
+
+
+def test_permission_request_names_the_tool_from_its_own_meta_as_qwen_code_sends_it():
+    # Qwen Code 0.24 (ACP): the request's toolCall carries the name in _meta.toolName and
+    # no tool_call named it before; the title is a human label ("touch x (Create a file)").
+    codec = ready_codec()
+    line = json.loads(permission_request(7))
+    line["params"]["toolCall"]["_meta"] = {"toolName": "run_shell_command"}
+    [ev] = codec.decode(enc(line)).events
+    assert ev.data["tool"] == "run_shell_command" and ev.data["title"] == "touch x"

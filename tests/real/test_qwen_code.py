@@ -59,11 +59,11 @@ async def real(fake_openai: FakeOpenAI, tmp_path: Path, daemon_factory: Callable
 
 
 def check_permission(req: dict[str, Any], path: Path) -> None:
-    if req["data"]["tool"] == "run_shell_command":  # stream-json: can_use_tool
-        assert req["data"]["input"]["command"] == f"touch {path}", req
-    else:  # ACP: the request's title names the command; the tool's name is in its _meta
+    # The tool's name: can_use_tool's tool_name (stream-json), the request's _meta.toolName (ACP).
+    assert req["data"]["tool"] == "run_shell_command", req
+    assert req["data"]["input"]["command"] == f"touch {path}", req
+    if req["raw"].get("jsonrpc"):  # ACP: the title is the human label
         assert req["data"]["title"] == f"touch {path} (Create a file)", req
-        assert req["data"]["input"]["command"] == f"touch {path}", req
         assert req["raw"]["params"]["toolCall"]["_meta"]["toolName"] == "run_shell_command", req
 
 

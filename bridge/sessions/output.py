@@ -64,6 +64,10 @@ class AgentOutput:
             for item in d.control:
                 ended = self._on_control(item, fields, after) or ended
         actions: list[Action] = []
+        if asks:
+            # Held once stored, so the count the row gets in the same commit includes them.
+            held = {str(out[i].data.get("request_id")) for i in asks}
+            fields["pending_permissions"] = self.permissions.count_with(held)
         if out or fields:
             actions.append(Emit(out, fields, committed=self._hold(asks) if asks else None))
         actions += after

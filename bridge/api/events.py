@@ -172,7 +172,10 @@ async def changes_ws(ws: WebSocket) -> None:
         with contextlib.suppress(Exception):
             await ws.close(code=4400, reason=exc.message)
         return
-    reg = _registry(ws.app.state)
+    await _serve_ws(ws, _registry(ws.app.state), since)
+
+
+async def _serve_ws(ws: WebSocket, reg: Registry, since: int | None) -> None:
     server = ws.app.state.settings.server
     # A peer that takes no frame for a whole ping round is gone (see ws._Session).
     deadline = server.ws_ping_interval_s + server.ws_ping_timeout_s

@@ -574,6 +574,11 @@ class SqliteStore:
         if self.on_change is not None:
             self.on_change()
 
+    def _batch_changed(self, batch: list[_Append], failed: dict[int, str]) -> None:
+        """One wake-up for a committed batch that gave some row a new change_seq."""
+        if any(item.changed for i, item in enumerate(batch) if i not in failed):
+            self._changed()
+
     async def read_changes(self, after: int, limit: int) -> list[Change]:
         cols = ",".join(_THREAD_COLUMNS)
 
@@ -680,8 +685,7 @@ class SqliteStore:
     def _settled(self, batch: list[_Append], failed: dict[int, str]) -> None:
         """A committed batch: tell its callers, and note what each thread row owes."""
         self.batches += 1
-        if any(item.changed for i, item in enumerate(batch) if i not in failed):
-            self._changed()
+        self._batch_changed(batch, failed)
         for i, item in enumerate(batch):
             if i in failed:
                 if item.done is not None and not item.done.done():

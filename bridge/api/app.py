@@ -30,7 +30,7 @@ def create_app(
 ) -> FastAPI:
     """``bound_port``: the port actually listened on (``--port 0`` is only resolved once
     the socket is bound); the Host check needs it. Defaults to ``settings.port``."""
-    from bridge.api import threads, web, ws
+    from bridge.api import events, threads, web, ws
 
     if settings.no_auth and not is_loopback_host(settings.host):
         raise ConfigError("--no-auth is refused unless the bind address is loopback")
@@ -141,5 +141,7 @@ def create_app(
     app.include_router(session_router)
     app.include_router(threads.router)
     app.include_router(ws.router)
+    app.include_router(events.router)
+    app.include_router(events.ws_router)
     app.include_router(web.make_router())
     return app

@@ -64,6 +64,7 @@ class AgentOutput:
             for item in d.control:
                 ended = self._on_control(item, fields, after) or ended
         actions: list[Action] = []
+        self._count_asks(out, asks, fields)
         if out or fields:
             actions.append(Emit(out, fields, committed=self._hold(asks) if asks else None))
         actions += after
@@ -174,6 +175,13 @@ class AgentOutput:
             ev.data["status"] = verdict.task["status"]
             fields["tasks"] = self.tasks.to_json()
         return False
+
+    def _count_asks(self, out: list[Event], asks: list[int], fields: dict[str, Any]) -> None:
+        """Requests are held once stored (``_hold``): the thread row's count, written in the
+        same commit, already includes them."""
+        if asks:
+            held = {str(out[i].data.get("request_id")) for i in asks}
+            fields["pending_permissions"] = self.permissions.count_with(held)
 
     def _hold(self, asks: list[int]) -> Callable[[list[Record]], list[Action]]:
         """Once stored, the held requests are pending (with their seq and time) and their

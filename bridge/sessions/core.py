@@ -207,7 +207,9 @@ class ConversationCore(AgentOutput):
     def pump(self) -> list[Action]:
         """Write the next queued prompt when no turn is active and the agent is ready."""
         actions: list[Action] = []
-        codec = self.codec
+        # After a failed start (a Fatal) nothing more is written: the process is stopping, and
+        # the prompts still queued end "not started" once it has exited.
+        codec = self.codec if self.exit_error is None else None
         while self.active is None and self.queue and codec is not None and codec.ready:
             turn = self.queue.popleft()
             events = [Event("bridge", "turn.started", {"turn_id": turn.turn_id, "prompt_seq": turn.prompt_seq})]

@@ -662,7 +662,9 @@ class Agent:
             # The reference adapter takes only user lines (and shutdown): anything else is
             # answered with an error result, as a turn that failed.
             error = msg.get("error") if mtype == INVALID_INPUT else "invalid_input_message"
-            out({"type": "result", "subtype": "error", "is_error": True, "session_id": self.session_id, "result": error})
+            out(
+                {"type": "result", "subtype": "error", "is_error": True, "session_id": self.session_id, "result": error}
+            )
         elif mtype == "control_request":
             rid = msg.get("request_id")
             sub = msg.get("request", {}).get("subtype")

@@ -34,9 +34,28 @@ Directives are the first word of a prompt:
 
 Flags: --exit-at-start (exit 5 before reading anything).
 
+awp-jsonl (``--dialect awp-jsonl``) is as strict as the AWP reference adapter
+(awp-agent-cli.mjs): after the fake's own prefix (``--dialect awp-jsonl``, then
+``--exit-at-start`` if wanted: the profile's prefix args, which the contract passes as they
+are) it takes exactly the reference's arguments: ``--model M``, ``--resume ID`` (two
+arguments), ``--mcp-config P``, and the stream-json launcher's ``--input-format V
+--output-format V --print --verbose``. Anything else (``--resume=ID`` included), a missing
+model (no ``--model`` and no AWP_REFERENCE_MODEL) or a resume id outside
+``[A-Za-z0-9._:-]{1,256}`` is a start-up failure: one line
+``{"type":"result","subtype":"startup_error","is_error":true,"result":R}`` before any input
+is read, then exit status 1. R is the reference's public error: the message
+(``unsupported_argument:--x``, ``model_required``, ``invalid_session_id``) when it matches
+``[a-z0-9_:-]{1,160}``, else ``provider_request_failed`` (so ``--resume=ID``, whose ``=``
+does not match, reads ``provider_request_failed``). Like the reference it writes
+``system/init`` once, after the first accepted input; skips blank input lines; answers an
+input line that is not JSON (``invalid_input_json``) or not a user line
+(``invalid_input_message``) with an error result; and exits 0 on ``{"type":"shutdown"}``.
+
 Environment: FAKE_AGENT_LOG (append JSON lines: start argv/env/cwd/pid, every stdin line),
 FAKE_AGENT_STATE (directory for per-session history files), FAKE_IGNORE_SIGTERM=1,
-FAKE_IGNORE_EOF=1 (keep running after stdin closes).
+FAKE_IGNORE_EOF=1 (keep running after stdin closes), FAKE_SHUTDOWN_DELAY_S (seconds to
+take before exiting on a shutdown line), AWP_REFERENCE_MODEL (awp-jsonl: the model when
+no --model is given, as the reference reads it).
 """
 
 from __future__ import annotations
@@ -657,6 +676,8 @@ class Agent:
             self.turn(msg)
         elif mtype == "shutdown":
             log(event="shutdown")
+            # Flushing its history takes a while: the host must wait, not signal (FAKE_SHUTDOWN_DELAY_S).
+            time.sleep(float(os.environ.get("FAKE_SHUTDOWN_DELAY_S") or 0))
             return False
         elif self.awp:
             # The reference adapter takes only user lines (and shutdown): anything else is

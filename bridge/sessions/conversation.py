@@ -299,6 +299,7 @@ class Conversation:
             cwd=self.thread["cwd"],
             model=self.thread.get("model"),
             resume_id=resume if codec.resume_on_argv else None,
+            resume_form=codec.resume_args,
             mcp_config=opts.get("mcp_config"),
             remote_api_opt_in=profile.remote_api_opt_in,
         )

@@ -34,6 +34,7 @@ class AgentOutput:
     active: Turn | None
     interrupting: bool
     exit_reason: str | None
+    exit_error: tuple[str, str] | None
     native_session_id: str | None
     options: dict[str, Any]
     limits: Limits
@@ -82,7 +83,8 @@ class AgentOutput:
         elif isinstance(item, RoutedReply):
             after.append(Route(item.route, item.text))
         elif isinstance(item, Fatal):
-            self.exit_reason = item.reason
+            # The agent failed to start: the exit says so, and what the agent gave as the cause.
+            self.exit_reason, self.exit_error = item.reason, (item.reason, item.message)
             after.append(Stop(item.reason, min(self.limits.stop_grace_s, 1.0)))
         return False
 

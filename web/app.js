@@ -383,7 +383,7 @@ class App {
   }
 
   // "Resume an existing session": what the chosen agent itself keeps for the directory
-  // (GET /v1/agents/{name}/sessions, docs/api.md §4.2); a page at a time, newest first.
+  // (GET /v1/agents/{name}/sessions, docs/api.md §4.12); a page at a time, newest first.
   async loadNativeSessions(cursor = null) {
     const pick = $("#new-session");
     const status = $("#new-session-status");

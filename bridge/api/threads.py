@@ -93,7 +93,7 @@ async def list_native_sessions(
     limit: int = Query(50, ge=1, le=200),
     cursor: str | None = Query(None, max_length=1024),
 ) -> dict[str, Any]:
-    """The sessions the agent itself keeps for ``cwd`` (docs/api.md §4.2)."""
+    """The sessions the agent itself keeps for ``cwd`` (docs/api.md §4.12)."""
     native: NativeSessions = request.app.state.native_sessions
     return await native.list(registry(request).profile(name), cwd, limit, cursor)
 

@@ -1,5 +1,5 @@
 """The sessions an agent itself knows for a directory (issue #17 item 4; docs/api.md
-§4.2): ``GET /v1/agents/{name}/sessions``. The I/O around protocols/native_sessions.py
+§4.12): ``GET /v1/agents/{name}/sessions``. The I/O around protocols/native_sessions.py
 (the CLIs' own session files) and protocols/session_list.py (an ACP agent's ``session/list``).
 
 Never a 500 for the store's sake: a missing or unreadable store, an agent that cannot

@@ -34,8 +34,10 @@ from realagents import (
     strace_wrapped,
     world,
 )
+from scenarios import turn
+from test_claude_agent_acp import acp_profile
 from test_claude_code import claude_profile
-from test_qwen_code import QWEN, SETTINGS, STREAM_JSON, qwen_env
+from test_qwen_code import ACP, QWEN, SETTINGS, STREAM_JSON, qwen_env
 
 __all__ = ["fake_api", "fake_openai"]  # fixtures used below
 
@@ -95,7 +97,7 @@ async def test_a_claude_session_made_in_a_terminal_is_listed_adopted_and_resumed
     first = await run_directly(r, [exe, *args, "--output-format", "json", "--model", MODEL])
     native = first["session_id"]
     assert_only_peer_is(r.fake, log)  # the direct run stayed on loopback too
-    d = await r.daemon(r.config(claude_profile(r)))
+    d = await r.daemon(r.config(claude_profile(r), acp_profile(r)))
 
     body = await listed(r, d, "claude")
     assert body["store"] == "claude-code" and body["reason"] is None, body
@@ -108,10 +110,16 @@ async def test_a_claude_session_made_in_a_terminal_is_listed_adopted_and_resumed
     }
     assert entry["last_activity"].endswith("Z")
 
+    # claude-agent-acp keeps its sessions in the same store, and lists them over ACP.
+    over_acp = await listed(r, d, "claude-acp")
+    assert over_acp["store"] == "acp" and over_acp["reason"] is None, over_acp
+    assert [(s["id"], s["source"]) for s in over_acp["sessions"]] == [(native, "acp")]
+    assert "PINEAPPLE" in (over_acp["sessions"][0]["title"] or "")
+
     thread = await new_thread(d, "claude", cwd=str(r.work), native_session_id=native)
     assert thread["native_session_id"] == native
     c = await d.ws(thread["id"], after=0)
-    end = await c.turn("CHAT which word?")
+    end = await turn(c, "CHAT which word?")
     assert end["data"]["status"] == "success", end
     assert [f["data"]["resume"] for f in c.seen("process.started")] == [native]
     assert c.seen("session.started")[0]["data"]["native_session_id"] == native
@@ -135,18 +143,23 @@ async def test_a_qwen_session_made_in_a_terminal_is_listed_adopted_and_resumed(q
         r, [node, *script, "--auth-type", "openai", "-p", "CHAT remember the word MANGO", "--output-format", "json"]
     )
     native = first["session_id"]
-    d = await r.daemon(r.config(STREAM_JSON.profile(r)))
+    d = await r.daemon(r.config(STREAM_JSON.profile(r), ACP.profile(r)))
 
     body = await listed(r, d, "qwen")
     assert body["store"] == "qwen-code" and body["reason"] is None, body
     assert [(s["id"], s["title"], s["source"]) for s in body["sessions"]] == [
         (native, "CHAT remember the word MANGO", "qwen-code")
     ]
+    # Qwen Code in ACP mode lists the same session with session/list.
+    over_acp = await listed(r, d, "qwen-acp")
+    assert over_acp["store"] == "acp" and over_acp["reason"] is None, over_acp
+    assert [(s["id"], s["source"]) for s in over_acp["sessions"]] == [(native, "acp")]
+    assert "MANGO" in (over_acp["sessions"][0]["title"] or "")
 
     thread = await new_thread(d, "qwen", cwd=str(r.work), native_session_id=native)
     c = await d.ws(thread["id"], after=0)
-    end = await c.turn("CHAT which word?")
-    assert end["data"]["status"] == "success", end
+    end = await turn(c, "CHAT which word?")
+    assert end["data"]["status"] == "success", (end, c.seen("diagnostic"))
     assert [f["data"]["resume"] for f in c.seen("process.started")] == [native]
     texts = all_texts(r.fake.model_requests()[-1].body)
     assert any("remember the word MANGO" in t for t in texts), texts

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+from support.memory import MemoryAgent, Script, Spawner
 
 from bridge.config import AgentProfile, load_settings
 from bridge.errors import InvalidRequest
@@ -177,3 +178,71 @@ async def test_agents_without_a_known_store_and_bad_requests(tmp_path: Path, nat
     with pytest.raises(InvalidRequest) as err:
         await native.list(claude(tmp_path), str(tmp_path), 50, "a1/x")
     assert err.value.code == "invalid_cursor"
+
+
+# ------------------------------------------------------------------ ACP agents, in memory
+
+
+def acp(tmp_path: Path) -> AgentProfile:
+    exe = tmp_path / "agent"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    return AgentProfile(name="a", protocol="acp", executable=str(exe), env={"SECRET_TOKEN": "hunter2-secret"})
+
+
+def lists(sessions: list[dict[str, object]], next_cursor: str | None = None) -> Script:
+    def script(agent: MemoryAgent, msg: dict[str, object]) -> None:
+        if msg.get("method") == "initialize":
+            caps = {"agentCapabilities": {"sessionCapabilities": {"list": {}}}}
+            agent.say({"jsonrpc": "2.0", "id": msg["id"], "result": caps})
+        elif msg.get("method") == "session/list":
+            result = {"sessions": sessions, "nextCursor": next_cursor}
+            agent.say({"jsonrpc": "2.0", "id": msg["id"], "result": result})
+
+    return script
+
+
+async def test_an_acp_agent_is_asked_paged_and_always_stopped(tmp_path: Path) -> None:
+    work = str(tmp_path)
+    found = [{"sessionId": f"s{i}", "cwd": work, "title": f"t{i}"} for i in range(3)]
+    found += [{"sessionId": "../x", "cwd": work}, {"sessionId": "other", "cwd": "/elsewhere"}]
+    spawner = Spawner(lists(found, next_cursor="agent-page-2"))
+    native = NativeSessions(load_settings(data_dir=str(tmp_path / "d"), token="t" * 32), spawn=spawner)
+    first = await native.list(acp(tmp_path), work, 2, None)
+    assert [s["id"] for s in first["sessions"]] == ["s0", "s1"] and first["store"] == "acp"
+    second = await native.list(acp(tmp_path), work, 2, first["next_cursor"])
+    assert [s["id"] for s in second["sessions"]] == ["s2"]  # invalid ids and other cwds left out
+    third = await native.list(acp(tmp_path), work, 2, second["next_cursor"])
+    asked = [json.loads(a.written[-1])["params"] for a in spawner.agents]
+    assert asked == [{"cwd": work}, {"cwd": work}, {"cwd": work, "cursor": "agent-page-2"}]
+    assert third["sessions"][0]["id"] == "s0"  # the agent's page 2 (this fake repeats itself)
+    assert all(not a.alive and a.released and a.stdin_closed for a in spawner.agents)
+
+
+async def test_an_acp_agent_that_is_silent_or_exits_is_a_reason_not_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("bridge.sessions.native.ACP_TIMEOUT_S", 0.2)
+    monkeypatch.setattr("bridge.sessions.native.STOP_GRACE_S", 0.1)
+    settings = load_settings(data_dir=str(tmp_path / "d"), token="t" * 32)
+    silent = Spawner(exit_on_eof=False)  # needs SIGTERM too
+    out = await NativeSessions(settings, spawn=silent).list(acp(tmp_path), str(tmp_path), 5, None)
+    assert out["reason"] == "agent_timeout" and out["sessions"] == []
+    assert not silent.agent.alive and silent.agent.released
+
+    def dies(agent: MemoryAgent, msg: dict[str, object]) -> None:
+        agent.exit(1)
+
+    out = await NativeSessions(settings, spawn=Spawner(dies)).list(acp(tmp_path), str(tmp_path), 5, None)
+    assert out["reason"] == "agent_error" and "exited" in out["detail"]
+
+    def refuses(agent: MemoryAgent, msg: dict[str, object]) -> None:
+        err = {"code": -32000, "message": "auth needed for hunter2-secret"}
+        agent.say({"jsonrpc": "2.0", "id": msg["id"], "error": err})
+
+    out = await NativeSessions(settings, spawn=Spawner(refuses)).list(acp(tmp_path), str(tmp_path), 5, None)
+    assert out["reason"] == "agent_error" and "hunter2-secret" not in out["detail"]  # a profile secret is redacted
+
+    gone = AgentProfile(name="g", protocol="acp", executable=str(tmp_path / "missing"))
+    out = await NativeSessions(settings, spawn=Spawner()).list(gone, str(tmp_path), 5, None)
+    assert out["reason"] == "agent_unavailable" and "not found" in out["detail"]

@@ -29,6 +29,14 @@ log = structlog.get_logger("bridge.registry")
 IDLE_SCAN_S = 1.0
 
 
+def check_adopted_id(native_session_id: str | None) -> None:
+    """A session started elsewhere, adopted by a new thread: its id goes on a command line
+    or into session/load, so it must be a valid one (docs/api.md §2.5) before the thread
+    exists."""
+    if native_session_id is not None and not valid_session_id(native_session_id):
+        raise InvalidRequest("native_session_id must match [A-Za-z0-9._:-]{1,256}", code="invalid_session_id")
+
+
 class Registry:
     def __init__(self, settings: Settings, store: Store, *, spawn: Spawn = AgentProcess.spawn) -> None:
         self.settings = settings
@@ -124,29 +132,6 @@ class Registry:
         if live >= self.settings.server.max_conversations:
             raise Capacity(f"{live} agents are running (max_conversations); stop one or retry later")
 
-    @staticmethod
-    def _checked_options(
-        prof: AgentProfile, options: dict[str, Any] | None, model: str | None, native_session_id: str | None
-    ) -> dict[str, Any]:
-        """A new thread's options (and adopted session id), checked against the profile and
-        the launch rules: a thread that could never be spawned is refused now."""
-        if native_session_id is not None and not valid_session_id(native_session_id):
-            # The launch rules' id (docs/api.md §2.5): it goes on a command line or into
-            # session/load, so anything else is refused before the thread exists.
-            raise InvalidRequest("native_session_id must match [A-Za-z0-9._:-]{1,256}", code="invalid_session_id")
-        checked = dict(options or {})
-        unknown = set(checked) - THREAD_OPTION_KEYS
-        if unknown:
-            raise InvalidRequest(f"unknown options: {', '.join(sorted(unknown))}", code="unknown_option")
-        try:
-            AgentProfile.model_validate({**prof.model_dump(), **checked})
-        except ValueError as exc:
-            raise InvalidRequest(f"invalid options: {exc}", code="invalid_option") from exc
-        # Every launch rule that depends only on the profile and these options: a thread
-        # that could never be spawned is refused now, not at its first prompt.
-        check_profile(prof, spawn_options(prof, checked, THREAD_OPTION_KEYS), model=model, check_executable=False)
-        return checked
-
     async def create(
         self,
         *,
@@ -159,10 +144,21 @@ class Registry:
     ) -> Conversation:
         name = agent or self.settings.default_agent
         prof = self.profile(name)
+        check_adopted_id(native_session_id)
         problem = executable_problem(prof.executable)
         if problem:
             raise LaunchRefused(problem, code="executable_unusable")
-        options = self._checked_options(prof, options, model, native_session_id)
+        options = dict(options or {})
+        unknown = set(options) - THREAD_OPTION_KEYS
+        if unknown:
+            raise InvalidRequest(f"unknown options: {', '.join(sorted(unknown))}", code="unknown_option")
+        try:
+            AgentProfile.model_validate({**prof.model_dump(), **options})
+        except ValueError as exc:
+            raise InvalidRequest(f"invalid options: {exc}", code="invalid_option") from exc
+        # Every launch rule that depends only on the profile and these options: a thread
+        # that could never be spawned is refused now, not at its first prompt.
+        check_profile(prof, spawn_options(prof, options, THREAD_OPTION_KEYS), model=model, check_executable=False)
         tid = new_id("thr")
         if cwd is None:
             path = self.settings.data_dir / "workspaces" / tid
@@ -178,7 +174,7 @@ class Registry:
             "model": model or prof.model,
             "cwd": cwd,
             "title": title or "",
-            "native_session_id": native_session_id,
+            "native_session_id": native_session_id,  # adopted: its first start resumes it
             "state": "idle",
             "turn_active": False,
             "last_seq": 0,
@@ -190,7 +186,7 @@ class Registry:
         }
         await self.store.create_thread(row)
         conv = self._make(row)
-        log.info("thread.created", thread_id=tid, agent=name, adopted=native_session_id is not None)
+        log.info("thread.created", thread_id=tid, agent=name)
         return conv
 
     def _make(self, row: ThreadRow) -> Conversation:

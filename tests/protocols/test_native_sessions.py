@@ -1,7 +1,7 @@
 """Agents' own session stores, read without I/O (bridge/protocols/native_sessions.py and
 session_list.py). The fixture files are session files the real CLIs wrote (Claude Code
 2.1.197, Qwen Code 0.24.4, run offline against the tests/real fakes; the cwd replaced by
-/work/example)."""
+/home/user/project)."""
 
 from __future__ import annotations
 

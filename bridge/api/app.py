@@ -19,6 +19,7 @@ from bridge.api.limits import BodyLimit
 from bridge.config import Settings
 from bridge.errors import BridgeError, ConfigError, Throttled, error_body
 from bridge.network import is_loopback_host
+from bridge.sessions.native import NativeSessions
 from bridge.sessions.registry import Registry
 from bridge.store.sqlite import SqliteStore
 
@@ -48,6 +49,7 @@ def create_app(
         await registry.start()
         app.state.store = store
         app.state.registry = registry
+        app.state.native_sessions = NativeSessions(settings)
         log.info("daemon.started", data_dir=str(settings.data_dir), agents=list(settings.agents))
         if on_ready is not None:
             on_ready()

@@ -20,6 +20,7 @@ from bridge.protocols.events import Record
 from bridge.protocols.jsonline import dumps
 from bridge.sessions.conversation import Conversation
 from bridge.sessions.fanout import deliver
+from bridge.sessions.native import NativeSessions
 from bridge.sessions.registry import Registry
 
 MAX_PAGE = 1000
@@ -42,6 +43,8 @@ class CreateThread(BaseModel):
     model: str | None = Field(None, max_length=256)
     title: str | None = Field(None, max_length=512)
     options: dict[str, Any] | None = None
+    # An agent session started elsewhere, adopted: the first prompt resumes it.
+    native_session_id: str | None = Field(None, max_length=1024)
 
 
 class PatchThread(BaseModel):
@@ -72,9 +75,27 @@ async def list_agents(request: Request) -> list[dict[str, Any]]:
 @router.post("/threads", status_code=201)
 async def create_thread(body: CreateThread, request: Request) -> dict[str, Any]:
     conv = await registry(request).create(
-        agent=body.agent, cwd=body.cwd, model=body.model, title=body.title, options=body.options
+        agent=body.agent,
+        cwd=body.cwd,
+        model=body.model,
+        title=body.title,
+        options=body.options,
+        native_session_id=body.native_session_id,
     )
     return thread_view(conv.thread)
+
+
+@router.get("/agents/{name}/sessions")
+async def list_native_sessions(
+    name: str,
+    request: Request,
+    cwd: str = Query(..., min_length=1, max_length=4096),
+    limit: int = Query(50, ge=1, le=200),
+    cursor: str | None = Query(None, max_length=1024),
+) -> dict[str, Any]:
+    """The sessions the agent itself keeps for ``cwd`` (docs/api.md §4.13)."""
+    native: NativeSessions = request.app.state.native_sessions
+    return await native.list(registry(request).profile(name), cwd, limit, cursor)
 
 
 @router.get("/threads")

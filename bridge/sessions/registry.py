@@ -17,7 +17,7 @@ from bridge.ids import new_id
 from bridge.launching import check_profile, spawn_options
 from bridge.process.agent_io import Spawn
 from bridge.process.agent_process import AgentProcess
-from bridge.process.launch import executable_problem
+from bridge.process.launch import executable_problem, valid_session_id
 from bridge.process.reaper import reap_group
 from bridge.protocols.envelope import ephemeral
 from bridge.protocols.events import Event
@@ -28,6 +28,14 @@ from bridge.store.base import Store, ThreadRow
 log = structlog.get_logger("bridge.registry")
 
 IDLE_SCAN_S = 1.0
+
+
+def check_adopted_id(native_session_id: str | None) -> None:
+    """A session started elsewhere, adopted by a new thread: its id goes on a command line
+    or into session/load, so it must be a valid one (docs/api.md §2.5) before the thread
+    exists."""
+    if native_session_id is not None and not valid_session_id(native_session_id):
+        raise InvalidRequest("native_session_id must match [A-Za-z0-9._:-]{1,256}", code="invalid_session_id")
 
 
 class Registry:
@@ -135,9 +143,11 @@ class Registry:
         model: str | None,
         title: str | None,
         options: dict[str, Any] | None,
+        native_session_id: str | None = None,
     ) -> Conversation:
         name = agent or self.settings.default_agent
         prof = self.profile(name)
+        check_adopted_id(native_session_id)
         problem = executable_problem(prof.executable)
         if problem:
             raise LaunchRefused(problem, code="executable_unusable")
@@ -167,7 +177,7 @@ class Registry:
             "model": model or prof.model,
             "cwd": cwd,
             "title": title or "",
-            "native_session_id": None,
+            "native_session_id": native_session_id,  # adopted: its first start resumes it
             "state": "idle",
             "turn_active": False,
             "last_seq": 0,

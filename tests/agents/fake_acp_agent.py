@@ -36,7 +36,8 @@ session/load is -32601), --resume-cap (advertise and serve session/resume),
 until authenticate{methodId:"fake-key"}), --delay-initialize S (answer initialize after
 S seconds, from a timer, so later requests can be answered first), --exit-at-start
 (exit 5 before reading), --exit-after-initialize (answer initialize, then exit 4),
---text-only (promptCapabilities image and embeddedContext false).
+--text-only (promptCapabilities image and embeddedContext false), --no-list (no
+sessionCapabilities.list; session/list is -32601).
 
 Environment: FAKE_AGENT_LOG (append JSON lines: start argv/env/cwd/pid, every stdin line,
 initialize clientCapabilities/clientInfo, ...), FAKE_AGENT_STATE (directory of per-session
@@ -197,6 +198,7 @@ class Agent:
         self.version = int(opt_value(argv, "--version", "1") or "1")
         self.load_cap = "--no-load" not in argv
         self.resume_cap = "--resume-cap" in argv
+        self.list_cap = "--no-list" not in argv
         self.auth_required = "--auth-required" in argv
         self.authed = not self.auth_required
         self.delay_init = float(opt_value(argv, "--delay-initialize", "0") or "0")
@@ -314,7 +316,7 @@ class Agent:
             clientCapabilities=params.get("clientCapabilities"),
             clientInfo=params.get("clientInfo"),
         )
-        session_caps: dict[str, Any] = {"list": {}}
+        session_caps: dict[str, Any] = {"list": {}} if self.list_cap else {}
         if self.resume_cap:
             session_caps["resume"] = {}
         result = {
@@ -411,13 +413,18 @@ class Agent:
         respond(rid, {})
 
     def session_list(self, rid: Any, params: dict[str, Any]) -> None:
+        if not self.list_cap:
+            fail(rid, METHOD_NOT_FOUND, "Method not found", {"method": "session/list"})
+            return
         found: dict[str, dict[str, Any]] = {}
         if self.state_dir and os.path.isdir(self.state_dir):
             for name in sorted(os.listdir(self.state_dir)):
                 if name.endswith(".json"):
                     sid = name[:-5]
                     history = self._stored(sid) or []
-                    found[sid] = {"sessionId": sid, "cwd": os.getcwd(), "history": history}
+                    mtime = os.stat(os.path.join(self.state_dir, name)).st_mtime
+                    updated = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(mtime))
+                    found[sid] = {"sessionId": sid, "cwd": os.getcwd(), "updatedAt": updated, "history": history}
         with self.lock:
             for s in self.sessions.values():
                 found[s.id] = {"sessionId": s.id, "cwd": s.cwd, "history": s.history}

@@ -946,3 +946,42 @@ async def test_a_code_block_in_a_reply_has_a_copy_button(web: Session) -> None:
     assert await page.evaluate("navigator.clipboard.readText()") == code
     await expect(button).to_have_text("Copy")  # back after a moment
     web.assert_clean()
+
+
+async def test_the_new_thread_dialog_resumes_a_session_the_agent_already_has(web: Session, tmp_path: Path) -> None:
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    # A session the ACP agent keeps for this directory, made by another of its clients.
+    first = await api_thread(web, "acp", cwd=str(work))
+    c = await web.d.ws(first)
+    assert (await c.turn("remember the word KIWI"))["data"]["status"] == "success"
+    native = c.seen("session.started")[0]["data"]["native_session_id"]
+    await c.close()
+    async with web.d.http() as http:
+        assert (await http.post(f"/v1/threads/{first}/stop")).status_code == 202
+
+    page = await web.page(viewport={"width": 1280, "height": 800})
+    await page.click("#new-thread")
+    await page.select_option("#new-agent", "demo")
+    await expect(page.locator("#new-session-status")).to_contain_text("Enter a working directory")
+    await page.fill("#new-cwd", str(work))
+    await page.press("#new-cwd", "Tab")  # a change of directory asks again
+    await expect(page.locator("#new-session-status")).to_contain_text("knows no session store")
+    await expect(page.locator("#new-session")).to_be_disabled()
+    await page.select_option("#new-agent", "acp")
+    option = page.locator("#new-session option", has_text="remember the word KIWI")
+    await expect(option).to_have_count(1)
+    await expect(page.locator("#new-session-status")).to_have_text("1 session found")
+    await page.select_option("#new-session", native)
+    await page.click("#new-create")
+    await expect(page.locator("#thread")).to_be_visible()
+    await expect(page.locator("#t-title")).to_have_text("remember the word KIWI")  # the session's title
+    await expect(page.locator("#conn")).to_have_attribute("data-state", "live")
+    await send(page, "and again")
+    await expect(page.locator(".msg.assistant").first).to_contain_text("echo: and again")
+    tid = page.url.split("#t=")[1]
+    async with web.d.http() as http:
+        assert (await http.get(f"/v1/threads/{tid}")).json()["native_session_id"] == native
+    started = [e for e in await transcript(web, tid) if e["kind"] == "process.started"]
+    assert [e["data"]["resume"] for e in started] == [native]
+    web.assert_clean()

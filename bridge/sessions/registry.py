@@ -17,8 +17,9 @@ from bridge.ids import new_id
 from bridge.launching import check_profile, spawn_options
 from bridge.process.agent_io import Spawn
 from bridge.process.agent_process import AgentProcess
-from bridge.process.launch import executable_problem, valid_session_id
+from bridge.process.launch import executable_problem, resume_argv
 from bridge.process.reaper import reap_group
+from bridge.protocols.codecs import make_codec
 from bridge.protocols.envelope import ephemeral
 from bridge.protocols.events import Event
 from bridge.sessions.changes import ChangeNotifier
@@ -30,12 +31,18 @@ log = structlog.get_logger("bridge.registry")
 IDLE_SCAN_S = 1.0
 
 
-def check_adopted_id(native_session_id: str | None) -> None:
+def check_adopted_id(native_session_id: str | None, prof: AgentProfile) -> None:
     """A session started elsewhere, adopted by a new thread: its id goes on a command line
-    or into session/load, so it must be a valid one (docs/api.md §2.5) before the thread
-    exists."""
-    if native_session_id is not None and not valid_session_id(native_session_id):
-        raise InvalidRequest("native_session_id must match [A-Za-z0-9._:-]{1,256}", code="invalid_session_id")
+    or into session/load, so it must be one this agent can be given (docs/api.md §2.5; an id
+    beginning with "-" where the dialect passes it as an argument of its own) before the
+    thread exists."""
+    if native_session_id is None:
+        return
+    codec = make_codec(prof.protocol, executable=prof.executable, args=prof.args, protocol_flags=prof.protocol_flags)
+    try:
+        resume_argv(native_session_id, codec.resume_args)
+    except LaunchRefused as exc:
+        raise InvalidRequest(f"native_session_id: {exc}", code="invalid_session_id") from exc
 
 
 class Registry:
@@ -147,7 +154,7 @@ class Registry:
     ) -> Conversation:
         name = agent or self.settings.default_agent
         prof = self.profile(name)
-        check_adopted_id(native_session_id)
+        check_adopted_id(native_session_id, prof)
         problem = executable_problem(prof.executable)
         if problem:
             raise LaunchRefused(problem, code="executable_unusable")

@@ -492,17 +492,24 @@ def status(data_dir: Path, *, as_json: bool) -> int:
     found = discovery.look(data_dir)
     if as_json:
         print(json.dumps(_status_json(data_dir, found), indent=2))
+    elif found.state == "running" and found.info is None:
+        assert found.record is not None
+        print(f"running: pid {found.record.pid}, {_where(found.record)} ({found.detail})")
     elif found.state == "running":
         assert found.record is not None and found.info is not None
         rec, info = found.record, found.info
         print(
-            f"running: pid {rec.pid}, {rec.url or 'unix:' + str(rec.uds)}, version {info.get('version')}, "
+            f"running: pid {rec.pid}, {_where(rec)}, version {info.get('version')}, "
             f"up {_duration(info.get('uptime_s'))}, {info.get('live_agents')} live agent(s), "
             f"{info.get('loaded_threads')} loaded thread(s)"
         )
     else:
         print(f"{found.state.replace('_', ' ')}: {found.detail}")
     return 0 if found.state == "running" else NOT_RUNNING
+
+
+def _where(rec: discovery.Record) -> str:
+    return rec.url or f"unix:{rec.uds}"
 
 
 def _status_json(data_dir: Path, found: discovery.Found) -> dict[str, Any]:
@@ -549,9 +556,7 @@ def login_link(data_dir: Path) -> int:
         return NOT_RUNNING
     if code != 201 or not isinstance(body, dict) or not isinstance(body.get("code"), str):
         where = rec.token_file or "AGENT_BRIDGE_TOKEN"
-        print(
-            f"agent-bridge: the daemon refused a login code ({code}); is the token in {where} its own?", file=sys.stderr
-        )
+        print(f"agent-bridge: the daemon refused the token from {where} ({code}); is it its own?", file=sys.stderr)
         return 2
     print(f"{rec.url}/#login={body['code']}")
     return 0

@@ -164,14 +164,25 @@ def look(data_dir: Path, token: str | None = None, timeout: float = PROBE_TIMEOU
         return Found("malformed", None, f"{path_of(data_dir)}: {got}")
     if not pid_alive(got.pid):
         return Found("stale", got, f"pid {got.pid} is not running (the daemon died without cleaning up)")
-    if token is None and got.auth:
-        token = token_for(got)
     try:
-        status, body = probe(got, "GET", "/v1/daemon", token=token, timeout=timeout)
+        status, body = probe(got, "GET", "/healthz", timeout=timeout)
+        if status == 200 and got.auth and token is None:
+            token = token_for(got)
+        if status == 200:
+            status, body = probe(got, "GET", "/v1/daemon", token=token, timeout=timeout)
     except (OSError, http.client.HTTPException) as exc:
         return Found("unresponsive", got, f"pid {got.pid} is alive but does not answer: {exc}")
+    return _judge(got, status, body)
+
+
+def _judge(got: Record, status: int, body: Any) -> Found:
+    if status == 401:
+        # It answers at its address, but the token we have is not its own: running, and
+        # that is all we can tell.
+        where = got.token_file or "AGENT_BRIDGE_TOKEN"
+        return Found("running", got, f"the daemon refused the token from {where}: no more detail")
     if status != 200 or not isinstance(body, dict):
-        return Found("unresponsive", got, f"GET /v1/daemon answered {status}")
+        return Found("unresponsive", got, f"pid {got.pid} is alive; its address answered {status}")
     if body.get("pid") != got.pid:
         # pids are reused and so are ports: someone else answers at that address
         return Found("stale", got, f"the daemon at that address is pid {body.get('pid')}, not {got.pid}")

@@ -146,9 +146,8 @@ def parse(raw: bytes) -> Record | str:
     if not isinstance(obj, dict):
         return "not a JSON object"
     for name, types in _FIELDS.items():
-        value = obj.get(name)
-        # bool is an int: a pid of true is refused, an auth of 1 too
-        if type(value) not in types:
+        # type(), not isinstance: a pid of true is refused, an auth of 1 too
+        if name not in obj or type(obj[name]) not in types:
             return f"field {name!r} is missing or has the wrong type"
     if obj["pid"] <= 0 or (obj["url"] is None) == (obj["uds"] is None):
         return "bad pid, or not exactly one of url and uds"

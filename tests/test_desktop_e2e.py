@@ -248,7 +248,9 @@ async def test_serve_follows_its_parent_when_it_is_killed_and_stops_cleanly(
         killed_at = loop.time()
         rc = await asyncio.wait_for(d.proc.wait(), 10)
         assert rc == 0, d.stderr()
-        assert loop.time() - killed_at < 5.0  # a few seconds: the agent's stop grace is 2 s here
+        # A few seconds: at most 2 s for clients to take their 1001, then the agent's stop
+        # grace (2 s here); the rest is slack for a loaded machine.
+        assert loop.time() - killed_at < 8.0
         assert not own_agents(tmp_path)
         assert not (d.data_dir / "daemon.json").exists()
         assert '"daemon.parent_exited"' in d.stderr() and '"daemon.stopped"' in d.stderr()
@@ -301,7 +303,7 @@ async def test_a_shell_killed_with_sigkill_takes_its_daemon_and_agents_with_it(
         await shell.wait()
         killed_at = loop.time()
         await wait_until(lambda: not alive(result["pid"]), timeout=10, what="the daemon to follow its shell")
-        assert loop.time() - killed_at < 5.0
+        assert loop.time() - killed_at < 8.0
         await wait_until(lambda: not own_agents(tmp_path), what="no agent left")
         log = (tmp_path / "daemon.log").read_text()
         assert "daemon.parent_exited" in log and "daemon.stopped" in log, log

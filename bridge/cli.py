@@ -170,10 +170,11 @@ def _agents(settings: Settings, *, as_json: bool) -> int:
     return 0
 
 
-def ws_compression(settings: Settings) -> bool:
-    """Whether permessage-deflate is offered ([server] ws_compression)."""
+def ws_compression(settings: Settings, *, unix_socket: bool = False) -> bool:
+    """Whether permessage-deflate is offered ([server] ws_compression); a Unix socket is as
+    local as loopback."""
     mode = settings.server.ws_compression
-    return mode == "on" or (mode == "auto" and not is_loopback_host(settings.host))
+    return mode == "on" or (mode == "auto" and not unix_socket and not is_loopback_host(settings.host))
 
 
 def serve(
@@ -185,7 +186,7 @@ def serve(
 ) -> int:
     from bridge.api.app import create_app
 
-    if problem := _serve_refusal(settings, parent_pid):
+    if problem := _serve_refusal(settings, parent_pid, unix_socket=uds is not None):
         print(f"agent-bridge: {problem}", file=sys.stderr)
         return 2
     configure_logging(settings.log_format)
@@ -218,7 +219,7 @@ def serve(
     app = create_app(settings, on_ready=ready, bound_port=listener.port, unix_socket=listener.uds is not None)
     _log_token_source(settings, token_file, had_token_file)
     server = _Server(
-        _uvicorn_config(settings, app),
+        _uvicorn_config(settings, app, unix_socket=listener.uds is not None),
         before_shutdown=lambda: app.state.registry.close_clients("daemon_shutdown"),
         parent_pid=parent_pid,
     )
@@ -234,15 +235,15 @@ def serve(
     return 0 if server.started else 1
 
 
-def _serve_refusal(settings: Settings, parent_pid: int | None) -> str | None:
-    if settings.no_auth and not is_loopback_host(settings.host):
+def _serve_refusal(settings: Settings, parent_pid: int | None, *, unix_socket: bool) -> str | None:
+    if settings.no_auth and not unix_socket and not is_loopback_host(settings.host):
         return "--no-auth is refused unless the bind address is loopback"
     if parent_pid is not None and (parent_pid <= 0 or not alive(parent_pid)):
         return f"--parent-pid {parent_pid} is not a running process"
     return None
 
 
-def _uvicorn_config(settings: Settings, app: Any) -> uvicorn.Config:
+def _uvicorn_config(settings: Settings, app: Any, *, unix_socket: bool) -> uvicorn.Config:
     from bridge.api.ws_transport import PROTOCOL as WS_PROTOCOL
 
     ssl: dict[str, Any] = {}
@@ -263,7 +264,7 @@ def _uvicorn_config(settings: Settings, app: Any) -> uvicorn.Config:
         ws_max_size=16 * 1024 * 1024,
         ws_ping_interval=settings.server.ws_ping_interval_s,
         ws_ping_timeout=settings.server.ws_ping_timeout_s,
-        ws_per_message_deflate=ws_compression(settings),
+        ws_per_message_deflate=ws_compression(settings, unix_socket=unix_socket),
         timeout_graceful_shutdown=5,
         **ssl,
     )

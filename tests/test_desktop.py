@@ -239,3 +239,13 @@ async def test_on_a_unix_socket_any_loopback_host_passes_and_others_do_not(tmp_p
                 headers={"Authorization": f"Bearer {TOKEN}", "Origin": "http://evil.example"},
             )
             assert r.status_code == 403 and r.json()["error"]["code"] == "origin_not_allowed"
+
+
+def test_a_unix_socket_counts_as_local_for_no_auth_and_compression(tmp_path: Path) -> None:
+    from bridge.errors import ConfigError
+
+    settings = load_settings(data_dir=str(tmp_path), host="0.0.0.0", no_auth=True, discover_path=False)
+    with pytest.raises(ConfigError):
+        create_app(settings)
+    assert create_app(settings, unix_socket=True).state.token is None
+    assert cli.ws_compression(settings) is True and cli.ws_compression(settings, unix_socket=True) is False

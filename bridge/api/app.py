@@ -39,8 +39,8 @@ def create_app(
     ``unix_socket``: the daemon listens on a Unix socket only (``--uds``, §3.3)."""
     from bridge.api import daemon, threads, web, ws
 
-    if settings.no_auth and not is_loopback_host(settings.host):
-        raise ConfigError("--no-auth is refused unless the bind address is loopback")
+    if settings.no_auth and not unix_socket and not is_loopback_host(settings.host):
+        raise ConfigError("--no-auth is refused unless the bind address is loopback or a Unix socket")
     token = resolve_token(settings)
     server = settings.server
     tls = bool(server.tls_cert and server.tls_key)

@@ -67,6 +67,10 @@ def profile_toml(
     name: str, dialect: str, env: dict[str, str], extra_args: list[str] | None = None, **fields: Any
 ) -> str:
     args = ["-I", str(FAKE_AGENT), "--dialect", dialect, *(extra_args or [])]
+    if dialect == "awp-jsonl":
+        # The AWP host always passes --model (AWP_AGENT_DEFAULT_MODEL); the strict fake, like the
+        # reference adapter, refuses to start without one (model_required).
+        fields = {"model": "fake-model", **fields}
     lines = [
         f"[agents.{name}]",
         f'protocol = "{dialect}"',

@@ -80,7 +80,11 @@ async def test_daemon_restart_resumes_the_native_session(
     assert c2.seqs() == list(range(last + 1, last + 1 + len(c2.seqs())))
     starts = [e for e in agent_log(tmp_path) if e["event"] == "start"]
     assert len(starts) == 2
-    assert f"--resume={native}" in starts[1]["argv"] and not any(a.startswith("--resume") for a in starts[0]["argv"])
+    # stream-json: --resume=ID, one argument; awp-jsonl: --resume ID, two (its contract).
+    resume = [f"--resume={native}"] if dialect == "stream-json" else ["--resume", native]
+    argv = starts[1]["argv"]
+    assert any(argv[i : i + len(resume)] == resume for i in range(len(argv)))
+    assert not any(a.startswith("--resume") for a in starts[0]["argv"])
     await c2.close()
 
 

@@ -37,8 +37,18 @@ FORBIDDEN = {
     ),
     "bridge.store": ("fastapi", "starlette", "subprocess", "bridge.process", "bridge.sessions", "bridge.api"),
     "bridge.sessions": ("sqlite3", "fastapi", "starlette", "bridge.api"),
+    "bridge.bus": (
+        "sqlite3",
+        "fastapi",
+        "starlette",
+        "subprocess",
+        "bridge.process",
+        "bridge.sessions",
+        "bridge.store",
+        "bridge.api",
+    ),
 }
-ONLY_IN = {"sqlite3": "bridge.store", "fastapi": "bridge.api", "starlette": "bridge.api"}
+ONLY_IN = {"sqlite3": "bridge.store", "fastapi": "bridge.api", "starlette": "bridge.api", "redis": "bridge.bus"}
 
 
 def modules() -> list[tuple[str, set[str]]]:

@@ -1,4 +1,4 @@
-"""``GET /v1/daemon`` (docs/api.md §4.12): what a local shell asks the daemon about itself
+"""``GET /v1/daemon`` (docs/api.md §4.13): what a local shell asks the daemon about itself
 (``agent-bridge status``). Authenticated like every ``/v1`` route: the pid and data dir
 are nobody else's business."""
 

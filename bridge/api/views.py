@@ -27,4 +27,5 @@ PUBLIC_THREAD_FIELDS = (
 def thread_view(row: ThreadRow) -> dict[str, Any]:
     out = {k: row.get(k) for k in PUBLIC_THREAD_FIELDS}
     out["options"] = row.get("options") or {}
+    out["pending_permissions"] = row.get("pending_permissions") or 0
     return out

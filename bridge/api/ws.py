@@ -38,7 +38,7 @@ CLOSE_CODES = {"daemon_shutdown": 1001, "deleted": 4410}
 MAX_FRAME_BYTES = 8 * 1024 * 1024
 
 
-def _refusal(ws: WebSocket) -> JSONResponse | None:
+def upgrade_refusal(ws: WebSocket) -> JSONResponse | None:
     """The HTTP answer to an upgrade without good credentials (401, or 429 for a peer
     that sent too many wrong ones), or None. Host and Origin were checked before routing
     (guard.RequestGuard)."""
@@ -54,7 +54,7 @@ def _refusal(ws: WebSocket) -> JSONResponse | None:
 
 @router.websocket("/v1/threads/{thread_id}/ws")
 async def thread_ws(ws: WebSocket, thread_id: str) -> None:
-    if (refusal := _refusal(ws)) is not None:
+    if (refusal := upgrade_refusal(ws)) is not None:
         # Refused before the upgrade: an HTTP answer, nothing of the thread is looked up.
         await ws.send_denial_response(refusal)
         return

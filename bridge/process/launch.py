@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlsplit
@@ -71,6 +71,28 @@ class LaunchSpec:
 
 def valid_session_id(value: object) -> bool:
     return isinstance(value, str) and SESSION_ID_RE.fullmatch(value) is not None
+
+
+def joined_resume(session_id: str) -> list[str]:
+    """``--resume=ID``, one argument (the stream-json form, and the default)."""
+    return [f"--resume={session_id}"]
+
+
+def resume_argv(session_id: str, form: Callable[[str], Sequence[str]] = joined_resume) -> list[str]:
+    """The resume arguments for ``session_id`` in a dialect's ``form`` (its codec's
+    ``resume_args``), checked: the id matches docs/api.md §2.5, and where the form passes it
+    as an argument of its own (awp-jsonl's ``--resume ID``) it may not begin with ``-``, or
+    the agent would read it as a flag. Raises LaunchRefused (``invalid_session_id``)."""
+    if not valid_session_id(session_id):
+        raise LaunchRefused("native session id is not valid; refusing to pass it on", code="invalid_session_id")
+    args = list(form(session_id))
+    if session_id.startswith("-") and session_id in args:
+        raise LaunchRefused(
+            "native session id begins with '-', and this agent takes it as an argument of its own "
+            "(--resume ID), where it would read as a flag; refusing to pass it on",
+            code="invalid_session_id",
+        )
+    return args
 
 
 def executable_problem(path: str) -> str | None:
@@ -294,13 +316,16 @@ def build_launch(
     cwd: str,
     model: str | None,
     resume_id: str | None,
+    resume_form: Callable[[str], Sequence[str]] = joined_resume,
     extra_args: Sequence[str] = (),
     mcp_config: str | None = None,
     remote_api_opt_in: bool = False,
     daemon_env: Mapping[str, str] | None = None,
 ) -> LaunchSpec:
-    """argv = executable + args + protocol flags + extra + --model M [+ --resume=ID]
-    [+ --mcp-config F]; never a shell. Raises LaunchRefused."""
+    """argv = executable + args + protocol flags + extra + --model M [+ resume]
+    [+ --mcp-config F]; never a shell. The resume arguments are ``resume_form(id)`` (the
+    codec's ``resume_args``: ``--resume=ID`` or ``--resume ID``), see :func:`resume_argv`.
+    Raises LaunchRefused."""
     problem = executable_problem(executable)
     if problem:
         raise LaunchRefused(problem, code="executable_unusable")
@@ -310,10 +335,7 @@ def build_launch(
     if model:
         argv += ["--model", model]
     if resume_id is not None:
-        if not valid_session_id(resume_id):
-            raise LaunchRefused("native session id is not valid; refusing to pass it on", code="invalid_session_id")
-        # One argument with "=": an id that starts with "-" cannot become a flag (docs/api.md §2.2).
-        argv.append(f"--resume={resume_id}")
+        argv += resume_argv(resume_id, resume_form)
     if mcp_config:
         if not os.path.isabs(mcp_config):
             raise LaunchRefused("mcp_config must be an absolute path", code="bad_mcp_config")

@@ -233,6 +233,9 @@ class AcpCodec:
                 return self.encode_result(rid, {"outcome": {"outcome": "cancelled"}})
         return self.encode_result(rid, {"outcome": {"outcome": "selected", "optionId": option_id}})
 
+    def resume_args(self, session_id: str) -> list[str]:
+        return []  # never on the command line: session/load or session/resume
+
     def launch_flags(self, options: Mapping[str, Any]) -> list[str]:
         return list(self._flags)  # ACP adds nothing to argv, unless a profile states flags
 

@@ -3,7 +3,14 @@
 A subset of stream-json: the same ``system/init``, ``assistant`` and ``result`` lines,
 plus top-level ``content_block_*`` and ``message_stop`` events, ``result.subtype ==
 "error"``, no control protocol and no permission prompts. Input is one ``user`` line per
-turn; ``{"type":"shutdown"}`` asks for a graceful exit.
+turn; ``{"type":"shutdown"}`` asks for a graceful exit. Resume is ``--resume ID``, two
+arguments, exactly as the contract's argv states (stream-json's ``--resume=ID`` is one).
+
+A ``result`` with subtype ``startup_error`` is not a turn's answer: the AWP reference
+adapter writes it, before reading any input, when it cannot start (an argument it does not
+know, a bad configuration) and then exits 1. It ends the turn (if one is open) with that
+machine-readable reason and stops the process as a failed start (:class:`Fatal`,
+reason ``startup_error``), so users see why the agent never answered.
 
 The variant is expressed in class attributes of :class:`AwpJsonlCodec` only: its handler
 table (no ``control_*`` handlers, so such lines are recorded as ``agent.other`` and never
@@ -16,12 +23,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from bridge.protocols.codec import Decoded
+from bridge.protocols.codec import Decoded, Fatal
 from bridge.protocols.events import Event
 from bridge.protocols.jsonline import dumps
-from bridge.protocols.stream_json import _AWP_DELTA_LINE, Handler, StreamJsonCodec, _d, _s
+from bridge.protocols.stream_json import _AWP_DELTA_LINE, Handler, StreamJsonCodec, _d, _result_error, _s
 
 PROTOCOL = "awp-jsonl"
+STARTUP_ERROR = "startup_error"
+# What a start-up failure's reason may show, at most (the reference adapter's are short codes).
+_MAX_REASON = 512
 
 
 def _block(codec: StreamJsonCodec, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
@@ -40,6 +50,19 @@ def _message_stop(codec: StreamJsonCodec, obj: dict[str, Any], raw: str, out: De
     return [Event("agent", "turn.ended", {"status": "success", "stop_reason": "message_stop"}, raw)]
 
 
+def _result(codec: StreamJsonCodec, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
+    if obj.get("subtype") != STARTUP_ERROR:
+        return StreamJsonCodec._result(codec, obj, raw, out)
+    reason = (_result_error(obj) or STARTUP_ERROR)[:_MAX_REASON]
+    text = f"the agent could not start: {reason}"
+    out.control.append(Fatal(STARTUP_ERROR, reason))
+    ended = {"status": "error", "stop_reason": None, "error": reason, "subtype": STARTUP_ERROR}
+    return [
+        Event("agent", "turn.ended", {**ended, "error_code": STARTUP_ERROR}, raw),
+        Event("bridge", "notice", {"code": STARTUP_ERROR, "text": text, "error": reason}),
+    ]
+
+
 _NO_CONTROL = ("control_request", "control_cancel_request")
 
 
@@ -52,6 +75,7 @@ class AwpJsonlCodec(StreamJsonCodec):
         "content_block_start": _block,
         "content_block_delta": _block,
         "message_stop": _message_stop,
+        "result": _result,
     }
 
     def __init__(self, *, protocol_flags: Sequence[str] | None = None) -> None:
@@ -60,6 +84,12 @@ class AwpJsonlCodec(StreamJsonCodec):
 
     def launch_flags(self, options: Mapping[str, Any]) -> list[str]:
         return list(self._flags)  # no spawn options: the contract's argv is fixed
+
+    def resume_args(self, session_id: str) -> list[str]:
+        # The contract: "[--resume <native-session-id>]", two arguments; the reference adapter
+        # refuses "--resume=ID" as an unsupported argument. The launch rules refuse an id that
+        # begins with "-" in this form (process/launch.py).
+        return ["--resume", session_id]
 
     def prompts_to_clients(self, options: Mapping[str, Any]) -> bool:
         return False  # the contract has no permission prompts

@@ -117,7 +117,7 @@ class Codec(Protocol):
     protocol: str
     # No handshake (True at once) or the handshake is done: prompts may be written.
     ready: bool
-    # Resume goes on the command line (--resume=ID), not through a handshake request.
+    # Resume goes on the command line (:meth:`resume_args`), not through a handshake request.
     resume_on_argv: bool
     # An interrupt answers every pending permission request (ACP session/cancel, docs/api.md §6.5);
     # otherwise the agent withdraws its own requests.
@@ -125,6 +125,12 @@ class Codec(Protocol):
 
     def launch_flags(self, options: Mapping[str, Any]) -> list[str]:
         """The flags this dialect adds to argv, given the thread's spawn options."""
+        ...
+
+    def resume_args(self, session_id: str) -> list[str]:
+        """The arguments that resume ``session_id`` on the command line, in this dialect's
+        form (stream-json ``--resume=ID``, awp-jsonl ``--resume ID``); empty when resume
+        is not on the command line. ``session_id`` was validated by the caller."""
         ...
 
     def prompts_to_clients(self, options: Mapping[str, Any]) -> bool:

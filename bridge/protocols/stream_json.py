@@ -195,7 +195,7 @@ class StreamJsonCodec:
     prefixes of its decode fast path and which top-level types are streaming deltas."""
 
     protocol = PROTOCOL
-    resume_on_argv = True  # --resume=ID (docs/api.md §2.2)
+    resume_on_argv = True  # --resume=ID, see resume_args (docs/api.md §2.2)
     ready = True  # no handshake: prompts may be written as soon as the process runs
     cancel_resolves_permissions = False  # the agent withdraws its own (control_cancel_request)
     _fast_prefixes: ClassVar[tuple[bytes, ...]] = _STREAM_EVENT_LINE
@@ -213,6 +213,10 @@ class StreamJsonCodec:
 
     def launch_flags(self, options: Mapping[str, Any]) -> list[str]:
         return [*self._flags, *spawn_option_flags(options, self._prompt_flags)]
+
+    def resume_args(self, session_id: str) -> list[str]:
+        # One argument with "=", as Claude Code takes it: an id can never be read as a flag.
+        return [f"--resume={session_id}"]
 
     def prompts_to_clients(self, options: Mapping[str, Any]) -> bool:
         return bool(options.get("permission_prompts"))

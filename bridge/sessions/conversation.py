@@ -144,6 +144,11 @@ class Conversation:
             seq += 1
             records.append(Record(seq, ts, ev.source, ev.kind, ev.data, ev.raw, ev.relay))
         thread_fields = {"updated_at": ts, **action.fields}
+        pending = len(self.core.permissions)
+        if "pending_permissions" not in thread_fields and pending != self.thread.get("pending_permissions", 0):
+            # An answer, a withdrawal, an interrupt or an exit changed it before this Emit:
+            # the row's count changes in the commit that records why (server-wide changes).
+            thread_fields["pending_permissions"] = pending
         await self.store.append(self.id, records, action.client_ids or [None] * len(records), thread_fields)
         self.core.last_seq = seq
         apply_fields(self.thread, thread_fields)
@@ -294,6 +299,7 @@ class Conversation:
             cwd=self.thread["cwd"],
             model=self.thread.get("model"),
             resume_id=resume if codec.resume_on_argv else None,
+            resume_form=codec.resume_args,
             mcp_config=opts.get("mcp_config"),
             remote_api_opt_in=profile.remote_api_opt_in,
         )

@@ -92,6 +92,7 @@ class ConversationCore(AgentOutput):
         self.queue: deque[Turn] = deque()
         self.interrupting = False
         self.exit_reason: str | None = None
+        self.exit_error: tuple[str, str] | None = None  # a failed start: (its reason, the agent's cause)
         self.permissions = PermissionTable()
 
     @property
@@ -101,7 +102,7 @@ class ConversationCore(AgentOutput):
     # ------------------------------------------------------------------ process life
 
     def process_started(self, codec: Codec, pid: int, pid_start: int | None, resume: str | None) -> list[Action]:
-        self.codec, self.exit_reason, self.interrupting = codec, None, False
+        self.codec, self.exit_reason, self.exit_error, self.interrupting = codec, None, None, False
         actions: list[Action] = [
             Emit(
                 [Event("bridge", "process.started", {"pid": pid, "resume": resume})],
@@ -118,7 +119,9 @@ class ConversationCore(AgentOutput):
 
     def process_exited(self, pid: int, code: int | None, sig: int | None) -> list[Action]:
         reason = self.exit_reason or ("exited" if code == 0 else "crashed")
-        last_exit = {"code": code, "signal": sig, "reason": reason}
+        last_exit: dict[str, Any] = {"code": code, "signal": sig, "reason": reason}
+        if self.exit_error is not None and self.exit_error[0] == reason:
+            last_exit["error"] = self.exit_error[1]
         status = "cancelled" if reason in USER_ENDED else "error"
         dropped_ids, dropped = self.permissions.drop_all("agent_exited")
         events = [Event("bridge", "process.exited", {"pid": pid, **last_exit}), *dropped]
@@ -204,7 +207,9 @@ class ConversationCore(AgentOutput):
     def pump(self) -> list[Action]:
         """Write the next queued prompt when no turn is active and the agent is ready."""
         actions: list[Action] = []
-        codec = self.codec
+        # After a failed start (a Fatal) nothing more is written: the process is stopping, and
+        # the prompts still queued end "not started" once it has exited.
+        codec = self.codec if self.exit_error is None else None
         while self.active is None and self.queue and codec is not None and codec.ready:
             turn = self.queue.popleft()
             events = [Event("bridge", "turn.started", {"turn_id": turn.turn_id, "prompt_seq": turn.prompt_seq})]

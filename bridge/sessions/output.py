@@ -34,6 +34,7 @@ class AgentOutput:
     active: Turn | None
     interrupting: bool
     exit_reason: str | None
+    exit_error: tuple[str, str] | None
     native_session_id: str | None
     options: dict[str, Any]
     limits: Limits
@@ -64,6 +65,7 @@ class AgentOutput:
             for item in d.control:
                 ended = self._on_control(item, fields, after) or ended
         actions: list[Action] = []
+        self._count_asks(out, asks, fields)
         if out or fields:
             actions.append(Emit(out, fields, committed=self._hold(asks) if asks else None))
         actions += after
@@ -81,7 +83,8 @@ class AgentOutput:
         elif isinstance(item, RoutedReply):
             after.append(Route(item.route, item.text))
         elif isinstance(item, Fatal):
-            self.exit_reason = item.reason
+            # The agent failed to start: the exit says so, and what the agent gave as the cause.
+            self.exit_reason, self.exit_error = item.reason, (item.reason, item.message)
             after.append(Stop(item.reason, min(self.limits.stop_grace_s, 1.0)))
         return False
 
@@ -174,6 +177,13 @@ class AgentOutput:
             ev.data["status"] = verdict.task["status"]
             fields["tasks"] = self.tasks.to_json()
         return False
+
+    def _count_asks(self, out: list[Event], asks: list[int], fields: dict[str, Any]) -> None:
+        """Requests are held once stored (``_hold``): the thread row's count, written in the
+        same commit, already includes them."""
+        if asks:
+            held = {str(out[i].data.get("request_id")) for i in asks}
+            fields["pending_permissions"] = self.permissions.count_with(held)
 
     def _hold(self, asks: list[int]) -> Callable[[list[Record]], list[Action]]:
         """Once stored, the held requests are pending (with their seq and time) and their

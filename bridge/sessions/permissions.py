@@ -55,6 +55,10 @@ class PermissionTable:
     def __len__(self) -> int:
         return len(self._pending)
 
+    def count_with(self, request_ids: set[str]) -> int:
+        """How many will be pending once ``request_ids`` are held too."""
+        return len(self._pending.keys() | request_ids)
+
     def views(self) -> list[dict[str, Any]]:
         return [p.view() for p in self._pending.values()]
 

@@ -21,6 +21,7 @@ from bridge.process.launch import executable_problem
 from bridge.process.reaper import reap_group
 from bridge.protocols.envelope import ephemeral
 from bridge.protocols.events import Event
+from bridge.sessions.changes import ChangeNotifier
 from bridge.sessions.conversation import Conversation
 from bridge.store.base import Store, ThreadRow
 
@@ -37,11 +38,13 @@ class Registry:
         self._convs: dict[str, Conversation] = {}
         self._lock = asyncio.Lock()
         self._reaper: asyncio.Task[None] | None = None
+        self.changes = ChangeNotifier()  # wakes the server-wide change streams (GET /v1/events)
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
         self.store.on_health = self._on_store_health
+        self.store.on_change = self.changes.notify
         await self._recover()
         self._reaper = asyncio.create_task(self._reap_idle(), name="idle-reaper")
 
@@ -173,6 +176,7 @@ class Registry:
             "last_exit": None,
             "options": options,
             "pid": None,
+            "pending_permissions": 0,
         }
         await self.store.create_thread(row)
         conv = self._make(row)
@@ -217,13 +221,14 @@ class Registry:
         convs = list(self._convs.values())
         for conv in convs:
             conv.fanout.close_all(reason)
-        await asyncio.gather(*(conv.fanout.wait_empty() for conv in convs))
+        self.changes.close(reason)
+        await asyncio.gather(*(conv.fanout.wait_empty() for conv in convs), self.changes.wait_empty())
 
     def live_count(self) -> int:
         return sum(1 for c in self._convs.values() if c.running)
 
     def subscriber_count(self) -> int:
-        return sum(len(c.fanout) for c in self._convs.values())
+        return sum(len(c.fanout) for c in self._convs.values()) + len(self.changes)
 
     def loaded_count(self) -> int:
         return len(self._convs)

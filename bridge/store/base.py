@@ -6,15 +6,20 @@ thread row. These are the seams a shared PostgreSQL store plugs into (docs/DESIG
 * :class:`TranscriptStore` — the per-thread, gapless, durable event log: an append is
   durable before it returns (and before anything is published); reads are by seq.
 * :class:`SessionStore` — browser sessions (hashed keys and their expiry).
+* :class:`ChangeStore` — the server-wide change log of thread rows (``GET /v1/events``):
+  every write that changes a row as clients see it gives the row a new ``change_seq``
+  from one store-wide counter that increases in commit order; a deleted thread leaves a
+  tombstone. Exact semantics in docs/DESIGN.md ("The change log").
 
-:class:`Store` is all three plus a lifecycle and health; the embedded implementation is
+:class:`Store` is all four plus a lifecycle and health; the embedded implementation is
 :class:`~bridge.store.sqlite.SqliteStore`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, Required, TypedDict, cast
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, Required, TypedDict, cast
 
 from bridge.protocols.envelope import Frames
 from bridge.protocols.events import Record
@@ -41,6 +46,7 @@ class ThreadRow(TypedDict, total=False):
     tasks: str | None  # TaskTable.to_json()
     pid: int | None
     pid_start: int | None
+    pending_permissions: int  # permission requests waiting for a client's answer
 
 
 # A transcript page (read_events, read_frames) stops after the event that brings it to this
@@ -97,7 +103,82 @@ class SessionStore(Protocol):
     async def delete_session(self, key: str) -> None: ...
 
 
-class Store(ThreadStore, TranscriptStore, SessionStore, Protocol):
+# A write of any of these columns is a change clients see (the thread object of docs/api.md,
+# less ``id``): it gives the row a new change_seq. Other columns (pid, tasks, …) do not.
+CHANGE_COLUMNS = frozenset(
+    {
+        "agent",
+        "protocol",
+        "model",
+        "cwd",
+        "title",
+        "native_session_id",
+        "state",
+        "turn_active",
+        "last_seq",
+        "created_at",
+        "updated_at",
+        "last_exit",
+        "options",
+        "agent_info",
+        "pending_permissions",
+    }
+)
+
+# Tombstones of deleted threads are kept for at least this long and at most this many
+# (the newest); pruning one moves the change horizon up to its change_seq.
+TOMBSTONE_KEEP = 10_000
+TOMBSTONE_MAX_AGE_S = 7 * 24 * 3600.0
+
+ChangeKind = Literal["thread.created", "thread.updated", "thread.deleted"]
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One entry of the change log: a thread's newest state (``thread``, None when it was
+    deleted) at its newest ``cursor`` (the row's change_seq, or its tombstone's)."""
+
+    cursor: int
+    kind: ChangeKind
+    thread_id: str
+    thread: ThreadRow | None
+    deleted_at: str | None = None
+
+
+class ChangesPruned(Exception):
+    """``read_changes(after)`` with ``after`` below the horizon: tombstones after it were
+    pruned, so the changes since it cannot all be told (the client must re-list)."""
+
+    def __init__(self, after: int, horizon: int) -> None:
+        super().__init__(f"cursor {after} is older than the change horizon {horizon}")
+        self.after = after
+        self.horizon = horizon
+
+
+class ChangeStore(Protocol):
+    # Called on the event loop after a commit of this store that gave some row a new
+    # change_seq (a wake-up only; it must not block). Commits by other processes on a shared
+    # store do not call it: a cross-replica bus wakes those readers.
+    on_change: Callable[[], None] | None
+
+    async def read_changes(self, after: int, limit: int) -> list[Change]:
+        """Rows with change_seq > ``after`` (``thread.created`` when created_seq > after,
+        else ``thread.updated``) and tombstones > ``after`` (``thread.deleted``), in cursor
+        order, at most ``limit``: one entry per thread, at its newest cursor. Read in one
+        snapshot. Raises ChangesPruned when ``after`` is below ``change_horizon()``."""
+        ...
+
+    async def latest_change(self) -> int:
+        """The newest cursor committed (0 for an empty store)."""
+        ...
+
+    async def change_horizon(self) -> int:
+        """The oldest cursor still servable: ``read_changes(after)`` works for every
+        ``after >= change_horizon()``."""
+        ...
+
+
+class Store(ThreadStore, TranscriptStore, SessionStore, ChangeStore, Protocol):
     healthy: bool  # False while writes fail (they are retried; nothing acknowledged is lost)
     on_health: Callable[[bool, str | None], None] | None
 

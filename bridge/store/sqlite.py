@@ -25,6 +25,14 @@ data: at open, every thread's ``last_seq`` and ``updated_at`` are brought up to 
 stored event, and a thread that may have had a turn in flight gets ``turn_active`` from its
 newest ``turn.started``/``turn.ended`` event, so a daemon that was killed before a flush
 loses nothing (issue #8).
+
+The change log (``GET /v1/events``; store/base.py ChangeStore, docs/DESIGN.md): a write of
+a thread row's client-visible columns takes the next value of the one-row ``change_log``
+counter (``UPDATE … RETURNING``, in the same transaction, so values follow commit order)
+as the row's ``change_seq``. The lazy columns above are changes too, so a thread's
+``last_seq``/``updated_at``/``turn_active`` reach the log when its row is flushed (within
+``TOUCH_FLUSH_S``), one change per thread per flush, never one per event. A deleted thread
+leaves a tombstone in ``thread_tombstones``; pruning old ones raises ``change_log.horizon``.
 """
 
 from __future__ import annotations
@@ -34,18 +42,30 @@ import base64
 import contextlib
 import json
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import structlog
 
+from bridge.clock import now_iso
 from bridge.errors import StoreError
 from bridge.protocols.envelope import Frames, stored_envelopes
 from bridge.protocols.events import Record
-from bridge.store.base import PAGE_BYTES, ThreadFields, ThreadRow
+from bridge.store.base import (
+    CHANGE_COLUMNS,
+    PAGE_BYTES,
+    TOMBSTONE_KEEP,
+    TOMBSTONE_MAX_AGE_S,
+    Change,
+    ChangesPruned,
+    ThreadFields,
+    ThreadRow,
+)
 
 T = TypeVar("T")
 log = structlog.get_logger("bridge.store")
@@ -114,6 +134,29 @@ _MIGRATIONS: list[str] = [
         expires_at REAL NOT NULL
     ) WITHOUT ROWID;
     """,
+    # 6: the change log (GET /v1/events) and the pending permission count. Existing threads
+    # get change_seqs 1..n in order of activity, each as its own creation.
+    """
+    ALTER TABLE threads ADD COLUMN pending_permissions INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE threads ADD COLUMN change_seq INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE threads ADD COLUMN created_seq INTEGER NOT NULL DEFAULT 0;
+    UPDATE threads SET change_seq = (SELECT n FROM (SELECT id AS rid, row_number() OVER
+        (ORDER BY updated_at, id) AS n FROM threads) WHERE rid = threads.id);
+    UPDATE threads SET created_seq = change_seq;
+    CREATE UNIQUE INDEX threads_by_change ON threads(change_seq);
+    CREATE TABLE thread_tombstones (
+        thread_id TEXT PRIMARY KEY,
+        change_seq INTEGER NOT NULL,
+        deleted_at TEXT NOT NULL
+    ) WITHOUT ROWID;
+    CREATE UNIQUE INDEX tombstones_by_change ON thread_tombstones(change_seq);
+    CREATE TABLE change_log (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        latest INTEGER NOT NULL,
+        horizon INTEGER NOT NULL
+    );
+    INSERT INTO change_log (id, latest, horizon) SELECT 1, coalesce(max(change_seq), 0), 0 FROM threads;
+    """,
 ]
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -162,6 +205,7 @@ _THREAD_COLUMNS = (
     "pid_start",
     "agent_info",
     "tasks",
+    "pending_permissions",
 )
 _JSON_COLUMNS = ("last_exit", "options", "agent_info")
 
@@ -177,22 +221,58 @@ class _Append:
     # value never wins (turn_active is only ever written by flush items, in order).
     touch: tuple[str | None, int | None, int | None] | None = None
     flush: bool = False
+    changed: bool = False  # its commit gave the thread row a new change_seq
 
 
 # At open: every thread's derived columns brought up to its newest stored event (a daemon
 # killed before its last flush of _dirty). Index seeks on the events primary key only.
+# Each returns the ids it changed: those rows get a new change_seq.
 _REPAIR = (
     "UPDATE threads SET last_seq = (SELECT max(seq) FROM events WHERE thread_id = threads.id) "
-    "WHERE last_seq < (SELECT max(seq) FROM events WHERE thread_id = threads.id)",
+    "WHERE last_seq < (SELECT max(seq) FROM events WHERE thread_id = threads.id) RETURNING id",
     "UPDATE threads SET updated_at = (SELECT ts FROM events WHERE thread_id = threads.id "
     "ORDER BY seq DESC LIMIT 1) WHERE updated_at < (SELECT ts FROM events "
-    "WHERE thread_id = threads.id ORDER BY seq DESC LIMIT 1)",
+    "WHERE thread_id = threads.id ORDER BY seq DESC LIMIT 1) RETURNING id",
     # A turn is in flight iff the thread's newest turn.started / turn.ended is a turn.started
     # (every accepted turn ends exactly once: conversation.py, registry.py recovery).
     "UPDATE threads SET turn_active = coalesce((SELECT kind = 'turn.started' FROM events "
     "WHERE thread_id = threads.id AND kind IN ('turn.started', 'turn.ended') ORDER BY seq DESC LIMIT 1), 0) "
-    "WHERE state IN ('starting', 'running', 'stopping') OR turn_active = 1",
+    "WHERE state IN ('starting', 'running', 'stopping') OR turn_active = 1 RETURNING id",
 )
+
+
+def _iso_before(seconds: float) -> str:
+    """The wall-clock time ``seconds`` ago, in the transcript's format (so it compares as text)."""
+    return datetime.fromtimestamp(time.time() - seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+
+def _prune_tombstones(db: sqlite3.Connection, older_than: str) -> None:
+    """Drop the tombstones beyond the newest TOMBSTONE_KEEP, and those deleted before
+    ``older_than``; the horizon moves up to the newest one dropped (a cursor below it could
+    miss a deletion)."""
+    (upto,) = db.execute(
+        "SELECT max(change_seq) FROM thread_tombstones WHERE deleted_at < ? OR change_seq <= "
+        "(SELECT change_seq FROM thread_tombstones ORDER BY change_seq DESC LIMIT 1 OFFSET ?)",
+        (older_than, TOMBSTONE_KEEP),
+    ).fetchone()
+    if upto is None:
+        return
+    db.execute("DELETE FROM thread_tombstones WHERE change_seq <= ?", (upto,))
+    db.execute("UPDATE change_log SET horizon = max(horizon, ?)", (upto,))
+
+
+def _next_change(db: sqlite3.Connection) -> int:
+    """The next cursor, taken inside the caller's transaction (so cursors follow commit
+    order; a rolled-back transaction or savepoint gives its value back)."""
+    return int(db.execute("UPDATE change_log SET latest = latest + 1 RETURNING latest").fetchall()[0][0])
+
+
+def _repair(db: sqlite3.Connection) -> None:
+    changed: dict[str, None] = {}
+    for stmt in _REPAIR:
+        changed.update(dict.fromkeys(r[0] for r in db.execute(stmt).fetchall()))
+    for tid in changed:
+        db.execute("UPDATE threads SET change_seq=? WHERE id=?", (_next_change(db), tid))
 
 
 def _later(a: Any, b: Any) -> Any:
@@ -228,6 +308,7 @@ class SqliteStore:
         self.healthy = True
         self.last_error: str | None = None
         self.on_health: Callable[[bool, str | None], None] | None = None
+        self.on_change: Callable[[], None] | None = None
         self.batches = 0
         self.appended = 0
 
@@ -276,8 +357,7 @@ class SqliteStore:
                 db.execute(f"PRAGMA user_version={i}")
                 db.execute("COMMIT")
             db.execute("BEGIN IMMEDIATE")
-            for stmt in _REPAIR:
-                db.execute(stmt)
+            _repair(db)
             db.execute("COMMIT")
             self._wdb = db
 
@@ -380,9 +460,16 @@ class SqliteStore:
         marks = ",".join("?" for _ in row)
 
         def do(db: sqlite3.Connection) -> None:
-            db.execute(f"INSERT INTO threads ({cols}) VALUES ({marks})", tuple(row.values()))  # noqa: S608
+            db.execute("BEGIN IMMEDIATE")
+            seq = _next_change(db)
+            db.execute(
+                f"INSERT INTO threads ({cols},change_seq,created_seq) VALUES ({marks},?,?)",  # noqa: S608
+                (*row.values(), seq, seq),
+            )
+            db.execute("COMMIT")
 
         await self._run(do)
+        self._changed()
 
     async def get_thread(self, thread_id: str) -> ThreadRow | None:
         await self._flush_touches()
@@ -429,23 +516,44 @@ class SqliteStore:
         if not row:
             return
         sets = ",".join(f"{k}=?" for k in row)
+        visible = not CHANGE_COLUMNS.isdisjoint(row)
 
         def do(db: sqlite3.Connection) -> None:
-            db.execute(f"UPDATE threads SET {sets} WHERE id=?", (*row.values(), thread_id))  # noqa: S608
+            db.execute("BEGIN IMMEDIATE")
+            bump = [_next_change(db)] if visible else []
+            db.execute(
+                f"UPDATE threads SET {sets}{',change_seq=?' if visible else ''} WHERE id=?",  # noqa: S608
+                (*row.values(), *bump, thread_id),
+            )
+            db.execute("COMMIT")
 
         await self._run(do)
+        if visible:
+            self._changed()
 
     async def delete_thread(self, thread_id: str) -> bool:
         self._dirty.pop(thread_id, None)
+
+        deleted_at = now_iso()
 
         def do(db: sqlite3.Connection) -> bool:
             db.execute("BEGIN IMMEDIATE")
             db.execute("DELETE FROM events WHERE thread_id=?", (thread_id,))
             cur = db.execute("DELETE FROM threads WHERE id=?", (thread_id,))
+            found = cur.rowcount > 0
+            if found:
+                db.execute(
+                    "INSERT OR REPLACE INTO thread_tombstones (thread_id, change_seq, deleted_at) VALUES (?,?,?)",
+                    (thread_id, _next_change(db), deleted_at),
+                )
+                _prune_tombstones(db, _iso_before(TOMBSTONE_MAX_AGE_S))
             db.execute("COMMIT")
-            return cur.rowcount > 0
+            return found
 
-        return await self._run(do)
+        found = await self._run(do)
+        if found:
+            self._changed()
+        return found
 
     async def live_threads(self) -> list[ThreadRow]:
         """Threads a previous daemon left with a process or a turn in flight."""
@@ -459,6 +567,54 @@ class SqliteStore:
             return [self._row(r) for r in rows]
 
         return await self._run(do)
+
+    # ------------------------------------------------------------------ change log
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+    def _batch_changed(self, batch: list[_Append], failed: dict[int, str]) -> None:
+        """One wake-up for a committed batch that gave some row a new change_seq."""
+        if any(item.changed for i, item in enumerate(batch) if i not in failed):
+            self._changed()
+
+    async def read_changes(self, after: int, limit: int) -> list[Change]:
+        cols = ",".join(_THREAD_COLUMNS)
+
+        def do(db: sqlite3.Connection) -> list[Change]:
+            db.execute("BEGIN")  # one snapshot for the three reads
+            try:
+                (horizon,) = db.execute("SELECT horizon FROM change_log").fetchone()
+                if after < horizon:
+                    raise ChangesPruned(after, horizon)
+                rows = db.execute(
+                    f"SELECT change_seq,created_seq,{cols} FROM threads "  # noqa: S608
+                    "WHERE change_seq > ? ORDER BY change_seq LIMIT ?",
+                    (after, limit),
+                ).fetchall()
+                gone = db.execute(
+                    "SELECT change_seq,thread_id,deleted_at FROM thread_tombstones "
+                    "WHERE change_seq > ? ORDER BY change_seq LIMIT ?",
+                    (after, limit),
+                ).fetchall()
+            finally:
+                db.execute("COMMIT")
+            out = [
+                Change(r[0], "thread.created" if r[1] > after else "thread.updated", r[2], self._row(r[2:]))
+                for r in rows
+            ]
+            out += [Change(seq, "thread.deleted", tid, None, at) for seq, tid, at in gone]
+            out.sort(key=lambda c: c.cursor)
+            return out[:limit]
+
+        return await self._read(do)
+
+    async def latest_change(self) -> int:
+        return int(await self._read(lambda db: db.execute("SELECT latest FROM change_log").fetchone()[0]))
+
+    async def change_horizon(self) -> int:
+        return int(await self._read(lambda db: db.execute("SELECT horizon FROM change_log").fetchone()[0]))
 
     # ------------------------------------------------------------------ transcript
 
@@ -529,6 +685,7 @@ class SqliteStore:
     def _settled(self, batch: list[_Append], failed: dict[int, str]) -> None:
         """A committed batch: tell its callers, and note what each thread row owes."""
         self.batches += 1
+        self._batch_changed(batch, failed)
         for i, item in enumerate(batch):
             if i in failed:
                 if item.done is not None and not item.done.done():
@@ -708,13 +865,16 @@ def _bounded(cur: sqlite3.Cursor, size: Callable[[Any], int], max_bytes: int = P
 
 
 def _write_item(db: sqlite3.Connection, item: _Append) -> None:
+    # A flush writes client-visible columns; an append's own fields may. Either is one
+    # change of the row: one counter step per item (i.e. per thread per commit) at most.
+    item.changed = item.flush or not CHANGE_COLUMNS.isdisjoint(item.fields)
     if item.flush:
         assert item.touch is not None
         db.execute(
             "UPDATE threads SET updated_at=max(updated_at, coalesce(?, updated_at)), "
-            "last_seq=max(last_seq, coalesce(?, last_seq)), turn_active=coalesce(?, turn_active) "
-            "WHERE id=?",
-            (*item.touch, item.thread_id),
+            "last_seq=max(last_seq, coalesce(?, last_seq)), turn_active=coalesce(?, turn_active), "
+            "change_seq=? WHERE id=?",
+            (*item.touch, _next_change(db), item.thread_id),
         )
         return
     if item.rows:
@@ -724,9 +884,10 @@ def _write_item(db: sqlite3.Connection, item: _Append) -> None:
         )
     if item.fields:
         sets = ",".join(f"{k}=?" for k in item.fields)
+        bump = [_next_change(db)] if item.changed else []
         db.execute(
-            f"UPDATE threads SET {sets} WHERE id=?",  # noqa: S608
-            (*item.fields.values(), item.thread_id),
+            f"UPDATE threads SET {sets}{',change_seq=?' if item.changed else ''} WHERE id=?",  # noqa: S608
+            (*item.fields.values(), *bump, item.thread_id),
         )
 
 

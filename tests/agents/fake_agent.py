@@ -34,9 +34,28 @@ Directives are the first word of a prompt:
 
 Flags: --exit-at-start (exit 5 before reading anything).
 
+awp-jsonl (``--dialect awp-jsonl``) is as strict as the AWP reference adapter
+(awp-agent-cli.mjs): after the fake's own prefix (``--dialect awp-jsonl``, then
+``--exit-at-start`` if wanted: the profile's prefix args, which the contract passes as they
+are) it takes exactly the reference's arguments: ``--model M``, ``--resume ID`` (two
+arguments), ``--mcp-config P``, and the stream-json launcher's ``--input-format V
+--output-format V --print --verbose``. Anything else (``--resume=ID`` included), a missing
+model (no ``--model`` and no AWP_REFERENCE_MODEL) or a resume id outside
+``[A-Za-z0-9._:-]{1,256}`` is a start-up failure: one line
+``{"type":"result","subtype":"startup_error","is_error":true,"result":R}`` before any input
+is read, then exit status 1. R is the reference's public error: the message
+(``unsupported_argument:--x``, ``model_required``, ``invalid_session_id``) when it matches
+``[a-z0-9_:-]{1,160}``, else ``provider_request_failed`` (so ``--resume=ID``, whose ``=``
+does not match, reads ``provider_request_failed``). Like the reference it writes
+``system/init`` once, after the first accepted input; skips blank input lines; answers an
+input line that is not JSON (``invalid_input_json``) or not a user line
+(``invalid_input_message``) with an error result; and exits 0 on ``{"type":"shutdown"}``.
+
 Environment: FAKE_AGENT_LOG (append JSON lines: start argv/env/cwd/pid, every stdin line),
 FAKE_AGENT_STATE (directory for per-session history files), FAKE_IGNORE_SIGTERM=1,
-FAKE_IGNORE_EOF=1 (keep running after stdin closes).
+FAKE_IGNORE_EOF=1 (keep running after stdin closes), FAKE_SHUTDOWN_DELAY_S (seconds to
+take before exiting on a shutdown line), AWP_REFERENCE_MODEL (awp-jsonl: the model when
+no --model is given, as the reference reads it).
 """
 
 from __future__ import annotations
@@ -44,13 +63,16 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import signal
 import sys
 import threading
 import time
 import uuid
+from typing import NoReturn
 
 LOCK = threading.Lock()
+INVALID_INPUT = "\x00invalid"  # an input line the awp-jsonl reader could not take
 INBOX: queue.Queue[dict | None] = queue.Queue()
 
 
@@ -74,6 +96,8 @@ def raw_out(data: str) -> None:
 
 
 def parse_args(argv: list[str]) -> dict[str, str | None]:
+    """stream-json: lenient, as before (``--resume=ID`` or ``--resume ID``; anything else
+    is ignored)."""
     opts: dict[str, str | None] = {"dialect": "stream-json", "model": None, "resume": None}
     i = 0
     while i < len(argv):
@@ -95,15 +119,85 @@ def parse_args(argv: list[str]) -> dict[str, str | None]:
     return opts
 
 
-def reader() -> None:
+# -- awp-jsonl: as strict as the AWP reference adapter (awp-agent-cli.mjs, the contract's own
+# example CLI). Its argument parser knows exactly these; any other argument is a start-up
+# failure. (It takes the stream-json launcher's flags too, as the reference does.)
+AWP_VALUE_FLAGS = frozenset({"--input-format", "--output-format", "--mcp-config"})
+AWP_BARE_FLAGS = frozenset({"--print", "--verbose"})
+AWP_SESSION_ID = re.compile(r"[A-Za-z0-9._:-]{1,256}")
+AWP_PUBLIC_ERROR = re.compile(r"[a-z0-9_:-]{1,160}", re.IGNORECASE)
+# The fake's own switches: only at the very start of argv (the profile's prefix args, which
+# the contract passes unchanged), never among what the host adds after them.
+FAKE_PREFIX_FLAGS = frozenset({"--exit-at-start"})
+
+
+class StartupError(Exception):
+    """What the reference adapter's main() throws before it reads any input."""
+
+
+def fake_prefix(argv: list[str]) -> tuple[str, list[str], list[str]]:
+    """(dialect, the fake's own prefix switches, the rest): ``--dialect D`` first, then any
+    of FAKE_PREFIX_FLAGS."""
+    dialect, rest = "stream-json", argv
+    if rest[:1] == ["--dialect"] and len(rest) > 1:
+        dialect, rest = rest[1], rest[2:]
+    own: list[str] = []
+    while rest and rest[0] in FAKE_PREFIX_FLAGS:
+        own.append(rest[0])
+        rest = rest[1:]
+    return dialect, own, rest
+
+
+def parse_awp_args(argv: list[str]) -> dict[str, str | None]:
+    """The reference adapter's parseArgs: ``--model V``, ``--resume V`` (a missing value is
+    empty), value flags skipped with their value, bare compatibility flags; anything else
+    (``--resume=ID`` included) is ``unsupported_argument:<arg>``."""
+    model = resume = ""
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("--model", "--resume"):
+            value = (argv[i + 1] if i + 1 < len(argv) else "").strip()
+            model, resume = (value, resume) if a == "--model" else (model, value)
+            i += 1
+        elif a in AWP_VALUE_FLAGS:
+            i += 1
+        elif a not in AWP_BARE_FLAGS:
+            raise StartupError(f"unsupported_argument:{a}")
+        i += 1
+    model = model or os.environ.get("AWP_REFERENCE_MODEL", "").strip()
+    if not model or len(model) > 256 or any(ord(c) < 0x20 or ord(c) == 0x7F for c in model):
+        raise StartupError("model_required")
+    if resume and not AWP_SESSION_ID.fullmatch(resume):
+        raise StartupError("invalid_session_id")
+    return {"dialect": "awp-jsonl", "model": model, "resume": resume or None}
+
+
+def awp_startup_failure(exc: StartupError) -> NoReturn:
+    """As the reference's main().catch: one result line (its message if it reads as a code,
+    else ``provider_request_failed``), then exit status 1, no input read."""
+    message = str(exc)
+    public = message if AWP_PUBLIC_ERROR.fullmatch(message) else "provider_request_failed"
+    out({"type": "result", "subtype": "startup_error", "is_error": True, "result": public})
+    log(event="startup_error", error=message)
+    sys.exit(1)
+
+
+def reader(awp: bool) -> None:
     for line in sys.stdin:
         log(event="stdin", line=line.rstrip("\n"))
+        if awp and not line.strip():
+            continue  # the reference adapter skips blank lines
         try:
             obj = json.loads(line)
         except ValueError:
+            if awp:  # the reference answers it with an error result (the turn it would have been)
+                INBOX.put({"type": INVALID_INPUT, "error": "invalid_input_json"})
             continue
         if isinstance(obj, dict):
             INBOX.put(obj)
+        elif awp:
+            INBOX.put({"type": INVALID_INPUT, "error": "invalid_input_message"})
     if os.environ.get("FAKE_IGNORE_EOF") == "1":
         return  # never tell the agent: it keeps running with its stdin closed
     INBOX.put(None)
@@ -117,6 +211,7 @@ class Agent:
         self.state_dir = os.environ.get("FAKE_AGENT_STATE")
         self.history: list[str] = self._load()
         self.deferred: list[dict] = []
+        self.initialized = False  # awp-jsonl: system/init once, after the first accepted input
 
     def _path(self) -> str | None:
         return os.path.join(self.state_dir, f"{self.session_id}.json") if self.state_dir else None
@@ -204,17 +299,19 @@ class Agent:
         self.history.append(text)
         self._save()
         sid = "not a valid id!" if word == "badsession" else self.session_id
-        out(
-            {
-                "type": "system",
-                "subtype": "init",
-                "session_id": sid,
-                "model": self.model,
-                "cwd": os.getcwd(),
-                "tools": ["Bash"],
-                "uuid": str(uuid.uuid4()),
-            }
-        )
+        if not (self.awp and self.initialized):
+            self.initialized = True
+            out(
+                {
+                    "type": "system",
+                    "subtype": "init",
+                    "session_id": sid,
+                    "model": self.model,
+                    "cwd": os.getcwd(),
+                    "tools": ["Bash"],
+                    "uuid": str(uuid.uuid4()),
+                }
+            )
         handler = getattr(self, f"do_{word}", None)
         if handler is not None:
             handler(text)
@@ -578,7 +675,17 @@ class Agent:
         if mtype == "user":
             self.turn(msg)
         elif mtype == "shutdown":
+            log(event="shutdown")
+            # Flushing its history takes a while: the host must wait, not signal (FAKE_SHUTDOWN_DELAY_S).
+            time.sleep(float(os.environ.get("FAKE_SHUTDOWN_DELAY_S") or 0))
             return False
+        elif self.awp:
+            # The reference adapter takes only user lines (and shutdown): anything else is
+            # answered with an error result, as a turn that failed.
+            error = msg.get("error") if mtype == INVALID_INPUT else "invalid_input_message"
+            out(
+                {"type": "result", "subtype": "error", "is_error": True, "session_id": self.session_id, "result": error}
+            )
         elif mtype == "control_request":
             rid = msg.get("request_id")
             sub = msg.get("request", {}).get("subtype")
@@ -603,12 +710,19 @@ class Agent:
 def main() -> None:
     if os.environ.get("FAKE_IGNORE_SIGTERM") == "1":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    opts = parse_args(sys.argv[1:])
+    dialect, own, rest = fake_prefix(sys.argv[1:])
     log(event="start", argv=sys.argv, env=dict(os.environ), cwd=os.getcwd(), pid=os.getpid())
-    if "--exit-at-start" in sys.argv:
+    if "--exit-at-start" in (own if dialect == "awp-jsonl" else sys.argv):
         sys.stderr.write("fake agent: refusing to start\n")
         sys.exit(5)
-    threading.Thread(target=reader, daemon=True).start()
+    if dialect == "awp-jsonl":
+        try:
+            opts = parse_awp_args(rest)
+        except StartupError as exc:
+            awp_startup_failure(exc)
+    else:
+        opts = parse_args(sys.argv[1:])
+    threading.Thread(target=reader, args=(dialect == "awp-jsonl",), daemon=True).start()
     Agent(opts).run()
     log(event="exit")
 

@@ -154,9 +154,29 @@ FUZZ = settings(
 )
 
 
+def _check_change_stream(case: Any, daemon: SyncDaemon, shapes: ShapeViolations) -> None:
+    """``GET /v1/events`` never ends once it is accepted: only its answer's head is checked
+    (no 5xx; a 4xx with the error body; else an event stream), then it is closed."""
+    headers = {k: v for k, v in (case.headers or {}).items() if isinstance(v, str)}
+    with (
+        httpx.Client(base_url=daemon.url, timeout=15) as http,
+        http.stream("GET", "/v1/events", params=case.query or {}, headers={**headers, **daemon.headers}) as r,
+    ):
+        assert r.status_code < 500, (r.status_code, case.query, headers)
+        if r.status_code >= 400:
+            problem = error_body_problem(r.status_code, r.headers.get("content-type", ""), r.read().decode())
+            if problem is not None:
+                shapes.seen.setdefault((r.status_code, problem), f"{r.status_code} {problem} <- GET /v1/events")
+        else:
+            assert r.headers["content-type"].startswith("text/event-stream"), r.headers
+
+
 def _check(case: Any, daemon: SyncDaemon, real_threads: RealThreads, calls: list[str], shapes: ShapeViolations) -> None:
     _aim_at_a_real_thread(case, real_threads)
     calls.append(case.operation.label)
+    if case.path == "/v1/events":
+        _check_change_stream(case, daemon, shapes)
+        return
     response = case.call(headers=daemon.headers, timeout=15)
     case.validate_response(response, checks=[not_a_server_error, shapes.check], headers=daemon.headers)
 

@@ -52,6 +52,10 @@ def fake_profile(
     """A TOML agent profile running the fake agent (like conftest.profile_toml, but the
     executable can be anything)."""
     args = ["-I", str(FAKE_AGENT), "--dialect", dialect, *(extra_args or [])]
+    if dialect == "awp-jsonl":
+        # The AWP host always passes --model (AWP_AGENT_DEFAULT_MODEL); the strict fake, like the
+        # reference adapter, refuses to start without one (model_required).
+        fields = {"model": "fake-model", **fields}
     lines = [
         f"[agents.{name}]",
         f'protocol = "{dialect}"',

@@ -214,3 +214,40 @@ def test_make_codec_picks_the_dialect():
 
 def test_every_sample_kind_is_a_known_kind():
     assert {k for _, k, _ in SAMPLE} <= KINDS
+
+
+def test_resume_is_two_arguments_in_awp_and_one_in_stream_json():
+    # The contract's argv: "--model <model> [--resume <native-session-id>] [--mcp-config <path>]";
+    # the reference adapter refuses "--resume=ID" (unsupported_argument). Claude Code takes "--resume=ID".
+    assert AwpJsonlCodec().resume_args("s-1") == ["--resume", "s-1"]
+    assert StreamJsonCodec().resume_args("s-1") == ["--resume=s-1"]
+    assert make_codec("acp").resume_args("s-1") == []  # session/load or session/resume instead
+    assert all(make_codec(p).resume_on_argv for p in ("awp-jsonl", "stream-json"))
+
+
+def test_startup_error_result_is_a_failed_start_with_its_machine_readable_reason():
+    line = '{"type":"result","subtype":"startup_error","is_error":true,"result":"unsupported_argument:--bogus"}'
+    out = AwpJsonlCodec().decode(line.encode())
+    ended, notice = out.events
+    assert (ended.kind, ended.raw, ended.relay) == ("turn.ended", line, True)
+    assert ended.data == {
+        "status": "error",
+        "stop_reason": None,
+        "error": "unsupported_argument:--bogus",
+        "subtype": "startup_error",
+        "error_code": "startup_error",
+    }
+    assert (notice.source, notice.kind, notice.data["code"]) == ("bridge", "notice", "startup_error")
+    assert out.fatal is not None and (out.fatal.reason, out.fatal.message) == (
+        "startup_error",
+        "unsupported_argument:--bogus",
+    )
+    # An agent's reason is bounded; an ordinary error result is not a failed start.
+    long = AwpJsonlCodec().decode(
+        json.dumps({"type": "result", "subtype": "startup_error", "result": "x" * 9000}).encode()
+    )
+    assert long.fatal is not None and len(long.fatal.message) == 512
+    plain = AwpJsonlCodec().decode(b'{"type":"result","subtype":"error","is_error":true,"result":"provider_timeout"}')
+    assert plain.fatal is None and plain.events[0].data["error"] == "provider_timeout"
+    # stream-json is unchanged: the same line is an ordinary error result there.
+    assert StreamJsonCodec().decode(line.encode()).fatal is None

@@ -22,6 +22,7 @@ PRESETS = {
     "goose",
     "opencode",
     "codex",
+    "awp",
 }
 
 
@@ -49,7 +50,7 @@ def test_the_docs_name_every_tested_version_and_say_why_the_others_are_not() -> 
 
     text = DOCS_AGENTS.read_text()
     rows = [line for line in text.splitlines() if line.startswith("| [")]
-    assert len(rows) == 8, rows
+    assert len(rows) == 9, rows
     for row in rows:
         status = row.rsplit("|", 2)[-2]
         assert re.search(r"tested in CI with [\w -]+ \d+\.\d+\.\d+", status) or "not tested: " in status, row

@@ -224,6 +224,32 @@ async def test_two_answers_racing_get_one_acceptance_and_one_write(tmp_path: Pat
         await conv.answer_permission(rid, "maybe", by="a")
 
 
+async def test_the_thread_row_counts_pending_permissions_as_they_open_and_close(tmp_path: Path) -> None:
+    """The count is a row column (server-wide changes carry it), written in the commit that
+    records why it changed: a request, an answer, a timeout, a withdrawal, an exit."""
+    h = Harness(tmp_path, server={"permission_timeout_s": 0.2}, permission_prompts=True)
+    conv = await h.thread()
+    row = h.store.threads[conv.id]
+    assert row["pending_permissions"] == 0
+    for close in ("answer", "timeout", "withdraw", "exit"):
+        n = len(h.events(conv, "permission.requested"))
+        await conv.submit(prompt("ask"), None)
+        [*_, asked] = await h.until(conv, "permission.requested", count=n + 1)
+        assert row["pending_permissions"] == 1 == conv.thread["pending_permissions"], close
+        rid = asked.data["request_id"]
+        if close == "answer":
+            await conv.answer_permission(rid, "allow", by="a")
+        elif close == "withdraw":
+            await conv.interrupt()
+            h.spawner.agent.say({"type": "control_cancel_request", "request_id": rid})
+        elif close == "exit":
+            h.spawner.agent.exit(1)
+        await h.until(conv, "permission.resolved", request_id=rid)
+        assert row["pending_permissions"] == 0 == conv.thread["pending_permissions"], close
+        await h.until(conv, "turn.ended", count=n + 1)
+    await h.registry.shutdown()
+
+
 async def test_unanswered_prompt_is_denied_by_the_timeout(tmp_path: Path) -> None:
     h = Harness(tmp_path, server={"permission_timeout_s": 0.05}, permission_prompts=True)
     conv = await h.thread()

@@ -1,0 +1,201 @@
+"""The Redis bus between two replicas, against a real redis-server on a free port: wake-ups
+cross, commands reach the owner and their answers come back to the sender, heartbeats
+show who is alive, and Redis going down and coming back is survived with a resync."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from conftest import wait_until
+
+from bridge.bus.base import BusUnavailable, Command, CommandRefused, NoReply
+from bridge.bus.redis import RedisBus, redact_url
+from tests.support.redis_server import RedisServer
+
+pytestmark = pytest.mark.timeout(60)
+STEP = 10.0
+
+
+class Recorder:
+    """A listener that remembers what woke it; tests wait on conditions over it."""
+
+    def __init__(self) -> None:
+        self.commits: list[tuple[str, int]] = []
+        self.changes: list[int] = []
+        self.resyncs = 0
+        self._changed = asyncio.Event()
+
+    def committed(self, thread_id: str, last_seq: int) -> None:
+        self.commits.append((thread_id, last_seq))
+        self._changed.set()
+
+    def changed(self, cursor: int) -> None:
+        self.changes.append(cursor)
+        self._changed.set()
+
+    def resync(self) -> None:
+        self.resyncs += 1
+        self._changed.set()
+
+    async def until(self, cond: Callable[[], bool], what: str) -> None:
+        async def wait() -> None:
+            while not cond():
+                self._changed.clear()
+                await self._changed.wait()
+
+        try:
+            await asyncio.wait_for(wait(), STEP)
+        except TimeoutError:
+            raise AssertionError(f"timed out waiting for {what}") from None
+
+
+async def echo(cmd: Command) -> Mapping[str, Any]:
+    if cmd.kind == "interrupt":
+        raise CommandRefused({"code": "no_turn", "message": "no turn is running"})
+    return {"thread": cmd.thread_id, "kind": cmd.kind, "body": dict(cmd.body), "by": "b"}
+
+
+async def until_healthy(bus: RedisBus, healthy: bool = True) -> None:
+    await wait_until(lambda: bus.healthy == healthy, STEP, f"bus {bus.replica_id} healthy={healthy}")
+
+
+@pytest.fixture
+async def pair(redis_server: RedisServer) -> AsyncIterator[tuple[RedisBus, Recorder, RedisBus, Recorder]]:
+    a, b = RedisBus(redis_server.url, "a", heartbeat_s=0.2), RedisBus(redis_server.url, "b", heartbeat_s=0.2)
+    ra, rb = Recorder(), Recorder()
+    await a.start(ra, echo)
+    await b.start(rb, echo)
+    await until_healthy(a)
+    await until_healthy(b)
+    try:
+        yield a, ra, b, rb
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_commit_announced_on_one_replica_wakes_the_other_and_not_itself(pair: Any) -> None:
+    a, ra, b, rb = pair
+    await rb.until(lambda: rb.resyncs >= 1, "b's first resync")
+    a.announce_commit("thr_1", 3)
+    a.announce_commit("thr_1", 5)  # coalesced or not, b learns seq 5
+    a.announce_changes(9)
+    await rb.until(lambda: ("thr_1", 5) in rb.commits and 9 in rb.changes, "b woken")
+    assert ra.commits == [] and ra.changes == []
+    assert all(seq <= 5 for _, seq in rb.commits)
+    assert b.stats()["bus_lag_ms"] >= 0
+
+
+async def test_a_command_reaches_the_owner_and_its_answer_comes_back_to_the_sender(pair: Any) -> None:
+    a, _, b, _ = pair
+    reply = await a.request("b", "prompt", "thr_9", {"text": "hello", "client_id": "c1"}, timeout=STEP)
+    assert reply.ok and reply.body == {
+        "thread": "thr_9",
+        "kind": "prompt",
+        "body": {"text": "hello", "client_id": "c1"},
+        "by": "b",
+    }
+    refused = await b.request("a", "interrupt", "thr_9", {}, timeout=STEP)
+    assert not refused.ok and refused.body["code"] == "no_turn"
+    # Many at once: each answer goes to its own request.
+    replies = await asyncio.gather(*(a.request("b", "raw", f"thr_{i}", {"n": i}, timeout=STEP) for i in range(20)))
+    assert [r.body["body"]["n"] for r in replies] == list(range(20))
+
+
+async def test_a_command_to_a_replica_without_a_heartbeat_fails_at_once(pair: Any) -> None:
+    a, _, _, _ = pair
+    with pytest.raises(NoReply, match="not alive"):
+        await a.request("gone", "prompt", "thr_1", {}, timeout=STEP)
+
+
+async def test_an_owner_that_does_not_answer_in_time_is_a_no_reply(redis_server: RedisServer) -> None:
+    release = asyncio.Event()
+
+    async def slow(cmd: Command) -> Mapping[str, Any]:
+        await release.wait()
+        return {}
+
+    a, b = RedisBus(redis_server.url, "a"), RedisBus(redis_server.url, "b")
+    await a.start(Recorder(), echo)
+    await b.start(Recorder(), slow)
+    try:
+        await until_healthy(a)
+        await until_healthy(b)
+        with pytest.raises(NoReply, match="did not answer"):
+            await a.request("b", "prompt", "thr_1", {}, timeout=0.3)
+    finally:
+        release.set()
+        await a.close()
+        await b.close()
+
+
+async def test_heartbeats_list_live_replicas_and_a_closed_one_goes_away(pair: Any) -> None:
+    a, _, b, _ = pair
+    live = await a.live_replicas()
+    assert set(live) == {"a", "b"} and live["b"]["replica_id"] == "b"
+    await b.close()
+    assert set(await a.live_replicas()) == {"a"}
+
+
+async def test_malformed_messages_from_redis_are_counted_and_ignored(pair: Any, redis_server: RedisServer) -> None:
+    a, _, b, rb = pair
+    raw = aioredis.Redis.from_url(redis_server.url)
+    try:
+        for junk in (b"not json", b'{"type":"commit","sender":"x","thread":"../etc","seq":1,"at":0}', b"[]"):
+            await raw.publish("agent-bridge:commits", junk)
+        await raw.rpush("agent-bridge:inbox:b", b'{"type":"command","id":"1"}')
+        a.announce_commit("thr_ok", 1)
+        await rb.until(lambda: ("thr_ok", 1) in rb.commits, "the good message after the junk")
+        assert b.stats()["bus_malformed"] >= 3
+        assert all(t == "thr_ok" for t, _ in rb.commits)
+        reply = await a.request("b", "prompt", "thr_ok", {}, timeout=STEP)  # the inbox still works
+        assert reply.ok
+    finally:
+        await raw.aclose()
+
+
+async def test_redis_down_then_back_is_survived_with_a_resync(pair: Any, redis_server: RedisServer) -> None:
+    a, _, b, rb = pair
+    await rb.until(lambda: rb.resyncs >= 1, "b's first resync")
+    redis_server.stop()
+    await until_healthy(a, False)
+    await until_healthy(b, False)
+    a.announce_commit("thr_1", 1)  # dropped, never raises, never blocks
+    with pytest.raises(BusUnavailable):
+        await a.request("b", "prompt", "thr_1", {}, timeout=STEP)
+    resyncs = rb.resyncs
+    redis_server.start()
+    await until_healthy(a)
+    await until_healthy(b)
+    await rb.until(lambda: rb.resyncs > resyncs, "a resync after Redis came back")
+    a.announce_commit("thr_1", 2)
+    await rb.until(lambda: ("thr_1", 2) in rb.commits, "wake-ups after Redis came back")
+    assert (await a.request("b", "prompt", "thr_1", {}, timeout=STEP)).ok
+    assert b.stats()["bus_reconnects"] >= 1
+
+
+async def test_a_bus_started_while_redis_is_down_connects_when_it_comes_up(tmp_path: Any) -> None:
+    server = RedisServer(tmp_path / "redis")  # not started
+    bus = RedisBus(server.url, "a")
+    rec = Recorder()
+    await bus.start(rec, echo)
+    try:
+        assert not bus.healthy
+        server.start()
+        await until_healthy(bus)
+        await rec.until(lambda: rec.resyncs >= 1, "the first resync")
+    finally:
+        await bus.close()
+        server.stop()
+
+
+def test_passwords_in_bus_urls_are_redacted() -> None:
+    assert redact_url("redis://:s3cret@redis:6379/0") == "redis://:***@redis:6379/0"
+    assert redact_url("redis://bridge:s3cret@redis/0") == "redis://bridge:***@redis/0"
+    assert redact_url("redis://redis:6379/0") == "redis://redis:6379/0"
+    with pytest.raises(ValueError, match="replica id"):
+        RedisBus("redis://x", "bad id with spaces")

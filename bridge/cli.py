@@ -1,30 +1,35 @@
-"""Command line (docs/api.md §1.1): ``serve``, ``agents``, ``--version``."""
+"""Command line (docs/api.md §1.1): ``serve``, ``agents``, ``status``, ``login-link``, ``--version``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
+import http.client
 import json
 import logging
+import os
 import resource
 import signal
 import socket
+import stat
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import structlog
 import uvicorn
 
-from bridge import __version__, datadir
-from bridge.config import Settings, load_settings
+from bridge import __version__, datadir, discovery
+from bridge.config import Settings, default_data_dir, load_settings
 from bridge.connections import ConnectionGuard, connection_limit, guarded_protocol
 from bridge.errors import BridgeError
 from bridge.logs import configure_logging
 from bridge.network import is_loopback_host
 from bridge.process.launch import executable_problem
+from bridge.process.parent import ParentWatch, alive, quiet_broken_stdio
 from bridge.process.subreaper import TRACKER, reap_recorded
 from bridge.store.sqlite import check_schema
 from bridge.tested_agents import TESTED, cli_version
@@ -53,11 +58,29 @@ def _parser() -> argparse.ArgumentParser:
     )
     auth.add_argument("--no-auth", action="store_true", help="no token (loopback only)")
     serve.add_argument("--log-format", choices=["json", "console"])
+    _desktop_serve_flags(serve)
 
     agents = sub.add_parser("agents", help="list agent profiles and whether each is usable")
     common(agents)
     agents.add_argument("--json", action="store_true", help="machine-readable output")
+    _desktop_commands(sub)
     return p
+
+
+def _desktop_serve_flags(serve: argparse.ArgumentParser) -> None:
+    """Flags for desktop shells (docs/desktop.md)."""
+    serve.add_argument("--uds", metavar="PATH", help="listen on this Unix socket (created 0600) instead of a TCP port")
+    serve.add_argument(
+        "--parent-pid", type=int, metavar="PID", help="exit cleanly when this process exits (sidecar mode)"
+    )
+
+
+def _desktop_commands(sub: Any) -> None:
+    status = sub.add_parser("status", help="whether a daemon serves the data dir (exit 0 running, 3 not)")
+    status.add_argument("--data-dir", help="data directory (env AGENT_BRIDGE_DATA_DIR)")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    link = sub.add_parser("login-link", help="print a fresh one-time sign-in link for the running daemon")
+    link.add_argument("--data-dir", help="data directory (env AGENT_BRIDGE_DATA_DIR)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -69,6 +92,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "agents":
             settings = load_settings(config=args.config, data_dir=args.data_dir)
             return _agents(settings, as_json=args.json)
+        if args.command == "status":
+            return status(_data_dir(args.data_dir), as_json=args.json)
+        if args.command == "login-link":
+            return login_link(_data_dir(args.data_dir))
+        if args.uds and (args.host or args.port is not None):
+            raise BridgeError("--uds listens on a Unix socket instead of TCP: give no --host or --port")
         settings = load_settings(
             config=args.config,
             host=args.host,
@@ -78,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             no_auth=args.no_auth,
             log_format=args.log_format,
         )
-        return serve(settings, secret_on_command_line=bool(args.token))
+        return serve(settings, secret_on_command_line=bool(args.token), uds=args.uds, parent_pid=args.parent_pid)
     except BridgeError as exc:
         print(f"agent-bridge: {exc.message}", file=sys.stderr)
         return 2
@@ -141,18 +170,24 @@ def _agents(settings: Settings, *, as_json: bool) -> int:
     return 0
 
 
-def ws_compression(settings: Settings) -> bool:
-    """Whether permessage-deflate is offered ([server] ws_compression)."""
+def ws_compression(settings: Settings, *, unix_socket: bool = False) -> bool:
+    """Whether permessage-deflate is offered ([server] ws_compression); a Unix socket is as
+    local as loopback."""
     mode = settings.server.ws_compression
-    return mode == "on" or (mode == "auto" and not is_loopback_host(settings.host))
+    return mode == "on" or (mode == "auto" and not unix_socket and not is_loopback_host(settings.host))
 
 
-def serve(settings: Settings, *, secret_on_command_line: bool = False) -> int:
+def serve(
+    settings: Settings,
+    *,
+    secret_on_command_line: bool = False,
+    uds: str | None = None,
+    parent_pid: int | None = None,
+) -> int:
     from bridge.api.app import create_app
-    from bridge.api.ws_transport import PROTOCOL as WS_PROTOCOL
 
-    if settings.no_auth and not is_loopback_host(settings.host):
-        print("agent-bridge: --no-auth is refused unless the bind address is loopback", file=sys.stderr)
+    if problem := _serve_refusal(settings, parent_pid, unix_socket=uds is not None):
+        print(f"agent-bridge: {problem}", file=sys.stderr)
         return 2
     configure_logging(settings.log_format)
     if secret_on_command_line:
@@ -167,23 +202,50 @@ def serve(settings: Settings, *, secret_on_command_line: bool = False) -> int:
     if killed:
         log.warning("agent.orphans_reaped", pids=killed, source="agents_record")
     raise_fd_limit()
-    sock = _bind(settings.host, settings.port)
-    host, port = sock.getsockname()[:2]
-    shown = f"[{host}]" if ":" in host else host
-
-    scheme = "https" if settings.server.tls_cert and settings.server.tls_key else "http"
+    listener = _listen(settings, uds)
 
     def ready() -> None:
-        # Scripts and tests parse exactly this first stdout line (docs/api.md §1.1).
-        print(f"agent-bridge listening on {scheme}://{shown}:{port}", flush=True)
-        # The second: a link that logs a browser in once (docs/security.md "One-time
-        # link"). The code sits in the fragment, which browsers never send to a server.
-        print(f"open {page_link(scheme, host, port, app.state)}", flush=True)
+        # daemon.json first: a shell that has read the first line finds it (docs/desktop.md).
+        discovery.publish(settings.data_dir, _record(settings, listener, token_file, app.state.started_at))
+        # Scripts and tests parse exactly this first stdout line (docs/api.md §1.3).
+        print(f"agent-bridge listening on {listener.shown}", flush=True)
+        if listener.url is not None:
+            # The second: a link that logs a browser in once (docs/security.md "One-time
+            # link"). The code sits in the fragment, which browsers never send to a server.
+            print(f"open {page_link(listener.scheme, listener.host, listener.port, app.state)}", flush=True)
 
     token_file = settings.data_dir / "token"
     had_token_file = token_file.exists()
-    app = create_app(settings, on_ready=ready, bound_port=port)
+    app = create_app(settings, on_ready=ready, bound_port=listener.port, unix_socket=listener.uds is not None)
     _log_token_source(settings, token_file, had_token_file)
+    server = _Server(
+        _uvicorn_config(settings, app, unix_socket=listener.uds is not None),
+        before_shutdown=lambda: app.state.registry.close_clients("daemon_shutdown"),
+        parent_pid=parent_pid,
+    )
+    try:
+        asyncio.run(server.serve(sockets=[listener.sock]))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        discovery.withdraw(settings.data_dir, os.getpid())
+        listener.close()
+    logging.shutdown()
+    datadir.unlock(lock_fd)
+    return 0 if server.started else 1
+
+
+def _serve_refusal(settings: Settings, parent_pid: int | None, *, unix_socket: bool) -> str | None:
+    if settings.no_auth and not unix_socket and not is_loopback_host(settings.host):
+        return "--no-auth is refused unless the bind address is loopback"
+    if parent_pid is not None and (parent_pid <= 0 or not alive(parent_pid)):
+        return f"--parent-pid {parent_pid} is not a running process"
+    return None
+
+
+def _uvicorn_config(settings: Settings, app: Any, *, unix_socket: bool) -> uvicorn.Config:
+    from bridge.api.ws_transport import PROTOCOL as WS_PROTOCOL
+
     ssl: dict[str, Any] = {}
     if settings.server.tls_cert and settings.server.tls_key:
         ssl = {"ssl_certfile": settings.server.tls_cert, "ssl_keyfile": settings.server.tls_key}
@@ -191,7 +253,7 @@ def serve(settings: Settings, *, secret_on_command_line: bool = False) -> int:
     # trust_proxy_headers, by security.RequestGuard (docs/security.md).
     limit = connection_limit(settings.server.max_connections, settings.server.max_conversations)
     guard = ConnectionGuard(limit, settings.server.header_timeout_s, settings.server.body_timeout_s)
-    config = uvicorn.Config(
+    return uvicorn.Config(
         app,
         http=guarded_protocol(guard),  # bounded connections, request headers on time
         log_config=None,
@@ -202,18 +264,10 @@ def serve(settings: Settings, *, secret_on_command_line: bool = False) -> int:
         ws_max_size=16 * 1024 * 1024,
         ws_ping_interval=settings.server.ws_ping_interval_s,
         ws_ping_timeout=settings.server.ws_ping_timeout_s,
-        ws_per_message_deflate=ws_compression(settings),
+        ws_per_message_deflate=ws_compression(settings, unix_socket=unix_socket),
         timeout_graceful_shutdown=5,
         **ssl,
     )
-    server = _Server(config, before_shutdown=lambda: app.state.registry.close_clients("daemon_shutdown"))
-    try:
-        asyncio.run(server.serve(sockets=[sock]))
-    except KeyboardInterrupt:
-        pass
-    logging.shutdown()
-    datadir.unlock(lock_fd)
-    return 0 if server.started else 1
 
 
 def _log_token_source(settings: Settings, token_file: Path, had_token_file: bool) -> None:
@@ -245,13 +299,35 @@ class _Server(uvicorn.Server):
     daemon exit by signal; a graceful stop should exit 0 (issue #3), so the signals are
     handled here instead. Before uvicorn waits for open connections, every WebSocket and
     SSE client is told the daemon is going away (close 1001 / ``event: close``), so that
-    wait is short and clients know to reconnect with ``after=``."""
+    wait is short and clients know to reconnect with ``after=``. With ``parent_pid``
+    (sidecar mode), that process's exit is one more reason for the same graceful stop."""
 
-    def __init__(self, config: uvicorn.Config, *, before_shutdown: Callable[[], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        *,
+        before_shutdown: Callable[[], Awaitable[None]],
+        parent_pid: int | None = None,
+    ) -> None:
         super().__init__(config)
         self._before_shutdown = before_shutdown
+        self._parent_pid = parent_pid
+        self._parent: ParentWatch | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self._parent_pid is not None:
+            self._parent = ParentWatch(self._parent_pid, self._parent_exited)
+            self._parent.start()
+
+    def _parent_exited(self) -> None:
+        quieted = quiet_broken_stdio()  # before anything logs: the dead shell's pipes
+        log.info("daemon.parent_exited", pid=self._parent_pid, stdio_to_devnull=quieted)
+        self.should_exit = True
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self._parent is not None:
+            self._parent.close()
         with contextlib.suppress(Exception):  # never let this stop the shutdown itself
             await asyncio.wait_for(self._before_shutdown(), CLIENT_CLOSE_WAIT_S)
         await super().shutdown(sockets)
@@ -292,6 +368,199 @@ def _bind(host: str, port: int) -> socket.socket:
     sock.listen(2048)
     sock.set_inheritable(False)
     return sock
+
+
+@dataclass
+class _Listener:
+    """The one listening socket: TCP (``url`` the address a local client uses) or a Unix
+    socket (``uds`` its path; ``url`` None)."""
+
+    sock: socket.socket
+    scheme: str
+    host: str
+    port: int
+    uds: Path | None = None
+    uds_inode: int | None = None
+
+    @property
+    def url(self) -> str | None:
+        if self.uds is not None:
+            return None
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host  # noqa: S104 -- wildcard
+        shown = f"[{host}]" if ":" in host else host
+        return f"{self.scheme}://{shown}:{self.port}"
+
+    @property
+    def shown(self) -> str:
+        """What the first stdout line names (docs/api.md §1.3)."""
+        if self.uds is not None:
+            return f"unix:{self.uds}"
+        shown = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{shown}:{self.port}"
+
+    def close(self) -> None:
+        self.sock.close()
+        if self.uds is not None:
+            with contextlib.suppress(OSError):
+                if os.lstat(self.uds).st_ino == self.uds_inode:  # ours, not a successor's
+                    os.unlink(self.uds)
+
+
+def _listen(settings: Settings, uds: str | None) -> _Listener:
+    scheme = "https" if settings.server.tls_cert and settings.server.tls_key else "http"
+    if uds is not None:
+        path = Path(uds).expanduser().absolute()
+        sock = _bind_uds(path)
+        return _Listener(sock, scheme, "localhost", 0, uds=path, uds_inode=os.lstat(path).st_ino)
+    sock = _bind(settings.host, settings.port)
+    host, port = sock.getsockname()[:2]
+    return _Listener(sock, scheme, host, port)
+
+
+# sun_path holds 108 bytes on Linux, the last a NUL.
+UDS_PATH_MAX = 107
+
+
+def _bind_uds(path: Path) -> socket.socket:
+    """A Unix socket at ``path``, mode 0600 before it listens. A socket file nobody listens
+    on (a daemon that died) is replaced; a live one, or anything else there, is refused."""
+    if len(os.fsencode(path)) > UDS_PATH_MAX:
+        raise BridgeError(
+            f"--uds {path}: longer than {UDS_PATH_MAX} bytes, the limit of a Unix socket path", code="bind_failed"
+        )
+    _clear_dead_socket(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(str(path))  # umask 077 (datadir.make_private): never wider than 0700
+        os.chmod(path, 0o600)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise BridgeError(f"cannot listen on {path}: {exc.strerror}", code="bind_failed") from exc
+    sock.set_inheritable(False)
+    return sock
+
+
+def _clear_dead_socket(path: Path) -> None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise BridgeError(f"cannot use --uds {path}: {exc.strerror}", code="bind_failed") from exc
+    if not stat.S_ISSOCK(st.st_mode):
+        raise BridgeError(f"--uds {path} exists and is not a socket; refusing to replace it", code="bind_failed")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(str(path))
+    except ConnectionRefusedError:
+        os.unlink(path)  # nobody listens: a dead daemon's socket
+        log.info("uds.stale_socket_replaced", path=str(path))
+        return
+    except OSError as exc:
+        raise BridgeError(f"cannot use --uds {path}: {exc.strerror}", code="bind_failed") from exc
+    finally:
+        probe.close()
+    raise BridgeError(f"--uds {path} is in use by another process", code="bind_failed")
+
+
+def _record(settings: Settings, listener: _Listener, token_file: Path, started_at: str) -> discovery.Record:
+    from_file = not settings.no_auth and not settings.token
+    return discovery.Record(
+        url=listener.url,
+        uds=None if listener.uds is None else str(listener.uds),
+        pid=os.getpid(),
+        version=__version__,
+        started_at=started_at,
+        token_file=str(token_file) if from_file else None,
+        data_dir=str(settings.data_dir),
+        auth=not settings.no_auth,
+    )
+
+
+# --------------------------------------------------------------------------- status, login-link
+
+NOT_RUNNING = 3  # status and login-link: no daemon serves that data dir (docs/api.md §1.1)
+
+
+def _data_dir(flag: str | None) -> Path:
+    """The data dir as serve resolves it (docs/api.md §1.2): flag, env twin, default."""
+    return Path(flag or os.environ.get("AGENT_BRIDGE_DATA_DIR") or default_data_dir(os.environ)).expanduser().absolute()
+
+
+def status(data_dir: Path, *, as_json: bool) -> int:
+    found = discovery.look(data_dir)
+    if as_json:
+        print(json.dumps(_status_json(data_dir, found), indent=2))
+    elif found.state == "running" and found.info is None:
+        assert found.record is not None
+        print(f"running: pid {found.record.pid}, {_where(found.record)} ({found.detail})")
+    elif found.state == "running":
+        assert found.record is not None and found.info is not None
+        rec, info = found.record, found.info
+        print(
+            f"running: pid {rec.pid}, {_where(rec)}, version {info.get('version')}, "
+            f"up {_duration(info.get('uptime_s'))}, {info.get('live_agents')} live agent(s), "
+            f"{info.get('loaded_threads')} loaded thread(s)"
+        )
+    else:
+        print(f"{found.state.replace('_', ' ')}: {found.detail}")
+    return 0 if found.state == "running" else NOT_RUNNING
+
+
+def _where(rec: discovery.Record) -> str:
+    return rec.url or f"unix:{rec.uds}"
+
+
+def _status_json(data_dir: Path, found: discovery.Found) -> dict[str, Any]:
+    out: dict[str, Any] = {"state": found.state, "running": found.state == "running", "data_dir": str(data_dir)}
+    if found.record is not None:
+        out.update({k: v for k, v in found.record.as_dict().items() if k != "data_dir"})
+    info = found.info or {}
+    for key in ("uptime_s", "live_agents", "loaded_threads", "subscribers"):
+        out[key] = info.get(key)
+    out["detail"] = found.detail
+    return out
+
+
+def _duration(seconds: object) -> str:
+    if not isinstance(seconds, (int, float)):
+        return "?"
+    s = int(seconds)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def login_link(data_dir: Path) -> int:
+    """A fresh one-time sign-in link from the running daemon (``POST /v1/login-codes``)."""
+    found = discovery.look(data_dir)
+    rec = found.record
+    if found.state != "running" or rec is None:
+        print(
+            f"agent-bridge: no daemon serves {data_dir} ({found.state.replace('_', ' ')}: {found.detail})",
+            file=sys.stderr,
+        )
+        return NOT_RUNNING
+    if rec.url is None:
+        print(
+            f"agent-bridge: the daemon listens on the Unix socket {rec.uds} only; no browser can reach it",
+            file=sys.stderr,
+        )
+        return 2
+    if not rec.auth:
+        print(f"{rec.url}/")
+        return 0
+    try:
+        code, body = discovery.probe(rec, "POST", "/v1/login-codes", token=discovery.token_for(rec))
+    except (OSError, http.client.HTTPException) as exc:
+        print(f"agent-bridge: the daemon did not answer: {exc}", file=sys.stderr)
+        return NOT_RUNNING
+    if code != 201 or not isinstance(body, dict) or not isinstance(body.get("code"), str):
+        where = rec.token_file or "AGENT_BRIDGE_TOKEN"
+        print(f"agent-bridge: the daemon refused the token from {where} ({code}); is it its own?", file=sys.stderr)
+        return 2
+    print(f"{rec.url}/#login={body['code']}")
+    return 0
 
 
 __all__ = ["main", "serve"]

@@ -87,7 +87,12 @@ class Daemon:
     """A real ``python -m bridge serve`` on port 0."""
 
     def __init__(
-        self, tmp: Path, config: str, token: str | None = TOKEN, extra_env: dict[str, str] | None = None
+        self,
+        tmp: Path,
+        config: str,
+        token: str | None = TOKEN,
+        extra_env: dict[str, str] | None = None,
+        extra_args: list[str] | None = None,
     ) -> None:
         self.tmp = tmp
         self.data_dir = tmp / "data"
@@ -95,6 +100,7 @@ class Daemon:
         self.config_path.write_text(config)
         self.token = token
         self.extra_env = extra_env or {}
+        self.extra_args = extra_args or []
         self.proc: asyncio.subprocess.Process | None = None
         self.url = ""
         self.first_line = ""
@@ -118,6 +124,7 @@ class Daemon:
         ]
         if self.token:
             argv += ["--token", self.token]
+        argv += self.extra_args
         env = {**os.environ, **self.extra_env}
         env.pop("AGENT_BRIDGE_TOKEN", None)
         with self.stderr_path.open("ab") as err:

@@ -45,7 +45,7 @@ def tree(root: Path, *, tools: bool) -> Path:
     (root / "scripts").mkdir(parents=True)
     shutil.copy2(GATE, root / "scripts" / "check")
     shutil.copy2(ROOT / "pyproject.toml", root / "pyproject.toml")
-    for package in ("bridge", "tests", "bench"):
+    for package in ("bridge", "tests", "bench", "examples"):
         (root / package).mkdir()
         (root / package / "__init__.py").write_text("")
         (root / package / "clean.py").write_text(CLEAN)

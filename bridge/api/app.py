@@ -3,6 +3,7 @@ Origin, CORS) wraps everything, and every ``/v1`` route needs credentials (auth.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -16,6 +17,7 @@ from bridge import __version__
 from bridge.api.auth import LoginCodes, Refusals, Sessions, resolve_token, session_router
 from bridge.api.guard import PageHeaders, RequestGuard
 from bridge.api.limits import BodyLimit
+from bridge.clock import now_iso
 from bridge.config import Settings
 from bridge.errors import BridgeError, ConfigError, Throttled, error_body
 from bridge.network import is_loopback_host
@@ -27,14 +29,19 @@ log = structlog.get_logger("bridge.api")
 
 
 def create_app(
-    settings: Settings, *, on_ready: Callable[[], None] | None = None, bound_port: int | None = None
+    settings: Settings,
+    *,
+    on_ready: Callable[[], None] | None = None,
+    bound_port: int | None = None,
+    unix_socket: bool = False,
 ) -> FastAPI:
     """``bound_port``: the port actually listened on (``--port 0`` is only resolved once
-    the socket is bound); the Host check needs it. Defaults to ``settings.port``."""
-    from bridge.api import events, threads, web, ws
+    the socket is bound); the Host check needs it. Defaults to ``settings.port``.
+    ``unix_socket``: the daemon listens on a Unix socket only (``--uds``, §3.3)."""
+    from bridge.api import daemon, events, threads, web, ws
 
-    if settings.no_auth and not is_loopback_host(settings.host):
-        raise ConfigError("--no-auth is refused unless the bind address is loopback")
+    if settings.no_auth and not unix_socket and not is_loopback_host(settings.host):
+        raise ConfigError("--no-auth is refused unless the bind address is loopback or a Unix socket")
     token = resolve_token(settings)
     server = settings.server
     tls = bool(server.tls_cert and server.tls_key)
@@ -50,6 +57,7 @@ def create_app(
         app.state.store = store
         app.state.registry = registry
         app.state.native_sessions = NativeSessions(settings)
+        app.state.started_at, app.state.started_monotonic = now_iso(), time.monotonic()
         log.info("daemon.started", data_dir=str(settings.data_dir), agents=list(settings.agents))
         if on_ready is not None:
             on_ready()
@@ -76,6 +84,7 @@ def create_app(
         allowed_origins=server.allowed_origins,
         tls=tls,
         trust_proxy_headers=server.trust_proxy_headers,
+        unix_socket=unix_socket,
     )
     app.add_middleware(PageHeaders)  # outermost: refusals carry the headers too
 
@@ -141,6 +150,7 @@ def create_app(
         return PlainTextResponse(body, media_type="text/plain; version=0.0.4")
 
     app.include_router(session_router)
+    app.include_router(daemon.router)
     app.include_router(threads.router)
     app.include_router(ws.router)
     app.include_router(events.router)

@@ -8,7 +8,8 @@
   ``POST /v1/session``. Never a URL query parameter.
 * One-time login codes (:class:`LoginCodes`): the daemon prints one in the link it shows at
   start-up (``/#login=<code>``, in the URL fragment, which browsers never send); the page
-  trades it once for the session cookie (``POST /v1/session {"code"}``).
+  trades it once for the session cookie (``POST /v1/session {"code"}``). A holder of the
+  token mints more with ``POST /v1/login-codes`` (``agent-bridge login-link``).
 
 The request guard (Host, Origin, CORS, page headers) is api/guard.py.
 
@@ -347,6 +348,24 @@ async def login(request: Request) -> Response:
     sid = await sessions.create()
     secure = bool(state.tls) or request.scope.get("bridge.scheme") == "https"
     return _cookie_response(sid, max(1, math.ceil(sessions.ttl_s)), secure=secure)
+
+
+@session_router.post("/login-codes", status_code=201)
+async def new_login_code(request: Request) -> Response:
+    """A fresh one-time login code (``agent-bridge login-link``), for the bearer token
+    only: a browser session may not mint the codes that would outlive it."""
+    state = request.app.state
+    given = bearer_from_header(request.headers.get("authorization"))
+    if state.token is not None and (
+        given is None or not authorized(state, request.headers, {}, peer=_peer(request.client))
+    ):
+        raise Unauthorized("POST /v1/login-codes needs the token as Authorization: Bearer")
+    codes: LoginCodes = state.login_codes
+    body = {"code": codes.issue(), "expires_in_s": codes.ttl_s}
+    return Response(json.dumps(body), status_code=201, media_type="application/json", headers=_NO_STORE)
+
+
+_NO_STORE = {"Cache-Control": "no-store"}
 
 
 def _code_from_body(body: bytes) -> object:

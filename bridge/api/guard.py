@@ -36,8 +36,9 @@ class RequestGuard:
 
     1. Host: bound to loopback, the Host header must be a loopback name or address with
        the bound port, or match ``allowed_hosts``; bound elsewhere, only a non-empty
-       ``allowed_hosts`` is enforced (loopback names with the port still pass).
-       Otherwise 421 ``host_not_allowed``.
+       ``allowed_hosts`` is enforced (loopback names with the port still pass). On a
+       Unix socket (``--uds``) there is no port: a loopback name with any port, or
+       none, passes. Otherwise 421 ``host_not_allowed``.
     2. Origin: a WebSocket upgrade or a state-changing request (not GET/HEAD/OPTIONS) that
        carries an Origin other than the daemon's own (same scheme, host and port as the
        Host header) or one in ``allowed_origins`` gets 403 ``origin_not_allowed``.
@@ -55,9 +56,11 @@ class RequestGuard:
         allowed_origins: Iterable[str],
         tls: bool,
         trust_proxy_headers: bool,
+        unix_socket: bool = False,
     ) -> None:
         self.app = app
-        self.loopback = is_loopback_host(bind_host)
+        self.unix_socket = unix_socket
+        self.loopback = unix_socket or is_loopback_host(bind_host)
         self.port = port
         self.allowed_hosts = [parse_host_port(h) for h in allowed_hosts]
         self.allowed_origins = {parse_origin(o) for o in allowed_origins}
@@ -119,7 +122,7 @@ class RequestGuard:
 
     def _host_allowed(self, host: tuple[str, int | None], scheme: str) -> bool:
         name, port = host
-        if is_loopback_host(name) and (port or DEFAULT_PORTS[scheme]) == self.port:
+        if is_loopback_host(name) and self._own_port(port, scheme):
             return True
         for a_name, a_port in self.allowed_hosts:
             # No port in the Host header: the client used a default port (80 or 443;
@@ -129,6 +132,10 @@ class RequestGuard:
             ):
                 return True
         return False
+
+    def _own_port(self, port: int | None, scheme: str) -> bool:
+        # A Unix socket has no port: whatever the client wrote (or none) is its own.
+        return self.unix_socket or (port or DEFAULT_PORTS[scheme]) == self.port
 
     async def _preflight(
         self, scope: Scope, receive: Receive, send: Send, headers: Headers, origin: str | None

@@ -1,0 +1,33 @@
+"""``GET /v1/daemon`` (docs/api.md §4.14): what a local shell asks the daemon about itself
+(``agent-bridge status``). Authenticated like every ``/v1`` route: the pid and data dir
+are nobody else's business."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+
+from bridge import __version__
+from bridge.api.auth import require_auth
+from bridge.sessions.registry import Registry
+
+router = APIRouter(prefix="/v1", dependencies=[Depends(require_auth)])
+
+
+@router.get("/daemon")
+async def daemon_info(request: Request) -> dict[str, Any]:
+    state = request.app.state
+    reg: Registry = state.registry
+    return {
+        "pid": os.getpid(),
+        "version": __version__,
+        "started_at": state.started_at,
+        "uptime_s": round(time.monotonic() - state.started_monotonic, 3),
+        "data_dir": str(state.settings.data_dir),
+        "live_agents": reg.live_count(),
+        "loaded_threads": reg.loaded_count(),
+        "subscribers": reg.subscriber_count(),
+    }

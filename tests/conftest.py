@@ -8,13 +8,15 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import websockets
+
+from tests.support.redis_server import REDIS_SERVER, RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_AGENT = ROOT / "tests" / "agents" / "fake_agent.py"
@@ -339,3 +341,16 @@ async def new_thread(d: Daemon, agent: str, **body: Any) -> dict[str, Any]:
         r = await http.post("/v1/threads", json={"agent": agent, **body})
         assert r.status_code == 201, r.text
         return dict(r.json())
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A real redis-server on a free loopback port, for this test only (tests/bus)."""
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed (Debian package redis-server; .ci/run installs it)")
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -1,4 +1,4 @@
-"""Command line (docs/api.md §1.1): ``serve``, ``agents``, ``--version``."""
+"""Command line (docs/api.md §1.1): ``serve``, ``agents``, ``migrate``, ``--version``."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ from bridge.logs import configure_logging
 from bridge.network import is_loopback_host
 from bridge.process.launch import executable_problem
 from bridge.process.subreaper import TRACKER, reap_recorded
-from bridge.store.sqlite import check_schema
+from bridge.store import factory as store_factory
+from bridge.store.urls import parse as parse_store_url
 from bridge.tested_agents import TESTED, cli_version
 
 log = structlog.get_logger("bridge.cli")
@@ -57,6 +58,10 @@ def _parser() -> argparse.ArgumentParser:
     agents = sub.add_parser("agents", help="list agent profiles and whether each is usable")
     common(agents)
     agents.add_argument("--json", action="store_true", help="machine-readable output")
+
+    migrate = sub.add_parser("migrate", help="create or upgrade the store's schema, then exit")
+    common(migrate)
+    migrate.add_argument("--store-url", help="store URL (env AGENT_BRIDGE_STORE_URL, [store] url)")
     return p
 
 
@@ -69,6 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "agents":
             settings = load_settings(config=args.config, data_dir=args.data_dir)
             return _agents(settings, as_json=args.json)
+        if args.command == "migrate":
+            settings = load_settings(config=args.config, data_dir=args.data_dir, discover_path=False)
+            return _migrate(args.store_url or settings.store_url)
         settings = load_settings(
             config=args.config,
             host=args.host,
@@ -141,6 +149,14 @@ def _agents(settings: Settings, *, as_json: bool) -> int:
     return 0
 
 
+def _migrate(url: str) -> int:
+    """``agent-bridge migrate``: the versions applied, one line (under the migration lock)."""
+    shown = parse_store_url(url).shown
+    applied = asyncio.run(store_factory.migrate(url))
+    print(f"{shown}: " + (f"applied {', '.join(map(str, applied))}" if applied else "up to date"))
+    return 0
+
+
 def ws_compression(settings: Settings) -> bool:
     """Whether permessage-deflate is offered ([server] ws_compression)."""
     mode = settings.server.ws_compression
@@ -161,7 +177,11 @@ def serve(settings: Settings, *, secret_on_command_line: bool = False) -> int:
     # lock is held before the store is opened and before any reaper runs (bridge/datadir.py).
     datadir.make_private(settings.data_dir)
     lock_fd = datadir.lock(settings.data_dir)
-    check_schema(settings.data_dir / "bridge.db")  # a newer version's database: refused
+    # A newer version's database is refused; a shared store is migrated here, under its
+    # advisory lock, so a store that cannot be reached is one clear line (exit 2).
+    store_factory.check_schema(settings.store_url)
+    if not settings.store_url.startswith("sqlite:"):
+        asyncio.run(store_factory.migrate(settings.store_url))
     TRACKER.install(settings.data_dir)
     killed = reap_recorded(settings.data_dir)
     if killed:

@@ -328,3 +328,30 @@ async def new_thread(d: Daemon, agent: str, **body: Any) -> dict[str, Any]:
         r = await http.post("/v1/threads", json={"agent": agent, **body})
         assert r.status_code == 201, r.text
         return dict(r.json())
+
+
+# ---------------------------------------------------------------- a real PostgreSQL server
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Any:
+    """One real PostgreSQL server per test process (tests/support/postgres.py), started on
+    first use and stopped at the end; skipped, with the reason, where PostgreSQL is not
+    installed (CI=true turns that skip into a failure: .ci/run installs it)."""
+    from tests.support import postgres as pg
+
+    reason = pg.missing_reason()
+    if reason:
+        pytest.skip(reason)
+    with pg.running() as server:
+        yield server
+
+
+@pytest.fixture
+def pg_url(postgres: Any, request: pytest.FixtureRequest) -> str:
+    """A fresh, empty database on the test server for this test alone."""
+    import re
+    import uuid
+
+    name = re.sub(r"[^a-z0-9]+", "_", request.node.name.lower())[:40] + "_" + uuid.uuid4().hex[:8]
+    return str(postgres.create_database(name))

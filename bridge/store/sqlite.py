@@ -42,9 +42,10 @@ from typing import Any, TypeVar, cast
 
 import structlog
 
-from bridge.errors import StoreError
+from bridge.errors import LeaseLost, StoreError
 from bridge.protocols.envelope import Frames, stored_envelopes
 from bridge.protocols.events import Record
+from bridge.store import sqlite_leases as leases
 from bridge.store.base import PAGE_BYTES, ThreadFields, ThreadRow
 
 T = TypeVar("T")
@@ -115,6 +116,27 @@ _MIGRATIONS: list[str] = [
     ) WITHOUT ROWID;
     """,
 ]
+# 6: leases, replicas and the replica that recorded a thread's process (issue #18); the
+# same schema as PostgreSQL's (bridge/store/pg_schema.py), so both stores share one
+# protocol. A client_id is unique per thread in the database itself.
+_MIGRATIONS.append(
+    """
+    ALTER TABLE threads ADD COLUMN lease_owner TEXT;
+    ALTER TABLE threads ADD COLUMN lease_epoch INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE threads ADD COLUMN lease_expires REAL;
+    ALTER TABLE threads ADD COLUMN replica_id TEXT;
+    CREATE INDEX threads_by_lease_owner ON threads(lease_owner) WHERE lease_owner IS NOT NULL;
+    DROP INDEX events_by_client_id;
+    CREATE UNIQUE INDEX events_by_client_id ON events(thread_id, client_id) WHERE client_id IS NOT NULL;
+    CREATE TABLE replicas (
+        replica_id TEXT PRIMARY KEY,
+        instance TEXT NOT NULL,
+        url TEXT,
+        started_at TEXT NOT NULL,
+        heartbeat_at REAL NOT NULL
+    ) WITHOUT ROWID;
+    """
+)
 
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -177,6 +199,7 @@ class _Append:
     # value never wins (turn_active is only ever written by flush items, in order).
     touch: tuple[str | None, int | None, int | None] | None = None
     flush: bool = False
+    fence: tuple[str, int] | None = None  # (replica_id, epoch): the lease this append needs
 
 
 # At open: every thread's derived columns brought up to its newest stored event (a daemon
@@ -207,9 +230,10 @@ def _loop_idle(loop: asyncio.AbstractEventLoop) -> bool:
     return ready is not None and not ready
 
 
-class SqliteStore:
-    def __init__(self, path: Path, *, busy_timeout_ms: int = 2000) -> None:
+class SqliteStore(leases.SqliteLeases):
+    def __init__(self, path: Path, *, busy_timeout_ms: int = 2000, replica_id: str = "local") -> None:
         self.path = path
+        self.replica_id = replica_id
         self.busy_timeout_ms = busy_timeout_ms
         self._wexec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-w")
         self._rexec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-r")
@@ -375,7 +399,7 @@ class SqliteStore:
         return out
 
     async def create_thread(self, thread: ThreadRow) -> None:
-        row = self._dump({k: thread.get(k) for k in _THREAD_COLUMNS if k in thread})
+        row = leases.stamp(self._dump({k: thread.get(k) for k in _THREAD_COLUMNS if k in thread}), self.replica_id)
         cols = ",".join(row)
         marks = ",".join("?" for _ in row)
 
@@ -425,7 +449,7 @@ class SqliteStore:
         return rows, next_cursor
 
     async def update_thread(self, thread_id: str, fields: ThreadFields) -> None:
-        row = self._dump(fields)
+        row = leases.stamp(self._dump(fields), self.replica_id)
         if not row:
             return
         sets = ",".join(f"{k}=?" for k in row)
@@ -448,7 +472,9 @@ class SqliteStore:
         return await self._run(do)
 
     async def live_threads(self) -> list[ThreadRow]:
-        """Threads a previous daemon left with a process or a turn in flight."""
+        """Threads a previous daemon left with a process or a turn in flight. All of them:
+        a SQLite file is only ever one replica's (its data dir is locked), whatever
+        ``replica_id`` that replica had before (the default changes with the pid)."""
         await self._flush_touches()
 
         def do(db: sqlite3.Connection) -> list[ThreadRow]:
@@ -463,16 +489,23 @@ class SqliteStore:
     # ------------------------------------------------------------------ transcript
 
     async def append(
-        self, thread_id: str, records: Sequence[Record], client_ids: Sequence[str | None], thread_fields: ThreadFields
+        self,
+        thread_id: str,
+        records: Sequence[Record],
+        client_ids: Sequence[str | None],
+        thread_fields: ThreadFields,
+        *,
+        epoch: int | None = None,
     ) -> None:
         """Return once the records (and the thread fields) are committed. ``updated_at``,
         ``last_seq`` and ``turn_active`` are owed to the thread row and written later
-        (``_dirty``); any other field is written in the same transaction."""
+        (``_dirty``); any other field is written in the same transaction. With ``epoch``
+        the transaction first checks the lease in SQL (sqlite_leases.fence)."""
         rows = [
             (thread_id, r.seq, r.ts, r.source, r.kind, r.data_json, r.raw, int(r.relay), cid)
             for r, cid in zip(records, client_ids, strict=True)
         ]
-        fields = self._dump(thread_fields)
+        fields = leases.stamp(self._dump(thread_fields), self.replica_id)
         updated_at = fields.pop("updated_at", None)
         turn_active = fields.pop("turn_active", None)
         last_seq = records[-1].seq if records else None
@@ -481,6 +514,7 @@ class SqliteStore:
         if self._writer is None or self._wake is None:
             raise StoreError("store is not open")
         item = _Append(thread_id, rows, fields, None, (updated_at, last_seq, turn_active))
+        item.fence = None if epoch is None else (self.replica_id, epoch)
         loop = asyncio.get_running_loop()
         if not self._pending and _loop_idle(loop):
             # Nothing to group with (issue #8): commit here, with no hand-off to the writer
@@ -489,7 +523,7 @@ class SqliteStore:
             if failed is not None:
                 self._settled([item], failed)
                 if failed:
-                    raise StoreError(f"append refused: {failed[0]}")
+                    raise _refusal(failed[0])
                 return
         item.done = loop.create_future()
         self._pending.append(item)
@@ -532,7 +566,7 @@ class SqliteStore:
         for i, item in enumerate(batch):
             if i in failed:
                 if item.done is not None and not item.done.done():
-                    item.done.set_exception(StoreError(f"append refused: {failed[i]}"))
+                    item.done.set_exception(_refusal(failed[i]))
                 continue
             if item.touch is not None and not item.flush:
                 self.appended += len(item.rows)
@@ -717,6 +751,8 @@ def _write_item(db: sqlite3.Connection, item: _Append) -> None:
             (*item.touch, item.thread_id),
         )
         return
+    if item.fence is not None:
+        leases.fence(db, item.thread_id, *item.fence)
     if item.rows:
         db.executemany(
             "INSERT INTO events (thread_id,seq,ts,source,kind,data,raw,relay,client_id) VALUES (?,?,?,?,?,?,?,?,?)",
@@ -732,7 +768,13 @@ def _write_item(db: sqlite3.Connection, item: _Append) -> None:
 
 # This append alone is bad (a constraint, or text SQLite cannot encode): it is refused, the
 # rest of the batch commits, and the writer never stalls on it.
-_REFUSED = (sqlite3.IntegrityError, UnicodeEncodeError, ValueError, OverflowError)
+_REFUSED = (sqlite3.IntegrityError, UnicodeEncodeError, ValueError, OverflowError, leases.Fenced)
+
+
+def _refusal(reason: str) -> StoreError:
+    if reason.startswith(leases.LEASE_LOST):
+        return LeaseLost(reason)
+    return StoreError(f"append refused: {reason}")
 
 
 def _commit(db: sqlite3.Connection, batch: list[_Append]) -> dict[int, str]:

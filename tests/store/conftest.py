@@ -4,11 +4,11 @@ test's tmp dir or a fresh database on the test PostgreSQL server."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from support.stores import StoreFactory
 
 from bridge.store.base import Store
 from bridge.store.factory import make_store
@@ -28,9 +28,6 @@ def store_url(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -
     return str(request.getfixturevalue("pg_url"))
 
 
-StoreFactory = Callable[..., contextlib.AbstractAsyncContextManager[Store]]
-
-
 @pytest.fixture
 def opened(store_url: str) -> StoreFactory:
     """``async with opened(replica_id="a") as store``: a store on the test's database,
@@ -46,20 +43,3 @@ def opened(store_url: str) -> StoreFactory:
             await store.close()
 
     return make
-
-
-def thread(tid: str, ts: str = "2026-11-30T00:00:00.000Z", **extra: Any) -> dict[str, Any]:
-    return {
-        "id": tid,
-        "agent": "a",
-        "protocol": "stream-json",
-        "cwd": "/tmp",
-        "title": "",
-        "state": "idle",
-        "turn_active": False,
-        "last_seq": 0,
-        "created_at": ts,
-        "updated_at": ts,
-        "options": {},
-        **extra,
-    }

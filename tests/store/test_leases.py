@@ -26,7 +26,10 @@ async def seqs(store: Store, tid: str) -> list[int]:
 async def expire(store: Store, tid: str, owner: str) -> None:
     """Wait (on the database's clock) until ``owner``'s lease on ``tid`` has expired."""
     async with asyncio.timeout(10):
-        while (lease := await store.lease_of(tid)) is not None and lease.owner == owner and lease.live:
+        while True:
+            lease = await store.lease_of(tid)
+            if lease is None or lease.owner != owner or not lease.live:
+                return
             await asyncio.sleep(0.02)
 
 
@@ -150,9 +153,11 @@ async def test_takeover_racing_appends_serialises(opened: StoreFactory) -> None:
                 await asyncio.sleep(0)
 
         async def taker() -> int:
-            while (got := await b.acquire_lease("thr_1", "b", 30)) is None:
+            while True:
+                got = await b.acquire_lease("thr_1", "b", 30)
+                if got is not None:
+                    return got
                 await asyncio.sleep(0.01)
-            return got
 
         _, new_epoch = await asyncio.gather(owner(), taker())
         assert new_epoch == epoch + 1

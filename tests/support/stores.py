@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from bridge.protocols.events import Record
 from bridge.store.base import Store
+from bridge.store.factory import make_store
 
 StoreFactory = Callable[..., contextlib.AbstractAsyncContextManager[Store]]
 
@@ -33,3 +34,14 @@ def records(first: int, n: int, ts: str = "2026-11-30T00:00:01.000Z") -> list[Re
     return [
         Record(seq, ts, "agent", "message.delta", {"text": str(seq)}, None, False) for seq in range(first, first + n)
     ]
+
+
+@contextlib.asynccontextmanager
+async def opened_at(url: str, replica_id: str = "local") -> AsyncIterator[Store]:
+    """A store on ``url`` for ``replica_id``, opened, and closed afterwards."""
+    store = make_store(url, replica_id=replica_id)
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()

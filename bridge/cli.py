@@ -181,7 +181,7 @@ def serve(settings: Settings, *, secret_on_command_line: bool = False) -> int:
     # advisory lock, so a store that cannot be reached is one clear line (exit 2).
     store_factory.check_schema(settings.store_url)
     if not settings.store_url.startswith("sqlite:"):
-        asyncio.run(store_factory.migrate(settings.store_url))
+        asyncio.run(store_factory.migrate(settings.store_url, replica_id=settings.cluster.replica_id))
     TRACKER.install(settings.data_dir)
     killed = reap_recorded(settings.data_dir)
     if killed:

@@ -23,6 +23,7 @@ from bridge.network import is_loopback_host
 from bridge.sessions.registry import Registry
 from bridge.store.base import Store
 from bridge.store.factory import open_store
+from bridge.store.urls import redact
 
 log = structlog.get_logger("bridge.api")
 
@@ -54,7 +55,13 @@ def create_app(
         await registry.start()
         app.state.store = store
         app.state.registry = registry
-        log.info("daemon.started", data_dir=str(settings.data_dir), agents=list(settings.agents))
+        log.info(
+            "daemon.started",
+            data_dir=str(settings.data_dir),
+            agents=list(settings.agents),
+            store=redact(settings.store_url),
+            replica_id=settings.cluster.replica_id,
+        )
         if on_ready is not None:
             on_ready()
         try:

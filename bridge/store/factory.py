@@ -50,9 +50,12 @@ def check_schema(url: str) -> None:
         check_sqlite(parsed.path)
 
 
-async def migrate(url: str) -> list[int]:
+async def migrate(url: str, *, replica_id: str | None = None) -> list[int]:
     """Create or upgrade the schema the URL names; the versions applied (``agent-bridge
-    migrate``). SQLite migrates itself at open, so this opens and closes it."""
+    migrate``, and ``serve`` before it starts). SQLite migrates itself at open, so this
+    opens and closes it. With ``replica_id`` (PostgreSQL), also refuse
+    (``replica_id_in_use``) when a live process holds that replica's lock, so ``serve``
+    says so in one line before it starts (the lock itself is taken by the store at open)."""
     parsed = urls.parse(url)
     if parsed.kind == "sqlite":
         from bridge.store.sqlite import SCHEMA_VERSION, SqliteStore
@@ -76,7 +79,10 @@ async def migrate(url: str) -> list[int]:
             f"cannot connect to {parsed.shown}: {parsed.scrub(str(exc)).strip()}", code="store_unavailable"
         ) from exc
     try:
-        return await pg_schema.migrate(conn)
+        applied = await pg_schema.migrate(conn)
+        if replica_id is not None and await pg_schema.replica_locked(conn, replica_id):
+            raise pg_schema.replica_in_use(replica_id)
+        return applied
     except psycopg.Error as exc:
         raise StoreError(f"migration failed on {parsed.shown}: {parsed.scrub(str(exc)).strip()}") from exc
     finally:

@@ -137,3 +137,26 @@ async def migrate(conn: Any, migrations: list[str] | None = None) -> list[int]:
         return applied
     finally:
         await conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, MIGRATE_LOCK))
+
+
+def replica_in_use(replica_id: str) -> StoreError:
+    return StoreError(
+        f"replica_id {replica_id!r} is in use by another live process on this store: "
+        "give each replica its own ([cluster] replica_id, AGENT_BRIDGE_REPLICA_ID)",
+        code="replica_id_in_use",
+    )
+
+
+async def try_replica_lock(conn: Any, replica_id: str) -> bool:
+    """Take the replica's session-level lock on ``conn`` (held until it is closed)."""
+    cur = await conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (REPLICA_LOCK_CLASS, replica_id))
+    row = await cur.fetchone()
+    return bool(row and row[0])
+
+
+async def replica_locked(conn: Any, replica_id: str) -> bool:
+    """Whether a live session holds the replica's lock (taken and given back at once)."""
+    if not await try_replica_lock(conn, replica_id):
+        return True
+    await conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (REPLICA_LOCK_CLASS, replica_id))
+    return False

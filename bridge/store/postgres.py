@@ -111,6 +111,7 @@ class PostgresStore:
         self._control = _Conn()
         self._replica_locked = False
         self._instance: str | None = None
+        self._replica_url: str | None = None
         self._pending: list[_Append] = []
         self._wake: asyncio.Event | None = None
         self._writer: asyncio.Task[None] | None = None
@@ -525,16 +526,8 @@ class PostgresStore:
 
         async def do(c: AsyncConnection[Any]) -> None:
             if not self._replica_locked:
-                cur = await c.execute(
-                    "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (pg_schema.REPLICA_LOCK_CLASS, self.replica_id)
-                )
-                row = await cur.fetchone()
-                if not row or not row[0]:
-                    raise StoreError(
-                        f"replica_id {self.replica_id!r} is in use by another live process on this store: "
-                        "give each replica its own ([cluster] replica_id, AGENT_BRIDGE_REPLICA_ID)",
-                        code="replica_id_in_use",
-                    )
+                if not await pg_schema.try_replica_lock(c, self.replica_id):
+                    raise pg_schema.replica_in_use(self.replica_id)
                 self._replica_locked = True
             await c.execute(
                 "INSERT INTO replicas (replica_id, instance, url, started_at, heartbeat_at) "
@@ -544,7 +537,7 @@ class PostgresStore:
                 (self.replica_id, instance, url),
             )
 
-        self._instance = instance
+        self._instance, self._replica_url = instance, url
         await self._do(self._control, do)
 
     async def heartbeat(self) -> None:
@@ -553,7 +546,7 @@ class PostgresStore:
         if self._control.conn is None or self._control.conn.closed:
             self._replica_locked = False
             if self._instance is not None:
-                await self.register_replica(self._instance, None)
+                await self.register_replica(self._instance, self._replica_url)
                 return
         await self._do(
             self._control,

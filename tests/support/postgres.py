@@ -94,6 +94,10 @@ class Postgres:
         )
         if r.returncode != 0:
             raise RuntimeError(f"initdb failed: {r.stderr or r.stdout}")
+        self.start_server()
+
+    def start_server(self) -> None:
+        """(Re)start the server on its data dir and port (after :meth:`stop`, too)."""
         opts = (
             f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
             "-c synchronous_commit=on -c full_page_writes=off -c max_connections=200"

@@ -101,10 +101,9 @@ class _Conn:
 
 
 class PostgresStore:
-    def __init__(self, url: StoreUrl, *, replica_id: str = "local", migrate: bool = True) -> None:
+    def __init__(self, url: StoreUrl, *, replica_id: str = "local") -> None:
         self.url = url
         self.replica_id = replica_id
-        self.migrate = migrate
         self._writer_conn = _Conn()
         self._readers = [_Conn() for _ in range(READERS)]
         self._next_reader = 0
@@ -168,14 +167,9 @@ class PostgresStore:
     async def open(self) -> None:
         conn = await self._connect()
         try:
-            if self.migrate:
-                applied = await pg_schema.migrate(conn)
-                if applied:
-                    log.info("store.migrated", url=self.url.shown, versions=applied)
-            elif await pg_schema.check(conn) < pg_schema.SCHEMA_VERSION:
-                raise StoreError(
-                    f"the database {self.url.shown} needs migrating: run agent-bridge migrate", code="schema_outdated"
-                )
+            applied = await pg_schema.migrate(conn)  # under the migration lock
+            if applied:
+                log.info("store.migrated", url=self.url.shown, versions=applied)
         except _TRANSIENT as exc:
             await conn.close()
             raise self._error(f"cannot open store {self.url.shown}", exc) from exc

@@ -157,6 +157,15 @@ def _migrate(url: str) -> int:
     return 0
 
 
+def _check_store(settings: Settings) -> None:
+    """A newer version's database is refused; a shared store is migrated here, under its
+    advisory lock, and its replica_id checked, so a store that cannot be reached or an id
+    in use is one clear line (exit 2) before anything listens."""
+    store_factory.check_schema(settings.store_url)
+    if not settings.store_url.startswith("sqlite:"):
+        asyncio.run(store_factory.migrate(settings.store_url, replica_id=settings.cluster.replica_id))
+
+
 def ws_compression(settings: Settings) -> bool:
     """Whether permessage-deflate is offered ([server] ws_compression)."""
     mode = settings.server.ws_compression
@@ -177,11 +186,7 @@ def serve(settings: Settings, *, secret_on_command_line: bool = False) -> int:
     # lock is held before the store is opened and before any reaper runs (bridge/datadir.py).
     datadir.make_private(settings.data_dir)
     lock_fd = datadir.lock(settings.data_dir)
-    # A newer version's database is refused; a shared store is migrated here, under its
-    # advisory lock, so a store that cannot be reached is one clear line (exit 2).
-    store_factory.check_schema(settings.store_url)
-    if not settings.store_url.startswith("sqlite:"):
-        asyncio.run(store_factory.migrate(settings.store_url, replica_id=settings.cluster.replica_id))
+    _check_store(settings)
     TRACKER.install(settings.data_dir)
     killed = reap_recorded(settings.data_dir)
     if killed:

@@ -291,8 +291,7 @@ def load_settings(
     raw: dict[str, Any] = load_toml(Path(config)) if config else {}
     server_raw = _table(raw.pop("server", {}) or {}, "[server] must be a table")
     agents_raw = _table(raw.pop("agents", {}) or {}, "[agents] must be a table of profiles")
-    store = _store(_table(raw.pop("store", {}) or {}, "[store] must be a table"), env)
-    cluster = _cluster(_table(raw.pop("cluster", {}) or {}, "[cluster] must be a table"), env)
+    store, cluster = _store(raw, env), _cluster(raw, env)
     if raw:
         raise ConfigError(f"unknown config sections: {', '.join(sorted(raw))}")
     server = _server(server_raw, host or env.get("AGENT_BRIDGE_HOST"), _port(port, env), env)
@@ -364,7 +363,9 @@ def _server(server_raw: dict[str, Any], host: str | None, port: int | None, env:
         raise ConfigError(f"[server]: {_errors(exc)}") from exc
 
 
-def _store(raw: dict[str, Any], env: Mapping[str, str]) -> StoreSettings:
+def _store(config: dict[str, Any], env: Mapping[str, str]) -> StoreSettings:
+    """``[store]`` (taken out of ``config``) with its env twin."""
+    raw = _table(config.pop("store", {}) or {}, "[store] must be a table")
     if env.get("AGENT_BRIDGE_STORE_URL"):
         raw["url"] = env["AGENT_BRIDGE_STORE_URL"]
     try:
@@ -378,7 +379,9 @@ def _store(raw: dict[str, Any], env: Mapping[str, str]) -> StoreSettings:
     return settings
 
 
-def _cluster(raw: dict[str, Any], env: Mapping[str, str]) -> ClusterSettings:
+def _cluster(config: dict[str, Any], env: Mapping[str, str]) -> ClusterSettings:
+    """``[cluster]`` (taken out of ``config``) with its env twin."""
+    raw = _table(config.pop("cluster", {}) or {}, "[cluster] must be a table")
     if env.get("AGENT_BRIDGE_REPLICA_ID"):
         raw["replica_id"] = env["AGENT_BRIDGE_REPLICA_ID"]
     try:

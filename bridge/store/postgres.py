@@ -614,25 +614,34 @@ def _fences_agree(items: Any) -> bool:
     return True
 
 
-async def _write(conn: AsyncConnection[Any], todo: list[tuple[int, _Append]]) -> dict[int, str]:
-    """The statements of one batch (in a transaction); appends refused by their fence."""
-    touches: dict[str, list[Any]] = {}  # thread → [last_seq, updated_at, turn_active, owner, epoch]
+def _touches(todo: list[tuple[int, _Append]]) -> dict[str, list[Any]]:
+    """One row of the fence-and-touch statement per thread: [last_seq, updated_at,
+    turn_active, owner, epoch] (the newest of each; the last turn_active; the fence)."""
+    touches: dict[str, list[Any]] = {}
     for _, item in todo:
         updated_at, last_seq, turn_active = item.touch
         t = touches.setdefault(item.thread_id, [None, None, None, None, None])
-        t[0] = last_seq if t[0] is None or (last_seq is not None and last_seq > t[0]) else t[0]
-        t[1] = updated_at if t[1] is None or (updated_at is not None and updated_at > t[1]) else t[1]
-        t[2] = t[2] if turn_active is None else turn_active
+        t[0] = _later(t[0], last_seq)
+        t[1] = _later(t[1], updated_at)
+        if turn_active is not None:
+            t[2] = turn_active
         if item.fence is not None:
             t[3], t[4] = item.fence
-    ids = list(touches)
-    cur = await conn.execute(_FENCE_TOUCH, [ids, *([t[k] for t in touches.values()] for k in range(5))])
-    passed = {r[0] for r in await cur.fetchall()}
-    failed = {
-        i: f"{LEASE_LOST}thread {item.thread_id} is no longer leased to {item.fence[0]} with epoch {item.fence[1]}"
-        for i, item in todo
-        if item.fence is not None and item.thread_id not in passed
-    }
+    return touches
+
+
+def _later(a: Any, b: Any) -> Any:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def _lease_lost(item: _Append) -> str:
+    owner, epoch = item.fence or ("", 0)
+    return f"{LEASE_LOST}thread {item.thread_id} is no longer leased to {owner} with epoch {epoch}"
+
+
+async def _write(conn: AsyncConnection[Any], todo: list[tuple[int, _Append]]) -> dict[int, str]:
+    """The statements of one batch (in a transaction); appends refused by their fence."""
+    failed = await _fence_and_touch(conn, todo)
     live = [item for i, item in todo if i not in failed]
     rows = [r for item in live for r in item.rows]
     if rows:
@@ -640,11 +649,18 @@ async def _write(conn: AsyncConnection[Any], todo: list[tuple[int, _Append]]) ->
     for item in live:
         if item.fields:
             sets = ",".join(f"{k} = %s" for k in item.fields)
-            await conn.execute(
-                f"UPDATE threads SET {sets} WHERE id = %s",  # noqa: S608
-                (*item.fields.values(), item.thread_id),
-            )
+            await conn.execute(f"UPDATE threads SET {sets} WHERE id = %s", (*item.fields.values(), item.thread_id))  # noqa: S608
     return failed
+
+
+async def _fence_and_touch(conn: AsyncConnection[Any], todo: list[tuple[int, _Append]]) -> dict[int, str]:
+    """The first statement: the thread rows brought forward and locked, the fences applied;
+    the appends whose fence failed."""
+    touches = _touches(todo)
+    columns = [[t[k] for t in touches.values()] for k in range(5)]
+    cur = await conn.execute(_FENCE_TOUCH, [list(touches), *columns])
+    passed = {r[0] for r in await cur.fetchall()}
+    return {i: _lease_lost(item) for i, item in todo if item.fence is not None and item.thread_id not in passed}
 
 
 async def _already_committed(conn: AsyncConnection[Any], batch: list[_Append]) -> set[int]:
@@ -653,11 +669,12 @@ async def _already_committed(conn: AsyncConnection[Any], batch: list[_Append]) -
     firsts = [(i, item.rows[0]) for i, item in enumerate(batch) if item.rows]
     if not firsts:
         return set()
+    tids, seqs, tss, datas = zip(*((r[0], r[1], r[2], r[5]) for _, r in firsts), strict=True)
     cur = await conn.execute(
         "SELECT e.thread_id, e.seq FROM events e JOIN unnest(%s::text[], %s::bigint[], %s::text[], %s::text[]) "
         "AS v(thread_id, seq, ts, data) ON e.thread_id = v.thread_id AND e.seq = v.seq "
         "AND e.ts = v.ts AND e.data = v.data",
-        [[r[0] for _, r in firsts], [r[1] for _, r in firsts], [r[2] for _, r in firsts], [r[5] for _, r in firsts]],
+        [list(tids), list(seqs), list(tss), list(datas)],
     )
     stored = {(t, s) for t, s in await cur.fetchall()}
     return {i for i, r in firsts if (r[0], r[1]) in stored}

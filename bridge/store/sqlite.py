@@ -514,7 +514,7 @@ class SqliteStore(leases.SqliteLeases):
         if self._writer is None or self._wake is None:
             raise StoreError("store is not open")
         item = _Append(thread_id, rows, fields, None, (updated_at, last_seq, turn_active))
-        item.fence = None if epoch is None else (self.replica_id, epoch)
+        item.fence = leases.fence_of(self.replica_id, epoch)
         loop = asyncio.get_running_loop()
         if not self._pending and _loop_idle(loop):
             # Nothing to group with (issue #8): commit here, with no hand-off to the writer

@@ -35,6 +35,11 @@ def stamp(fields: dict[str, Any], replica_id: str) -> dict[str, Any]:
     return fields
 
 
+def fence_of(replica_id: str, epoch: int | None) -> tuple[str, int] | None:
+    """What an append with ``epoch`` must find on its thread row (None: not fenced)."""
+    return None if epoch is None else (replica_id, epoch)
+
+
 def fence(db: sqlite3.Connection, thread_id: str, replica_id: str, epoch: int) -> None:
     """The first statement of a fenced append's transaction: zero rows, no append."""
     cur = db.execute(

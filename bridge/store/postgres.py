@@ -137,13 +137,15 @@ class PostgresStore:
     @contextlib.asynccontextmanager
     async def _use(self, slot: _Conn) -> AsyncIterator[AsyncConnection[Any]]:
         """The slot's connection (made again if it was lost), for this task alone; a lost
-        connection is dropped so the next use reconnects."""
+        connection, or one a cancelled task left mid-statement, is dropped so the next use
+        reconnects."""
         async with slot.lock:
             if slot.conn is None or slot.conn.closed:
                 slot.conn = await self._connect()
             try:
                 yield slot.conn
-            except _TRANSIENT:
+            except (*_TRANSIENT, asyncio.CancelledError):
+                # Gone, or left mid-statement by a cancelled caller: never reused.
                 await _discard(slot)
                 raise
 

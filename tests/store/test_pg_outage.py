@@ -61,3 +61,16 @@ async def test_appends_wait_out_an_outage_and_lose_nothing(own_postgres: Any) ->
         row = await store.get_thread("thr_1")
         assert row is not None and row["last_seq"] == 3
     assert all(postgres.PASSWORD not in (err or "") for _, err in health)
+
+
+async def test_a_read_cancelled_mid_query_leaves_the_store_usable(pg_url: str) -> None:
+    async with asyncio.timeout(30), opened_at(pg_url, "a") as store:
+        await store.create_thread(thread("thr_1"))  # type: ignore[arg-type]
+        await store.append("thr_1", records(1, 3), [None] * 3, {})
+        for _ in range(4):  # every reader connection at least once
+            slow = asyncio.create_task(store._read(lambda c: c.execute("SELECT pg_sleep(5)")))  # type: ignore[attr-defined]
+            await asyncio.sleep(0.2)
+            slow.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await slow
+            assert [r.seq for r in await store.read_events("thr_1", 0, 10)] == [1, 2, 3]

@@ -41,7 +41,7 @@ import psycopg
 import structlog
 from psycopg import AsyncConnection
 
-from bridge.errors import LeaseLost, StoreError
+from bridge.errors import InvalidRequest, LeaseLost, StoreError
 from bridge.protocols.envelope import Frames, stored_envelopes
 from bridge.protocols.events import Record
 from bridge.store import pg_schema
@@ -233,6 +233,9 @@ class PostgresStore:
         unknown = set(out) - set(_THREAD_COLUMNS)
         if unknown:
             raise ValueError(f"unknown thread columns {unknown}")
+        nul = [k for k, v in out.items() if isinstance(v, str) and "\x00" in v]
+        if nul:  # PostgreSQL text cannot hold one (JSON columns are escaped, so never there)
+            raise InvalidRequest(f"{', '.join(nul)} cannot contain a NUL character", code="invalid_request")
         return stamp(out, self.replica_id)
 
     async def create_thread(self, thread: ThreadRow) -> None:

@@ -9,7 +9,8 @@ import asyncio
 import pytest
 from support.stores import StoreFactory, records, thread
 
-from bridge.errors import LeaseLost, StoreError
+from bridge.errors import InvalidRequest, LeaseLost, StoreError
+from bridge.protocols.events import Record
 from bridge.store.base import Store
 
 pytestmark = pytest.mark.timeout(60)
@@ -190,3 +191,21 @@ async def test_client_ids_are_unique_per_thread_and_a_bad_append_is_refused_alon
         row = await s.get_thread("thr_1")
         assert row is not None and row["title"] == "ok" and row["last_seq"] == 3
         assert await s.find_client_event("thr_1", "c2") == 3
+
+
+async def test_a_nul_in_a_thread_title_is_refused_or_kept_never_a_store_failure(
+    opened: StoreFactory, store_kind: str
+) -> None:
+    """PostgreSQL text cannot hold a NUL: that store refuses it as a bad request (400), and
+    the store stays healthy; SQLite keeps it. Event text is JSON, escaped, on both."""
+    async with asyncio.timeout(30), opened() as s:
+        await s.create_thread(thread("thr_1"))  # type: ignore[arg-type]
+        if store_kind == "postgresql":
+            with pytest.raises(InvalidRequest):
+                await s.update_thread("thr_1", {"title": "a\x00b"})
+        else:
+            await s.update_thread("thr_1", {"title": "a\x00b"})
+        nul = Record(1, "2026-11-30T00:00:01.000Z", "agent", "message", {"text": "a\x00b"}, None, False)
+        await s.append("thr_1", [nul], [None], {})
+        (got,) = await s.read_events("thr_1", 0, 10)
+        assert got.data == {"text": "a\x00b"} and s.healthy

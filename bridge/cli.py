@@ -1,4 +1,4 @@
-"""Command line (docs/api.md §1.1): ``serve``, ``agents``, ``status``, ``login-link``, ``--version``."""
+"""Command line (docs/api.md §1.1): ``serve``, ``agents``, ``migrate``, ``status``, ``login-link``, ``--version``."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ from bridge.network import is_loopback_host
 from bridge.process.launch import executable_problem
 from bridge.process.parent import ParentWatch, alive, quiet_broken_stdio
 from bridge.process.subreaper import TRACKER, reap_recorded
-from bridge.store.sqlite import check_schema
+from bridge.store import factory as store_factory
+from bridge.store.urls import parse as parse_store_url
 from bridge.tested_agents import TESTED, cli_version
 
 log = structlog.get_logger("bridge.cli")
@@ -64,6 +65,10 @@ def _parser() -> argparse.ArgumentParser:
     common(agents)
     agents.add_argument("--json", action="store_true", help="machine-readable output")
     _desktop_commands(sub)
+
+    migrate = sub.add_parser("migrate", help="create or upgrade the store's schema, then exit")
+    common(migrate)
+    migrate.add_argument("--store-url", help="store URL (env AGENT_BRIDGE_STORE_URL, [store] url)")
     return p
 
 
@@ -96,6 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return status(_data_dir(args.data_dir), as_json=args.json)
         if args.command == "login-link":
             return login_link(_data_dir(args.data_dir))
+        if args.command == "migrate":
+            settings = load_settings(config=args.config, data_dir=args.data_dir, discover_path=False)
+            return _migrate(args.store_url or settings.store_url)
         if args.uds and (args.host or args.port is not None):
             raise BridgeError("--uds listens on a Unix socket instead of TCP: give no --host or --port")
         settings = load_settings(
@@ -170,6 +178,23 @@ def _agents(settings: Settings, *, as_json: bool) -> int:
     return 0
 
 
+def _migrate(url: str) -> int:
+    """``agent-bridge migrate``: the versions applied, one line (under the migration lock)."""
+    shown = parse_store_url(url).shown
+    applied = asyncio.run(store_factory.migrate(url))
+    print(f"{shown}: " + (f"applied {', '.join(map(str, applied))}" if applied else "up to date"))
+    return 0
+
+
+def _check_store(settings: Settings) -> None:
+    """A newer version's database is refused; a shared store is migrated here, under its
+    advisory lock, and its replica_id checked, so a store that cannot be reached or an id
+    in use is one clear line (exit 2) before anything listens."""
+    store_factory.check_schema(settings.store_url)
+    if not settings.store_url.startswith("sqlite:"):
+        asyncio.run(store_factory.migrate(settings.store_url, replica_id=settings.cluster.replica_id))
+
+
 def ws_compression(settings: Settings, *, unix_socket: bool = False) -> bool:
     """Whether permessage-deflate is offered ([server] ws_compression); a Unix socket is as
     local as loopback."""
@@ -196,7 +221,7 @@ def serve(
     # lock is held before the store is opened and before any reaper runs (bridge/datadir.py).
     datadir.make_private(settings.data_dir)
     lock_fd = datadir.lock(settings.data_dir)
-    check_schema(settings.data_dir / "bridge.db")  # a newer version's database: refused
+    _check_store(settings)
     TRACKER.install(settings.data_dir)
     killed = reap_recorded(settings.data_dir)
     if killed:

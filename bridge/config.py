@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import sys
 import tomllib
 from collections.abc import Mapping
@@ -138,10 +139,37 @@ class ServerSettings(BaseModel):
         return v
 
 
+class StoreSettings(BaseModel):
+    """``[store]``: where threads and transcripts live (docs/api.md §1.2)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # sqlite:///<path> or postgresql://…; None: sqlite:///<data-dir>/bridge.db
+    url: str | None = None
+
+
+class ClusterSettings(BaseModel):
+    """``[cluster]``: this replica among several sharing one store (issue #18)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    replica_id: str = Field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}", min_length=1)
+    lease_ttl_s: float = Field(15.0, gt=0, le=3600)
+
+    @field_validator("replica_id")
+    @classmethod
+    def _printable(cls, v: str) -> str:
+        if len(v) > 200 or not v.isprintable():
+            raise ValueError("replica_id must be printable text of at most 200 characters")
+        return v
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     server: ServerSettings = Field(default_factory=lambda: ServerSettings())
+    store: StoreSettings = Field(default_factory=lambda: StoreSettings())
+    cluster: ClusterSettings = Field(default_factory=lambda: ClusterSettings())
     data_dir: Path
     token: str | None = None
     no_auth: bool = False
@@ -157,6 +185,12 @@ class Settings(BaseModel):
     @property
     def port(self) -> int:
         return self.server.port
+
+    @property
+    def store_url(self) -> str:
+        """The store's URL (it may hold a password: show it only through
+        bridge.store.urls.redact)."""
+        return self.store.url or f"sqlite:///{self.data_dir / 'bridge.db'}"
 
 
 def default_data_dir(env: Mapping[str, str]) -> Path:
@@ -257,6 +291,7 @@ def load_settings(
     raw: dict[str, Any] = load_toml(Path(config)) if config else {}
     server_raw = _table(raw.pop("server", {}) or {}, "[server] must be a table")
     agents_raw = _table(raw.pop("agents", {}) or {}, "[agents] must be a table of profiles")
+    store, cluster = _store(raw, env), _cluster(raw, env)
     if raw:
         raise ConfigError(f"unknown config sections: {', '.join(sorted(raw))}")
     server = _server(server_raw, host or env.get("AGENT_BRIDGE_HOST"), _port(port, env), env)
@@ -264,6 +299,8 @@ def load_settings(
     agents, default = _all_profiles(agents_raw, env, ddir, discover_path=discover_path)
     return Settings(
         server=server,
+        store=store,
+        cluster=cluster,
         data_dir=ddir,
         token=token or env.get("AGENT_BRIDGE_TOKEN") or None,
         no_auth=no_auth,
@@ -324,6 +361,33 @@ def _server(server_raw: dict[str, Any], host: str | None, port: int | None, env:
         return ServerSettings(**server_raw)
     except ValidationError as exc:
         raise ConfigError(f"[server]: {_errors(exc)}") from exc
+
+
+def _store(config: dict[str, Any], env: Mapping[str, str]) -> StoreSettings:
+    """``[store]`` (taken out of ``config``) with its env twin."""
+    raw = _table(config.pop("store", {}) or {}, "[store] must be a table")
+    if env.get("AGENT_BRIDGE_STORE_URL"):
+        raw["url"] = env["AGENT_BRIDGE_STORE_URL"]
+    try:
+        settings = StoreSettings(**raw)
+    except ValidationError as exc:
+        raise ConfigError(f"[store]: {_errors(exc)}") from exc
+    if settings.url is not None:
+        from bridge.store.urls import parse
+
+        parse(settings.url)  # a bad URL is a start-up error (shown without its password)
+    return settings
+
+
+def _cluster(config: dict[str, Any], env: Mapping[str, str]) -> ClusterSettings:
+    """``[cluster]`` (taken out of ``config``) with its env twin."""
+    raw = _table(config.pop("cluster", {}) or {}, "[cluster] must be a table")
+    if env.get("AGENT_BRIDGE_REPLICA_ID"):
+        raw["replica_id"] = env["AGENT_BRIDGE_REPLICA_ID"]
+    try:
+        return ClusterSettings(**raw)
+    except ValidationError as exc:
+        raise ConfigError(f"[cluster]: {_errors(exc)}") from exc
 
 
 def _profiles(agents_raw: dict[str, Any]) -> dict[str, AgentProfile]:

@@ -11,6 +11,7 @@
     ├── Capacity                     max_conversations agents are already running
     ├── Conflict                     the thread is not in a state that allows this
     └── StoreError                   the store failed; nothing acknowledged was lost
+        └── LeaseLost                an append under an epoch that is no longer the live lease
 
 Only ``api/`` maps these onto HTTP statuses and WebSocket frames, always with the one
 error body of :func:`error_body` (docs/api.md §9).
@@ -94,3 +95,11 @@ class Conflict(BridgeError):
 class StoreError(BridgeError):
     code = "store_error"
     status = 503
+
+
+class LeaseLost(StoreError):
+    """An append fenced by a lease epoch that is no longer this replica's live lease: the
+    database refused it (nothing was written)."""
+
+    code = "lease_lost"
+    status = 409

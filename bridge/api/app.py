@@ -4,6 +4,7 @@ Origin, CORS) wraps everything, and every ``/v1`` route needs credentials (auth.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -23,7 +24,9 @@ from bridge.errors import BridgeError, ConfigError, Throttled, error_body
 from bridge.network import is_loopback_host
 from bridge.sessions.native import NativeSessions
 from bridge.sessions.registry import Registry
-from bridge.store.sqlite import SqliteStore
+from bridge.store.base import Store
+from bridge.store.factory import open_store
+from bridge.store.urls import redact
 
 log = structlog.get_logger("bridge.api")
 
@@ -48,8 +51,12 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = SqliteStore(settings.data_dir / "bridge.db")
-        await store.open()
+        store = await open_store(settings.store_url, replica_id=settings.cluster.replica_id)
+        try:
+            await store.register_replica(uuid.uuid4().hex, None)  # refused if the id is taken
+        except BaseException:
+            await store.close()
+            raise
         app.state.sessions = Sessions(server.session_ttl_s, server.max_sessions, secret=token, store=store)
         await app.state.sessions.load()
         registry = Registry(settings, store)
@@ -58,7 +65,13 @@ def create_app(
         app.state.registry = registry
         app.state.native_sessions = NativeSessions(settings)
         app.state.started_at, app.state.started_monotonic = now_iso(), time.monotonic()
-        log.info("daemon.started", data_dir=str(settings.data_dir), agents=list(settings.agents))
+        log.info(
+            "daemon.started",
+            data_dir=str(settings.data_dir),
+            agents=list(settings.agents),
+            store=redact(settings.store_url),
+            replica_id=settings.cluster.replica_id,
+        )
         if on_ready is not None:
             on_ready()
         try:
@@ -125,7 +138,7 @@ def create_app(
     @app.get("/metrics")
     async def metrics(request: Request) -> PlainTextResponse:
         reg: Registry = request.app.state.registry
-        store: SqliteStore = request.app.state.store
+        store: Store = request.app.state.store
         live = reg.live_count()
         body = (
             "# HELP agent_bridge_live_agents Agent processes running now.\n"

@@ -10,9 +10,12 @@ thread row. These are the seams a shared PostgreSQL store plugs into (docs/DESIG
   every write that changes a row as clients see it gives the row a new ``change_seq``
   from one store-wide counter that increases in commit order; a deleted thread leaves a
   tombstone. Exact semantics in docs/DESIGN.md ("The change log").
+* :class:`LeaseStore` — who owns a live thread (replica, epoch, expiry on the database's
+  clock), and the replicas sharing the store (docs/DESIGN.md "Leases and fencing").
 
-:class:`Store` is all four plus a lifecycle and health; the embedded implementation is
-:class:`~bridge.store.sqlite.SqliteStore`.
+:class:`Store` is all of them plus a lifecycle and health; the embedded implementation is
+:class:`~bridge.store.sqlite.SqliteStore`, the shared one
+:class:`~bridge.store.postgres.PostgresStore` (``bridge.store.factory.open_store``).
 """
 
 from __future__ import annotations
@@ -80,10 +83,19 @@ class ThreadStore(Protocol):
 
 class TranscriptStore(Protocol):
     async def append(
-        self, thread_id: str, records: Sequence[Record], client_ids: Sequence[str | None], thread_fields: ThreadFields
+        self,
+        thread_id: str,
+        records: Sequence[Record],
+        client_ids: Sequence[str | None],
+        thread_fields: ThreadFields,
+        *,
+        epoch: int | None = None,
     ) -> None:
         """Store ``records`` (the next seqs of the thread, in order) and ``thread_fields``
-        in one transaction; durable when it returns. A ``client_id`` is unique per thread."""
+        in one transaction; durable when it returns. A ``client_id`` is unique per thread.
+        With ``epoch``, the append is fenced by the database in that transaction: it commits
+        only while this store's replica holds the thread's live lease with that epoch, and
+        raises :class:`~bridge.errors.LeaseLost` (nothing written) otherwise."""
         ...
 
     async def read_events(self, thread_id: str, after: int, limit: int) -> list[Record]:
@@ -178,9 +190,67 @@ class ChangeStore(Protocol):
         ...
 
 
-class Store(ThreadStore, TranscriptStore, SessionStore, ChangeStore, Protocol):
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A thread's lease as the database sees it now: ``live`` and ``expires_in_s`` are
+    computed on the database's clock, never a replica's."""
+
+    owner: str | None
+    epoch: int  # the last epoch granted (0: never leased); kept when the lease is released
+    expires_in_s: float | None  # None: no owner; negative: expired
+    live: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Replica:
+    replica_id: str
+    instance: str  # a nonce per process: a restarted replica is a new instance
+    url: str | None
+    started_at: str
+    heartbeat_age_s: float  # on the database's clock
+    threads: int  # live leases held
+
+
+class LeaseStore(Protocol):
+    """Ownership of live threads, fenced by epochs. Every expiry is decided by the
+    database's clock (``now()`` there), so replicas' clocks may disagree freely.
+
+    ``replica_id`` is the replica this store instance acts for (it is given to the store
+    when it is made, and stamped on the rows whose process it records)."""
+
+    replica_id: str
+
+    async def acquire_lease(self, thread_id: str, replica_id: str, ttl_s: float) -> int | None:
+        """The epoch now held: a new one (last + 1) when the thread had no owner or its
+        lease had expired, the same one (renewed) when ``replica_id`` already holds it live;
+        None when another replica holds it live, or there is no such thread."""
+        ...
+
+    async def renew_leases(self, replica_id: str, ttl_s: float) -> dict[str, int]:
+        """Extend every live lease ``replica_id`` holds, in one statement; the threads and
+        epochs renewed. A lease that had already expired is not renewed (it is lost)."""
+        ...
+
+    async def release_lease(self, thread_id: str, replica_id: str, epoch: int) -> bool:
+        """Give the lease up at once (draining, a stopped agent); False if it was not held."""
+        ...
+
+    async def lease_of(self, thread_id: str) -> Lease | None: ...
+
+    async def register_replica(self, instance: str, url: str | None) -> None:
+        """Announce this replica; refused (StoreError ``replica_id_in_use``) while another
+        live process holds the same ``replica_id``."""
+        ...
+
+    async def heartbeat(self) -> None: ...
+    async def list_replicas(self) -> list[Replica]: ...
+
+
+class Store(ThreadStore, TranscriptStore, SessionStore, ChangeStore, LeaseStore, Protocol):
     healthy: bool  # False while writes fail (they are retried; nothing acknowledged is lost)
     on_health: Callable[[bool, str | None], None] | None
+    batches: int  # group commits so far (metrics)
+    appended: int  # events committed so far (metrics)
 
     async def open(self) -> None: ...
     async def close(self) -> None: ...

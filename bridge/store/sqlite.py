@@ -53,9 +53,10 @@ from typing import Any, TypeVar, cast
 import structlog
 
 from bridge.clock import now_iso
-from bridge.errors import StoreError
+from bridge.errors import LeaseLost, StoreError
 from bridge.protocols.envelope import Frames, stored_envelopes
 from bridge.protocols.events import Record
+from bridge.store import sqlite_leases as leases
 from bridge.store.base import (
     CHANGE_COLUMNS,
     PAGE_BYTES,
@@ -158,6 +159,27 @@ _MIGRATIONS: list[str] = [
     INSERT INTO change_log (id, latest, horizon) SELECT 1, coalesce(max(change_seq), 0), 0 FROM threads;
     """,
 ]
+# 7: leases, replicas and the replica that recorded a thread's process (issue #18); the
+# same schema as PostgreSQL's (bridge/store/pg_schema.py), so both stores share one
+# protocol. A client_id is unique per thread in the database itself.
+_MIGRATIONS.append(
+    """
+    ALTER TABLE threads ADD COLUMN lease_owner TEXT;
+    ALTER TABLE threads ADD COLUMN lease_epoch INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE threads ADD COLUMN lease_expires REAL;
+    ALTER TABLE threads ADD COLUMN replica_id TEXT;
+    CREATE INDEX threads_by_lease_owner ON threads(lease_owner) WHERE lease_owner IS NOT NULL;
+    DROP INDEX events_by_client_id;
+    CREATE UNIQUE INDEX events_by_client_id ON events(thread_id, client_id) WHERE client_id IS NOT NULL;
+    CREATE TABLE replicas (
+        replica_id TEXT PRIMARY KEY,
+        instance TEXT NOT NULL,
+        url TEXT,
+        started_at TEXT NOT NULL,
+        heartbeat_at REAL NOT NULL
+    ) WITHOUT ROWID;
+    """
+)
 
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -222,6 +244,7 @@ class _Append:
     touch: tuple[str | None, int | None, int | None] | None = None
     flush: bool = False
     changed: bool = False  # its commit gave the thread row a new change_seq
+    fence: tuple[str, int] | None = None  # (replica_id, epoch): the lease this append needs
 
 
 # At open: every thread's derived columns brought up to its newest stored event (a daemon
@@ -287,9 +310,10 @@ def _loop_idle(loop: asyncio.AbstractEventLoop) -> bool:
     return ready is not None and not ready
 
 
-class SqliteStore:
-    def __init__(self, path: Path, *, busy_timeout_ms: int = 2000) -> None:
+class SqliteStore(leases.SqliteLeases):
+    def __init__(self, path: Path, *, busy_timeout_ms: int = 2000, replica_id: str = "local") -> None:
         self.path = path
+        self.replica_id = replica_id
         self.busy_timeout_ms = busy_timeout_ms
         self._wexec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-w")
         self._rexec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-r")
@@ -455,7 +479,7 @@ class SqliteStore:
         return out
 
     async def create_thread(self, thread: ThreadRow) -> None:
-        row = self._dump({k: thread.get(k) for k in _THREAD_COLUMNS if k in thread})
+        row = leases.stamp(self._dump({k: thread.get(k) for k in _THREAD_COLUMNS if k in thread}), self.replica_id)
         cols = ",".join(row)
         marks = ",".join("?" for _ in row)
 
@@ -512,7 +536,7 @@ class SqliteStore:
         return rows, next_cursor
 
     async def update_thread(self, thread_id: str, fields: ThreadFields) -> None:
-        row = self._dump(fields)
+        row = leases.stamp(self._dump(fields), self.replica_id)
         if not row:
             return
         sets = ",".join(f"{k}=?" for k in row)
@@ -556,7 +580,9 @@ class SqliteStore:
         return found
 
     async def live_threads(self) -> list[ThreadRow]:
-        """Threads a previous daemon left with a process or a turn in flight."""
+        """Threads a previous daemon left with a process or a turn in flight. All of them:
+        a SQLite file is only ever one replica's (its data dir is locked), whatever
+        ``replica_id`` that replica had before (the default changes with the pid)."""
         await self._flush_touches()
 
         def do(db: sqlite3.Connection) -> list[ThreadRow]:
@@ -619,16 +645,23 @@ class SqliteStore:
     # ------------------------------------------------------------------ transcript
 
     async def append(
-        self, thread_id: str, records: Sequence[Record], client_ids: Sequence[str | None], thread_fields: ThreadFields
+        self,
+        thread_id: str,
+        records: Sequence[Record],
+        client_ids: Sequence[str | None],
+        thread_fields: ThreadFields,
+        *,
+        epoch: int | None = None,
     ) -> None:
         """Return once the records (and the thread fields) are committed. ``updated_at``,
         ``last_seq`` and ``turn_active`` are owed to the thread row and written later
-        (``_dirty``); any other field is written in the same transaction."""
+        (``_dirty``); any other field is written in the same transaction. With ``epoch``
+        the transaction first checks the lease in SQL (sqlite_leases.fence)."""
         rows = [
             (thread_id, r.seq, r.ts, r.source, r.kind, r.data_json, r.raw, int(r.relay), cid)
             for r, cid in zip(records, client_ids, strict=True)
         ]
-        fields = self._dump(thread_fields)
+        fields = leases.stamp(self._dump(thread_fields), self.replica_id)
         updated_at = fields.pop("updated_at", None)
         turn_active = fields.pop("turn_active", None)
         last_seq = records[-1].seq if records else None
@@ -637,6 +670,7 @@ class SqliteStore:
         if self._writer is None or self._wake is None:
             raise StoreError("store is not open")
         item = _Append(thread_id, rows, fields, None, (updated_at, last_seq, turn_active))
+        item.fence = leases.fence_of(self.replica_id, epoch)
         loop = asyncio.get_running_loop()
         if not self._pending and _loop_idle(loop):
             # Nothing to group with (issue #8): commit here, with no hand-off to the writer
@@ -645,7 +679,7 @@ class SqliteStore:
             if failed is not None:
                 self._settled([item], failed)
                 if failed:
-                    raise StoreError(f"append refused: {failed[0]}")
+                    raise _refusal(failed[0])
                 return
         item.done = loop.create_future()
         self._pending.append(item)
@@ -689,7 +723,7 @@ class SqliteStore:
         for i, item in enumerate(batch):
             if i in failed:
                 if item.done is not None and not item.done.done():
-                    item.done.set_exception(StoreError(f"append refused: {failed[i]}"))
+                    item.done.set_exception(_refusal(failed[i]))
                 continue
             if item.touch is not None and not item.flush:
                 self.appended += len(item.rows)
@@ -877,6 +911,8 @@ def _write_item(db: sqlite3.Connection, item: _Append) -> None:
             (*item.touch, _next_change(db), item.thread_id),
         )
         return
+    if item.fence is not None:
+        leases.fence(db, item.thread_id, *item.fence)
     if item.rows:
         db.executemany(
             "INSERT INTO events (thread_id,seq,ts,source,kind,data,raw,relay,client_id) VALUES (?,?,?,?,?,?,?,?,?)",
@@ -893,7 +929,13 @@ def _write_item(db: sqlite3.Connection, item: _Append) -> None:
 
 # This append alone is bad (a constraint, or text SQLite cannot encode): it is refused, the
 # rest of the batch commits, and the writer never stalls on it.
-_REFUSED = (sqlite3.IntegrityError, UnicodeEncodeError, ValueError, OverflowError)
+_REFUSED = (sqlite3.IntegrityError, UnicodeEncodeError, ValueError, OverflowError, leases.Fenced)
+
+
+def _refusal(reason: str) -> StoreError:
+    if reason.startswith(leases.LEASE_LOST):
+        return LeaseLost(reason)
+    return StoreError(f"append refused: {reason}")
 
 
 def _commit(db: sqlite3.Connection, batch: list[_Append]) -> dict[int, str]:

@@ -1,16 +1,16 @@
 """Transcript pages are bounded by bytes as well as by count (Hardening II #4): a replay of
-a thread full of huge events holds one page in memory, not the whole transcript."""
+a thread full of huge events holds one page in memory, not the whole transcript. Both
+stores (tests/store/conftest.py)."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from support.stores import StoreFactory
 
 from bridge.protocols.events import Record
 from bridge.store.base import PAGE_BYTES
-from bridge.store.sqlite import SqliteStore
 
 pytestmark = pytest.mark.timeout(60)
 MIB = 1024 * 1024
@@ -22,10 +22,8 @@ def big(seq: int, size: int) -> Record:
     return Record(seq, "2026-12-01T00:00:00.000Z", "client", "message", {"role": "user", "text": text}, line, False)
 
 
-async def test_pages_stop_at_the_byte_bound_and_still_cover_every_event_in_order(tmp_path: Path) -> None:
-    store = SqliteStore(tmp_path / "bridge.db")
-    await store.open()
-    try:
+async def test_pages_stop_at_the_byte_bound_and_still_cover_every_event_in_order(opened: StoreFactory) -> None:
+    async with opened() as store:
         row = {
             "id": "thr_1",
             "agent": "a",
@@ -58,5 +56,3 @@ async def test_pages_stop_at_the_byte_bound_and_still_cover_every_event_in_order
         assert frames.texts == [] and frames.count == 24
         small = await store.read_events("thr_1", 0, 2)
         assert [r.seq for r in small] == [1, 2]  # the count bound still holds
-    finally:
-        await store.close()

@@ -64,3 +64,37 @@ def test_serve_refuses_a_newer_schema_with_one_line(tmp_path: Path) -> None:
     assert "listening" not in r.stdout
     assert "schema version 99" in r.stderr and "newer" in r.stderr, r.stderr
     untouched(data / "bridge.db", digest)
+
+
+async def test_a_database_of_the_previous_version_is_upgraded_with_its_rows(tmp_path: Path) -> None:
+    """Migration 6 (leases, replicas, unique client ids) on a file an older daemon wrote."""
+    import bridge.store.sqlite as sqlite_store
+
+    path = tmp_path / "bridge.db"
+    db = sqlite3.connect(path)
+    for i, ddl in enumerate(sqlite_store._MIGRATIONS[:5], start=1):
+        db.executescript(ddl)
+        db.execute(f"PRAGMA user_version={i}")
+    db.execute(
+        "INSERT INTO threads (id, agent, protocol, cwd, state, created_at, updated_at) "
+        "VALUES ('thr_1', 'a', 'stream-json', '/tmp', 'running', 't', 't')"
+    )
+    db.execute(
+        "INSERT INTO events (thread_id, seq, ts, source, kind, data, client_id) "
+        "VALUES ('thr_1', 1, 't', 'client', 'message', '{}', 'c1')"
+    )
+    db.commit()
+    db.close()
+    store = SqliteStore(path, replica_id="r")
+    await store.open()
+    try:
+        assert [r["id"] for r in await store.live_threads()] == ["thr_1"]  # its rows are still this replica's
+        assert await store.find_client_event("thr_1", "c1") == 1
+        assert await store.acquire_lease("thr_1", "r", 5) == 1
+    finally:
+        await store.close()
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+    finally:
+        db.close()

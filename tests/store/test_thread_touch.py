@@ -1,65 +1,38 @@
-"""The thread row's derived columns (updated_at, last_seq) are written lazily (issue #8):
-reads see them fresh, and a daemon killed before the flush loses nothing."""
+"""A thread row's derived columns (updated_at, last_seq, turn_active) follow its
+transcript: reads see them fresh, and a daemon killed before any flush loses nothing.
+SQLite writes them lazily (issue #8) and repairs them at open; PostgreSQL writes them in
+the append's own transaction (other replicas read them). Both stores."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import sqlite3
 from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
 
 import pytest
+from support.stores import StoreFactory, records, thread
 
 import bridge.store.sqlite as sqlite_store
 from bridge.protocols.events import Record
-from bridge.store.sqlite import SqliteStore
-
-
-def thread(tid: str, ts: str) -> dict[str, Any]:
-    return {
-        "id": tid,
-        "agent": "a",
-        "protocol": "stream-json",
-        "cwd": "/tmp",
-        "title": "",
-        "state": "idle",
-        "turn_active": False,
-        "last_seq": 0,
-        "created_at": ts,
-        "updated_at": ts,
-        "options": {},
-    }
-
-
-def records(first: int, n: int, ts: str) -> list[Record]:
-    return [
-        Record(seq, ts, "agent", "message.delta", {"text": str(seq)}, None, False) for seq in range(first, first + n)
-    ]
+from bridge.store.base import Store
 
 
 @contextlib.asynccontextmanager
-async def opened(path: Path) -> AsyncIterator[SqliteStore]:
-    store = SqliteStore(path)
-    await store.open()
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
-@contextlib.asynccontextmanager
-async def killed_later(path: Path) -> AsyncIterator[SqliteStore]:
+async def killed_later(opened: StoreFactory) -> AsyncIterator[Store]:
     """A store whose owed thread columns are never written while the test looks: as if its
-    process were killed before the flush (they are dropped before it closes)."""
-    store = SqliteStore(path)
-    await store.open()
-    try:
-        yield store
-    finally:
-        store._dirty.clear()
-        await store.close()
+    process were killed before the flush (SQLite's are dropped before it closes;
+    PostgreSQL owes nothing)."""
+    async with opened() as store:
+        try:
+            yield store
+        finally:
+            getattr(store, "_dirty", {}).clear()
+
+
+def owed(store: Store) -> None:
+    """SQLite has not written the derived columns yet (the test would prove nothing else)."""
+    if isinstance(store, sqlite_store.SqliteStore):
+        assert store._dirty
 
 
 @pytest.fixture
@@ -67,11 +40,11 @@ def no_timed_flush(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sqlite_store, "TOUCH_FLUSH_S", 3600.0)
 
 
-async def test_reads_see_the_newest_activity_and_order(tmp_path: Path, no_timed_flush: None) -> None:
+async def test_reads_see_the_newest_activity_and_order(opened: StoreFactory, no_timed_flush: None) -> None:
     async with asyncio.timeout(30):
-        async with opened(tmp_path / "bridge.db") as store:
-            await store.create_thread(thread("thr_a", "2026-11-30T00:00:00.000Z"))
-            await store.create_thread(thread("thr_b", "2026-11-30T00:00:01.000Z"))
+        async with opened() as store:
+            await store.create_thread(thread("thr_a", "2026-11-30T00:00:00.000Z"))  # type: ignore[arg-type]
+            await store.create_thread(thread("thr_b", "2026-11-30T00:00:01.000Z"))  # type: ignore[arg-type]
             await store.append(
                 "thr_a",
                 records(1, 3, "2026-11-30T00:00:02.000Z"),
@@ -88,13 +61,17 @@ async def test_reads_see_the_newest_activity_and_order(tmp_path: Path, no_timed_
             assert got is not None and (got["last_seq"], got["updated_at"]) == (1, "2026-11-30T00:00:03.000Z")
             rows, _ = await store.list_threads(limit=10, cursor=None, agent=None)
             assert [r["id"] for r in rows] == ["thr_b", "thr_a"]
+            page, cursor = await store.list_threads(limit=1, cursor=None, agent=None)
+            assert [r["id"] for r in page] == ["thr_b"] and cursor
+            page, cursor = await store.list_threads(limit=1, cursor=cursor, agent=None)
+            assert [r["id"] for r in page] == ["thr_a"] and cursor is None
+            assert (await store.list_threads(limit=5, cursor=None, agent="other"))[0] == []
 
 
-async def test_a_store_that_never_flushed_is_repaired_at_open(tmp_path: Path, no_timed_flush: None) -> None:
+async def test_a_store_that_never_flushed_loses_nothing(opened: StoreFactory, no_timed_flush: None) -> None:
     async with asyncio.timeout(30):
-        path = tmp_path / "bridge.db"
-        async with killed_later(path) as first:
-            await first.create_thread(thread("thr_a", "2026-11-30T00:00:00.000Z"))
+        async with killed_later(opened) as first:
+            await first.create_thread(thread("thr_a", "2026-11-30T00:00:00.000Z"))  # type: ignore[arg-type]
             await first.append(
                 "thr_a",
                 records(1, 5, "2026-11-30T00:00:07.000Z"),
@@ -110,38 +87,37 @@ async def test_a_store_that_never_flushed_is_repaired_at_open(tmp_path: Path, no
             await first.append(
                 "thr_a", records(8, 1, "2026-11-30T00:00:11.000Z"), [None], {"updated_at": "2026-11-30T00:00:11.000Z"}
             )
-            assert first._dirty  # owed, not written: as if the process were killed now
-            # A second daemon opening the same file (the first one "killed"): the derived
+            owed(first)
+            # A second daemon opening the same store (the first one "killed"): the derived
             # columns come from the stored events.
-            async with opened(path) as second:
+            async with opened() as second:
                 got = await second.get_thread("thr_a")
                 assert got is not None
                 assert (got["last_seq"], got["updated_at"], got["state"]) == (8, "2026-11-30T00:00:11.000Z", "running")
 
 
-async def test_close_writes_what_is_owed(tmp_path: Path, no_timed_flush: None) -> None:
+async def test_close_writes_what_is_owed(opened: StoreFactory, no_timed_flush: None) -> None:
     async with asyncio.timeout(30):
-        path = tmp_path / "bridge.db"
-        store = SqliteStore(path)
-        await store.open()
-        await store.create_thread(thread("thr_a", "2026-11-30T00:00:00.000Z"))
-        await store.append(
-            "thr_a", records(1, 4, "2026-11-30T00:00:05.000Z"), [None] * 4, {"updated_at": "2026-11-30T00:00:05.000Z"}
-        )
-        await store.close()
-        db = sqlite3.connect(path)
-        try:
-            assert db.execute("SELECT last_seq, updated_at FROM threads").fetchone() == (4, "2026-11-30T00:00:05.000Z")
-        finally:
-            db.close()
+        async with opened() as store:
+            await store.create_thread(thread("thr_a", "2026-11-30T00:00:00.000Z"))  # type: ignore[arg-type]
+            await store.append(
+                "thr_a",
+                records(1, 4, "2026-11-30T00:00:05.000Z"),
+                [None] * 4,
+                {"updated_at": "2026-11-30T00:00:05.000Z"},
+            )
+        async with opened() as again:
+            got = await again.get_thread("thr_a")
+            assert got is not None and (got["last_seq"], got["updated_at"]) == (4, "2026-11-30T00:00:05.000Z")
 
 
 @pytest.mark.parametrize("last_kind", ["turn.started", "turn.ended"])
-async def test_a_turn_in_flight_is_found_from_the_events(tmp_path: Path, no_timed_flush: None, last_kind: str) -> None:
+async def test_a_turn_in_flight_is_found_from_the_events(
+    opened: StoreFactory, no_timed_flush: None, last_kind: str
+) -> None:
     async with asyncio.timeout(30):
-        path = tmp_path / "bridge.db"
-        async with killed_later(path) as first:
-            await first.create_thread(thread("thr_a", "2026-11-30T00:00:00.000Z"))
+        async with killed_later(opened) as first:
+            await first.create_thread(thread("thr_a", "2026-11-30T00:00:00.000Z"))  # type: ignore[arg-type]
             ts = "2026-11-30T00:00:01.000Z"
             await first.append(
                 "thr_a",
@@ -158,8 +134,8 @@ async def test_a_turn_in_flight_is_found_from_the_events(tmp_path: Path, no_time
             if last_kind == "turn.ended":
                 end = Record(7, ts, "agent", "turn.ended", {"turn_id": "t1", "status": "success"}, None, True)
                 await first.append("thr_a", [end], [None], {"updated_at": ts, "turn_active": False})
-            assert first._dirty
-            async with opened(path) as second:
+            owed(first)
+            async with opened() as second:
                 live = await second.live_threads()
                 assert [r["id"] for r in live] == ["thr_a"]
                 assert live[0]["turn_active"] is (last_kind == "turn.started")

@@ -1,0 +1,162 @@
+"""The PostgreSQL store's schema: numbered migrations, applied in order, each in its own
+transaction that also records it in ``schema_version``; all of it under one advisory lock,
+so of several replicas starting at once exactly one migrates and the others wait for it
+and then find nothing to do (``agent-bridge migrate`` and ``serve`` both call
+:func:`migrate`). A database whose version is above :data:`SCHEMA_VERSION` was written by
+a newer agent-bridge and is refused (``schema_too_new``) before anything is written.
+
+The tables mirror the SQLite store's (bridge/store/sqlite.py) column for column, so the
+two stores read and write the same rows; timestamps the daemon writes (``created_at``,
+``updated_at``, event ``ts``) stay the ISO text they are in SQLite, lease and heartbeat
+times are the database's own ``timestamptz``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bridge.errors import StoreError
+
+# pg_advisory_lock(int4, int4) keys: the first says "agent-bridge", the second what for.
+LOCK_CLASS = 0x61620000  # "ab\0\0"
+MIGRATE_LOCK = 1
+REPLICA_LOCK_CLASS = 0x61620001  # with hashtext(replica_id) as the second key
+
+MIGRATIONS: list[str] = [
+    # 1: everything SQLite's migrations 1-6 built: threads (with leases and the replica
+    # that recorded the process), transcripts, browser sessions, replicas.
+    """
+    CREATE TABLE threads (
+        id text PRIMARY KEY,
+        agent text NOT NULL,
+        protocol text NOT NULL,
+        model text,
+        cwd text NOT NULL,
+        title text NOT NULL DEFAULT '',
+        native_session_id text,
+        state text NOT NULL,
+        turn_active boolean NOT NULL DEFAULT false,
+        last_seq bigint NOT NULL DEFAULT 0,
+        created_at text NOT NULL,
+        updated_at text NOT NULL,
+        last_exit text,
+        options text NOT NULL DEFAULT '{}',
+        pid integer,
+        pid_start bigint,
+        agent_info text,
+        tasks text,
+        replica_id text,
+        lease_owner text,
+        lease_epoch bigint NOT NULL DEFAULT 0,
+        lease_expires timestamptz
+    );
+    CREATE INDEX threads_by_activity ON threads (updated_at DESC, id DESC);
+    CREATE INDEX threads_by_lease_owner ON threads (lease_owner) WHERE lease_owner IS NOT NULL;
+    CREATE INDEX threads_live ON threads (replica_id)
+        WHERE state IN ('starting', 'running', 'stopping') OR turn_active;
+    CREATE TABLE events (
+        thread_id text NOT NULL,
+        seq bigint NOT NULL,
+        ts text NOT NULL,
+        source text NOT NULL,
+        kind text NOT NULL,
+        data text NOT NULL,
+        raw text,
+        relay boolean NOT NULL DEFAULT false,
+        client_id text,
+        PRIMARY KEY (thread_id, seq)
+    );
+    CREATE UNIQUE INDEX events_by_client_id ON events (thread_id, client_id) WHERE client_id IS NOT NULL;
+    CREATE TABLE browser_sessions (
+        key text PRIMARY KEY,
+        expires_at double precision NOT NULL
+    );
+    CREATE TABLE replicas (
+        replica_id text PRIMARY KEY,
+        instance text NOT NULL,
+        url text,
+        started_at text NOT NULL,
+        heartbeat_at timestamptz NOT NULL
+    );
+    """,
+]
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+_VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS schema_version (
+    version integer PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+
+
+def schema_too_new(version: int) -> StoreError:
+    return StoreError(
+        f"the PostgreSQL database has schema version {version}, newer than this agent-bridge's "
+        f"({SCHEMA_VERSION}): it was written by a newer version; run that version, or use another database",
+        code="schema_too_new",
+    )
+
+
+async def current_version(conn: Any) -> int:
+    """The applied version (0: none); no table is created to find out."""
+    cur = await conn.execute("SELECT to_regclass('schema_version') IS NOT NULL")
+    row = await cur.fetchone()
+    if not row or not row[0]:
+        return 0
+    cur = await conn.execute("SELECT coalesce(max(version), 0) FROM schema_version")
+    row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def check(conn: Any) -> int:
+    """The version, refused (``schema_too_new``) when it is newer than ours."""
+    version = await current_version(conn)
+    if version > SCHEMA_VERSION:
+        raise schema_too_new(version)
+    return version
+
+
+async def migrate(conn: Any, migrations: list[str] | None = None) -> list[int]:
+    """Bring the schema up to date on ``conn`` (an autocommit psycopg connection) under the
+    migration lock; the versions this call applied (empty: it was up to date)."""
+    steps = MIGRATIONS if migrations is None else migrations
+    await conn.execute("SELECT pg_advisory_lock(%s, %s)", (LOCK_CLASS, MIGRATE_LOCK))
+    try:
+        version = await check(conn) if migrations is None else await current_version(conn)
+        if version > len(steps):
+            raise schema_too_new(version)
+        applied: list[int] = []
+        for number, ddl in enumerate(steps[version:], start=version + 1):
+            async with conn.transaction():
+                await conn.execute(_VERSION_TABLE)
+                await conn.execute(ddl)
+                await conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (number,))
+            applied.append(number)
+        return applied
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, MIGRATE_LOCK))
+
+
+def replica_in_use(replica_id: str) -> StoreError:
+    return StoreError(
+        f"replica_id {replica_id!r} is in use by another live process on this store: "
+        "give each replica its own ([cluster] replica_id, AGENT_BRIDGE_REPLICA_ID)",
+        code="replica_id_in_use",
+    )
+
+
+async def try_replica_lock(conn: Any, replica_id: str) -> bool:
+    """Take the replica's session-level lock on ``conn`` (held until it is closed)."""
+    cur = await conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (REPLICA_LOCK_CLASS, replica_id))
+    row = await cur.fetchone()
+    return bool(row and row[0])
+
+
+async def replica_locked(conn: Any, replica_id: str) -> bool:
+    """Whether a live session holds the replica's lock (taken and given back at once)."""
+    if not await try_replica_lock(conn, replica_id):
+        return True
+    await conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (REPLICA_LOCK_CLASS, replica_id))
+    return False

@@ -1,0 +1,685 @@
+"""The shared store: PostgreSQL through psycopg 3 (async), for several replicas of the
+daemon on one database (docs/DESIGN.md "The PostgreSQL store").
+
+Connections, each used by one thing at a time (an ``asyncio.Lock`` each, so no statement
+of another task ever lands inside a transaction):
+
+* the **writer**: group-committed transcript appends and every other write;
+* the **readers** (``READERS``): transcript pages and thread rows;
+* the **control** connection: leases, replicas and the session-level advisory lock that
+  keeps a second live process off this ``replica_id`` (released by the server when the
+  process, and so the connection, dies).
+
+Appends are group-committed as in the SQLite store: every append waiting when the writer
+task comes round goes into one transaction, and each caller is told only after COMMIT. A
+batch is three statements whatever its size: one ``UPDATE threads … FROM unnest(…)`` that
+both brings each thread's ``last_seq``/``updated_at``/``turn_active`` forward and fences
+the appends that carry an epoch (``lease_owner``, ``lease_epoch`` and an expiry still in
+the future on the database's clock; the row lock it takes is held to COMMIT, so a takeover
+waits for this batch or this batch sees the new epoch and is refused — never both), one
+``INSERT … SELECT FROM unnest(…)`` of every event, and the thread columns an append
+changes. An append that is refused (a fence, a duplicate ``client_id`` or seq) is refused
+alone: the batch is then redone with one savepoint per append. Unlike SQLite the derived
+thread columns are written in the same transaction, not later: other replicas read them.
+
+A lost connection is retried with backoff until the batch commits (``healthy`` is False
+meanwhile, callers wait, nothing acknowledged is lost). A COMMIT whose answer was lost may
+have committed: on retry, an append whose first event is already stored exactly as sent is
+taken as committed, not refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
+
+import psycopg
+import structlog
+from psycopg import AsyncConnection
+
+from bridge.errors import InvalidRequest, LeaseLost, StoreError
+from bridge.protocols.envelope import Frames, stored_envelopes
+from bridge.protocols.events import Record
+from bridge.store import pg_schema
+from bridge.store.base import PAGE_BYTES, Lease, Replica, ThreadFields, ThreadRow
+from bridge.store.sqlite import _JSON_COLUMNS, _THREAD_COLUMNS, decode_cursor, encode_cursor
+from bridge.store.sqlite_leases import LEASE_LOST, stamp
+from bridge.store.urls import StoreUrl
+
+T = TypeVar("T")
+log = structlog.get_logger("bridge.store")
+
+MAX_BATCH = 512  # appends per transaction
+MAX_BACKOFF_S = 2.0
+READERS = 2
+CONNECT_TIMEOUT_S = 10
+_COLS = ",".join(_THREAD_COLUMNS)
+
+# The connection is gone or the server refuses work for now: retried, never "refused".
+_TRANSIENT = (psycopg.OperationalError, psycopg.InterfaceError)
+# This append alone is bad: refused, the rest of its batch commits.
+_REFUSED = (psycopg.IntegrityError, psycopg.DataError, UnicodeEncodeError, ValueError)
+
+_FENCE_TOUCH = """
+UPDATE threads t SET
+    last_seq = greatest(t.last_seq, coalesce(v.last_seq, t.last_seq)),
+    updated_at = greatest(t.updated_at, coalesce(v.updated_at, t.updated_at)),
+    turn_active = coalesce(v.turn_active, t.turn_active)
+FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::boolean[], %s::text[], %s::bigint[])
+    AS v(id, last_seq, updated_at, turn_active, owner, epoch)
+WHERE t.id = v.id AND (v.epoch IS NULL OR (t.lease_owner = v.owner AND t.lease_epoch = v.epoch
+    AND t.lease_expires > clock_timestamp()))
+RETURNING t.id
+"""
+_INSERT = """
+INSERT INTO events (thread_id, seq, ts, source, kind, data, raw, relay, client_id)
+SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[],
+    %s::text[], %s::boolean[], %s::text[])
+"""
+
+
+@dataclass(slots=True)
+class _Append:
+    thread_id: str
+    rows: list[tuple[Any, ...]]
+    fields: dict[str, Any]  # thread columns written in the same transaction
+    touch: tuple[str | None, int | None, bool | None]  # updated_at, last_seq, turn_active
+    fence: tuple[str, int] | None  # (replica_id, epoch)
+    done: asyncio.Future[None]
+
+
+@dataclass(slots=True)
+class _Conn:
+    """One connection and the lock that gives it to one task at a time."""
+
+    conn: AsyncConnection[Any] | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class PostgresStore:
+    def __init__(self, url: StoreUrl, *, replica_id: str = "local") -> None:
+        self.url = url
+        self.replica_id = replica_id
+        self._writer_conn = _Conn()
+        self._readers = [_Conn() for _ in range(READERS)]
+        self._next_reader = 0
+        self._control = _Conn()
+        self._replica_locked = False
+        self._instance: str | None = None
+        self._replica_url: str | None = None
+        self._pending: list[_Append] = []
+        self._wake: asyncio.Event | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._closing = False
+        self.healthy = True
+        self.last_error: str | None = None
+        self.on_health: Callable[[bool, str | None], None] | None = None
+        self.batches = 0
+        self.appended = 0
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _error(self, what: str, exc: BaseException) -> StoreError:
+        return StoreError(f"{what}: {self.url.scrub(str(exc)).strip()}", code="store_unavailable")
+
+    async def _connect(self) -> AsyncConnection[Any]:
+        try:
+            return await AsyncConnection.connect(self.url.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+        except psycopg.Error as exc:
+            raise self._error(f"cannot connect to {self.url.shown}", exc) from exc
+
+    @contextlib.asynccontextmanager
+    async def _use(self, slot: _Conn) -> AsyncIterator[AsyncConnection[Any]]:
+        """The slot's connection (made again if it was lost), for this task alone; a lost
+        connection, or one a cancelled task left mid-statement, is dropped so the next use
+        reconnects."""
+        async with slot.lock:
+            if slot.conn is None or slot.conn.closed:
+                slot.conn = await self._connect()
+            try:
+                yield slot.conn
+            except (*_TRANSIENT, asyncio.CancelledError):
+                # Gone, or left mid-statement by a cancelled caller: never reused.
+                await _discard(slot)
+                raise
+
+    async def _do(self, slot: _Conn, fn: Callable[[AsyncConnection[Any]], Any]) -> Any:
+        try:
+            async with self._use(slot) as conn:
+                return await fn(conn)
+        except _TRANSIENT as exc:
+            raise self._error("store unavailable", exc) from exc
+        except psycopg.Error as exc:
+            raise StoreError(f"store error: {self.url.scrub(str(exc))}") from exc
+
+    async def _write(self, fn: Callable[[AsyncConnection[Any]], Any]) -> Any:
+        return await self._do(self._writer_conn, fn)
+
+    async def _read(self, fn: Callable[[AsyncConnection[Any]], Any]) -> Any:
+        slot = self._readers[self._next_reader % READERS]
+        self._next_reader += 1
+        return await self._do(slot, fn)
+
+    async def open(self) -> None:
+        conn = await self._connect()
+        try:
+            applied = await pg_schema.migrate(conn)  # under the migration lock
+            if applied:
+                log.info("store.migrated", url=self.url.shown, versions=applied)
+        except _TRANSIENT as exc:
+            await conn.close()
+            raise self._error(f"cannot open store {self.url.shown}", exc) from exc
+        except BaseException:
+            await conn.close()
+            raise
+        self._writer_conn.conn = conn
+        self._wake = asyncio.Event()
+        self._writer = asyncio.create_task(self._write_loop(), name="store-writer")
+
+    async def close(self, *, drain_timeout: float = 10.0) -> None:
+        self._closing = True
+        if self._writer is not None:
+            if self._pending:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._idle.wait(), drain_timeout)
+            self._writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._writer
+            self._writer = None
+        for item in self._pending:  # never acknowledged, so never shown to anyone
+            if not item.done.done():
+                item.done.set_exception(StoreError("store closed before this was written"))
+        self._pending.clear()
+        for slot in (self._writer_conn, *self._readers, self._control):
+            await _discard(slot)
+        self._replica_locked = False
+
+    async def ping(self) -> None:
+        await self._read(lambda c: c.execute("SELECT 1"))
+        if not self.healthy:
+            raise StoreError(f"store cannot be written: {self.last_error}", code="store_unavailable")
+
+    def _set_health(self, healthy: bool, error: str | None) -> None:
+        if healthy == self.healthy:
+            self.last_error = error or self.last_error
+            return
+        self.healthy, self.last_error = healthy, error
+        if self.on_health is not None:
+            self.on_health(healthy, error)
+
+    # ------------------------------------------------------------------ threads
+
+    @staticmethod
+    def _row(row: Sequence[Any]) -> ThreadRow:
+        out = dict(zip(_THREAD_COLUMNS, row, strict=True))
+        for col in _JSON_COLUMNS:
+            out[col] = json.loads(out[col]) if out[col] is not None else None
+        out["turn_active"] = bool(out["turn_active"])
+        return cast(ThreadRow, out)
+
+    def _dump(self, fields: ThreadFields) -> dict[str, Any]:
+        out = dict(fields)
+        for col in _JSON_COLUMNS:
+            if col in out and out[col] is not None:
+                out[col] = json.dumps(out[col])
+        if "turn_active" in out:
+            out["turn_active"] = bool(out["turn_active"])
+        unknown = set(out) - set(_THREAD_COLUMNS)
+        if unknown:
+            raise ValueError(f"unknown thread columns {unknown}")
+        nul = [k for k, v in out.items() if isinstance(v, str) and "\x00" in v]
+        if nul:  # PostgreSQL text cannot hold one (JSON columns are escaped, so never there)
+            raise InvalidRequest(f"{', '.join(nul)} cannot contain a NUL character", code="invalid_request")
+        return stamp(out, self.replica_id)
+
+    async def create_thread(self, thread: ThreadRow) -> None:
+        row = self._dump({k: thread.get(k) for k in _THREAD_COLUMNS if k in thread})
+        sql = f"INSERT INTO threads ({','.join(row)}) VALUES ({','.join('%s' for _ in row)})"  # noqa: S608
+        await self._write(lambda c: c.execute(sql, tuple(row.values())))
+
+    async def get_thread(self, thread_id: str) -> ThreadRow | None:
+        async def do(c: AsyncConnection[Any]) -> ThreadRow | None:
+            cur = await c.execute(f"SELECT {_COLS} FROM threads WHERE id = %s", (thread_id,))  # noqa: S608
+            row = await cur.fetchone()
+            return self._row(row) if row else None
+
+        return cast(ThreadRow | None, await self._read(do))
+
+    async def list_threads(
+        self, *, limit: int, cursor: str | None, agent: str | None
+    ) -> tuple[list[ThreadRow], str | None]:
+        where: list[str] = []
+        params: list[Any] = []
+        if cursor:
+            updated_at, tid = decode_cursor(cursor)
+            where.append("(updated_at < %s OR (updated_at = %s AND id < %s))")
+            params += [updated_at, updated_at, tid]
+        if agent:
+            where.append("agent = %s")
+            params.append(agent)
+        sql = (
+            f"SELECT {_COLS} FROM threads {'WHERE ' + ' AND '.join(where) if where else ''} "  # noqa: S608
+            "ORDER BY updated_at DESC, id DESC LIMIT %s"
+        )
+
+        async def do(c: AsyncConnection[Any]) -> list[ThreadRow]:
+            cur = await c.execute(sql, (*params, limit + 1))
+            return [self._row(r) for r in await cur.fetchall()]
+
+        rows = cast(list[ThreadRow], await self._read(do))
+        next_cursor = None
+        if len(rows) > limit:
+            rows = rows[:limit]
+            next_cursor = encode_cursor(rows[-1]["updated_at"], rows[-1]["id"])
+        return rows, next_cursor
+
+    async def update_thread(self, thread_id: str, fields: ThreadFields) -> None:
+        row = self._dump(fields)
+        if not row:
+            return
+        sets = ",".join(f"{k} = %s" for k in row)
+        await self._write(lambda c: c.execute(f"UPDATE threads SET {sets} WHERE id = %s", (*row.values(), thread_id)))  # noqa: S608
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        async def do(c: AsyncConnection[Any]) -> bool:
+            async with c.transaction():
+                await c.execute("DELETE FROM events WHERE thread_id = %s", (thread_id,))
+                cur = await c.execute("DELETE FROM threads WHERE id = %s", (thread_id,))
+                return cur.rowcount > 0
+
+        return bool(await self._write(do))
+
+    async def live_threads(self) -> list[ThreadRow]:
+        """Rows with a process or a turn in flight that THIS replica recorded (the start-up
+        reaper must never touch another replica's processes)."""
+
+        async def do(c: AsyncConnection[Any]) -> list[ThreadRow]:
+            cur = await c.execute(
+                f"SELECT {_COLS} FROM threads WHERE replica_id = %s "  # noqa: S608
+                "AND (state IN ('starting', 'running', 'stopping') OR turn_active)",
+                (self.replica_id,),
+            )
+            return [self._row(r) for r in await cur.fetchall()]
+
+        return cast(list[ThreadRow], await self._write(do))
+
+    # ------------------------------------------------------------------ transcript
+
+    async def append(
+        self,
+        thread_id: str,
+        records: Sequence[Record],
+        client_ids: Sequence[str | None],
+        thread_fields: ThreadFields,
+        *,
+        epoch: int | None = None,
+    ) -> None:
+        rows = [
+            (thread_id, r.seq, r.ts, r.source, r.kind, r.data_json, r.raw, bool(r.relay), cid)
+            for r, cid in zip(records, client_ids, strict=True)
+        ]
+        fields = self._dump(thread_fields)
+        updated_at = fields.pop("updated_at", None)
+        turn_active = fields.pop("turn_active", None)
+        last_seq = records[-1].seq if records else None
+        if self._writer is None or self._wake is None or self._closing:
+            raise StoreError("store is not open")
+        item = _Append(
+            thread_id,
+            rows,
+            fields,
+            (updated_at, last_seq, turn_active),
+            None if epoch is None else (self.replica_id, epoch),
+            asyncio.get_running_loop().create_future(),
+        )
+        self._pending.append(item)
+        self._idle.clear()
+        self._wake.set()
+        await item.done
+
+    async def _write_loop(self) -> None:
+        assert self._wake is not None
+        backoff = 0.05
+        retried = False
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                batch = self._pending[:MAX_BATCH]
+                try:
+                    async with self._use(self._writer_conn) as conn:
+                        failed = await _commit(conn, batch, retried=retried)
+                except (*_TRANSIENT, StoreError) as exc:
+                    # Gone or refusing: nothing in the batch is acknowledged; try again.
+                    message = exc.message if isinstance(exc, StoreError) else self.url.scrub(str(exc)).strip()
+                    self._set_health(False, message)
+                    log.error("store.write_failed", error=message, pending=len(self._pending), retry_in_s=backoff)
+                    retried = True
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, MAX_BACKOFF_S)
+                    continue
+                backoff, retried = 0.05, False
+                if not self.healthy:
+                    log.info("store.recovered")
+                self._set_health(True, None)
+                del self._pending[: len(batch)]
+                self._settled(batch, failed)
+            self._idle.set()
+
+    def _settled(self, batch: list[_Append], failed: dict[int, str]) -> None:
+        self.batches += 1
+        for i, item in enumerate(batch):
+            if item.done.done():
+                continue
+            if i in failed:
+                reason = failed[i]
+                item.done.set_exception(
+                    LeaseLost(reason) if reason.startswith(LEASE_LOST) else StoreError(f"append refused: {reason}")
+                )
+                continue
+            self.appended += len(item.rows)
+            item.done.set_result(None)
+
+    async def read_events(self, thread_id: str, after: int, limit: int) -> list[Record]:
+        async def do(c: AsyncConnection[Any]) -> list[Record]:
+            async with c.cursor() as cur:
+                await cur.execute(
+                    "SELECT seq, ts, source, kind, data, raw, relay FROM events "
+                    "WHERE thread_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+                    (thread_id, after, limit),
+                )
+                rows = await _bounded(cur, lambda r: len(r[4]) + len(r[5] or ""))
+            return [
+                Record(seq, ts, source, kind, None, raw, relay, data)
+                for seq, ts, source, kind, data, raw, relay in rows
+            ]
+
+        return cast(list[Record], await self._read(do))
+
+    async def read_frames(self, thread_id: str, after: int, limit: int, *, raw: bool) -> Frames:
+        async def do(c: AsyncConnection[Any]) -> Frames:
+            async with c.cursor() as cur:
+                if raw:
+                    await cur.execute(
+                        "SELECT seq, CASE WHEN source = 'agent' AND relay THEN convert_to(raw, 'UTF8') END "
+                        "FROM events WHERE thread_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+                        (thread_id, after, limit),
+                    )
+                    rrows: list[tuple[int, bytes | None]] = await _bounded(cur, lambda r: len(r[1] or b""))
+                    return Frames(
+                        [text for _, text in rrows if text is not None], len(rrows), rrows[-1][0] if rrows else after
+                    )
+                await cur.execute(
+                    "SELECT seq, convert_to(ts, 'UTF8'), convert_to(source, 'UTF8'), convert_to(kind, 'UTF8'), "
+                    "convert_to(data, 'UTF8'), convert_to(raw, 'UTF8') FROM events "
+                    "WHERE thread_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+                    (thread_id, after, limit),
+                )
+                rows = await _bounded(cur, lambda r: len(r[4]) + len(r[5] or b""))
+                return Frames(stored_envelopes(rows), len(rows), rows[-1][0] if rows else after)
+
+        return cast(Frames, await self._read(do))
+
+    async def find_client_event(self, thread_id: str, client_id: str) -> int | None:
+        async def do(c: AsyncConnection[Any]) -> int | None:
+            cur = await c.execute(
+                "SELECT seq FROM events WHERE thread_id = %s AND client_id = %s", (thread_id, client_id)
+            )
+            row = await cur.fetchone()
+            return int(row[0]) if row else None
+
+        return cast(int | None, await self._read(do))
+
+    # ------------------------------------------------------------------ browser sessions
+
+    async def load_sessions(self, now: float) -> list[tuple[str, float]]:
+        async def do(c: AsyncConnection[Any]) -> list[tuple[str, float]]:
+            await c.execute("DELETE FROM browser_sessions WHERE expires_at <= %s", (now,))
+            cur = await c.execute("SELECT key, expires_at FROM browser_sessions ORDER BY expires_at")
+            return [(k, float(e)) for k, e in await cur.fetchall()]
+
+        return cast(list[tuple[str, float]], await self._write(do))
+
+    async def save_session(self, key: str, expires_at: float, evicted: Sequence[str] = ()) -> None:
+        async def do(c: AsyncConnection[Any]) -> None:
+            async with c.transaction():
+                if evicted:
+                    await c.execute("DELETE FROM browser_sessions WHERE key = ANY(%s)", (list(evicted),))
+                await c.execute(
+                    "INSERT INTO browser_sessions (key, expires_at) VALUES (%s, %s) "
+                    "ON CONFLICT (key) DO UPDATE SET expires_at = excluded.expires_at",
+                    (key, expires_at),
+                )
+
+        await self._write(do)
+
+    async def delete_session(self, key: str) -> None:
+        await self._write(lambda c: c.execute("DELETE FROM browser_sessions WHERE key = %s", (key,)))
+
+    # ------------------------------------------------------------------ leases
+
+    async def acquire_lease(self, thread_id: str, replica_id: str, ttl_s: float) -> int | None:
+        async def do(c: AsyncConnection[Any]) -> int | None:
+            cur = await c.execute(
+                "UPDATE threads SET lease_epoch = CASE WHEN lease_owner = %(r)s "
+                "AND lease_expires > clock_timestamp() THEN lease_epoch ELSE lease_epoch + 1 END, "
+                "lease_owner = %(r)s, lease_expires = clock_timestamp() + make_interval(secs => %(ttl)s) "
+                "WHERE id = %(t)s AND (lease_owner IS NULL OR lease_owner = %(r)s "
+                "OR lease_expires <= clock_timestamp()) RETURNING lease_epoch",
+                {"r": replica_id, "ttl": float(ttl_s), "t": thread_id},
+            )
+            row = await cur.fetchone()
+            return None if row is None else int(row[0])
+
+        return cast(int | None, await self._do(self._control, do))
+
+    async def renew_leases(self, replica_id: str, ttl_s: float) -> dict[str, int]:
+        async def do(c: AsyncConnection[Any]) -> dict[str, int]:
+            cur = await c.execute(
+                "UPDATE threads SET lease_expires = clock_timestamp() + make_interval(secs => %s) "
+                "WHERE lease_owner = %s AND lease_expires > clock_timestamp() RETURNING id, lease_epoch",
+                (float(ttl_s), replica_id),
+            )
+            return {str(tid): int(epoch) for tid, epoch in await cur.fetchall()}
+
+        return cast(dict[str, int], await self._do(self._control, do))
+
+    async def release_lease(self, thread_id: str, replica_id: str, epoch: int) -> bool:
+        async def do(c: AsyncConnection[Any]) -> bool:
+            cur = await c.execute(
+                "UPDATE threads SET lease_owner = NULL, lease_expires = NULL "
+                "WHERE id = %s AND lease_owner = %s AND lease_epoch = %s",
+                (thread_id, replica_id, epoch),
+            )
+            return cur.rowcount > 0
+
+        return bool(await self._do(self._control, do))
+
+    async def lease_of(self, thread_id: str) -> Lease | None:
+        async def do(c: AsyncConnection[Any]) -> Lease | None:
+            cur = await c.execute(
+                "SELECT lease_owner, lease_epoch, extract(epoch FROM lease_expires - clock_timestamp()) "
+                "FROM threads WHERE id = %s",
+                (thread_id,),
+            )
+            row = await cur.fetchone()
+            if row is None:
+                return None
+            owner, epoch, left = row
+            live = owner is not None and left is not None and left > 0
+            return Lease(owner, int(epoch), None if owner is None else float(left), live)
+
+        return cast(Lease | None, await self._do(self._control, do))
+
+    # ------------------------------------------------------------------ replicas
+
+    async def register_replica(self, instance: str, url: str | None) -> None:
+        """Take the replica's advisory lock on the control connection (held while this
+        process lives) or refuse, then record the replica."""
+
+        async def do(c: AsyncConnection[Any]) -> None:
+            if not self._replica_locked:
+                if not await pg_schema.try_replica_lock(c, self.replica_id):
+                    raise pg_schema.replica_in_use(self.replica_id)
+                self._replica_locked = True
+            await c.execute(
+                "INSERT INTO replicas (replica_id, instance, url, started_at, heartbeat_at) "
+                "VALUES (%s, %s, %s, to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), "
+                "clock_timestamp()) ON CONFLICT (replica_id) DO UPDATE SET instance = excluded.instance, "
+                "url = excluded.url, started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at",
+                (self.replica_id, instance, url),
+            )
+
+        self._instance, self._replica_url = instance, url
+        await self._do(self._control, do)
+
+    async def heartbeat(self) -> None:
+        """Beat; if the control connection was lost (and its lock with it), take the lock
+        again first, or refuse (``replica_id_in_use``: another process took this id)."""
+        if self._control.conn is None or self._control.conn.closed:
+            self._replica_locked = False
+            if self._instance is not None:
+                await self.register_replica(self._instance, self._replica_url)
+                return
+        await self._do(
+            self._control,
+            lambda c: c.execute(
+                "UPDATE replicas SET heartbeat_at = clock_timestamp() WHERE replica_id = %s", (self.replica_id,)
+            ),
+        )
+
+    async def list_replicas(self) -> list[Replica]:
+        async def do(c: AsyncConnection[Any]) -> list[Replica]:
+            cur = await c.execute(
+                "SELECT r.replica_id, r.instance, r.url, r.started_at, "
+                "extract(epoch FROM clock_timestamp() - r.heartbeat_at), "
+                "(SELECT count(*) FROM threads t WHERE t.lease_owner = r.replica_id "
+                "AND t.lease_expires > clock_timestamp()) FROM replicas r ORDER BY r.replica_id"
+            )
+            return [Replica(r[0], r[1], r[2], r[3], float(r[4]), int(r[5])) for r in await cur.fetchall()]
+
+        return cast(list[Replica], await self._read(do))
+
+
+async def _discard(slot: _Conn) -> None:
+    conn, slot.conn = slot.conn, None
+    if conn is not None:
+        with contextlib.suppress(Exception):
+            await conn.close()
+
+
+async def _bounded(cur: Any, size: Callable[[Any], int], max_bytes: int = PAGE_BYTES) -> list[Any]:
+    """The cursor's rows, stopping after the row that brings the page to ``max_bytes``."""
+    rows: list[Any] = []
+    total = 0
+    while total < max_bytes and (chunk := await cur.fetchmany(64)):
+        for row in chunk:
+            rows.append(row)
+            total += size(row)
+            if total >= max_bytes:
+                break
+    return rows
+
+
+async def _commit(conn: AsyncConnection[Any], batch: list[_Append], *, retried: bool) -> dict[int, str]:
+    """One transaction for the batch; refused appends are refused alone (see the module
+    docstring). ``retried``: the last attempt's COMMIT may have landed."""
+    done = await _already_committed(conn, batch) if retried else set()
+    todo = [(i, item) for i, item in enumerate(batch) if i not in done]
+    if _fences_agree(item for _, item in todo):
+        try:
+            async with conn.transaction():
+                return await _write(conn, todo)
+        except _REFUSED:
+            pass  # someone in the batch is bad: find out who, one savepoint each
+    failed: dict[int, str] = {}
+    async with conn.transaction():
+        for i, item in todo:
+            try:
+                async with conn.transaction():  # a savepoint
+                    failed.update(await _write(conn, [(i, item)]))
+            except _REFUSED as exc:
+                failed[i] = str(exc).strip().splitlines()[0]
+    return failed
+
+
+def _fences_agree(items: Any) -> bool:
+    """Every append of one thread in the batch under the same fence (so one row of the
+    fence-and-touch statement stands for all of them)."""
+    seen: dict[str, tuple[str, int] | None] = {}
+    for item in items:
+        if seen.setdefault(item.thread_id, item.fence) != item.fence:
+            return False
+    return True
+
+
+def _touches(todo: list[tuple[int, _Append]]) -> dict[str, list[Any]]:
+    """One row of the fence-and-touch statement per thread: [last_seq, updated_at,
+    turn_active, owner, epoch] (the newest of each; the last turn_active; the fence)."""
+    touches: dict[str, list[Any]] = {}
+    for _, item in todo:
+        updated_at, last_seq, turn_active = item.touch
+        t = touches.setdefault(item.thread_id, [None, None, None, None, None])
+        t[0] = _later(t[0], last_seq)
+        t[1] = _later(t[1], updated_at)
+        if turn_active is not None:
+            t[2] = turn_active
+        if item.fence is not None:
+            t[3], t[4] = item.fence
+    return touches
+
+
+def _later(a: Any, b: Any) -> Any:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def _lease_lost(item: _Append) -> str:
+    owner, epoch = item.fence or ("", 0)
+    return f"{LEASE_LOST}thread {item.thread_id} is no longer leased to {owner} with epoch {epoch}"
+
+
+async def _write(conn: AsyncConnection[Any], todo: list[tuple[int, _Append]]) -> dict[int, str]:
+    """The statements of one batch (in a transaction); appends refused by their fence."""
+    failed = await _fence_and_touch(conn, todo)
+    live = [item for i, item in todo if i not in failed]
+    rows = [r for item in live for r in item.rows]
+    if rows:
+        await conn.execute(_INSERT, [list(col) for col in zip(*rows, strict=True)])
+    for item in live:
+        if item.fields:
+            sets = ",".join(f"{k} = %s" for k in item.fields)
+            await conn.execute(f"UPDATE threads SET {sets} WHERE id = %s", (*item.fields.values(), item.thread_id))  # noqa: S608
+    return failed
+
+
+async def _fence_and_touch(conn: AsyncConnection[Any], todo: list[tuple[int, _Append]]) -> dict[int, str]:
+    """The first statement: the thread rows brought forward and locked, the fences applied;
+    the appends whose fence failed."""
+    touches = _touches(todo)
+    columns = [[t[k] for t in touches.values()] for k in range(5)]
+    cur = await conn.execute(_FENCE_TOUCH, [list(touches), *columns])
+    passed = {r[0] for r in await cur.fetchall()}
+    return {i: _lease_lost(item) for i, item in todo if item.fence is not None and item.thread_id not in passed}
+
+
+async def _already_committed(conn: AsyncConnection[Any], batch: list[_Append]) -> set[int]:
+    """Appends of ``batch`` whose first event is stored exactly as sent (an earlier COMMIT
+    landed though its answer was lost)."""
+    firsts = [(i, item.rows[0]) for i, item in enumerate(batch) if item.rows]
+    if not firsts:
+        return set()
+    tids, seqs, tss, datas = zip(*((r[0], r[1], r[2], r[5]) for _, r in firsts), strict=True)
+    cur = await conn.execute(
+        "SELECT e.thread_id, e.seq FROM events e JOIN unnest(%s::text[], %s::bigint[], %s::text[], %s::text[]) "
+        "AS v(thread_id, seq, ts, data) ON e.thread_id = v.thread_id AND e.seq = v.seq "
+        "AND e.ts = v.ts AND e.data = v.data",
+        [list(tids), list(seqs), list(tss), list(datas)],
+    )
+    stored = {(t, s) for t, s in await cur.fetchall()}
+    return {i for i, r in firsts if (r[0], r[1]) in stored}

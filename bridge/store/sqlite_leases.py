@@ -1,0 +1,144 @@
+"""Leases, epoch fencing and replicas in the SQLite store (issue #18), in SQL as in the
+PostgreSQL store, so both stores share one protocol and one code path for callers.
+
+SQLite is one process's file (its data dir is locked), so there is never a second live
+replica; the leases still work exactly as they do on PostgreSQL, with the database's
+clock (``julianday('now')``) deciding every expiry, and the fence is a statement of the
+append's own transaction (``fence``), never a check in Python.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from bridge.store.base import Lease, Replica
+
+T = TypeVar("T")
+
+# Seconds since the epoch on the database's clock.
+NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+LEASE_LOST = "lease lost: "
+# A write of these columns records which replica wrote it: the process belongs to it.
+STAMPED = frozenset({"state", "pid"})
+
+
+class Fenced(Exception):
+    """This append's lease is not the live one (the append alone is rolled back)."""
+
+
+def stamp(fields: dict[str, Any], replica_id: str) -> dict[str, Any]:
+    """``fields`` with ``replica_id`` added when they record a process or its state."""
+    if STAMPED & fields.keys():
+        fields["replica_id"] = replica_id
+    return fields
+
+
+def fence_of(replica_id: str, epoch: int | None) -> tuple[str, int] | None:
+    """What an append with ``epoch`` must find on its thread row (None: not fenced)."""
+    return None if epoch is None else (replica_id, epoch)
+
+
+def fence(db: sqlite3.Connection, thread_id: str, replica_id: str, epoch: int) -> None:
+    """The first statement of a fenced append's transaction: zero rows, no append."""
+    cur = db.execute(
+        f"UPDATE threads SET lease_epoch = lease_epoch WHERE id = ? AND lease_owner = ? "  # noqa: S608
+        f"AND lease_epoch = ? AND lease_expires > {NOW}",
+        (thread_id, replica_id, epoch),
+    )
+    if cur.rowcount == 0:
+        raise Fenced(f"{LEASE_LOST}thread {thread_id} is no longer leased to {replica_id} with epoch {epoch}")
+
+
+def _acquire(db: sqlite3.Connection, thread_id: str, replica_id: str, ttl_s: float) -> int | None:
+    row = db.execute(
+        f"UPDATE threads SET lease_epoch = CASE WHEN lease_owner = ?1 AND lease_expires > {NOW} "  # noqa: S608
+        f"THEN lease_epoch ELSE lease_epoch + 1 END, lease_owner = ?1, lease_expires = {NOW} + ?2 "
+        f"WHERE id = ?3 AND (lease_owner IS NULL OR lease_owner = ?1 OR lease_expires <= {NOW}) "
+        "RETURNING lease_epoch",
+        (replica_id, float(ttl_s), thread_id),
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+class SqliteLeases:
+    """The :class:`~bridge.store.base.LeaseStore` half of SqliteStore."""
+
+    replica_id: str
+    _run: Callable[..., Any]  # SqliteStore._run: a call on the writer thread
+
+    async def acquire_lease(self, thread_id: str, replica_id: str, ttl_s: float) -> int | None:
+        result: int | None = await self._run(lambda db: _acquire(db, thread_id, replica_id, ttl_s))
+        return result
+
+    async def renew_leases(self, replica_id: str, ttl_s: float) -> dict[str, int]:
+        def do(db: sqlite3.Connection) -> dict[str, int]:
+            rows = db.execute(
+                f"UPDATE threads SET lease_expires = {NOW} + ? "  # noqa: S608
+                f"WHERE lease_owner = ? AND lease_expires > {NOW} RETURNING id, lease_epoch",
+                (float(ttl_s), replica_id),
+            ).fetchall()
+            return {str(tid): int(epoch) for tid, epoch in rows}
+
+        result: dict[str, int] = await self._run(do)
+        return result
+
+    async def release_lease(self, thread_id: str, replica_id: str, epoch: int) -> bool:
+        def do(db: sqlite3.Connection) -> bool:
+            cur = db.execute(
+                "UPDATE threads SET lease_owner = NULL, lease_expires = NULL "
+                "WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",
+                (thread_id, replica_id, epoch),
+            )
+            return cur.rowcount > 0
+
+        result: bool = await self._run(do)
+        return result
+
+    async def lease_of(self, thread_id: str) -> Lease | None:
+        def do(db: sqlite3.Connection) -> Lease | None:
+            row = db.execute(
+                f"SELECT lease_owner, lease_epoch, lease_expires - {NOW} FROM threads WHERE id = ?",  # noqa: S608
+                (thread_id,),
+            ).fetchone()
+            if row is None:
+                return None
+            owner, epoch, left = row
+            live = owner is not None and left is not None and left > 0
+            return Lease(owner, int(epoch), None if owner is None else float(left), live)
+
+        result: Lease | None = await self._run(do)
+        return result
+
+    async def register_replica(self, instance: str, url: str | None) -> None:
+        """The data-dir lock already keeps a second process off this file: recorded only."""
+
+        def do(db: sqlite3.Connection) -> None:
+            db.execute(
+                "INSERT INTO replicas (replica_id, instance, url, started_at, heartbeat_at) "  # noqa: S608
+                f"VALUES (?, ?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), {NOW}) "
+                "ON CONFLICT (replica_id) DO UPDATE SET instance = excluded.instance, url = excluded.url, "
+                "started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at",
+                (self.replica_id, instance, url),
+            )
+
+        await self._run(do)
+
+    async def heartbeat(self) -> None:
+        rid = self.replica_id
+        await self._run(
+            lambda db: db.execute(f"UPDATE replicas SET heartbeat_at = {NOW} WHERE replica_id = ?", (rid,))  # noqa: S608
+        )
+
+    async def list_replicas(self) -> list[Replica]:
+        def do(db: sqlite3.Connection) -> list[Replica]:
+            rows = db.execute(
+                f"SELECT r.replica_id, r.instance, r.url, r.started_at, {NOW} - r.heartbeat_at, "  # noqa: S608
+                "(SELECT count(*) FROM threads t WHERE t.lease_owner = r.replica_id "
+                f"AND t.lease_expires > {NOW}) FROM replicas r ORDER BY r.replica_id"
+            ).fetchall()
+            return [Replica(r[0], r[1], r[2], r[3], float(r[4]), int(r[5])) for r in rows]
+
+        result: list[Replica] = await self._run(do)
+        return result

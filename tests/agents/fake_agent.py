@@ -167,7 +167,13 @@ class Agent:
         )
 
     def result(
-        self, text: str, *, error: bool = False, subtype: str | None = None, terminal_reason: str | None = None
+        self,
+        text: str,
+        *,
+        error: bool = False,
+        subtype: str | None = None,
+        terminal_reason: str | None = None,
+        errors: list[str] | None = None,
     ) -> None:
         sub = subtype or ("error" if (error and self.awp) else "success")
         obj = {
@@ -182,7 +188,19 @@ class Agent:
         }
         if terminal_reason:
             obj["terminal_reason"] = terminal_reason
+        if errors is not None:
+            obj["errors"] = errors
         out(obj)
+
+    def interrupted(self, terminal_reason: str, stop_reason: str = "null") -> None:
+        # As Claude Code 2.1.197 ends an interrupted turn: its internal diagnostic in errors.
+        self.result(
+            "",
+            error=True,
+            subtype="error_during_execution",
+            terminal_reason=terminal_reason,
+            errors=[f"[ede_diagnostic] result_type=user last_content_type=n/a stop_reason={stop_reason}"],
+        )
 
     def reply(self, text: str) -> None:
         third = max(1, len(text) // 3)
@@ -288,7 +306,7 @@ class Agent:
                         },
                     }
                 )
-                self.result("", error=True, subtype="error_during_execution", terminal_reason="aborted_streaming")
+                self.interrupted("aborted_streaming")
                 return
             self.deferred.append(msg)
         self.reply("slow done")
@@ -314,7 +332,7 @@ class Agent:
                     }
                 )
                 self.assistant([{"type": "text", "text": sent}])
-                self.result("", error=True, subtype="error_during_execution", terminal_reason="aborted_streaming")
+                self.interrupted("aborted_streaming")
                 return
             self.deferred.append(msg)
         self.assistant([{"type": "text", "text": sent}])
@@ -463,7 +481,7 @@ class Agent:
                         "response": {"subtype": "success", "request_id": msg.get("request_id")},
                     }
                 )
-                self.result("", error=True, subtype="error_during_execution", terminal_reason="aborted_tools")
+                self.interrupted("aborted_tools", "tool_use")
                 return
             self.deferred.append(msg)
 

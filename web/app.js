@@ -11,6 +11,8 @@ const DIAG_LIMIT = 500;
 const IMAGE_TYPES = ["image/png", "image/jpeg", "image/gif", "image/webp"];
 const DOCUMENT_TYPES = ["application/pdf", "text/plain"];
 const MAX_BLOCKS = 64;
+// How a turn's end status reads in the status line ("cancelled" is an interrupt).
+const TURN_STATUS = { cancelled: "interrupted" };
 const MAX_BODY_BYTES = 8 * 1024 * 1024;
 const BODY_SLACK = 16 * 1024; // JSON punctuation, the client_id, the block wrappers
 
@@ -578,7 +580,8 @@ class App {
           if (d.model) cur.thread = { ...cur.thread, model: d.model };
           break;
         case "agent.status":
-          cur.agentStatus = d.status || d.state || null;
+          // Only a line that says a status or state changes it (not a keep-alive, say).
+          if ("status" in d || "state" in d) cur.agentStatus = d.status || d.state || null;
           break;
         default:
           break;
@@ -614,7 +617,7 @@ class App {
     else if (active) status.textContent = cur.agentStatus && cur.agentStatus !== "running" ? `Agent is working (${cur.agentStatus})…` : "Agent is working… (Esc to interrupt)";
     else if (cur.lastEnd) {
       const u = usageText(cur.lastEnd.usage);
-      status.textContent = `Last turn: ${cur.lastEnd.status ?? "ended"}${u ? ` · ${u}` : ""}`;
+      status.textContent = `Last turn: ${TURN_STATUS[cur.lastEnd.status] ?? cur.lastEnd.status ?? "ended"}${u ? ` · ${u}` : ""}`;
     } else status.textContent = "Ready";
     $("#turn-status").dataset.active = String(active);
   }

@@ -154,8 +154,10 @@ export class TranscriptView {
     const d = ev.data && typeof ev.data === "object" ? ev.data : {};
     switch (ev.kind) {
       case "message":
-        if (ev.source === "client" || d.role === "user") this.userMessage(ev, d);
-        else this.assistantMessage(d);
+        if (ev.source === "client") this.userMessage(ev, d);
+        // The agent's own user-role lines (its replay of the prompt, its interrupt marker,
+        // a sub-agent's prompt) are not the user speaking: only the prompt shows as "You".
+        else if (d.role !== "user") this.assistantMessage(d);
         break;
       case "message.delta":
         this.delta(d);
@@ -364,7 +366,11 @@ export class TranscriptView {
     const parts = [status === "success" ? "Turn complete" : status === "cancelled" ? "Interrupted" : "Turn failed"];
     const usage = usageText(d.usage);
     if (usage) parts.push(usage);
-    if (d.error) parts.push(typeof d.error === "string" ? d.error : pretty(d.error));
+    // An interrupted turn says so and nothing more (what the agent said about it is in the
+    // diagnostics); an agent's internal diagnostic is never shown as the reason.
+    if (d.error && status !== "cancelled" && !String(d.error).startsWith("[ede_diagnostic]")) {
+      parts.push(typeof d.error === "string" ? d.error : pretty(d.error));
+    }
     const n = this.add(el("div", `turn-end turn-${status.replace(/\W/g, "")}`, parts.join(" · ")));
     n.dataset.status = status;
   }

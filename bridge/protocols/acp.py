@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bridge.protocols.codec import AgentInfo, AgentRequest, Decoded, Fatal, RawRefused, Ready, RoutedReply
-from bridge.protocols.events import Event
+from bridge.protocols.events import INTERRUPTED, Event
 from bridge.protocols.jsonline import dumps, parse_object
 
 PROTOCOL = "acp"
@@ -481,7 +481,9 @@ class AcpCodec:
         data: dict[str, Any] = {"status": status, "stop_reason": stop_reason}
         if usage is not None:
             data["usage"] = usage
-        if error is not None and status != "cancelled":
+        if status == "cancelled":
+            data["reason"] = INTERRUPTED  # as on every dialect (docs/api.md §6.5)
+        elif error is not None:
             data["error"] = error
             if code == AUTH_REQUIRED:
                 data["error_code"] = "auth_required"

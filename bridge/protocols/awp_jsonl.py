@@ -35,13 +35,13 @@ _MAX_REASON = 512
 
 
 def _block(codec: StreamJsonCodec, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
-    """Top-level ``content_block_start`` / ``content_block_delta`` (a raw stream)."""
+    """A top-level event of a raw stream: a ``tool_use`` block start is a ``tool.call``,
+    the rest what it is inside a ``stream_event``."""
     if obj.get("type") == "content_block_start":
         block = _d(obj.get("content_block"))
         if block.get("type") == "tool_use":
             data = {"tool_call_id": _s(block.get("id")), "name": _s(block.get("name")), "input": block.get("input")}
             return [Event("agent", "tool.call", data, raw)]
-        return []
     return codec._raw_stream(obj, raw)
 
 
@@ -74,6 +74,10 @@ class AwpJsonlCodec(StreamJsonCodec):
         **{k: v for k, v in StreamJsonCodec._handlers.items() if k not in _NO_CONTROL},
         "content_block_start": _block,
         "content_block_delta": _block,
+        # the rest of a raw stream's structure: message.stream, as inside a stream_event
+        "content_block_stop": _block,
+        "message_start": _block,
+        "message_delta": _block,
         "message_stop": _message_stop,
         "result": _result,
     }

@@ -24,6 +24,7 @@ KINDS = frozenset(
         "session.started",
         "turn.started",
         "message.delta",
+        "message.stream",
         "message",
         "tool.call",
         "tool.result",
@@ -38,6 +39,7 @@ KINDS = frozenset(
         "rate_limit",
         "notice",
         "diagnostic",
+        "agent.reply",
         "process.started",
         "process.exited",
         "agent.other",
@@ -53,6 +55,20 @@ SECRET_KEY_RE = re.compile(
     r"cookie|credential|private[_-]?key|session[_-]?key)"
 )
 REDACTED = "[redacted]"
+
+# What an interrupted turn's end says it was (docs/api.md §6.5).
+INTERRUPTED = "interrupted"
+
+
+def mark_interrupted(data: dict[str, Any]) -> Any:
+    """Make a ``turn.ended`` read as what happened: status ``cancelled``, reason
+    ``interrupted``, and no ``error``. Returns the ``error`` it took off (what the agent
+    said about the aborted turn, such as Claude Code's internal ``[ede_diagnostic] …``),
+    or None: the caller records it as a diagnostic, and the agent's line keeps it in
+    ``raw``."""
+    data["status"] = "cancelled"
+    data["reason"] = INTERRUPTED
+    return data.pop("error", None)
 
 
 @dataclass(slots=True)

@@ -19,8 +19,9 @@ from typing import Any, ClassVar
 
 import orjson
 
+from bridge.protocols import stream_json_map as smap
 from bridge.protocols.codec import AgentRequest, Decoded, RawAnswer
-from bridge.protocols.events import REDACTED, SECRET_KEY_RE, Event
+from bridge.protocols.events import REDACTED, SECRET_KEY_RE, Event, mark_interrupted
 from bridge.protocols.jsonline import _may_be_too_deep, dumps, parse_object
 
 PROTOCOL = "stream-json"
@@ -107,6 +108,7 @@ def permission_prompt_flags_for(executable: str, args: Sequence[str] = ()) -> tu
 INITIALIZE_FIRST = frozenset({"qwen"})
 
 _CANCELLED_TERMINAL_REASONS = ("aborted_streaming", "aborted_tools")
+_MAX_SENT_REQUESTS = 64
 
 
 # The secret keys of events.py, plus the account details an initialize response carries.
@@ -136,16 +138,6 @@ def _d(value: Any) -> dict[str, Any]:
 
 def _l(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
-
-
-def _result_error(obj: dict[str, Any]) -> str | None:
-    """What an error ``result`` says went wrong: its ``errors``, else its text (Qwen Code
-    puts it in ``error.message``)."""
-    errors = [e for e in _l(obj.get("errors")) if isinstance(e, str)]
-    err = _s(obj.get("result")) if not errors else "; ".join(errors)
-    if isinstance(obj.get("error"), dict):  # qwen: error: {type?, message}
-        err = _s(obj["error"].get("message")) or err
-    return err
 
 
 def _truncate(text: str, limit: int = 4096) -> str:
@@ -210,6 +202,9 @@ class StreamJsonCodec:
         # Send an initialize control request before anything else (INITIALIZE_FIRST).
         self.initialize = cli in INITIALIZE_FIRST
         self._req_counter = 0
+        # The control requests written to the agent and not answered yet: id → subtype, so
+        # that an answer names what it answers (agent.reply ``op``). Bounded.
+        self._sent: dict[str, str] = {}
 
     def launch_flags(self, options: Mapping[str, Any]) -> list[str]:
         return [*self._flags, *spawn_option_flags(options, self._prompt_flags)]
@@ -228,8 +223,8 @@ class StreamJsonCodec:
 
         Fast path (issue #8) for the lines a streaming turn is made of: ``stream_event``
         lines (awp-jsonl: its top-level ``content_block_delta`` lines) as agents write
-        them, ``"type"`` first. They decode to a ``message.delta`` or a bare
-        ``agent.other``, which depends on string values only, and orjson reads a line it
+        them, ``"type"`` first. They decode to a ``message.delta`` or a
+        ``message.stream``, which depend on string values only, and orjson reads a line it
         accepts exactly as ``json`` does but for numbers (integers beyond 64 bits become
         floats; what ``json`` refuses beyond 4300 digits orjson refuses as infinite); so
         these lines skip :func:`parse_object`'s scan for long digit runs and the generic
@@ -248,14 +243,14 @@ class StreamJsonCodec:
         try:
             typ = obj["type"]  # not the prefix's when the key comes twice
             if typ == "stream_event":
-                ev = obj["event"]
+                ev = obj["event"]  # (an event that is null fails below: the generic path decodes it)
             elif typ in self._toplevel_deltas:
                 ev = obj
             else:
-                ev = None  # (as is an event that is null: the generic path decodes these)
+                return self._decode_slow(line)
             text = None
-            if ev is not None and ev["type"] == "content_block_delta":
-                # What _raw_stream makes of it: a text or thinking delta, else a bare agent.other.
+            if ev["type"] == "content_block_delta":
+                # What _raw_stream makes of it: a text or thinking delta, else message.stream.
                 delta = ev["delta"]
                 dtype = delta["type"]
                 if dtype == "text_delta":
@@ -264,15 +259,16 @@ class StreamJsonCodec:
                     text, channel = delta["thinking"], "thought"
         except (KeyError, TypeError):
             return self._decode_slow(line)
-        if ev is None:
-            return self._decode_slow(line)
         # The depth check may skip the bytes of the strings read above (none is a bracket):
         # keys and values, each a literal of its own, at least one byte per character.
+        data: dict[str, Any] | None
         if type(text) is str:
             kind, data, literals = "message.delta", {"text": text, "channel": channel}, len(text) + _DELTA_LITERALS
         else:
-            kind, data, literals = "agent.other", {}, _RAW_STREAM_LITERALS
-        if _may_be_too_deep(line, literals):
+            # The stream's structure (message_start, content_block_stop, …): string values
+            # only, so orjson's reading is json's; anything else takes the generic path.
+            kind, data, literals = "message.stream", smap.stream_structure(ev), _RAW_STREAM_LITERALS
+        if data is None or _may_be_too_deep(line, literals):
             return self._decode_slow(line)
         return Decoded([Event("agent", kind, data, line.decode("utf-8").rstrip("\r"), True)], [])
 
@@ -315,11 +311,11 @@ class StreamJsonCodec:
             if isinstance(obj.get("tools"), list):
                 data["tools"] = [t for t in obj["tools"] if isinstance(t, str)]
             return [self._ev("session.started", data, raw)]
-        if sub == "status":
-            st = obj.get("status")
-            return [self._ev("agent.status", {"status": st if isinstance(st, str) else None}, raw)]
-        if sub == "session_state_changed":
-            return [self._ev("agent.status", {"state": _s(obj.get("state"))}, raw)]
+        status = smap.system_status(sub, obj)
+        if status is not None:
+            return [self._ev("agent.status", status, raw)]
+        if sub in smap.NOTICE_SYSTEM:
+            return [self._ev("notice", smap.notice(sub, obj), raw)]
         if sub in ("hook_started", "hook_progress", "hook_response"):
             data = {
                 "hook_event": _s(obj.get("hook_event")),
@@ -393,11 +389,18 @@ class StreamJsonCodec:
         return events
 
     def _user(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
-        if obj.get("isReplay"):
-            return []
         msg = _d(obj.get("message"))
+        content = msg.get("content")
+        events = [] if obj.get("isReplay") else self._tool_results(content, raw)
+        if not events and isinstance(content, (str, list)):
+            data = smap.user_message(obj, content)
+            if data is not None:
+                events.append(self._ev("message", data, raw))
+        return events
+
+    def _tool_results(self, content: Any, raw: str) -> list[Event]:
         events: list[Event] = []
-        for block in _l(msg.get("content")):
+        for block in _l(content):
             if isinstance(block, dict) and block.get("type") == "tool_result":
                 events.append(
                     self._ev(
@@ -424,7 +427,11 @@ class StreamJsonCodec:
                 return [self._ev("message.delta", {"text": delta["text"], "channel": "text"}, raw)]
             if dtype == "thinking_delta" and isinstance(delta.get("thinking"), str):
                 return [self._ev("message.delta", {"text": delta["thinking"], "channel": "thought"}, raw)]
-        return []
+        structure = smap.stream_structure(ev)
+        if structure is not None:
+            return [self._ev("message.stream", structure, raw)]
+        other = smap.other_stream_event(ev)
+        return [] if other is None else [self._ev(other[0], other[1], raw)]
 
     def _result(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
         sub = _s(obj.get("subtype")) or ""
@@ -439,14 +446,27 @@ class StreamJsonCodec:
         data: dict[str, Any] = {"status": status, "stop_reason": _s(obj.get("stop_reason"))}
         if isinstance(obj.get("usage"), dict):
             data["usage"] = obj["usage"]
+        internal: list[str] = []
         if is_error:
-            data["error"] = _result_error(obj) or sub or "error"
+            data["error"], internal = smap.result_error(obj, sub)
             data["subtype"] = sub
         if terminal_reason is not None:
             data["terminal_reason"] = terminal_reason
         if _s(obj.get("session_id")):
             data["native_session_id"] = obj["session_id"]
-        return [self._ev("turn.ended", data, raw)]
+        return self._turn_end(data, internal, raw)
+
+    def _turn_end(self, data: dict[str, Any], internal: list[str], raw: str) -> list[Event]:
+        if data["status"] == "cancelled":
+            # An interrupted turn reads as one; what the agent said about it is a diagnostic.
+            said = mark_interrupted(data)
+            if not internal and isinstance(said, str) and said not in smap.RESULT_ERRORS.values():
+                internal = [said]
+        end = self._ev("turn.ended", data, raw)
+        if not internal:
+            return [end]
+        # The diagnostic first: the turn's end is the last event of its turn.
+        return [self._ev("diagnostic", {"stream": "protocol", "text": _truncate("; ".join(internal))}, raw), end]
 
     def _control_request(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
         request_id = _s(obj.get("request_id"))
@@ -518,16 +538,22 @@ class StreamJsonCodec:
         return [self._ev("permission.resolved", {"request_id": rid, "decision": "cancelled", "by": "agent"}, raw)]
 
     def _control_response(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
-        # Answers to our control requests (interrupt acks, or a raw client's initialize,
-        # whose response carries account details): recorded with secrets redacted.
+        # Answers to control requests (interrupt acks, or a raw client's initialize, whose
+        # response carries account details): recorded with secrets redacted.
         response = _d(obj.get("response"))
-        return [
-            self._ev(
-                "agent.other",
-                {"control_response": _s(response.get("subtype")), "request_id": _s(response.get("request_id"))},
-                raw,
-            )
-        ]
+        rid = _s(response.get("request_id"))
+        data: dict[str, Any] = {"request_id": rid, "subtype": _s(response.get("subtype"))}
+        op = self._sent.get(rid) if rid is not None else None
+        op = op or _s(_d(response.get("response")).get("subtype"))  # qwen names it
+        if op:
+            data["op"] = op
+        if _s(response.get("error")):
+            data["error"] = response["error"]
+        return [self._ev("agent.reply", data, raw)]
+
+    def _toplevel(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
+        mapped = smap.toplevel(_s(obj.get("type")) or "", obj)
+        return [] if mapped is None else [self._ev(mapped[0], mapped[1], raw)]
 
     def _rate_limit(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
         info = _d(obj.get("rate_limit_info"))
@@ -567,6 +593,7 @@ class StreamJsonCodec:
         "control_response": _control_response,
         "rate_limit_event": _rate_limit,
         "tool_progress": _tool_progress,
+        **dict.fromkeys(smap.QUIET_TOPLEVEL | smap.NOTICE_TOPLEVEL, _toplevel),
     }
 
     # ------------------------------------------------------------------ encoding
@@ -585,13 +612,24 @@ class StreamJsonCodec:
             }
         )
 
-    def _next_request_id(self) -> str:
+    def _next_request_id(self, op: str) -> str:
         self._req_counter += 1
-        return f"req_{self._req_counter}_{uuid.uuid4().hex[:8]}"
+        rid = f"req_{self._req_counter}_{uuid.uuid4().hex[:8]}"
+        self._remember(rid, op)
+        return rid
+
+    def _remember(self, rid: str, op: str) -> None:
+        if len(self._sent) >= _MAX_SENT_REQUESTS:
+            self._sent.pop(next(iter(self._sent)))
+        self._sent[rid] = op
 
     def encode_interrupt(self) -> str | None:
         return dumps(
-            {"type": "control_request", "request_id": self._next_request_id(), "request": {"subtype": "interrupt"}}
+            {
+                "type": "control_request",
+                "request_id": self._next_request_id("interrupt"),
+                "request": {"subtype": "interrupt"},
+            }
         )
 
     def encode_shutdown(self) -> str | None:
@@ -602,7 +640,11 @@ class StreamJsonCodec:
             return []
         return [
             dumps(
-                {"type": "control_request", "request_id": self._next_request_id(), "request": {"subtype": "initialize"}}
+                {
+                    "type": "control_request",
+                    "request_id": self._next_request_id("initialize"),
+                    "request": {"subtype": "initialize"},
+                }
             )
         ]
 
@@ -639,7 +681,10 @@ class StreamJsonCodec:
         return RawAnswer(rid, decision, note if isinstance(note, str) else None)
 
     def forward_raw(self, message: dict[str, Any], route: str) -> str:
-        return dumps(message)  # stream-json has no ids of ours to protect: written unchanged
+        # stream-json has no ids of ours to protect: written unchanged
+        if message.get("type") == "control_request" and isinstance(message.get("request_id"), str):
+            self._remember(message["request_id"], _s(_d(message.get("request")).get("subtype")) or "")
+        return dumps(message)
 
     def answer_request(self, request: AgentRequest, result: Any = None, error: tuple[int, str] | None = None) -> str:
         raise NotImplementedError("stream-json agents make no requests the caller serves")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from bridge.process.launch import valid_session_id
 from bridge.protocols.codec import AgentInfo, AgentRequest, Codec, Control, Decoded, Fatal, Ready, RoutedReply
-from bridge.protocols.events import Event, Record
+from bridge.protocols.events import Event, Record, mark_interrupted
 from bridge.sessions.actions import Action, ArmTimer, CancelTimer, Emit, Limits, Route, Serve, Stop, Turn, Write
 from bridge.sessions.permissions import Pending, PermissionTable, timer_key
 
@@ -125,7 +125,12 @@ class AgentOutput:
             and ev.data.get("status") == "error"
             and ev.data.get("subtype") == "error_during_execution"
         ):
-            ev.data["status"] = "cancelled"
+            # The end reads as what happened; what the agent said about it (its raw line
+            # keeps it too) is a diagnostic (docs/api.md §6.5).
+            said = mark_interrupted(ev.data)
+            told = len(out) > 1 and out[-2].kind == "diagnostic" and out[-2].raw == ev.raw  # by the codec
+            if isinstance(said, str) and said and not told:
+                out.insert(len(out) - 1, Event("agent", "diagnostic", {"stream": "protocol", "text": said}, ev.raw))
         after += self._end_turn()
         fields["turn_active"] = False
         return True

@@ -262,7 +262,13 @@ class Agent:
         )
 
     def result(
-        self, text: str, *, error: bool = False, subtype: str | None = None, terminal_reason: str | None = None
+        self,
+        text: str,
+        *,
+        error: bool = False,
+        subtype: str | None = None,
+        terminal_reason: str | None = None,
+        errors: list[str] | None = None,
     ) -> None:
         sub = subtype or ("error" if (error and self.awp) else "success")
         obj = {
@@ -277,7 +283,19 @@ class Agent:
         }
         if terminal_reason:
             obj["terminal_reason"] = terminal_reason
+        if errors is not None:
+            obj["errors"] = errors
         out(obj)
+
+    def interrupted(self, terminal_reason: str, stop_reason: str = "null") -> None:
+        # As Claude Code 2.1.197 ends an interrupted turn: its internal diagnostic in errors.
+        self.result(
+            "",
+            error=True,
+            subtype="error_during_execution",
+            terminal_reason=terminal_reason,
+            errors=[f"[ede_diagnostic] result_type=user last_content_type=n/a stop_reason={stop_reason}"],
+        )
 
     def reply(self, text: str) -> None:
         third = max(1, len(text) // 3)
@@ -385,7 +403,7 @@ class Agent:
                         },
                     }
                 )
-                self.result("", error=True, subtype="error_during_execution", terminal_reason="aborted_streaming")
+                self.interrupted("aborted_streaming")
                 return
             self.deferred.append(msg)
         self.reply("slow done")
@@ -411,7 +429,7 @@ class Agent:
                     }
                 )
                 self.assistant([{"type": "text", "text": sent}])
-                self.result("", error=True, subtype="error_during_execution", terminal_reason="aborted_streaming")
+                self.interrupted("aborted_streaming")
                 return
             self.deferred.append(msg)
         self.assistant([{"type": "text", "text": sent}])
@@ -560,7 +578,7 @@ class Agent:
                         "response": {"subtype": "success", "request_id": msg.get("request_id")},
                     }
                 )
-                self.result("", error=True, subtype="error_during_execution", terminal_reason="aborted_tools")
+                self.interrupted("aborted_tools", "tool_use")
                 return
             self.deferred.append(msg)
 

@@ -1094,7 +1094,7 @@ def test_interrupt_cancels_the_session_and_every_pending_permission_then_the_err
     # an error response to a cancelled prompt is a cancellation (docs/api.md §7.3)
     [ev] = respond(codec, p, error={"code": -32603, "message": "aborted"}).events
     assert ev.kind == "turn.ended"
-    assert ev.data == {"status": "cancelled", "stop_reason": None}
+    assert ev.data == {"status": "cancelled", "stop_reason": None, "reason": "interrupted"}
     # the next prompt's error is an error again
     p = codec.encode_prompt([{"type": "text", "text": "y"}])
     [ev] = respond(codec, p, error={"code": -32603, "message": "boom"}).events

@@ -26,13 +26,17 @@ SAMPLE = [
         "message",
         {"role": "assistant", "text": "Partial or complete text", "message_id": None},
     ),
-    ('{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}', "agent.other", {}),
+    (
+        '{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}',
+        "message.stream",
+        {"event": "content_block_start", "block_type": "text"},
+    ),
     (
         '{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Partial text"}}',
         "message.delta",
         {"text": "Partial text", "channel": "text"},
     ),
-    ('{"type":"content_block_stop","index":0}', "agent.other", {}),
+    ('{"type":"content_block_stop","index":0}', "message.stream", {"event": "content_block_stop"}),
     (
         '{"type":"result","subtype":"success","is_error":false,"session_id":"opaque-session-id","usage":{"input_tokens":12,"output_tokens":8}}',
         "turn.ended",
@@ -120,18 +124,32 @@ def test_top_level_thinking_delta_is_a_thought_delta():
 
 
 @pytest.mark.parametrize(
-    "line",
+    ("line", "data"),
     [
-        '{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{"}}',
-        '{"type":"content_block_delta","index":0,"delta":{"type":"text_delta"}}',
-        '{"type":"content_block_delta","index":0}',
-        '{"type":"content_block_start","index":0}',
-        '{"type":"content_block_start","index":0,"content_block":"tool_use"}',
+        (
+            '{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{"}}',
+            {"event": "content_block_delta", "delta_type": "input_json_delta"},
+        ),
+        (
+            '{"type":"content_block_delta","index":0,"delta":{"type":"text_delta"}}',
+            {"event": "content_block_delta", "delta_type": "text_delta"},
+        ),
+        ('{"type":"content_block_delta","index":0}', {"event": "content_block_delta", "delta_type": None}),
+        ('{"type":"content_block_start","index":0}', {"event": "content_block_start", "block_type": None}),
+        (
+            '{"type":"content_block_start","index":0,"content_block":"tool_use"}',
+            {"event": "content_block_start", "block_type": None},
+        ),
+        ('{"type":"message_start","message":{"id":"m1"}}', {"event": "message_start", "message_id": "m1"}),
+        (
+            '{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":3}}',
+            {"event": "message_delta", "stop_reason": "end_turn"},
+        ),
     ],
 )
-def test_other_raw_events_are_agent_other(line):
+def test_other_raw_events_are_the_streams_structure(line, data):
     [ev] = decode(line).events
-    assert ev.kind == "agent.other" and ev.relay and ev.raw == line
+    assert (ev.kind, ev.data) == ("message.stream", data) and ev.relay and ev.raw == line
 
 
 def test_error_result_uses_the_result_text_or_falls_back_to_the_subtype():
@@ -161,7 +179,7 @@ def test_stream_event_wrapper_is_also_accepted():
 def test_message_stop_is_a_turn_end_only_in_awp():
     line = b'{"type":"message_stop"}'
     assert [e.kind for e in AwpJsonlCodec().decode(line).events] == ["turn.ended"]
-    assert [e.kind for e in StreamJsonCodec().decode(line).events] == ["agent.other"]
+    assert [e.kind for e in StreamJsonCodec().decode(line).events] == ["agent.other"]  # not a stream-json type
 
 
 # ---------------------------------------------------------------- encoding

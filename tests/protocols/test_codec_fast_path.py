@@ -446,17 +446,21 @@ STREAM_HOT_LINES = [
     (
         b'{"type":"stream_event","event":{"type":"content_block_delta","index":1,'
         b'"delta":{"type":"input_json_delta","partial_json":"{\\"a"}},"uuid":"u"}',
-        "agent.other",
-        {},
+        "message.stream",
+        {"event": "content_block_delta", "delta_type": "input_json_delta"},
     ),
     (
         b'{"type":"stream_event","event":{"type":"message_start","message":{"usage":{"input_tokens":'
         + b"1" * 30
         + b'}}},"uuid":"u"}',
-        "agent.other",
-        {},
+        "message.stream",
+        {"event": "message_start", "message_id": None},
     ),
-    (b'{"type":"stream_event","event":{"type":"content_block_stop","index":0},"uuid":"u"}', "agent.other", {}),
+    (
+        b'{"type":"stream_event","event":{"type":"content_block_stop","index":0},"uuid":"u"}',
+        "message.stream",
+        {"event": "content_block_stop"},
+    ),
     (
         b'{"type":"stream_event","event":{"type":"content_block_delta","index":'
         + b"9" * 40
@@ -480,8 +484,8 @@ AWP_HOT_LINES = [
     ),
     (
         b'{"type":"content_block_delta","index":' + b"9" * 40 + b',"delta":{"type":"signature_delta"}}',
-        "agent.other",
-        {},
+        "message.stream",
+        {"event": "content_block_delta", "delta_type": "signature_delta"},
     ),
 ]
 

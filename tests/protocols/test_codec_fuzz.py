@@ -411,16 +411,16 @@ def test_control_cancel_requests_are_never_answered(codec_cls, request_id):
 @pytest.mark.parametrize("codec_cls", CODECS)
 @LIGHT
 @given(subtype=json_scalars, request_id=json_scalars)
-def test_control_responses_are_agent_other_and_never_answered(codec_cls, subtype, request_id):
+def test_control_responses_are_agent_replies_and_never_answered(codec_cls, subtype, request_id):
     line = json.dumps({"type": "control_response", "response": {"subtype": subtype, "request_id": request_id}}).encode()
     decoded = codec_cls().decode(line)
     check_decoded(decoded, line)
     assert decoded.replies == []
     [ev] = decoded.events
-    assert (ev.kind, ev.raw) == ("agent.other", line.decode())
+    assert (ev.kind, ev.raw) == ("agent.reply", line.decode())
     assert ev.data == {
-        "control_response": subtype if isinstance(subtype, str) else None,
         "request_id": request_id if isinstance(request_id, str) else None,
+        "subtype": subtype if isinstance(subtype, str) else None,
     }
 
 
@@ -492,8 +492,9 @@ def test_control_responses_never_relay_a_secret(codec_cls, body, ascii_only):
     if not ascii_only and not decoded.events[0].relay:
         return  # a lone surrogate written as raw UTF-8 bytes: not UTF-8, a diagnostic
     [ev] = decoded.events
-    assert ev.kind == "agent.other" and ev.relay
-    assert ev.data == {"control_response": "success", "request_id": "r1"}
+    assert ev.kind == "agent.reply" and ev.relay
+    op = body.get("subtype") if isinstance(body, dict) else None  # Qwen Code names the request answered
+    assert ev.data == {"request_id": "r1", "subtype": "success", **({"op": op} if isinstance(op, str) and op else {})}
     relayed = json.loads(ev.raw)
     assert relayed == expected_redaction(json.loads(line.decode("utf-8")))
     assert all(s == REDACTED for s in _secret_scalars(relayed))

@@ -347,20 +347,28 @@ def test_interrupted_turn_is_cancelled(reason):
             and o.get("terminal_reason") == reason
         )
     )
-    [ev] = decode_one(line).events
+    diag, ev = decode_one(line).events
     assert ev.kind == "turn.ended"
     assert ev.data["status"] == "cancelled"
     assert ev.data["terminal_reason"] == reason
+    # It reads as what happened; Claude Code's internal account is a diagnostic, and raw.
+    assert ev.data["reason"] == "interrupted" and "error" not in ev.data
+    assert "ede_diagnostic" not in json.dumps(ev.data)
+    assert (diag.kind, diag.data["stream"], diag.raw) == ("diagnostic", "protocol", line)
+    assert diag.data["text"].startswith("[ede_diagnostic] ") and diag.data["text"] in line
 
 
 def test_error_during_execution_without_an_abort_reason_is_an_error():
     _, line = find_line(lambda o: o.get("type") == "result" and o.get("subtype") == "error_during_execution")
     obj = json.loads(line)
     obj["terminal_reason"] = "model_error"
-    [ev] = StreamJsonCodec().decode(json.dumps(obj).encode()).events
+    diag, ev = StreamJsonCodec().decode(json.dumps(obj).encode()).events
     assert ev.data["status"] == "error"
+    # The CLI's internal diagnostic is not the error users read: that says what failed.
+    assert ev.data["error"] == "the turn failed during execution"
+    assert diag.kind == "diagnostic" and diag.data["text"].startswith("[ede_diagnostic] ")
     del obj["terminal_reason"]
-    [ev] = StreamJsonCodec().decode(json.dumps(obj).encode()).events
+    _, ev = StreamJsonCodec().decode(json.dumps(obj).encode()).events
     assert ev.data["status"] == "error"
 
 
@@ -582,9 +590,10 @@ def test_thinking_delta_is_a_thought_channel_delta():
 @pytest.mark.parametrize(
     "event", ["message_start", "content_block_start", "content_block_stop", "message_delta", "message_stop"]
 )
-def test_other_stream_events_are_agent_other(event):
+def test_other_stream_events_are_the_messages_structure(event):
     _, line = find_line(lambda o: o.get("type") == "stream_event" and o["event"].get("type") == event)
-    assert [e.kind for e in decode_one(line).events] == ["agent.other"]
+    [ev] = decode_one(line).events
+    assert (ev.kind, ev.data["event"], ev.relay, ev.raw) == ("message.stream", event, True, line)
 
 
 def test_top_level_awp_events_are_not_stream_json():
@@ -661,10 +670,13 @@ def test_tool_result_becomes_tool_result(is_error):
     assert ev.data == {"tool_call_id": block["tool_use_id"], "output": block["content"], "is_error": is_error}
 
 
-def test_replayed_user_lines_are_agent_other():
+def test_replayed_user_lines_are_user_messages_from_the_agent():
     _, line = find_line(lambda o: o.get("type") == "user" and o.get("isReplay") is True)
     [ev] = decode_one(line).events
-    assert ev.kind == "agent.other" and ev.relay and ev.raw == line
+    assert ev.kind == "message" and ev.source == "agent" and ev.relay and ev.raw == line
+    text = json.loads(line)["message"]["content"]
+    text = text if isinstance(text, str) else "".join(b["text"] for b in text if b.get("type") == "text")
+    assert ev.data == {"role": "user", "text": text, "origin": "replay"}
 
 
 def test_replayed_tool_result_is_still_agent_other():
@@ -678,11 +690,12 @@ def test_replayed_tool_result_is_still_agent_other():
     assert [e.kind for e in decode_one(line).events] == ["agent.other"]
 
 
-def test_interrupt_marker_user_line_is_agent_other():
+def test_interrupt_marker_user_line_is_a_user_message_with_its_origin():
     _, line = find_line(
         lambda o: o.get("type") == "user" and "[Request interrupted by user" in json.dumps(o["message"])
     )
-    assert [e.kind for e in decode_one(line).events] == ["agent.other"]
+    [ev] = decode_one(line).events
+    assert (ev.kind, ev.data["role"], ev.data["origin"]) == ("message", "user", "interrupt")
 
 
 @pytest.mark.parametrize("phase", ["started", "response"])
@@ -709,21 +722,32 @@ def test_session_state_changed_becomes_agent_status_state():
         for e in d.events
         if json.loads(line).get("subtype") == "session_state_changed"
     ]
-    assert states == [{"state": s} for s in ("running", "requires_action", "running", "idle", "running", "idle")]
-    assert all(e.kind == "agent.status" for d in decode_all(lines) for e in d.events if e.data.keys() == {"state"})
+    assert states == [
+        {"event": "session_state_changed", "state": s}
+        for s in ("running", "requires_action", "running", "idle", "running", "idle")
+    ]
+    assert all(e.kind == "agent.status" for d in decode_all(lines) for e in d.events if "state" in e.data)
 
 
 def test_system_status_becomes_agent_status_status():
     _, line = find_line(lambda o: o.get("subtype") == "status" and o.get("status") == "requesting")
     [ev] = decode_one(line).events
-    assert (ev.kind, ev.data) == ("agent.status", {"status": "requesting"})
+    assert (ev.kind, ev.data) == ("agent.status", {"event": "status", "status": "requesting"})
 
 
-@pytest.mark.parametrize("label", ["system/api_retry"])
-def test_lines_without_a_normalized_kind_are_agent_other(label):
-    _, line = find_line(lambda o: line_label(json.dumps(o)).startswith(label))
+def test_api_retry_is_the_agent_retrying():
+    _, line = find_line(lambda o: line_label(json.dumps(o)).startswith("system/api_retry"))
     [ev] = decode_one(line).events
-    assert ev.kind == "agent.other" and ev.data == {} and ev.relay and ev.raw == line
+    assert (ev.kind, ev.relay, ev.raw) == ("agent.status", True, line)
+    assert ev.data == {
+        "event": "api_retry",
+        "status": "retrying",
+        "attempt": 1,
+        "max_retries": 1,
+        "retry_delay_ms": json.loads(line)["retry_delay_ms"],
+        "error_status": 529,
+        "error": "overloaded",
+    }
 
 
 @pytest.mark.parametrize(
@@ -734,7 +758,7 @@ def test_lines_without_a_normalized_kind_are_agent_other(label):
         ("full", "req_7", "error"),  # the CLI refused a request
     ],
 )
-def test_agent_control_responses_are_agent_other_with_their_subtype_and_id(scenario, request_id, subtype):
+def test_agent_control_responses_are_agent_replies_with_their_subtype_and_id(scenario, request_id, subtype):
     [line] = [
         line
         for line in agent_lines(TRANSCRIPTS / f"{scenario}.transcript.jsonl")
@@ -743,8 +767,9 @@ def test_agent_control_responses_are_agent_other_with_their_subtype_and_id(scena
     decoded = decode_one(line)
     assert decoded.replies == []
     [ev] = decoded.events
-    assert (ev.kind, ev.relay, ev.raw) == ("agent.other", True, line)  # no secrets: exact text
-    assert ev.data == {"control_response": subtype, "request_id": request_id}
+    assert (ev.kind, ev.relay, ev.raw) == ("agent.reply", True, line)  # no secrets: exact text
+    assert ev.data["request_id"] == request_id and ev.data["subtype"] == subtype
+    assert ("error" in ev.data) == (subtype == "error")
 
 
 @pytest.mark.parametrize(
@@ -755,11 +780,20 @@ def test_agent_control_responses_are_agent_other_with_their_subtype_and_id(scena
         '{"type":"control_response","response":{"subtype":1,"request_id":["x"]}}',
     ],
 )
-def test_malformed_control_responses_are_agent_other_with_nulls(line):
+def test_malformed_control_responses_are_agent_replies_with_nulls(line):
     for codec in (StreamJsonCodec(), AwpJsonlCodec()):
         [ev] = codec.decode(line.encode()).events
-        assert (ev.kind, ev.relay, ev.raw) == ("agent.other", True, line)
-        assert ev.data == {"control_response": None, "request_id": None}
+        assert (ev.kind, ev.relay, ev.raw) == ("agent.reply", True, line)
+        assert ev.data == {"request_id": None, "subtype": None}
+
+
+def test_an_answer_to_the_bridges_own_request_names_it():
+    codec = StreamJsonCodec()
+    rid = json.loads(codec.encode_interrupt() or "")["request_id"]
+    [ev] = codec.decode(
+        dumps({"type": "control_response", "response": {"subtype": "success", "request_id": rid}}).encode()
+    ).events
+    assert ev.data == {"request_id": rid, "subtype": "success", "op": "interrupt"}
 
 
 def test_control_cancel_request_resolves_the_permission_as_cancelled_by_the_agent():
@@ -799,12 +833,15 @@ def test_cancelperm_sequence():
     assert kinds[start : kinds.index("turn.ended") + 1] == [
         "permission.requested",
         "permission.resolved",
-        "agent.other",
+        "agent.reply",  # the interrupt's ack
         "agent.status",
         "tool.result",
-        "agent.other",
+        "message",  # [Request interrupted by user for tool use]
+        "diagnostic",  # what Claude Code said about the aborted turn
         "turn.ended",
     ]
+    end = events[kinds.index("turn.ended")]
+    assert (end.data["status"], end.data["reason"], "error" in end.data) == ("cancelled", "interrupted", False)
     # The agent withdrew exactly the prompt it had raised.
     asked, withdrawn = events[start], events[start + 1]
     assert withdrawn.data == {"request_id": asked.data["request_id"], "decision": "cancelled", "by": "agent"}
@@ -874,8 +911,8 @@ def test_initialize_response_relays_with_account_and_tokens_redacted(codec_cls):
     decoded = codec_cls().decode(line.encode())
     assert decoded.replies == []
     [ev] = decoded.events
-    assert (ev.kind, ev.relay) == ("agent.other", True)
-    assert ev.data == {"control_response": "success", "request_id": "req_1"}
+    assert (ev.kind, ev.relay) == ("agent.reply", True)
+    assert ev.data == {"request_id": "req_1", "subtype": "success"}
     assert ev.raw is not None and ev.raw != line and "\n" not in ev.raw
     got = json.loads(ev.raw)
     body = got["response"]["response"]
@@ -979,7 +1016,7 @@ def test_a_control_response_without_secrets_keeps_its_exact_bytes():
         ' "response": {"mode": "plan"}}}'
     )
     [ev] = decode_one(line).events
-    assert (ev.kind, ev.raw) == ("agent.other", line)
+    assert (ev.kind, ev.raw) == ("agent.reply", line)
 
 
 def test_null_or_already_redacted_secrets_keep_the_exact_bytes():
@@ -1010,7 +1047,7 @@ def test_a_redacted_line_with_a_lone_surrogate_is_still_utf8_json():
     ev.raw.encode("utf-8")
     got = json.loads(ev.raw)
     assert got["response"]["response"] == {"account": {"email": REDACTED}, "note": "\ud800"}
-    assert ev.data == {"control_response": "success", "request_id": "r\udc00"}
+    assert ev.data == {"request_id": "r\udc00", "subtype": "success"}
 
 
 def test_context_usage_token_counts_are_not_secrets():
@@ -1063,7 +1100,7 @@ def test_task_and_auxiliary_messages_from_the_types():
             {"status": "allowed_warning", "resets_at": 1764470000, "utilization": 0.82},
         ),
         '{"type":"system","subtype":"compacting"}': ("agent.other", {}),
-        '{"type":"keep_alive"}': ("agent.other", {}),
+        '{"type":"keep_alive"}': ("agent.status", {"event": "keep_alive"}),
         '{"type":"system","subtype":"session_start","session_id":"q1","model":"qwen3"}': (
             "session.started",
             {"native_session_id": "q1", "model": "qwen3"},

@@ -134,6 +134,11 @@ async def test_interrupt_during_a_slow_streamed_reply(real: Real, agent: Agent) 
     await c.send(op="interrupt")
     end = await c.kind("turn.ended", turn_id=acc["data"]["turn_id"], timeout=AGENT_TIMEOUT)
     assert end["data"]["status"] == "cancelled", end
+    # The end reads as what happened, not as the agent's account of it (issue #17 item 5).
+    assert end["source"] == "agent" and end["data"]["reason"] == "interrupted", end
+    assert "error" not in end["data"], end
+    if a.protocol == "stream-json":  # every line the CLI printed has its normalized kind
+        assert not c.seen("agent.other"), c.seen("agent.other")
     slow = a.chat_requests(r.fake)[0]
     await wait_until(lambda: slow.stream == "aborted", what="the slow stream to be dropped")
     assert not c.seen("process.exited")  # interrupted, not killed

@@ -7,6 +7,7 @@ model's reply (fake_anthropic.MARKERS).
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -119,6 +120,26 @@ async def test_interrupt_during_a_slow_streamed_reply(real: Real) -> None:
     await c.send(op="interrupt")
     end = await c.kind("turn.ended", turn_id=acc["data"]["turn_id"], timeout=AGENT_TIMEOUT)
     assert end["data"]["status"] == "cancelled", end
+    # It reads as what happened (issue #17 item 5): Claude Code's internal account of the
+    # aborted turn is not the reason users see; it stays in the raw line and a diagnostic.
+    assert (end["data"]["reason"], end["data"]["terminal_reason"]) == ("interrupted", "aborted_streaming"), end
+    assert "error" not in end["data"] and "ede_diagnostic" not in json.dumps(end["data"]), end
+    [said] = end["raw"]["errors"]
+    assert said.startswith("[ede_diagnostic] "), end["raw"]
+    diag = c.frames[c.frames.index(end) - 1]
+    assert (diag["kind"], diag["source"], diag["data"]["text"], diag["raw"]) == (
+        "diagnostic",
+        "agent",
+        said,
+        end["raw"],
+    )
+    # The CLI's marker and its answer to the interrupt have their kinds; nothing is agent.other.
+    [marker] = c.seen("message", origin="interrupt")
+    assert marker["data"]["text"] == "[Request interrupted by user]" and marker["data"]["role"] == "user"
+    [ack] = c.seen("agent.reply", op="interrupt")
+    assert ack["data"]["subtype"] == "success"
+    assert not c.seen("agent.other"), c.seen("agent.other")
+    assert {f["data"]["event"] for f in c.seen("message.stream")} >= {"message_start", "content_block_start"}
     # The CLI dropped the model's stream long before its ~30 s end.
     slow = real.fake.model_requests()[0]
     await wait_until(lambda: slow.stream == "aborted", what="the slow stream to be dropped")

@@ -363,8 +363,20 @@ async def test_interrupt_with_the_button_and_with_escape(web: Session) -> None:
     await page.locator("#transcript").focus()
     await page.keyboard.press("Escape")
     await expect(page.locator(".turn-end").nth(1)).to_have_attribute("data-status", "cancelled")
-    ends = [e for e in await transcript(web, tid) if e["kind"] == "turn.ended"]
-    assert [e["data"]["status"] for e in ends] == ["cancelled", "cancelled"]
+    # It reads as what happened, not as the agent's internal account of it (issue #17 item 5).
+    for i in range(2):
+        await expect(page.locator(".turn-end").nth(i)).to_have_text(re.compile(r"^Interrupted( · [^·]+)*$"))
+    await expect(page.locator("#transcript")).not_to_contain_text("ede_diagnostic")
+    await expect(page.locator("#turn-status-text")).to_contain_text("Last turn: interrupted")
+    await expect(page.locator(".msg.user")).to_have_count(2)
+    events = await transcript(web, tid)
+    ends = [e for e in events if e["kind"] == "turn.ended"]
+    assert [(e["data"]["status"], e["data"]["reason"], "error" in e["data"]) for e in ends] == [
+        ("cancelled", "interrupted", False)
+    ] * 2
+    assert all("[ede_diagnostic]" in e["raw"]["errors"][0] for e in ends)  # kept in the raw line
+    said = [e["data"]["text"] for e in events if e["kind"] == "diagnostic" and e["source"] == "agent"]
+    assert len(said) == 2 and all(t.startswith("[ede_diagnostic] ") for t in said)
 
 
 async def test_agent_html_and_script_links_render_inert(web: Session) -> None:

@@ -354,6 +354,8 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
 # ---------------------------------------------------------------- a real PostgreSQL server
 
 

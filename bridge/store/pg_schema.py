@@ -79,6 +79,30 @@ MIGRATIONS: list[str] = [
         heartbeat_at timestamptz NOT NULL
     );
     """,
+    # 2: the change log (GET /v1/events) and the pending permission count: SQLite's
+    # migration 6. Existing threads get change_seqs 1..n in order of activity, each as its
+    # own creation; the one-row counter carries on from there.
+    """
+    ALTER TABLE threads ADD COLUMN pending_permissions integer NOT NULL DEFAULT 0;
+    ALTER TABLE threads ADD COLUMN change_seq bigint NOT NULL DEFAULT 0;
+    ALTER TABLE threads ADD COLUMN created_seq bigint NOT NULL DEFAULT 0;
+    UPDATE threads t SET change_seq = n.n, created_seq = n.n
+        FROM (SELECT id, row_number() OVER (ORDER BY updated_at, id) AS n FROM threads) n
+        WHERE t.id = n.id;
+    CREATE UNIQUE INDEX threads_by_change ON threads (change_seq);
+    CREATE TABLE thread_tombstones (
+        thread_id text PRIMARY KEY,
+        change_seq bigint NOT NULL,
+        deleted_at text NOT NULL
+    );
+    CREATE UNIQUE INDEX tombstones_by_change ON thread_tombstones (change_seq);
+    CREATE TABLE change_log (
+        id integer PRIMARY KEY CHECK (id = 1),
+        latest bigint NOT NULL,
+        horizon bigint NOT NULL
+    );
+    INSERT INTO change_log (id, latest, horizon) SELECT 1, coalesce(max(change_seq), 0), 0 FROM threads;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

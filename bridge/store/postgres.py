@@ -26,6 +26,16 @@ A lost connection is retried with backoff until the batch commits (``healthy`` i
 meanwhile, callers wait, nothing acknowledged is lost). A COMMIT whose answer was lost may
 have committed: on retry, an append whose first event is already stored exactly as sent is
 taken as committed, not refused.
+
+The change log (``GET /v1/events``; store/base.py ChangeStore, docs/DESIGN.md) is the
+SQLite store's: a transaction that changes a thread row's client-visible columns takes
+the next value(s) of the one-row ``change_log`` counter (``UPDATE … RETURNING``, not a
+sequence) as the row's ``change_seq``, once per thread per transaction. The counter row
+stays locked to COMMIT, so values follow commit order across every replica; each write
+takes it as its last statement, to keep that lock short. An append batch takes one value
+per thread it changes, all in one statement (``_BUMP``). A deleted thread leaves a
+tombstone; pruning old ones raises ``change_log.horizon``. ``read_changes`` reads in one
+REPEATABLE READ snapshot. ``on_change`` hears of this process's commits only.
 """
 
 from __future__ import annotations
@@ -41,12 +51,24 @@ import psycopg
 import structlog
 from psycopg import AsyncConnection
 
+from bridge.clock import now_iso
 from bridge.errors import InvalidRequest, LeaseLost, StoreError
 from bridge.protocols.envelope import Frames, stored_envelopes
 from bridge.protocols.events import Record
 from bridge.store import pg_schema
-from bridge.store.base import PAGE_BYTES, Lease, Replica, ThreadFields, ThreadRow
-from bridge.store.sqlite import _JSON_COLUMNS, _THREAD_COLUMNS, decode_cursor, encode_cursor
+from bridge.store.base import (
+    CHANGE_COLUMNS,
+    PAGE_BYTES,
+    TOMBSTONE_KEEP,
+    TOMBSTONE_MAX_AGE_S,
+    Change,
+    ChangesPruned,
+    Lease,
+    Replica,
+    ThreadFields,
+    ThreadRow,
+)
+from bridge.store.sqlite import _JSON_COLUMNS, _THREAD_COLUMNS, _iso_before, decode_cursor, encode_cursor
 from bridge.store.sqlite_leases import LEASE_LOST, stamp
 from bridge.store.urls import StoreUrl
 
@@ -74,6 +96,31 @@ FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::boolean[], %s::text[], %s:
 WHERE t.id = v.id AND (v.epoch IS NULL OR (t.lease_owner = v.owner AND t.lease_epoch = v.epoch
     AND t.lease_expires > clock_timestamp()))
 RETURNING t.id
+"""
+# The next len(ids) counter values, given to the rows ``ids`` in that order (rows this
+# transaction has already written, so locked: the counter row is always locked last).
+_BUMP = """
+WITH c AS (UPDATE change_log SET latest = latest + %(n)s RETURNING latest)
+UPDATE threads t SET change_seq = c.latest - %(n)s + v.ord
+FROM c, unnest(%(ids)s::text[]) WITH ORDINALITY AS v(id, ord)
+WHERE t.id = v.id
+"""
+# A tombstone at the next counter value (a thread deleted twice keeps the newest).
+_TOMBSTONE = """
+WITH c AS (UPDATE change_log SET latest = latest + 1 RETURNING latest)
+INSERT INTO thread_tombstones (thread_id, change_seq, deleted_at) SELECT %s, c.latest, %s FROM c
+ON CONFLICT (thread_id) DO UPDATE SET change_seq = excluded.change_seq, deleted_at = excluded.deleted_at
+"""
+# Tombstones beyond the newest %(keep)s, and those deleted before %(before)s, are dropped;
+# the horizon moves up to the newest one dropped (a cursor below it could miss a deletion).
+_PRUNE = """
+WITH upto AS (
+    SELECT max(change_seq) AS m FROM thread_tombstones WHERE deleted_at < %(before)s OR change_seq <=
+        (SELECT change_seq FROM thread_tombstones ORDER BY change_seq DESC LIMIT 1 OFFSET %(keep)s)
+), gone AS (
+    DELETE FROM thread_tombstones WHERE change_seq <= (SELECT m FROM upto)
+)
+UPDATE change_log SET horizon = greatest(horizon, upto.m) FROM upto WHERE upto.m IS NOT NULL
 """
 _INSERT = """
 INSERT INTO events (thread_id, seq, ts, source, kind, data, raw, relay, client_id)
@@ -120,6 +167,7 @@ class PostgresStore:
         self.healthy = True
         self.last_error: str | None = None
         self.on_health: Callable[[bool, str | None], None] | None = None
+        self.on_change: Callable[[], None] | None = None
         self.batches = 0
         self.appended = 0
 
@@ -240,8 +288,14 @@ class PostgresStore:
 
     async def create_thread(self, thread: ThreadRow) -> None:
         row = self._dump({k: thread.get(k) for k in _THREAD_COLUMNS if k in thread})
-        sql = f"INSERT INTO threads ({','.join(row)}) VALUES ({','.join('%s' for _ in row)})"  # noqa: S608
+        # One statement (its own transaction): the counter is taken as it commits.
+        sql = (
+            "WITH c AS (UPDATE change_log SET latest = latest + 1 RETURNING latest) "  # noqa: S608
+            f"INSERT INTO threads ({','.join(row)}, change_seq, created_seq) "
+            f"VALUES ({','.join('%s' for _ in row)}, (SELECT latest FROM c), (SELECT latest FROM c))"
+        )
         await self._write(lambda c: c.execute(sql, tuple(row.values())))
+        self._changed()
 
     async def get_thread(self, thread_id: str) -> ThreadRow | None:
         async def do(c: AsyncConnection[Any]) -> ThreadRow | None:
@@ -283,17 +337,40 @@ class PostgresStore:
         row = self._dump(fields)
         if not row:
             return
-        sets = ",".join(f"{k} = %s" for k in row)
-        await self._write(lambda c: c.execute(f"UPDATE threads SET {sets} WHERE id = %s", (*row.values(), thread_id)))  # noqa: S608
+        sql = f"UPDATE threads SET {','.join(f'{k} = %s' for k in row)} WHERE id = %s"  # noqa: S608
+        visible = not CHANGE_COLUMNS.isdisjoint(row)
+
+        async def do(c: AsyncConnection[Any]) -> bool:
+            if not visible:
+                await c.execute(sql, (*row.values(), thread_id))
+                return False
+            async with c.transaction():
+                cur = await c.execute(sql, (*row.values(), thread_id))
+                if cur.rowcount == 0:
+                    return False  # no such thread: no change
+                await c.execute(_BUMP, {"n": 1, "ids": [thread_id]})
+                return True
+
+        if await self._write(do):
+            self._changed()
 
     async def delete_thread(self, thread_id: str) -> bool:
+        deleted_at = now_iso()
+
         async def do(c: AsyncConnection[Any]) -> bool:
             async with c.transaction():
                 await c.execute("DELETE FROM events WHERE thread_id = %s", (thread_id,))
                 cur = await c.execute("DELETE FROM threads WHERE id = %s", (thread_id,))
-                return cur.rowcount > 0
+                if cur.rowcount == 0:
+                    return False
+                await c.execute(_TOMBSTONE, (thread_id, deleted_at))
+                await c.execute(_PRUNE, {"before": _iso_before(TOMBSTONE_MAX_AGE_S), "keep": TOMBSTONE_KEEP})
+                return True
 
-        return bool(await self._write(do))
+        found = bool(await self._write(do))
+        if found:
+            self._changed()
+        return found
 
     async def live_threads(self) -> list[ThreadRow]:
         """Rows with a process or a turn in flight that THIS replica recorded (the start-up
@@ -308,6 +385,59 @@ class PostgresStore:
             return [self._row(r) for r in await cur.fetchall()]
 
         return cast(list[ThreadRow], await self._write(do))
+
+    # ------------------------------------------------------------------ change log
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+    async def read_changes(self, after: int, limit: int) -> list[Change]:
+        async def do(c: AsyncConnection[Any]) -> list[Change]:
+            await c.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")  # one snapshot
+            try:
+                cur = await c.execute("SELECT horizon FROM change_log")
+                row = await cur.fetchone()
+                horizon = int(row[0]) if row else 0
+                if after < horizon:
+                    raise ChangesPruned(after, horizon)
+                cur = await c.execute(
+                    f"SELECT change_seq, created_seq, {_COLS} FROM threads "  # noqa: S608
+                    "WHERE change_seq > %s ORDER BY change_seq LIMIT %s",
+                    (after, limit),
+                )
+                rows = await cur.fetchall()
+                cur = await c.execute(
+                    "SELECT change_seq, thread_id, deleted_at FROM thread_tombstones "
+                    "WHERE change_seq > %s ORDER BY change_seq LIMIT %s",
+                    (after, limit),
+                )
+                gone = await cur.fetchall()
+            finally:
+                await c.execute("COMMIT")  # (a ROLLBACK if a statement failed)
+            out = [
+                Change(int(r[0]), "thread.created" if r[1] > after else "thread.updated", r[2], self._row(r[2:]))
+                for r in rows
+            ]
+            out += [Change(int(seq), "thread.deleted", tid, None, at) for seq, tid, at in gone]
+            out.sort(key=lambda ch: ch.cursor)
+            return out[:limit]
+
+        return cast(list[Change], await self._read(do))
+
+    async def _counter(self, column: str) -> int:
+        async def do(c: AsyncConnection[Any]) -> int:
+            cur = await c.execute(f"SELECT {column} FROM change_log")  # noqa: S608
+            row = await cur.fetchone()
+            return int(row[0]) if row else 0
+
+        return cast(int, await self._read(do))
+
+    async def latest_change(self) -> int:
+        return await self._counter("latest")
+
+    async def change_horizon(self) -> int:
+        return await self._counter("horizon")
 
     # ------------------------------------------------------------------ transcript
 
@@ -354,7 +484,7 @@ class PostgresStore:
                 batch = self._pending[:MAX_BATCH]
                 try:
                     async with self._use(self._writer_conn) as conn:
-                        failed = await _commit(conn, batch, retried=retried)
+                        failed, changed = await _commit(conn, batch, retried=retried)
                 except (*_TRANSIENT, StoreError) as exc:
                     # Gone or refusing: nothing in the batch is acknowledged; try again.
                     message = exc.message if isinstance(exc, StoreError) else self.url.scrub(str(exc)).strip()
@@ -370,6 +500,8 @@ class PostgresStore:
                 self._set_health(True, None)
                 del self._pending[: len(batch)]
                 self._settled(batch, failed)
+                if changed:
+                    self._changed()
             self._idle.set()
 
     def _settled(self, batch: list[_Append], failed: dict[int, str]) -> None:
@@ -587,26 +719,47 @@ async def _bounded(cur: Any, size: Callable[[Any], int], max_bytes: int = PAGE_B
     return rows
 
 
-async def _commit(conn: AsyncConnection[Any], batch: list[_Append], *, retried: bool) -> dict[int, str]:
+async def _commit(conn: AsyncConnection[Any], batch: list[_Append], *, retried: bool) -> tuple[dict[int, str], bool]:
     """One transaction for the batch; refused appends are refused alone (see the module
-    docstring). ``retried``: the last attempt's COMMIT may have landed."""
+    docstring). ``retried``: the last attempt's COMMIT may have landed. The appends
+    refused, and whether some row got a new change_seq (or may have, in a COMMIT that
+    landed)."""
     done = await _already_committed(conn, batch) if retried else set()
     todo = [(i, item) for i, item in enumerate(batch) if i not in done]
     if _fences_agree(item for _, item in todo):
         try:
             async with conn.transaction():
-                return await _write(conn, todo)
+                failed, changed = await _write(conn, todo)
+                await _bump(conn, changed)
+                return failed, bool(changed or done)
         except _REFUSED:
             pass  # someone in the batch is bad: find out who, one savepoint each
+    failed, any_changed = await _commit_each(conn, todo)
+    return failed, any_changed or bool(done)
+
+
+async def _commit_each(conn: AsyncConnection[Any], todo: list[tuple[int, _Append]]) -> tuple[dict[int, str], bool]:
+    """The batch again, one savepoint per append; the counter once, for them all."""
     failed: dict[int, str] = {}
+    changed_ids: dict[str, None] = {}  # in order, once each
     async with conn.transaction():
         for i, item in todo:
             try:
                 async with conn.transaction():  # a savepoint
-                    failed.update(await _write(conn, [(i, item)]))
+                    one_failed, one_changed = await _write(conn, [(i, item)])
             except _REFUSED as exc:
                 failed[i] = str(exc).strip().splitlines()[0]
-    return failed
+                continue
+            failed.update(one_failed)
+            changed_ids.update(dict.fromkeys(one_changed))
+        await _bump(conn, list(changed_ids))
+    return failed, bool(changed_ids)
+
+
+async def _bump(conn: AsyncConnection[Any], ids: list[str]) -> None:
+    """The batch's last statement: the next counter values, one per changed thread."""
+    if ids:
+        await conn.execute(_BUMP, {"n": len(ids), "ids": ids})
 
 
 def _fences_agree(items: Any) -> bool:
@@ -644,10 +797,12 @@ def _lease_lost(item: _Append) -> str:
     return f"{LEASE_LOST}thread {item.thread_id} is no longer leased to {owner} with epoch {epoch}"
 
 
-async def _write(conn: AsyncConnection[Any], todo: list[tuple[int, _Append]]) -> dict[int, str]:
-    """The statements of one batch (in a transaction); appends refused by their fence."""
-    failed = await _fence_and_touch(conn, todo)
+async def _write(conn: AsyncConnection[Any], todo: list[tuple[int, _Append]]) -> tuple[dict[int, str], list[str]]:
+    """The statements of one batch (in a transaction) but the counter's: the appends
+    refused by their fence, and the threads whose visible columns it changed, in order."""
+    failed, passed = await _fence_and_touch(conn, todo)
     live = [item for i, item in todo if i not in failed]
+    changed = _changed(live, passed)
     rows = [r for item in live for r in item.rows]
     if rows:
         await conn.execute(_INSERT, [list(col) for col in zip(*rows, strict=True)])
@@ -655,17 +810,31 @@ async def _write(conn: AsyncConnection[Any], todo: list[tuple[int, _Append]]) ->
         if item.fields:
             sets = ",".join(f"{k} = %s" for k in item.fields)
             await conn.execute(f"UPDATE threads SET {sets} WHERE id = %s", (*item.fields.values(), item.thread_id))  # noqa: S608
-    return failed
+    return failed, list(changed)
 
 
-async def _fence_and_touch(conn: AsyncConnection[Any], todo: list[tuple[int, _Append]]) -> dict[int, str]:
+def _changed(live: list[_Append], passed: set[str]) -> dict[str, None]:
+    """The threads (in order, once each) the appends change as clients see them: the
+    transcript columns of the fence-and-touch statement, or a visible field."""
+    return {
+        item.thread_id: None
+        for item in live
+        if item.thread_id in passed
+        and (any(v is not None for v in item.touch) or not CHANGE_COLUMNS.isdisjoint(item.fields))
+    }
+
+
+async def _fence_and_touch(
+    conn: AsyncConnection[Any], todo: list[tuple[int, _Append]]
+) -> tuple[dict[int, str], set[str]]:
     """The first statement: the thread rows brought forward and locked, the fences applied;
-    the appends whose fence failed."""
+    the appends whose fence failed, and the threads whose row it wrote."""
     touches = _touches(todo)
     columns = [[t[k] for t in touches.values()] for k in range(5)]
     cur = await conn.execute(_FENCE_TOUCH, [list(touches), *columns])
     passed = {r[0] for r in await cur.fetchall()}
-    return {i: _lease_lost(item) for i, item in todo if item.fence is not None and item.thread_id not in passed}
+    failed = {i: _lease_lost(item) for i, item in todo if item.fence is not None and item.thread_id not in passed}
+    return failed, passed
 
 
 async def _already_committed(conn: AsyncConnection[Any], batch: list[_Append]) -> set[int]:

@@ -67,7 +67,8 @@ def test_serve_refuses_a_newer_schema_with_one_line(tmp_path: Path) -> None:
 
 
 async def test_a_database_of_the_previous_version_is_upgraded_with_its_rows(tmp_path: Path) -> None:
-    """Migration 6 (leases, replicas, unique client ids) on a file an older daemon wrote."""
+    """Migrations 6 (the change log) and 7 (leases, replicas, unique client ids) on a file an
+    older daemon wrote."""
     import bridge.store.sqlite as sqlite_store
 
     path = tmp_path / "bridge.db"
@@ -95,6 +96,6 @@ async def test_a_database_of_the_previous_version_is_upgraded_with_its_rows(tmp_
         await store.close()
     db = sqlite3.connect(path)
     try:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
     finally:
         db.close()

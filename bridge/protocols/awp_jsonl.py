@@ -26,7 +26,8 @@ from typing import Any, ClassVar
 from bridge.protocols.codec import Decoded, Fatal
 from bridge.protocols.events import Event
 from bridge.protocols.jsonline import dumps
-from bridge.protocols.stream_json import _AWP_DELTA_LINE, Handler, StreamJsonCodec, _d, _result_error, _s
+from bridge.protocols.stream_json import _AWP_DELTA_LINE, Handler, StreamJsonCodec, _d, _s
+from bridge.protocols.stream_json_map import result_error
 
 PROTOCOL = "awp-jsonl"
 STARTUP_ERROR = "startup_error"
@@ -53,7 +54,7 @@ def _message_stop(codec: StreamJsonCodec, obj: dict[str, Any], raw: str, out: De
 def _result(codec: StreamJsonCodec, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:
     if obj.get("subtype") != STARTUP_ERROR:
         return StreamJsonCodec._result(codec, obj, raw, out)
-    reason = (_result_error(obj) or STARTUP_ERROR)[:_MAX_REASON]
+    reason = result_error(obj, STARTUP_ERROR)[0][:_MAX_REASON]
     text = f"the agent could not start: {reason}"
     out.control.append(Fatal(STARTUP_ERROR, reason))
     ended = {"status": "error", "stop_reason": None, "error": reason, "subtype": STARTUP_ERROR}

@@ -30,7 +30,7 @@ from typing import Any
 from bridge.errors import Busy, Conflict, InvalidRequest
 from bridge.ids import new_id
 from bridge.protocols.codec import AgentRequest, Codec, RawRefused
-from bridge.protocols.events import Event
+from bridge.protocols.events import Event, mark_interrupted
 from bridge.sessions.actions import (
     INTERRUPT_TIMER,
     USER_ENDED,
@@ -47,6 +47,9 @@ from bridge.sessions.actions import (
 from bridge.sessions.output import AgentOutput
 from bridge.sessions.permissions import PermissionTable, timer_key
 from bridge.sessions.tasks import TaskTable
+
+# Exits the bridge caused to carry out a client's interrupt (core.interrupt, the interrupt timer).
+INTERRUPT_EXITS = frozenset({"interrupted", "interrupt_timeout"})
 
 
 def prompt_event_data(content: Sequence[dict[str, Any]], turn_id: str, client_id: str | None) -> dict[str, Any]:
@@ -117,6 +120,19 @@ class ConversationCore(AgentOutput):
         """The shell is stopping the process: the exit gets this reason."""
         self.exit_reason = reason
 
+    def _ended_by_exit(self, reason: str, status: str, last_exit: dict[str, Any]) -> dict[str, Any]:
+        """The active turn's end when its process ended. A process the bridge stopped for an
+        interrupt (awp-jsonl's way to interrupt, or an agent that ignored one) ends the turn
+        as what happened, interrupted, as an agent's own end of an interrupted turn does."""
+        assert self.active is not None
+        data: dict[str, Any] = {"turn_id": self.active.turn_id, "status": status}
+        if reason in INTERRUPT_EXITS:
+            mark_interrupted(data)
+        else:
+            data["error"] = f"agent process ended: {reason}"
+        data["exit"] = last_exit
+        return data
+
     def process_exited(self, pid: int, code: int | None, sig: int | None) -> list[Action]:
         reason = self.exit_reason or ("exited" if code == 0 else "crashed")
         last_exit: dict[str, Any] = {"code": code, "signal": sig, "reason": reason}
@@ -126,18 +142,7 @@ class ConversationCore(AgentOutput):
         dropped_ids, dropped = self.permissions.drop_all("agent_exited")
         events = [Event("bridge", "process.exited", {"pid": pid, **last_exit}), *dropped]
         if self.active is not None:
-            events.append(
-                Event(
-                    "bridge",
-                    "turn.ended",
-                    {
-                        "turn_id": self.active.turn_id,
-                        "status": status,
-                        "error": f"agent process ended: {reason}",
-                        "exit": last_exit,
-                    },
-                )
-            )
+            events.append(Event("bridge", "turn.ended", self._ended_by_exit(reason, status, last_exit)))
         for turn in self.queue:
             events.append(
                 Event(

@@ -146,6 +146,32 @@ def test_awp_jsonl_interrupts_by_stopping_the_process() -> None:
     core, _ = make("awp-jsonl")
     commit(core, core.prompt(prompt("one"), None)[1])
     assert commit(core, core.interrupt()[1]) == [Stop("interrupted")]
+    core.stopping("interrupted")
+    ended = turn_end(core.process_exited(1, None, 15))
+    assert ended["status"] == "cancelled" and ended["reason"] == "interrupted" and "error" not in ended
+    assert ended["exit"]["reason"] == "interrupted"
+
+
+def turn_end(actions: list[Any]) -> dict[str, Any]:
+    (end,) = [e for a in actions if isinstance(a, Emit) for e in a.events if e.kind == "turn.ended"]
+    return dict(end.data)
+
+
+def test_an_agent_that_ignores_an_interrupt_is_stopped_and_its_turn_reads_as_interrupted() -> None:
+    core, _ = make()
+    commit(core, core.prompt(prompt("one"), None)[1])
+    commit(core, core.interrupt()[1])
+    commit(core, core.timer_fired("interrupt"))
+    ended = turn_end(core.process_exited(1, None, 9))
+    assert ended["status"] == "cancelled" and ended["reason"] == "interrupted" and "error" not in ended
+    assert ended["exit"]["reason"] == "interrupt_timeout"
+
+
+def test_a_crash_still_ends_the_turn_as_an_error_with_the_reason() -> None:
+    core, _ = make()
+    commit(core, core.prompt(prompt("one"), None)[1])
+    ended = turn_end(core.process_exited(1, 1, None))
+    assert ended["status"] == "error" and ended["error"] == "agent process ended: crashed" and "reason" not in ended
 
 
 def test_acp_prompts_wait_for_the_handshake_and_an_interrupt_resolves_pending_permissions() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from bridge.errors import LaunchRefused
 from bridge.process.launch import ProfileLike, check_launch_rules
 from bridge.protocols.codecs import make_codec
 
@@ -29,9 +30,18 @@ def check_profile(
     *,
     model: str | None = None,
     check_executable: bool = True,
+    for_thread: bool = False,
 ) -> None:
-    """Raise LaunchRefused when a thread with ``options`` could never be spawned."""
+    """Raise LaunchRefused when a thread with ``options`` could never be spawned.
+    ``for_thread``: a thread's own check at creation (``model`` is its model), where a
+    dialect whose command line needs a model and has none from the thread or the profile is
+    refused; a profile alone (at load) may leave the model to its threads."""
     codec = make_codec(profile.protocol, executable=profile.executable)
+    if for_thread and codec.requires_model and not (model or profile.model):
+        raise LaunchRefused(
+            f"{profile.protocol} agents are started with --model: give the thread a model, or set the profile's model",
+            code="model_required",
+        )
     mcp = options.get("mcp_config")
     check_launch_rules(
         profile,

@@ -117,6 +117,7 @@ def _meta_tool_name(obj: dict[str, Any]) -> str | None:
 class AcpCodec:
     protocol = PROTOCOL
     resume_on_argv = False  # resume goes through session/load or session/resume
+    requires_model = False
     cancel_resolves_permissions = True  # session/cancel answers every pending request (docs/api.md §6.5)
 
     def __init__(

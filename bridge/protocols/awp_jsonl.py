@@ -69,6 +69,7 @@ _NO_CONTROL = ("control_request", "control_cancel_request")
 
 class AwpJsonlCodec(StreamJsonCodec):
     protocol = PROTOCOL
+    requires_model = True  # the contract's argv: --model <model> [--resume <id>] [--mcp-config <path>]
     _fast_prefixes: ClassVar[tuple[bytes, ...]] = _AWP_DELTA_LINE
     _toplevel_deltas: ClassVar[frozenset[str]] = frozenset({"content_block_delta"})
     _handlers: ClassVar[dict[str, Handler]] = {

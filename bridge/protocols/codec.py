@@ -119,6 +119,8 @@ class Codec(Protocol):
     ready: bool
     # Resume goes on the command line (:meth:`resume_args`), not through a handshake request.
     resume_on_argv: bool
+    # The dialect's command line must carry ``--model M`` (awp-jsonl's contract).
+    requires_model: bool
     # An interrupt answers every pending permission request (ACP session/cancel, docs/api.md §6.5);
     # otherwise the agent withdraws its own requests.
     cancel_resolves_permissions: bool

@@ -188,6 +188,7 @@ class StreamJsonCodec:
 
     protocol = PROTOCOL
     resume_on_argv = True  # --resume=ID, see resume_args (docs/api.md §2.2)
+    requires_model = False
     ready = True  # no handshake: prompts may be written as soon as the process runs
     cancel_resolves_permissions = False  # the agent withdraws its own (control_cancel_request)
     _fast_prefixes: ClassVar[tuple[bytes, ...]] = _STREAM_EVENT_LINE

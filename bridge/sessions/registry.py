@@ -168,7 +168,9 @@ class Registry:
             raise InvalidRequest(f"invalid options: {exc}", code="invalid_option") from exc
         # Every launch rule that depends only on the profile and these options: a thread
         # that could never be spawned is refused now, not at its first prompt.
-        check_profile(prof, spawn_options(prof, options, THREAD_OPTION_KEYS), model=model, check_executable=False)
+        check_profile(
+            prof, spawn_options(prof, options, THREAD_OPTION_KEYS), model=model, check_executable=False, for_thread=True
+        )
         tid = new_id("thr")
         if cwd is None:
             path = self.settings.data_dir / "workspaces" / tid

@@ -184,3 +184,14 @@ def test_the_token_flag_warns_that_it_is_visible_in_ps(tmp_path: Path) -> None:
     )
     assert "--token" in r.stderr and "AGENT_BRIDGE_TOKEN" in r.stderr and "ps" in r.stderr, r.stderr
     assert "t0ken-value-123" not in r.stderr
+
+
+def test_an_awp_jsonl_thread_without_a_model_is_refused_at_creation_not_its_profile_at_load() -> None:
+    awp = profile(protocol="awp-jsonl")
+    check_profile(awp, {})  # a profile may leave the model to its threads
+    with pytest.raises(LaunchRefused, match="--model") as err:
+        check_profile(awp, {}, for_thread=True)
+    assert err.value.code == "model_required"
+    check_profile(awp, {}, model="m", for_thread=True)  # the thread's model
+    check_profile(profile(protocol="awp-jsonl", model="m"), {}, for_thread=True)  # the profile's
+    check_profile(profile(), {}, for_thread=True)  # stream-json takes no --model unless given one

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import sys
@@ -18,6 +19,7 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -139,6 +141,9 @@ class ServerSettings(BaseModel):
         return v
 
 
+REPLICA_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
+
+
 class StoreSettings(BaseModel):
     """``[store]``: where threads and transcripts live (docs/api.md §1.2)."""
 
@@ -153,14 +158,24 @@ class ClusterSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    replica_id: str = Field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}", min_length=1)
+    replica_id: str = Field(default_factory=lambda: f"{socket.gethostname()[:100]}-{os.getpid()}", min_length=1)
     lease_ttl_s: float = Field(15.0, gt=0, le=3600)
+    # redis://… or rediss://…: the bus between replicas (bridge/bus); None: no bus
+    bus_url: str | None = None
 
     @field_validator("replica_id")
     @classmethod
-    def _printable(cls, v: str) -> str:
-        if len(v) > 200 or not v.isprintable():
-            raise ValueError("replica_id must be printable text of at most 200 characters")
+    def _identifier(cls, v: str) -> str:
+        # It names keys and channels on the bus and rows in the store.
+        if not REPLICA_ID.fullmatch(v):
+            raise ValueError("replica_id must be 1-128 letters, digits and _.:- (starting with a letter or digit)")
+        return v
+
+    @field_validator("bus_url")
+    @classmethod
+    def _redis_url(cls, v: str | None) -> str | None:
+        if v is not None and urlsplit(v).scheme not in ("redis", "rediss", "unix"):
+            raise ValueError("bus_url must be a redis://, rediss:// or unix:// URL")
         return v
 
 
@@ -384,6 +399,8 @@ def _cluster(config: dict[str, Any], env: Mapping[str, str]) -> ClusterSettings:
     raw = _table(config.pop("cluster", {}) or {}, "[cluster] must be a table")
     if env.get("AGENT_BRIDGE_REPLICA_ID"):
         raw["replica_id"] = env["AGENT_BRIDGE_REPLICA_ID"]
+    if env.get("AGENT_BRIDGE_BUS_URL"):
+        raw["bus_url"] = env["AGENT_BRIDGE_BUS_URL"]
     try:
         return ClusterSettings(**raw)
     except ValidationError as exc:

@@ -78,7 +78,7 @@ async def test_a_second_daemon_on_the_same_data_dir_is_refused_and_touches_nothi
     end = await c2.turn("still here")
     assert end["data"]["status"] == "success", end
     async with d1.http() as http:
-        assert (await http.get("/readyz")).json() == {"status": "ok"}
+        assert (await http.get("/readyz")).json() == {"status": "ok", "store": "ok", "bus": "none"}
     assert holder_pid(d1.data_dir) == d1.proc.pid
 
 

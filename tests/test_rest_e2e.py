@@ -17,7 +17,7 @@ from conftest import TOKEN, Daemon, agent_log, new_thread
 async def test_health_and_readiness_need_no_auth(daemon: Daemon) -> None:
     async with httpx.AsyncClient(base_url=daemon.url) as anon:
         assert (await anon.get("/healthz")).json() == {"status": "ok"}
-        assert (await anon.get("/readyz")).json() == {"status": "ok"}
+        assert (await anon.get("/readyz")).json() == {"status": "ok", "store": "ok", "bus": "none"}
         metrics = await anon.get("/metrics")
         assert metrics.status_code == 200 and "agent_bridge_live_agents 0" in metrics.text
 

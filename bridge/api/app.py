@@ -18,10 +18,13 @@ from bridge import __version__
 from bridge.api.auth import LoginCodes, Refusals, Sessions, resolve_token, session_router
 from bridge.api.guard import PageHeaders, RequestGuard
 from bridge.api.limits import BodyLimit
+from bridge.bus.base import Bus
+from bridge.bus.factory import make_bus
 from bridge.clock import now_iso
 from bridge.config import Settings
 from bridge.errors import BridgeError, ConfigError, Throttled, error_body
 from bridge.network import is_loopback_host
+from bridge.sessions.cluster import ClusterLink
 from bridge.sessions.native import NativeSessions
 from bridge.sessions.registry import Registry
 from bridge.store.base import Store
@@ -41,7 +44,7 @@ def create_app(
     """``bound_port``: the port actually listened on (``--port 0`` is only resolved once
     the socket is bound); the Host check needs it. Defaults to ``settings.port``.
     ``unix_socket``: the daemon listens on a Unix socket only (``--uds``, §3.3)."""
-    from bridge.api import daemon, events, threads, web, ws
+    from bridge.api import cluster, daemon, events, threads, web, ws
 
     if settings.no_auth and not unix_socket and not is_loopback_host(settings.host):
         raise ConfigError("--no-auth is refused unless the bind address is loopback or a Unix socket")
@@ -61,8 +64,12 @@ def create_app(
         await app.state.sessions.load()
         registry = Registry(settings, store)
         await registry.start()
+        bus = make_bus(settings.cluster.bus_url, settings.cluster.replica_id, {"version": __version__})
+        link = ClusterLink(store, bus, registry.changes, heartbeat_s=settings.cluster.lease_ttl_s / 3)
+        await link.start()
         app.state.store = store
         app.state.registry = registry
+        app.state.bus = bus
         app.state.native_sessions = NativeSessions(settings)
         app.state.started_at, app.state.started_monotonic = now_iso(), time.monotonic()
         log.info(
@@ -71,6 +78,7 @@ def create_app(
             agents=list(settings.agents),
             store=redact(settings.store_url),
             replica_id=settings.cluster.replica_id,
+            bus=None if settings.cluster.bus_url is None else redact(settings.cluster.bus_url),
         )
         if on_ready is not None:
             on_ready()
@@ -79,6 +87,7 @@ def create_app(
         finally:
             log.info("daemon.stopping")
             await registry.shutdown()
+            await link.close()
             await store.close()
             log.info("daemon.stopped")
 
@@ -129,11 +138,18 @@ def create_app(
 
     @app.get("/readyz")
     async def readyz(request: Request) -> JSONResponse:
+        # The store is the truth: without it nothing is served (503). The bus only wakes:
+        # without it every replica still serves (streams poll the store), so it is reported,
+        # and /metrics has it, but readiness does not fail on it.
+        bus = "none" if request.app.state.settings.cluster.bus_url is None else "ok"
+        if bus == "ok" and not request.app.state.bus.healthy:
+            bus = "down"
         try:
             await request.app.state.store.ping()
         except BridgeError as exc:
-            return JSONResponse({"status": "unavailable", "error": exc.message}, status_code=503)
-        return JSONResponse({"status": "ok"})
+            body = {"status": "unavailable", "error": exc.message, "store": "down", "bus": bus}
+            return JSONResponse(body, status_code=503)
+        return JSONResponse({"status": "ok", "store": "ok", "bus": bus})
 
     @app.get("/metrics")
     async def metrics(request: Request) -> PlainTextResponse:
@@ -158,15 +174,36 @@ def create_app(
             f"agent_bridge_store_batches_total {store.batches}\n"
             "# HELP agent_bridge_events_total Transcript events committed.\n"
             "# TYPE agent_bridge_events_total counter\n"
-            f"agent_bridge_events_total {store.appended}\n"
+            f"agent_bridge_events_total {store.appended}\n" + bus_metrics(request.app.state.bus)
         )
         return PlainTextResponse(body, media_type="text/plain; version=0.0.4")
 
     app.include_router(session_router)
     app.include_router(daemon.router)
+    app.include_router(cluster.router)
     app.include_router(threads.router)
     app.include_router(ws.router)
     app.include_router(events.router)
     app.include_router(events.ws_router)
     app.include_router(web.make_router())
     return app
+
+
+_BUS_METRICS = {
+    "bus_healthy": ("gauge", "1 while the bus between replicas is connected"),
+    "bus_lag_ms": ("gauge", "From another replica's announcement to its arrival here, the last one (same-host clocks)"),
+    "bus_received": ("counter", "Announcements received from other replicas"),
+    "bus_dropped": ("counter", "Announcements and commands dropped (bus down, or expired)"),
+    "bus_malformed": ("counter", "Messages from the bus that were not well-formed"),
+    "bus_reconnects": ("counter", "Reconnections to the bus"),
+}
+
+
+def bus_metrics(bus: Bus) -> str:
+    """The bus's gauges and counters (none with no bus configured)."""
+    out = []
+    for key, value in bus.stats().items():
+        kind, text = _BUS_METRICS.get(key, ("gauge", key))
+        name = f"agent_bridge_{key}" + ("_total" if kind == "counter" else "")
+        out.append(f"# HELP {name} {text}.\n# TYPE {name} {kind}\n{name} {value:g}\n")
+    return "".join(out)

@@ -92,7 +92,6 @@ class Commit:
 @dataclass(frozen=True)
 class Changes:
     sender: str
-    cursor: int
     at: float
 
 
@@ -133,9 +132,9 @@ def _parse_commit(obj: dict[str, Any]) -> Commit | None:
 
 
 def _parse_changes(obj: dict[str, Any]) -> Changes | None:
-    if not valid_id(obj.get("sender")) or not _non_negative_int(obj.get("cursor")) or not _finite(obj.get("at")):
+    if not valid_id(obj.get("sender")) or not _finite(obj.get("at")):
         return None
-    return Changes(obj["sender"], obj["cursor"], float(obj["at"]))
+    return Changes(obj["sender"], float(obj["at"]))
 
 
 _PARSERS: dict[str, Callable[[dict[str, Any]], Message | None]] = {
@@ -162,7 +161,10 @@ class Listener(Protocol):
     """What the daemon does when the bus wakes it; called on the event loop, must not block."""
 
     def committed(self, thread_id: str, last_seq: int) -> None: ...
-    def changed(self, cursor: int) -> None: ...
+    def changed(self) -> None:
+        """A thread row changed on another replica: read the store's change log."""
+        ...
+
     def resync(self) -> None:
         """The bus was down or has just (re)connected: announcements may have been missed."""
         ...
@@ -189,7 +191,7 @@ class Bus(Protocol):
         """Never blocks, never raises; may drop (a reader catches up from the store)."""
         ...
 
-    def announce_changes(self, cursor: int) -> None: ...
+    def announce_changes(self) -> None: ...
     async def request(
         self, replica_id: str, kind: str, thread_id: str, body: Mapping[str, Any], timeout: float
     ) -> Reply: ...
@@ -214,7 +216,7 @@ class LocalBus:
     def announce_commit(self, thread_id: str, last_seq: int) -> None:
         return None
 
-    def announce_changes(self, cursor: int) -> None:
+    def announce_changes(self) -> None:
         return None
 
     async def request(

@@ -110,10 +110,16 @@ class RedisBus:
         self._running: set[asyncio.Task[None]] = set()
         self._pending: dict[str, asyncio.Future[Reply]] = {}
         self._commits: dict[str, int] = {}
-        self._cursor = -1
+        self._changes = False
         self._wake = asyncio.Event()
         self._first_connection = True
-        self._stats = {"bus_malformed": 0.0, "bus_dropped": 0.0, "bus_lag_ms": 0.0, "bus_reconnects": 0.0}
+        self._stats = {
+            "bus_received": 0.0,
+            "bus_malformed": 0.0,
+            "bus_dropped": 0.0,
+            "bus_lag_ms": 0.0,
+            "bus_reconnects": 0.0,
+        }
 
     # keys
     def _key(self, *parts: str) -> str:
@@ -159,8 +165,8 @@ class RedisBus:
             self._commits[thread_id] = last_seq
         self._wake.set()
 
-    def announce_changes(self, cursor: int) -> None:
-        self._cursor = max(self._cursor, cursor)
+    def announce_changes(self) -> None:
+        self._changes = True
         self._wake.set()
 
     async def _publish_loop(self) -> None:
@@ -168,9 +174,9 @@ class RedisBus:
             await self._wake.wait()
             self._wake.clear()
             commits, self._commits = self._commits, {}
-            cursor, self._cursor = self._cursor, -1
+            changes, self._changes = self._changes, False
             if not self.healthy:
-                self._stats["bus_dropped"] += len(commits) + (cursor >= 0)
+                self._stats["bus_dropped"] += len(commits) + changes
                 continue
             now = self._clock()
             try:
@@ -178,12 +184,12 @@ class RedisBus:
                     for thread_id, seq in commits.items():
                         msg = {"type": "commit", "sender": self.replica_id, "thread": thread_id, "seq": seq, "at": now}
                         pipe.publish(self._commits_channel, jsonline.dumps(msg))
-                    if cursor >= 0:
-                        msg = {"type": "changes", "sender": self.replica_id, "cursor": cursor, "at": now}
+                    if changes:
+                        msg = {"type": "changes", "sender": self.replica_id, "at": now}
                         pipe.publish(self._changes_channel, jsonline.dumps(msg))
                     await pipe.execute()
             except (RedisError, OSError) as exc:
-                self._stats["bus_dropped"] += len(commits) + (cursor >= 0)
+                self._stats["bus_dropped"] += len(commits) + changes
                 self._set_health(False, f"publish failed: {type(exc).__name__}")
 
     # the subscription: wake-ups and replies
@@ -230,7 +236,7 @@ class RedisBus:
         elif isinstance(msg, Changes):
             if msg.sender != self.replica_id:
                 self._lag(msg.at)
-                self._listener.changed(msg.cursor)
+                self._listener.changed()
         elif isinstance(msg, Reply):
             fut = self._pending.get(msg.id)
             if fut is not None and not fut.done():
@@ -239,6 +245,7 @@ class RedisBus:
             self._malformed("a message on a channel")
 
     def _lag(self, sent_at: float) -> None:
+        self._stats["bus_received"] += 1
         self._stats["bus_lag_ms"] = max(0.0, (self._clock() - sent_at) * 1000)
 
     def _malformed(self, what: str) -> None:

@@ -15,7 +15,7 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=12,
 )
-FIELDS = ["type", "id", "sender", "kind", "thread", "body", "deadline", "ok", "seq", "at", "cursor"]
+FIELDS = ["type", "id", "sender", "kind", "thread", "body", "deadline", "ok", "seq", "at"]
 
 
 @settings(max_examples=400, deadline=None)

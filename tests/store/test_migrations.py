@@ -172,3 +172,18 @@ def test_store_and_cluster_settings(tmp_path: Path) -> None:
     cfg.write_text("[store]\nuri = 'x'\n")
     with pytest.raises(ConfigError, match=r"\[store\]"):
         load_settings(config=str(cfg), env=env, discover_path=False)
+
+
+def test_bus_url_and_replica_id_are_checked_and_the_password_never_shown(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path)}
+    base = {"env": env, "data_dir": str(tmp_path / "d"), "discover_path": False}
+    assert load_settings(**base).cluster.bus_url is None
+    s = load_settings(**{**base, "env": {**env, "AGENT_BRIDGE_BUS_URL": "redis://:pw@r:6379/0"}})
+    assert s.cluster.bus_url == "redis://:pw@r:6379/0"
+    for bad in ("http://:hunter2@r/0", "r:6379"):
+        with pytest.raises(ConfigError, match="bus_url") as err:
+            load_settings(**{**base, "env": {**env, "AGENT_BRIDGE_BUS_URL": bad}})
+        assert "hunter2" not in str(err.value)
+    for bad_id in ("a b", "-a", "x" * 129, "a/b"):
+        with pytest.raises(ConfigError, match="replica_id"):
+            load_settings(**{**base, "env": {**env, "AGENT_BRIDGE_REPLICA_ID": bad_id}})

@@ -92,7 +92,8 @@ async def test_hung_agent_turn_is_cancelled_by_interrupt_timeout(
     await c.kind("message.delta")
     await c.send(op="interrupt")
     end = await c.kind("turn.ended", turn_id=acc["data"]["turn_id"], timeout=10)
-    assert end["data"]["status"] == "cancelled" and "interrupt_timeout" in end["data"]["error"]
+    assert end["data"]["status"] == "cancelled" and end["data"]["reason"] == "interrupted"
+    assert end["data"]["exit"]["reason"] == "interrupt_timeout" and "error" not in end["data"]
     assert c.seen("notice", code="interrupt_timeout")
     assert c.seen("process.exited", reason="interrupt_timeout")
     assert len(c.seen("turn.ended")) == 1

@@ -54,6 +54,7 @@ BACKOFF_MAX_S = 2.0
 # sender no longer waits, and a late interrupt must not hit a later turn. Covers the wall
 # clocks of two hosts disagreeing by up to this much.
 CLOCK_SKEW_S = 5.0
+CLOSE_TIMEOUT_S = 1.0  # each step of closing the bus
 
 
 def redact_url(url: str) -> str:
@@ -146,7 +147,10 @@ class RedisBus:
         tasks = [*self._tasks, *self._running]
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        # A loop stuck in the client library past its cancellation is left behind, not waited
+        # for forever: the daemon's shutdown must finish.
+        if tasks:
+            await asyncio.wait(tasks, timeout=CLOSE_TIMEOUT_S * 2)
         self._tasks.clear()
         for fut in self._pending.values():
             if not fut.done():
@@ -154,8 +158,9 @@ class RedisBus:
         self._pending.clear()
         if self._client is not None:
             with contextlib.suppress(RedisError, OSError, TimeoutError):
-                await asyncio.wait_for(self._client.delete(self._key("replica", self.replica_id)), 1.0)
-            await self._client.aclose()
+                await asyncio.wait_for(self._client.delete(self._key("replica", self.replica_id)), CLOSE_TIMEOUT_S)
+            with contextlib.suppress(RedisError, OSError, TimeoutError):
+                await asyncio.wait_for(self._client.aclose(), CLOSE_TIMEOUT_S)
             self._client = None
         self._set_health(False, "closed")
 
@@ -210,8 +215,10 @@ class RedisBus:
             except (RedisError, OSError) as exc:
                 self._set_health(False, f"{type(exc).__name__}: {exc}")
             finally:
-                with contextlib.suppress(RedisError, OSError):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+                # Bounded: closing a subscription whose read was cancelled must never hang
+                # the loop (or close()) on the connection's lock.
+                with contextlib.suppress(RedisError, OSError, TimeoutError):
+                    await asyncio.wait_for(pubsub.aclose(), CLOSE_TIMEOUT_S)  # type: ignore[no-untyped-call]
             await asyncio.sleep(backoff.next())
 
     async def _connected(self) -> None:

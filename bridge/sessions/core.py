@@ -128,6 +128,8 @@ class ConversationCore(AgentOutput):
         data: dict[str, Any] = {"turn_id": self.active.turn_id, "status": status}
         if reason in INTERRUPT_EXITS:
             mark_interrupted(data)
+        elif "error" in last_exit:  # the agent said why it ended (a startup_error result)
+            data["error"], data["error_code"] = last_exit["error"], reason
         else:
             data["error"] = f"agent process ended: {reason}"
         data["exit"] = last_exit

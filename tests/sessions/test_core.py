@@ -199,3 +199,14 @@ def test_acp_prompts_wait_for_the_handshake_and_an_interrupt_resolves_pending_pe
     assert len(core.permissions) == 1
     out = commit(core, core.interrupt()[1])
     assert ("emit", ["permission.resolved"]) in out and len(core.permissions) == 0
+
+
+def test_an_exit_after_a_failed_start_ends_the_turn_with_the_agents_reason_whatever_came_first() -> None:
+    # The agent's startup_error result can be read before the turn it would end has
+    # started (it is written before any input); the exit that follows still says why.
+    core, _ = make("awp-jsonl")
+    commit(core, core.prompt(prompt("one"), None)[1])
+    core.exit_reason, core.exit_error = "startup_error", ("startup_error", "unsupported_argument:--bogus")
+    ended = turn_end(core.process_exited(1, 1, None))
+    assert ended["status"] == "error" and ended["error"] == "unsupported_argument:--bogus"
+    assert ended["error_code"] == "startup_error" and ended["exit"]["error"] == "unsupported_argument:--bogus"

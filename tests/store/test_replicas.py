@@ -7,10 +7,10 @@ start-up reaper's list) is only this replica's."""
 from __future__ import annotations
 
 import asyncio
-import time
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest

@@ -16,6 +16,7 @@ handshake" at error level for a refusal that went out as intended.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
@@ -59,15 +60,40 @@ def refusal(exc: BaseException) -> bytes:
     return head.encode("ascii") + body
 
 
+# After a refusal the rest of the client's request is read and dropped for at most this
+# long before the socket is closed: closing with unread bytes makes the kernel send a reset,
+# which can destroy the answer before the client has read it.
+LINGER_S = 1.0
+
+
 class WebSocketProtocol(WebSocketsSansIOProtocol):
+    _lingering: asyncio.TimerHandle | None = None
+
     def data_received(self, data: bytes) -> None:
+        if self._lingering is not None:
+            return  # the refused request's remainder: dropped
         super().data_received(data)
         exc = self.conn.handshake_exc
         if exc is None or self.handshake_complete or self.transport.is_closing():
             return
         self.conn.data_to_send()  # websockets' own plain-text refusal, replaced by ours
         self.transport.write(refusal(exc))
-        self.transport.close()
+        if not self.transport.can_write_eof():
+            self.transport.close()
+            return
+        self.transport.write_eof()  # the answer, then FIN; the client's bytes are drained
+        self._lingering = asyncio.get_running_loop().call_later(LINGER_S, self.transport.close)
+
+    def eof_received(self) -> None:
+        if self._lingering is not None:
+            self.transport.close()  # the client is done sending: close now
+            return
+        super().eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._lingering is not None:
+            self._lingering.cancel()
+        super().connection_lost(exc)
 
     async def send(self, message: Any) -> None:
         await super().send(message)

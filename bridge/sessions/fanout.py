@@ -221,6 +221,17 @@ async def _read(sub: Subscriber, after: int, transcript: Transcript, sink: Sink)
     return await transcript.read_page(after, REPLAY_PAGE)
 
 
+async def _send_answers(sub: Subscriber, sink: Sink) -> None:
+    """Answers to the subscriber's own frames go out between store pages too: a client that
+    prompts while its replay is still running hears "accepted" before the turn's events,
+    not after a replay that already holds the whole turn (docs/api.md §5.4)."""
+    if sub.replies:
+        texts = list(sub.replies)
+        sub.replies.clear()
+        sub.room.set()
+        await sink.send(texts, [])
+
+
 async def _send_page(page: Frames | list[Record], cursor: _Cursor, sink: Sink) -> tuple[int, int]:
     """Send one store page; returns (rows read, the last row's seq)."""
     if isinstance(page, list):
@@ -249,8 +260,10 @@ async def _catch_up(sub: Subscriber, cursor: _Cursor, transcript: Transcript, si
                 sub.lagging = False
                 page_last = page.last if isinstance(page, Frames) else page[-1].seq
                 pending = asyncio.ensure_future(_read(sub, page_last, transcript, sink))
+                await _send_answers(sub, sink)
                 await _send_page(page, cursor, sink)
                 continue
+            await _send_answers(sub, sink)
             await _send_page(page, cursor, sink)
             if not sub.lagging:
                 return

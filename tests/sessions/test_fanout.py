@@ -154,3 +154,33 @@ async def test_a_routed_response_never_overtakes_the_events_committed_before_it(
     sub.close("bye")
     assert await asyncio.wait_for(task, 5) == "bye"
     assert sink.order[-2:] == [6, "late"]
+
+
+async def test_an_answer_pushed_during_the_replay_goes_out_before_the_next_store_page() -> None:
+    # A client that prompts while its replay is still reading the store: its answer must
+    # not wait behind a replay that already holds the turn the prompt started.
+    store = [rec(seq) for seq in range(1, 11)]
+    fan = Fanout()
+    sub = fan.subscribe(limit=64)
+    order: list[str | int] = []
+
+    class Slow(Transcript):
+        async def read_page(self, after: int, limit: int) -> list[Record]:
+            if after == 0:
+                sub.push_reply("accepted")  # the answer arrives while the first page is read
+            return await super().read_page(after, limit)
+
+    class Recording(Sink):
+        async def send(self, texts: list[str], records: list[Record]) -> None:
+            order.extend(texts)
+            order.extend(r.seq for r in records)
+
+    task = asyncio.create_task(deliver(sub, 0, Slow(store), Recording()))
+    await asyncio.sleep(0)
+    for _ in range(50):
+        if 10 in order:
+            break
+        await asyncio.sleep(0)
+    sub.close("done")
+    assert await asyncio.wait_for(task, 5) == "done"
+    assert order == ["accepted", *range(1, 11)]

@@ -4,24 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bridge.store.base import ThreadRow
-
-PUBLIC_THREAD_FIELDS = (
-    "id",
-    "agent",
-    "protocol",
-    "model",
-    "cwd",
-    "title",
-    "native_session_id",
-    "state",
-    "turn_active",
-    "last_seq",
-    "created_at",
-    "updated_at",
-    "last_exit",
-    "agent_info",
-)
+from bridge.store.base import PUBLIC_THREAD_FIELDS, ThreadRow
 
 
 def thread_view(row: ThreadRow) -> dict[str, Any]:

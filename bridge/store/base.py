@@ -115,27 +115,28 @@ class SessionStore(Protocol):
     async def delete_session(self, key: str) -> None: ...
 
 
-# A write of any of these columns is a change clients see (the thread object of docs/api.md,
-# less ``id``): it gives the row a new change_seq. Other columns (pid, tasks, …) do not.
-CHANGE_COLUMNS = frozenset(
-    {
-        "agent",
-        "protocol",
-        "model",
-        "cwd",
-        "title",
-        "native_session_id",
-        "state",
-        "turn_active",
-        "last_seq",
-        "created_at",
-        "updated_at",
-        "last_exit",
-        "options",
-        "agent_info",
-        "pending_permissions",
-    }
+# The thread object clients see (docs/api.md §4.3), in its order; api/views.py shows these.
+PUBLIC_THREAD_FIELDS = (
+    "id",
+    "agent",
+    "protocol",
+    "model",
+    "cwd",
+    "title",
+    "native_session_id",
+    "state",
+    "turn_active",
+    "last_seq",
+    "created_at",
+    "updated_at",
+    "last_exit",
+    "agent_info",
+    "options",
+    "pending_permissions",
 )
+# A write of any of these columns is a change clients see (the thread object less ``id``):
+# it gives the row a new change_seq. Other columns (pid, tasks, …) do not.
+CHANGE_COLUMNS = frozenset(PUBLIC_THREAD_FIELDS) - {"id"}
 
 # Tombstones of deleted threads are kept for at least this long and at most this many
 # (the newest); pruning one moves the change horizon up to its change_seq.

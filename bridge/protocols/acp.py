@@ -114,6 +114,11 @@ def _meta_tool_name(obj: dict[str, Any]) -> str | None:
     return _s(_d(meta.get("claudeCode")).get("toolName")) or _s(meta.get("toolName"))
 
 
+def initialize_params(client_info: dict[str, Any]) -> dict[str, Any]:
+    """What the bridge says about itself in ``initialize``, as a client of an ACP agent."""
+    return {"protocolVersion": PROTOCOL_VERSION, "clientCapabilities": CLIENT_CAPABILITIES, "clientInfo": client_info}
+
+
 class AcpCodec:
     protocol = PROTOCOL
     resume_on_argv = False  # resume goes through session/load or session/resume
@@ -176,16 +181,7 @@ class AcpCodec:
         return dumps({"jsonrpc": "2.0", "id": rid, "error": err})
 
     def start(self) -> list[str]:
-        return [
-            self._request(
-                "initialize",
-                {
-                    "protocolVersion": PROTOCOL_VERSION,
-                    "clientCapabilities": CLIENT_CAPABILITIES,
-                    "clientInfo": self.client_info,
-                },
-            )
-        ]
+        return [self._request("initialize", initialize_params(self.client_info))]
 
     def refuse_content(self, content: list[dict[str, Any]]) -> str | None:
         """Known after ``initialize``: see :func:`content_refusal`."""

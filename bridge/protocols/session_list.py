@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from bridge.protocols.acp import CLIENT_CAPABILITIES, METHOD_NOT_FOUND, PROTOCOL_VERSION
+from bridge.protocols.acp import METHOD_NOT_FOUND, initialize_params
 from bridge.protocols.jsonline import dumps, parse_object
 
 MAX_ERROR = 300
@@ -50,16 +50,7 @@ class AcpLister:
         return dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
 
     def start(self) -> list[str]:
-        return [
-            self._request(
-                "initialize",
-                {
-                    "protocolVersion": PROTOCOL_VERSION,
-                    "clientCapabilities": CLIENT_CAPABILITIES,
-                    "clientInfo": self.client_info,
-                },
-            )
-        ]
+        return [self._request("initialize", initialize_params(self.client_info))]
 
     def _list(self) -> str:
         params: dict[str, Any] = {"cwd": self.cwd}

@@ -1051,5 +1051,10 @@ class App {
 }
 
 const app = new App();
+// A 401 from any request has already put the sign-in form up (see api()); a request
+// still in flight when the user signs out is answered 401 too and is not an error.
+window.addEventListener("unhandledrejection", (e) => {
+  if (e.reason instanceof ApiError && e.reason.status === 401) e.preventDefault();
+});
 app.start();
 window.agentBridge = app; // for the console (and the browser tests)

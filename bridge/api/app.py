@@ -65,7 +65,14 @@ def create_app(
         registry = Registry(settings, store)
         await registry.start()
         bus = make_bus(settings.cluster.bus_url, settings.cluster.replica_id, {"version": __version__})
-        link = ClusterLink(store, bus, registry.changes, heartbeat_s=settings.cluster.lease_ttl_s / 3)
+        link = ClusterLink(
+            store,
+            bus,
+            registry,
+            heartbeat_s=settings.cluster.lease_ttl_s / 3,
+            lease_ttl_s=settings.cluster.lease_ttl_s,
+            shared=settings.cluster.bus_url is not None,
+        )
         await link.start()
         app.state.store = store
         app.state.registry = registry

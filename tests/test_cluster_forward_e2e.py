@@ -8,6 +8,7 @@ for the owner is refused with a clear error, and it all comes back with Redis.""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ async def pair(pg_url: str, redis_server: RedisServer, tmp_path: Path) -> AsyncI
     try:
         for rid in ("a", "b"):
             (tmp_path / rid).mkdir()
-            config = f"[server]\nstop_grace_s = 2\n[cluster]\nlease_ttl_s = 6\n\n{agent}"
+            config = f"[server]\nstop_grace_s = 2\nmax_conversations = 100\n[cluster]\nlease_ttl_s = 6\n\n{agent}"
             d = Daemon(tmp_path / rid, config, extra_env={**shared, "AGENT_BRIDGE_REPLICA_ID": rid})
             await d.start()
             started.append(d)
@@ -160,3 +161,39 @@ async def test_without_the_bus_events_still_cross_and_input_for_the_owner_is_ref
     end = await on_b.kind("turn.ended", turn_id=acc["data"]["turn_id"])
     await on_a.upto(end["seq"])
     assert events(on_a, end["seq"]) == events(on_b, end["seq"])
+
+
+LOAD_THREADS = 100
+
+
+async def test_load_a_hundred_threads_across_two_replicas_each_watched_from_both(
+    pair: tuple[Daemon, Daemon],
+) -> None:
+    """100 threads, half made (and so run) on each replica, each with one client on A and
+    one on B; every thread gets a turn prompted from the replica that does not run it.
+    Every pair of clients receives exactly the same events in the same order."""
+    a, b = pair
+    made = await asyncio.gather(*(new_thread(a if i % 2 else b, "sj") for i in range(LOAD_THREADS)))
+    owners = [a if i % 2 else b for i in range(LOAD_THREADS)]
+    clients = await asyncio.gather(*(d.ws(t["id"]) for t in made for d in (a, b)))
+    pairs = [(clients[2 * i], clients[2 * i + 1]) for i in range(LOAD_THREADS)]
+
+    async def drive(i: int) -> None:
+        on_a, on_b = pairs[i]
+        here, there = (on_a, on_b) if owners[i] is a else (on_b, on_a)
+        first = await here.turn(f"first {i}")  # started by the replica that made it
+        await there.upto(first["seq"])
+        end = await there.turn(f"second {i}")  # forwarded to it
+        await here.upto(end["seq"])
+        assert events(on_a, end["seq"]) == events(on_b, end["seq"])
+        assert [s for s, _, _ in events(on_a, end["seq"])] == list(range(1, end["seq"] + 1))
+        assert any(f"echo: second {i}" in str(f.get("data")) for f in on_a.frames)
+
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    await asyncio.wait_for(asyncio.gather(*(drive(i) for i in range(LOAD_THREADS))), 100)
+    took = loop.time() - began
+    cluster = await get(a, "/v1/cluster")
+    held = {r["replica_id"]: r["threads"] for r in cluster["replicas"]}
+    assert held == {"a": LOAD_THREADS // 2, "b": LOAD_THREADS // 2}, held
+    print(f"\n{LOAD_THREADS} threads x 2 turns x 2 replicas: {took:.1f} s")

@@ -24,7 +24,7 @@ from conftest import (
     profile_toml,
     wait_until,
 )
-from test_cluster_e2e import get, wait_until_bus
+from test_cluster_e2e import get, metric, wait_until_bus
 
 from tests.support.redis_server import RedisServer
 
@@ -124,6 +124,9 @@ async def test_a_client_on_the_other_replica_drives_the_thread_and_sees_what_the
         stored = (await http.get(f"/v1/threads/{tid}/events", params={"after": 0, "limit": 1000})).json()
     assert [(e["seq"], e["kind"]) for e in stored["events"] if e["seq"] <= end["seq"]] == [(s, k) for s, k, _ in seen_a]
     assert (await get(b, f"/v1/threads/{tid}"))["last_seq"] >= end["seq"]
+    assert await metric(b, "agent_bridge_forwarded_total") >= 6  # B's prompts, interrupt, answer
+    assert await metric(b, "agent_bridge_followed_events_total") >= end["seq"]
+    assert await metric(a, "agent_bridge_forwarded_total") == 0
 
     # Deleted through B: A stops the agent, and the thread is gone everywhere.
     async with b.http() as http:

@@ -77,6 +77,7 @@ def create_app(
         app.state.store = store
         app.state.registry = registry
         app.state.bus = bus
+        app.state.cluster = link
         app.state.native_sessions = NativeSessions(settings)
         app.state.started_at, app.state.started_monotonic = now_iso(), time.monotonic()
         log.info(
@@ -181,7 +182,8 @@ def create_app(
             f"agent_bridge_store_batches_total {store.batches}\n"
             "# HELP agent_bridge_events_total Transcript events committed.\n"
             "# TYPE agent_bridge_events_total counter\n"
-            f"agent_bridge_events_total {store.appended}\n" + bus_metrics(request.app.state.bus)
+            f"agent_bridge_events_total {store.appended}\n"
+            + bus_metrics(request.app.state.bus, request.app.state.cluster)
         )
         return PlainTextResponse(body, media_type="text/plain; version=0.0.4")
 
@@ -203,13 +205,15 @@ _BUS_METRICS = {
     "bus_dropped": ("counter", "Announcements and commands dropped (bus down, or expired)"),
     "bus_malformed": ("counter", "Messages from the bus that were not well-formed"),
     "bus_reconnects": ("counter", "Reconnections to the bus"),
+    "forwarded": ("counter", "Client inputs this replica sent to the replica that runs the thread"),
+    "followed_events": ("counter", "Events another replica committed, read from the store for clients here"),
 }
 
 
-def bus_metrics(bus: Bus) -> str:
-    """The bus's gauges and counters (none with no bus configured)."""
+def bus_metrics(bus: Bus, link: ClusterLink) -> str:
+    """The bus's gauges and counters, and what crossed it (none with no bus configured)."""
     out = []
-    for key, value in bus.stats().items():
+    for key, value in {**bus.stats(), **link.stats()}.items():
         kind, text = _BUS_METRICS.get(key, ("gauge", key))
         name = f"agent_bridge_{key}" + ("_total" if kind == "counter" else "")
         out.append(f"# HELP {name} {text}.\n# TYPE {name} {kind}\n{name} {value:g}\n")

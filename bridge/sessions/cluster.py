@@ -80,6 +80,12 @@ class ClusterLink:
                 await task
         await self.bus.close()
 
+    def stats(self) -> dict[str, float]:
+        """What crossed replicas here (nothing on a single daemon)."""
+        if not self.shared:
+            return {}
+        return {"forwarded": self.owners.forwarded, "followed_events": self.followed_records}
+
     # Listener
     def committed(self, thread_id: str, last_seq: int) -> None:
         conv = self.registry.loaded(thread_id)

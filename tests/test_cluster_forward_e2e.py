@@ -25,6 +25,7 @@ from conftest import (
     wait_until,
 )
 from test_cluster_e2e import get, metric, wait_until_bus
+from test_transport_e2e import sse
 
 from tests.support.redis_server import RedisServer
 
@@ -147,9 +148,19 @@ async def test_without_the_bus_events_still_cross_and_input_for_the_owner_is_ref
     redis_server.stop()
     for d in (a, b):
         await wait_until_bus(d, "down")
-    # The owner's turn still reaches B: B reads the shared store while the bus is away.
-    end = await on_a.turn("while redis is down")
-    await on_b.upto(end["seq"], timeout=STEP_TIMEOUT)
+    # The owner's turn still reaches B's clients — WebSocket, SSE and a long-poll — as B
+    # reads the shared store while the bus is away.
+    async with b.http() as http, sse(http, tid, after=0) as stream:
+        before = (await get(b, f"/v1/threads/{tid}"))["last_seq"]
+        poll = asyncio.create_task(
+            http.get(f"/v1/threads/{tid}/events", params={"after": before, "wait": STEP_TIMEOUT})
+        )
+        end = await on_a.turn("while redis is down")
+        await on_b.upto(end["seq"], timeout=STEP_TIMEOUT)
+        await stream.until_seq(end["seq"])
+        polled = (await poll).json()["events"]
+        assert polled and polled[0]["seq"] == before + 1
+    assert stream.ids() == list(range(1, end["seq"] + 1))
     # Input for the owner cannot travel without the bus: refused, and nothing is recorded.
     await on_b.send(op="prompt", text="lost?", client_id="no-bus")
     refused = await rejected(on_b, "prompt")

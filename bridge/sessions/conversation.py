@@ -44,6 +44,7 @@ from bridge.sessions.actions import Accepted, Action, ArmTimer, CancelTimer, Emi
 from bridge.sessions.announce import Announcer
 from bridge.sessions.core import ConversationCore
 from bridge.sessions.fanout import Fanout, Subscriber
+from bridge.sessions.history import Compactor, Item
 from bridge.sessions.owned import Owned
 from bridge.sessions.remote import Owners, accepted_from
 from bridge.sessions.scrub import Scrubber
@@ -59,6 +60,8 @@ DRAIN_TIMEOUT_S = 2.0
 STOP_RECORD_WAIT_S = 1.0
 # A follower reads what the owner committed in pages of this many records.
 FOLLOW_PAGE = 1000
+HISTORY_PAGE = 5000
+HISTORY_KEEP_ITEMS = 20_000  # a compacted history larger than this is rebuilt per request
 
 
 def _options(profile: AgentProfile | None, thread: ThreadRow) -> dict[str, Any]:
@@ -103,6 +106,7 @@ class Conversation:
         self._watcher: asyncio.Task[None] | None = None
         self._owned = Owned(self.id, self._timer_fired)
         self.last_activity = time.monotonic()
+        self.last_watched = self.last_activity  # a long-poll's last wait (it is no activity)
         self.deleted = False
         self._appended = asyncio.Event()  # replaced on every append; wakes long-polls
         self._raw_routes: dict[str, Subscriber] = {}  # raw-mode clients awaiting responses
@@ -111,6 +115,8 @@ class Conversation:
         # this replica's commits. None on a single daemon.
         self.owners: Owners | None = None
         self.on_committed: Callable[[str, int], None] | None = None
+        self._history: Compactor | None = None  # the compacted history so far (GET …/history)
+        self._history_lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ state
 
@@ -205,6 +211,7 @@ class Conversation:
         A long-poll is not a subscriber: it does not keep an idle agent alive."""
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout
+        self.last_watched = time.monotonic()
         while self.core.last_seq <= seq and (left := end - loop.time()) > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._appended.wait(), left)
@@ -221,6 +228,19 @@ class Conversation:
         that wait for the store (a full disk)."""
         if not self.store.healthy:
             raise StoreError("the transcript store cannot be written right now; retry later", code="store_unavailable")
+
+    async def history(self) -> tuple[list[Item], int]:
+        """The compacted history (sessions/history.py) and the last seq it covers: what was
+        compacted before is kept, only newer records are read."""
+        async with self._history_lock:
+            comp = self._history or Compactor()
+            while True:
+                page = await self.store.read_events(self.id, comp.last_seq, HISTORY_PAGE)
+                comp.feed(page)
+                if len(page) < HISTORY_PAGE:
+                    break
+            self._history = comp if len(comp.items) <= HISTORY_KEEP_ITEMS else None
+            return comp.snapshot(), comp.last_seq
 
     async def read_page(self, after: int, limit: int) -> list[Record]:
         return await self.store.read_events(self.id, after, limit)

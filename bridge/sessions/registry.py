@@ -238,7 +238,7 @@ class Registry:
         return [
             c
             for c in self._convs.values()
-            if not c.running and (len(c.fanout) or now - c.last_activity < FOLLOW_RECENT_S)
+            if not c.running and (len(c.fanout) or now - max(c.last_activity, c.last_watched) < FOLLOW_RECENT_S)
         ]
 
     async def get(self, thread_id: str) -> Conversation:

@@ -174,7 +174,7 @@ def create_app(
             f"agent_bridge_store_batches_total {store.batches}\n"
             "# HELP agent_bridge_events_total Transcript events committed.\n"
             "# TYPE agent_bridge_events_total counter\n"
-            f"agent_bridge_events_total {store.appended}\n" + bus_metrics(request.app.state.bus)
+            f"agent_bridge_events_total {store.appended}\n" + lease_metrics(reg) + bus_metrics(request.app.state.bus)
         )
         return PlainTextResponse(body, media_type="text/plain; version=0.0.4")
 
@@ -197,6 +197,25 @@ _BUS_METRICS = {
     "bus_malformed": ("counter", "Messages from the bus that were not well-formed"),
     "bus_reconnects": ("counter", "Reconnections to the bus"),
 }
+
+
+def lease_metrics(reg: Registry) -> str:
+    """Leases held by this replica (0 with no shared store) and the store's commit latency."""
+    own = reg.ownership
+    held = 0 if own is None else own.count()
+    lost = 0 if own is None else own.lost_total
+    return (
+        "# HELP agent_bridge_leases_held Thread leases this replica holds now.\n"
+        "# TYPE agent_bridge_leases_held gauge\n"
+        f"agent_bridge_leases_held {held}\n"
+        "# HELP agent_bridge_leases_lost_total Leases this replica lost (not renewed in time, or refused).\n"
+        "# TYPE agent_bridge_leases_lost_total counter\n"
+        f"agent_bridge_leases_lost_total {lost}\n"
+        + reg.commits.exposition(
+            "agent_bridge_store_commit_seconds",
+            "From a transcript append to its durable commit (group commit included).",
+        )
+    )
 
 
 def bus_metrics(bus: Bus) -> str:

@@ -23,20 +23,20 @@ import contextlib
 import signal
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import structlog
 
 from bridge import __version__
 from bridge.clock import now_iso
 from bridge.config import THREAD_OPTION_KEYS, AgentProfile, Settings
-from bridge.errors import BridgeError, Conflict, InvalidRequest, LaunchRefused, StoreError
+from bridge.errors import BridgeError, Conflict, InvalidRequest, LaunchRefused, LeaseLost, NotFound, StoreError
 from bridge.launching import spawn_options
 from bridge.process.agent_io import AgentIO, ExitInfo, Spawn
 from bridge.process.agent_process import AgentProcess
 from bridge.process.launch import build_launch, valid_session_id
 from bridge.protocols.codecs import make_codec, stored_content_refusal
-from bridge.protocols.envelope import Frames
+from bridge.protocols.envelope import Frames, ephemeral
 from bridge.protocols.events import Event, Record
 from bridge.protocols.framing import LineTooLong
 from bridge.sessions import acp_fs
@@ -44,7 +44,9 @@ from bridge.sessions.actions import Accepted, Action, ArmTimer, CancelTimer, Emi
 from bridge.sessions.announce import Announcer
 from bridge.sessions.core import ConversationCore
 from bridge.sessions.fanout import Fanout, Subscriber
+from bridge.sessions.latency import Latency
 from bridge.sessions.owned import Owned
+from bridge.sessions.ownership import TAIL_EVENTS, Ownership, needs_takeover, open_turn, takeover_events
 from bridge.sessions.scrub import Scrubber
 from bridge.sessions.tasks import TaskTable
 from bridge.store.base import Store, ThreadRow, apply_fields
@@ -75,6 +77,9 @@ class Conversation:
         can_start: Callable[[Conversation], None],
         spawn: Spawn = AgentProcess.spawn,
         announcer: Announcer | None = None,
+        ownership: Ownership | None = None,
+        on_lost: Callable[[Conversation], None] | None = None,
+        commits: Latency | None = None,
     ) -> None:
         self.thread = thread
         self.id: str = thread["id"]
@@ -85,14 +90,14 @@ class Conversation:
         self._announce: Announcer = announcer if announcer is not None else self.fanout
         self._can_start = can_start
         self._spawn = spawn
-        srv = settings.server
-        self.core = ConversationCore(
-            last_seq=thread["last_seq"],
-            native_session_id=thread.get("native_session_id"),
-            options=_options(profile, thread),
-            limits=Limits(srv.max_pending_prompts, srv.interrupt_timeout_s, srv.permission_timeout_s, srv.stop_grace_s),
-            tasks=TaskTable.from_json(saved) if (saved := thread.get("tasks")) else None,
-        )
+        # A shared store: the agent runs and appends only under this replica's lease, every
+        # append fenced by its epoch (sessions/ownership.py). None: one daemon, no leases.
+        self._ownership = ownership
+        self._on_lost = on_lost
+        self._commits = commits
+        self._epoch: int | None = None
+        self.lost = False  # the lease was lost: this object is finished (the registry drops it)
+        self.core = self._new_core(thread)
         self._life = asyncio.Lock()
         self._lock = asyncio.Lock()
         self._proc: AgentIO | None = None
@@ -104,6 +109,16 @@ class Conversation:
         self._appended = asyncio.Event()  # replaced on every append; wakes long-polls
         self._raw_routes: dict[str, Subscriber] = {}  # raw-mode clients awaiting responses
         self._scrub = Scrubber(profile.env if profile is not None else {})
+
+    def _new_core(self, thread: ThreadRow) -> ConversationCore:
+        srv = self.settings.server
+        return ConversationCore(
+            last_seq=thread["last_seq"],
+            native_session_id=thread.get("native_session_id"),
+            options=_options(self.profile, thread),
+            limits=Limits(srv.max_pending_prompts, srv.interrupt_timeout_s, srv.permission_timeout_s, srv.stop_grace_s),
+            tasks=TaskTable.from_json(saved) if (saved := thread.get("tasks")) else None,
+        )
 
     # ------------------------------------------------------------------ state
 
@@ -149,7 +164,8 @@ class Conversation:
             # An answer, a withdrawal, an interrupt or an exit changed it before this Emit:
             # the row's count changes in the commit that records why (server-wide changes).
             thread_fields["pending_permissions"] = pending
-        await self.store.append(self.id, records, action.client_ids or [None] * len(records), thread_fields)
+        epoch = await self._hold_locked()
+        await self._append(records, action.client_ids or [None] * len(records), thread_fields, epoch)
         self.core.last_seq = seq
         apply_fields(self.thread, thread_fields)
         self.thread["last_seq"] = seq
@@ -158,6 +174,108 @@ class Conversation:
         self._appended = asyncio.Event()
         self.touch()
         return records
+
+    async def _append(
+        self, records: list[Record], client_ids: Sequence[str | None], fields: dict[str, Any], epoch: int | None
+    ) -> None:
+        started = time.monotonic()
+        try:
+            if epoch is None:
+                await self.store.append(self.id, records, client_ids, fields)
+            else:
+                await self.store.append(self.id, records, client_ids, fields, epoch=epoch)
+        except LeaseLost:
+            self.lease_lost()
+            raise
+        if self._commits is not None:
+            self._commits.observe(time.monotonic() - started)
+
+    # ------------------------------------------------------------------ ownership
+
+    async def claim(self, *, reason: str = "owner_lost") -> int | None:
+        """Hold this thread's lease (acquire it if needed): its epoch, None with no
+        leases. A new epoch over a row that says a process or a turn was live closes that
+        life's books first (``reason``). Raises NotOwner while another replica owns it."""
+        async with self._lock:
+            return await self._hold_locked(reason)
+
+    async def _hold_locked(self, reason: str = "owner_lost") -> int | None:
+        if self._ownership is None:
+            return None
+        if self.lost:
+            raise LeaseLost(f"thread {self.id}: this replica lost its lease", code="owner_lost")
+        epoch = await self._ownership.ensure(self.id)
+        if epoch != self._epoch:
+            await self._adopt(epoch, reason)
+            self._epoch = epoch
+        return epoch
+
+    async def _adopt(self, epoch: int, reason: str) -> None:
+        """A new epoch: the row is read again (another replica may have written since this
+        object last looked), and a life the previous owner left open is closed."""
+        fresh = await self.store.get_thread(self.id)
+        if fresh is None:
+            raise NotFound(f"no thread {self.id}", code="thread_not_found")
+        if self._proc is None and fresh["last_seq"] != self.core.last_seq:
+            cast(dict[str, Any], self.thread).clear()
+            apply_fields(self.thread, fresh)
+            self.core = self._new_core(self.thread)
+        if not needs_takeover(fresh):
+            return
+        turn_id = await self._open_turn(fresh["last_seq"])
+        events, fields = takeover_events(fresh, reason, turn_id)
+        ts = now_iso()
+        seq = self.core.last_seq
+        records = [
+            Record(seq + i + 1, ts, ev.source, ev.kind, ev.data, ev.raw, ev.relay) for i, ev in enumerate(events)
+        ]
+        fields = {"updated_at": ts, **fields}
+        await self._append(records, [None] * len(records), fields, epoch)
+        self.core.last_seq = records[-1].seq
+        apply_fields(self.thread, fields)
+        self.thread["last_seq"] = self.core.last_seq
+        self._announce.committed(records)
+        log.warning("thread.taken_over", thread_id=self.id, epoch=epoch, reason=reason, turn_id=turn_id)
+
+    async def _open_turn(self, last_seq: int) -> str | None:
+        """The id of the turn the transcript's tail left open, if it shows one."""
+        page = await self.store.read_events(self.id, max(0, last_seq - TAIL_EVENTS), TAIL_EVENTS)
+        return open_turn(page)
+
+    def lease_lost(self) -> None:
+        """The lease is gone (the store refused an append, or it could not be renewed in
+        time): the agent is killed now, clients are told and disconnected (they reconnect,
+        anywhere, with ``after=``), and the registry drops this object."""
+        if self.lost:
+            return
+        self.lost = True
+        if self._ownership is not None:
+            self._ownership.forget(self.id)
+        proc = self._proc
+        if proc is not None:
+            self.core.stopping("owner_lost")
+            proc.signal_group(signal.SIGKILL)  # never two replicas running one native session
+        self.fanout.broadcast_side(
+            ephemeral(
+                "notice",
+                now_iso(),
+                code="owner_lost",
+                text="this replica lost its ownership of the thread; reconnect with after= to follow it",
+            )
+        )
+        self.fanout.close_all("owner_lost")
+        log.warning("thread.owner_lost", thread_id=self.id, pid=None if proc is None else proc.pid)
+        if self._on_lost is not None:
+            self._on_lost(self)
+
+    async def release_if_idle(self) -> None:
+        """After the agent exited: the lease goes back at once (unless a new start is
+        already under way), so any replica may run the thread next."""
+        async with self._lock:
+            if self._ownership is None or self.lost or self._proc is not None or self.starting:
+                return
+            self._epoch = None
+            await self._ownership.release(self.id)
 
     async def wait_beyond(self, seq: int, timeout: float) -> None:
         """Return once the transcript has an event after ``seq``, or after ``timeout``.
@@ -308,11 +426,14 @@ class Conversation:
         self._can_start(self)
         self.starting = True
         try:
+            await self.claim()  # this replica's lease first: NotOwner while another holds it
             await self.set_fields({"state": "starting"})
             try:
                 proc = await self._spawn(spec)
             except BridgeError:
                 await self.set_fields({"state": "exited" if self.thread.get("last_exit") else "idle"})
+                self.starting = False
+                await self.release_if_idle()
                 raise
             self._proc = proc
         finally:
@@ -369,12 +490,16 @@ class Conversation:
         proc.signal_group(signal.SIGKILL)  # anything the agent left in its group
         proc.release()
         await self._on_exit(proc, info)
+        await self.release_if_idle()
 
     async def _on_exit(self, proc: AgentIO, info: ExitInfo) -> None:
         async with self._lock:
             actions = self.core.process_exited(proc.pid, info.code, info.signal)
             self._proc = None
-            await self._perform(actions)
+            if self.lost:
+                return  # its books are closed by the replica that takes the thread over
+            with contextlib.suppress(LeaseLost):  # lost just now: the same
+                await self._perform(actions)
             log.info("agent.exited", thread_id=self.id, pid=proc.pid, **(self.thread.get("last_exit") or {}))
 
     async def stop(self, reason: str = "stopped", *, grace_s: float | None = None) -> None:
@@ -389,7 +514,9 @@ class Conversation:
         # A stop never waits for the store (Hardening II #5): with appends blocked (a full
         # disk) the process is still stopped at once, and its exit recorded when the store
         # can write again.
-        if self.store.healthy and not self._lock.locked():
+        if self.lost:
+            pass  # the row is the next owner's now
+        elif self.store.healthy and not self._lock.locked():
             await self.set_fields({"state": "stopping"})
         else:
             self.thread["state"] = "stopping"

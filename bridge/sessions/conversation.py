@@ -30,7 +30,16 @@ import structlog
 from bridge import __version__
 from bridge.clock import now_iso
 from bridge.config import THREAD_OPTION_KEYS, AgentProfile, Settings
-from bridge.errors import BridgeError, Conflict, InvalidRequest, LaunchRefused, LeaseLost, NotFound, StoreError
+from bridge.errors import (
+    BridgeError,
+    Conflict,
+    InvalidRequest,
+    LaunchRefused,
+    LeaseLost,
+    NotFound,
+    NotOwner,
+    StoreError,
+)
 from bridge.launching import spawn_options
 from bridge.process.agent_io import AgentIO, ExitInfo, Spawn
 from bridge.process.agent_process import AgentProcess
@@ -203,8 +212,17 @@ class Conversation:
         if self._ownership is None:
             return None
         if self.lost:
-            raise LeaseLost(f"thread {self.id}: this replica lost its lease", code="owner_lost")
-        epoch = await self._ownership.ensure(self.id)
+            raise LeaseLost(f"thread {self.id}: this replica lost its lease")
+        try:
+            epoch = await self._ownership.ensure(self.id)
+        except NotOwner:
+            if self._epoch is not None:  # it was ours: taken over while this replica could not renew
+                self.lease_lost()
+            raise
+        if self._epoch is not None and epoch != self._epoch:
+            # Our lease lapsed and was granted again: whatever ran meanwhile is not ours to trust.
+            self.lease_lost()
+            raise LeaseLost(f"thread {self.id}: this replica's lease lapsed")
         if epoch != self._epoch:
             await self._adopt(epoch, reason)
             self._epoch = epoch

@@ -119,9 +119,7 @@ async def test_ensure_acquires_once_and_holds(leases: FakeLeases, clock: Clock) 
     assert (a.holds("t1"), a.epoch("t1"), a.count()) == (True, 1, 1)
 
 
-async def test_another_live_owner_is_named_and_a_missing_thread_is_not_found(
-    leases: FakeLeases, clock: Clock
-) -> None:
+async def test_another_live_owner_is_named_and_a_missing_thread_is_not_found(leases: FakeLeases, clock: Clock) -> None:
     a, _ = make(leases, clock, "a")
     b, _ = make(leases, clock, "b")
     await a.ensure("t1")

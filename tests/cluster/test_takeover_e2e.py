@@ -269,3 +269,59 @@ async def test_a_restarted_replica_leaves_a_thread_another_now_owns(cluster: Clu
     stored = await transcript(a2, tid)
     check_consistent(stored, [], turn_id)
     assert not any(e["data"].get("reason") == "daemon_stopped" for e in stored)
+
+
+@pytest.fixture
+def own_postgres() -> Any:
+    """A PostgreSQL server of this test's own: it is stopped and started again."""
+    from tests.support import postgres
+
+    reason = postgres.missing_reason()
+    if reason:
+        pytest.skip(reason)
+    with postgres.running() as server:
+        yield server
+
+
+async def readyz(d: Daemon) -> int:
+    async with d.http() as http:
+        return (await http.get("/readyz")).status_code
+
+
+async def test_postgres_outage_fences_agents_refuses_input_and_resumes(
+    own_postgres: Any, redis_server: RedisServer, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
+    cluster = Cluster(tmp_path, own_postgres.create_database("outage"), redis_server.url, agent_env)
+    try:
+        a = await cluster.start("a")
+        tid = (await new_thread(a, "stream-json"))["id"]
+        c = await a.ws(tid)
+        await c.turn("remember kiwi")
+        agent = agent_pids(tmp_path)[-1]
+        seen = [f for f in c.frames if f.get("seq")]
+        await asyncio.to_thread(own_postgres.stop)
+        # no store: readiness fails, input is refused with a clear code, and the agent is
+        # stopped before its lease (which it can no longer renew) could expire
+        await wait_until_async(lambda: readyz(a), 503, "readyz to fail")
+        r = await post_prompt(a, tid, "hello", "during-outage")
+        assert r.status_code == 503 and r.json()["error"]["code"] == "store_unavailable", r.text
+        await wait_until(lambda: not alive(agent), timeout=TTL + 2, what="the agent to be fenced")
+        notice = await c.next(lambda f: f.get("kind") == "notice" and f["data"].get("code") == "owner_lost")
+        assert notice.get("seq") is None
+        await asyncio.to_thread(own_postgres.start_server)
+        await wait_until_async(lambda: readyz(a), 200, "readyz to recover")
+        # service resumes: the thread runs again, resumed, and nothing committed was lost
+        acc, _ = await take_over(a, tid, "recall", "after-outage", within=STEP_TIMEOUT)
+        assert "remember kiwi" in await recall_on(a, tid, seen[-1]["seq"], acc["turn_id"])
+        stored = await transcript(a, tid)
+        check_consistent(stored, seen, acc["turn_id"])
+    finally:
+        await cluster.close()
+
+
+async def wait_until_async(probe: Any, want: Any, what: str) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + STEP_TIMEOUT
+    while (got := await probe()) != want:
+        assert loop.time() < end, f"timed out waiting for {what} (last {got})"
+        await asyncio.sleep(0.05)

@@ -245,7 +245,7 @@ def serve(
     _log_token_source(settings, token_file, had_token_file)
     server = _Server(
         _uvicorn_config(settings, app, unix_socket=listener.uds is not None),
-        before_shutdown=lambda: app.state.registry.close_clients("daemon_shutdown"),
+        before_shutdown=lambda: _drain(app.state.registry),
         parent_pid=parent_pid,
     )
     try:
@@ -258,6 +258,12 @@ def serve(
     logging.shutdown()
     datadir.unlock(lock_fd)
     return 0 if server.started else 1
+
+
+async def _drain(registry: Any) -> None:
+    """SIGTERM: no new threads from now on (503 ``draining``), then every client told."""
+    registry.drain()
+    await registry.close_clients("daemon_shutdown")
 
 
 def _serve_refusal(settings: Settings, parent_pid: int | None, *, unix_socket: bool) -> str | None:

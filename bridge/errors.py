@@ -11,6 +11,7 @@
     ├── Capacity                     max_conversations agents are already running
     ├── Conflict                     the thread is not in a state that allows this
     │   └── NotOwner                 another replica holds the thread's live lease
+    ├── Draining                     the daemon is stopping (SIGTERM): no new threads
     └── StoreError                   the store failed; nothing acknowledged was lost
         └── LeaseLost                an append under an epoch that is no longer the live lease
 
@@ -93,16 +94,6 @@ class Conflict(BridgeError):
     status = 409
 
 
-class NotOwner(Conflict):
-    """Another replica holds the thread's live lease: only it may run the agent."""
-
-    code = "not_owner"
-
-    def __init__(self, message: str, *, owner: str | None = None) -> None:
-        super().__init__(message)
-        self.owner = owner
-
-
 class StoreError(BridgeError):
     code = "store_error"
     status = 503
@@ -114,3 +105,22 @@ class LeaseLost(StoreError):
 
     code = "lease_lost"
     status = 409
+
+
+class NotOwner(Conflict):
+    """Another replica holds this thread's live lease (``owner``): only it may run the
+    agent and append (docs/DESIGN.md "Ownership")."""
+
+    code = "not_owner"
+
+    def __init__(self, owner: str, thread_id: str = "") -> None:
+        super().__init__(f"thread {thread_id or '?'} is owned by replica {owner!r}")
+        self.owner = owner
+        self.thread_id = thread_id
+
+
+class Draining(BridgeError):
+    """The daemon is draining (SIGTERM): it takes no new threads."""
+
+    code = "draining"
+    status = 503

@@ -183,6 +183,7 @@ def create_app(
             "# HELP agent_bridge_events_total Transcript events committed.\n"
             "# TYPE agent_bridge_events_total counter\n"
             f"agent_bridge_events_total {store.appended}\n"
+            + lease_metrics(reg)
             + bus_metrics(request.app.state.bus, request.app.state.cluster)
         )
         return PlainTextResponse(body, media_type="text/plain; version=0.0.4")
@@ -208,6 +209,25 @@ _BUS_METRICS = {
     "forwarded": ("counter", "Client inputs this replica sent to the replica that runs the thread"),
     "followed_events": ("counter", "Events another replica committed, read from the store for clients here"),
 }
+
+
+def lease_metrics(reg: Registry) -> str:
+    """Leases held by this replica (0 with no shared store) and the store's commit latency."""
+    own = reg.ownership
+    held = 0 if own is None else own.count()
+    lost = 0 if own is None else own.lost_total
+    return (
+        "# HELP agent_bridge_leases_held Thread leases this replica holds now.\n"
+        "# TYPE agent_bridge_leases_held gauge\n"
+        f"agent_bridge_leases_held {held}\n"
+        "# HELP agent_bridge_leases_lost_total Leases this replica lost (not renewed in time, or refused).\n"
+        "# TYPE agent_bridge_leases_lost_total counter\n"
+        f"agent_bridge_leases_lost_total {lost}\n"
+        + reg.commits.exposition(
+            "agent_bridge_store_commit_seconds",
+            "From a transcript append to its durable commit (group commit included).",
+        )
+    )
 
 
 def bus_metrics(bus: Bus, link: ClusterLink) -> str:

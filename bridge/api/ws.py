@@ -3,6 +3,7 @@
 Close codes (docs/api.md §5.7):
   1000 normal · 1001 daemon shutting down · 1003 raw mode frame was not one JSON object
   HTTP 401 before the upgrade when unauthorized · 4404 thread not found · 4400 bad query parameter · 4410 thread deleted
+  1012 this replica lost the thread's lease (reconnect, to any replica, with after=)
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ log = structlog.get_logger("bridge.ws")
 
 router = APIRouter()
 
-CLOSE_CODES = {"daemon_shutdown": 1001, "deleted": 4410}
+CLOSE_CODES = {"daemon_shutdown": 1001, "deleted": 4410, "owner_lost": 1012}
 MAX_FRAME_BYTES = 8 * 1024 * 1024
 
 

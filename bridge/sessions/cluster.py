@@ -46,8 +46,7 @@ class ClusterLink:
         self.registry = registry
         self.changes = registry.changes
         self.heartbeat_s = heartbeat_s
-        self.lease_ttl_s = lease_ttl_s
-        self.owners = Owners(store, bus, bus.replica_id)
+        self.owners = Owners(store, bus, bus.replica_id, lease_ttl_s=lease_ttl_s)
         self._tasks: list[asyncio.Task[None]] = []
         self._following: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
@@ -148,9 +147,6 @@ class ClusterLink:
             await asyncio.sleep(self.heartbeat_s)
             try:
                 await self.store.heartbeat()
-                # Interim (until sessions/ownership.py): the leases of the threads this
-                # replica runs stay live while it beats.
-                await self.store.renew_leases(self.bus.replica_id, self.lease_ttl_s)
             except BridgeError as exc:  # the store is down: its own health says so
                 log.warning("replica.heartbeat_failed", error=exc.message)
             except Exception as exc:  # never ends the loop; the type only (a driver's text may hold a DSN)

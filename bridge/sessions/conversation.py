@@ -22,21 +22,31 @@ import asyncio
 import contextlib
 import signal
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
 
 import structlog
 
 from bridge import __version__
 from bridge.clock import now_iso
 from bridge.config import THREAD_OPTION_KEYS, AgentProfile, Settings
-from bridge.errors import BridgeError, Conflict, InvalidRequest, LaunchRefused, NotOwner, StoreError
+from bridge.errors import (
+    BridgeError,
+    Conflict,
+    InvalidRequest,
+    LaunchRefused,
+    LeaseLost,
+    NotFound,
+    NotOwner,
+    StoreError,
+)
 from bridge.launching import spawn_options
 from bridge.process.agent_io import AgentIO, ExitInfo, Spawn
 from bridge.process.agent_process import AgentProcess
-from bridge.process.launch import build_launch, valid_session_id
+from bridge.process.launch import LaunchSpec, build_launch, valid_session_id
+from bridge.protocols.codec import Codec
 from bridge.protocols.codecs import make_codec, stored_content_refusal
-from bridge.protocols.envelope import Frames
+from bridge.protocols.envelope import Frames, ephemeral
 from bridge.protocols.events import Event, Record
 from bridge.protocols.framing import LineTooLong
 from bridge.sessions import acp_fs
@@ -45,8 +55,17 @@ from bridge.sessions.announce import Announcer
 from bridge.sessions.core import ConversationCore
 from bridge.sessions.fanout import Fanout, Subscriber
 from bridge.sessions.history import Compactor, Item
+from bridge.sessions.latency import Latency
 from bridge.sessions.owned import Owned
-from bridge.sessions.remote import Owners, accepted_from
+from bridge.sessions.ownership import (
+    TAIL_EVENTS,
+    Ownership,
+    needs_takeover,
+    open_turn,
+    queued_turns,
+    takeover_events,
+)
+from bridge.sessions.remote import ForwardFailed, OwnerGone, Owners, accepted_from
 from bridge.sessions.scrub import Scrubber
 from bridge.sessions.tasks import TaskTable
 from bridge.store.base import Store, ThreadRow, apply_fields
@@ -60,6 +79,7 @@ DRAIN_TIMEOUT_S = 2.0
 STOP_RECORD_WAIT_S = 1.0
 # A follower reads what the owner committed in pages of this many records.
 FOLLOW_PAGE = 1000
+ROUTE_ATTEMPTS = 3  # owners tried for one input when each dies before answering
 HISTORY_PAGE = 5000
 HISTORY_KEEP_ITEMS = 20_000  # a compacted history larger than this is rebuilt per request
 
@@ -81,6 +101,9 @@ class Conversation:
         can_start: Callable[[Conversation], None],
         spawn: Spawn = AgentProcess.spawn,
         announcer: Announcer | None = None,
+        ownership: Ownership | None = None,
+        on_lost: Callable[[Conversation], None] | None = None,
+        commits: Latency | None = None,
     ) -> None:
         self.thread = thread
         self.id: str = thread["id"]
@@ -91,14 +114,14 @@ class Conversation:
         self._announce: Announcer = announcer if announcer is not None else self.fanout
         self._can_start = can_start
         self._spawn = spawn
-        srv = settings.server
-        self.core = ConversationCore(
-            last_seq=thread["last_seq"],
-            native_session_id=thread.get("native_session_id"),
-            options=_options(profile, thread),
-            limits=Limits(srv.max_pending_prompts, srv.interrupt_timeout_s, srv.permission_timeout_s, srv.stop_grace_s),
-            tasks=TaskTable.from_json(saved) if (saved := thread.get("tasks")) else None,
-        )
+        # A shared store: the agent runs and appends only under this replica's lease, every
+        # append fenced by its epoch (sessions/ownership.py). None: one daemon, no leases.
+        self._ownership = ownership
+        self._on_lost = on_lost
+        self._commits = commits
+        self._epoch: int | None = None
+        self.lost = False  # the lease was lost: this object is finished (the registry drops it)
+        self.core = self._new_core(thread)
         self._life = asyncio.Lock()
         self._lock = asyncio.Lock()
         self._proc: AgentIO | None = None
@@ -117,6 +140,16 @@ class Conversation:
         self.on_committed: Callable[[str, int], None] | None = None
         self._history: Compactor | None = None  # the compacted history so far (GET …/history)
         self._history_lock = asyncio.Lock()
+
+    def _new_core(self, thread: ThreadRow) -> ConversationCore:
+        srv = self.settings.server
+        return ConversationCore(
+            last_seq=thread["last_seq"],
+            native_session_id=thread.get("native_session_id"),
+            options=_options(self.profile, thread),
+            limits=Limits(srv.max_pending_prompts, srv.interrupt_timeout_s, srv.permission_timeout_s, srv.stop_grace_s),
+            tasks=TaskTable.from_json(saved) if (saved := thread.get("tasks")) else None,
+        )
 
     # ------------------------------------------------------------------ state
 
@@ -162,7 +195,8 @@ class Conversation:
             # An answer, a withdrawal, an interrupt or an exit changed it before this Emit:
             # the row's count changes in the commit that records why (server-wide changes).
             thread_fields["pending_permissions"] = pending
-        await self.store.append(self.id, records, action.client_ids or [None] * len(records), thread_fields)
+        epoch = await self._hold_locked()
+        await self._append(records, action.client_ids or [None] * len(records), thread_fields, epoch)
         self.core.last_seq = seq
         apply_fields(self.thread, thread_fields)
         self.thread["last_seq"] = seq
@@ -205,6 +239,115 @@ class Conversation:
         if new:
             self._wake_polls()
         return new
+
+    async def _append(
+        self, records: list[Record], client_ids: Sequence[str | None], fields: dict[str, Any], epoch: int | None
+    ) -> None:
+        started = time.monotonic()
+        try:
+            if epoch is None:
+                await self.store.append(self.id, records, client_ids, fields)
+            else:
+                await self.store.append(self.id, records, client_ids, fields, epoch=epoch)
+        except LeaseLost:
+            self.lease_lost()
+            raise
+        if self._commits is not None:
+            self._commits.observe(time.monotonic() - started)
+
+    # ------------------------------------------------------------------ ownership
+
+    async def claim(self, *, reason: str = "owner_lost") -> int | None:
+        """Hold this thread's lease (acquire it if needed): its epoch, None with no
+        leases. A new epoch over a row that says a process or a turn was live closes that
+        life's books first (``reason``). Raises NotOwner while another replica owns it."""
+        async with self._lock:
+            return await self._hold_locked(reason)
+
+    async def _hold_locked(self, reason: str = "owner_lost") -> int | None:
+        if self._ownership is None:
+            return None
+        if self.lost:
+            raise LeaseLost(f"thread {self.id}: this replica lost its lease")
+        try:
+            epoch = await self._ownership.ensure(self.id)
+        except NotOwner:
+            if self._epoch is not None:  # it was ours: taken over while this replica could not renew
+                self.lease_lost()
+            raise
+        if self._epoch is not None and epoch != self._epoch:
+            # Our lease lapsed and was granted again: whatever ran meanwhile is not ours to trust.
+            self.lease_lost()
+            raise LeaseLost(f"thread {self.id}: this replica's lease lapsed")
+        if epoch != self._epoch:
+            await self._adopt(epoch, reason)
+            self._epoch = epoch
+        return epoch
+
+    async def _adopt(self, epoch: int, reason: str) -> None:
+        """A new epoch: the row is read again (another replica may have written since this
+        object last looked), and a life the previous owner left open is closed."""
+        fresh = await self.store.get_thread(self.id)
+        if fresh is None:
+            raise NotFound(f"no thread {self.id}", code="thread_not_found")
+        if self._proc is None:  # a follower's core (sessions/cluster.py) only tracked the seq
+            cast(dict[str, Any], self.thread).clear()
+            apply_fields(self.thread, fresh)
+            self.core = self._new_core(self.thread)
+        if not needs_takeover(fresh):
+            return
+        tail = await self.store.read_events(self.id, max(0, fresh["last_seq"] - TAIL_EVENTS), TAIL_EVENTS)
+        turn_id = open_turn(tail)
+        events, fields = takeover_events(fresh, reason, turn_id, queued_turns(tail))
+        ts = now_iso()
+        seq = self.core.last_seq
+        records = [
+            Record(seq + i + 1, ts, ev.source, ev.kind, ev.data, ev.raw, ev.relay) for i, ev in enumerate(events)
+        ]
+        fields = {"updated_at": ts, **fields}
+        await self._append(records, [None] * len(records), fields, epoch)
+        self.core.last_seq = records[-1].seq
+        apply_fields(self.thread, fields)
+        self.thread["last_seq"] = self.core.last_seq
+        self._announce.committed(records)
+        if self.on_committed is not None:
+            self.on_committed(self.id, self.core.last_seq)
+        log.warning("thread.taken_over", thread_id=self.id, epoch=epoch, reason=reason, turn_id=turn_id)
+
+    def lease_lost(self) -> None:
+        """The lease is gone (the store refused an append, or it could not be renewed in
+        time): the agent is killed now, clients are told and disconnected (they reconnect,
+        anywhere, with ``after=``), and the registry drops this object."""
+        if self.lost:
+            return
+        self.lost = True
+        if self._ownership is not None:
+            self._ownership.forget(self.id)
+        proc = self._proc
+        if proc is not None:
+            self.core.stopping("owner_lost")
+            proc.signal_group(signal.SIGKILL)  # never two replicas running one native session
+        self.fanout.broadcast_side(
+            ephemeral(
+                "notice",
+                now_iso(),
+                code="owner_lost",
+                text="this replica lost its ownership of the thread; reconnect with after= to follow it",
+            )
+        )
+        self.fanout.close_all("owner_lost")
+        log.warning("thread.owner_lost", thread_id=self.id, pid=None if proc is None else proc.pid)
+        if self._on_lost is not None:
+            self._on_lost(self)
+
+    async def release_if_idle(self) -> None:
+        """After the agent exited: the lease goes back at once (unless a new start is
+        already under way), so any replica may run the thread next."""
+        async with self._lock:
+            if self._ownership is None or self.lost or self._proc is not None or self.starting:
+                return
+            self._epoch = None
+            await self._ownership.release(self.id)
 
     async def wait_beyond(self, seq: int, timeout: float) -> None:
         """Return once the transcript has an event after ``seq``, or after ``timeout``.
@@ -332,23 +475,7 @@ class Conversation:
                 raise Conflict("thread was deleted", code="thread_deleted")
             await self._start()
 
-    async def _claim(self) -> None:
-        """Many replicas: only the holder of the thread's lease runs its agent."""
-        owners = self.owners
-        if owners is None:
-            return
-        epoch = await self.store.acquire_lease(self.id, owners.replica_id, self.settings.cluster.lease_ttl_s)
-        if epoch is None:
-            owner = await owners.elsewhere(self.id)
-            raise NotOwner(f"replica {owner} runs this thread", owner=owner)
-
-    async def _start(self) -> None:
-        profile = self.profile
-        if profile is None:
-            raise LaunchRefused(
-                f"agent profile {self.thread['agent']!r} is no longer configured", code="agent_not_found"
-            )
-        resume = self.core.native_session_id
+    def _launch(self, profile: AgentProfile, resume: str | None) -> tuple[Codec, LaunchSpec]:
         if resume is not None and not valid_session_id(resume):
             raise LaunchRefused("native session id is not valid; refusing to pass it on", code="invalid_session_id")
         codec = make_codec(
@@ -374,12 +501,23 @@ class Conversation:
             mcp_config=opts.get("mcp_config"),
             remote_api_opt_in=profile.remote_api_opt_in,
         )
-        await self._claim()
-        # The capacity check and the reservation are one step (no await between them):
-        # concurrent starts can never exceed max_conversations.
-        self._can_start(self)
-        self.starting = True
+        return codec, spec
+
+    async def _start(self) -> None:
+        profile = self.profile
+        if profile is None:
+            raise LaunchRefused(
+                f"agent profile {self.thread['agent']!r} is no longer configured", code="agent_not_found"
+            )
+        self.starting = True  # holds its place under max_conversations, and the lease from release
         try:
+            # This replica's lease first (NotOwner while another holds it): taking it over
+            # reads the row again, so the launch below resumes the session the last owner
+            # recorded.
+            await self.claim()
+            resume = self.core.native_session_id
+            codec, spec = self._launch(profile, resume)
+            self._can_start(self)
             await self.set_fields({"state": "starting"})
             try:
                 proc = await self._spawn(spec)
@@ -387,6 +525,11 @@ class Conversation:
                 await self.set_fields({"state": "exited" if self.thread.get("last_exit") else "idle"})
                 raise
             self._proc = proc
+        except BaseException:
+            self.starting = False
+            with contextlib.suppress(BridgeError):
+                await self.release_if_idle()
+            raise
         finally:
             self.starting = False
         log.info(
@@ -441,12 +584,16 @@ class Conversation:
         proc.signal_group(signal.SIGKILL)  # anything the agent left in its group
         proc.release()
         await self._on_exit(proc, info)
+        await self.release_if_idle()
 
     async def _on_exit(self, proc: AgentIO, info: ExitInfo) -> None:
         async with self._lock:
             actions = self.core.process_exited(proc.pid, info.code, info.signal)
             self._proc = None
-            await self._perform(actions)
+            if self.lost:
+                return  # its books are closed by the replica that takes the thread over
+            with contextlib.suppress(LeaseLost):  # lost just now: the same
+                await self._perform(actions)
             log.info("agent.exited", thread_id=self.id, pid=proc.pid, **(self.thread.get("last_exit") or {}))
 
     async def stop(self, reason: str = "stopped", *, grace_s: float | None = None) -> None:
@@ -461,7 +608,9 @@ class Conversation:
         # A stop never waits for the store (Hardening II #5): with appends blocked (a full
         # disk) the process is still stopped at once, and its exit recorded when the store
         # can write again.
-        if self.store.healthy and not self._lock.locked():
+        if self.lost:
+            pass  # the row is the next owner's now
+        elif self.store.healthy and not self._lock.locked():
             await self.set_fields({"state": "stopping"})
         else:
             self.thread["state"] = "stopping"
@@ -483,29 +632,34 @@ class Conversation:
 
     # ------------------------------------------------------------------ client operations
 
-    async def _owner(self, forward: bool) -> str | None:
-        """The replica that runs this thread, when it is another one (input goes there)."""
+    async def _routed(self, forward: bool, kind: str, body: dict[str, Any]) -> Mapping[str, Any] | None:
+        """With ``forward``, when another replica runs this thread: its answer to the input
+        (sessions/remote.py). None: the input is this replica's to run."""
         if not forward or self.owners is None or self._proc is not None:
             return None
-        return await self.owners.elsewhere(self.id)
-
-    async def _forward(self, owner: str, kind: str, body: dict[str, Any]) -> Any:
-        assert self.owners is not None
-        self.touch()
-        log.info("thread.forwarded", thread_id=self.id, owner=owner, kind=kind)
-        return await self.owners.forward(owner, kind, self.id, body)
+        for _ in range(ROUTE_ATTEMPTS):
+            owner = await self.owners.elsewhere(self.id)
+            if owner is None:
+                return None
+            self.touch()
+            log.info("thread.forwarded", thread_id=self.id, owner=owner, kind=kind)
+            try:
+                return await self.owners.forward(owner, kind, self.id, body)
+            except OwnerGone:  # it died or was cut off before answering: route again
+                log.warning("thread.owner_gone", thread_id=self.id, owner=owner, kind=kind)
+        raise ForwardFailed("the replica running this thread keeps changing; retry")
 
     async def submit(self, content: list[dict[str, Any]], client_id: str | None, *, forward: bool = True) -> Accepted:
         """A prompt; with ``forward``, run by the thread's owner when that is another replica."""
         body = {"content": content, "client_id": client_id}
-        if (owner := await self._owner(forward)) is not None:
-            return accepted_from(await self._forward(owner, "prompt", body))
+        if (answer := await self._routed(forward, "prompt", body)) is not None:
+            return accepted_from(answer)
         try:
             return await self._submit_here(content, client_id)
-        except NotOwner as exc:  # another replica took the lease first
-            if not forward or exc.owner is None:
+        except NotOwner:  # another replica took the lease first
+            if (answer := await self._routed(forward, "prompt", body)) is None:
                 raise
-            return accepted_from(await self._forward(exc.owner, "prompt", body))
+            return accepted_from(answer)
 
     async def _submit_here(self, content: list[dict[str, Any]], client_id: str | None) -> Accepted:
         if not self.store.healthy:
@@ -539,8 +693,8 @@ class Conversation:
 
     async def interrupt(self, *, forward: bool = True) -> bool:
         """Cancel the active turn. Idempotent; False when no turn is active."""
-        if (owner := await self._owner(forward)) is not None:
-            return (await self._forward(owner, "interrupt", {})).get("active") is True
+        if (answer := await self._routed(forward, "interrupt", {})) is not None:
+            return answer.get("active") is True
         async with self._lock:
             active, actions = self.core.interrupt()
             await self._perform(actions)
@@ -557,9 +711,9 @@ class Conversation:
         forward: bool = True,
     ) -> dict[str, Any]:
         """One answer per request: the first wins; later ones are refused (409)."""
-        if (owner := await self._owner(forward)) is not None:
-            body = {"request_id": request_id, "decision": decision, "by": by, "option_id": option_id}
-            return dict(await self._forward(owner, "permission", {**body, "message": message}))
+        body = {"request_id": request_id, "decision": decision, "by": by, "option_id": option_id, "message": message}
+        if (answer := await self._routed(forward, "permission", body)) is not None:
+            return dict(answer)
         async with self._lock:
             data, actions = self.core.answer(request_id, decision, by=by, option_id=option_id, message=message)
             await self._perform(actions)
@@ -569,8 +723,8 @@ class Conversation:
         """The ``raw`` op / raw mode: write a client's JSON object to stdin, as the dialect
         says (the codec may route a response back to ``sub`` only; not when another
         replica runs the agent: the line is written there, its response is not routed)."""
-        if (owner := await self._owner(forward)) is not None:
-            seq = (await self._forward(owner, "raw", {"message": message})).get("seq")
+        if (answer := await self._routed(forward, "raw", {"message": message})) is not None:
+            seq = answer.get("seq")
             return seq if isinstance(seq, int) and not isinstance(seq, bool) else self.core.last_seq
         await self.ensure_started()
         route = f"r{id(sub)}" if sub is not None else ""

@@ -13,7 +13,7 @@ import structlog
 
 from bridge.clock import now_iso
 from bridge.config import THREAD_OPTION_KEYS, AgentProfile, Settings
-from bridge.errors import Capacity, InvalidRequest, LaunchRefused, NotFound
+from bridge.errors import Capacity, Draining, InvalidRequest, LaunchRefused, NotFound, NotOwner
 from bridge.ids import new_id
 from bridge.launching import check_profile, spawn_options
 from bridge.process.agent_io import Spawn
@@ -25,8 +25,11 @@ from bridge.protocols.envelope import ephemeral
 from bridge.protocols.events import Event
 from bridge.sessions.changes import ChangeNotifier
 from bridge.sessions.conversation import Conversation
-from bridge.sessions.remote import Owners
+from bridge.sessions.latency import Latency
+from bridge.sessions.ownership import Ownership
+from bridge.sessions.remote import OwnerGone, Owners
 from bridge.store.base import Store, ThreadRow
+from bridge.store.urls import parse as parse_store_url
 
 log = structlog.get_logger("bridge.registry")
 
@@ -57,6 +60,17 @@ class Registry:
         self._lock = asyncio.Lock()
         self._reaper: asyncio.Task[None] | None = None
         self.changes = ChangeNotifier()  # wakes the server-wide change streams (GET /v1/events)
+        self.commits = Latency()  # store commit latency, as conversations see it (/metrics)
+        self.draining = False  # SIGTERM: no new threads (503 draining)
+        # Leases only on a shared store: a SQLite file is one daemon's (its data dir is
+        # locked), so nothing else could ever run its threads (docs/DESIGN.md "Ownership").
+        cluster = settings.cluster
+        shared = parse_store_url(settings.store_url).kind != "sqlite"
+        self.ownership = (
+            Ownership(store, cluster.replica_id, cluster.lease_ttl_s, on_lost=self._leases_lost) if shared else None
+        )
+        self._leases: asyncio.Task[None] | None = None
+        self._closing: set[asyncio.Task[None]] = set()  # conversations closed after a lost lease
         # Many replicas (sessions/cluster.py): who owns a thread elsewhere, and who hears of
         # this replica's commits.
         self.owners: Owners | None = None
@@ -73,13 +87,20 @@ class Registry:
     async def start(self) -> None:
         self.store.on_health = self._on_store_health
         self.store.on_change = self.changes.notify
+        if self.ownership is not None:
+            self._leases = asyncio.create_task(self.ownership.run(), name="lease-renewal")
         await self._recover()
         self._reaper = asyncio.create_task(self._reap_idle(), name="idle-reaper")
 
     async def _recover(self) -> None:
         """A previous daemon died with processes or turns in flight: close their books so
-        every accepted turn still ends exactly once and the thread is resumable."""
+        every accepted turn still ends exactly once and the thread is resumable. On a shared
+        store only this replica's rows are listed, and each is first leased: one another
+        live replica owns now is left alone (its process is not ours to reap)."""
         for row in await self.store.live_threads():
+            if self.ownership is not None:
+                await self._recover_owned(row)
+                continue
             pid, pid_start = row.get("pid"), row.get("pid_start")
             if pid and pid_start is not None:
                 killed = reap_group(pid, pid_start)
@@ -106,6 +127,47 @@ class Registry:
             )
             log.info("thread.recovered", thread_id=row["id"])
 
+    async def _recover_owned(self, row: ThreadRow) -> None:
+        conv = await self.get(row["id"])
+        try:
+            await conv.claim(reason="daemon_stopped")  # closes the books under the lease
+        except NotOwner as exc:
+            log.info("thread.recovery_skipped", thread_id=row["id"], owner=exc.owner)
+            self._convs.pop(row["id"], None)
+            return
+        pid, pid_start = row.get("pid"), row.get("pid_start")
+        if pid and pid_start is not None:
+            killed = reap_group(pid, pid_start)
+            if killed:
+                log.warning("agent.orphans_reaped", thread_id=row["id"], pids=killed)
+        await conv.release_if_idle()
+        log.info("thread.recovered", thread_id=row["id"])
+
+    def _leases_lost(self, thread_ids: list[str]) -> None:
+        """Self-fencing (sessions/ownership.py): these leases could not be kept."""
+        for tid in thread_ids:
+            conv = self._convs.get(tid)
+            if conv is not None:
+                conv.lease_lost()
+
+    def _conv_lost(self, conv: Conversation) -> None:
+        """A conversation lost its lease: dropped at once (the next request loads the row
+        afresh) and closed in the background."""
+        if self._convs.get(conv.id) is conv:
+            del self._convs[conv.id]
+        task = asyncio.create_task(conv.close("owner_lost"), name=f"lost-{conv.id}")
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    def _refuse_if_draining(self) -> None:
+        if self.draining:
+            raise Draining("this daemon is shutting down and takes no new threads; use another replica")
+
+    def drain(self) -> None:
+        """SIGTERM: take no new threads; shutdown() then stops the agents and gives every
+        lease back at once."""
+        self.draining = True
+
     def _on_store_health(self, healthy: bool, error: str | None) -> None:
         """Tell every live client at once: while the store cannot be written, agents are
         held back and prompts are refused; nothing already shown is lost."""
@@ -129,8 +191,16 @@ class Registry:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
+        self.draining = True
         convs = list(self._convs.values())
         await asyncio.gather(*(c.close("daemon_shutdown") for c in convs), return_exceptions=True)
+        await asyncio.gather(*self._closing, return_exceptions=True)
+        if self._leases is not None:
+            self._leases.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._leases
+        if self.ownership is not None:
+            await self.ownership.release_all()  # the next owner need not wait for expiry
 
     async def _reap_idle(self) -> None:
         idle_s = self.settings.server.idle_timeout_s
@@ -141,6 +211,8 @@ class Registry:
                 if conv.running and not conv.busy and len(conv.fanout) == 0 and now - conv.last_activity >= idle_s:
                     log.info("agent.idle_stop", thread_id=conv.id)
                     conv.stop_soon("idle_timeout")
+                elif self.ownership is not None and self.ownership.holds(conv.id) and not conv.running:
+                    await conv.release_if_idle()  # a lease taken for an append with no agent
 
     # ------------------------------------------------------------------ threads
 
@@ -165,6 +237,7 @@ class Registry:
         options: dict[str, Any] | None,
         native_session_id: str | None = None,
     ) -> Conversation:
+        self._refuse_if_draining()
         name = agent or self.settings.default_agent
         prof = self.profile(name)
         check_adopted_id(native_session_id, prof)
@@ -223,6 +296,9 @@ class Registry:
             self.store,
             can_start=self._check_capacity,
             spawn=self._spawn,
+            ownership=self.ownership,
+            on_lost=self._conv_lost,
+            commits=self.commits,
         )
         conv.owners, conv.on_committed = self.owners, self.on_committed
         self._convs[row["id"]] = conv
@@ -259,10 +335,13 @@ class Registry:
         if forward and self.owners is not None and not conv.running:
             owner = await self.owners.elsewhere(thread_id)
             if owner is not None:  # its agent runs there: stopped there, before the row goes
-                await self.owners.forward(owner, "stop", thread_id, {"reason": "deleted"})
+                with contextlib.suppress(OwnerGone):  # it died meanwhile: nothing runs there now
+                    await self.owners.forward(owner, "stop", thread_id, {"reason": "deleted"})
         await conv.close("deleted")
         await self.store.delete_thread(thread_id)
         self._convs.pop(thread_id, None)
+        if self.ownership is not None:
+            self.ownership.forget(thread_id)  # the lease went with the row
         log.info("thread.deleted", thread_id=thread_id)
 
     async def close_clients(self, reason: str) -> None:

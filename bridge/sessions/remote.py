@@ -14,6 +14,7 @@ Everything in a command comes from another process and is checked here before it
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,11 @@ FORWARD_TIMEOUT_S = 30.0
 MAX_BLOCKS = 1000  # a prompt's content blocks, as the API bounds them
 
 
+class OwnerGone(Exception):
+    """The replica a command was sent to no longer holds the thread's lease (it died or
+    was cut off, and its lease expired): route the input again."""
+
+
 class ForwardFailed(BridgeError):
     """The owner could not be reached; the input was not acted on, or its answer was lost
     (a retry with the same ``client_id`` is safe)."""
@@ -42,11 +48,16 @@ class ForwardFailed(BridgeError):
 class Owners:
     """This replica's view of who owns which thread, and its way to their inboxes."""
 
-    def __init__(self, store: Store, bus: Bus, replica_id: str, *, timeout_s: float = FORWARD_TIMEOUT_S) -> None:
+    def __init__(
+        self, store: Store, bus: Bus, replica_id: str, *, lease_ttl_s: float, timeout_s: float = FORWARD_TIMEOUT_S
+    ) -> None:
         self.store = store
         self.bus = bus
         self.replica_id = replica_id
         self.timeout_s = timeout_s
+        # While waiting for an answer, the owner's lease is looked at this often: an owner
+        # that died is given up on once its lease has expired, not after the whole timeout.
+        self.check_s = max(0.1, min(1.0, lease_ttl_s / 3))
         self.forwarded = 0
 
     async def elsewhere(self, thread_id: str) -> str | None:
@@ -57,19 +68,43 @@ class Owners:
         return lease.owner
 
     async def forward(self, owner: str, kind: str, thread_id: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
-        """Run a client's input on ``owner``; its answer body, or its refusal re-raised."""
+        """Run a client's input on ``owner``; its answer body, or its refusal re-raised.
+        Raises :class:`OwnerGone` when the owner's lease ends before it answers."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
+        request = asyncio.ensure_future(self.bus.request(owner, kind, thread_id, body, self.timeout_s))
         try:
-            reply = await self.bus.request(owner, kind, thread_id, body, self.timeout_s)
-        except BusUnavailable as exc:
-            raise ForwardFailed(
-                f"replica {owner} runs this thread and the bus to it is down; retry later", code="bus_unavailable"
-            ) from exc
-        except NoReply as exc:
-            raise ForwardFailed(f"no answer from replica {owner}, which runs this thread: {exc}") from exc
+            while not request.done():
+                await asyncio.wait({request}, timeout=self.check_s)
+                if not request.done() and await self.elsewhere(thread_id) != owner:
+                    raise OwnerGone(owner)  # it lost the thread while we waited (its answer, if any, is moot)
+            try:
+                reply = request.result()
+            except BusUnavailable as exc:
+                raise ForwardFailed(
+                    f"replica {owner} runs this thread and the bus to it is down; retry later", code="bus_unavailable"
+                ) from exc
+            except NoReply as exc:
+                await self._until_gone(owner, thread_id, deadline)
+                raise ForwardFailed(f"no answer from replica {owner}, which runs this thread: {exc}") from exc
+        finally:
+            if not request.done():
+                request.cancel()
         self.forwarded += 1
         if not reply.ok:
             raise refusal(reply.body)
         return reply.body
+
+    async def _until_gone(self, owner: str, thread_id: str, deadline: float) -> None:
+        """The owner did not answer (no heartbeat, or no reply): wait, until the deadline,
+        for its lease to end — then :class:`OwnerGone` — or return (it is alive but silent)."""
+        loop = asyncio.get_running_loop()
+        while loop.time() < deadline:
+            lease = await self.store.lease_of(thread_id)
+            if lease is None or not lease.live or lease.owner != owner:
+                raise OwnerGone(owner)
+            left = lease.expires_in_s if lease.expires_in_s is not None else self.check_s
+            await asyncio.sleep(max(0.05, min(self.check_s, left + 0.05, deadline - loop.time())))
 
 
 def refusal(body: Mapping[str, Any]) -> BridgeError:

@@ -122,6 +122,14 @@ WITH upto AS (
 )
 UPDATE change_log SET horizon = greatest(horizon, upto.m) FROM upto WHERE upto.m IS NOT NULL
 """
+_RENEW = """
+UPDATE threads t SET lease_expires = clock_timestamp() + make_interval(secs => %s)
+FROM (SELECT id FROM threads WHERE lease_owner = %s AND lease_expires > clock_timestamp()
+      ORDER BY id FOR UPDATE) AS mine
+WHERE t.id = mine.id
+RETURNING t.id, t.lease_epoch
+"""
+RENEW_ATTEMPTS = 3
 _INSERT = """
 INSERT INTO events (thread_id, seq, ts, source, kind, data, raw, relay, client_id)
 SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[],
@@ -613,12 +621,17 @@ class PostgresStore:
 
     async def renew_leases(self, replica_id: str, ttl_s: float) -> dict[str, int]:
         async def do(c: AsyncConnection[Any]) -> dict[str, int]:
-            cur = await c.execute(
-                "UPDATE threads SET lease_expires = clock_timestamp() + make_interval(secs => %s) "
-                "WHERE lease_owner = %s AND lease_expires > clock_timestamp() RETURNING id, lease_epoch",
-                (float(ttl_s), replica_id),
-            )
-            return {str(tid): int(epoch) for tid, epoch in await cur.fetchall()}
+            # The rows are locked in id order, and a deadlock with a group commit (which
+            # touches the same rows) is retried at once: a renew must not miss its turn.
+            for attempt in range(RENEW_ATTEMPTS):
+                try:
+                    async with c.transaction():
+                        cur = await c.execute(_RENEW, (float(ttl_s), replica_id))
+                        return {str(tid): int(epoch) for tid, epoch in await cur.fetchall()}
+                except psycopg.errors.DeadlockDetected:
+                    if attempt == RENEW_ATTEMPTS - 1:
+                        raise
+            raise AssertionError("unreachable")
 
         return cast(dict[str, int], await self._do(self._control, do))
 

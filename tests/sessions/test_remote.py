@@ -115,7 +115,7 @@ def test_an_acceptance_crosses_as_it_was() -> None:
 
 
 async def test_without_a_bus_input_for_another_replica_is_refused_clearly() -> None:
-    owners = Owners(None, LocalBus("a"), "a")  # type: ignore[arg-type]
+    owners = Owners(None, LocalBus("a"), "a", lease_ttl_s=15)  # type: ignore[arg-type]
     with pytest.raises(ForwardFailed) as caught:
         await owners.forward("b", "prompt", "thr_1", {})
     assert caught.value.code == "bus_unavailable" and caught.value.status == 503

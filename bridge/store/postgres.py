@@ -842,7 +842,8 @@ async def _fence_and_touch(
 ) -> tuple[dict[int, str], set[str]]:
     """The first statement: the thread rows brought forward and locked, the fences applied;
     the appends whose fence failed, and the threads whose row it wrote."""
-    touches = _touches(todo)
+    # In id order, as a renew locks them (store/postgres.py _RENEW): fewer deadlocks.
+    touches = dict(sorted(_touches(todo).items()))
     columns = [[t[k] for t in touches.values()] for k in range(5)]
     cur = await conn.execute(_FENCE_TOUCH, [list(touches), *columns])
     passed = {r[0] for r in await cur.fetchall()}

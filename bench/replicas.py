@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import resource
 import sys
 import tempfile
@@ -57,7 +58,7 @@ class Params:
     turns: int  # per thread
 
 
-FULL = Params(runs=3, threads=40, turns=20)
+FULL = Params(runs=3, threads=100, turns=20)
 QUICK = Params(runs=1, threads=4, turns=3)
 
 
@@ -68,6 +69,10 @@ class Services:
     pg: Any  # tests.support.postgres.Postgres
     redis_url: str
     databases: int = 0
+
+    @property
+    def postmaster(self) -> int:
+        return int((self.pg.data / "postmaster.pid").read_text().split()[0])
 
     def fresh_database(self) -> str:
         self.databases += 1
@@ -95,6 +100,26 @@ def services(workdir: Path) -> Iterator[Services]:
 def self_cpu_s() -> float:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime + ru.ru_stime
+
+
+def children_cpu(parents: set[int]) -> dict[int, float]:
+    """CPU seconds of every live process whose parent is in ``parents``, by pid: the
+    daemons' agents, the PostgreSQL server's backends."""
+    out: dict[int, float] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[1]) in parents:
+            out[int(stat.parent.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
+def spent(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU spent between two :func:`children_cpu` readings (a process born meanwhile counts
+    from zero; one that ended meanwhile is not counted)."""
+    return sum(v - before.get(pid, 0.0) for pid, v in after.items())
 
 
 class Bench:
@@ -134,11 +159,14 @@ class Bench:
 
             conns = await bounded(20, [open_thread(b) for b in owners])
             await bounded(20, [turn(ws, -1) for ws in conns])  # every agent started, then idle
+            daemons, postmaster = {b.pid for b in replicas}, {self.svc.postmaster}
             cpu0 = [cpu_s(b.pid) for b in replicas]
+            agents0, pg0 = children_cpu(daemons), children_cpu(postmaster)
             me0, t0 = self_cpu_s(), time.perf_counter()
             results = await asyncio.gather(*(self.drive(ws) for ws in conns))
             dt = time.perf_counter() - t0
             me, cpu = self_cpu_s() - me0, sum(cpu_s(b.pid) - c for b, c in zip(replicas, cpu0, strict=True))
+            agents, pg = spent(agents0, children_cpu(daemons)), spent(pg0, children_cpu(postmaster))
             frames = sum(n for n, _ in results)
             lat = [x for _, times in results for x in times]
             turns = self.p.threads * self.p.turns
@@ -148,6 +176,10 @@ class Bench:
             self.add("daemon_cores", config, cpu / dt)
             self.add("daemon_cpu_1k_turns", config, cpu / turns * 1000)
             self.add("client_cores", config, me / dt)
+            self.add("agent_cores", config, agents / dt)
+            if config != "sqlite_1":
+                self.add("pg_cores", config, pg / dt)
+            self.add("all_cores", config, (cpu + me + agents + (pg if config != "sqlite_1" else 0.0)) / dt)
         finally:
             await asyncio.gather(*(ws.close() for ws in conns), return_exceptions=True)
             for b in replicas:
@@ -195,6 +227,9 @@ ROWS: list[tuple[str, str, str, bool]] = [
     ("daemon_cores", "daemons' CPU ÷ wall time (cores busy)", "cores", False),
     ("daemon_cpu_1k_turns", "daemons' CPU per 1000 turns", "s", False),
     ("client_cores", "bench client's CPU ÷ wall time", "cores", False),
+    ("agent_cores", "agents' CPU ÷ wall time", "cores", False),
+    ("pg_cores", "PostgreSQL's CPU ÷ wall time", "cores", False),
+    ("all_cores", "all of these ÷ wall time (nproc in the header)", "cores", False),
 ]
 
 

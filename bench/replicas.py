@@ -122,6 +122,19 @@ def spent(before: dict[int, float], after: dict[int, float]) -> float:
     return sum(v - before.get(pid, 0.0) for pid, v in after.items())
 
 
+@dataclass
+class Measured:
+    """One configuration run: wall seconds and CPU seconds of each party."""
+
+    wall: float
+    daemons: float
+    client: float
+    agents: float
+    postgres: float | None  # None: no PostgreSQL in this configuration
+    frames: int
+    latencies: list[float]
+
+
 class Bench:
     def __init__(self, params: Params, workdir: Path, svc: Services, log: Any) -> None:
         self.p = params
@@ -150,40 +163,44 @@ class Bench:
         try:
             for b in replicas:
                 await b.start()
-            owners: list[Bridge] = [replicas[i % len(replicas)] for i in range(self.p.threads)]
-
-            async def open_thread(b: Bridge) -> WSClient:
-                async with b.http() as http:
-                    tid = await b.new_thread(http, "echo")
-                return await b.ws(tid)
-
-            conns = await bounded(20, [open_thread(b) for b in owners])
+            # Thread i is made on replica i mod n, and its client talks to that replica.
+            conns = await bounded(20, [open_thread(replicas[i % len(replicas)]) for i in range(self.p.threads)])
             await bounded(20, [turn(ws, -1) for ws in conns])  # every agent started, then idle
-            daemons, postmaster = {b.pid for b in replicas}, {self.svc.postmaster}
-            cpu0 = [cpu_s(b.pid) for b in replicas]
-            agents0, pg0 = children_cpu(daemons), children_cpu(postmaster)
-            me0, t0 = self_cpu_s(), time.perf_counter()
-            results = await asyncio.gather(*(self.drive(ws) for ws in conns))
-            dt = time.perf_counter() - t0
-            me, cpu = self_cpu_s() - me0, sum(cpu_s(b.pid) - c for b, c in zip(replicas, cpu0, strict=True))
-            agents, pg = spent(agents0, children_cpu(daemons)), spent(pg0, children_cpu(postmaster))
-            frames = sum(n for n, _ in results)
-            lat = [x for _, times in results for x in times]
-            turns = self.p.threads * self.p.turns
-            self.add("turns_s", config, turns / dt)
-            self.add("frames_s", config, frames / dt)
-            self.add("p99", config, pct(lat, 99) * 1000)
-            self.add("daemon_cores", config, cpu / dt)
-            self.add("daemon_cpu_1k_turns", config, cpu / turns * 1000)
-            self.add("client_cores", config, me / dt)
-            self.add("agent_cores", config, agents / dt)
-            if config != "sqlite_1":
-                self.add("pg_cores", config, pg / dt)
-            self.add("all_cores", config, (cpu + me + agents + (pg if config != "sqlite_1" else 0.0)) / dt)
+            self.record(config, await self.measure(replicas, conns, pg=config != "sqlite_1"))
         finally:
             await asyncio.gather(*(ws.close() for ws in conns), return_exceptions=True)
             for b in replicas:
                 await b.stop()
+
+    async def measure(self, replicas: list[Bridge], conns: list[WSClient], *, pg: bool) -> Measured:
+        """Every thread's T turns at once, and the CPU each party spent meanwhile."""
+        daemons, postmaster = {b.pid for b in replicas}, {self.svc.postmaster} if pg else set()
+        cpu0 = [cpu_s(b.pid) for b in replicas]
+        agents0, pg0 = children_cpu(daemons), children_cpu(postmaster)
+        me0, t0 = self_cpu_s(), time.perf_counter()
+        results = await asyncio.gather(*(self.drive(ws) for ws in conns))
+        return Measured(
+            wall=time.perf_counter() - t0,
+            daemons=sum(cpu_s(b.pid) - c for b, c in zip(replicas, cpu0, strict=True)),
+            client=self_cpu_s() - me0,
+            agents=spent(agents0, children_cpu(daemons)),
+            postgres=spent(pg0, children_cpu(postmaster)) if pg else None,
+            frames=sum(n for n, _ in results),
+            latencies=[x for _, times in results for x in times],
+        )
+
+    def record(self, config: str, m: Measured) -> None:
+        turns, dt = self.p.threads * self.p.turns, m.wall
+        self.add("turns_s", config, turns / dt)
+        self.add("frames_s", config, m.frames / dt)
+        self.add("p99", config, pct(m.latencies, 99) * 1000)
+        self.add("daemon_cores", config, m.daemons / dt)
+        self.add("daemon_cpu_1k_turns", config, m.daemons / turns * 1000)
+        self.add("client_cores", config, m.client / dt)
+        self.add("agent_cores", config, m.agents / dt)
+        if m.postgres is not None:
+            self.add("pg_cores", config, m.postgres / dt)
+        self.add("all_cores", config, (m.daemons + m.client + m.agents + (m.postgres or 0.0)) / dt)
 
     async def drive(self, ws: WSClient) -> tuple[int, list[float]]:
         """T turns on one thread: (transcript frames received, round trip of each turn)."""
@@ -201,6 +218,13 @@ class Bench:
             for config in order:
                 self.log(f"bench.replicas: run {r + 1}/{self.p.runs}: {config}")
                 await asyncio.wait_for(self.one(config), SECTION_TIMEOUT)
+
+
+async def open_thread(b: Bridge) -> WSClient:
+    """A new echo thread on ``b`` and a WebSocket to it there."""
+    async with b.http() as http:
+        tid = await b.new_thread(http, "echo")
+    return await b.ws(tid)
 
 
 async def turn(ws: WSClient, i: int) -> int:

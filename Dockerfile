@@ -11,6 +11,9 @@
 #   AGENT_CLIS  npm packages installed globally (space-separated, e.g.
 #               "@anthropic-ai/claude-code@2.1.197 @qwen-code/qwen-code"); empty: none,
 #               only the bundled demo agent.
+#   EXTRAS      the package's extras installed with it (e.g. "cluster": psycopg and
+#               redis-py, for replicas on a shared PostgreSQL store and Redis bus; see
+#               deploy/compose/compose.scale.yaml); empty: none, the SQLite daemon.
 #
 # Runtime: uid/gid 10001, HOME=/home/agent-bridge and AGENT_BRIDGE_DATA_DIR=/data are
 # volumes (agent CLIs keep their session files under HOME, which --resume needs), and
@@ -54,6 +57,7 @@ RUN /opt/pip/bin/pip wheel --no-deps --wheel-dir /dist .
 # ---------------------------------------------------------------- runtime
 FROM python AS runtime
 ARG AGENT_CLIS=""
+ARG EXTRAS=""
 # tini is PID 1: it reaps the zombies agents' process trees leave and passes SIGTERM on.
 # hadolint ignore=DL3008,DL3016,SC2086
 RUN apt-get update \
@@ -77,8 +81,9 @@ RUN apt-get update \
 COPY --from=build /dist/ /tmp/dist/
 RUN --mount=type=bind,from=build,source=/opt/pip,target=/opt/pip \
     python3 -m venv --without-pip /opt/agent-bridge \
+ && wheel="$(echo /tmp/dist/*.whl)" \
  && PIP_CERT=/etc/ssl/certs/ca-certificates.crt PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    /opt/pip/bin/python -m pip --python /opt/agent-bridge/bin/python install /tmp/dist/*.whl \
+    /opt/pip/bin/python -m pip --python /opt/agent-bridge/bin/python install "${wheel}${EXTRAS:+[${EXTRAS}]}" \
  && rm -rf /tmp/dist \
  && /opt/agent-bridge/bin/agent-bridge --version
 

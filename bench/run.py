@@ -167,9 +167,10 @@ def raise_nofile(want: int) -> None:
 class Bridge:
     """``python -m bridge serve`` in a subprocess, with the bench agents as stream-json profiles."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, env: dict[str, str] | None = None) -> None:
         self.dir = workdir
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.env = env  # added to the bench's own environment (bench/replicas.py: the store)
         self.data = workdir / "data"
         self.config = workdir / "config.toml"
         profiles = ""
@@ -210,6 +211,7 @@ class Bridge:
             stdout=asyncio.subprocess.PIPE,
             stderr=err,
             cwd=str(ROOT),
+            env=None if self.env is None else {**os.environ, **self.env},
         )
         err.close()
         if port:

@@ -69,3 +69,50 @@ def test_quick_bench_prints_every_measure_with_its_ratios(tmp_path: Path) -> Non
     assert report["machine"]["nproc"] >= 1 and report["machine"]["websocketd"]
     # The daemons the bench started (their command lines name the work dir) are gone.
     assert processes_mentioning(str(tmp_path / "work")) == []
+
+
+@pytest.mark.timeout(180)
+def test_quick_replicas_bench_prints_one_and_two_replicas_and_their_ratios(tmp_path: Path) -> None:
+    """`python -m bench.replicas --quick`: SQLite ×1, PostgreSQL ×1 and ×2 (its own
+    PostgreSQL and redis-server, started and stopped by the command), every row with both
+    ratios; structure only, never timing."""
+    from bench.replicas import ROWS as REPLICA_ROWS
+    from tests.support import postgres
+    from tests.support.redis_server import REDIS_SERVER
+
+    if reason := postgres.missing_reason():
+        pytest.skip(reason)
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed (Debian package redis-server; .ci/run installs it)")
+    out = tmp_path / "replicas.json"
+    work = tmp_path / "work"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.replicas", "--quick", "--json", str(out), "--workdir", str(work)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("agent-bridge bench.replicas: "), lines[:3]
+    header = "| measure | unit | SQLite ×1 | PostgreSQL ×1 | PostgreSQL ×2 | ×2 ÷ ×1 | PostgreSQL ÷ SQLite |"
+    assert header in lines
+    table = [line for line in lines[lines.index(header) + 2 :] if line.startswith("| ")]
+    assert len(table) == len(REPLICA_ROWS), table
+    rows = {r["metric"]: r for r in json.loads(out.read_text())["rows"]}
+    assert list(rows) == [key for key, *_ in REPLICA_ROWS]
+    for key, row in rows.items():
+        for config in ("sqlite_1", "pg_1", "pg_2"):
+            if key == "pg_cores" and config == "sqlite_1":
+                assert row[config] is None  # no PostgreSQL in that configuration
+                continue
+            # CPU is read in clock ticks (10 ms): a quick run may cost less than one.
+            assert row[config] is not None and row[config] >= 0, (key, config, row)
+        if row["pg_1"] and row["sqlite_1"]:
+            assert row["pg_2_over_pg_1"] == pytest.approx(row["pg_2"] / row["pg_1"])
+            assert row["pg_over_sqlite"] == pytest.approx(row["pg_1"] / row["sqlite_1"])
+    assert rows["turns_s"]["pg_2"] > 0 and rows["frames_s"]["pg_2"] > 0
+    # Two replicas wrote two data dirs; the daemons, agents and redis-server are gone.
+    assert len(list(work.glob("pg_2-*/*/data"))) == 2
+    assert processes_mentioning(str(work)) == []

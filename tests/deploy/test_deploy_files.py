@@ -6,6 +6,7 @@ Caddyfile with ``caddy validate``. Each check is also shown to fail on a broken 
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from bridge.config import ServerSettings
+from bridge.config import ClusterSettings, ServerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -271,3 +272,183 @@ def test_caddyfile_validates(tmp_path: Path) -> None:
     broken = tmp_path / "Caddyfile"
     broken.write_text(text.replace("flush_interval -1", "flush_intervals -1"))
     assert validate(broken).returncode != 0
+
+
+# --------------------------------------------------------------------------- scale out
+
+SCALE_K8S = K8S / "scale-out"
+
+
+def scale_k8s_documents() -> dict[str, dict[str, Any]]:
+    kustomization = yaml.safe_load((SCALE_K8S / "kustomization.yaml").read_text())
+    docs: dict[str, dict[str, Any]] = {}
+    for name in kustomization["resources"]:
+        for doc in yaml.safe_load_all((SCALE_K8S / name).read_text()):
+            docs[f"{doc['kind']}/{doc['metadata']['name']}"] = doc
+    return docs
+
+
+def test_scale_out_manifests_validate_against_a_pinned_version(tmp_path: Path) -> None:
+    kustomization = yaml.safe_load((SCALE_K8S / "kustomization.yaml").read_text())
+    listed = sorted(kustomization["resources"])
+    assert listed == sorted(p.name for p in SCALE_K8S.glob("*.yaml") if p.name != "kustomization.yaml")
+    r = kubernetes_validate(*(SCALE_K8S / name for name in listed))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("passed") == 7, r.stdout
+    broken = tmp_path / "deployment.yaml"
+    text = (SCALE_K8S / "deployment.yaml").read_text()
+    broken.write_text(text.replace("fieldPath: metadata.name", "fieldPath: metadata.name\n                  field: 1"))
+    r = kubernetes_validate(broken)
+    assert r.returncode != 0, r.stdout
+
+
+def test_scale_out_manifests_share_what_a_takeover_needs() -> None:
+
+    docs = scale_k8s_documents()
+    assert set(docs) == {
+        "ConfigMap/agent-bridge-config",
+        "Secret/agent-bridge-cluster",
+        "PersistentVolumeClaim/agent-bridge-shared",
+        "Deployment/agent-bridge",
+        "Service/agent-bridge",
+        "Ingress/agent-bridge",
+        "PodDisruptionBudget/agent-bridge",
+    }
+    dep = docs["Deployment/agent-bridge"]["spec"]
+    assert dep["replicas"] >= 2 and dep["strategy"]["type"] == "RollingUpdate"
+    pod = dep["template"]["spec"]
+    (c,) = pod["containers"]
+    env = {e["name"]: e for e in c["env"]}
+    # The replica id is the pod's name; the token, store and bus URLs come from the Secret.
+    assert env["AGENT_BRIDGE_REPLICA_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    secret = docs["Secret/agent-bridge-cluster"]["stringData"]
+    for var, key in (
+        ("AGENT_BRIDGE_TOKEN", "token"),
+        ("AGENT_BRIDGE_STORE_URL", "store-url"),
+        ("AGENT_BRIDGE_BUS_URL", "bus-url"),
+    ):
+        ref = env[var]["valueFrom"]["secretKeyRef"]
+        assert ref["name"] == "agent-bridge-cluster" and ref["key"] == key and not ref.get("optional"), var
+        assert secret[key], key
+    assert secret["store-url"].startswith("postgresql://") and secret["bus-url"].startswith("redis://")
+    ClusterSettings(replica_id="agent-bridge-7d9f8b6c5-x2x4k", bus_url=secret["bus-url"])  # a pod name passes
+    # One ReadWriteMany volume for HOME and the workspaces, mounted by every pod; the data
+    # dir is the pod's own, with the default cwd and the demo agent's sessions on the share.
+    assert docs["PersistentVolumeClaim/agent-bridge-shared"]["spec"]["accessModes"] == ["ReadWriteMany"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["shared"]["persistentVolumeClaim"]["claimName"] == "agent-bridge-shared"
+    assert "emptyDir" in volumes["data"]
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    assert mounts["/data"]["name"] == "data"
+    for path, sub in (
+        ("/home/agent-bridge", "home"),
+        ("/workspaces", "workspaces"),
+        ("/data/workspaces", "workspaces"),
+        ("/data/demo-agent", "demo-agent"),
+    ):
+        assert (mounts[path]["name"], mounts[path]["subPath"]) == ("shared", sub), path
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz"), ("startupProbe", "/healthz")):
+        assert c[probe]["httpGet"]["path"] == path
+        assert c[probe]["httpGet"]["httpHeaders"] == [{"name": "Host", "value": "localhost:8765"}]
+    # The grace period holds the preStop pause and the whole drain: agents' stop_grace_s,
+    # SIGKILL 3 s after SIGTERM, and time to flush.
+    config = tomllib.loads(docs["ConfigMap/agent-bridge-config"]["data"]["config.toml"])
+    ServerSettings(**config["server"])
+    ClusterSettings(**config["cluster"])
+    pause = c["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert pod["terminationGracePeriodSeconds"] >= pause + config["server"]["stop_grace_s"] + 3 + 10
+    assert docs["PodDisruptionBudget/agent-bridge"]["spec"] == {
+        "maxUnavailable": 1,
+        "selector": {"matchLabels": {"app.kubernetes.io/name": "agent-bridge"}},
+    }
+    annotations = docs["Ingress/agent-bridge"]["metadata"]["annotations"]
+    assert int(annotations["nginx.ingress.kubernetes.io/proxy-read-timeout"]) >= 3600
+    assert config["server"]["allowed_hosts"] == docs["Ingress/agent-bridge"]["spec"]["rules"][0]["host"].split()
+
+
+SCALE_COMPOSE = COMPOSE / "compose.scale.yaml"
+
+
+def test_scale_compose_file_matches_the_compose_spec(tmp_path: Path) -> None:
+    r = compose_schema_check(SCALE_COMPOSE)
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = yaml.safe_load(SCALE_COMPOSE.read_text())
+    doc["services"]["redis"]["restart_policy"] = "always"
+    broken = tmp_path / "compose.scale.yaml"
+    broken.write_text(yaml.safe_dump(doc))
+    assert compose_schema_check(broken).returncode != 0
+
+
+def test_scale_compose_file_shares_the_store_bus_and_volumes_and_not_the_data_dirs() -> None:
+    doc = yaml.safe_load(SCALE_COMPOSE.read_text())
+    services = doc["services"]
+    bridges = {name: s for name, s in services.items() if name.startswith("bridge-")}
+    assert len(bridges) >= 2
+    ids, data = set(), set()
+    for name, s in bridges.items():
+        env = s["environment"]
+        ids.add(env["AGENT_BRIDGE_REPLICA_ID"])
+        mounts = {target: source for source, target, *_ in (v.split(":") for v in s["volumes"])}
+        data.add(mounts["/data"])
+        assert mounts["/home/agent-bridge"] == "home" and mounts["/workspaces"] == "workspaces", name
+        assert mounts["/data/workspaces"] == "workspaces" and mounts["/data/demo-agent"] == "demo-agent", name
+        assert (
+            env["AGENT_BRIDGE_STORE_URL"].startswith("postgresql://")
+            and "@postgres:5432/" in env["AGENT_BRIDGE_STORE_URL"]
+        )
+        assert env["AGENT_BRIDGE_BUS_URL"] == "redis://redis:6379/0"
+        assert ":?" in env["AGENT_BRIDGE_TOKEN"], "the token is required: one for every replica"
+        assert s["build"]["args"]["EXTRAS"] == "cluster"
+        assert "ports" not in s, "only the proxy is published"
+        assert set(s["depends_on"]) == {"postgres", "redis"}
+    assert len(ids) == len(data) == len(bridges), "each replica its own id and data dir"
+    assert {e["AGENT_BRIDGE_STORE_URL"] for e in (s["environment"] for s in bridges.values())} == {
+        bridges["bridge-1"]["environment"]["AGENT_BRIDGE_STORE_URL"]
+    }
+    proxy = services["proxy"]
+    assert proxy["environment"]["BRIDGE_UPSTREAMS"].split() == [f"{name}:8765" for name in bridges]
+    assert "./Caddyfile.scale:/etc/caddy/Caddyfile:ro" in proxy["volumes"]
+    for backing in ("postgres", "redis"):
+        assert services[backing]["networks"] == ["backend"] and "ports" not in services[backing]
+    assert doc["networks"]["backend"]["internal"] is True
+
+
+def test_scale_caddyfile_validates_and_lists_every_upstream(tmp_path: Path) -> None:
+    caddy = tool("caddy")
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "XDG_DATA_HOME": str(tmp_path),
+        "XDG_CONFIG_HOME": str(tmp_path),
+    }
+
+    def caddy_cmd(cmd: str, path: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [caddy, cmd, "--adapter", "caddyfile", "--config", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={
+                **env,
+                "BRIDGE_HOSTNAME": "bridge.example",
+                "BRIDGE_UPSTREAMS": "bridge-1:8765 bridge-2:8765 bridge-3:8765",
+            },
+            check=False,
+        )
+
+    path = COMPOSE / "Caddyfile.scale"
+    r = caddy_cmd("validate", path)
+    assert r.returncode == 0 and "Valid configuration" in r.stdout + r.stderr, r.stdout + r.stderr
+
+    r = caddy_cmd("adapt", path)
+    (server,) = json.loads(r.stdout)["apps"]["http"]["servers"].values()
+    (handler,) = server["routes"][0]["handle"][0]["routes"][0]["handle"]
+    assert [u["dial"] for u in handler["upstreams"]] == ["bridge-1:8765", "bridge-2:8765", "bridge-3:8765"]
+    assert handler["flush_interval"] == -1
+    assert handler["load_balancing"]["selection_policy"]["policy"] == "cookie"
+    active = handler["health_checks"]["active"]
+    assert active["uri"] == "/readyz" and active["headers"] == {"Host": ["localhost:8765"]}
+    assert handler["transport"]["read_timeout"] >= 3600 * 10**9
+    broken = tmp_path / "Caddyfile.scale"
+    broken.write_text(path.read_text().replace("lb_policy cookie", "lb_policy sticky"))
+    assert caddy_cmd("validate", broken).returncode != 0

@@ -248,3 +248,27 @@ def http_agents(c: Container) -> list[dict[str, Any]]:
     assert r.status_code == 200, r.text
     result: list[dict[str, Any]] = r.json()
     return result
+
+
+def test_extras_build_argument_adds_the_cluster_clients(image: tuple[imagebuild.Podman, float]) -> None:
+    """EXTRAS=cluster (compose.scale.yaml builds so): psycopg 3 with its libpq and redis-py
+    in the daemon's venv; the default image has neither."""
+    pm, _ = image
+    tag = f"{TAG}-cluster"
+    seconds = imagebuild.build(pm, ROOT, tag, build_args=["EXTRAS=cluster"])
+    print(f"\nimage build with EXTRAS=cluster: {seconds:.1f} s")
+    probe = "import psycopg, redis; print(psycopg.pq.version(), redis.__version__)"
+    c = Container(pm, {}, {}, image=tag)
+    try:
+        c.wait_healthy()
+        libpq, redis_version = c.exec("/opt/agent-bridge/bin/python", "-c", probe).split()
+        assert int(libpq) >= 130000 and redis_version[0].isdigit(), (libpq, redis_version)
+    finally:
+        c.close()
+    c = Container(pm, {}, {})
+    try:
+        c.wait_healthy()
+        r = pm.run("exec", c.name, "/opt/agent-bridge/bin/python", "-c", probe, check=False)
+        assert r.returncode != 0 and "ModuleNotFoundError" in r.stderr, r.stdout + r.stderr
+    finally:
+        c.close()

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import resource
 import sys
 import tempfile
@@ -60,6 +61,8 @@ class Params:
 
 FULL = Params(runs=3, threads=100, turns=20)
 QUICK = Params(runs=1, threads=4, turns=3)
+CROSS_TURNS = {False: 200, True: 5}  # turns of the cross-replica latency run (full, quick)
+SEQ = re.compile(rb'^\{"seq":(\d+),')
 
 
 @dataclass
@@ -211,6 +214,37 @@ class Bench:
             times.append(time.perf_counter() - t0)
         return frames, times
 
+    async def cross(self, turns: int) -> None:
+        """Cross-replica latency: one thread run by replica a, three clients — two on a,
+        one on b — and for every event, when it reached each. b's delay behind a is the
+        owner's commit → announcement → b's read of the store → b's send; the second
+        client on a is the same-replica baseline, measured alike."""
+        replicas = self.replicas_for("pg_2")
+        conns: list[WSClient] = []
+        try:
+            for b in replicas:
+                await b.start()
+            a, b = replicas
+            async with a.http() as http:
+                tid = await a.new_thread(http, "echo")
+            conns = [await a.ws(tid), await a.ws(tid), await b.ws(tid)]
+            owner, same, other = conns
+            await turn(owner, -1)
+            for ws in (same, other):
+                await arrivals(ws)  # the warm-up turn's frames
+            for i in range(turns):
+                await owner.send_text(json.dumps({"op": "prompt", "text": f"turn {i}"}))
+                at_a, at_same, at_b = await asyncio.gather(arrivals(owner), arrivals(same), arrivals(other))
+                for seq, t in at_a.items():
+                    if seq in at_same:
+                        self.add("cross_same_ms", "pg_2", (at_same[seq] - t) * 1000)
+                    if seq in at_b:
+                        self.add("cross_other_ms", "pg_2", (at_b[seq] - t) * 1000)
+        finally:
+            await asyncio.gather(*(ws.close() for ws in conns), return_exceptions=True)
+            for b in replicas:
+                await b.stop()
+
     async def run(self) -> None:
         raise_nofile(max(4096, self.p.threads * 16 + 256))
         for r in range(self.p.runs):
@@ -218,6 +252,21 @@ class Bench:
             for config in order:
                 self.log(f"bench.replicas: run {r + 1}/{self.p.runs}: {config}")
                 await asyncio.wait_for(self.one(config), SECTION_TIMEOUT)
+
+
+async def arrivals(ws: WSClient) -> dict[int, float]:
+    """Every transcript frame up to the next ``turn.ended``: when each seq arrived."""
+    out: dict[int, float] = {}
+    while True:
+        batch = await ws.recv_batch()
+        now = time.perf_counter()
+        for k, f in enumerate(batch):
+            m = SEQ.match(f)
+            if m:
+                out[int(m.group(1))] = now
+            if TURN_END_MARK in f:
+                ws.unread(batch[k + 1 :])
+                return out
 
 
 async def open_thread(b: Bridge) -> WSClient:
@@ -293,6 +342,23 @@ def table(samples: dict[str, dict[str, list[float]]]) -> tuple[str, list[dict[st
     return "\n".join(out), rows
 
 
+def cross_table(samples: dict[str, dict[str, list[float]]]) -> tuple[str, dict[str, Any]]:
+    """Delay of each event behind its arrival at a client of the owner, in ms."""
+    same = samples.get("cross_same_ms", {}).get("pg_2", [])
+    other = samples.get("cross_other_ms", {}).get("pg_2", [])
+    if not same or not other:
+        return "", {}
+    stats = {q: (pct(same, q), pct(other, q)) for q in (50, 99)}
+    lines = [
+        "| delay behind a client of the owner | unit | same replica | other replica | other ÷ same |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for q, (s, o) in stats.items():
+        r = f"{o / s:.1f}×" if s > 0 else "—"
+        lines.append(f"| p{q} ({len(other)} events) | ms | {s:.2f} | {o:.2f} | {r} |")
+    return "\n".join(lines), {f"p{q}": {"same_ms": s, "other_ms": o} for q, (s, o) in stats.items()}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m bench.replicas", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -322,6 +388,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         bench = Bench(params, workdir, svc, log)
         t0 = time.perf_counter()
         asyncio.run(bench.run())
+        log("bench.replicas: cross-replica latency")
+        asyncio.run(asyncio.wait_for(bench.cross(CROSS_TURNS[args.quick]), SECTION_TIMEOUT))
         elapsed = time.perf_counter() - t0
     text, rows = table(bench.samples)
     print(
@@ -334,10 +402,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print()
     print(text)
+    cross_text, cross = cross_table(bench.samples)
+    print()
+    print(cross_text)
     if args.json:
-        Path(args.json).write_text(
-            json.dumps({"machine": info, "params": asdict(params), "elapsed_s": elapsed, "rows": rows}, indent=2) + "\n"
-        )
+        out = {"machine": info, "params": asdict(params), "elapsed_s": elapsed, "rows": rows, "cross_replica": cross}
+        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
     return 0
 
 

@@ -98,8 +98,15 @@ def test_quick_replicas_bench_prints_one_and_two_replicas_and_their_ratios(tmp_p
     assert lines[0].startswith("agent-bridge bench.replicas: "), lines[:3]
     header = "| measure | unit | SQLite ×1 | PostgreSQL ×1 | PostgreSQL ×2 | ×2 ÷ ×1 | PostgreSQL ÷ SQLite |"
     assert header in lines
-    table = [line for line in lines[lines.index(header) + 2 :] if line.startswith("| ")]
-    assert len(table) == len(REPLICA_ROWS), table
+    rest = lines[lines.index(header) + 2 :]
+    table = rest[: rest.index("")]
+    assert len(table) == len(REPLICA_ROWS) and all(line.startswith("| ") for line in table), table
+    # The cross-replica latency table: the same events timed at a client of the owner, a
+    # second client there, and a client of the other replica.
+    cross_header = "| delay behind a client of the owner | unit | same replica | other replica | other ÷ same |"
+    assert cross_header in lines
+    cross = json.loads(out.read_text())["cross_replica"]
+    assert set(cross) == {"p50", "p99"} and all(v["other_ms"] >= 0 and v["same_ms"] >= 0 for v in cross.values())
     rows = {r["metric"]: r for r in json.loads(out.read_text())["rows"]}
     assert list(rows) == [key for key, *_ in REPLICA_ROWS]
     for key, row in rows.items():
@@ -113,6 +120,7 @@ def test_quick_replicas_bench_prints_one_and_two_replicas_and_their_ratios(tmp_p
             assert row["pg_2_over_pg_1"] == pytest.approx(row["pg_2"] / row["pg_1"])
             assert row["pg_over_sqlite"] == pytest.approx(row["pg_1"] / row["sqlite_1"])
     assert rows["turns_s"]["pg_2"] > 0 and rows["frames_s"]["pg_2"] > 0
-    # Two replicas wrote two data dirs; the daemons, agents and redis-server are gone.
-    assert len(list(work.glob("pg_2-*/*/data"))) == 2
+    # Two replicas wrote two data dirs, in the ×2 run and in the latency run; the daemons,
+    # agents and redis-server are gone.
+    assert len(list(work.glob("pg_2-*/*/data"))) == 4
     assert processes_mentioning(str(work)) == []

@@ -70,14 +70,17 @@ def check(body: Any) -> str | None:
         return "We could not parse the JSON body of your request."
     if not isinstance(body.get("model"), str) or not body["model"]:
         return "you must provide a model parameter"
-    messages = body.get("messages")
+    if "stream" in body and not isinstance(body["stream"], bool):
+        return "Invalid type for 'stream': expected a boolean"
+    return check_messages(body.get("messages"))
+
+
+def check_messages(messages: Any) -> str | None:
     if not isinstance(messages, list) or not messages:
         return "'messages' must be a non-empty array"
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or m.get("role") not in ROLES:
             return f"Invalid value for 'messages[{i}].role'"
-    if "stream" in body and not isinstance(body["stream"], bool):
-        return "Invalid type for 'stream': expected a boolean"
     return None
 
 

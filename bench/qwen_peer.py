@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from bench.run import HOST, Bridge, bounded, fmt, median
+from bench.run import HOST, Bridge, bounded, fmt, median, rss_kib
 from bench.sseclient import SSEClient
 from bench.wsclient import WSClient
 
@@ -401,6 +401,10 @@ class QwenServePeer:
             "--no-web",
             "--workspace",
             str(self.work),
+            # Its ACP child's initialize times out after 10 s by default: too short for a
+            # Node agent starting on two cores shared with other jobs.
+            "--initialize-timeout-ms",
+            str(int(STEP_TIMEOUT * 1000)),
             stdout=asyncio.subprocess.PIPE,
             stderr=err,
             cwd=str(self.work),
@@ -531,6 +535,7 @@ class Bench:
         """Row 6, right after a restart (no agent of the bridge runs; qwen serve has its
         preheated ACP child): the daemon's process tree before and after N warm sessions."""
         rss0, pss0 = memory_kib(peer.pid)
+        own0 = rss_kib(peer.pid)
 
         async def warm() -> None:
             t = await peer.live(await peer.new_session())
@@ -543,7 +548,8 @@ class Bench:
         n = self.p.sessions
         self.add("rss_session", peer.name, (rss1 - rss0) / n / 1024)
         self.add("pss_session", peer.name, (pss1 - pss0) / n / 1024)
-        self.note("rss_session", peer.name, f"{len(tree(peer.pid))} processes")
+        own = (rss_kib(peer.pid) - own0) / n / 1024
+        self.note("rss_session", peer.name, f"{len(tree(peer.pid))} processes; the daemon's own {own:.2f} MiB")
 
     async def run(self) -> None:
         for p in self.peers:
@@ -647,6 +653,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"the fake model was asked for: {', '.join(f'{m} {p}' for m, p in sorted(requests))}")
     print()
     print(text)
+    print()
+    for key, *_ in ROWS:
+        for peer, what in bench.counts.get(key, {}).items():
+            print(f"* {key}, {peer}: {what}")
     if args.json:
         report = {"qwen_code": version, "params": asdict(params), "elapsed_s": elapsed, "loadavg_at_start": load}
         Path(args.json).write_text(json.dumps({**report, "rows": rows}, indent=2) + "\n")

@@ -14,8 +14,9 @@ message:
   takes them (written in batches of 200 chunks: the fake is never the bottleneck);
 * anything else → ``ok``.
 
-``GET /_fake/log`` (no key needed; loopback only) lists every ``[method, path]`` the fake
-was asked for, so the bench can check Qwen Code asked for nothing but the model.
+``GET /_fake/log`` (no key needed; loopback only) lists every ``[method, path, time]`` the
+fake was asked for (``time``: ``time.time()`` on arrival), so the bench can check Qwen Code
+asked for nothing but the model, and tell when a prompt reached it.
 
 The tests/real suite has a richer fake of the same API (tests/real/fake_openai.py), whose
 replies are fixed scenarios of a few deltas; the bench needs replies of thousands.
@@ -40,7 +41,7 @@ from starlette.routing import Route
 MODEL = "gpt-fake-bench"
 ROLES = {"system", "developer", "user", "assistant", "tool"}
 BATCH = 200
-LOG: list[tuple[str, str]] = []
+LOG: list[tuple[str, str, float]] = []
 
 
 def _error(message: str, status: int) -> Response:
@@ -90,7 +91,7 @@ def _authorized(request: Request) -> bool:
 
 
 async def chat(request: Request) -> Response:
-    LOG.append((request.method, request.url.path))
+    LOG.append((request.method, request.url.path, time.time()))
     if not _authorized(request):
         return _error("You didn't provide an API key.", 401)
     try:
@@ -127,14 +128,14 @@ async def chat(request: Request) -> Response:
 
 
 async def models(request: Request) -> Response:
-    LOG.append((request.method, request.url.path))
+    LOG.append((request.method, request.url.path, time.time()))
     if not _authorized(request):
         return _error("You didn't provide an API key.", 401)
     return JSONResponse({"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "fake"}]})
 
 
 async def other(request: Request) -> Response:
-    LOG.append((request.method, request.url.path))
+    LOG.append((request.method, request.url.path, time.time()))
     print(f"fake-model: unexpected {request.method} {request.url.path}", file=sys.stderr, flush=True)
     return _error(f"Unknown request URL: {request.method} {request.url.path}", 404)
 

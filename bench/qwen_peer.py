@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from bench.run import HOST, Bridge, bounded, fmt, median, rss_kib
+from bench.run import HOST, Bridge, bounded, cpu_s, fmt, median, rss_kib
 from bench.sseclient import SSEClient
 from bench.wsclient import WSClient
 
@@ -125,6 +125,14 @@ def memory_kib(pid: int) -> tuple[int, int]:
     return rss, pss
 
 
+def cpu_or_zero(pid: int) -> float:
+    """User + system CPU seconds of one process (0 once it is gone)."""
+    try:
+        return cpu_s(pid)
+    except OSError:
+        return 0.0
+
+
 def write_home(home: Path) -> None:
     (home / ".qwen").mkdir(parents=True, exist_ok=True)
     (home / ".qwen" / "settings.json").write_text(json.dumps(SETTINGS))
@@ -182,9 +190,16 @@ class FakeModel:
         self.url = line.rsplit(" ", 1)[1]
         self._drain = asyncio.create_task(drain(self.proc))
 
-    async def requests(self) -> set[tuple[str, str]]:
+    async def log(self) -> list[tuple[str, str, float]]:
         async with httpx.AsyncClient(timeout=30) as http:
-            return {(m, p) for m, p in (await http.get(f"{self.url}/_fake/log")).json()}
+            return [(m, p, t) for m, p, t in (await http.get(f"{self.url}/_fake/log")).json()]
+
+    async def requests(self) -> set[tuple[str, str]]:
+        return {(m, p) for m, p, _ in await self.log()}
+
+    async def asked_at(self, since: float) -> float:
+        """When the first chat request after ``since`` (``time.time()``) arrived."""
+        return min(t for m, p, t in await self.log() if p == "/v1/chat/completions" and t >= since)
 
     async def stop(self) -> None:
         await terminate(self.proc, 5)
@@ -216,12 +231,15 @@ class Turn(Protocol):
 
 class Peer(Protocol):
     name: str
+    has_lean_replay: bool
 
     async def start(self) -> float: ...  # seconds from spawn to ready
     async def stop(self) -> None: ...
     async def new_session(self) -> str: ...
     async def live(self, sid: str) -> Turn: ...
-    async def replay(self, sid: str) -> int: ...  # events replayed to a new client
+    # Events and bytes replayed to a new client; ``lean``: without what only some clients want
+    # (the bridge's raw agent lines), where the peer can leave it out.
+    async def replay(self, sid: str, lean: bool) -> tuple[int, int]: ...
     async def history(self, sid: str) -> int: ...  # items of the compacted history
     @property
     def pid(self) -> int: ...
@@ -263,6 +281,7 @@ class BridgePeer:
     """``python -m bridge serve`` with one ``acp`` profile: Qwen Code under node."""
 
     name = "bridge"
+    has_lean_replay = True  # omit_raw=1
 
     def __init__(self, workdir: Path, fake: FakeModel) -> None:
         self.b = Bridge(workdir)
@@ -308,14 +327,17 @@ class BridgePeer:
     async def live(self, sid: str) -> BridgeTurn:
         return BridgeTurn(await self.b.ws(sid, after=await self._last_seq(sid)))
 
-    async def replay(self, sid: str) -> int:
+    async def replay(self, sid: str, lean: bool) -> tuple[int, int]:
         last = await self._last_seq(sid)
-        ws = await self.b.ws(sid, after=0)
-        got = 0
+        query = "after=0&omit_raw=1" if lean else "after=0"
+        ws = await WSClient.connect(HOST, self.b.port, f"/v1/threads/{sid}/ws?{query}", self.b.headers)
+        got = size = 0
         while got < last:
-            got += len(await ws.recv_batch())
+            batch = await ws.recv_batch()
+            got += len(batch)
+            size += sum(map(len, batch))
         await ws.close()
-        return got
+        return got, size
 
     async def history(self, sid: str) -> int:
         assert self.http is not None
@@ -368,6 +390,7 @@ class QwenServePeer:
     127.0.0.1 port 0, API only (``--no-web``), with one workspace."""
 
     name = "qwen serve"
+    has_lean_replay = False
 
     def __init__(self, workdir: Path, fake: FakeModel) -> None:
         self.dir = workdir
@@ -445,18 +468,19 @@ class QwenServePeer:
         assert self.http is not None
         return QwenTurn(self.http, sid, await self._sse(sid, self.last_id[sid]), self.last_id)
 
-    async def replay(self, sid: str) -> int:
+    async def replay(self, sid: str, lean: bool) -> tuple[int, int]:
         """Events replayed from the session's ring (``Last-Event-ID: 0``) up to the newest."""
         sse = await self._sse(sid, 0)
-        last, got = self.last_id[sid], 0
+        last, got, size = self.last_id[sid], 0, 0
         while True:
             batch = await sse.recv_batch()
             for ev in batch:
+                size += len(ev) + 2
                 if ev.startswith(b"id: "):
                     got += 1
                     if int(ev.split(b"\n", 1)[0][4:]) >= last:
                         await sse.close()
-                        return got
+                        return got, size
 
     async def history(self, sid: str) -> int:
         assert self.http is not None
@@ -469,9 +493,10 @@ class QwenServePeer:
 
 
 class Bench:
-    def __init__(self, params: Params, peers: list[Peer], log: Callable[[str], None]) -> None:
+    def __init__(self, params: Params, peers: list[Peer], fake: FakeModel, log: Callable[[str], None]) -> None:
         self.p = params
         self.peers = peers
+        self.fake = fake
         self.log = log
         self.samples: dict[str, dict[str, list[float]]] = {}
         self.counts: dict[str, dict[str, Any]] = {}
@@ -485,18 +510,55 @@ class Bench:
     async def turn(self, peer: Peer) -> str:
         """Rows 1-4 on a fresh session of ``peer``; returns the session (its last turn
         streamed ``deltas`` deltas)."""
-        name, n = peer.name, self.p.deltas
+        name = peer.name
         sid = await peer.new_session()
         t = await peer.live(sid)
         await t.prompt("hi")  # starts the agent (bridge) / the session's first model call
         await asyncio.wait_for(t.to_end(), STEP_TIMEOUT)
 
-        t0 = time.perf_counter()
+        await self.first_event(name, t)
+        await self.stream(peer, t)
+        await t.close()
+
+        for metric, lean in (("replay", False), ("replay_lean", True)):
+            if lean and not peer.has_lean_replay:  # one form only: compared with its one replay
+                self.add(f"{metric}_ms", name, self.samples["replay_ms"][name][-1])
+                self.add(f"{metric}_rate", name, self.samples["replay_rate"][name][-1])
+                continue
+            t0 = time.perf_counter()
+            events, size = await asyncio.wait_for(peer.replay(sid, lean), STEP_TIMEOUT)
+            dt = time.perf_counter() - t0
+            self.add(f"{metric}_ms", name, dt * 1000)
+            self.add(f"{metric}_rate", name, events / dt)
+            self.note(f"{metric}_ms", name, f"{events} events, {size / events:.0f} bytes each on the wire")
+
+        for metric in ("history_cold", "history_warm"):
+            t0 = time.perf_counter()
+            items = await asyncio.wait_for(peer.history(sid), STEP_TIMEOUT)
+            self.add(metric, name, (time.perf_counter() - t0) * 1000)
+            self.note(metric, name, f"{items} items")
+        return sid
+
+    async def first_event(self, name: str, t: Turn) -> None:
+        """Row 1, split at the moment the fake model was asked (wall clock, both processes
+        on this machine): the way in (client → daemon → agent → model request) and the way
+        out (model's first chunk → agent → daemon → client)."""
+        w0, t0 = time.time(), time.perf_counter()
         await t.prompt("DELTAS 5")
         await asyncio.wait_for(t.first_delta(), STEP_TIMEOUT)
         self.add("first_event", name, (time.perf_counter() - t0) * 1000)
+        w1 = time.time()
         assert await asyncio.wait_for(t.to_end(), STEP_TIMEOUT) == 5
+        asked = await self.fake.asked_at(w0)
+        self.add("first_in", name, (asked - w0) * 1000)
+        self.add("first_out", name, (w1 - asked) * 1000)
 
+    async def stream(self, peer: Peer, t: Turn) -> None:
+        """Row 2: the turn of ``deltas`` deltas; the CPU the daemon itself and its agent
+        processes spent on it."""
+        name, n = peer.name, self.p.deltas
+        procs = tree(peer.pid)
+        cpu0 = {p: cpu_or_zero(p) for p in procs}
         t0 = time.perf_counter()
         await t.prompt(f"DELTAS {n}")
         await asyncio.wait_for(t.first_delta(), STEP_TIMEOUT)
@@ -506,21 +568,10 @@ class Bench:
         assert got == n, f"{name}: {got} of {n} deltas"
         self.add("stream_rate", name, (n - 1) / (t2 - t1))
         self.add("stream_turn", name, (t2 - t0) * 1000)
-        await t.close()
-
-        t0 = time.perf_counter()
-        events = await asyncio.wait_for(peer.replay(sid), STEP_TIMEOUT)
-        dt = time.perf_counter() - t0
-        self.add("replay_ms", name, dt * 1000)
-        self.add("replay_rate", name, events / dt)
-        self.note("replay_ms", name, f"{events} events")
-
-        for metric in ("history_cold", "history_warm"):
-            t0 = time.perf_counter()
-            items = await asyncio.wait_for(peer.history(sid), STEP_TIMEOUT)
-            self.add(metric, name, (time.perf_counter() - t0) * 1000)
-            self.note(metric, name, f"{items} items")
-        return sid
+        spent = {p: cpu_or_zero(p) - cpu0.get(p, 0.0) for p in tree(peer.pid)}
+        own = spent.pop(peer.pid)
+        self.add("cpu_daemon", name, own / n * 1000)
+        self.add("cpu_agent", name, sum(spent.values()) / n * 1000)
 
     async def restart(self, peer: Peer, sid: str) -> None:
         await peer.stop()
@@ -570,10 +621,16 @@ class Bench:
 # metric, label, unit, higher is better
 ROWS: list[tuple[str, str, str, bool]] = [
     ("first_event", "1. prompt to first streamed text delta", "ms", False),
+    ("first_in", "1a. of which: prompt to the model's request", "ms", False),
+    ("first_out", "1b. of which: the model's request to the first delta", "ms", False),
     ("stream_rate", "2. streamed deltas/s to one client", "deltas/s", True),
     ("stream_turn", "2. the whole turn: prompt to turn end", "ms", False),
+    ("cpu_daemon", "2. daemon CPU per 1000 deltas (its own process)", "s", False),
+    ("cpu_agent", "2. agent CPU per 1000 deltas (the daemon's descendants)", "s", False),
     ("replay_rate", "3. replay of the finished thread to a new client", "events/s", True),
     ("replay_ms", "3. replay of the finished thread to a new client", "ms", False),
+    ("replay_lean_rate", "3. the same, bridge with omit_raw=1", "events/s", True),
+    ("replay_lean_ms", "3. the same, bridge with omit_raw=1", "ms", False),
     ("history_cold", "4. history of the finished turn, first call", "ms", False),
     ("history_warm", "4. history of the finished turn, second call", "ms", False),
     ("restart_ready", "5. daemon restart: spawn to health answered", "ms", False),
@@ -644,12 +701,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         load = os.getloadavg()
         bench, requests = asyncio.run(run(params, workdir, log))
         elapsed = time.perf_counter() - t0
+    head = {"qwen_code": version, "params": asdict(params), "elapsed_s": elapsed, "loadavg_at_start": load}
+    report(bench, head, "quick" if args.quick else "full", requests, args.json)
+    return 0
+
+
+def report(bench: Bench, head: dict[str, Any], kind: str, requests: set[tuple[str, str]], path: str | None) -> None:
+    """The table on stdout (and every sample in the JSON file ``path``)."""
     text, rows = table(bench.samples, bench.counts)
+    load = " ".join(f"{x:.2f}" for x in head["loadavg_at_start"])
     print(
-        f"agent-bridge vs qwen serve ({QWEN}@{version}): {os.cpu_count()} CPUs, medians of {params.runs} runs "
-        f"({'quick' if args.quick else 'full'}), {elapsed:.0f}s"
+        f"agent-bridge vs qwen serve ({QWEN}@{head['qwen_code']}): {os.cpu_count()} CPUs, "
+        f"medians of {bench.p.runs} runs ({kind}), {head['elapsed_s']:.0f}s"
     )
-    print(f"params: {json.dumps(asdict(params))}; load average at start: {' '.join(f'{x:.2f}' for x in load)}")
+    print(f"params: {json.dumps(head['params'])}; load average at start: {load}")
     print(f"the fake model was asked for: {', '.join(f'{m} {p}' for m, p in sorted(requests))}")
     print()
     print(text)
@@ -657,19 +722,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     for key, *_ in ROWS:
         for peer, what in bench.counts.get(key, {}).items():
             print(f"* {key}, {peer}: {what}")
-    if args.json:
-        report = {"qwen_code": version, "params": asdict(params), "elapsed_s": elapsed, "loadavg_at_start": load}
-        Path(args.json).write_text(json.dumps({**report, "rows": rows}, indent=2) + "\n")
-    return 0
+    if path:
+        Path(path).write_text(json.dumps({**head, "rows": rows}, indent=2) + "\n")
 
 
 async def run(params: Params, workdir: Path, log: Callable[[str], None]) -> tuple[Bench, set[tuple[str, str]]]:
+    task = asyncio.current_task()
+    assert task is not None
+    for sig in (signal.SIGTERM, signal.SIGINT):  # stop every daemon and agent on the way out
+        asyncio.get_running_loop().add_signal_handler(sig, task.cancel)
     fake = FakeModel(workdir)
     await fake.start()
     peers: list[Peer] = []
     try:
         peers = [BridgePeer(workdir / "bridge", fake), QwenServePeer(workdir / "qwen-serve", fake)]
-        bench = Bench(params, peers, log)
+        bench = Bench(params, peers, fake, log)
         await bench.run()
         requests = await fake.requests()
     finally:

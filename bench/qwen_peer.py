@@ -125,6 +125,20 @@ def memory_kib(pid: int) -> tuple[int, int]:
     return rss, pss
 
 
+def describe(pids: list[int]) -> str:
+    """What those processes are (program and script), with their RSS: ``3× node cli.js
+    (612 MiB)``."""
+    kinds: dict[str, list[int]] = {}
+    for p in pids:
+        with contextlib.suppress(OSError):
+            argv = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
+            script = next((a for a in argv[1:] if a.endswith(b".js")), b"")
+            name = f"{Path(argv[0].decode()).name} {Path(script.decode()).name}".strip()
+            kinds.setdefault(name, []).append(rss_kib(p))
+    parts = [f"{len(v)}× {k} ({sum(v) / 1024:.0f} MiB)" for k, v in sorted(kinds.items())]
+    return ", ".join(parts) or "none"
+
+
 def cpu_or_zero(pid: int) -> float:
     """User + system CPU seconds of one process (0 once it is gone)."""
     try:
@@ -288,14 +302,26 @@ class BridgePeer:
         self.home, self.work = workdir / "home", workdir / "work"
         self.work.mkdir(parents=True, exist_ok=True)
         write_home(self.home)
-        env = ", ".join(f"{k} = {json.dumps(v)}" for k, v in fake.env(self.home).items())
-        args = [str(qwen_script("cli-entry.js")), "--acp", "--approval-mode", "default"]
+        env = fake.env(self.home)
+        entry = [str(qwen_script("cli-entry.js")), "--acp", "--approval-mode", "default"]
+        # What qwen serve runs for its own ACP child: cli.js itself (no cli-entry.js wrapper
+        # process) and QWEN_CODE_NO_RELAUNCH (no second cli.js with a bigger heap).
+        direct = ["--expose-gc", str(qwen_script("cli.js")), "--acp", "--approval-mode", "default"]
         self.b.config.write_text(
             "[server]\nmax_conversations = 512\nidle_timeout_s = 3600\nstop_grace_s = 3\n\n"
-            f'[agents.qwen]\nprotocol = "acp"\nexecutable = {json.dumps(node())}\n'
-            f'args = {json.dumps(args)}\nauth_method = "openai"\nenv = {{ {env} }}\n'
+            + self.profile("qwen", entry, env)
+            + self.profile("qwen-direct", direct, {**env, "QWEN_CODE_NO_RELAUNCH": "true"})
         )
+        self.agent = "qwen"  # the profile new sessions use
         self.http: httpx.AsyncClient | None = None
+
+    @staticmethod
+    def profile(name: str, args: list[str], env: dict[str, str]) -> str:
+        table = ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())
+        return (
+            f'[agents.{name}]\nprotocol = "acp"\nexecutable = {json.dumps(node())}\n'
+            f'args = {json.dumps(args)}\nauth_method = "openai"\nenv = {{ {table} }}\n\n'
+        )
 
     @property
     def pid(self) -> int:
@@ -316,7 +342,7 @@ class BridgePeer:
 
     async def new_session(self) -> str:
         assert self.http is not None
-        r = await self.http.post("/v1/threads", json={"agent": "qwen", "cwd": str(self.work)})
+        r = await self.http.post("/v1/threads", json={"agent": self.agent, "cwd": str(self.work)})
         r.raise_for_status()
         return str(r.json()["id"])
 
@@ -582,10 +608,11 @@ class Bench:
         self.add("history_restart", peer.name, (time.perf_counter() - t0) * 1000)
         self.note("history_restart", peer.name, f"{items} items")
 
-    async def idle_rss(self, peer: Peer) -> None:
+    async def idle_rss(self, peer: Peer, suffix: str = "") -> None:
         """Row 6, right after a restart (no agent of the bridge runs; qwen serve has its
         preheated ACP child): the daemon's process tree before and after N warm sessions."""
         rss0, pss0 = memory_kib(peer.pid)
+        before = set(tree(peer.pid))
         own0 = rss_kib(peer.pid)
 
         async def warm() -> None:
@@ -597,10 +624,11 @@ class Bench:
         await bounded(4, [warm() for _ in range(self.p.sessions)])
         rss1, pss1 = memory_kib(peer.pid)
         n = self.p.sessions
-        self.add("rss_session", peer.name, (rss1 - rss0) / n / 1024)
-        self.add("pss_session", peer.name, (pss1 - pss0) / n / 1024)
+        self.add(f"rss_session{suffix}", peer.name, (rss1 - rss0) / n / 1024)
+        self.add(f"pss_session{suffix}", peer.name, (pss1 - pss0) / n / 1024)
         own = (rss_kib(peer.pid) - own0) / n / 1024
-        self.note("rss_session", peer.name, f"{len(tree(peer.pid))} processes; the daemon's own {own:.2f} MiB")
+        new = [p for p in tree(peer.pid) if p not in before]
+        self.note(f"rss_session{suffix}", peer.name, f"the daemon's own {own:.2f} MiB; new: {describe(new)}")
 
     async def run(self) -> None:
         for p in self.peers:
@@ -616,6 +644,12 @@ class Bench:
         for p in self.peers:
             self.log(f"qwen-peer: idle sessions, {p.name}")
             await self.idle_rss(p)
+            if isinstance(p, BridgePeer):
+                p.agent = "qwen-direct"
+                await self.idle_rss(p, "_direct")
+            else:  # one way to run it: compared with its one measurement
+                for key in ("rss_session", "pss_session"):
+                    self.add(f"{key}_direct", p.name, self.samples[key][p.name][-1])
 
 
 # metric, label, unit, higher is better
@@ -633,10 +667,13 @@ ROWS: list[tuple[str, str, str, bool]] = [
     ("replay_lean_ms", "3. the same, bridge with omit_raw=1", "ms", False),
     ("history_cold", "4. history of the finished turn, first call", "ms", False),
     ("history_warm", "4. history of the finished turn, second call", "ms", False),
+    ("start_ready", "5. daemon first start: spawn to health answered", "ms", False),
     ("restart_ready", "5. daemon restart: spawn to health answered", "ms", False),
     ("history_restart", "5. history after the restart, first call", "ms", False),
     ("rss_session", "6. RSS per idle session (daemon + agents)", "MiB", False),
     ("pss_session", "6. PSS per idle session (daemon + agents)", "MiB", False),
+    ("rss_session_direct", "6. the same, bridge running cli.js as qwen serve does", "MiB", False),
+    ("pss_session_direct", "6. PSS, bridge running cli.js as qwen serve does", "MiB", False),
 ]
 
 

@@ -480,8 +480,11 @@ class QwenServePeer:
 
     async def new_session(self) -> str:
         assert self.http is not None
-        r = await self.http.post("/session", json={"cwd": str(self.work)})
+        # "thread": a session of its own (the default, "single", attaches every caller to
+        # the workspace's one session).
+        r = await self.http.post("/session", json={"cwd": str(self.work), "sessionScope": "thread"})
         r.raise_for_status()
+        assert r.json()["attached"] is False, r.json()
         sid = str(r.json()["sessionId"])
         self.last_id[sid] = 0
         return sid

@@ -43,7 +43,10 @@ def test_quick_qwen_peer_bench_runs_both_peers_and_prints_every_row(tmp_path: Pa
     assert list(rows) == [key for key, *_ in ROWS]
     for key, row in rows.items():
         assert row["bridge"] is not None and row["qwen_serve"] is not None, row
-        if not key.endswith("_session"):  # memory deltas may round to nothing
+        if "_session" in key:  # memory: each bridge thread adds an agent process; qwen serve's
+            # sessions live in its ACP child, whose garbage collector may give back more
+            assert row["bridge"] > 0, row
+        else:
             assert row["bridge"] > 0 and row["qwen_serve"] > 0, row
             assert row["bridge_over_qwen_serve"] == pytest.approx(row["bridge"] / row["qwen_serve"])
             assert row["bridge_ahead"] in (True, False), row

@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import websockets
+from acp import text_block
 from conftest import STEP_TIMEOUT, base_config, new_thread, profile_toml
 from support.acp_client import connect
-
-from acp import text_block
 
 BRIDGE = {"agent-bridge": {"agent": "asker"}}
 
@@ -51,9 +50,7 @@ async def test_chat_with_the_demo_agent_over_acp(daemon_factory: Any, tmp_path: 
     await s.close()
 
 
-async def test_tool_call_and_permission_answered_over_acp(
-    daemon_factory: Any, tmp_path: Path, agent_env: Any
-) -> None:
+async def test_tool_call_and_permission_answered_over_acp(daemon_factory: Any, tmp_path: Path, agent_env: Any) -> None:
     d = await daemon_factory(config(tmp_path, agent_env))
     s = await started(d)
     sid = (await s.conn.new_session(cwd=str(tmp_path), **BRIDGE)).session_id

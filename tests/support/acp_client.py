@@ -9,12 +9,11 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import acp
 from acp import schema
 from acp.connection import StreamDirection, StreamEvent
 from acp.ws import create_websocket_stream
 from pydantic import BaseModel, ValidationError
-
-import acp
 
 STEP = 15.0
 

@@ -431,8 +431,9 @@ class AcpConnection:
             raise RpcError(INVALID_PARAMS, f"_meta.{META}.agent must be a profile name")
         self._room_for_session()
         conv = await self.registry.create(agent=agent or self.agent, cwd=cwd, model=None, title=None, options=None)
-        await self._attach(conv, conv.core.last_seq)
-        return {"sessionId": conv.id}
+        last = conv.core.last_seq
+        await self._attach(conv, last)
+        return {"sessionId": conv.id, "_meta": {META: {"last_seq": last}}}
 
     def _room_for_session(self) -> None:
         if len(self.sessions) >= MAX_SESSIONS:
@@ -478,14 +479,15 @@ class AcpConnection:
             self.sessions.pop(conv.id, None)
             att.detach()
             raise
-        await self._result(rpc_id, {})
+        await self._result(rpc_id, {"_meta": {META: {"last_seq": cursor}}})
         await self._attach(conv, cursor, att)
         return _LATER
 
     async def _resume(self, rpc_id: Any, params: dict[str, Any]) -> dict[str, Any]:
         conv = await self._existing(params)
-        await self._attach(conv, conv.core.last_seq)
-        return {}
+        last = conv.core.last_seq
+        await self._attach(conv, last)
+        return {"_meta": {META: {"last_seq": last}}}
 
     async def _prompt(self, rpc_id: Any, params: dict[str, Any]) -> Any:
         att = self.sessions.get(_session_id(params))

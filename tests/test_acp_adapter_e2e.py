@@ -11,13 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-from conftest import STEP_TIMEOUT, agent_log, base_config, wait_until
-from support.acp_client import Recorder, Validator
-
 import acp
+import pytest
 from acp import text_block
 from acp.stdio import spawn_agent_process
+from conftest import STEP_TIMEOUT, agent_log, base_config, wait_until
+from support.acp_client import Recorder, Validator
 
 
 def free_port() -> int:
@@ -37,7 +36,7 @@ async def test_the_stdio_relay_chats_survives_a_daemon_restart_and_exits_on_eof(
     port = free_port()
     d = await daemon_factory(base_config(tmp_path, agent_env), extra_args=["--port", str(port)])
     rec, validator = Recorder(), Validator()
-    err = (tmp_path / "relay.stderr").open("wb")  # noqa: SIM115 - the relay's stderr, closed below
+    err = (tmp_path / "relay.stderr").open("wb")
     argv = ["-m", "bridge", "acp", "--url", d.url, "--agent", "stream-json"]
     env = {"AGENT_BRIDGE_TOKEN": str(d.token)}
     async with spawn_agent_process(

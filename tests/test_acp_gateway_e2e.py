@@ -207,3 +207,48 @@ async def test_the_upgrade_needs_credentials_and_a_good_origin(daemon: Any) -> N
             raise AssertionError("upgraded")
     except websockets.InvalidStatus as exc:
         assert exc.response.status_code == 404
+
+
+async def test_two_acp_clients_are_both_asked_and_a_client_that_loads_later_is_asked_too(
+    daemon_factory: Any, tmp_path: Path, agent_env: Any
+) -> None:
+    d = await daemon_factory(config(tmp_path, agent_env))
+    a, b = await started(d), await started(d)
+    never: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    a.rec.answer = lambda ask: never
+    sid = (await a.conn.new_session(cwd=str(tmp_path), **BRIDGE)).session_id
+    prompt = asyncio.ensure_future(a.conn.prompt(session_id=sid, prompt=[text_block("ask")]))
+    await a.rec.wait_for(lambda: bool(a.rec.asks), "the permission request")
+    # b attaches after the request was made: it is asked as well (resume: no replay).
+    b.rec.answer = lambda ask: {"outcome": "selected", "optionId": "allow"}
+    await b.conn.resume_session(cwd=str(tmp_path), session_id=sid)
+    resp = await asyncio.wait_for(prompt, STEP_TIMEOUT)
+    assert resp.stop_reason == "end_turn" and a.rec.text(sid).endswith("permission: allow")
+    assert len(b.rec.asks) == 1 and b.rec.text(sid).endswith("permission: allow")
+    assert [u["content"]["text"] for u in b.rec.of(sid, "user_message_chunk")] == []  # resumed after the prompt
+    await a.rec.wait_for(
+        lambda: any(m.get("method") == "$/cancel_request" for m in a.validator.received), "a's request cancelled"
+    )
+    never.set_result({"outcome": "cancelled"})
+    await a.close()
+    await b.close()
+
+
+async def test_pending_requests_per_connection_are_bounded(daemon_factory: Any, tmp_path: Path, agent_env: Any) -> None:
+    cfg = config(tmp_path, agent_env).replace("[server]\n", "[server]\nmax_pending_prompts = 100\n", 1)
+    d = await daemon_factory(cfg)
+    async with websockets.connect(f"{d.ws_url}/v1/acp/stream-json", additional_headers=d.headers) as conn:
+        await rpc(conn, {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}})
+        new = await rpc(
+            conn,
+            {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": str(tmp_path), "mcpServers": []}},
+        )
+        sid = new["result"]["sessionId"]
+        prompt = {"sessionId": sid, "prompt": [{"type": "text", "text": "hang"}]}
+        for i in range(32):
+            await conn.send(json.dumps({"jsonrpc": "2.0", "id": 100 + i, "method": "session/prompt", "params": prompt}))
+        c = await d.ws(sid)
+        for _ in range(32):  # every prompt accepted (one turn running, the rest queued)
+            await c.next(lambda f: f.get("kind") == "message" and f.get("source") == "client")
+        over = await rpc(conn, {"jsonrpc": "2.0", "id": 999, "method": "session/prompt", "params": prompt})
+        assert over["id"] == 999 and over["error"]["code"] == -32000

@@ -217,7 +217,7 @@ class AcpConnection:
         self._next_id = 0
         # our requests to the client: rpc id → (session, permission request id, its data)
         self._outstanding: dict[int, tuple[_Attached, str, dict[str, Any]]] = {}
-        self._handling: set[asyncio.Task[None]] = set()
+        self._handling: dict[asyncio.Task[None], Any] = {}  # task → the request id it answers
         server = ws.app.state.settings.server
         self._send_deadline = server.ws_ping_interval_s + server.ws_ping_timeout_s
         self._closing: tuple[int, str] | None = None
@@ -343,13 +343,16 @@ class AcpConnection:
             await self._error(rpc_id, RpcError(TOO_MANY, f"more than {MAX_PENDING} requests pending"))
             return
         task = asyncio.create_task(self._handle(rpc_id, method, params))
-        self._handling.add(task)
-        task.add_done_callback(self._handling.discard)
+        self._handling[task] = rpc_id
+        task.add_done_callback(self._handling.pop)
 
     def _pending(self) -> int:
-        """Requests being handled, and prompts waiting for their turn to end."""
-        waiting = sum(len(a.by_client) + len(a.by_turn) for a in self.sessions.values())
-        return len(self._handling) + waiting
+        """Requests being handled, and prompts waiting for their turn to end (a prompt
+        being handled is both: counted once)."""
+        ids = {_key(i) for i in self._handling.values()}
+        for att in self.sessions.values():
+            ids.update(_key(i) for i in (*att.by_client.values(), *att.by_turn.values()))
+        return len(ids)
 
     async def _handle(self, rpc_id: Any, method: str, params: Any) -> None:
         handler = _METHODS.get(method)
@@ -554,6 +557,10 @@ def _session_info(row: ThreadRow) -> dict[str, Any]:
         info["title"] = row["title"]
     info["_meta"] = {META: {"agent": row["agent"], "state": row["state"], "last_seq": row["last_seq"]}}
     return info
+
+
+def _key(rpc_id: Any) -> tuple[str, Any]:
+    return (type(rpc_id).__name__, rpc_id)  # 1 and "1" are two ids
 
 
 def _valid_id(msg: Any) -> Any:

@@ -106,13 +106,12 @@ class Relay:
         if not isinstance(msg, dict) or "method" not in msg or not _hashable(msg.get("id")):
             return text, None
         params = msg.get("params")
-        if msg["method"] == "initialize" and isinstance(params, dict):
+        if not isinstance(params, dict):
+            return text, msg
+        if msg["method"] == "initialize":
             self.init = params
-        if msg["method"] == "session/prompt" and isinstance(params, dict):
-            meta = params.setdefault("_meta", {})
-            ours = meta.setdefault(META, {}) if isinstance(meta, dict) else None
-            if isinstance(ours, dict):
-                ours.setdefault("client_id", f"relay-{uuid.uuid4().hex}")
+        elif msg["method"] == "session/prompt":
+            _ours(params, create=True).setdefault("client_id", f"relay-{uuid.uuid4().hex}")
             text = json.dumps(msg, separators=(",", ":"))
         return text, msg
 
@@ -127,46 +126,40 @@ class Relay:
             return True
         if not isinstance(msg, dict):
             return True
+        if "method" in msg:
+            if msg["method"] == "session/update" and isinstance(msg.get("params"), dict):
+                self._seen(msg["params"].get("sessionId"), _ours(msg["params"]).get("seq"))
+            return True
         rid = msg.get("id")
-        if "method" not in msg and isinstance(rid, str) and rid in self._own:
-            fut = self._own.pop(rid)
-            if not fut.done():
-                fut.set_result(msg)
+        if isinstance(rid, str) and rid in self._own:
+            self._own_answered(rid, msg)
             return False
-        if msg.get("method") == "session/update":
-            self._seen_update(msg.get("params"))
-        elif "method" not in msg and _hashable(rid) and rid in self.waiting:
+        if _hashable(rid) and rid in self.waiting:
             self._answered(self.waiting.pop(rid), msg)
         return True
 
-    def _seen_update(self, params: Any) -> None:
-        if not isinstance(params, dict) or not isinstance(params.get("sessionId"), str):
-            return
-        meta = params.get("_meta")
-        seq = meta.get(META, {}).get("seq") if isinstance(meta, dict) and isinstance(meta.get(META), dict) else None
-        sess = self.sessions.get(params["sessionId"])
+    def _own_answered(self, rid: str, msg: dict[str, Any]) -> None:
+        fut = self._own.pop(rid)
+        if not fut.done():
+            fut.set_result(msg)
+
+    def _seen(self, sid: Any, seq: Any) -> None:
+        sess = self.sessions.get(sid) if isinstance(sid, str) else None
         if sess is not None and isinstance(seq, int) and seq > sess.last_seq:
             sess.last_seq = seq
 
     def _answered(self, request: dict[str, Any], msg: dict[str, Any]) -> None:
-        result = msg.get("result")
-        if not isinstance(result, dict):
+        """A session the editor attached: remembered, with the seq it is at."""
+        result, params, method = msg.get("result"), request.get("params"), request.get("method")
+        if not isinstance(result, dict) or not isinstance(params, dict):
             return
-        params = request.get("params") if isinstance(request.get("params"), dict) else {}
-        assert isinstance(params, dict)
-        method = request.get("method")
+        if method not in ("session/new", "session/load", "session/resume"):
+            return
         sid = result.get("sessionId") if method == "session/new" else params.get("sessionId")
-        if method in ("session/new", "session/load", "session/resume") and isinstance(sid, str):
-            cwd = params.get("cwd") if isinstance(params.get("cwd"), str) else None
-            sess = self.sessions.setdefault(sid, _Session(cwd))
-            meta = result.get("_meta")
-            last = (
-                meta.get(META, {}).get("last_seq")
-                if isinstance(meta, dict) and isinstance(meta.get(META), dict)
-                else None
-            )
-            if isinstance(last, int) and last > sess.last_seq:
-                sess.last_seq = last
+        if isinstance(sid, str):
+            cwd = params.get("cwd")
+            self.sessions.setdefault(sid, _Session(cwd if isinstance(cwd, str) else None))
+            self._seen(sid, _ours(result).get("last_seq"))
 
     # ------------------------------------------------------------------ the connection
 
@@ -290,6 +283,15 @@ class Relay:
                         self._up.clear()
                         continue  # sent on the next connection
                 break
+
+
+def _ours(params: dict[str, Any], *, create: bool = False) -> dict[str, Any]:
+    """``params._meta["agent-bridge"]`` (made when ``create``; ``{}`` when not a dict)."""
+    meta = params.setdefault("_meta", {}) if create else params.get("_meta")
+    if not isinstance(meta, dict):
+        return {}
+    ours = meta.setdefault(META, {}) if create else meta.get(META)
+    return ours if isinstance(ours, dict) else {}
 
 
 def _hashable(value: Any) -> bool:

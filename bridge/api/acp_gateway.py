@@ -531,24 +531,24 @@ class AcpConnection:
             cursor = page[-1].seq
 
     async def _list(self, rpc_id: Any, params: dict[str, Any]) -> dict[str, Any]:
-        cwd, cursor = params.get("cwd"), params.get("cursor")
-        if cwd is not None and not isinstance(cwd, str):
-            raise RpcError(INVALID_PARAMS, "cwd must be a path")
-        if cursor is not None and not isinstance(cursor, str):
-            raise RpcError(INVALID_PARAMS, "cursor must be a string")
+        """Threads, newest activity first; with ``cwd``, those in it (the store pages are
+        read until one has a match, at most LIST_SCAN_PAGES per answer)."""
+        cwd, cursor = _optional_str(params, "cwd"), _optional_str(params, "cursor")
         found: list[dict[str, Any]] = []
         for _ in range(LIST_SCAN_PAGES):
             rows, cursor = await self.registry.store.list_threads(limit=LIST_PAGE, cursor=cursor, agent=None)
-            for row in rows:
-                row = self.registry.current(row)
-                if cwd is None or row["cwd"] == cwd:
-                    found.append(_session_info(row))
+            current = [self.registry.current(row) for row in rows]
+            found += [_session_info(row) for row in current if cwd is None or row["cwd"] == cwd]
             if cursor is None or found:
                 break
-        out: dict[str, Any] = {"sessions": found}
-        if cursor is not None:
-            out["nextCursor"] = cursor
-        return out
+        return {"sessions": found} if cursor is None else {"sessions": found, "nextCursor": cursor}
+
+
+def _optional_str(params: dict[str, Any], key: str) -> str | None:
+    value = params.get(key)
+    if value is not None and not isinstance(value, str):
+        raise RpcError(INVALID_PARAMS, f"{key} must be a string")
+    return value
 
 
 def _session_info(row: ThreadRow) -> dict[str, Any]:

@@ -129,30 +129,37 @@ def _delta(rec: Record) -> list[dict[str, Any]]:
     return [{"sessionUpdate": kind, "content": _text_block(text)}]
 
 
-def _tool_call(rec: Record) -> list[dict[str, Any]]:
-    data = rec.data
-    call_id = data.get("tool_call_id")
-    if not isinstance(call_id, str) or not call_id:
-        return []
-    out: dict[str, Any] = {"toolCallId": call_id}
-    name = data.get("name") if isinstance(data.get("name"), str) else None
-    title = data.get("title") if isinstance(data.get("title"), str) else None
+def _s(data: dict[str, Any], key: str) -> str | None:
+    value = data.get(key)
+    return value if isinstance(value, str) and value else None
+
+
+def _tool_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """A tool call's title, kind and status, the ones that are well-formed."""
+    name = _s(data, "name")
     kind = data.get("kind") if data.get("kind") in TOOL_KINDS else _KIND_BY_TOOL.get(name or "")
-    status = data.get("status") if data.get("status") in TOOL_STATUSES else None
-    if data.get("update"):
-        out["sessionUpdate"] = "tool_call_update"
-        for key, value in (("title", title), ("kind", kind), ("status", status)):
-            if value is not None:
-                out[key] = value
-        if "input" in data and data["input"] is not None:
-            out["rawInput"] = data["input"]
-        return [out]
-    out.update(sessionUpdate="tool_call", title=title or name or "tool", status=status or "pending")
-    if kind is not None:
-        out["kind"] = kind
+    fields = {
+        "title": _s(data, "title"),
+        "kind": kind,
+        "status": data.get("status") if data.get("status") in TOOL_STATUSES else None,
+    }
+    out = {k: v for k, v in fields.items() if v is not None}
     if data.get("input") is not None:
         out["rawInput"] = data["input"]
-    return [out]
+    return out
+
+
+def _tool_call(rec: Record) -> list[dict[str, Any]]:
+    data = rec.data
+    call_id = _s(data, "tool_call_id")
+    if call_id is None:
+        return []
+    fields = _tool_fields(data)
+    if data.get("update"):
+        return [{"sessionUpdate": "tool_call_update", "toolCallId": call_id, **fields}]
+    fields.setdefault("title", _s(data, "name") or "tool")
+    fields.setdefault("status", "pending")
+    return [{"sessionUpdate": "tool_call", "toolCallId": call_id, **fields}]
 
 
 def _tool_result(rec: Record) -> list[dict[str, Any]]:
@@ -228,20 +235,18 @@ _HANDLERS = {
 
 def permission_request(session_id: str, data: dict[str, Any]) -> dict[str, Any]:
     """``session/request_permission`` params for a ``permission.requested`` event."""
-    options = agent_options(data)
-    call_id = data.get("tool_call_id") if isinstance(data.get("tool_call_id"), str) else None
-    title = data.get("title") if isinstance(data.get("title"), str) else None
-    tool = data.get("tool") if isinstance(data.get("tool"), str) else None
+    tool = _s(data, "tool")
     call: dict[str, Any] = {
-        "toolCallId": call_id or str(data.get("request_id")),
-        "title": title or tool or "permission",
+        "toolCallId": _s(data, "tool_call_id") or str(data.get("request_id")),
+        "title": _s(data, "title") or tool or "permission",
         "status": "pending",
     }
     if (kind := _KIND_BY_TOOL.get(tool or "")) is not None:
         call["kind"] = kind
     if data.get("input") is not None:
         call["rawInput"] = data["input"]
-    return {"sessionId": session_id, "toolCall": call, "options": options or [dict(o) for o in DEFAULT_OPTIONS]}
+    options = agent_options(data) or [dict(o) for o in DEFAULT_OPTIONS]
+    return {"sessionId": session_id, "toolCall": call, "options": options}
 
 
 def agent_options(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -259,28 +264,30 @@ def agent_options(data: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def _chosen(result: Any) -> str | None:
+    """The outcome of a ``session/request_permission`` answer: the chosen option id,
+    ``""`` for ``cancelled``, None when it is neither."""
+    outcome = result.get("outcome") if isinstance(result, dict) else None
+    kind = outcome.get("outcome") if isinstance(outcome, dict) else None
+    if kind == "cancelled":
+        return ""
+    chosen = outcome.get("optionId") if isinstance(outcome, dict) and kind == "selected" else None
+    return chosen if isinstance(chosen, str) and chosen else None
+
+
 def permission_answer(data: dict[str, Any], result: Any) -> tuple[str, str | None] | None:
     """An ACP client's answer to a request made from ``data``, as (decision, option_id),
     or None when the answer names no option of the request. A ``cancelled`` outcome is a
     denial: the client will not ask its user."""
-    outcome = result.get("outcome") if isinstance(result, dict) else None
-    if not isinstance(outcome, dict):
-        return None
-    if outcome.get("outcome") == "cancelled":
-        return "deny", None
-    chosen = outcome.get("optionId")
-    if outcome.get("outcome") != "selected" or not isinstance(chosen, str):
-        return None
+    chosen = _chosen(result)
+    if not chosen:
+        return None if chosen is None else ("deny", None)
     own = agent_options(data)
-    options = own or list(DEFAULT_OPTIONS)
-    for option in options:
-        if option["optionId"] == chosen:
-            decision = "allow" if str(option["kind"]).startswith("allow") else "deny"
-            return decision, chosen if own else None
-    return None
-
-
-IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+    option = next((o for o in own or DEFAULT_OPTIONS if o["optionId"] == chosen), None)
+    if option is None:
+        return None
+    decision = "allow" if str(option["kind"]).startswith("allow") else "deny"
+    return decision, chosen if own else None
 
 
 def prompt_blocks(prompt: Any) -> list[dict[str, Any]]:
@@ -294,24 +301,41 @@ def prompt_blocks(prompt: Any) -> list[dict[str, Any]]:
 
 def _block(i: int, block: Any) -> dict[str, Any]:
     btype = block.get("type") if isinstance(block, dict) else None
-    if btype == "text" and isinstance(block.get("text"), str):
-        return _text_block(block["text"])
-    if btype == "image" and isinstance(block.get("data"), str):
+    convert = _BLOCKS.get(btype) if isinstance(btype, str) else None
+    converted = convert(block) if convert is not None else None
+    if converted is None:
+        raise InvalidRequest(f"prompt[{i}]: unsupported content block {btype!r}", code="unsupported_content")
+    return converted
+
+
+def _text_in(block: dict[str, Any]) -> dict[str, Any] | None:
+    return _text_block(block["text"]) if isinstance(block.get("text"), str) else None
+
+
+def _image_in(block: dict[str, Any]) -> dict[str, Any] | None:
+    if not isinstance(block.get("data"), str):
+        return None
+    return {"type": "image", "source": {"type": "base64", "media_type": block.get("mimeType"), "data": block["data"]}}
+
+
+def _link_in(block: dict[str, Any]) -> dict[str, Any] | None:
+    uri = _s(block, "uri")
+    return None if uri is None else _text_block(f"[{_s(block, 'name') or uri}]({uri})")
+
+
+def _resource_in(block: dict[str, Any]) -> dict[str, Any] | None:
+    res = block.get("resource")
+    if not isinstance(res, dict):
+        return None
+    if isinstance(res.get("text"), str):
+        data = base64.b64encode(res["text"].encode()).decode()
+        return {"type": "document", "source": {"type": "base64", "media_type": "text/plain", "data": data}}
+    if isinstance(res.get("blob"), str):
         return {
-            "type": "image",
-            "source": {"type": "base64", "media_type": block.get("mimeType"), "data": block["data"]},
+            "type": "document",
+            "source": {"type": "base64", "media_type": res.get("mimeType"), "data": res["blob"]},
         }
-    if btype == "resource_link" and isinstance(block.get("uri"), str):
-        name = block.get("name") if isinstance(block.get("name"), str) else block["uri"]
-        return _text_block(f"[{name}]({block['uri']})")
-    if btype == "resource" and isinstance(block.get("resource"), dict):
-        res = block["resource"]
-        if isinstance(res.get("text"), str):
-            data = base64.b64encode(res["text"].encode()).decode()
-            return {"type": "document", "source": {"type": "base64", "media_type": "text/plain", "data": data}}
-        if isinstance(res.get("blob"), str):
-            return {
-                "type": "document",
-                "source": {"type": "base64", "media_type": res.get("mimeType"), "data": res["blob"]},
-            }
-    raise InvalidRequest(f"prompt[{i}]: unsupported content block {btype!r}", code="unsupported_content")
+    return None
+
+
+_BLOCKS = {"text": _text_in, "image": _image_in, "resource_link": _link_in, "resource": _resource_in}

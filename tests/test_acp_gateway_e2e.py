@@ -13,6 +13,7 @@ import websockets
 from acp import text_block
 from conftest import STEP_TIMEOUT, base_config, new_thread, profile_toml
 from support.acp_client import connect
+from test_events_e2e import ws_changes
 
 BRIDGE = {"agent-bridge": {"agent": "asker"}}
 
@@ -157,6 +158,9 @@ async def test_session_list_shows_rest_threads_and_rest_shows_acp_sessions(
     async with d.http() as http:
         threads = (await http.get("/v1/threads")).json()["threads"]
     assert sid in {t["id"] for t in threads}
+    async with ws_changes(d, since=0) as changes:  # what the page's thread list reads
+        created = await changes.thread(sid)
+        assert created["kind"] == "thread.created" and created["thread"]["cwd"] == str(here)
     await s.close()
 
 
@@ -252,3 +256,27 @@ async def test_pending_requests_per_connection_are_bounded(daemon_factory: Any, 
             await c.next(lambda f: f.get("kind") == "message" and f.get("source") == "client")
         over = await rpc(conn, {"jsonrpc": "2.0", "id": 999, "method": "session/prompt", "params": prompt})
         assert over["id"] == 999 and over["error"]["code"] == -32000
+
+
+async def test_an_acp_agent_behind_the_gateway_keeps_its_own_options_tools_and_plan(
+    daemon_factory: Any, tmp_path: Path, agent_env: Any
+) -> None:
+    from test_acp_e2e import acp_profile
+
+    d = await daemon_factory(base_config(tmp_path, agent_env) + acp_profile("acp", agent_env))
+    s = await connect(d.ws_url, d.token, "/v1/acp/acp")
+    init = await s.initialize()
+    assert init.agent_capabilities.prompt_capabilities.image is False  # not known before the agent runs
+    sid = (await s.conn.new_session(cwd=str(tmp_path))).session_id
+    s.rec.answer = lambda ask: {"outcome": "selected", "optionId": ask["options"][1]["optionId"]}
+    for text in ("tool", "plan", "ask"):
+        resp = await asyncio.wait_for(s.conn.prompt(session_id=sid, prompt=[text_block(text)]), STEP_TIMEOUT)
+        assert resp.stop_reason == "end_turn", text
+    statuses = [u.get("status") for u in s.rec.of(sid, "tool_call_update")]
+    assert "completed" in statuses
+    (plan,) = s.rec.of(sid, "plan")
+    assert len(plan["entries"]) == 2
+    (ask,) = s.rec.asks
+    assert [o["kind"] for o in ask["options"]] == ["allow_once", "allow_always", "reject_once"]
+    assert s.rec.text(sid).endswith(f"permission: {ask['options'][1]['optionId']}")
+    await s.close()

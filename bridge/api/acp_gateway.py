@@ -196,7 +196,12 @@ class _Attached:
             await self.ask(view)
 
     async def run(self, after: int) -> None:
-        why = await deliver(self.sub, after, self.conv, self)
+        try:
+            why = await deliver(self.sub, after, self.conv, self)
+        except Exception as exc:  # a client that does not read (send deadline), or a dead socket
+            log.info("acp.session_send_failed", thread_id=self.conv.id, error=type(exc).__name__)
+            self.conn.fail()
+            return
         await self.conn.session_closed(self, why or "closed")
 
     def detach(self) -> None:
@@ -301,8 +306,8 @@ class AcpConnection:
                 if msg["type"] == "websocket.disconnect":
                     return
                 await self._frame(msg.get("text"))
-        except WebSocketDisconnect:
-            return
+        except (WebSocketDisconnect, TimeoutError, RuntimeError, OSError):
+            return  # the client left, or an answer could not be sent to it
         finally:
             closed.cancel()
 
@@ -355,6 +360,13 @@ class AcpConnection:
         return len(ids)
 
     async def _handle(self, rpc_id: Any, method: str, params: Any) -> None:
+        try:
+            await self._answer(rpc_id, method, params)
+        except (TimeoutError, WebSocketDisconnect, RuntimeError, OSError) as exc:  # the answer cannot go out
+            log.info("acp.request_send_failed", connection_id=self.id, method=method, error=type(exc).__name__)
+            self.fail()
+
+    async def _answer(self, rpc_id: Any, method: str, params: Any) -> None:
         handler = _METHODS.get(method)
         try:
             if handler is None:
@@ -389,6 +401,11 @@ class AcpConnection:
             return  # an answer to a request we forgot (cancelled) or never made
         att, rid, data = waiting
         await att.answered(rid, data, msg.get("result"), msg.get("error"))
+
+    def fail(self) -> None:
+        """Something could not be sent: the connection is closed (1011), never left half alive."""
+        self._closing = self._closing or (1011, "send failed")
+        self._closed.set()
 
     async def session_closed(self, att: _Attached, why: str) -> None:
         """The thread went away (deleted) or the daemon is stopping."""

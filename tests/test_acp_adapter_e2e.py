@@ -88,3 +88,19 @@ async def test_the_relay_says_why_when_the_daemon_refuses_it(daemon: Any, tmp_pa
     )
     _, err = await asyncio.wait_for(proc.communicate(), STEP_TIMEOUT)
     assert proc.returncode == 1 and b"refused" in err and b"401" in err
+
+
+async def test_with_no_url_the_relay_finds_the_local_daemon_and_its_token_file(
+    daemon_factory: Any, tmp_path: Path, agent_env: Any
+) -> None:
+    d = await daemon_factory(base_config(tmp_path, agent_env), token=None)  # the daemon makes its token file
+    assert (d.data_dir / "token").exists()
+    rec = Recorder()
+    argv = ["-m", "bridge", "acp", "--data-dir", str(d.data_dir), "--agent", "demo"]
+    async with spawn_agent_process(rec, sys.executable, *argv, env={}) as (conn, _proc):
+        await asyncio.wait_for(conn.initialize(protocol_version=1), STEP_TIMEOUT)
+        sid = (await asyncio.wait_for(conn.new_session(cwd=str(tmp_path)), STEP_TIMEOUT)).session_id
+        resp = await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text_block("hello")]), STEP_TIMEOUT)
+        assert resp.stop_reason == "end_turn" and rec.text(sid)
+        listed = await asyncio.wait_for(conn.list_sessions(), STEP_TIMEOUT)
+        assert [x.session_id for x in listed.sessions] == [sid]

@@ -280,3 +280,48 @@ async def test_an_acp_agent_behind_the_gateway_keeps_its_own_options_tools_and_p
     assert [o["kind"] for o in ask["options"]] == ["allow_once", "allow_always", "reject_once"]
     assert s.rec.text(sid).endswith(f"permission: {ask['options'][1]['optionId']}")
     await s.close()
+
+
+async def test_bad_params_are_answered_and_refusals_carry_the_bridges_code(daemon: Any, tmp_path: Path) -> None:
+    async with websockets.connect(f"{daemon.ws_url}/v1/acp/demo", additional_headers=daemon.headers) as conn:
+        n = iter(range(1, 100))
+
+        async def call(method: str, params: Any) -> dict[str, Any]:
+            i = next(n)
+            got = await rpc(conn, {"jsonrpc": "2.0", "id": i, "method": method, "params": params})
+            assert got["id"] == i, got
+            return got
+
+        assert (await call("initialize", {"protocolVersion": "1"}))["error"]["code"] == -32602
+        assert "result" in await call("initialize", {"protocolVersion": 1})
+        assert (await call("session/new", [1]))["error"]["code"] == -32602
+        assert (await call("session/new", {"cwd": 5}))["error"]["code"] == -32602
+        assert (await call("session/new", {"cwd": str(tmp_path), "mcpServers": "x"}))["error"]["code"] == -32602
+        nowhere = await call("session/new", {"cwd": str(tmp_path / "nope"), "mcpServers": []})
+        assert nowhere["error"]["code"] == -32602 and nowhere["error"]["data"] == {"code": "bad_cwd"}
+        other = await call("session/new", {"cwd": str(tmp_path), "_meta": {"agent-bridge": {"agent": "nope"}}})
+        assert other["error"]["code"] == -32002 and other["error"]["data"] == {"code": "agent_not_found"}
+        sid = (await call("session/new", {"cwd": str(tmp_path), "mcpServers": []}))["result"]["sessionId"]
+        assert (await call("session/resume", {"sessionId": sid}))["error"]["code"] == -32602  # already attached
+        assert (await call("session/prompt", {"prompt": []}))["error"]["code"] == -32602
+        unattached = await call("session/prompt", {"sessionId": "thr_0000000000000000", "prompt": []})
+        assert unattached["error"]["code"] == -32002
+        audio = [{"type": "audio", "data": "aGk=", "mimeType": "audio/wav"}]
+        refused = await call("session/prompt", {"sessionId": sid, "prompt": audio})
+        assert refused["error"]["data"] == {"code": "unsupported_content"}
+        tiff = [{"type": "image", "data": "aGk=", "mimeType": "image/tiff"}]
+        assert (await call("session/prompt", {"sessionId": sid, "prompt": tiff}))["error"]["data"] == {
+            "code": "invalid_content"
+        }
+        bad_cursor = await call("session/list", {"cursor": "zzz"})
+        assert bad_cursor["error"]["code"] == -32602 and bad_cursor["error"]["data"] == {"code": "invalid_cursor"}
+        assert (await call("session/list", {"cwd": 3}))["error"]["code"] == -32602
+        after = await call("session/load", {"sessionId": sid, "_meta": {"agent-bridge": {"after": -1}}})
+        assert after["error"]["code"] == -32602
+        hello = {"sessionId": sid, "prompt": [{"type": "text", "text": "hello"}]}
+        first = await rpc(conn, {"jsonrpc": "2.0", "id": "p", "method": "session/prompt", "params": hello})
+        seen = [first]
+        while "id" not in seen[-1]:
+            seen.append(json.loads(await asyncio.wait_for(conn.recv(), STEP_TIMEOUT)))
+        assert seen[-1] == {"jsonrpc": "2.0", "id": "p", "result": {"stopReason": "end_turn"}}
+        assert {m["method"] for m in seen[:-1]} == {"session/update"} and len(seen) > 1  # the updates came first

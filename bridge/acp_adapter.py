@@ -255,8 +255,15 @@ class Relay:
                 self._up.clear()
                 self._ws = None
                 print("agent-bridge acp: connection lost, reconnecting", file=sys.stderr)
+                again = asyncio.ensure_future(self._linked(first=False))
+                await asyncio.wait({editor, again}, return_when=asyncio.FIRST_COMPLETED)
+                if not again.done():  # the editor left while the daemon was away
+                    again.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+                        await again
+                    return 0
                 try:
-                    ws = await self._linked(first=False)
+                    ws = again.result()
                 except ConnectionError as exc:
                     print(f"agent-bridge acp: {exc}", file=sys.stderr)
                     return 1

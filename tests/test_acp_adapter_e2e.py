@@ -104,3 +104,24 @@ async def test_with_no_url_the_relay_finds_the_local_daemon_and_its_token_file(
         assert resp.stop_reason == "end_turn" and rec.text(sid)
         listed = await asyncio.wait_for(conn.list_sessions(), STEP_TIMEOUT)
         assert [x.session_id for x in listed.sessions] == [sid]
+
+
+async def test_stdin_closing_while_the_daemon_is_away_ends_the_relay_at_once(
+    daemon_factory: Any, tmp_path: Path, agent_env: Any
+) -> None:
+    d = await daemon_factory(base_config(tmp_path, agent_env))
+    err = tmp_path / "relay.stderr"
+    with err.open("wb") as f:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bridge", "acp", "--url", d.url,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=f,
+            env={"AGENT_BRIDGE_TOKEN": str(d.token), "PATH": "/usr/bin:/bin"},
+        )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}\n')
+    answer = json.loads(await asyncio.wait_for(proc.stdout.readline(), STEP_TIMEOUT))
+    assert answer["id"] == 1 and answer["result"]["protocolVersion"] == 1
+    await d.stop()
+    await wait_until(lambda: b"reconnecting" in err.read_bytes(), what="the relay to notice")
+    proc.stdin.close()
+    assert await asyncio.wait_for(proc.wait(), STEP_TIMEOUT) == 0

@@ -325,3 +325,15 @@ async def test_bad_params_are_answered_and_refusals_carry_the_bridges_code(daemo
             seen.append(json.loads(await asyncio.wait_for(conn.recv(), STEP_TIMEOUT)))
         assert seen[-1] == {"jsonrpc": "2.0", "id": "p", "result": {"stopReason": "end_turn"}}
         assert {m["method"] for m in seen[:-1]} == {"session/update"} and len(seen) > 1  # the updates came first
+
+
+async def test_a_stopping_daemon_closes_acp_connections_with_1001(daemon: Any) -> None:
+    async with websockets.connect(f"{daemon.ws_url}/v1/acp", additional_headers=daemon.headers) as conn:
+        await rpc(conn, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}})
+        stopping = asyncio.ensure_future(daemon.stop())
+        try:
+            await asyncio.wait_for(conn.recv(), STEP_TIMEOUT)
+            raise AssertionError("a frame after shutdown")
+        except websockets.ConnectionClosed as exc:
+            assert exc.rcvd is not None and exc.rcvd.code == 1001
+        assert await asyncio.wait_for(stopping, STEP_TIMEOUT) == 0

@@ -174,7 +174,10 @@ class _Attached:
         """Answered elsewhere (another client, a timeout, the agent): the request this
         client still shows is cancelled (``$/cancel_request``, ACP's request cancellation)."""
         rid = data.get("request_id")
-        rpc_id = self.asked.pop(rid, None) if isinstance(rid, str) else None
+        if not isinstance(rid, str):
+            return
+        self.sent_asks.discard(rid)  # resolved: never pending again, so never asked again
+        rpc_id = self.asked.pop(rid, None)
         if rpc_id is not None:
             self.conn.forget(rpc_id)
             await self.conn.notify("$/cancel_request", {"requestId": rpc_id})
@@ -272,26 +275,44 @@ class AcpConnection:
 
     # ------------------------------------------------------------------ the connection
 
+    async def _watch_shutdown(self) -> None:
+        """The daemon is stopping (Registry.close_clients closes the change notifier every
+        stream waits on): close with 1001, sessions attached or not."""
+        changes = self.registry.changes
+        while changes.close_reason is None:
+            await changes.wait(changes.generation, 60.0)
+        self._closing = (1001, "daemon_shutdown")
+        self._closed.set()
+
     async def run(self) -> None:
+        changes = self.registry.changes
+        changes.attach()  # close_clients waits until this connection has let go
+        watcher = asyncio.create_task(self._watch_shutdown())
         try:
             await self._receive()
         finally:
-            for task in list(self._handling):
-                task.cancel()
-            for att in list(self.sessions.values()):
-                att.detach()
-            tasks: list[asyncio.Task[Any]] = [*self._handling]
-            tasks += [a.task for a in self.sessions.values() if a.task is not None]
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-            self.sessions.clear()
-            code, reason = self._closing or (1000, "")
-            if self.ws.application_state == WebSocketState.CONNECTED:
-                with contextlib.suppress(Exception):
-                    async with asyncio.timeout(self._send_deadline):
-                        await self.ws.close(code=code, reason=reason)
-            log.info("acp.disconnected", connection_id=self.id)
+            watcher.cancel()
+            await self._let_go()
+            changes.detach()
+
+    async def _let_go(self) -> None:
+        """Every task and subscriber ended, then the close frame."""
+        for task in list(self._handling):
+            task.cancel()
+        for att in list(self.sessions.values()):
+            att.detach()
+        tasks: list[asyncio.Task[Any]] = [*self._handling]
+        tasks += [a.task for a in self.sessions.values() if a.task is not None]
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self.sessions.clear()
+        code, reason = self._closing or (1000, "")
+        if self.ws.application_state == WebSocketState.CONNECTED:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(self._send_deadline):
+                    await self.ws.close(code=code, reason=reason)
+        log.info("acp.disconnected", connection_id=self.id)
 
     async def _receive(self) -> None:
         closed = asyncio.ensure_future(self._closed.wait())

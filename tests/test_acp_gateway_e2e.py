@@ -47,7 +47,10 @@ async def test_chat_with_the_demo_agent_over_acp(daemon_factory: Any, tmp_path: 
     assert not s.rec.of(sid, "user_message_chunk")  # its own prompt is not echoed to it
     async with d.http() as http:
         thread = (await http.get(f"/v1/threads/{sid}")).json()
+        events = (await http.get(f"/v1/threads/{sid}/events?after=0")).json()["events"]
     assert thread["agent"] == "demo" and thread["cwd"] == str(tmp_path) and thread["last_seq"] > 0
+    said = [e["data"]["text"] for e in events if e["kind"] == "message" and e["data"].get("role") == "assistant"]
+    assert s.rec.text(sid) == "".join(said)  # streamed or whole, each text once
     await s.close()
 
 

@@ -74,8 +74,9 @@ async def test_tool_call_and_permission_answered_over_acp(daemon_factory: Any, t
     assert ask["toolCall"]["rawInput"] == {"command": "touch x"} and ask["toolCall"]["toolCallId"] == "toolu_ask"
     assert [o["kind"] for o in ask["options"]] == ["allow_once", "reject_once"]
     assert s.rec.text(sid).endswith("permission: allow")
-    c = await d.ws(sid)
-    resolved = await c.kind("permission.resolved")
+    async with d.http() as http:
+        events = (await http.get(f"/v1/threads/{sid}/events?after=0")).json()["events"]
+    (resolved,) = [e for e in events if e["kind"] == "permission.resolved"]
     assert resolved["data"]["decision"] == "allow" and resolved["data"]["by"] == "acp"
     await s.close()
 

@@ -44,6 +44,9 @@ RECONNECT_FOR_S = 60.0
 BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 MAX_LINE = 64 * 1024 * 1024
 OWN_PREFIX = "agent-bridge-relay-"
+# Requests in flight when the connection dropped that are sent again on the next one:
+# harmless twice (a prompt carries its client_id); any other is answered "connection lost".
+RESENT = frozenset({"session/prompt", "session/list"})
 
 
 def gateway_url(url: str, agent: str | None) -> str:
@@ -178,10 +181,26 @@ class Relay:
         return await asyncio.wait_for(fut, CONNECT_TIMEOUT_S)
 
     async def _restore(self, ws: ClientConnection) -> None:
-        """After a reconnection: initialize, load every session from where the editor is,
-        send the waiting requests again (a new session is refused: it may have been made)."""
-        if self.init is not None:
+        """After a reconnection: initialize (the editor's own request again if it had no
+        answer yet), load every session from where the editor is, then send the waiting
+        requests again (any other, such as a new session that may have been made, is
+        answered "connection lost")."""
+        inits = [r for r in self.waiting.values() if r.get("method") == "initialize"]
+        for request in inits:
+            await ws.send(json.dumps(request, separators=(",", ":")))
+        if self.init is not None and not inits:
             await self._own_request(ws, "initialize", self.init)
+        await self._load_all(ws)
+        for rid, request in list(self.waiting.items()):
+            if request.get("method") in RESENT:
+                await ws.send(json.dumps(request, separators=(",", ":")))
+            elif request.get("method") != "initialize":
+                self.waiting.pop(rid)
+                self._write({"jsonrpc": "2.0", "id": rid, "error": {"code": -32603, "message": "connection lost"}})
+
+    async def _load_all(self, ws: ClientConnection) -> None:
+        """Every session the editor had, loaded from the last seq relayed to it; one the
+        daemon no longer has is forgotten."""
         for sid, sess in list(self.sessions.items()):
             params: dict[str, Any] = {"sessionId": sid, "mcpServers": [], "_meta": {META: {"after": sess.last_seq}}}
             if sess.cwd is not None:
@@ -189,12 +208,6 @@ class Relay:
             answer = await self._own_request(ws, "session/load", params)
             if "error" in answer:
                 self.sessions.pop(sid, None)
-        for rid, request in list(self.waiting.items()):
-            if request.get("method") in ("session/prompt", "session/list"):
-                await ws.send(json.dumps(request, separators=(",", ":")))
-            elif request.get("method") != "initialize":
-                self.waiting.pop(rid)
-                self._write({"jsonrpc": "2.0", "id": rid, "error": {"code": -32603, "message": "connection lost"}})
 
     def _write(self, msg: dict[str, Any] | str) -> None:
         line = msg if isinstance(msg, str) else json.dumps(msg, separators=(",", ":"))

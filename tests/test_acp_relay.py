@@ -68,3 +68,66 @@ def test_answers_to_the_relays_own_requests_are_not_passed_on() -> None:
         assert relay.from_daemon(json.dumps({"jsonrpc": "2.0", "id": "agent-bridge-relay-2", "result": {}}))
 
     asyncio.run(go())
+
+
+class FakeDaemon:
+    """What _restore talks to: keeps what is sent, answers the relay's own requests
+    (a load of ``thr_gone`` is refused)."""
+
+    def __init__(self, relay: Relay) -> None:
+        self.relay = relay
+        self.sent: list[dict[str, Any]] = []
+
+    async def send(self, text: str) -> None:
+        msg = json.loads(text)
+        self.sent.append(msg)
+        if str(msg.get("id", "")).startswith("agent-bridge-relay-"):
+            gone = msg["params"].get("sessionId") == "thr_gone"
+            answer = {"error": {"code": -32002, "message": "no"}} if gone else {"result": {}}
+            assert not self.relay.from_daemon(json.dumps({"jsonrpc": "2.0", "id": msg["id"], **answer}))
+
+
+def test_a_reconnection_initializes_loads_from_the_last_seq_and_resends_what_is_safe() -> None:
+    import asyncio
+
+    from bridge.acp_adapter import _Session
+
+    out = io.BytesIO()
+    relay = Relay("ws://x/v1/acp", None, out=out)
+    relay.init = {"protocolVersion": 1}
+    relay.sessions = {"thr_a": _Session("/w", 9), "thr_gone": _Session(None, 0)}
+    prompt = {"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": "thr_a"}}
+    relay.waiting = {
+        2: prompt,
+        3: {"jsonrpc": "2.0", "id": 3, "method": "session/list", "params": {}},
+        4: {"jsonrpc": "2.0", "id": 4, "method": "session/new", "params": {"cwd": "/w"}},
+    }
+    daemon = FakeDaemon(relay)
+    asyncio.run(relay._restore(daemon))  # type: ignore[arg-type]
+    assert [(m.get("method"), m["params"].get("sessionId")) for m in daemon.sent] == [
+        ("initialize", None),
+        ("session/load", "thr_a"),
+        ("session/load", "thr_gone"),
+        ("session/prompt", "thr_a"),
+        ("session/list", None),
+    ]
+    assert daemon.sent[1]["params"] == {
+        "sessionId": "thr_a",
+        "mcpServers": [],
+        "cwd": "/w",
+        "_meta": {"agent-bridge": {"after": 9}},
+    }
+    assert daemon.sent[3] == prompt and set(relay.sessions) == {"thr_a"} and set(relay.waiting) == {2, 3}
+    assert json.loads(out.getvalue()) == {
+        "jsonrpc": "2.0",
+        "id": 4,
+        "error": {"code": -32603, "message": "connection lost"},
+    }
+
+    # An initialize the editor is still waiting for is its own again, not the relay's.
+    relay = Relay("ws://x/v1/acp", None, out=io.BytesIO())
+    relay.init = {"protocolVersion": 1}
+    relay.waiting = {0: {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": relay.init}}
+    daemon = FakeDaemon(relay)
+    asyncio.run(relay._restore(daemon))  # type: ignore[arg-type]
+    assert daemon.sent == [relay.waiting[0]]

@@ -417,7 +417,9 @@ class AcpConnection:
                 await att.conv.interrupt()
 
     async def _response(self, msg: dict[str, Any]) -> None:
-        waiting = self._outstanding.pop(msg["id"], None) if isinstance(msg["id"], int) else None
+        rpc_id = msg["id"]
+        ours = isinstance(rpc_id, int) and not isinstance(rpc_id, bool)  # true is not 1
+        waiting = self._outstanding.pop(rpc_id, None) if ours else None
         if waiting is None:
             return  # an answer to a request we forgot (cancelled) or never made
         att, rid, data = waiting

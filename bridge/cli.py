@@ -66,6 +66,12 @@ def _parser() -> argparse.ArgumentParser:
     agents.add_argument("--json", action="store_true", help="machine-readable output")
     _desktop_commands(sub)
 
+    acp = sub.add_parser("acp", help="a stdio ACP agent relaying to a daemon's ACP gateway (for editors)")
+    acp.add_argument("--url", help="the daemon's URL (default: the local daemon of --data-dir)")
+    acp.add_argument("--token", help="auth token (default: AGENT_BRIDGE_TOKEN, else the local daemon's token file)")
+    acp.add_argument("--agent", help="the agent profile for new sessions (default: the daemon's default)")
+    acp.add_argument("--data-dir", help="data directory of the local daemon (env AGENT_BRIDGE_DATA_DIR)")
+
     migrate = sub.add_parser("migrate", help="create or upgrade the store's schema, then exit")
     common(migrate)
     migrate.add_argument("--store-url", help="store URL (env AGENT_BRIDGE_STORE_URL, [store] url)")
@@ -101,6 +107,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return status(_data_dir(args.data_dir), as_json=args.json)
         if args.command == "login-link":
             return login_link(_data_dir(args.data_dir))
+        if args.command == "acp":
+            from bridge import acp_adapter
+
+            return acp_adapter.run(args.url, args.token, args.agent, _data_dir(args.data_dir))
         if args.command == "migrate":
             settings = load_settings(config=args.config, data_dir=args.data_dir, discover_path=False)
             return _migrate(args.store_url or settings.store_url)

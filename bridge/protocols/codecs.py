@@ -45,3 +45,13 @@ def stored_content_refusal(protocol: str, agent_info: Any, content: list[dict[st
     if protocol == "acp" and isinstance(agent_info, dict):
         return content_refusal(content, agent_info.get("capabilities"))
     return None
+
+
+def prompt_capabilities(protocol: str) -> dict[str, bool]:
+    """What a dialect's agents take in a prompt, as ACP ``promptCapabilities`` say it (the
+    ACP gateway, docs/api.md §11): stream-json and awp-jsonl take the Anthropic image and
+    document blocks; an ACP agent says so only once it runs, so nothing beyond text is
+    promised for it."""
+    if protocol == "acp":
+        return {"image": False, "audio": False, "embeddedContext": False}
+    return {"image": True, "audio": False, "embeddedContext": True}

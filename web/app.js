@@ -1,10 +1,11 @@
 // agent-bridge web page: the reference client of docs/api.md. Plain ES modules, no build step,
 // nothing fetched from anywhere but the daemon that served it.
+import { $, ago, el, sizeText } from "./dom.js";
+import { ApiError, api, setUnauthorizedHandler } from "./net.js";
 import { ThreadStream } from "./stream.js";
+import { ThreadList } from "./threads.js";
 import { TranscriptView, pretty, usageText } from "./transcript.js";
 
-const $ = (sel) => document.querySelector(sel);
-const LIST_REFRESH_MS = 5000;
 const DIAG_LIMIT = 500;
 // What the API takes as content blocks (bridge/api/content.py): these media types, at most
 // 64 blocks, and one request body (or WebSocket frame) of at most 8 MiB.
@@ -15,12 +16,6 @@ const MAX_BLOCKS = 64;
 const TURN_STATUS = { cancelled: "interrupted" };
 const MAX_BODY_BYTES = 8 * 1024 * 1024;
 const BODY_SLACK = 16 * 1024; // JSON punctuation, the client_id, the block wrappers
-
-function sizeText(n) {
-  if (n < 1024) return `${n} B`;
-  if (n < 1024 * 1024) return `${(n / 1024).toFixed(n < 10240 ? 1 : 0)} KB`;
-  return `${(n / 1024 / 1024).toFixed(1)} MB`;
-}
 
 // The media type the API knows a file by, or null. Browsers give text files without a
 // known extension no type; a .txt file is text/plain whatever the browser says.
@@ -43,53 +38,6 @@ function readBase64(file) {
   });
 }
 
-function el(tag, cls, text) {
-  const node = document.createElement(tag);
-  if (cls) node.className = cls;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
-
-class ApiError extends Error {
-  constructor(status, code, message) {
-    super(message || code || `HTTP ${status}`);
-    this.status = status;
-    this.code = code;
-  }
-}
-
-async function api(method, path, body, headers = {}) {
-  const opts = { method, headers: { ...headers }, credentials: "same-origin", cache: "no-store" };
-  if (body !== undefined) {
-    opts.headers["Content-Type"] = "application/json";
-    opts.body = JSON.stringify(body);
-  }
-  const r = await fetch(path, opts);
-  if (r.status === 204) return null;
-  let data = null;
-  try {
-    data = await r.json();
-  } catch {
-    data = null;
-  }
-  if (!r.ok) {
-    const err = data && data.error ? data.error : {};
-    if (r.status === 401 && path !== "/v1/session") app.showLogin();
-    throw new ApiError(r.status, err.code, err.message);
-  }
-  return data;
-}
-
-function ago(iso) {
-  const t = Date.parse(iso);
-  if (!t) return "";
-  const s = Math.max(0, (Date.now() - t) / 1000);
-  if (s < 60) return "just now";
-  if (s < 3600) return `${Math.floor(s / 60)} min ago`;
-  if (s < 86400) return `${Math.floor(s / 3600)} h ago`;
-  return new Date(t).toLocaleDateString();
-}
-
 function newClientId() {
   const bytes = new Uint8Array(12);
   crypto.getRandomValues(bytes);
@@ -102,7 +50,7 @@ const CONN_TEXT = {
   live: "Live",
   reconnecting: "Reconnecting…",
   polling: "Live (long-polling)",
-  offline: "Offline — retrying",
+  offline: "Daemon unreachable — reconnecting…",
   gone: "Thread gone",
 };
 
@@ -111,7 +59,22 @@ class App {
     this.threads = [];
     this.agents = [];
     this.current = null; // {id, thread, stream, view, pending: Map, tasks: Map, turnActive}
-    this.listTimer = null;
+    this.list = new ThreadList($("#thread-list"), {
+      currentId: () => (this.current ? this.current.id : null),
+      onPick: (id) => {
+        this.openThread(id);
+        document.body.classList.remove("show-sidebar");
+        $("#toggle-threads").setAttribute("aria-expanded", "false");
+      },
+      onThread: (t) => {
+        if (!this.current || this.current.id !== t.id) return;
+        this.current.thread = t;
+        this.renderThreadHead();
+      },
+      onDeleted: (id) => this.current && this.current.id === id && this.threadGone("deleted"),
+      onLive: () => this.renderThreadHead(),
+      onUnauthorized: () => this.showLogin("Your session ended; sign in again."),
+    });
     this.dismissed = new Set(); // permission requests whose dialog the user closed
     this.forcePolling = new URLSearchParams(location.search).get("transport") === "poll";
     this.attachments = []; // {id, name, size, block, mediaType, data}: sent with the next prompt
@@ -147,7 +110,7 @@ class App {
 
   showLogin(message) {
     this.leaveThread();
-    clearInterval(this.listTimer);
+    this.list.stop();
     $("#thread").hidden = true;
     $("#empty").hidden = false;
     this.setConn("idle");
@@ -181,11 +144,7 @@ class App {
   async enter() {
     $("#login").hidden = true;
     $("#app").hidden = false;
-    await this.refreshThreads();
-    clearInterval(this.listTimer);
-    this.listTimer = setInterval(() => {
-      if (!document.hidden) this.refreshThreads().catch(() => {});
-    }, LIST_REFRESH_MS);
+    this.list.start();
     const want = new URLSearchParams(location.hash.slice(1)).get("t");
     if (want && !(await this.openThread(want))) this.setHash(null);
   }
@@ -318,56 +277,6 @@ class App {
 
   // ------------------------------------------------------------------ thread list
 
-  async refreshThreads() {
-    const all = [];
-    let cursor = null;
-    for (let page = 0; page < 5; page++) {
-      const q = new URLSearchParams({ limit: "200" });
-      if (cursor) q.set("cursor", cursor);
-      const res = await api("GET", `/v1/threads?${q}`);
-      all.push(...res.threads);
-      cursor = res.next_cursor;
-      if (!cursor) break;
-    }
-    this.threads = all;
-    this.renderThreadList();
-    if (this.current) {
-      const t = all.find((x) => x.id === this.current.id);
-      if (t) {
-        this.current.thread = t;
-        this.renderThreadHead();
-      }
-    }
-  }
-
-  renderThreadList() {
-    const list = $("#thread-list");
-    const focusedId = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.threadId : null;
-    list.replaceChildren();
-    if (!this.threads.length) list.append(el("li", "empty-list", "No threads yet."));
-    for (const t of this.threads) {
-      const li = el("li");
-      const b = el("button", "thread-item");
-      b.type = "button";
-      b.dataset.threadId = t.id;
-      if (this.current && this.current.id === t.id) b.setAttribute("aria-current", "true");
-      const title = el("span", "t-title", t.title || "Untitled");
-      const meta = el("span", "t-meta", `${t.agent} · ${t.cwd}`);
-      const foot = el("span", "t-foot");
-      const state = el("span", `badge state-${t.state}`, t.turn_active ? "working" : t.state);
-      foot.append(state, el("span", "t-when", ago(t.updated_at)));
-      b.append(title, meta, foot);
-      b.addEventListener("click", () => {
-        this.openThread(t.id);
-        document.body.classList.remove("show-sidebar");
-        $("#toggle-threads").setAttribute("aria-expanded", "false");
-      });
-      li.append(b);
-      list.append(li);
-      if (focusedId === t.id) b.focus();
-    }
-  }
-
   openNewDialog() {
     const sel = $("#new-agent");
     sel.replaceChildren();
@@ -447,7 +356,7 @@ class App {
       const t = await api("POST", "/v1/threads", body);
       $("#new-dialog").close();
       $("#new-title").value = "";
-      await this.refreshThreads();
+      this.list.upsert(t);
       await this.openThread(t.id);
       $("#prompt").focus();
     } catch (err) {
@@ -488,7 +397,7 @@ class App {
     this.countDiagnostics();
     this.renderTasks();
     this.renderThreadHead();
-    this.renderThreadList();
+    this.list.render();
     this.updatePermissionUi();
     this.updateTurnUi();
     cur.stream = new ThreadStream(id, {
@@ -503,13 +412,13 @@ class App {
   }
 
   threadGone(why) {
+    if (this.current) this.list.remove(this.current.id);
     this.leaveThread();
     this.setHash(null);
     $("#thread").hidden = true;
     $("#empty").hidden = false;
     $("#empty").textContent = why === "deleted" ? "That thread was deleted." : "That thread does not exist.";
     this.setConn("idle");
-    this.refreshThreads().catch(() => {});
   }
 
   setConn(state) {
@@ -525,9 +434,12 @@ class App {
     $("#t-title").textContent = t.title || "Untitled";
     this.updateTitle();
     $("#t-meta").textContent = `${t.agent}${t.model ? ` · ${t.model}` : ""} · ${t.cwd}`;
+    // Known while the change stream is live; otherwise not pretended.
+    const known = this.list.live;
     const st = $("#t-state");
-    st.textContent = t.state;
-    st.className = `badge state-${t.state}`;
+    st.textContent = known ? t.state : "unknown";
+    st.className = `badge state-${known ? t.state : "unknown"}`;
+    st.title = known ? "" : "Not known while the page is reconnecting";
     $("#stop").disabled = !["starting", "running"].includes(t.state);
     $("#resume").disabled = ["starting", "running", "stopping"].includes(t.state);
   }
@@ -596,7 +508,6 @@ class App {
     // A reload replays the transcript frame by frame: the dialog and the thread list
     // follow the state once things settle, not every request and turn on the way.
     this.soon("perm", 30, () => this.updatePermissionUi());
-    if (threadChanged) this.soon("list", 300, () => this.refreshThreads().catch(() => {}));
   }
 
   soon(key, ms, fn) {
@@ -770,7 +681,7 @@ class App {
     try {
       cur.thread = await api("POST", `/v1/threads/${encodeURIComponent(cur.id)}/${action}`);
       this.renderThreadHead();
-      await this.refreshThreads();
+      this.list.upsert(cur.thread);
     } catch (err) {
       $("#send-error").textContent = `${action} failed: ${err.message}`;
     }
@@ -790,7 +701,7 @@ class App {
       cur.thread = await api("PATCH", `/v1/threads/${encodeURIComponent(cur.id)}`, { title: $("#rename-input").value.trim() });
       $("#rename-dialog").close();
       this.renderThreadHead();
-      await this.refreshThreads();
+      this.list.upsert(cur.thread);
     } catch (err) {
       $("#rename-error").textContent = err.message;
     }
@@ -1051,6 +962,7 @@ class App {
 }
 
 const app = new App();
+setUnauthorizedHandler(() => app.showLogin());
 // A 401 from any request has already put the sign-in form up (see api()); a request
 // still in flight when the user signs out is answered 401 too and is not an error.
 window.addEventListener("unhandledrejection", (e) => {

@@ -1,8 +1,9 @@
 // agent-bridge web page: the reference client of docs/api.md. Plain ES modules, no build step,
 // nothing fetched from anywhere but the daemon that served it.
-import { $, ago, el, sizeText } from "./dom.js";
+import { $, el, sizeText } from "./dom.js";
 import { ApiError, api, setUnauthorizedHandler } from "./net.js";
 import { ThreadStream } from "./stream.js";
+import { NewThreadDialog } from "./newthread.js";
 import { ThreadList } from "./threads.js";
 import { TranscriptView, pretty, usageText } from "./transcript.js";
 
@@ -74,6 +75,13 @@ class App {
       onDeleted: (id) => this.current && this.current.id === id && this.threadGone("deleted"),
       onLive: () => this.renderThreadHead(),
       onUnauthorized: () => this.showLogin("Your session ended; sign in again."),
+    });
+    this.newThread = new NewThreadDialog({
+      onCreated: async (t) => {
+        this.list.upsert(t);
+        await this.openThread(t.id);
+        $("#prompt").focus();
+      },
     });
     this.dismissed = new Set(); // permission requests whose dialog the user closed
     this.forcePolling = new URLSearchParams(location.search).get("transport") === "poll";
@@ -158,15 +166,7 @@ class App {
       if (token) this.login(token);
     });
     $("#logout").addEventListener("click", () => this.logout());
-    $("#new-thread").addEventListener("click", () => this.openNewDialog());
-    $("#new-form").addEventListener("submit", (e) => {
-      e.preventDefault();
-      this.createThread();
-    });
-    $("#new-cancel").addEventListener("click", () => $("#new-dialog").close());
-    $("#new-agent").addEventListener("change", () => this.loadNativeSessions());
-    $("#new-cwd").addEventListener("change", () => this.loadNativeSessions());
-    $("#new-session-more").addEventListener("click", () => this.loadNativeSessions(this.nativeCursor));
+    $("#new-thread").addEventListener("click", () => this.newThread.open(this.agents));
     $("#rename").addEventListener("click", () => this.openRename());
     $("#rename-form").addEventListener("submit", (e) => {
       e.preventDefault();
@@ -276,93 +276,6 @@ class App {
   }
 
   // ------------------------------------------------------------------ thread list
-
-  openNewDialog() {
-    const sel = $("#new-agent");
-    sel.replaceChildren();
-    for (const a of this.agents) {
-      const o = el("option", null, `${a.name} (${a.protocol}${a.model ? `, ${a.model}` : ""})${a.available ? "" : " — unavailable"}`);
-      o.value = a.name;
-      o.disabled = !a.available;
-      if (a.default && a.available) o.selected = true;
-      sel.append(o);
-    }
-    $("#new-error").textContent = "";
-    $("#new-dialog").showModal();
-    sel.focus();
-    this.loadNativeSessions();
-  }
-
-  // "Resume an existing session": what the chosen agent itself keeps for the directory
-  // (GET /v1/agents/{name}/sessions, docs/api.md §4.13); a page at a time, newest first.
-  async loadNativeSessions(cursor = null) {
-    const pick = $("#new-session");
-    const status = $("#new-session-status");
-    const more = $("#new-session-more");
-    const agent = $("#new-agent").value;
-    const cwd = $("#new-cwd").value.trim();
-    const ask = (this.nativeAsk = (this.nativeAsk || 0) + 1);
-    if (!cursor) {
-      pick.replaceChildren(el("option", null, "Start a new session"));
-      pick.firstChild.value = "";
-      pick.disabled = true;
-    }
-    more.hidden = true;
-    this.nativeCursor = null;
-    if (!agent || !cwd) {
-      status.textContent = agent ? "Enter a working directory to see the agent's sessions there." : "";
-      return;
-    }
-    status.textContent = "Looking for sessions…";
-    let page;
-    try {
-      const q = new URLSearchParams({ cwd, limit: "50" });
-      if (cursor) q.set("cursor", cursor);
-      page = await api("GET", `/v1/agents/${encodeURIComponent(agent)}/sessions?${q}`);
-    } catch (err) {
-      if (ask === this.nativeAsk) status.textContent = err.message;
-      return;
-    }
-    if (ask !== this.nativeAsk) return; // the agent or directory changed meanwhile
-    for (const s of page.sessions) {
-      const when = s.last_activity ? ` · ${ago(s.last_activity)}` : "";
-      const o = el("option", null, `${s.title || s.id}${when}`);
-      o.value = s.id;
-      o.dataset.title = s.title || "";
-      o.title = s.id;
-      pick.append(o);
-    }
-    const count = pick.options.length - 1;
-    pick.disabled = count === 0;
-    this.nativeCursor = page.next_cursor;
-    more.hidden = !page.next_cursor;
-    status.textContent = count
-      ? `${count} session${count === 1 ? "" : "s"} found`
-      : page.detail || "No sessions of this agent for this directory.";
-  }
-
-  async createThread() {
-    const body = { agent: $("#new-agent").value };
-    const cwd = $("#new-cwd").value.trim();
-    const title = $("#new-title").value.trim();
-    if (cwd) body.cwd = cwd;
-    if (title) body.title = title;
-    const pick = $("#new-session");
-    if (pick.value) {
-      body.native_session_id = pick.value;
-      if (!title) body.title = pick.selectedOptions[0].dataset.title || "";
-    }
-    try {
-      const t = await api("POST", "/v1/threads", body);
-      $("#new-dialog").close();
-      $("#new-title").value = "";
-      this.list.upsert(t);
-      await this.openThread(t.id);
-      $("#prompt").focus();
-    } catch (err) {
-      $("#new-error").textContent = err.message;
-    }
-  }
 
   // ------------------------------------------------------------------ one thread
 

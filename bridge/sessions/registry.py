@@ -11,7 +11,7 @@ from typing import Any
 import structlog
 
 from bridge.clock import now_iso
-from bridge.config import THREAD_OPTION_KEYS, AgentProfile, Settings
+from bridge.config import DEMO_PROFILE, THREAD_OPTION_KEYS, AgentProfile, Settings
 from bridge.errors import Capacity, InvalidRequest, LaunchRefused, NotFound
 from bridge.ids import new_id
 from bridge.launching import check_profile, spawn_options
@@ -24,6 +24,7 @@ from bridge.protocols.envelope import ephemeral
 from bridge.protocols.events import Event
 from bridge.sessions.changes import ChangeNotifier
 from bridge.sessions.conversation import Conversation
+from bridge.sessions.samples import write_demo_samples
 from bridge.store.base import Store, ThreadRow
 
 log = structlog.get_logger("bridge.registry")
@@ -175,6 +176,8 @@ class Registry:
         if cwd is None:
             path = self.settings.data_dir / "workspaces" / tid
             path.mkdir(parents=True, exist_ok=True)
+            if prof.builtin and name == DEMO_PROFILE:
+                write_demo_samples(path)  # so that the demo's "list files" shows something
             cwd = str(path)
         elif not os.path.isabs(cwd) or not os.path.isdir(cwd):
             raise InvalidRequest(f"cwd must be an existing absolute directory: {cwd}", code="bad_cwd")

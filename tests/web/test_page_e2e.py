@@ -493,6 +493,7 @@ async def test_a_phone_sized_screen_with_the_keyboard_alone(web: Session) -> Non
     await expect(page.locator("#new-thread")).to_be_focused()
     await page.keyboard.press("Enter")
     await expect(page.locator("#new-agent")).to_be_focused()
+    await page.keyboard.press("Tab")  # model
     await page.keyboard.press("Tab")  # cwd
     await page.keyboard.press("Tab")  # title
     await page.keyboard.type("On the phone")

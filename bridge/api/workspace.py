@@ -56,20 +56,26 @@ def _subdirs(real: str, roots: list[str]) -> tuple[list[dict[str, str]], bool]:
     return found[:MAX_ENTRIES], len(found) > MAX_ENTRIES
 
 
+def _resolve(path: str, roots: list[str]) -> tuple[str, str]:
+    """The resolved directory ``path`` names and the root that holds it, or the error."""
+    if "\0" in path or not os.path.isabs(path):
+        raise InvalidRequest("path must be an absolute directory path", code="bad_path")
+    real = os.path.realpath(path)
+    root = _root_of(real, roots)
+    if root is None:
+        raise OutsideRoots("that directory is not inside the daemon's workspace roots")
+    if not os.path.isdir(real):
+        raise NotFound("no such directory", code="not_found")
+    return real, root
+
+
 def listing(roots: list[str], path: str | None) -> dict[str, Any]:
     """What the route answers; raises the route's errors."""
     real_roots = [os.path.realpath(r) for r in roots if os.path.isdir(r)]
     if path is None:
         dirs = [{"name": r, "path": r} for r in real_roots]
         return {"path": None, "parent": None, "dirs": dirs, "truncated": False}
-    if "\0" in path or not os.path.isabs(path):
-        raise InvalidRequest("path must be an absolute directory path", code="bad_path")
-    real = os.path.realpath(path)
-    root = _root_of(real, real_roots)
-    if root is None:
-        raise OutsideRoots("that directory is not inside the daemon's workspace roots")
-    if not os.path.isdir(real):
-        raise NotFound("no such directory", code="not_found")
+    real, root = _resolve(path, real_roots)
     try:
         dirs, truncated = _subdirs(real, real_roots)
     except OSError as exc:

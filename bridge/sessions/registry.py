@@ -143,6 +143,15 @@ class Registry:
         if live >= self.settings.server.max_conversations:
             raise Capacity(f"{live} agents are running (max_conversations); stop one or retry later")
 
+    def _fresh_workspace(self, tid: str, prof: AgentProfile) -> str:
+        """The directory of a thread created without a cwd; the bundled demo's holds a few
+        sample files, so that its "list files" shows something."""
+        path = self.settings.data_dir / "workspaces" / tid
+        path.mkdir(parents=True, exist_ok=True)
+        if prof.builtin and prof.name == DEMO_PROFILE:
+            write_demo_samples(path)
+        return str(path)
+
     async def create(
         self,
         *,
@@ -174,11 +183,7 @@ class Registry:
         )
         tid = new_id("thr")
         if cwd is None:
-            path = self.settings.data_dir / "workspaces" / tid
-            path.mkdir(parents=True, exist_ok=True)
-            if prof.builtin and name == DEMO_PROFILE:
-                write_demo_samples(path)  # so that the demo's "list files" shows something
-            cwd = str(path)
+            cwd = self._fresh_workspace(tid, prof)
         elif not os.path.isabs(cwd) or not os.path.isdir(cwd):
             raise InvalidRequest(f"cwd must be an existing absolute directory: {cwd}", code="bad_cwd")
         ts = now_iso()

@@ -49,23 +49,60 @@ ACP_RAW = {
     },
 }
 EVENTS = [
-    ev(1, "tool.call", "01.000", tool_call_id="e1", name="Edit",
-       input={"file_path": "/w/a.txt", "old_string": OLD, "new_string": OLD.replace("line 10\n", "line ten\n")}),
+    ev(
+        1,
+        "tool.call",
+        "01.000",
+        tool_call_id="e1",
+        name="Edit",
+        input={"file_path": "/w/a.txt", "old_string": OLD, "new_string": OLD.replace("line 10\n", "line ten\n")},
+    ),
     ev(2, "tool.result", "01.250", tool_call_id="e1", output="The file /w/a.txt has been updated.", is_error=False),
-    ev(3, "tool.call", "02.000", tool_call_id="w1", name="Write", input={"file_path": "/w/new.txt", "content": "a\nb\n"}),
-    ev(4, "tool.call", "03.000", tool_call_id="m1", name="MultiEdit",
-       input={"file_path": "/w/c.py", "edits": [{"old_string": "x = 1", "new_string": "x = 2"},
-                                                {"old_string": "y", "new_string": "y\nz"}]}),
-    ev(5, "tool.call", "04.000", tool_call_id="b1", name="Bash", input={"command": "ls -la /tmp\necho done", "description": "list"}),
+    ev(
+        3,
+        "tool.call",
+        "02.000",
+        tool_call_id="w1",
+        name="Write",
+        input={"file_path": "/w/new.txt", "content": "a\nb\n"},
+    ),
+    ev(
+        4,
+        "tool.call",
+        "03.000",
+        tool_call_id="m1",
+        name="MultiEdit",
+        input={
+            "file_path": "/w/c.py",
+            "edits": [{"old_string": "x = 1", "new_string": "x = 2"}, {"old_string": "y", "new_string": "y\nz"}],
+        },
+    ),
+    ev(
+        5,
+        "tool.call",
+        "04.000",
+        tool_call_id="b1",
+        name="Bash",
+        input={"command": "ls -la /tmp\necho done", "description": "list"},
+    ),
     ev(6, "tool.result", "06.500", tool_call_id="b1", output=LONG, is_error=False),
     ev(7, "tool.call", "07.000", tool_call_id="b2", name="Bash", input={"command": "false"}),
     ev(8, "tool.result", "07.100", tool_call_id="b2", output="Exit code 3\nboom", is_error=True),
     ev(9, "tool.call", "08.000", ACP_RAW, tool_call_id="a1", name="Edit", title="Edit b.txt", kind="edit", input=None),
     ev(10, "tool.call", "09.000", tool_call_id="s1", name="Screenshot", input={"url": "http://localhost/"}),
-    ev(11, "tool.result", "10.000", tool_call_id="s1", is_error=False,
-       output=[{"type": "text", "text": "captured"}, {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png()}},
-               {"type": "image", "source": {"type": "base64", "media_type": "image/svg+xml", "data": "PHN2Zz4="}}]),
-]  # fmt: skip
+    ev(
+        11,
+        "tool.result",
+        "10.000",
+        tool_call_id="s1",
+        is_error=False,
+        output=[
+            {"type": "text", "text": "captured"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png()}},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/svg+xml", "data": "PHN2Zz4="}},
+        ],
+    ),
+]
 
 
 async def fed(page: Page) -> None:

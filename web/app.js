@@ -3,7 +3,9 @@
 import { $, el, sizeText } from "./dom.js";
 import { ApiError, api, setUnauthorizedHandler } from "./net.js";
 import { ThreadStream } from "./stream.js";
+import { SlashMenu, advertised } from "./commands.js";
 import { NewThreadDialog } from "./newthread.js";
+import { SHORTCUTS, shortcut } from "./shortcuts.js";
 import { ThreadList } from "./threads.js";
 import { TranscriptView, pretty, usageText } from "./transcript.js";
 
@@ -83,6 +85,7 @@ class App {
         $("#prompt").focus();
       },
     });
+    this.slash = new SlashMenu($("#prompt"), $("#slash-menu"));
     this.dismissed = new Set(); // permission requests whose dialog the user closed
     this.forcePolling = new URLSearchParams(location.search).get("transport") === "poll";
     this.attachments = []; // {id, name, size, block, mediaType, data}: sent with the next prompt
@@ -186,6 +189,7 @@ class App {
       this.send();
     });
     $("#prompt").addEventListener("keydown", (e) => {
+      if (this.slash.key(e)) return;
       if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
         e.preventDefault();
         this.send();
@@ -223,7 +227,12 @@ class App {
       e.preventDefault();
       this.addFiles([...e.dataTransfer.files]);
     });
+    $("#show-keys").addEventListener("click", () => this.showKeys());
+    $("#keys-close").addEventListener("click", () => $("#keys-dialog").close());
+    $("#thread-search").addEventListener("input", (e) => this.list.setFilter({ text: e.target.value }));
+    $("#thread-state").addEventListener("change", (e) => this.list.setFilter({ state: e.target.value }));
     document.addEventListener("keydown", (e) => {
+      if (shortcut(e, this.shortcuts())) return;
       if (e.key !== "Escape" || document.querySelector("dialog[open]")) return;
       // On a narrow screen, Escape first closes a slide-over panel.
       for (const [panel, button] of [["sidebar", "#toggle-threads"], ["side", "#toggle-side"]]) {
@@ -258,6 +267,40 @@ class App {
       const want = new URLSearchParams(location.hash.slice(1)).get("t");
       if (want && (!this.current || this.current.id !== want)) this.openThread(want);
     });
+  }
+
+  shortcuts() {
+    const go = (step) => {
+      const id = this.list.neighbour(this.current ? this.current.id : null, step);
+      if (id) this.openThread(id).then(() => this.list.focus(id));
+    };
+    return {
+      help: () => this.showKeys(),
+      newThread: () => this.newThread.open(this.agents),
+      search: () => {
+        if (getComputedStyle($("#toggle-threads")).display !== "none" && !document.body.classList.contains("show-sidebar")) {
+          this.togglePanel("#sidebar", "#toggle-threads");
+        }
+        $("#thread-search").focus();
+      },
+      next: () => go(1),
+      previous: () => go(-1),
+      compose: () => this.current && $("#prompt").focus(),
+    };
+  }
+
+  showKeys() {
+    const body = $("#keys tbody");
+    body.replaceChildren();
+    for (const [keys, what] of SHORTCUTS) {
+      const tr = el("tr");
+      const k = el("td");
+      k.append(el("kbd", null, keys));
+      tr.append(k, el("td", null, what));
+      body.append(tr);
+    }
+    $("#keys-dialog").showModal();
+    $("#keys-close").focus();
   }
 
   togglePanel(panel, button) {
@@ -313,6 +356,7 @@ class App {
     this.list.render();
     this.updatePermissionUi();
     this.updateTurnUi();
+    this.slash.setCommands([]);
     cur.stream = new ThreadStream(id, {
       forcePolling: this.forcePolling,
       onEvents: (batch) => this.current === cur && this.onEvents(cur, batch),
@@ -361,6 +405,8 @@ class App {
     cur.view.apply(batch);
     let threadChanged = false;
     for (const ev of batch) {
+      const commands = advertised(ev);
+      if (commands) this.slash.setCommands((cur.commands = commands));
       const d = ev.data && typeof ev.data === "object" ? ev.data : {};
       switch (ev.kind) {
         case "turn.started":

@@ -27,6 +27,40 @@ export class ThreadList {
     this.feed = null;
     this.renderQueued = false;
     this.agoTimer = null;
+    this.filter = { text: "", state: "" };
+  }
+
+  setFilter(change) {
+    Object.assign(this.filter, change);
+    this.render();
+  }
+
+  /** Whether a thread passes the search box (title, agent, folder, state words) and the
+   * state filter ("working": a turn is active). */
+  matches(t) {
+    const { text, state } = this.filter;
+    if (state === "working" ? !t.turn_active : state && t.state !== state) return false;
+    const words = text.toLowerCase().split(/\s+/).filter(Boolean);
+    const hay = `${t.title || "untitled"} ${t.agent} ${t.cwd} ${t.state} ${t.model || ""}`.toLowerCase();
+    return words.every((w) => hay.includes(w));
+  }
+
+  visible() {
+    return [...this.threads.values()].filter((t) => this.matches(t)).sort(newestFirst);
+  }
+
+  /** The id of the thread `step` places after `id` among those shown (the first without one). */
+  neighbour(id, step) {
+    const shown = this.visible();
+    if (!shown.length) return null;
+    const i = shown.findIndex((t) => t.id === id);
+    if (i < 0) return shown[step > 0 ? 0 : shown.length - 1].id;
+    return shown[Math.max(0, Math.min(shown.length - 1, i + step))].id;
+  }
+
+  focus(id) {
+    const b = this.root.querySelector(`[data-thread-id="${CSS.escape(id)}"]`);
+    if (b) b.focus();
   }
 
   start() {
@@ -112,10 +146,16 @@ export class ThreadList {
     const list = this.root;
     const active = document.activeElement;
     const focusedId = active && list.contains(active) && active.dataset ? active.dataset.threadId : null;
-    const threads = [...this.threads.values()].sort(newestFirst);
+    const threads = this.visible();
     list.dataset.live = String(this.live);
     list.replaceChildren();
-    if (!threads.length) list.append(el("li", "empty-list", this.live ? "No threads yet." : "Loading threads…"));
+    const filtered = threads.length !== this.threads.size;
+    const count = document.getElementById("thread-count");
+    if (count) count.textContent = filtered ? `${threads.length} of ${this.threads.size} threads` : "";
+    if (!threads.length) {
+      const why = filtered ? "No thread matches." : this.live ? "No threads yet." : "Loading threads…";
+      list.append(el("li", "empty-list", why));
+    }
     for (const t of threads) {
       const li = el("li");
       const b = el("button", "thread-item");

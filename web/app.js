@@ -5,6 +5,7 @@ import { ApiError, api, setUnauthorizedHandler } from "./net.js";
 import { ThreadStream } from "./stream.js";
 import { SlashMenu, advertised } from "./commands.js";
 import { NewThreadDialog } from "./newthread.js";
+import { Notifier } from "./notify.js";
 import { SHORTCUTS, shortcut } from "./shortcuts.js";
 import { ThreadList } from "./threads.js";
 import { TranscriptView, pretty, usageText } from "./transcript.js";
@@ -75,9 +76,17 @@ class App {
         this.renderThreadHead();
       },
       onDeleted: (id) => this.current && this.current.id === id && this.threadGone("deleted"),
-      onLive: () => this.renderThreadHead(),
+      onLive: () => {
+        this.renderThreadHead();
+        this.updateTitle();
+      },
       onUnauthorized: () => this.showLogin("Your session ended; sign in again."),
+      onChange: (before, after) => {
+        this.notifier.changed(before, after, this.current ? this.current.id : null);
+        if ((before && before.pending_permissions) !== after.pending_permissions) this.updateTitle();
+      },
     });
+    this.notifier = new Notifier($("#notify"), { onOpen: (id) => this.openThread(id) });
     this.newThread = new NewThreadDialog({
       onCreated: async (t) => {
         this.list.upsert(t);
@@ -416,6 +425,7 @@ class App {
         case "turn.ended":
           cur.turnActive = cur.view.turnActive;
           cur.lastEnd = d;
+          if (ev.seq > cur.view.catchUpTo) this.notifier.turnEnded(cur.thread); // live, not a replay
           threadChanged = true;
           break;
         case "permission.requested":
@@ -699,7 +709,8 @@ class App {
 
   updateTitle() {
     const cur = this.current;
-    const waiting = cur ? cur.pending.size : 0;
+    // This thread's requests as its own stream tells them; the others' from the list.
+    const waiting = (cur ? cur.pending.size : 0) + this.list.waitingElsewhere(cur ? cur.id : null);
     const name = cur ? cur.thread.title || "Untitled" : "";
     document.title = `${waiting ? `(${waiting}) ` : ""}${name ? `${name} — ` : ""}agent-bridge`;
   }

@@ -14,13 +14,14 @@ const newestFirst = (a, b) => (a.updated_at < b.updated_at ? 1 : a.updated_at > 
 export class ThreadList {
   /** onPick(id): a thread was clicked; onThread(thread): a thread object changed;
    * onDeleted(id); onLive(bool); onUnauthorized(). currentId() is the open thread's id. */
-  constructor(root, { onPick, onThread, onDeleted, onLive, onUnauthorized, currentId }) {
+  constructor(root, { onPick, onThread, onDeleted, onLive, onUnauthorized, onChange, currentId }) {
     this.root = root;
     this.onPick = onPick;
     this.onThread = onThread;
     this.onDeleted = onDeleted;
     this.onLive = onLive || (() => {});
     this.onUnauthorized = onUnauthorized;
+    this.onChange = onChange || (() => {}); // (before, after): a thread the stream changed
     this.currentId = currentId;
     this.threads = new Map();
     this.live = false;
@@ -110,8 +111,10 @@ export class ThreadList {
       if (!this.threads.delete(t.id)) return;
       this.onDeleted(t.id);
     } else {
+      const before = this.threads.get(t.id);
       this.threads.set(t.id, t);
       if (t.id === this.currentId()) this.onThread(t);
+      this.onChange(before, t);
     }
     this.scheduleRender();
   }
@@ -129,8 +132,11 @@ export class ThreadList {
     if (this.threads.delete(id)) this.render();
   }
 
-  get(id) {
-    return this.threads.get(id);
+  /** Permission requests waiting in threads other than `exceptId`. */
+  waitingElsewhere(exceptId) {
+    let n = 0;
+    for (const t of this.threads.values()) if (t.id !== exceptId) n += t.pending_permissions || 0;
+    return n;
   }
 
   scheduleRender() {

@@ -78,6 +78,7 @@ INBOX: queue.Queue[dict | None] = queue.Queue()
 
 SLASH_COMMANDS = ["clear", "compact", "context", "review", "security-review"]
 
+
 def log(**entry: object) -> None:
     path = os.environ.get("FAKE_AGENT_LOG")
     if path:

@@ -129,3 +129,67 @@ async def test_the_agents_slash_commands_in_a_menu(web: Session) -> None:
         [{"name": "a", "description": ""}, {"name": "b", "description": ""}],
     ]
     web.assert_clean()
+
+
+NOTIFICATIONS = """
+window.shown = [];
+const Real = window.Notification;
+window.Notification = class extends Real {
+  constructor(title, options) { super(title, options); window.shown.push([title, options.body, options.tag]); }
+};
+Object.defineProperty(window.Notification, 'permission', { get: () => Real.permission });
+window.Notification.requestPermission = (...a) => Real.requestPermission(...a);
+Object.defineProperty(document, 'hidden', { get: () => window.pretendHidden === true });
+"""
+
+
+async def test_background_notifications_are_opt_in_and_the_title_counts_waiting_requests(web: Session) -> None:
+    asker = await api_thread(web, "asker", title="asks")
+    other = await api_thread(web, "stream-json", title="works")
+    ctx = await web.context(permissions=["notifications"])
+    await ctx.add_init_script(NOTIFICATIONS)
+    page = await web.page(ctx, thread=other)
+    button = page.locator("#notify")
+    await expect(button).to_have_text("Notify me")
+    await expect(button).to_have_attribute("aria-pressed", "false")
+    # Off: nothing is shown, even in the background.
+    await page.evaluate("window.pretendHidden = true")
+    async with web.d.http() as http:
+        assert (await http.post(f"/v1/threads/{other}/messages", json={"text": "one"})).status_code == 202
+    await expect(page.locator(".turn-end")).to_have_count(1)
+    await page.evaluate("window.pretendHidden = false")
+    await button.click()
+    await expect(button).to_have_text("Notifications on")
+    await expect(button).to_have_attribute("aria-pressed", "true")
+    # Visible tab: no notification either.
+    await send(page, "two")
+    await expect(page.locator(".turn-end")).to_have_count(2)
+    # Hidden: a turn that ends here, and a permission that waits in another thread.
+    await page.evaluate("window.pretendHidden = true")
+    async with web.d.http() as http:
+        assert (await http.post(f"/v1/threads/{other}/messages", json={"text": "three"})).status_code == 202
+        await page.wait_for_function("() => window.shown.length >= 1")
+        assert (await http.post(f"/v1/threads/{asker}/messages", json={"text": "ask"})).status_code == 202
+        await page.wait_for_function("() => window.shown.length >= 2")
+        # The tab's title counts the request waiting in the other thread.
+        await expect(page).to_have_title("(1) works — agent-bridge")
+        shown = await page.evaluate("window.shown")
+        assert shown == [
+            [
+                "Turn ended — works",
+                f"stream-json · {(await http.get(f'/v1/threads/{other}')).json()['cwd']}",
+                f"turn-{other}",
+            ],
+            ["Permission waiting — asks", "The agent (asker) asks to use a tool.", f"perm-{asker}"],
+        ]
+        (req,) = (await http.get(f"/v1/threads/{asker}/permissions")).json()["permissions"]
+        r = await http.post(f"/v1/threads/{asker}/permissions/{req['request_id']}", json={"decision": "deny"})
+        assert r.status_code == 200
+    await expect(page).to_have_title("works — agent-bridge")
+    # Off again: remembered across a reload.
+    await page.evaluate("window.pretendHidden = false")
+    await page.reload()
+    await expect(page.locator("#notify")).to_have_text("Notifications on")
+    await page.click("#notify")
+    await expect(page.locator("#notify")).to_have_text("Notify me")
+    web.assert_clean()

@@ -131,6 +131,7 @@ export function renderChanges(changes) {
     if (!parts.length) box.append(el("div", "diff-same", "(no change)"));
     for (const h of parts) {
       const pre = el("pre", "diff-hunk");
+      pre.tabIndex = 0; // it may scroll: reachable by keyboard
       for (const x of h) {
         const row = el("span", `diff-line diff-${x.op === "+" ? "add" : x.op === "-" ? "del" : "ctx"}`);
         row.append(el("span", "ln", x.o ? String(x.o) : ""), el("span", "ln", x.n ? String(x.n) : ""), el("span", "sign", x.op), el("span", "code", x.text));

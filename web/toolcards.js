@@ -69,6 +69,12 @@ function images(output) {
   return out;
 }
 
+/** A box that may scroll is reachable by keyboard (Tab, then the arrows). */
+export function scrollable(node) {
+  node.tabIndex = 0;
+  return node;
+}
+
 export class ToolCard {
   constructor(id) {
     this.data = {};
@@ -85,16 +91,16 @@ export class ToolCard {
     this.time = el("span", "tool-time");
     this.exit.hidden = true;
     sum.append(this.name, this.arg, this.title, this.status, this.exit, this.time);
-    this.command = el("pre", "tool-command");
+    this.command = scrollable(el("pre", "tool-command"));
     this.command.hidden = true;
     this.diff = el("div", "tool-diff");
     this.diff.hidden = true;
     this.inputBox = el("details", "tool-raw");
     this.inputBox.append(el("summary", "label", "Input"));
-    this.input = el("pre", "tool-input");
+    this.input = scrollable(el("pre", "tool-input"));
     this.inputBox.append(this.input);
     this.outputLabel = el("div", "label", "Result");
-    this.output = el("pre", "tool-output");
+    this.output = scrollable(el("pre", "tool-output"));
     this.more = el("button", "tool-more small");
     this.more.type = "button";
     this.more.addEventListener("click", () => this.showAll());

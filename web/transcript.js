@@ -49,6 +49,7 @@ function addCopyButton(pre) {
   button.type = "button";
   button.title = pre.dataset.lang ? `Copy the ${pre.dataset.lang} code` : "Copy the code";
   button.setAttribute("aria-live", "polite"); // "Copied" is read out
+  pre.tabIndex = 0; // a long block scrolls: reachable by keyboard
   wrap.append(button, pre);
 }
 

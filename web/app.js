@@ -1,5 +1,6 @@
 // agent-bridge web page: the reference client of docs/api.md. Plain ES modules, no build step,
 // nothing fetched from anywhere but the daemon that served it.
+import { Attachments, BODY_SLACK, MAX_BODY_BYTES } from "./attachments.js";
 import { $, el, sizeText } from "./dom.js";
 import { ApiError, api, setUnauthorizedHandler } from "./net.js";
 import { ThreadStream } from "./stream.js";
@@ -7,40 +8,13 @@ import { SlashMenu, advertised } from "./commands.js";
 import { NewThreadDialog } from "./newthread.js";
 import { Notifier } from "./notify.js";
 import { SHORTCUTS, shortcut } from "./shortcuts.js";
+import { renderTasks } from "./tasks.js";
 import { ThreadList } from "./threads.js";
 import { TranscriptView, pretty, usageText } from "./transcript.js";
 
 const DIAG_LIMIT = 500;
-// What the API takes as content blocks (bridge/api/content.py): these media types, at most
-// 64 blocks, and one request body (or WebSocket frame) of at most 8 MiB.
-const IMAGE_TYPES = ["image/png", "image/jpeg", "image/gif", "image/webp"];
-const DOCUMENT_TYPES = ["application/pdf", "text/plain"];
-const MAX_BLOCKS = 64;
 // How a turn's end status reads in the status line ("cancelled" is an interrupt).
 const TURN_STATUS = { cancelled: "interrupted" };
-const MAX_BODY_BYTES = 8 * 1024 * 1024;
-const BODY_SLACK = 16 * 1024; // JSON punctuation, the client_id, the block wrappers
-
-// The media type the API knows a file by, or null. Browsers give text files without a
-// known extension no type; a .txt file is text/plain whatever the browser says.
-function mediaType(file) {
-  const t = (file.type || "").toLowerCase();
-  if (IMAGE_TYPES.includes(t) || DOCUMENT_TYPES.includes(t)) return t;
-  if (/\.txt$/i.test(file.name || "") && (!t || t.startsWith("text/"))) return "text/plain";
-  return null;
-}
-
-function readBase64(file) {
-  return new Promise((resolve, reject) => {
-    const r = new FileReader();
-    r.onload = () => {
-      const url = String(r.result);
-      resolve(url.slice(url.indexOf(",") + 1)); // data:<type>;base64,<data>
-    };
-    r.onerror = () => reject(r.error || new Error("cannot read the file"));
-    r.readAsDataURL(file);
-  });
-}
 
 function newClientId() {
   const bytes = new Uint8Array(12);
@@ -97,8 +71,7 @@ class App {
     this.slash = new SlashMenu($("#prompt"), $("#slash-menu"));
     this.dismissed = new Set(); // permission requests whose dialog the user closed
     this.forcePolling = new URLSearchParams(location.search).get("transport") === "poll";
-    this.attachments = []; // {id, name, size, block, mediaType, data}: sent with the next prompt
-    this.attachSeq = 0;
+    this.att = new Attachments();
   }
 
   // ------------------------------------------------------------------ start, login
@@ -213,13 +186,13 @@ class App {
     $("#attach-input").addEventListener("change", (e) => {
       const files = [...e.target.files];
       e.target.value = ""; // the same file can be picked again
-      this.addFiles(files);
+      this.att.add(files);
     });
     $("#prompt").addEventListener("paste", (e) => {
       const files = e.clipboardData ? [...e.clipboardData.files] : [];
       if (!files.length) return;
       e.preventDefault();
-      this.addFiles(files);
+      this.att.add(files);
     });
     const composer = $("#composer");
     composer.addEventListener("dragover", (e) => {
@@ -234,7 +207,7 @@ class App {
       composer.classList.remove("dropping");
       if (!e.dataTransfer || !e.dataTransfer.files.length) return;
       e.preventDefault();
-      this.addFiles([...e.dataTransfer.files]);
+      this.att.add([...e.dataTransfer.files]);
     });
     $("#show-keys").addEventListener("click", () => this.showKeys());
     $("#keys-close").addEventListener("click", () => $("#keys-dialog").close());
@@ -504,93 +477,13 @@ class App {
 
   // ------------------------------------------------------------------ actions
 
-  // ------------------------------------------------------------------ attachments
-
-  // Bytes the attachments add to the request body (base64 is 4/3 of the file).
-  attachedBytes(list = this.attachments) {
-    return list.reduce((n, a) => n + a.data.length, 0);
-  }
-
-  async addFiles(files) {
-    const problems = [];
-    for (const file of files) {
-      const type = mediaType(file);
-      const name = file.name || "pasted file";
-      if (!type) {
-        problems.push(`${name}: this type of file cannot be sent (images: PNG, JPEG, GIF, WebP; documents: PDF, plain text)`);
-        continue;
-      }
-      if (this.attachments.length + 1 >= MAX_BLOCKS) {
-        problems.push(`${name}: at most ${MAX_BLOCKS - 1} attachments in one message`);
-        continue;
-      }
-      const encoded = 4 * Math.ceil(file.size / 3);
-      const text = $("#prompt").value;
-      if (this.attachedBytes() + encoded + text.length * 3 + BODY_SLACK > MAX_BODY_BYTES) {
-        problems.push(`${name} (${sizeText(file.size)}): too large — one message can carry about ${sizeText(Math.floor(((MAX_BODY_BYTES - BODY_SLACK) * 3) / 4))} of attachments`);
-        continue;
-      }
-      let data;
-      try {
-        data = await readBase64(file);
-      } catch (err) {
-        problems.push(`${name}: ${err.message}`);
-        continue;
-      }
-      this.attachments.push({
-        id: `att-${++this.attachSeq}`,
-        name,
-        size: file.size,
-        mediaType: type,
-        block: IMAGE_TYPES.includes(type) ? "image" : "document",
-        data,
-      });
-    }
-    $("#send-error").textContent = problems.length ? `Not attached: ${problems.join("; ")}` : "";
-    this.renderAttachments();
-  }
-
-  removeAttachment(id) {
-    const i = this.attachments.findIndex((a) => a.id === id);
-    if (i < 0) return;
-    this.attachments.splice(i, 1);
-    this.renderAttachments();
-    // Keep the keyboard where it was: on the next chip's remove button, else the box.
-    const buttons = document.querySelectorAll("#attachments .att-remove");
-    (buttons[Math.min(i, buttons.length - 1)] || $("#prompt")).focus();
-  }
-
-  renderAttachments() {
-    const list = $("#attachments");
-    list.replaceChildren();
-    list.hidden = !this.attachments.length;
-    for (const a of this.attachments) {
-      const li = el("li", "att-chip");
-      li.dataset.mediaType = a.mediaType;
-      if (a.block === "image") {
-        const img = el("img", "att-thumb");
-        img.alt = "";
-        img.src = `data:${a.mediaType};base64,${a.data}`;
-        li.append(img);
-      }
-      li.append(el("span", "att-name", a.name), el("span", "att-size", sizeText(a.size)));
-      const rm = el("button", "att-remove small", "×");
-      rm.type = "button";
-      rm.setAttribute("aria-label", `Remove ${a.name}`);
-      rm.addEventListener("click", () => this.removeAttachment(a.id));
-      li.append(rm);
-      list.append(li);
-    }
-    $("#attach").textContent = this.attachments.length ? `Attach (${this.attachments.length})` : "Attach";
-  }
-
   async send() {
     const cur = this.current;
     const box = $("#prompt");
     const text = box.value;
-    const files = this.attachments;
+    const files = this.att.items;
     if (!cur || (!text.trim() && !files.length)) return;
-    if (files.length && this.attachedBytes(files) + new TextEncoder().encode(JSON.stringify(text)).length + BODY_SLACK > MAX_BODY_BYTES) {
+    if (files.length && this.att.bytes(files) + new TextEncoder().encode(JSON.stringify(text)).length + BODY_SLACK > MAX_BODY_BYTES) {
       $("#send-error").textContent = `Not sent: the message and its attachments are over the daemon's limit of ${sizeText(MAX_BODY_BYTES)}; remove an attachment.`;
       return;
     }
@@ -603,15 +496,11 @@ class App {
     } else body = { text, client_id: clientId };
     if (text.trim()) this.lastPrompt = text;
     box.value = "";
-    this.attachments = [];
-    this.renderAttachments();
+    this.att.take();
     $("#send-error").textContent = "";
     const restore = () => {
       if (!box.value) box.value = text;
-      if (!this.attachments.length) {
-        this.attachments = files;
-        this.renderAttachments();
-      }
+      this.att.restore(files);
     };
     // client_id makes the send idempotent: after a network error, the same request is
     // sent again and the daemon answers with the original seq (docs/api.md §4.6).
@@ -845,71 +734,7 @@ class App {
   }
 
   renderTasks() {
-    const cur = this.current;
-    const list = $("#tasks");
-    const tasks = cur ? [...cur.tasks.values()] : [];
-    $("#task-count").textContent = tasks.length ? `(${tasks.filter((t) => t.status === "running").length} running / ${tasks.length})` : "";
-    list.replaceChildren();
-    if (!tasks.length) {
-      list.append(el("li", "empty-list", "No sub-agents or workflows in this thread."));
-      return;
-    }
-    for (const t of tasks) {
-      const li = el("li", "task");
-      li.dataset.taskId = t.task_id;
-      li.dataset.status = String(t.status ?? "");
-      const head = el("div", "task-head");
-      head.append(
-        el("span", "task-name", String(t.description || t.workflow_name || t.task_id)),
-        el("span", `badge status-${String(t.status).replace(/\W/g, "")}`, String(t.status ?? "?")),
-      );
-      li.append(head);
-      const kind = [t.task_type, t.subagent_type, t.workflow_name].filter((x) => typeof x === "string" && x).join(" · ");
-      if (kind) li.append(el("div", "task-kind", kind));
-      if (t.summary) li.append(el("div", "task-summary", String(t.summary)));
-      if (t.usage && typeof t.usage === "object") {
-        const u = [];
-        if (typeof t.usage.total_tokens === "number") u.push(`${t.usage.total_tokens} tokens`);
-        if (typeof t.usage.tool_uses === "number") u.push(`${t.usage.tool_uses} tool uses`);
-        if (typeof t.usage.duration_ms === "number") u.push(`${(t.usage.duration_ms / 1000).toFixed(1)} s`);
-        if (u.length) li.append(el("div", "task-usage", u.join(" · ")));
-      }
-      if (Array.isArray(t.workflow_progress) && t.workflow_progress.length) li.append(this.workflow(t.workflow_progress));
-      list.append(li);
-    }
-  }
-
-  // workflow_progress is a snapshot: phases ({type: "workflow_phase", index, title}) and
-  // agents ({type: "workflow_agent", phaseIndex, label, state, …}); other shapes are shown
-  // by whatever label and state they carry.
-  workflow(entries) {
-    const box = el("ol", "workflow");
-    const phases = new Map();
-    const loose = [];
-    for (const e of entries) {
-      if (!e || typeof e !== "object") continue;
-      if (e.type === "workflow_phase") {
-        const li = el("li", "phase");
-        li.append(el("span", "phase-title", String(e.title ?? `Phase ${e.index ?? ""}`)));
-        const agents = el("ul", "agents");
-        li.append(agents);
-        phases.set(e.index, agents);
-        box.append(li);
-      } else loose.push(e);
-    }
-    for (const e of loose) {
-      const label = e.label ?? e.step ?? e.title ?? e.name ?? e.agentId ?? e.type ?? "step";
-      const state = e.state ?? e.status ?? "";
-      const li = el("li", "step");
-      li.dataset.state = String(state);
-      li.append(el("span", "step-label", String(label)));
-      if (state) li.append(el("span", `badge state-${String(state).replace(/\W/g, "")}`, String(state)));
-      const extra = e.error ?? e.resultPreview;
-      if (extra) li.append(el("div", "step-extra", String(extra)));
-      const home = e.type === "workflow_agent" ? phases.get(e.phaseIndex) : null;
-      (home || box).append(li);
-    }
-    return box;
+    renderTasks($("#tasks"), $("#task-count"), this.current ? [...this.current.tasks.values()] : []);
   }
 
   // ------------------------------------------------------------------ diagnostics

@@ -239,6 +239,8 @@ async def test_a_full_chat_turn_with_the_demo_agent(web: Session, tmp_path: Path
     await expect(page.locator("#diagnostics .diag-process-started")).to_have_count(1)
     await expect(page.locator("#transcript")).not_to_contain_text("process started")
 
+    # The list follows the thread live: its turn is over (the change stream says so).
+    await expect(item.locator(".badge")).to_have_text("running")
     shot = tmp_path / "main.png"
     await page.screenshot(path=str(shot))
     assert shot.stat().st_size > 10_000

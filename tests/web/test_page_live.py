@@ -102,3 +102,22 @@ async def test_a_daemon_restart_under_an_open_page(browser: Browser, tmp_path: P
 def _expected_while_down(message: str) -> bool:
     """What chromium logs on its own about requests to a daemon that is not there."""
     return "ERR_CONNECTION_REFUSED" in message or "WebSocket connection to" in message
+
+
+async def test_a_second_browser_answers_a_permission_the_first_also_sees(web: Session) -> None:
+    tid = await api_thread(web, "asker", title="two people")
+    a = await web.page(thread=tid)
+    b = await web.page(thread=tid)  # another browser context: its own cookie and session
+    assert a.context is not b.context
+    web.errors = [e for e in web.errors if "401" not in e]  # b asked before it signed in
+    await send(a, "ask")
+    for page in (a, b):
+        await expect(page.locator("#perm-dialog")).to_be_visible()
+        await expect(page.locator("#perm-tool")).to_have_text("Bash")
+        await expect(page).to_have_title("(1) two people — agent-bridge")
+    await b.click("#perm-allow")
+    for page in (a, b):
+        await expect(page.locator("#perm-dialog")).to_be_hidden()
+        await expect(page.locator(".msg.assistant .body").last).to_have_text("permission: allow")
+        await expect(page).to_have_title("two people — agent-bridge")
+    web.assert_clean()

@@ -20,9 +20,6 @@ __all__ = ["browser", "web"]  # fixtures, used by name
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-# Well under the 5 s the page used to poll the list at: a change has to come from the stream.
-LIVE_MS = 3000
-
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -40,19 +37,21 @@ async def test_the_thread_list_follows_the_change_stream_without_polling(web: Se
     await expect(page.locator(".empty-list")).to_have_text("No threads yet.")
     listed = list_requests(web)
     assert listed == 1
-    # Created, changed and deleted elsewhere: the page hears of each from the stream.
+    # Created, changed and deleted elsewhere: the page hears of each from the stream (no
+    # timing is asserted, the machine may be loaded: that the list is never requested
+    # again is what shows there is no polling).
     tid = await api_thread(web, "stream-json", title="from elsewhere")
     item = page.locator(f'.thread-item[data-thread-id="{tid}"]')
-    await expect(item).to_contain_text("from elsewhere", timeout=LIVE_MS)
+    await expect(item).to_contain_text("from elsewhere")
     async with web.d.http() as http:
         r = await http.post(f"/v1/threads/{tid}/messages", json={"text": "hi"})
         assert r.status_code in (200, 202), r.text
-        await expect(item.locator(".badge")).to_have_text(re.compile("working|running"), timeout=LIVE_MS)
+        await expect(item.locator(".badge")).to_have_text(re.compile("working|running"))
         r = await http.patch(f"/v1/threads/{tid}", json={"title": "renamed elsewhere"})
         assert r.status_code == 200, r.text
-        await expect(item.locator(".t-title")).to_have_text("renamed elsewhere", timeout=LIVE_MS)
+        await expect(item.locator(".t-title")).to_have_text("renamed elsewhere")
         assert (await http.delete(f"/v1/threads/{tid}")).status_code == 204
-    await expect(item).to_have_count(0, timeout=LIVE_MS)
+    await expect(item).to_have_count(0)
     assert list_requests(web) == listed, "the page polled the thread list"
     web.assert_clean()
 

@@ -1,4 +1,5 @@
-"""Command line (docs/api.md §1.1): ``serve``, ``agents``, ``migrate``, ``status``, ``login-link``, ``--version``."""
+"""Command line (docs/api.md §1.1): ``serve``, ``agents``, ``migrate``, ``users``, ``status``, ``login-link``,
+``--version``."""
 
 from __future__ import annotations
 
@@ -69,7 +70,24 @@ def _parser() -> argparse.ArgumentParser:
     migrate = sub.add_parser("migrate", help="create or upgrade the store's schema, then exit")
     common(migrate)
     migrate.add_argument("--store-url", help="store URL (env AGENT_BRIDGE_STORE_URL, [store] url)")
+    _users_commands(sub, common)
     return p
+
+
+def _users_commands(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
+    """``users add|list|revoke`` ([auth] mode = "users", docs/security.md "Users")."""
+    users = sub.add_parser("users", help="add, list or revoke users (in the configured store)")
+    usub = users.add_subparsers(dest="users_command", required=True)
+    add = usub.add_parser("add", help="add a user (or give a revoked one a new token); prints the token once")
+    add.add_argument("name")
+    add.add_argument("--admin", action="store_true", help="the user sees and may act on every thread")
+    listing = usub.add_parser("list", help="list users")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    revoke = usub.add_parser("revoke", help="revoke a user: their token, sessions and open streams end")
+    revoke.add_argument("name")
+    for sp in (add, listing, revoke):
+        common(sp)
+        sp.add_argument("--store-url", help="store URL (env AGENT_BRIDGE_STORE_URL, [store] url)")
 
 
 def _desktop_serve_flags(serve: argparse.ArgumentParser) -> None:
@@ -101,6 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return status(_data_dir(args.data_dir), as_json=args.json)
         if args.command == "login-link":
             return login_link(_data_dir(args.data_dir))
+        if args.command == "users":
+            settings = load_settings(config=args.config, data_dir=args.data_dir, discover_path=False)
+            return asyncio.run(_users(args, args.store_url or settings.store_url, settings.auth.mode))
         if args.command == "migrate":
             settings = load_settings(config=args.config, data_dir=args.data_dir, discover_path=False)
             return _migrate(args.store_url or settings.store_url)
@@ -176,6 +197,43 @@ def _agents(settings: Settings, *, as_json: bool) -> int:
             tested = ", ".join(sorted(TESTED[seen["package"]]))
             print(f"     untested version: {seen['package']} {seen['version']} (tested: {tested}; docs/agents.md)")
     return 0
+
+
+async def _users(args: argparse.Namespace, url: str, mode: str) -> int:
+    from bridge.api.users import check_name, new_token, token_hash
+
+    if mode != "users":
+        print('agent-bridge: note: [auth] mode is "token": users count only with mode = "users"', file=sys.stderr)
+    store_factory.check_schema(url)
+    store = await store_factory.open_store(url)
+    try:
+        if args.users_command == "list":
+            rows = await store.list_users()
+            if args.json:
+                print(json.dumps([vars_of(u) for u in rows], indent=2))
+            for u in [] if args.json else rows:
+                state = f"revoked {u.revoked_at}" if u.revoked_at else "active"
+                print(f"{u.name}\t{'admin' if u.admin else 'user'}\t{state}\tadded {u.created_at}")
+            return 0
+        if (problem := check_name(args.name)) is not None:
+            raise BridgeError(problem)
+        if args.users_command == "add":
+            token = new_token()
+            if not await store.add_user(args.name, token_hash(token), admin=args.admin):
+                raise BridgeError(f"user {args.name!r} exists; revoke it first to issue a new token")
+            print(token)  # the only time it is shown: the store keeps its hash
+            print(f"agent-bridge: user {args.name!r} added; the token above is shown only once", file=sys.stderr)
+            return 0
+        if not await store.revoke_user(args.name):
+            raise BridgeError(f"no active user {args.name!r}")
+        print(f"agent-bridge: user {args.name!r} revoked", file=sys.stderr)
+        return 0
+    finally:
+        await store.close()
+
+
+def vars_of(user: Any) -> dict[str, Any]:
+    return {"name": user.name, "admin": user.admin, "created_at": user.created_at, "revoked_at": user.revoked_at}
 
 
 def _migrate(url: str) -> int:

@@ -411,7 +411,7 @@ class Conversation:
 
     # ------------------------------------------------------------------ client operations
 
-    async def submit(self, content: list[dict[str, Any]], client_id: str | None) -> Accepted:
+    async def submit(self, content: list[dict[str, Any]], client_id: str | None, *, by: str | None = None) -> Accepted:
         if not self.store.healthy:
             raise StoreError("the transcript store cannot be written right now; retry later", code="store_unavailable")
         if client_id is not None and (dup := await self._duplicate(client_id)) is not None:
@@ -423,7 +423,7 @@ class Conversation:
             # Under the lock: a resent client_id can never race its twin.
             if client_id is not None and (dup := await self._duplicate(client_id)) is not None:
                 return dup
-            acc, actions = self.core.prompt(content, client_id)
+            acc, actions = self.core.prompt(content, client_id, by)
             try:
                 await self._perform(actions)
             except BaseException:
@@ -441,23 +441,32 @@ class Conversation:
             if reason is not None:
                 raise InvalidRequest(reason, code="unsupported_content")
 
-    async def interrupt(self) -> bool:
+    async def interrupt(self, *, by: str | None = None) -> bool:
         """Cancel the active turn. Idempotent; False when no turn is active."""
         async with self._lock:
-            active, actions = self.core.interrupt()
+            active, actions = self.core.interrupt(by)
             await self._perform(actions)
             return active
 
     async def answer_permission(
-        self, request_id: str, decision: str, *, by: str, option_id: str | None = None, message: str | None = None
+        self,
+        request_id: str,
+        decision: str,
+        *,
+        by: str,
+        option_id: str | None = None,
+        message: str | None = None,
+        user: str | None = None,
     ) -> dict[str, Any]:
         """One answer per request: the first wins; later ones are refused (409)."""
         async with self._lock:
-            data, actions = self.core.answer(request_id, decision, by=by, option_id=option_id, message=message)
+            data, actions = self.core.answer(
+                request_id, decision, by=by, option_id=option_id, message=message, user=user
+            )
             await self._perform(actions)
             return data
 
-    async def write_raw(self, message: dict[str, Any], sub: Subscriber | None = None) -> int:
+    async def write_raw(self, message: dict[str, Any], sub: Subscriber | None = None, *, by: str | None = None) -> int:
         """The ``raw`` op / raw mode: write a client's JSON object to stdin, as the dialect
         says (the codec may route a response back to ``sub`` only)."""
         await self.ensure_started()
@@ -465,7 +474,7 @@ class Conversation:
         async with self._lock:
             if self._proc is None:
                 raise Conflict("the agent process is not running", code="agent_exited")
-            actions = self.core.raw(message, route)
+            actions = self.core.raw(message, route, by)
             if sub is not None:
                 self._raw_routes[route] = sub
             await self._perform(actions)

@@ -12,7 +12,7 @@ import structlog
 
 from bridge.clock import now_iso
 from bridge.config import THREAD_OPTION_KEYS, AgentProfile, Settings
-from bridge.errors import Capacity, InvalidRequest, LaunchRefused, NotFound
+from bridge.errors import Busy, Capacity, InvalidRequest, LaunchRefused, NotFound
 from bridge.ids import new_id
 from bridge.launching import check_profile, spawn_options
 from bridge.process.agent_io import Spawn
@@ -138,9 +138,17 @@ class Registry:
         return prof
 
     def _check_capacity(self, conv: Conversation) -> None:
-        live = sum(1 for c in self._convs.values() if (c.running or c.starting) and c is not conv)
-        if live >= self.settings.server.max_conversations:
-            raise Capacity(f"{live} agents are running (max_conversations); stop one or retry later")
+        others = [c for c in self._convs.values() if (c.running or c.starting) and c is not conv]
+        if len(others) >= self.settings.server.max_conversations:
+            raise Capacity(f"{len(others)} agents are running (max_conversations); stop one or retry later")
+        owner, cap = conv.thread.get("owner"), self.settings.auth.max_conversations_per_user
+        if owner is not None and cap is not None:
+            mine = sum(1 for c in others if c.thread.get("owner") == owner)
+            if mine >= cap:
+                raise Busy(
+                    f"{mine} of your agents are running (max_conversations_per_user); stop one or retry later",
+                    code="user_conversation_limit",
+                )
 
     async def create(
         self,
@@ -151,6 +159,7 @@ class Registry:
         title: str | None,
         options: dict[str, Any] | None,
         native_session_id: str | None = None,
+        owner: str | None = None,
     ) -> Conversation:
         name = agent or self.settings.default_agent
         prof = self.profile(name)
@@ -196,6 +205,7 @@ class Registry:
             "options": options,
             "pid": None,
             "pending_permissions": 0,
+            "owner": owner,  # the creating user (users mode); None in token mode
         }
         await self.store.create_thread(row)
         conv = self._make(row)

@@ -202,6 +202,7 @@ def _agents(settings: Settings, *, as_json: bool) -> int:
 async def _users(args: argparse.Namespace, url: str, mode: str) -> int:
     from bridge.api.users import check_name, new_token, token_hash
 
+    configure_logging("console", logging.WARNING)  # stdout carries the token alone
     if mode != "users":
         print('agent-bridge: note: [auth] mode is "token": users count only with mode = "users"', file=sys.stderr)
     store_factory.check_schema(url)

@@ -119,12 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return status(_data_dir(args.data_dir), as_json=args.json)
         if args.command == "login-link":
             return login_link(_data_dir(args.data_dir))
-        if args.command == "users":
-            settings = load_settings(config=args.config, data_dir=args.data_dir, discover_path=False)
-            return asyncio.run(_users(args, args.store_url or settings.store_url, settings.auth.mode))
-        if args.command == "migrate":
-            settings = load_settings(config=args.config, data_dir=args.data_dir, discover_path=False)
-            return _migrate(args.store_url or settings.store_url)
+        if args.command in ("users", "migrate"):
+            return _store_command(args)
         if args.uds and (args.host or args.port is not None):
             raise BridgeError("--uds listens on a Unix socket instead of TCP: give no --host or --port")
         settings = load_settings(
@@ -199,38 +195,59 @@ def _agents(settings: Settings, *, as_json: bool) -> int:
     return 0
 
 
+def _store_command(args: argparse.Namespace) -> int:
+    """``migrate`` and ``users``: the store of ``--store-url``, else the configured one."""
+    settings = load_settings(config=args.config, data_dir=args.data_dir, discover_path=False)
+    url = args.store_url or settings.store_url
+    if args.command == "migrate":
+        return _migrate(url)
+    return asyncio.run(_users(args, url, settings.auth.mode))
+
+
 async def _users(args: argparse.Namespace, url: str, mode: str) -> int:
-    from bridge.api.users import check_name, new_token, token_hash
+    """``agent-bridge users add|list|revoke`` (docs/api.md §1.1, §3.6)."""
+    from bridge.api.users import check_name
 
     configure_logging("console", logging.WARNING)  # stdout carries the token alone
     if mode != "users":
         print('agent-bridge: note: [auth] mode is "token": users count only with mode = "users"', file=sys.stderr)
+    if args.users_command != "list" and (problem := check_name(args.name)) is not None:
+        raise BridgeError(problem)
     store_factory.check_schema(url)
     store = await store_factory.open_store(url)
     try:
         if args.users_command == "list":
-            rows = await store.list_users()
-            if args.json:
-                print(json.dumps([vars_of(u) for u in rows], indent=2))
-            for u in [] if args.json else rows:
-                state = f"revoked {u.revoked_at}" if u.revoked_at else "active"
-                print(f"{u.name}\t{'admin' if u.admin else 'user'}\t{state}\tadded {u.created_at}")
-            return 0
-        if (problem := check_name(args.name)) is not None:
-            raise BridgeError(problem)
+            return await _users_list(store, as_json=args.json)
         if args.users_command == "add":
-            token = new_token()
-            if not await store.add_user(args.name, token_hash(token), admin=args.admin):
-                raise BridgeError(f"user {args.name!r} exists; revoke it first to issue a new token")
-            print(token)  # the only time it is shown: the store keeps its hash
-            print(f"agent-bridge: user {args.name!r} added; the token above is shown only once", file=sys.stderr)
-            return 0
+            return await _users_add(store, args.name, admin=args.admin)
         if not await store.revoke_user(args.name):
             raise BridgeError(f"no active user {args.name!r}")
         print(f"agent-bridge: user {args.name!r} revoked", file=sys.stderr)
         return 0
     finally:
         await store.close()
+
+
+async def _users_list(store: Any, *, as_json: bool) -> int:
+    rows = await store.list_users()
+    if as_json:
+        print(json.dumps([vars_of(u) for u in rows], indent=2))
+        return 0
+    for u in rows:
+        state = f"revoked {u.revoked_at}" if u.revoked_at else "active"
+        print(f"{u.name}\t{'admin' if u.admin else 'user'}\t{state}\tadded {u.created_at}")
+    return 0
+
+
+async def _users_add(store: Any, name: str, *, admin: bool) -> int:
+    from bridge.api.users import new_token, token_hash
+
+    token = new_token()
+    if not await store.add_user(name, token_hash(token), admin=admin):
+        raise BridgeError(f"user {name!r} exists; revoke it first to issue a new token")
+    print(token)  # the only time it is shown: the store keeps its hash
+    print(f"agent-bridge: user {name!r} added; the token above is shown only once", file=sys.stderr)
+    return 0
 
 
 def vars_of(user: Any) -> dict[str, Any]:

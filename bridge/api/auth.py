@@ -317,25 +317,41 @@ async def authenticate(
         return OPERATOR
     directory: UserDirectory | None = state.users
     if directory is not None and (proxied := directory.proxy_name(headers, peer)) is not None:
-        user = await directory.by_name(proxied)
-        if user is None:
-            state.refusals.refused(peer, "proxy user", guess=False)
-        return user
-    given = bearer_from_header(headers.get("authorization"))
-    if given is None and websocket:
-        given = bearer_from_subprotocols(offered_subprotocols(headers))
+        return await _proxy_user(state, directory, proxied, peer)
+    given = given_token(headers, websocket=websocket)
     if given is None and (user := await _session_user(state, cookies.get(COOKIE_NAME))) is not None:
         return user
     refusals: Refusals = state.refusals
     if (wait := refusals.retry_after(peer)) is not None:
         raise Throttled(f"too many wrong credentials from {peer}; retry in {wait} s", retry_after_s=wait)
     if given is not None:
-        if (user := await token_user(state, given)) is not None:
-            return user
-        refusals.refused(peer, "token", guess=True)
-        return None
+        return await _checked_token(state, given, peer)
     refusals.refused(peer, "session cookie" if COOKIE_NAME in cookies else "no credentials", guess=False)
     return None
+
+
+def given_token(headers: Mapping[str, str], *, websocket: bool) -> str | None:
+    """The bearer token sent: the header, or for a WebSocket upgrade the subprotocol."""
+    given = bearer_from_header(headers.get("authorization"))
+    if given is None and websocket:
+        given = bearer_from_subprotocols(offered_subprotocols(headers))
+    return given
+
+
+async def _checked_token(state: Any, given: str, peer: str) -> User | None:
+    """A bearer token's user; a wrong one counts against the peer (:class:`Refusals`)."""
+    user = await token_user(state, given)
+    if user is None:
+        state.refusals.refused(peer, "token", guess=True)
+    return user
+
+
+async def _proxy_user(state: Any, directory: UserDirectory, name: str, peer: str) -> User | None:
+    """The user a trusted proxy named: an active user, else nobody (401)."""
+    user = await directory.by_name(name)
+    if user is None:
+        state.refusals.refused(peer, "proxy user", guess=False)
+    return user
 
 
 async def token_user(state: Any, given: str) -> User | None:

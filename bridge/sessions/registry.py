@@ -141,14 +141,19 @@ class Registry:
         others = [c for c in self._convs.values() if (c.running or c.starting) and c is not conv]
         if len(others) >= self.settings.server.max_conversations:
             raise Capacity(f"{len(others)} agents are running (max_conversations); stop one or retry later")
+        self._check_user_capacity(conv, others)
+
+    def _check_user_capacity(self, conv: Conversation, others: list[Conversation]) -> None:
+        """[auth] max_conversations_per_user: the thread's owner's other running agents."""
         owner, cap = conv.thread.get("owner"), self.settings.auth.max_conversations_per_user
-        if owner is not None and cap is not None:
-            mine = sum(1 for c in others if c.thread.get("owner") == owner)
-            if mine >= cap:
-                raise Busy(
-                    f"{mine} of your agents are running (max_conversations_per_user); stop one or retry later",
-                    code="user_conversation_limit",
-                )
+        if owner is None or cap is None:
+            return
+        mine = sum(1 for c in others if c.thread.get("owner") == owner)
+        if mine >= cap:
+            raise Busy(
+                f"{mine} of your agents are running (max_conversations_per_user); stop one or retry later",
+                code="user_conversation_limit",
+            )
 
     async def create(
         self,

@@ -67,9 +67,7 @@ async def test_threads_are_listed_by_owner_and_the_change_log_keeps_a_deleted_th
 
         assert await store.delete_thread("thr_b1")
         changes = await store.read_changes(0, 100)
-        owners = {
-            c.thread_id: (c.kind, c.owner if c.thread is None else c.thread.get("owner")) for c in changes
-        }
+        owners = {c.thread_id: (c.kind, c.owner if c.thread is None else c.thread.get("owner")) for c in changes}
         assert owners == {
             "thr_a1": ("thread.created", "alice"),
             "thr_a2": ("thread.created", "alice"),

@@ -200,7 +200,9 @@ class MemoryStore:
         self, *, limit: int, cursor: str | None, agent: str | None, owner: str | None = None
     ) -> tuple[list[dict[str, Any]], str | None]:
         rows = sorted(self.threads.values(), key=lambda r: (r["updated_at"], r["id"]), reverse=True)
-        rows = [r for r in rows if (agent is None or r["agent"] == agent) and (owner is None or r.get("owner") == owner)]
+        rows = [
+            r for r in rows if (agent is None or r["agent"] == agent) and (owner is None or r.get("owner") == owner)
+        ]
         return [dict(r) for r in rows[:limit]], None
 
     async def update_thread(self, thread_id: str, fields: dict[str, Any]) -> None:

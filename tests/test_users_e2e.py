@@ -100,8 +100,15 @@ async def frames_until(conn: Any, pred: Callable[[dict[str, Any]], bool]) -> lis
     return seen
 
 
-async def sse_until(d: Daemon, path: str, token: str, pred: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
-    """An SSE stream's data frames, up to the first that satisfies ``pred``."""
+async def sse_until(
+    d: Daemon,
+    path: str,
+    token: str,
+    pred: Callable[[dict[str, Any]], bool],
+    connected: asyncio.Event | None = None,
+) -> list[dict[str, Any]]:
+    """An SSE stream's data frames, up to the first that satisfies ``pred``; ``connected``
+    is set at the first frame."""
     seen: list[dict[str, Any]] = []
     async with httpx.AsyncClient(base_url=d.url, timeout=STEP_TIMEOUT) as c, asyncio.timeout(STEP_TIMEOUT):
         async with c.stream("GET", path, headers=bearer(token)) as r:
@@ -109,6 +116,8 @@ async def sse_until(d: Daemon, path: str, token: str, pred: Callable[[dict[str, 
             async for line in r.aiter_lines():
                 if line.startswith("data: "):
                     seen.append(json.loads(line[6:]))
+                    if connected is not None:
+                        connected.set()
                     if pred(seen[-1]):
                         return seen
     raise AssertionError(f"the stream ended first: {seen}")
@@ -125,6 +134,10 @@ async def transcript_until(
             assert r.status_code == 200, r.text
             seen += r.json()["events"]
     return seen
+
+
+def marked(tid: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda f: f.get("thread", {}).get("id") == tid and f["thread"].get("title") == "marker"
 
 
 def thread_routes(tid: str) -> list[tuple[str, str, dict[str, Any] | None]]:
@@ -190,17 +203,32 @@ async def test_each_users_threads_are_theirs_on_every_route_and_an_admin_sees_al
         for path in (f"/v1/threads/{a}/permissions", f"/v1/threads/{a}/tasks"):
             assert (await http.get(path, headers=bearer(tok["root"]))).status_code == 200
 
-        # Bob's own thread: his alone; the change streams show him only his own.
+        # Bob's own thread: his alone; the change streams show him only his own. Alice's
+        # thread changes first, then Bob's: a stream that reaches Bob's change has passed
+        # Alice's (both threads are quiet otherwise, so neither moves on past it).
+        await transcript_until(http, a, tok["root"], lambda e: e["seq"] > seq and e["kind"] == "turn.ended")
         r = await http.post("/v1/threads", json={"agent": "stream-json"}, headers=bearer(tok["bob"]))
         c = r.json()["id"]
-        changes = await ws_as(d, "/v1/ws?since=0", tok["bob"])
-        seen = await frames_until(changes, lambda f: f.get("thread", {}).get("id") == c)
-        await changes.close()
-        assert seen[0]["kind"] == "ready" and {f["thread"]["id"] for f in seen[1:]} == {c}
-        seen = await sse_until(d, "/v1/events?since=0", tok["bob"], lambda f: f.get("thread", {}).get("id") == c)
-        assert {f["thread"]["id"] for f in seen[1:]} == {c}
-        seen = await sse_until(d, "/v1/events?since=0", tok["root"], lambda f: f.get("thread", {}).get("id") == c)
-        assert {f["thread"]["id"] for f in seen[1:]} == {a, c}
+        assert (await http.get(f"/v1/threads/{a}", headers=bearer(tok["root"]))).status_code == 200  # settled
+        sockets = {n: await ws_as(d, "/v1/ws", tok[n]) for n in ("bob", "root")}
+        for conn in sockets.values():
+            assert json.loads(await conn.recv())["kind"] == "ready"
+        sse: dict[str, asyncio.Task[list[dict[str, Any]]]] = {}
+        for n in ("bob", "root"):
+            connected = asyncio.Event()
+            sse[n] = asyncio.create_task(sse_until(d, "/v1/events", tok[n], marked(c), connected))
+            await asyncio.wait_for(connected.wait(), STEP_TIMEOUT)
+        r = await http.patch(f"/v1/threads/{a}", json={"title": "marker"}, headers=bearer(tok["alice"]))
+        assert r.status_code == 200
+        r = await http.patch(f"/v1/threads/{c}", json={"title": "marker"}, headers=bearer(tok["bob"]))
+        assert r.status_code == 200
+        for n in ("bob", "root"):
+            over_ws = await frames_until(sockets[n], marked(c))
+            await sockets[n].close()
+            over_sse = await asyncio.wait_for(sse[n], STEP_TIMEOUT)
+            for seen in (over_ws, over_sse[1:]):
+                ids = {f["thread"]["id"] for f in seen}
+                assert ids == ({c} if n == "bob" else {a, c}), (n, seen)
         r = await http.get(f"/v1/threads/{c}", headers=bearer(tok["alice"]))
         assert r.status_code == 404
 

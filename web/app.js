@@ -181,6 +181,9 @@ class App {
   async enter() {
     $("#login").hidden = true;
     $("#app").hidden = false;
+    // Who is signed in (GET /v1/me, docs/api.md §4.16); an admin of users mode sees owners.
+    this.me = await api("GET", "/v1/me").catch(() => null);
+    $("#whoami").textContent = this.me ? `${this.me.name}${this.me.admin && this.me.mode === "users" ? " (admin)" : ""}` : "";
     await this.refreshThreads();
     clearInterval(this.listTimer);
     this.listTimer = setInterval(() => {
@@ -353,6 +356,7 @@ class App {
       if (this.current && this.current.id === t.id) b.setAttribute("aria-current", "true");
       const title = el("span", "t-title", t.title || "Untitled");
       const meta = el("span", "t-meta", `${t.agent} · ${t.cwd}`);
+      if (this.me && this.me.admin && this.me.mode === "users") meta.prepend(el("span", "t-owner", `${t.owner || "no owner"} · `));
       const foot = el("span", "t-foot");
       const state = el("span", `badge state-${t.state}`, t.turn_active ? "working" : t.state);
       foot.append(state, el("span", "t-when", ago(t.updated_at)));

@@ -288,11 +288,15 @@ async def test_revoking_a_user_closes_their_streams_and_refuses_them_on_every_re
         sse_closed = asyncio.create_task(
             sse_until(d, f"/v1/threads/{tid}/events/stream?after=0", alice, lambda f: "reason" in f)
         )
+        connected = asyncio.Event()
+        changes_closed = asyncio.create_task(sse_until(d, "/v1/events", alice, lambda f: "kind" not in f, connected))
+        await asyncio.wait_for(connected.wait(), STEP_TIMEOUT)
         await transcript_until(http, tid, alice, lambda e: e["kind"] == "turn.ended")  # the SSE is reading
         rc, _, err = await users_cli(users_url, "revoke", "alice")
         assert rc == 0, err
 
         assert (await asyncio.wait_for(sse_closed, STEP_TIMEOUT))[-1] == {"reason": "user_revoked"}
+        assert (await asyncio.wait_for(changes_closed, STEP_TIMEOUT))[-1] == {"reason": "user_revoked"}
         assert await close_code(thread_ws.conn) == 4401
         for conn in change_streams:
             assert await close_code(conn) == 4401

@@ -10,6 +10,7 @@
     ├── Busy                         too many queued prompts on one thread
     ├── Capacity                     max_conversations agents are already running
     ├── Conflict                     the thread is not in a state that allows this
+    │   └── NotOwner                 another replica holds the thread's live lease
     └── StoreError                   the store failed; nothing acknowledged was lost
         └── LeaseLost                an append under an epoch that is no longer the live lease
 
@@ -90,6 +91,16 @@ class Capacity(BridgeError):
 class Conflict(BridgeError):
     code = "conflict"
     status = 409
+
+
+class NotOwner(Conflict):
+    """Another replica holds the thread's live lease: only it may run the agent."""
+
+    code = "not_owner"
+
+    def __init__(self, message: str, *, owner: str | None = None) -> None:
+        super().__init__(message)
+        self.owner = owner
 
 
 class StoreError(BridgeError):

@@ -152,6 +152,7 @@ def thread_routes(tid: str) -> list[tuple[str, str, dict[str, Any] | None]]:
         ("GET", f"{base}/permissions", None),
         ("POST", f"{base}/permissions/perm_1", {"decision": "allow"}),
         ("GET", f"{base}/tasks", None),
+        ("GET", f"{base}/history", None),
         ("GET", f"{base}/events?after=0&wait=0.2", None),
         ("GET", f"{base}/events/stream", None),
         ("DELETE", base, None),

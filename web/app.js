@@ -181,7 +181,7 @@ class App {
   async enter() {
     $("#login").hidden = true;
     $("#app").hidden = false;
-    // Who is signed in (GET /v1/me, docs/api.md §4.16); an admin of users mode sees owners.
+    // Who is signed in (GET /v1/me, docs/api.md §4.17); an admin of users mode sees owners.
     this.me = await api("GET", "/v1/me").catch(() => null);
     $("#whoami").textContent = this.me ? `${this.me.name}${this.me.admin && this.me.mode === "users" ? " (admin)" : ""}` : "";
     await this.refreshThreads();

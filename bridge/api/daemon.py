@@ -20,7 +20,7 @@ router = APIRouter(prefix="/v1", dependencies=[Depends(require_auth)])
 
 @router.get("/me")
 async def me(request: Request) -> dict[str, Any]:
-    """Who the caller is (docs/api.md §4.16): ``{"name", "admin", "mode"}``."""
+    """Who the caller is (docs/api.md §4.17): ``{"name", "admin", "mode"}``."""
     return me_view(current_user(request), request.app.state.settings.auth.mode)
 
 

@@ -30,7 +30,7 @@ import structlog
 from bridge import __version__
 from bridge.clock import now_iso
 from bridge.config import THREAD_OPTION_KEYS, AgentProfile, Settings
-from bridge.errors import BridgeError, Conflict, InvalidRequest, LaunchRefused, StoreError
+from bridge.errors import BridgeError, Conflict, InvalidRequest, LaunchRefused, NotOwner, StoreError
 from bridge.launching import spawn_options
 from bridge.process.agent_io import AgentIO, ExitInfo, Spawn
 from bridge.process.agent_process import AgentProcess
@@ -44,7 +44,9 @@ from bridge.sessions.actions import Accepted, Action, ArmTimer, CancelTimer, Emi
 from bridge.sessions.announce import Announcer
 from bridge.sessions.core import ConversationCore
 from bridge.sessions.fanout import Fanout, Subscriber
+from bridge.sessions.history import Compactor, Item
 from bridge.sessions.owned import Owned
+from bridge.sessions.remote import Owners, accepted_from
 from bridge.sessions.scrub import Scrubber
 from bridge.sessions.tasks import TaskTable
 from bridge.store.base import Store, ThreadRow, apply_fields
@@ -56,6 +58,10 @@ log = structlog.get_logger("bridge.conversation")
 DRAIN_TIMEOUT_S = 2.0
 # A stop while the store cannot write waits this long for the exit to be recorded.
 STOP_RECORD_WAIT_S = 1.0
+# A follower reads what the owner committed in pages of this many records.
+FOLLOW_PAGE = 1000
+HISTORY_PAGE = 5000
+HISTORY_KEEP_ITEMS = 20_000  # a compacted history larger than this is rebuilt per request
 
 
 def _options(profile: AgentProfile | None, thread: ThreadRow) -> dict[str, Any]:
@@ -100,10 +106,17 @@ class Conversation:
         self._watcher: asyncio.Task[None] | None = None
         self._owned = Owned(self.id, self._timer_fired)
         self.last_activity = time.monotonic()
+        self.last_watched = self.last_activity  # a long-poll's last wait (it is no activity)
         self.deleted = False
         self._appended = asyncio.Event()  # replaced on every append; wakes long-polls
         self._raw_routes: dict[str, Subscriber] = {}  # raw-mode clients awaiting responses
         self._scrub = Scrubber(profile.env if profile is not None else {})
+        # Many replicas (docs/api.md §6): who else may own this thread, and who hears of
+        # this replica's commits. None on a single daemon.
+        self.owners: Owners | None = None
+        self.on_committed: Callable[[str, int], None] | None = None
+        self._history: Compactor | None = None  # the compacted history so far (GET …/history)
+        self._history_lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ state
 
@@ -154,16 +167,51 @@ class Conversation:
         apply_fields(self.thread, thread_fields)
         self.thread["last_seq"] = seq
         self._announce.committed(records)
-        self._appended.set()
-        self._appended = asyncio.Event()
+        if self.on_committed is not None:
+            self.on_committed(self.id, seq)
+        self._wake_polls()
         self.touch()
         return records
+
+    def _wake_polls(self) -> None:
+        self._appended.set()
+        self._appended = asyncio.Event()
+
+    async def follow(self) -> int:
+        """Another replica runs this thread: publish to this replica's subscribers what it
+        has committed since this replica last looked (the store is the truth; the bus only
+        said "look"), and refresh the thread row. Returns how many records were new."""
+        if self._proc is not None:
+            return 0
+        new = 0
+        async with self._lock:
+            if self._proc is not None:
+                return 0
+            while True:
+                records = await self.store.read_events(self.id, self.core.last_seq, FOLLOW_PAGE)
+                if not records:
+                    break
+                self.core.last_seq = records[-1].seq
+                self.fanout.publish(records)
+                new += len(records)
+                if len(records) < FOLLOW_PAGE:
+                    break
+            row = await self.store.get_thread(self.id)
+            if row is not None:
+                row["last_seq"] = max(row.get("last_seq", 0), self.core.last_seq)
+                self.thread.update(row)
+            else:
+                self.thread["last_seq"] = self.core.last_seq
+        if new:
+            self._wake_polls()
+        return new
 
     async def wait_beyond(self, seq: int, timeout: float) -> None:
         """Return once the transcript has an event after ``seq``, or after ``timeout``.
         A long-poll is not a subscriber: it does not keep an idle agent alive."""
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout
+        self.last_watched = time.monotonic()
         while self.core.last_seq <= seq and (left := end - loop.time()) > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._appended.wait(), left)
@@ -180,6 +228,19 @@ class Conversation:
         that wait for the store (a full disk)."""
         if not self.store.healthy:
             raise StoreError("the transcript store cannot be written right now; retry later", code="store_unavailable")
+
+    async def history(self) -> tuple[list[Item], int]:
+        """The compacted history (sessions/history.py) and the last seq it covers: what was
+        compacted before is kept, only newer records are read."""
+        async with self._history_lock:
+            comp = self._history or Compactor()
+            while True:
+                page = await self.store.read_events(self.id, comp.last_seq, HISTORY_PAGE)
+                comp.feed(page)
+                if len(page) < HISTORY_PAGE:
+                    break
+            self._history = comp if len(comp.items) <= HISTORY_KEEP_ITEMS else None
+            return comp.snapshot(), comp.last_seq
 
     async def read_page(self, after: int, limit: int) -> list[Record]:
         return await self.store.read_events(self.id, after, limit)
@@ -271,6 +332,16 @@ class Conversation:
                 raise Conflict("thread was deleted", code="thread_deleted")
             await self._start()
 
+    async def _claim(self) -> None:
+        """Many replicas: only the holder of the thread's lease runs its agent."""
+        owners = self.owners
+        if owners is None:
+            return
+        epoch = await self.store.acquire_lease(self.id, owners.replica_id, self.settings.cluster.lease_ttl_s)
+        if epoch is None:
+            owner = await owners.elsewhere(self.id)
+            raise NotOwner(f"replica {owner} runs this thread", owner=owner)
+
     async def _start(self) -> None:
         profile = self.profile
         if profile is None:
@@ -303,6 +374,7 @@ class Conversation:
             mcp_config=opts.get("mcp_config"),
             remote_api_opt_in=profile.remote_api_opt_in,
         )
+        await self._claim()
         # The capacity check and the reservation are one step (no await between them):
         # concurrent starts can never exceed max_conversations.
         self._can_start(self)
@@ -411,7 +483,34 @@ class Conversation:
 
     # ------------------------------------------------------------------ client operations
 
-    async def submit(self, content: list[dict[str, Any]], client_id: str | None, *, by: str | None = None) -> Accepted:
+    async def _owner(self, forward: bool) -> str | None:
+        """The replica that runs this thread, when it is another one (input goes there)."""
+        if not forward or self.owners is None or self._proc is not None:
+            return None
+        return await self.owners.elsewhere(self.id)
+
+    async def _forward(self, owner: str, kind: str, body: dict[str, Any]) -> Any:
+        assert self.owners is not None
+        self.touch()
+        log.info("thread.forwarded", thread_id=self.id, owner=owner, kind=kind)
+        return await self.owners.forward(owner, kind, self.id, body)
+
+    async def submit(
+        self, content: list[dict[str, Any]], client_id: str | None, *, forward: bool = True, by: str | None = None
+    ) -> Accepted:
+        """A prompt; with ``forward``, run by the thread's owner when that is another replica.
+        ``by``: the user (users mode), recorded in its client events there too."""
+        body = {"content": content, "client_id": client_id, "user": by}
+        if (owner := await self._owner(forward)) is not None:
+            return accepted_from(await self._forward(owner, "prompt", body))
+        try:
+            return await self._submit_here(content, client_id, by)
+        except NotOwner as exc:  # another replica took the lease first
+            if not forward or exc.owner is None:
+                raise
+            return accepted_from(await self._forward(exc.owner, "prompt", body))
+
+    async def _submit_here(self, content: list[dict[str, Any]], client_id: str | None, by: str | None) -> Accepted:
         if not self.store.healthy:
             raise StoreError("the transcript store cannot be written right now; retry later", code="store_unavailable")
         if client_id is not None and (dup := await self._duplicate(client_id)) is not None:
@@ -441,8 +540,10 @@ class Conversation:
             if reason is not None:
                 raise InvalidRequest(reason, code="unsupported_content")
 
-    async def interrupt(self, *, by: str | None = None) -> bool:
+    async def interrupt(self, *, forward: bool = True, by: str | None = None) -> bool:
         """Cancel the active turn. Idempotent; False when no turn is active."""
+        if (owner := await self._owner(forward)) is not None:
+            return (await self._forward(owner, "interrupt", {"user": by})).get("active") is True
         async with self._lock:
             active, actions = self.core.interrupt(by)
             await self._perform(actions)
@@ -456,9 +557,13 @@ class Conversation:
         by: str,
         option_id: str | None = None,
         message: str | None = None,
+        forward: bool = True,
         user: str | None = None,
     ) -> dict[str, Any]:
         """One answer per request: the first wins; later ones are refused (409)."""
+        if (owner := await self._owner(forward)) is not None:
+            body = {"request_id": request_id, "decision": decision, "by": by, "option_id": option_id, "user": user}
+            return dict(await self._forward(owner, "permission", {**body, "message": message}))
         async with self._lock:
             data, actions = self.core.answer(
                 request_id, decision, by=by, option_id=option_id, message=message, user=user
@@ -466,9 +571,15 @@ class Conversation:
             await self._perform(actions)
             return data
 
-    async def write_raw(self, message: dict[str, Any], sub: Subscriber | None = None, *, by: str | None = None) -> int:
+    async def write_raw(
+        self, message: dict[str, Any], sub: Subscriber | None = None, *, forward: bool = True, by: str | None = None
+    ) -> int:
         """The ``raw`` op / raw mode: write a client's JSON object to stdin, as the dialect
-        says (the codec may route a response back to ``sub`` only)."""
+        says (the codec may route a response back to ``sub`` only; not when another
+        replica runs the agent: the line is written there, its response is not routed)."""
+        if (owner := await self._owner(forward)) is not None:
+            seq = (await self._forward(owner, "raw", {"message": message, "user": by})).get("seq")
+            return seq if isinstance(seq, int) and not isinstance(seq, bool) else self.core.last_seq
         await self.ensure_started()
         route = f"r{id(sub)}" if sub is not None else ""
         async with self._lock:

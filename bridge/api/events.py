@@ -175,29 +175,38 @@ async def events(
 
 
 async def until_set(frames: AsyncIterator[T], stop: asyncio.Event) -> AsyncIterator[T]:
-    """``frames`` until ``stop`` is set (the one waiting for its next item is cancelled)."""
+    """``frames`` until ``stop`` is set (the one waiting for its next item is cancelled).
+    However it ends (stopped, exhausted, or this generator closed or cancelled), the read
+    in flight is cancelled and awaited before ``frames`` is closed."""
     stopper: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+    nxt: asyncio.Future[Any] | None = None
     try:
         while True:
-            nxt: asyncio.Future[Any] = asyncio.ensure_future(anext(frames))
+            nxt = asyncio.ensure_future(anext(frames))
             await asyncio.wait({nxt, stopper}, return_when=asyncio.FIRST_COMPLETED)
             if not nxt.done():
-                nxt.cancel()
-                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                    await nxt
                 return
+            done, nxt = nxt, None
             try:
-                item = nxt.result()
+                item = done.result()
             except StopAsyncIteration:
                 return
             yield item
     finally:
-        stopper.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await stopper
+        await _settle(nxt, stopper)
         aclose = getattr(frames, "aclose", None)
         if aclose is not None:
             await aclose()
+
+
+async def _settle(*futures: asyncio.Future[Any] | None) -> None:
+    """Cancel what still runs and wait for it; nothing is left unretrieved."""
+    for fut in futures:
+        if fut is None:
+            continue
+        fut.cancel()
+        with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
+            await fut
 
 
 @ws_router.websocket("/v1/ws")

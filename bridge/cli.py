@@ -1,4 +1,5 @@
-"""Command line (docs/api.md §1.1): ``serve``, ``agents``, ``migrate``, ``status``, ``login-link``, ``--version``."""
+"""Command line (docs/api.md §1.1): ``serve``, ``agents``, ``migrate``, ``users``, ``status``, ``login-link``,
+``--version``."""
 
 from __future__ import annotations
 
@@ -75,7 +76,24 @@ def _parser() -> argparse.ArgumentParser:
     migrate = sub.add_parser("migrate", help="create or upgrade the store's schema, then exit")
     common(migrate)
     migrate.add_argument("--store-url", help="store URL (env AGENT_BRIDGE_STORE_URL, [store] url)")
+    _users_commands(sub, common)
     return p
+
+
+def _users_commands(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
+    """``users add|list|revoke`` ([auth] mode = "users", docs/security.md "Users")."""
+    users = sub.add_parser("users", help="add, list or revoke users (in the configured store)")
+    usub = users.add_subparsers(dest="users_command", required=True)
+    add = usub.add_parser("add", help="add a user (or give a revoked one a new token); prints the token once")
+    add.add_argument("name")
+    add.add_argument("--admin", action="store_true", help="the user sees and may act on every thread")
+    listing = usub.add_parser("list", help="list users")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    revoke = usub.add_parser("revoke", help="revoke a user: their token, sessions and open streams end")
+    revoke.add_argument("name")
+    for sp in (add, listing, revoke):
+        common(sp)
+        sp.add_argument("--store-url", help="store URL (env AGENT_BRIDGE_STORE_URL, [store] url)")
 
 
 def _desktop_serve_flags(serve: argparse.ArgumentParser) -> None:
@@ -111,9 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from bridge import acp_adapter
 
             return acp_adapter.run(args.url, args.token, args.agent, _data_dir(args.data_dir))
-        if args.command == "migrate":
-            settings = load_settings(config=args.config, data_dir=args.data_dir, discover_path=False)
-            return _migrate(args.store_url or settings.store_url)
+        if args.command in ("users", "migrate"):
+            return _store_command(args)
         if args.uds and (args.host or args.port is not None):
             raise BridgeError("--uds listens on a Unix socket instead of TCP: give no --host or --port")
         settings = load_settings(
@@ -186,6 +203,65 @@ def _agents(settings: Settings, *, as_json: bool) -> int:
             tested = ", ".join(sorted(TESTED[seen["package"]]))
             print(f"     untested version: {seen['package']} {seen['version']} (tested: {tested}; docs/agents.md)")
     return 0
+
+
+def _store_command(args: argparse.Namespace) -> int:
+    """``migrate`` and ``users``: the store of ``--store-url``, else the configured one."""
+    settings = load_settings(config=args.config, data_dir=args.data_dir, discover_path=False)
+    url = args.store_url or settings.store_url
+    if args.command == "migrate":
+        return _migrate(url)
+    return asyncio.run(_users(args, url, settings.auth.mode))
+
+
+async def _users(args: argparse.Namespace, url: str, mode: str) -> int:
+    """``agent-bridge users add|list|revoke`` (docs/api.md §1.1, §3.6)."""
+    from bridge.api.users import check_name
+
+    configure_logging("console", logging.WARNING)  # stdout carries the token alone
+    if mode != "users":
+        print('agent-bridge: note: [auth] mode is "token": users count only with mode = "users"', file=sys.stderr)
+    if args.users_command != "list" and (problem := check_name(args.name)) is not None:
+        raise BridgeError(problem)
+    store_factory.check_schema(url)
+    store = await store_factory.open_store(url)
+    try:
+        if args.users_command == "list":
+            return await _users_list(store, as_json=args.json)
+        if args.users_command == "add":
+            return await _users_add(store, args.name, admin=args.admin)
+        if not await store.revoke_user(args.name):
+            raise BridgeError(f"no active user {args.name!r}")
+        print(f"agent-bridge: user {args.name!r} revoked", file=sys.stderr)
+        return 0
+    finally:
+        await store.close()
+
+
+async def _users_list(store: Any, *, as_json: bool) -> int:
+    rows = await store.list_users()
+    if as_json:
+        print(json.dumps([vars_of(u) for u in rows], indent=2))
+        return 0
+    for u in rows:
+        state = f"revoked {u.revoked_at}" if u.revoked_at else "active"
+        print(f"{u.name}\t{'admin' if u.admin else 'user'}\t{state}\tadded {u.created_at}")
+    return 0
+
+
+async def _users_add(store: Any, name: str, *, admin: bool) -> int:
+    from bridge.api.users import new_token, token_hash
+
+    token = new_token()
+    if not await store.add_user(name, token_hash(token), admin=admin):
+        raise BridgeError(f"user {name!r} exists; revoke it first to issue a new token")
+    print(token)  # the only time it is shown: the store keeps its hash
+    print(f"agent-bridge: user {name!r} added; the token above is shown only once", file=sys.stderr)
+    return 0
+
+
+def vars_of(user: Any) -> dict[str, Any]:
+    return {"name": user.name, "admin": user.admin, "created_at": user.created_at, "revoked_at": user.revoked_at}
 
 
 def _migrate(url: str) -> int:

@@ -9,6 +9,7 @@ reason (``agent-bridge agents``, ``GET /v1/agents``); it is simply refused at la
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from bridge.errors import ConfigError, LaunchRefused
 from bridge.launching import check_profile, spawn_options
@@ -193,10 +194,40 @@ class ClusterSettings(BaseModel):
         return v
 
 
+class AuthSettings(BaseModel):
+    """``[auth]``: who the callers are (docs/security.md "Users")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # token: one token, one caller (the default); users: users and their tokens in the store
+    mode: Literal["token", "users"] = "token"
+    # A trusted reverse proxy names the user in this header; honoured only from proxy_trusted.
+    proxy_user_header: str | None = Field(None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9-]+$")
+    proxy_trusted: list[str] = Field(default_factory=list)
+    # Agents one user may have running at once (users mode); None: only max_conversations.
+    max_conversations_per_user: int | None = Field(None, ge=1)
+
+    @field_validator("proxy_trusted")
+    @classmethod
+    def _cidrs(cls, v: list[str]) -> list[str]:
+        for entry in v:
+            ipaddress.ip_network(entry, strict=False)  # ValueError: not an address or CIDR
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> AuthSettings:
+        if self.proxy_user_header and self.mode != "users":
+            raise ValueError('proxy_user_header needs mode = "users"')
+        if self.proxy_user_header and not self.proxy_trusted:
+            raise ValueError("proxy_user_header needs proxy_trusted (the proxy's addresses)")
+        return self
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     server: ServerSettings = Field(default_factory=lambda: ServerSettings())
+    auth: AuthSettings = Field(default_factory=lambda: AuthSettings())
     store: StoreSettings = Field(default_factory=lambda: StoreSettings())
     cluster: ClusterSettings = Field(default_factory=lambda: ClusterSettings())
     data_dir: Path
@@ -320,7 +351,7 @@ def load_settings(
     raw: dict[str, Any] = load_toml(Path(config)) if config else {}
     server_raw = _table(raw.pop("server", {}) or {}, "[server] must be a table")
     agents_raw = _table(raw.pop("agents", {}) or {}, "[agents] must be a table of profiles")
-    store, cluster = _store(raw, env), _cluster(raw, env)
+    store, cluster, auth = _store(raw, env), _cluster(raw, env), _auth(raw)
     if raw:
         raise ConfigError(f"unknown config sections: {', '.join(sorted(raw))}")
     server = _server(server_raw, host or env.get("AGENT_BRIDGE_HOST"), _port(port, env), env)
@@ -330,6 +361,7 @@ def load_settings(
         server=server,
         store=store,
         cluster=cluster,
+        auth=auth,
         data_dir=ddir,
         token=token or env.get("AGENT_BRIDGE_TOKEN") or None,
         no_auth=no_auth,
@@ -406,6 +438,15 @@ def _store(config: dict[str, Any], env: Mapping[str, str]) -> StoreSettings:
 
         parse(settings.url)  # a bad URL is a start-up error (shown without its password)
     return settings
+
+
+def _auth(config: dict[str, Any]) -> AuthSettings:
+    """``[auth]`` (taken out of ``config``)."""
+    raw = _table(config.pop("auth", {}) or {}, "[auth] must be a table")
+    try:
+        return AuthSettings(**raw)
+    except ValidationError as exc:
+        raise ConfigError(f"[auth]: {_errors(exc)}") from exc
 
 
 def _cluster(config: dict[str, Any], env: Mapping[str, str]) -> ClusterSettings:

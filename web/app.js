@@ -137,6 +137,10 @@ class App {
   async enter() {
     $("#login").hidden = true;
     $("#app").hidden = false;
+    // Who is signed in (GET /v1/me, docs/api.md §4.18); an admin of users mode sees owners.
+    this.me = await api("GET", "/v1/me").catch(() => null);
+    $("#whoami").textContent = this.me ? `${this.me.name}${this.me.admin && this.me.mode === "users" ? " (admin)" : ""}` : "";
+    this.list.showOwners = Boolean(this.me && this.me.admin && this.me.mode === "users");
     this.list.start();
     const want = new URLSearchParams(location.hash.slice(1)).get("t");
     if (want && !(await this.openThread(want))) this.setHash(null);

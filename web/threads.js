@@ -29,6 +29,7 @@ export class ThreadList {
     this.renderQueued = false;
     this.agoTimer = null;
     this.filter = { text: "", state: "" };
+    this.showOwners = false; // an admin of users mode sees whose each thread is
   }
 
   setFilter(change) {
@@ -170,6 +171,7 @@ export class ThreadList {
       if (this.currentId() === t.id) b.setAttribute("aria-current", "true");
       const title = el("span", "t-title", t.title || "Untitled");
       const meta = el("span", "t-meta", `${t.agent} · ${t.cwd}`);
+      if (this.showOwners) meta.prepend(el("span", "t-owner", `${t.owner || "no owner"} · `));
       const foot = el("span", "t-foot");
       const shown = this.live ? (t.turn_active ? "working" : t.state) : "unknown";
       const state = el("span", `badge state-${this.live ? t.state : "unknown"}`, shown);

@@ -3,7 +3,7 @@ WebSocket carrying the Agent Client Protocol, with the bridge as the *agent*.
 
 One JSON-RPC 2.0 message per text frame, as in the WebSocket form of ACP's remote
 transport; the upgrade response names the connection (``Acp-Connection-Id``). Credentials,
-Host and Origin are checked exactly as for the thread WebSocket (ws.upgrade_refusal, and
+Host and Origin are checked exactly as for the thread WebSocket (ws.upgrade_user, and
 guard.RequestGuard before routing). Every ACP session is a thread: ``sessionId`` is the
 thread id, so threads made here are listed over REST and on the page, and the reverse.
 
@@ -27,7 +27,8 @@ from starlette.websockets import WebSocketState
 from bridge import __version__
 from bridge.api.auth import SUBPROTOCOL
 from bridge.api.content import normalize_prompt
-from bridge.api.ws import upgrade_refusal
+from bridge.api.users import User, check_owner
+from bridge.api.ws import upgrade_user
 from bridge.errors import BridgeError, error_body
 from bridge.protocols.codecs import prompt_capabilities
 from bridge.protocols.events import Record
@@ -90,8 +91,9 @@ def _session_id(params: dict[str, Any]) -> str:
 @router.websocket("/v1/acp")
 @router.websocket("/v1/acp/{agent}")
 async def acp_ws(ws: WebSocket, agent: str | None = None) -> None:
-    if (refusal := upgrade_refusal(ws)) is not None:
-        await ws.send_denial_response(refusal)
+    user = await upgrade_user(ws)
+    if not isinstance(user, User):
+        await ws.send_denial_response(user)
         return
     if agent is not None and agent not in ws.app.state.settings.agents:
         body = error_body("agent_not_found", f"no agent profile named {agent!r}")
@@ -104,7 +106,7 @@ async def acp_ws(ws: WebSocket, agent: str | None = None) -> None:
         headers=[(b"acp-connection-id", conn_id.encode())],
     )
     log.info("acp.connected", connection_id=conn_id, agent=agent)
-    await AcpConnection(ws, ws.app.state.registry, agent, conn_id).run()
+    await AcpConnection(ws, ws.app.state.registry, agent, conn_id, user).run()
 
 
 class _Attached:
@@ -190,7 +192,7 @@ class _Attached:
             return
         decision, option_id = answer
         try:
-            await self.conv.answer_permission(rid, decision, by="acp", option_id=option_id)
+            await self.conv.answer_permission(rid, decision, by="acp", option_id=option_id, user=self.conn.user.owner)
         except BridgeError as exc:
             log.info("acp.permission_answer_refused", thread_id=self.conv.id, request_id=rid, code=exc.code)
 
@@ -214,8 +216,9 @@ class _Attached:
 
 
 class AcpConnection:
-    def __init__(self, ws: WebSocket, registry: Registry, agent: str | None, conn_id: str) -> None:
+    def __init__(self, ws: WebSocket, registry: Registry, agent: str | None, conn_id: str, user: User) -> None:
         self.ws = ws
+        self.user = user  # users mode: only this user's threads (an admin's: all)
         self.registry = registry
         self.agent = agent
         self.id = conn_id
@@ -414,7 +417,7 @@ class AcpConnection:
         att = self.sessions.get(sid) if isinstance(sid, str) else None
         if att is not None:
             with contextlib.suppress(BridgeError):
-                await att.conv.interrupt()
+                await att.conv.interrupt(by=self.user.owner)
 
     async def _response(self, msg: dict[str, Any]) -> None:
         rpc_id = msg["id"]
@@ -473,7 +476,9 @@ class AcpConnection:
         if agent is not None and not isinstance(agent, str):
             raise RpcError(INVALID_PARAMS, f"_meta.{META}.agent must be a profile name")
         self._room_for_session()
-        conv = await self.registry.create(agent=agent or self.agent, cwd=cwd, model=None, title=None, options=None)
+        conv = await self.registry.create(
+            agent=agent or self.agent, cwd=cwd, model=None, title=None, options=None, owner=self.user.owner
+        )
         last = conv.core.last_seq
         await self._attach(conv, last)
         return {"sessionId": conv.id, "_meta": {META: {"last_seq": last}}}
@@ -488,7 +493,9 @@ class AcpConnection:
             raise RpcError(INVALID_PARAMS, f"session {sid} is already attached on this connection")
         self._room_for_session()
         try:
-            return await self.registry.get(sid)
+            conv = await self.registry.get(sid)
+            check_owner(self.user, sid, conv.thread.get("owner"))  # another user's: as if none
+            return conv
         except BridgeError as exc:
             raise RpcError(NOT_FOUND, f"no session {sid}", {"code": exc.code}) from None
 
@@ -542,7 +549,7 @@ class AcpConnection:
             client_id = f"acp-{uuid.uuid4().hex}"
         att.by_client[client_id] = rpc_id
         try:
-            acc = await att.conv.submit(blocks, client_id)
+            acc = await att.conv.submit(blocks, client_id, by=self.user.owner)
         except BaseException:
             att.by_client.pop(client_id, None)
             raise
@@ -576,7 +583,10 @@ class AcpConnection:
         cwd, cursor = _optional_str(params, "cwd"), _optional_str(params, "cursor")
         found: list[dict[str, Any]] = []
         for _ in range(LIST_SCAN_PAGES):
-            rows, cursor = await self.registry.store.list_threads(limit=LIST_PAGE, cursor=cursor, agent=None)
+            owner = None if self.user.admin else self.user.name
+            rows, cursor = await self.registry.store.list_threads(
+                limit=LIST_PAGE, cursor=cursor, agent=None, owner=owner
+            )
             current = [self.registry.current(row) for row in rows]
             found += [_session_info(row) for row in current if cwd is None or row["cwd"] == cwd]
             if cursor is None or found:

@@ -3,6 +3,8 @@ Origin, CORS) wraps everything, and every ``/v1`` route needs credentials (auth.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -18,6 +20,7 @@ from bridge import __version__
 from bridge.api.auth import LoginCodes, Refusals, Sessions, resolve_token, session_router
 from bridge.api.guard import PageHeaders, RequestGuard
 from bridge.api.limits import BodyLimit
+from bridge.api.users import Streams, UserDirectory, watch_revocations
 from bridge.bus.base import Bus
 from bridge.bus.factory import make_bus
 from bridge.clock import now_iso
@@ -48,6 +51,8 @@ def create_app(
 
     if settings.no_auth and not unix_socket and not is_loopback_host(settings.host):
         raise ConfigError("--no-auth is refused unless the bind address is loopback or a Unix socket")
+    if settings.no_auth and settings.auth.mode == "users":
+        raise ConfigError('--no-auth cannot be used with [auth] mode = "users"')
     token = resolve_token(settings)
     server = settings.server
     tls = bool(server.tls_cert and server.tls_key)
@@ -62,6 +67,12 @@ def create_app(
             raise
         app.state.sessions = Sessions(server.session_ttl_s, server.max_sessions, secret=token, store=store)
         await app.state.sessions.load()
+        watcher = None
+        if settings.auth.mode == "users":
+            app.state.users = UserDirectory(store, settings.auth)
+            watcher = asyncio.create_task(
+                watch_revocations(store, app.state.streams, app.state.sessions.drop_user), name="revocations"
+            )
         registry = Registry(settings, store)
         await registry.start()
         bus = make_bus(settings.cluster.bus_url, settings.cluster.replica_id, {"version": __version__})
@@ -94,6 +105,10 @@ def create_app(
             yield
         finally:
             log.info("daemon.stopping")
+            if watcher is not None:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
             await registry.shutdown()
             await link.close()
             await store.close()
@@ -105,6 +120,8 @@ def create_app(
     app.state.tls = tls
     app.state.login_codes = LoginCodes(server.login_code_ttl_s)
     app.state.refusals = Refusals()
+    app.state.users = None  # a UserDirectory in users mode, once the store is open
+    app.state.streams = Streams()
     app.add_middleware(BodyLimit)
     app.add_middleware(
         RequestGuard,

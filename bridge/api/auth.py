@@ -31,7 +31,9 @@ from typing import Any
 
 import structlog
 from fastapi import APIRouter, Request, Response
+from starlette.requests import HTTPConnection
 
+from bridge.api.users import OPERATOR, User, UserDirectory
 from bridge.config import Settings
 from bridge.errors import ConfigError, Throttled, Unauthorized
 from bridge.store.base import SessionStore
@@ -126,7 +128,8 @@ class Sessions:
         self._clock = clock
         self._store = store
         self._secret = (secret or "").encode()
-        self._expiry: dict[str, float] = {}  # key → expiry; insertion order = creation order
+        # key → (expiry, user name or None for the operator); insertion order = creation order
+        self._expiry: dict[str, tuple[float, str | None]] = {}
 
     def _key(self, sid: str) -> str:
         return hmac.new(self._secret, sid.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
@@ -134,12 +137,12 @@ class Sessions:
     async def load(self) -> None:
         """Take over the unexpired sessions a previous daemon stored."""
         if self._store is not None:
-            for key, exp in (await self._store.load_sessions(self._clock()))[-self.limit :]:
-                self._expiry[key] = exp
+            for key, exp, user in (await self._store.load_sessions(self._clock()))[-self.limit :]:
+                self._expiry[key] = (exp, user)
 
-    async def create(self) -> str:
+    async def create(self, user: str | None = None) -> str:
         now = self._clock()
-        evicted = [k for k, exp in self._expiry.items() if exp <= now]
+        evicted = [k for k, (exp, _) in self._expiry.items() if exp <= now]
         for key in evicted:
             del self._expiry[key]
         while len(self._expiry) >= self.limit:
@@ -148,22 +151,31 @@ class Sessions:
             evicted.append(oldest)
         sid = secrets.token_urlsafe(32)
         key = self._key(sid)
-        self._expiry[key] = now + self.ttl_s
+        self._expiry[key] = (now + self.ttl_s, user)
         if self._store is not None:
-            await self._store.save_session(key, now + self.ttl_s, evicted)
+            await self._store.save_session(key, now + self.ttl_s, evicted, user=user)
         return sid
 
     def valid(self, sid: str | None) -> bool:
+        return self.lookup(sid)[0]
+
+    def lookup(self, sid: str | None) -> tuple[bool, str | None]:
+        """Whether ``sid`` is a live session, and whose (None: the operator's)."""
         if not sid:
-            return False
+            return False, None
         key = self._key(sid)
-        exp = self._expiry.get(key)
-        if exp is None:
-            return False
-        if exp <= self._clock():
+        found = self._expiry.get(key)
+        if found is None:
+            return False, None
+        if found[0] <= self._clock():
             del self._expiry[key]
-            return False
-        return True
+            return False, None
+        return True, found[1]
+
+    def drop_user(self, name: str) -> None:
+        """Forget a revoked user's sessions here (the store's rows went with the revocation)."""
+        for key in [k for k, (_, user) in self._expiry.items() if user == name]:
+            del self._expiry[key]
 
     async def revoke(self, sid: str | None) -> None:
         if sid:
@@ -186,33 +198,39 @@ class LoginCodes:
         self.ttl_s = ttl_s
         self.limit = limit
         self._clock = clock
-        self._codes: list[tuple[str, float]] = []  # (code, expiry), oldest first
+        # (code, expiry, the user it signs in: None for the operator), oldest first
+        self._codes: list[tuple[str, float, str | None]] = []
 
-    def issue(self) -> str:
+    def issue(self, user: str | None = None) -> str:
         self._expire()
         while len(self._codes) >= self.limit:
             self._codes.pop(0)
         code = secrets.token_urlsafe(32)
-        self._codes.append((code, self._clock() + self.ttl_s))
+        self._codes.append((code, self._clock() + self.ttl_s, user))
         return code
 
     def redeem(self, given: object) -> bool:
+        return self.redeem_for(given)[0]
+
+    def redeem_for(self, given: object) -> tuple[bool, str | None]:
+        """Whether ``given`` was a live code (now spent), and the user it signs in."""
         self._expire()
         if not isinstance(given, str) or not given or len(given) > 256:
-            return False
+            return False, None
         hit = None
-        for i, (code, _) in enumerate(self._codes):
+        for i, (code, _, _) in enumerate(self._codes):
             # Every live code is compared (no early exit), each in constant time.
             if hmac.compare_digest(code.encode(), given.encode("utf-8", "replace")) and hit is None:
                 hit = i
         if hit is None:
-            return False
+            return False, None
+        user = self._codes[hit][2]
         del self._codes[hit]
-        return True
+        return True, user
 
     def _expire(self) -> None:
         now = self._clock()
-        self._codes = [(c, exp) for c, exp in self._codes if exp > now]
+        self._codes = [c for c in self._codes if c[1] > now]
 
     def __len__(self) -> int:
         self._expire()
@@ -283,42 +301,96 @@ def _peer(scope_client: Any) -> str:
     return str(scope_client[0]) if scope_client else "unknown"
 
 
-def authorized(
+async def authenticate(
     state: Any,
     headers: Mapping[str, str],
     cookies: Mapping[str, str],
     *,
     websocket: bool = False,
     peer: str = "unknown",
-) -> bool:
-    """A bearer token (header, or for a WebSocket the subprotocol) or a live session
-    cookie. A token that is present but wrong fails even beside a good cookie. Raises
-    Throttled for a peer that sent too many wrong ones (:class:`Refusals`)."""
-    expected: str | None = state.token
-    if expected is None:
-        return True
-    sessions: Sessions = state.sessions
+) -> User | None:
+    """The caller, or None: a trusted proxy's user header (users mode), a bearer token (header,
+    or for a WebSocket the subprotocol) or a live session cookie. A token that is present
+    but wrong fails even beside a good cookie. Raises Throttled for a peer that sent too
+    many wrong ones (:class:`Refusals`)."""
+    if state.token is None:
+        return OPERATOR
+    directory: UserDirectory | None = state.users
+    if directory is not None and (proxied := directory.proxy_name(headers, peer)) is not None:
+        return await _proxy_user(state, directory, proxied, peer)
+    given = given_token(headers, websocket=websocket)
+    if given is None and (user := await _session_user(state, cookies.get(COOKIE_NAME))) is not None:
+        return user
     refusals: Refusals = state.refusals
-    given = bearer_from_header(headers.get("authorization"))
-    if given is None and websocket:
-        given = bearer_from_subprotocols(offered_subprotocols(headers))
-    if given is None and sessions.valid(cookies.get(COOKIE_NAME)):
-        return True
     if (wait := refusals.retry_after(peer)) is not None:
         raise Throttled(f"too many wrong credentials from {peer}; retry in {wait} s", retry_after_s=wait)
     if given is not None:
-        if token_matches(expected, given):
-            return True
-        refusals.refused(peer, "token", guess=True)
-        return False
+        return await _checked_token(state, given, peer)
     refusals.refused(peer, "session cookie" if COOKIE_NAME in cookies else "no credentials", guess=False)
-    return False
+    return None
 
 
-def require_auth(request: Request) -> None:
-    """The dependency of every ``/v1`` REST route."""
-    if not authorized(request.app.state, request.headers, request.cookies, peer=_peer(request.client)):
+def given_token(headers: Mapping[str, str], *, websocket: bool) -> str | None:
+    """The bearer token sent: the header, or for a WebSocket upgrade the subprotocol."""
+    given = bearer_from_header(headers.get("authorization"))
+    if given is None and websocket:
+        given = bearer_from_subprotocols(offered_subprotocols(headers))
+    return given
+
+
+async def _checked_token(state: Any, given: str, peer: str) -> User | None:
+    """A bearer token's user; a wrong one counts against the peer (:class:`Refusals`)."""
+    user = await token_user(state, given)
+    if user is None:
+        state.refusals.refused(peer, "token", guess=True)
+    return user
+
+
+async def _proxy_user(state: Any, directory: UserDirectory, name: str, peer: str) -> User | None:
+    """The user a trusted proxy named: an active user, else nobody (401)."""
+    user = await directory.by_name(name)
+    if user is None:
+        state.refusals.refused(peer, "proxy user", guess=False)
+    return user
+
+
+async def token_user(state: Any, given: str) -> User | None:
+    """The daemon's own token is the operator; in users mode, a user's token is that user."""
+    if token_matches(state.token, given):
+        return OPERATOR
+    directory: UserDirectory | None = state.users
+    return None if directory is None else await directory.by_token(given)
+
+
+async def _session_user(state: Any, sid: str | None) -> User | None:
+    sessions: Sessions = state.sessions
+    live, name = sessions.lookup(sid)
+    if not live:
+        return None
+    if name is None:
+        return OPERATOR
+    directory: UserDirectory | None = state.users
+    user = None if directory is None else await directory.by_name(name)
+    if user is None:  # revoked (on any replica) since it signed in
+        sessions.drop_user(name)
+    return user
+
+
+async def resolve_user(conn: HTTPConnection) -> User | None:
+    """The one resolver for every transport (REST, WebSocket, SSE, the ACP gateway): the
+    caller of this request or upgrade, or None when its credentials are missing or wrong.
+    Raises Throttled (429) for a peer that sent too many wrong ones."""
+    websocket = conn.scope["type"] == "websocket"
+    return await authenticate(conn.app.state, conn.headers, conn.cookies, websocket=websocket, peer=_peer(conn.client))
+
+
+async def require_auth(request: Request) -> User:
+    """The dependency of every ``/v1`` REST route; the caller is ``request.state.user``."""
+    user = await resolve_user(request)
+    if user is None:
         raise Unauthorized("missing or wrong credentials")
+    request.state.user = user
+    return user
 
 
 session_router = APIRouter(prefix="/v1")
@@ -334,18 +406,21 @@ async def login(request: Request) -> Response:
     if expected is not None and (wait := refusals.retry_after(peer)) is not None:
         raise Throttled(f"too many wrong credentials from {peer}; retry in {wait} s", retry_after_s=wait)
     given = bearer_from_header(request.headers.get("authorization"))
+    user: User | None = OPERATOR
     if given is not None:
-        ok = expected is None or token_matches(expected, given)
+        if expected is not None:
+            user = await token_user(state, given)
         what = "token"
     else:
         codes: LoginCodes = state.login_codes
-        ok = codes.redeem(_code_from_body(await request.body())) or expected is None
+        ok, name = codes.redeem_for(_code_from_body(await request.body()))
+        user = OPERATOR if expected is None else await _code_user(state, name) if ok else None
         what = "login code"
-    if not ok:
+    if user is None:
         refusals.refused(peer, what, guess=True)
         raise Unauthorized("POST /v1/session needs the token as Authorization: Bearer, or a valid one-time login code")
     sessions: Sessions = state.sessions
-    sid = await sessions.create()
+    sid = await sessions.create(user.owner)
     secure = bool(state.tls) or request.scope.get("bridge.scheme") == "https"
     return _cookie_response(sid, max(1, math.ceil(sessions.ttl_s)), secure=secure)
 
@@ -356,16 +431,25 @@ async def new_login_code(request: Request) -> Response:
     only: a browser session may not mint the codes that would outlive it."""
     state = request.app.state
     given = bearer_from_header(request.headers.get("authorization"))
-    if state.token is not None and (
-        given is None or not authorized(state, request.headers, {}, peer=_peer(request.client))
-    ):
+    user: User | None = OPERATOR
+    if state.token is not None:
+        user = None if given is None else await authenticate(state, request.headers, {}, peer=_peer(request.client))
+    if user is None:
         raise Unauthorized("POST /v1/login-codes needs the token as Authorization: Bearer")
     codes: LoginCodes = state.login_codes
-    body = {"code": codes.issue(), "expires_in_s": codes.ttl_s}
+    body = {"code": codes.issue(user.owner), "expires_in_s": codes.ttl_s}
     return Response(json.dumps(body), status_code=201, media_type="application/json", headers=_NO_STORE)
 
 
 _NO_STORE = {"Cache-Control": "no-store"}
+
+
+async def _code_user(state: Any, name: str | None) -> User | None:
+    """The user a redeemed login code signs in (None: revoked since)."""
+    if name is None:
+        return OPERATOR
+    directory: UserDirectory | None = state.users
+    return None if directory is None else await directory.by_name(name)
 
 
 def _code_from_body(body: bytes) -> object:
@@ -380,7 +464,7 @@ def _code_from_body(body: bytes) -> object:
 
 @session_router.delete("/session", status_code=204)
 async def logout(request: Request) -> Response:
-    require_auth(request)
+    await require_auth(request)
     sessions: Sessions = request.app.state.sessions
     await sessions.revoke(request.cookies.get(COOKIE_NAME))
     secure = bool(request.app.state.tls) or request.scope.get("bridge.scheme") == "https"

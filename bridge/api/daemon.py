@@ -12,9 +12,16 @@ from fastapi import APIRouter, Depends, Request
 
 from bridge import __version__
 from bridge.api.auth import require_auth
+from bridge.api.users import current_user, me_view
 from bridge.sessions.registry import Registry
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(require_auth)])
+
+
+@router.get("/me")
+async def me(request: Request) -> dict[str, Any]:
+    """Who the caller is (docs/api.md §4.18): ``{"name", "admin", "mode"}``."""
+    return me_view(current_user(request), request.app.state.settings.auth.mode)
 
 
 @router.get("/daemon")

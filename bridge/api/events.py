@@ -15,7 +15,10 @@ Frames (JSON objects, one per change, in cursor order):
 * ``{"cursor","kind":"thread.deleted","thread":{"id","deleted_at"}}``;
 * a later ``resync`` if the client fell behind the change horizon while connected.
 
-WebSocket close codes: 1000 normal · 1001 daemon shutting down · 4400 bad ``since``;
+In users mode a non-admin sees only changes of their own threads (docs/security.md).
+
+WebSocket close codes: 1000 normal · 1001 daemon shutting down · 4400 bad ``since`` ·
+4401 the user was revoked;
 HTTP 401/429 before the upgrade without good credentials, as for the thread WebSocket.
 """
 
@@ -25,7 +28,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from fastapi import APIRouter, Depends, Query, Request, WebSocket, WebSocketDisconnect
@@ -33,8 +36,9 @@ from fastapi.responses import StreamingResponse
 from starlette.websockets import WebSocketState
 
 from bridge.api.auth import SUBPROTOCOL, require_auth
+from bridge.api.users import OPERATOR, Streams, User, current_user, visible
 from bridge.api.views import thread_view
-from bridge.api.ws import upgrade_refusal
+from bridge.api.ws import upgrade_user
 from bridge.api.ws_transport import SEND_TEXTS
 from bridge.errors import InvalidRequest, StoreError
 from bridge.protocols.jsonline import dumps
@@ -43,6 +47,7 @@ from bridge.sessions.registry import Registry
 from bridge.store.base import Change, ChangesPruned, Store
 
 log = structlog.get_logger("bridge.events")
+T = TypeVar("T")
 
 PAGE = 200  # changes read (and sent) at a time
 POLL_S = 2.0  # a stream reads the store at least this often, woken or not
@@ -83,11 +88,16 @@ async def _first_frame(store: Store, since: int | None) -> dict[str, Any]:
     return {"cursor": since, "kind": "ready"}
 
 
+def change_owner(change: Change) -> str | None:
+    return change.owner if change.thread is None else change.thread.get("owner")
+
+
 async def change_frames(
-    store: Store, notifier: ChangeNotifier, since: int | None
+    store: Store, notifier: ChangeNotifier, since: int | None, user: User = OPERATOR
 ) -> AsyncIterator[list[dict[str, Any]]]:
     """The stream's frames, a page at a time; an empty list when a slow poll found nothing
-    (a chance for a keep-alive). Ends when the notifier is closed."""
+    (a chance for a keep-alive), or when none of a page's changes is ``user``'s to see.
+    Ends when the notifier is closed."""
     first = await _first_frame(store, since)
     cursor = first["cursor"]
     yield [first]
@@ -105,7 +115,7 @@ async def change_frames(
             changes = []
         if changes:
             cursor = changes[-1].cursor
-            yield [change_frame(c) for c in changes]
+            yield [change_frame(c) for c in changes if visible(user, change_owner(c))]
             if len(changes) == PAGE:
                 continue
         await notifier.wait(seen, POLL_S)
@@ -133,21 +143,26 @@ async def events(
     start = parse_cursor(request.headers.get("last-event-id") or since)
     reg = _registry(request.app.state)
     store, notifier = reg.store, reg.changes
+    user = current_user(request)
+    streams: Streams = request.app.state.streams
 
     async def body() -> AsyncIterator[str]:
         notifier.attach()
+        revoked = asyncio.Event()
         try:
             yield "retry: 2000\n\n"
             last_write = time.monotonic()
-            async for frames in change_frames(store, notifier, start):
-                if frames:
-                    yield "".join(_sse(f) for f in frames)
-                elif time.monotonic() - last_write >= SSE_HEARTBEAT_S:
-                    yield ": ping\n\n"
-                else:
-                    continue
-                last_write = time.monotonic()
-            yield f"event: close\ndata: {dumps({'reason': notifier.close_reason})}\n\n"
+            with streams.held(user, revoked.set):
+                async for frames in until_set(change_frames(store, notifier, start, user), revoked):
+                    if frames:
+                        yield "".join(_sse(f) for f in frames)
+                    elif time.monotonic() - last_write >= SSE_HEARTBEAT_S:
+                        yield ": ping\n\n"
+                    else:
+                        continue
+                    last_write = time.monotonic()
+            reason = "user_revoked" if revoked.is_set() else notifier.close_reason
+            yield f"event: close\ndata: {dumps({'reason': reason})}\n\n"
         finally:
             notifier.detach()
 
@@ -159,10 +174,46 @@ async def events(
 # --------------------------------------------------------------------------- WebSocket
 
 
+async def until_set(frames: AsyncIterator[T], stop: asyncio.Event) -> AsyncIterator[T]:
+    """``frames`` until ``stop`` is set (the one waiting for its next item is cancelled).
+    However it ends (stopped, exhausted, or this generator closed or cancelled), the read
+    in flight is cancelled and awaited before ``frames`` is closed."""
+    stopper: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+    nxt: asyncio.Future[Any] | None = None
+    try:
+        while True:
+            nxt = asyncio.ensure_future(anext(frames))
+            await asyncio.wait({nxt, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            if not nxt.done():
+                return
+            done, nxt = nxt, None
+            try:
+                item = done.result()
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        await _settle(nxt, stopper)
+        aclose = getattr(frames, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+async def _settle(*futures: asyncio.Future[Any] | None) -> None:
+    """Cancel what still runs and wait for it; nothing is left unretrieved."""
+    for fut in futures:
+        if fut is None:
+            continue
+        fut.cancel()
+        with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
+            await fut
+
+
 @ws_router.websocket("/v1/ws")
 async def changes_ws(ws: WebSocket) -> None:
-    if (refusal := upgrade_refusal(ws)) is not None:
-        await ws.send_denial_response(refusal)  # Host and Origin were checked before routing
+    user = await upgrade_user(ws)
+    if not isinstance(user, User):
+        await ws.send_denial_response(user)  # Host and Origin were checked before routing
         return
     offered = [p.strip() for p in ws.headers.get("sec-websocket-protocol", "").split(",")]
     await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
@@ -172,35 +223,42 @@ async def changes_ws(ws: WebSocket) -> None:
         with contextlib.suppress(Exception):
             await ws.close(code=4400, reason=exc.message)
         return
-    await _serve_ws(ws, _registry(ws.app.state), since)
+    streams: Streams = ws.app.state.streams
+    revoked = asyncio.Event()
+    with streams.held(user, revoked.set):
+        await _serve_ws(ws, _registry(ws.app.state), since, user, revoked)
 
 
-async def _serve_ws(ws: WebSocket, reg: Registry, since: int | None) -> None:
+async def _serve_ws(ws: WebSocket, reg: Registry, since: int | None, user: User, revoked: asyncio.Event) -> None:
     server = ws.app.state.settings.server
     # A peer that takes no frame for a whole ping round is gone (see ws._Session).
     deadline = server.ws_ping_interval_s + server.ws_ping_timeout_s
     reg.changes.attach()
-    sender = asyncio.create_task(_send_changes(ws, reg, since, deadline))
+    sender = asyncio.create_task(_send_changes(ws, reg, since, deadline, user))
     receiver = asyncio.create_task(_drain(ws))
+    stopper = asyncio.create_task(revoked.wait())
     try:
-        done, _ = await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({sender, receiver, stopper}, return_when=asyncio.FIRST_COMPLETED)
         code = 1001 if sender in done and reg.changes.close_reason == "daemon_shutdown" else 1000
+        reason = reg.changes.close_reason or ""
+        if revoked.is_set():
+            code, reason = 4401, "user_revoked"
     finally:
-        for t in (sender, receiver):
+        for t in (sender, receiver, stopper):
             t.cancel()
-        for t in (sender, receiver):
+        for t in (sender, receiver, stopper):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         if ws.application_state == WebSocketState.CONNECTED:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(deadline):
-                    await ws.close(code=code, reason=reg.changes.close_reason or "")
+                    await ws.close(code=code, reason=reason)
         reg.changes.detach()
 
 
-async def _send_changes(ws: WebSocket, reg: Registry, since: int | None, deadline: float) -> None:
+async def _send_changes(ws: WebSocket, reg: Registry, since: int | None, deadline: float, user: User) -> None:
     send_texts = ws.scope.get("extensions", {}).get(SEND_TEXTS)
-    async for frames in change_frames(reg.store, reg.changes, since):
+    async for frames in change_frames(reg.store, reg.changes, since, user):
         if not frames:
             continue  # the WebSocket's own pings keep it alive
         texts = [dumps(f) for f in frames]

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bridge.api.auth import require_auth
 from bridge.api.schema import PermissionIn, PromptIn
+from bridge.api.users import Streams, check_owner, current_user
 from bridge.api.views import thread_view
 from bridge.errors import InvalidRequest
 from bridge.process.launch import executable_problem
@@ -53,7 +54,15 @@ class PatchThread(BaseModel):
 
 
 async def _conv(request: Request, thread_id: str) -> Conversation:
-    return await registry(request).get(thread_id)
+    """The thread, for a caller who may see it (anyone else: thread_not_found)."""
+    conv = await registry(request).get(thread_id)
+    check_owner(current_user(request), thread_id, conv.thread.get("owner"))
+    return conv
+
+
+def _by(request: Request) -> str | None:
+    """What the client events of this request record as ``by`` (users mode: the user)."""
+    return current_user(request).owner
 
 
 @router.get("/agents")
@@ -81,6 +90,7 @@ async def create_thread(body: CreateThread, request: Request) -> dict[str, Any]:
         title=body.title,
         options=body.options,
         native_session_id=body.native_session_id,
+        owner=current_user(request).owner,
     )
     return thread_view(conv.thread)
 
@@ -106,7 +116,9 @@ async def list_threads(
     agent: str | None = Query(None, max_length=128),
 ) -> dict[str, Any]:
     reg = registry(request)
-    rows, next_cursor = await reg.store.list_threads(limit=limit, cursor=cursor, agent=agent)
+    user = current_user(request)
+    owner = None if user.admin else user.name
+    rows, next_cursor = await reg.store.list_threads(limit=limit, cursor=cursor, agent=agent, owner=owner)
     return {"threads": [thread_view(reg.current(r)) for r in rows], "next_cursor": next_cursor}
 
 
@@ -124,6 +136,7 @@ async def patch_thread(thread_id: str, body: PatchThread, request: Request) -> d
 
 @router.delete("/threads/{thread_id}", status_code=204)
 async def delete_thread(thread_id: str, request: Request) -> Response:
+    await _conv(request, thread_id)
     await registry(request).delete(thread_id)
     return Response(status_code=204)
 
@@ -131,7 +144,7 @@ async def delete_thread(thread_id: str, request: Request) -> Response:
 @router.post("/threads/{thread_id}/messages", status_code=202)
 async def post_message(thread_id: str, body: PromptIn, request: Request, response: Response) -> dict[str, Any]:
     conv = await _conv(request, thread_id)
-    acc = await conv.submit(body.blocks, body.client_id)
+    acc = await conv.submit(body.blocks, body.client_id, by=_by(request))
     if acc.duplicate:
         response.status_code = 200
     return {"seq": acc.seq, "turn_id": acc.turn_id, "duplicate": acc.duplicate, "queued": acc.queued}
@@ -140,7 +153,7 @@ async def post_message(thread_id: str, body: PromptIn, request: Request, respons
 @router.post("/threads/{thread_id}/interrupt", status_code=202)
 async def interrupt(thread_id: str, request: Request) -> dict[str, Any]:
     conv = await _conv(request, thread_id)
-    return {"interrupted": await conv.interrupt()}
+    return {"interrupted": await conv.interrupt(by=_by(request))}
 
 
 @router.post("/threads/{thread_id}/resume", status_code=202)
@@ -167,7 +180,7 @@ async def list_permissions(thread_id: str, request: Request) -> dict[str, Any]:
 async def answer_permission(thread_id: str, request_id: str, body: PermissionIn, request: Request) -> dict[str, Any]:
     conv = await _conv(request, thread_id)
     return await conv.answer_permission(
-        request_id, body.decision, by="rest", option_id=body.option_id, message=body.message
+        request_id, body.decision, by="rest", option_id=body.option_id, message=body.message, user=_by(request)
     )
 
 
@@ -216,6 +229,7 @@ async def events_stream(thread_id: str, request: Request, after: int = Query(0, 
     if last_id:
         after = validate_after(last_id)
     conv = await _conv(request, thread_id)
+    user = current_user(request)
     sub = conv.subscribe()
     queue: asyncio.Queue[str | None] = asyncio.Queue(maxsize=64)
 
@@ -228,17 +242,11 @@ async def events_stream(thread_id: str, request: Request, after: int = Query(0, 
 
     async def body() -> AsyncIterator[str]:
         task = asyncio.create_task(pump())
+        streams: Streams = request.app.state.streams
         try:
-            yield "retry: 2000\n\n"
-            while True:
-                try:
-                    item = await asyncio.wait_for(queue.get(), SSE_HEARTBEAT_S)
-                except TimeoutError:
-                    yield ": ping\n\n"  # keeps proxies from timing the stream out
-                    continue
-                if item is None:
-                    return
-                yield item
+            with streams.held(user, lambda: sub.close("user_revoked")):
+                async for item in _sse_items(queue):
+                    yield item
         finally:
             conv.unsubscribe(sub)
             task.cancel()
@@ -248,6 +256,20 @@ async def events_stream(thread_id: str, request: Request, after: int = Query(0, 
     return StreamingResponse(
         body(), media_type="text/event-stream", headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
     )
+
+
+async def _sse_items(queue: asyncio.Queue[str | None]) -> AsyncIterator[str]:
+    """What the pump queued, with a keep-alive comment whenever it is quiet; ends at None."""
+    yield "retry: 2000\n\n"
+    while True:
+        try:
+            item = await asyncio.wait_for(queue.get(), SSE_HEARTBEAT_S)
+        except TimeoutError:
+            yield ": ping\n\n"  # keeps proxies from timing the stream out
+            continue
+        if item is None:
+            return
+        yield item
 
 
 class _SseSink:

@@ -2,7 +2,8 @@
 
 Close codes (docs/api.md §5.7):
   1000 normal · 1001 daemon shutting down · 1003 raw mode frame was not one JSON object
-  HTTP 401 before the upgrade when unauthorized · 4404 thread not found · 4400 bad query parameter · 4410 thread deleted
+  HTTP 401 before the upgrade when unauthorized · 4404 thread not found (or not the caller's)
+  4400 bad query parameter · 4410 thread deleted · 4401 the user was revoked
   1012 this replica lost the thread's lease (reconnect, to any replica, with after=)
 """
 
@@ -19,8 +20,9 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.websockets import WebSocketState
 
-from bridge.api.auth import SUBPROTOCOL, authorized
+from bridge.api.auth import SUBPROTOCOL, resolve_user
 from bridge.api.schema import PermissionFrame, PromptIn, RawIn, frame_error_code
+from bridge.api.users import Streams, User, check_owner
 from bridge.api.ws_transport import SEND_TEXTS
 from bridge.clock import now_iso
 from bridge.errors import BridgeError, InvalidRequest, Throttled, error_body
@@ -35,29 +37,30 @@ log = structlog.get_logger("bridge.ws")
 
 router = APIRouter()
 
-CLOSE_CODES = {"daemon_shutdown": 1001, "deleted": 4410, "owner_lost": 1012}
+CLOSE_CODES = {"daemon_shutdown": 1001, "deleted": 4410, "owner_lost": 1012, "user_revoked": 4401}
 MAX_FRAME_BYTES = 8 * 1024 * 1024
 
 
-def upgrade_refusal(ws: WebSocket) -> JSONResponse | None:
-    """The HTTP answer to an upgrade without good credentials (401, or 429 for a peer
-    that sent too many wrong ones), or None. Host and Origin were checked before routing
-    (guard.RequestGuard)."""
-    peer = str(ws.client[0]) if ws.client else "unknown"
+async def upgrade_user(ws: WebSocket) -> User | JSONResponse:
+    """The caller of an upgrade, or the HTTP answer to one without good credentials (401,
+    or 429 for a peer that sent too many wrong ones). Host and Origin were checked before
+    routing (guard.RequestGuard)."""
     try:
-        if authorized(ws.app.state, ws.headers, ws.cookies, websocket=True, peer=peer):
-            return None
+        user = await resolve_user(ws)
     except Throttled as exc:
         headers = {"Retry-After": str(exc.retry_after_s)}
         return JSONResponse(error_body(exc.code, exc.message), status_code=429, headers=headers)
-    return JSONResponse(error_body("unauthorized", "missing or wrong credentials"), status_code=401)
+    if user is None:
+        return JSONResponse(error_body("unauthorized", "missing or wrong credentials"), status_code=401)
+    return user
 
 
 @router.websocket("/v1/threads/{thread_id}/ws")
 async def thread_ws(ws: WebSocket, thread_id: str) -> None:
-    if (refusal := upgrade_refusal(ws)) is not None:
+    user = await upgrade_user(ws)
+    if not isinstance(user, User):
         # Refused before the upgrade: an HTTP answer, nothing of the thread is looked up.
-        await ws.send_denial_response(refusal)
+        await ws.send_denial_response(user)
         return
     offered = [p.strip() for p in ws.headers.get("sec-websocket-protocol", "").split(",")]
     await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
@@ -75,10 +78,11 @@ async def thread_ws(ws: WebSocket, thread_id: str) -> None:
     reg: Registry = ws.app.state.registry
     try:
         conv = await reg.get(thread_id)
+        check_owner(user, thread_id, conv.thread.get("owner"))
     except BridgeError as exc:
         await _close_quietly(ws, 4404, exc.code)
         return
-    session = _Session(ws, conv, raw=(mode == "raw"), omit_raw=omit_raw == "1" and mode == "events")
+    session = _Session(ws, conv, user, raw=(mode == "raw"), omit_raw=omit_raw == "1" and mode == "events")
     await session.run(int(after_raw))
 
 
@@ -89,9 +93,11 @@ async def _close_quietly(ws: WebSocket, code: int, reason: str) -> None:
 
 
 class _Session:
-    def __init__(self, ws: WebSocket, conv: Conversation, *, raw: bool, omit_raw: bool = False) -> None:
+    def __init__(self, ws: WebSocket, conv: Conversation, user: User, *, raw: bool, omit_raw: bool = False) -> None:
         self.ws = ws
         self.conv = conv
+        self.user = user
+        self.by = user.owner  # what this client's events record as ``by`` (users mode)
         self.raw = raw
         # Envelopes without "raw" (null): a frame about half the size of a huge prompt's.
         # Replayed pages then come as records, each envelope built for this client.
@@ -137,6 +143,11 @@ class _Session:
     async def run(self, after: int) -> None:
         sub = self.conv.subscribe(raw=self.raw)
         self._sub = sub
+        streams: Streams = self.ws.app.state.streams
+        with streams.held(self.user, lambda: sub.close("user_revoked")):
+            await self._serve(sub, after)
+
+    async def _serve(self, sub: Subscriber, after: int) -> None:
         sender = asyncio.create_task(deliver(sub, after, self.conv, self))
         receiver = asyncio.create_task(self._receive())
         close_code, reason = 1000, ""
@@ -192,7 +203,7 @@ class _Session:
         if not isinstance(obj, dict):
             return False
         try:
-            await self.conv.write_raw(obj, self._sub)
+            await self.conv.write_raw(obj, self._sub, by=self.by)
         except BridgeError as exc:
             log.info("ws.raw_refused", thread_id=self.conv.id, code=exc.code)
         return True
@@ -237,18 +248,18 @@ class _Session:
 
     async def _op_prompt(self, frame: dict[str, Any], ids: dict[str, str]) -> None:
         body: PromptIn = PromptIn.from_frame(frame)
-        acc = await self.conv.submit(body.blocks, body.client_id)
+        acc = await self.conv.submit(body.blocks, body.client_id, by=self.by)
         await self._accept(
             "prompt", seq=acc.seq, turn_id=acc.turn_id, duplicate=acc.duplicate, queued=acc.queued, **ids
         )
 
     async def _op_interrupt(self, frame: dict[str, Any], ids: dict[str, str]) -> None:
-        active = await self.conv.interrupt()
+        active = await self.conv.interrupt(by=self.by)
         await self._accept("interrupt", active=active, **ids)
 
     async def _op_raw(self, frame: dict[str, Any], ids: dict[str, str]) -> None:
         body: RawIn = RawIn.from_frame(frame)
-        seq = await self.conv.write_raw(body.message)
+        seq = await self.conv.write_raw(body.message, by=self.by)
         await self._accept("raw", seq=seq, **ids)
 
     async def _op_permission(self, frame: dict[str, Any], ids: dict[str, str]) -> None:
@@ -259,6 +270,7 @@ class _Session:
             by=ids.get("client_id", "websocket"),
             option_id=body.option_id,
             message=body.message,
+            user=self.by,
         )
         await self._accept("permission", **resolved)
 

@@ -649,19 +649,22 @@ class Conversation:
                 log.warning("thread.owner_gone", thread_id=self.id, owner=owner, kind=kind)
         raise ForwardFailed("the replica running this thread keeps changing; retry")
 
-    async def submit(self, content: list[dict[str, Any]], client_id: str | None, *, forward: bool = True) -> Accepted:
-        """A prompt; with ``forward``, run by the thread's owner when that is another replica."""
-        body = {"content": content, "client_id": client_id}
+    async def submit(
+        self, content: list[dict[str, Any]], client_id: str | None, *, forward: bool = True, by: str | None = None
+    ) -> Accepted:
+        """A prompt; with ``forward``, run by the thread's owner when that is another replica.
+        ``by``: the user (users mode), recorded in its client events there too."""
+        body = {"content": content, "client_id": client_id, "user": by}
         if (answer := await self._routed(forward, "prompt", body)) is not None:
             return accepted_from(answer)
         try:
-            return await self._submit_here(content, client_id)
+            return await self._submit_here(content, client_id, by)
         except NotOwner:  # another replica took the lease first
             if (answer := await self._routed(forward, "prompt", body)) is None:
                 raise
             return accepted_from(answer)
 
-    async def _submit_here(self, content: list[dict[str, Any]], client_id: str | None) -> Accepted:
+    async def _submit_here(self, content: list[dict[str, Any]], client_id: str | None, by: str | None) -> Accepted:
         if not self.store.healthy:
             raise StoreError("the transcript store cannot be written right now; retry later", code="store_unavailable")
         if client_id is not None and (dup := await self._duplicate(client_id)) is not None:
@@ -673,7 +676,7 @@ class Conversation:
             # Under the lock: a resent client_id can never race its twin.
             if client_id is not None and (dup := await self._duplicate(client_id)) is not None:
                 return dup
-            acc, actions = self.core.prompt(content, client_id)
+            acc, actions = self.core.prompt(content, client_id, by)
             try:
                 await self._perform(actions)
             except BaseException:
@@ -691,12 +694,12 @@ class Conversation:
             if reason is not None:
                 raise InvalidRequest(reason, code="unsupported_content")
 
-    async def interrupt(self, *, forward: bool = True) -> bool:
+    async def interrupt(self, *, forward: bool = True, by: str | None = None) -> bool:
         """Cancel the active turn. Idempotent; False when no turn is active."""
-        if (answer := await self._routed(forward, "interrupt", {})) is not None:
+        if (answer := await self._routed(forward, "interrupt", {"user": by})) is not None:
             return answer.get("active") is True
         async with self._lock:
-            active, actions = self.core.interrupt()
+            active, actions = self.core.interrupt(by)
             await self._perform(actions)
             return active
 
@@ -709,21 +712,26 @@ class Conversation:
         option_id: str | None = None,
         message: str | None = None,
         forward: bool = True,
+        user: str | None = None,
     ) -> dict[str, Any]:
         """One answer per request: the first wins; later ones are refused (409)."""
-        body = {"request_id": request_id, "decision": decision, "by": by, "option_id": option_id, "message": message}
-        if (answer := await self._routed(forward, "permission", body)) is not None:
+        body = {"request_id": request_id, "decision": decision, "by": by, "option_id": option_id, "user": user}
+        if (answer := await self._routed(forward, "permission", {**body, "message": message})) is not None:
             return dict(answer)
         async with self._lock:
-            data, actions = self.core.answer(request_id, decision, by=by, option_id=option_id, message=message)
+            data, actions = self.core.answer(
+                request_id, decision, by=by, option_id=option_id, message=message, user=user
+            )
             await self._perform(actions)
             return data
 
-    async def write_raw(self, message: dict[str, Any], sub: Subscriber | None = None, *, forward: bool = True) -> int:
+    async def write_raw(
+        self, message: dict[str, Any], sub: Subscriber | None = None, *, forward: bool = True, by: str | None = None
+    ) -> int:
         """The ``raw`` op / raw mode: write a client's JSON object to stdin, as the dialect
         says (the codec may route a response back to ``sub`` only; not when another
         replica runs the agent: the line is written there, its response is not routed)."""
-        if (answer := await self._routed(forward, "raw", {"message": message})) is not None:
+        if (answer := await self._routed(forward, "raw", {"message": message, "user": by})) is not None:
             seq = answer.get("seq")
             return seq if isinstance(seq, int) and not isinstance(seq, bool) else self.core.last_seq
         await self.ensure_started()
@@ -731,7 +739,7 @@ class Conversation:
         async with self._lock:
             if self._proc is None:
                 raise Conflict("the agent process is not running", code="agent_exited")
-            actions = self.core.raw(message, route)
+            actions = self.core.raw(message, route, by)
             if sub is not None:
                 self._raw_routes[route] = sub
             await self._perform(actions)

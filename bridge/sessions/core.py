@@ -52,6 +52,13 @@ from bridge.sessions.tasks import TaskTable
 INTERRUPT_EXITS = frozenset({"interrupted", "interrupt_timeout"})
 
 
+def _by(data: dict[str, Any], by: str | None) -> dict[str, Any]:
+    """A client event's data with the user who sent it (users mode only)."""
+    if by is not None:
+        data["by"] = by
+    return data
+
+
 def prompt_event_data(content: Sequence[dict[str, Any]], turn_id: str, client_id: str | None) -> dict[str, Any]:
     """The ``message`` event of a user prompt: its text, and what else it carried."""
     data: dict[str, Any] = {
@@ -182,10 +189,13 @@ class ConversationCore(AgentOutput):
         if self.busy and len(self.queue) >= self.limits.max_pending_prompts:
             raise Busy(f"a turn is in progress and {len(self.queue)} prompts are queued", code="busy")
 
-    def prompt(self, content: list[dict[str, Any]], client_id: str | None) -> tuple[Accepted, list[Action]]:
+    def prompt(
+        self, content: list[dict[str, Any]], client_id: str | None, by: str | None = None
+    ) -> tuple[Accepted, list[Action]]:
         """Accept one prompt: written now when nothing is ahead of it (the prompt and its
         turn.started share one transaction), else queued. The returned Accepted's seq is
-        filled in when the Emit is committed."""
+        filled in when the Emit is committed. ``by``: the user, recorded in its client
+        events (users mode)."""
         codec = self.codec
         if codec is None:
             raise Conflict("the agent process ended before the prompt could be sent", code="agent_exited")
@@ -194,8 +204,8 @@ class ConversationCore(AgentOutput):
         if refusal is not None:
             raise InvalidRequest(refusal, code="unsupported_content")
         line = codec.encode_prompt(content) if codec.ready else None
-        turn = Turn(new_id("turn"), content, self.last_seq + 1, line)
-        message = Event("client", "message", prompt_event_data(content, turn.turn_id, client_id), line)
+        turn = Turn(new_id("turn"), content, self.last_seq + 1, line, by)
+        message = Event("client", "message", _by(prompt_event_data(content, turn.turn_id, client_id), by), line)
         acc = Accepted(seq=turn.prompt_seq, turn_id=turn.turn_id, queued=self.busy)
         if acc.queued or line is None:
             self.queue.append(turn)
@@ -241,7 +251,8 @@ class ConversationCore(AgentOutput):
             line = turn.line
             if line is None:
                 line = codec.encode_prompt(turn.content)
-                events.append(Event("client", "client.other", {"op": "prompt", "turn_id": turn.turn_id}, line))
+                data = _by({"op": "prompt", "turn_id": turn.turn_id}, turn.by)
+                events.append(Event("client", "client.other", data, line))
             actions += [Emit(events, {"turn_active": True}), Write(line)]
         return actions
 
@@ -253,7 +264,7 @@ class ConversationCore(AgentOutput):
 
     # ------------------------------------------------------------------ client operations
 
-    def interrupt(self) -> tuple[bool, list[Action]]:
+    def interrupt(self, by: str | None = None) -> tuple[bool, list[Action]]:
         """Cancel the active turn. Idempotent; False when no turn is active."""
         codec = self.codec
         if self.active is None or codec is None:
@@ -271,16 +282,24 @@ class ConversationCore(AgentOutput):
         if lines is None:
             # The dialect has no interrupt message: stopping the process ends the turn.
             return True, [*actions, Stop("interrupted")]
-        actions += self._record_and_write(lines, {"op": "interrupt"})
+        actions += self._record_and_write(lines, _by({"op": "interrupt"}, by))
         # If the agent does not end the turn in time, the process is stopped and the turn
         # ends ``cancelled`` (server.interrupt_timeout_s).
         actions.append(ArmTimer(INTERRUPT_TIMER, self.limits.interrupt_timeout_s))
         return True, actions
 
     def answer(
-        self, request_id: str, decision: str, *, by: str, option_id: str | None = None, message: str | None = None
+        self,
+        request_id: str,
+        decision: str,
+        *,
+        by: str,
+        option_id: str | None = None,
+        message: str | None = None,
+        user: str | None = None,
     ) -> tuple[dict[str, Any], list[Action]]:
-        """One answer per request: the first wins; later ones are refused (409)."""
+        """One answer per request: the first wins; later ones are refused (409). ``by`` says
+        how it came (rest, a client id, raw, timeout); ``user`` who sent it (users mode)."""
         pending = self.permissions.take(request_id, decision, by, option_id)
         data: dict[str, Any] = {"request_id": request_id, "decision": decision, "by": by}
         if option_id is not None:
@@ -298,13 +317,13 @@ class ConversationCore(AgentOutput):
                 message=message or ("Denied by the user" if decision == "deny" else ""),
             )
             if line is not None:
-                events.append(Event("client", "client.other", {"op": "permission"}, line))
+                events.append(Event("client", "client.other", _by({"op": "permission"}, user), line))
         actions.append(Emit(events))
         if line is not None:
             actions.append(Write(line))
         return data, actions
 
-    def raw(self, message: dict[str, Any], route: str) -> list[Action]:
+    def raw(self, message: dict[str, Any], route: str, by: str | None = None) -> list[Action]:
         """A client's raw message: a permission answer takes the permission flow (the first
         answer still wins and is recorded once); anything else is written as the dialect
         says. Raises InvalidRequest / Conflict."""
@@ -314,14 +333,14 @@ class ConversationCore(AgentOutput):
         ans = codec.raw_permission_answer(message)
         if ans is not None:
             if ans.request_id in self.permissions:
-                return self.answer(ans.request_id, ans.decision, by="raw", message=ans.message)[1]
+                return self.answer(ans.request_id, ans.decision, by="raw", message=ans.message, user=by)[1]
             if self.permissions.was_resolved(ans.request_id):
                 raise Conflict(f"permission request {ans.request_id} was already resolved", code="already_resolved")
         try:
             line = codec.forward_raw(message, route)
         except RawRefused as exc:
             raise InvalidRequest(str(exc), code=exc.code) from exc
-        return [Emit([Event("client", "client.other", {"op": "raw"}, line)]), Write(line, required=True)]
+        return [Emit([Event("client", "client.other", _by({"op": "raw"}, by), line)]), Write(line, required=True)]
 
     def timer_fired(self, key: str) -> list[Action]:
         if key == INTERRUPT_TIMER:

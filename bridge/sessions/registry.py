@@ -13,7 +13,7 @@ import structlog
 
 from bridge.clock import now_iso
 from bridge.config import DEMO_PROFILE, THREAD_OPTION_KEYS, AgentProfile, Settings
-from bridge.errors import Capacity, Draining, InvalidRequest, LaunchRefused, NotFound, NotOwner
+from bridge.errors import Busy, Capacity, Draining, InvalidRequest, LaunchRefused, NotFound, NotOwner
 from bridge.ids import new_id
 from bridge.launching import check_profile, spawn_options
 from bridge.process.agent_io import Spawn
@@ -224,9 +224,22 @@ class Registry:
         return prof
 
     def _check_capacity(self, conv: Conversation) -> None:
-        live = sum(1 for c in self._convs.values() if (c.running or c.starting) and c is not conv)
-        if live >= self.settings.server.max_conversations:
-            raise Capacity(f"{live} agents are running (max_conversations); stop one or retry later")
+        others = [c for c in self._convs.values() if (c.running or c.starting) and c is not conv]
+        if len(others) >= self.settings.server.max_conversations:
+            raise Capacity(f"{len(others)} agents are running (max_conversations); stop one or retry later")
+        self._check_user_capacity(conv, others)
+
+    def _check_user_capacity(self, conv: Conversation, others: list[Conversation]) -> None:
+        """[auth] max_conversations_per_user: the thread's owner's other running agents."""
+        owner, cap = conv.thread.get("owner"), self.settings.auth.max_conversations_per_user
+        if owner is None or cap is None:
+            return
+        mine = sum(1 for c in others if c.thread.get("owner") == owner)
+        if mine >= cap:
+            raise Busy(
+                f"{mine} of your agents are running (max_conversations_per_user); stop one or retry later",
+                code="user_conversation_limit",
+            )
 
     def _fresh_workspace(self, tid: str, prof: AgentProfile) -> str:
         """The directory of a thread created without a cwd; the bundled demo's holds a few
@@ -246,6 +259,7 @@ class Registry:
         title: str | None,
         options: dict[str, Any] | None,
         native_session_id: str | None = None,
+        owner: str | None = None,
     ) -> Conversation:
         self._refuse_if_draining()
         name = agent or self.settings.default_agent
@@ -290,6 +304,7 @@ class Registry:
             "options": options,
             "pid": None,
             "pending_permissions": 0,
+            "owner": owner,  # the creating user (users mode); None in token mode
         }
         await self.store.create_thread(row)
         conv = self._make(row)

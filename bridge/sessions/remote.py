@@ -57,7 +57,7 @@ class Owners:
         self.timeout_s = timeout_s
         # While waiting for an answer, the owner's lease is looked at this often: an owner
         # that died is given up on once its lease has expired, not after the whole timeout.
-        self.check_s = max(0.1, min(1.0, lease_ttl_s / 3))
+        self.check_s = max(0.1, min(2.0, lease_ttl_s / 4))
         self.forwarded = 0
 
     async def elsewhere(self, thread_id: str) -> str | None:
@@ -160,13 +160,15 @@ def _content(body: Mapping[str, Any]) -> list[dict[str, Any]]:
 async def run_command(conv: Conversation, kind: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
     """A command from another replica's client, run here (the owner) as a local client's
     input is run — never forwarded again (a thread whose lease moved on meanwhile is
-    refused ``not_owner``, and the sender may retry)."""
+    refused ``not_owner``, and the sender may retry). ``user``: who sent it (users mode),
+    recorded as ``by`` in its client events, as on the sender's replica."""
     try:
+        user = _opt_str(body, "user")
         if kind == "prompt":
-            acc = await conv.submit(_content(body), _opt_str(body, "client_id"), forward=False)
+            acc = await conv.submit(_content(body), _opt_str(body, "client_id"), forward=False, by=user)
             return accepted_body(acc)
         if kind == "interrupt":
-            return {"active": await conv.interrupt(forward=False)}
+            return {"active": await conv.interrupt(forward=False, by=user)}
         if kind == "permission":
             request_id, decision = _opt_str(body, "request_id"), _opt_str(body, "decision")
             if request_id is None or decision is None:
@@ -178,12 +180,13 @@ async def run_command(conv: Conversation, kind: str, body: Mapping[str, Any]) ->
                 option_id=_opt_str(body, "option_id"),
                 message=_opt_str(body, "message", 10_000),
                 forward=False,
+                user=user,
             )
         if kind == "raw":
             message = body.get("message")
             if not isinstance(message, dict):
                 raise InvalidRequest("message must be a JSON object")
-            return {"seq": await conv.write_raw(message, forward=False)}
+            return {"seq": await conv.write_raw(message, forward=False, by=user)}
         raise InvalidRequest(f"unknown command {kind!r}")
     except BridgeError as exc:
         raise refused(exc) from exc

@@ -5,7 +5,8 @@ thread row. These are the seams a shared PostgreSQL store plugs into (docs/DESIG
   update some columns, delete, and the rows a previous daemon left live.
 * :class:`TranscriptStore` — the per-thread, gapless, durable event log: an append is
   durable before it returns (and before anything is published); reads are by seq.
-* :class:`SessionStore` — browser sessions (hashed keys and their expiry).
+* :class:`SessionStore` — browser sessions (hashed keys, their expiry and their user).
+* :class:`UserStore` — users and the hashes of their tokens (``[auth] mode = "users"``).
 * :class:`ChangeStore` — the server-wide change log of thread rows (``GET /v1/events``):
   every write that changes a row as clients see it gives the row a new ``change_seq``
   from one store-wide counter that increases in commit order; a deleted thread leaves a
@@ -50,6 +51,7 @@ class ThreadRow(TypedDict, total=False):
     pid: int | None
     pid_start: int | None
     pending_permissions: int  # permission requests waiting for a client's answer
+    owner: str | None  # the user who created it ([auth] mode = "users"); None in token mode
 
 
 # A transcript page (read_events, read_frames) stops after the event that brings it to this
@@ -72,8 +74,11 @@ class ThreadStore(Protocol):
     async def create_thread(self, thread: ThreadRow) -> None: ...
     async def get_thread(self, thread_id: str) -> ThreadRow | None: ...
     async def list_threads(
-        self, *, limit: int, cursor: str | None, agent: str | None
-    ) -> tuple[list[ThreadRow], str | None]: ...
+        self, *, limit: int, cursor: str | None, agent: str | None, owner: str | None = None
+    ) -> tuple[list[ThreadRow], str | None]:
+        """Newest activity first; with ``owner``, that user's threads only."""
+        ...
+
     async def update_thread(self, thread_id: str, fields: ThreadFields) -> None: ...
     async def delete_thread(self, thread_id: str) -> bool: ...
     async def live_threads(self) -> list[ThreadRow]:
@@ -110,9 +115,45 @@ class TranscriptStore(Protocol):
 
 
 class SessionStore(Protocol):
-    async def load_sessions(self, now: float) -> list[tuple[str, float]]: ...
-    async def save_session(self, key: str, expires_at: float, evicted: Sequence[str] = ()) -> None: ...
+    async def load_sessions(self, now: float) -> list[tuple[str, float, str | None]]:
+        """Unexpired sessions, oldest first: (key, expiry, user name or None)."""
+        ...
+
+    async def save_session(
+        self, key: str, expires_at: float, evicted: Sequence[str] = (), *, user: str | None = None
+    ) -> None: ...
     async def delete_session(self, key: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class UserRow:
+    """A user ([auth] mode = "users"). Only a hash of the token is ever stored."""
+
+    name: str
+    admin: bool
+    created_at: str
+    revoked_at: str | None  # None: active
+
+
+class UserStore(Protocol):
+    """Users and the hashes of their tokens (api/users.py), shared by every replica."""
+
+    async def add_user(self, name: str, token_hash: str, *, admin: bool) -> bool:
+        """Create the user, or give a revoked one a new token (active again); False when
+        an active user has that name (nothing changed)."""
+        ...
+
+    async def user_by_token(self, token_hash: str) -> tuple[UserRow, str] | None:
+        """The active user whose token hashes to ``token_hash``, with the stored hash."""
+        ...
+
+    async def get_user(self, name: str) -> UserRow | None: ...
+    async def list_users(self) -> list[UserRow]: ...
+
+    async def revoke_user(self, name: str) -> bool:
+        """Forget the user's token hash, mark the user revoked and delete their browser
+        sessions, in one transaction; False when no active user has that name."""
+        ...
 
 
 # The thread object clients see (docs/api.md §4.3), in its order; api/views.py shows these.
@@ -133,6 +174,7 @@ PUBLIC_THREAD_FIELDS = (
     "agent_info",
     "options",
     "pending_permissions",
+    "owner",
 )
 # A write of any of these columns is a change clients see (the thread object less ``id``):
 # it gives the row a new change_seq. Other columns (pid, tasks, …) do not.
@@ -156,6 +198,7 @@ class Change:
     thread_id: str
     thread: ThreadRow | None
     deleted_at: str | None = None
+    owner: str | None = None  # a deleted thread's owner (the row is gone)
 
 
 class ChangesPruned(Exception):
@@ -247,7 +290,7 @@ class LeaseStore(Protocol):
     async def list_replicas(self) -> list[Replica]: ...
 
 
-class Store(ThreadStore, TranscriptStore, SessionStore, ChangeStore, LeaseStore, Protocol):
+class Store(ThreadStore, TranscriptStore, SessionStore, UserStore, ChangeStore, LeaseStore, Protocol):
     healthy: bool  # False while writes fail (they are retried; nothing acknowledged is lost)
     on_health: Callable[[bool, str | None], None] | None
     batches: int  # group commits so far (metrics)

@@ -103,6 +103,21 @@ MIGRATIONS: list[str] = [
     );
     INSERT INTO change_log (id, latest, horizon) SELECT 1, coalesce(max(change_seq), 0), 0 FROM threads;
     """,
+    # 3: users (issue #20), SQLite's migration 8: who created each thread (and each deleted
+    # one), whose each browser session is, and the users with the hashes of their tokens.
+    """
+    ALTER TABLE threads ADD COLUMN owner text;
+    CREATE INDEX threads_by_owner ON threads (owner, updated_at DESC, id DESC) WHERE owner IS NOT NULL;
+    ALTER TABLE thread_tombstones ADD COLUMN owner text;
+    ALTER TABLE browser_sessions ADD COLUMN user_name text;
+    CREATE TABLE users (
+        name text PRIMARY KEY,
+        token_hash text UNIQUE,
+        admin boolean NOT NULL DEFAULT false,
+        created_at text NOT NULL,
+        revoked_at text
+    );
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

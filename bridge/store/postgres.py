@@ -67,6 +67,7 @@ from bridge.store.base import (
     Replica,
     ThreadFields,
     ThreadRow,
+    UserRow,
 )
 from bridge.store.sqlite import _JSON_COLUMNS, _THREAD_COLUMNS, _iso_before, decode_cursor, encode_cursor
 from bridge.store.sqlite_leases import LEASE_LOST, stamp
@@ -108,8 +109,9 @@ WHERE t.id = v.id
 # A tombstone at the next counter value (a thread deleted twice keeps the newest).
 _TOMBSTONE = """
 WITH c AS (UPDATE change_log SET latest = latest + 1 RETURNING latest)
-INSERT INTO thread_tombstones (thread_id, change_seq, deleted_at) SELECT %s, c.latest, %s FROM c
-ON CONFLICT (thread_id) DO UPDATE SET change_seq = excluded.change_seq, deleted_at = excluded.deleted_at
+INSERT INTO thread_tombstones (thread_id, change_seq, deleted_at, owner) SELECT %s, c.latest, %s, %s FROM c
+ON CONFLICT (thread_id) DO UPDATE SET change_seq = excluded.change_seq, deleted_at = excluded.deleted_at,
+    owner = excluded.owner
 """
 # Tombstones beyond the newest %(keep)s, and those deleted before %(before)s, are dropped;
 # the horizon moves up to the newest one dropped (a cursor below it could miss a deletion).
@@ -163,6 +165,9 @@ class PostgresStore:
         self._readers = [_Conn() for _ in range(READERS)]
         self._next_reader = 0
         self._control = _Conn()
+        # Renewing leases has a connection of its own: a renew that waits behind other
+        # lease traffic (acquires, releases) could miss its deadline and fence the replica.
+        self._renewer = _Conn()
         self._replica_locked = False
         self._instance: str | None = None
         self._replica_url: str | None = None
@@ -252,7 +257,7 @@ class PostgresStore:
             if not item.done.done():
                 item.done.set_exception(StoreError("store closed before this was written"))
         self._pending.clear()
-        for slot in (self._writer_conn, *self._readers, self._control):
+        for slot in (self._writer_conn, *self._readers, self._control, self._renewer):
             await _discard(slot)
         self._replica_locked = False
 
@@ -314,10 +319,13 @@ class PostgresStore:
         return cast(ThreadRow | None, await self._read(do))
 
     async def list_threads(
-        self, *, limit: int, cursor: str | None, agent: str | None
+        self, *, limit: int, cursor: str | None, agent: str | None, owner: str | None = None
     ) -> tuple[list[ThreadRow], str | None]:
         where: list[str] = []
         params: list[Any] = []
+        if owner is not None:
+            where.append("owner = %s")
+            params.append(owner)
         if cursor:
             updated_at, tid = decode_cursor(cursor)
             where.append("(updated_at < %s OR (updated_at = %s AND id < %s))")
@@ -368,10 +376,11 @@ class PostgresStore:
         async def do(c: AsyncConnection[Any]) -> bool:
             async with c.transaction():
                 await c.execute("DELETE FROM events WHERE thread_id = %s", (thread_id,))
-                cur = await c.execute("DELETE FROM threads WHERE id = %s", (thread_id,))
-                if cur.rowcount == 0:
+                cur = await c.execute("DELETE FROM threads WHERE id = %s RETURNING owner", (thread_id,))
+                gone = await cur.fetchone()
+                if gone is None:
                     return False
-                await c.execute(_TOMBSTONE, (thread_id, deleted_at))
+                await c.execute(_TOMBSTONE, (thread_id, deleted_at, gone[0]))
                 await c.execute(_PRUNE, {"before": _iso_before(TOMBSTONE_MAX_AGE_S), "keep": TOMBSTONE_KEEP})
                 return True
 
@@ -416,7 +425,7 @@ class PostgresStore:
                 )
                 rows = await cur.fetchall()
                 cur = await c.execute(
-                    "SELECT change_seq, thread_id, deleted_at FROM thread_tombstones "
+                    "SELECT change_seq, thread_id, deleted_at, owner FROM thread_tombstones "
                     "WHERE change_seq > %s ORDER BY change_seq LIMIT %s",
                     (after, limit),
                 )
@@ -427,7 +436,7 @@ class PostgresStore:
                 Change(int(r[0]), "thread.created" if r[1] > after else "thread.updated", r[2], self._row(r[2:]))
                 for r in rows
             ]
-            out += [Change(int(seq), "thread.deleted", tid, None, at) for seq, tid, at in gone]
+            out += [Change(int(seq), "thread.deleted", tid, None, at, owner) for seq, tid, at, owner in gone]
             out.sort(key=lambda ch: ch.cursor)
             return out[:limit]
 
@@ -578,29 +587,83 @@ class PostgresStore:
 
     # ------------------------------------------------------------------ browser sessions
 
-    async def load_sessions(self, now: float) -> list[tuple[str, float]]:
-        async def do(c: AsyncConnection[Any]) -> list[tuple[str, float]]:
+    async def load_sessions(self, now: float) -> list[tuple[str, float, str | None]]:
+        async def do(c: AsyncConnection[Any]) -> list[tuple[str, float, str | None]]:
             await c.execute("DELETE FROM browser_sessions WHERE expires_at <= %s", (now,))
-            cur = await c.execute("SELECT key, expires_at FROM browser_sessions ORDER BY expires_at")
-            return [(k, float(e)) for k, e in await cur.fetchall()]
+            cur = await c.execute("SELECT key, expires_at, user_name FROM browser_sessions ORDER BY expires_at")
+            return [(k, float(e), u) for k, e, u in await cur.fetchall()]
 
-        return cast(list[tuple[str, float]], await self._write(do))
+        return cast(list[tuple[str, float, str | None]], await self._write(do))
 
-    async def save_session(self, key: str, expires_at: float, evicted: Sequence[str] = ()) -> None:
+    async def save_session(
+        self, key: str, expires_at: float, evicted: Sequence[str] = (), *, user: str | None = None
+    ) -> None:
         async def do(c: AsyncConnection[Any]) -> None:
             async with c.transaction():
                 if evicted:
                     await c.execute("DELETE FROM browser_sessions WHERE key = ANY(%s)", (list(evicted),))
                 await c.execute(
-                    "INSERT INTO browser_sessions (key, expires_at) VALUES (%s, %s) "
-                    "ON CONFLICT (key) DO UPDATE SET expires_at = excluded.expires_at",
-                    (key, expires_at),
+                    "INSERT INTO browser_sessions (key, expires_at, user_name) VALUES (%s, %s, %s) "
+                    "ON CONFLICT (key) DO UPDATE SET expires_at = excluded.expires_at, user_name = excluded.user_name",
+                    (key, expires_at, user),
                 )
 
         await self._write(do)
 
     async def delete_session(self, key: str) -> None:
         await self._write(lambda c: c.execute("DELETE FROM browser_sessions WHERE key = %s", (key,)))
+
+    # ------------------------------------------------------------------ users
+
+    async def add_user(self, name: str, token_hash: str, *, admin: bool) -> bool:
+        async def do(c: AsyncConnection[Any]) -> bool:
+            cur = await c.execute(
+                "INSERT INTO users (name, token_hash, admin, created_at) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (name) DO UPDATE SET token_hash = excluded.token_hash, admin = excluded.admin, "
+                "revoked_at = NULL WHERE users.revoked_at IS NOT NULL",
+                (name, token_hash, admin, now_iso()),
+            )
+            return cur.rowcount > 0
+
+        return bool(await self._write(do))
+
+    async def user_by_token(self, token_hash: str) -> tuple[UserRow, str] | None:
+        async def do(c: AsyncConnection[Any]) -> tuple[UserRow, str] | None:
+            cur = await c.execute(
+                f"SELECT {_USER_COLS}, token_hash FROM users WHERE token_hash = %s AND revoked_at IS NULL",  # noqa: S608
+                (token_hash,),
+            )
+            row = await cur.fetchone()
+            return None if row is None else (_user(row), row[4])
+
+        return cast(tuple[UserRow, str] | None, await self._read(do))
+
+    async def get_user(self, name: str) -> UserRow | None:
+        async def do(c: AsyncConnection[Any]) -> UserRow | None:
+            cur = await c.execute(f"SELECT {_USER_COLS} FROM users WHERE name = %s", (name,))  # noqa: S608
+            row = await cur.fetchone()
+            return None if row is None else _user(row)
+
+        return cast(UserRow | None, await self._read(do))
+
+    async def list_users(self) -> list[UserRow]:
+        async def do(c: AsyncConnection[Any]) -> list[UserRow]:
+            cur = await c.execute(f"SELECT {_USER_COLS} FROM users ORDER BY name")  # noqa: S608
+            return [_user(r) for r in await cur.fetchall()]
+
+        return cast(list[UserRow], await self._read(do))
+
+    async def revoke_user(self, name: str) -> bool:
+        async def do(c: AsyncConnection[Any]) -> bool:
+            async with c.transaction():
+                cur = await c.execute(
+                    "UPDATE users SET token_hash = NULL, revoked_at = %s WHERE name = %s AND revoked_at IS NULL",
+                    (now_iso(), name),
+                )
+                await c.execute("DELETE FROM browser_sessions WHERE user_name = %s", (name,))
+                return cur.rowcount > 0
+
+        return bool(await self._write(do))
 
     # ------------------------------------------------------------------ leases
 
@@ -633,7 +696,7 @@ class PostgresStore:
                         raise
             raise AssertionError("unreachable")
 
-        return cast(dict[str, int], await self._do(self._control, do))
+        return cast(dict[str, int], await self._do(self._renewer, do))
 
     async def release_lease(self, thread_id: str, replica_id: str, epoch: int) -> bool:
         async def do(c: AsyncConnection[Any]) -> bool:
@@ -660,7 +723,7 @@ class PostgresStore:
             live = owner is not None and left is not None and left > 0
             return Lease(owner, int(epoch), None if owner is None else float(left), live)
 
-        return cast(Lease | None, await self._do(self._control, do))
+        return cast(Lease | None, await self._read(do))  # a read: any reader connection
 
     # ------------------------------------------------------------------ replicas
 
@@ -710,6 +773,13 @@ class PostgresStore:
             return [Replica(r[0], r[1], r[2], r[3], float(r[4]), int(r[5])) for r in await cur.fetchall()]
 
         return cast(list[Replica], await self._read(do))
+
+
+_USER_COLS = "name, admin, created_at, revoked_at"
+
+
+def _user(row: Sequence[Any]) -> UserRow:
+    return UserRow(str(row[0]), bool(row[1]), str(row[2]), row[3])
 
 
 async def _discard(slot: _Conn) -> None:

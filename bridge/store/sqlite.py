@@ -66,6 +66,7 @@ from bridge.store.base import (
     ChangesPruned,
     ThreadFields,
     ThreadRow,
+    UserRow,
 )
 
 T = TypeVar("T")
@@ -181,6 +182,25 @@ _MIGRATIONS.append(
     """
 )
 
+# 8: users (issue #20): who created each thread (and each deleted one), whose each browser
+# session is, and the users with the hashes of their tokens (never a token). The same as
+# PostgreSQL's migration 3.
+_MIGRATIONS.append(
+    """
+    ALTER TABLE threads ADD COLUMN owner TEXT;
+    CREATE INDEX threads_by_owner ON threads(owner, updated_at DESC, id DESC) WHERE owner IS NOT NULL;
+    ALTER TABLE thread_tombstones ADD COLUMN owner TEXT;
+    ALTER TABLE browser_sessions ADD COLUMN user_name TEXT;
+    CREATE TABLE users (
+        name TEXT PRIMARY KEY,
+        token_hash TEXT UNIQUE,
+        admin INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL,
+        revoked_at TEXT
+    ) WITHOUT ROWID;
+    """
+)
+
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 
@@ -228,6 +248,7 @@ _THREAD_COLUMNS = (
     "agent_info",
     "tasks",
     "pending_permissions",
+    "owner",
 )
 _JSON_COLUMNS = ("last_exit", "options", "agent_info")
 
@@ -508,9 +529,12 @@ class SqliteStore(leases.SqliteLeases):
         return await self._read(do)
 
     async def list_threads(
-        self, *, limit: int, cursor: str | None, agent: str | None
+        self, *, limit: int, cursor: str | None, agent: str | None, owner: str | None = None
     ) -> tuple[list[ThreadRow], str | None]:
         where, params = [], []
+        if owner is not None:
+            where.append("owner = ?")
+            params.append(owner)
         if cursor:
             updated_at, tid = decode_cursor(cursor)
             where.append("(updated_at < ? OR (updated_at = ? AND id < ?))")
@@ -563,12 +587,13 @@ class SqliteStore(leases.SqliteLeases):
         def do(db: sqlite3.Connection) -> bool:
             db.execute("BEGIN IMMEDIATE")
             db.execute("DELETE FROM events WHERE thread_id=?", (thread_id,))
-            cur = db.execute("DELETE FROM threads WHERE id=?", (thread_id,))
-            found = cur.rowcount > 0
+            gone = db.execute("DELETE FROM threads WHERE id=? RETURNING owner", (thread_id,)).fetchall()
+            found = bool(gone)
             if found:
                 db.execute(
-                    "INSERT OR REPLACE INTO thread_tombstones (thread_id, change_seq, deleted_at) VALUES (?,?,?)",
-                    (thread_id, _next_change(db), deleted_at),
+                    "INSERT OR REPLACE INTO thread_tombstones (thread_id, change_seq, deleted_at, owner) "
+                    "VALUES (?,?,?,?)",
+                    (thread_id, _next_change(db), deleted_at, gone[0][0]),
                 )
                 _prune_tombstones(db, _iso_before(TOMBSTONE_MAX_AGE_S))
             db.execute("COMMIT")
@@ -620,7 +645,7 @@ class SqliteStore(leases.SqliteLeases):
                     (after, limit),
                 ).fetchall()
                 gone = db.execute(
-                    "SELECT change_seq,thread_id,deleted_at FROM thread_tombstones "
+                    "SELECT change_seq,thread_id,deleted_at,owner FROM thread_tombstones "
                     "WHERE change_seq > ? ORDER BY change_seq LIMIT ?",
                     (after, limit),
                 ).fetchall()
@@ -630,7 +655,7 @@ class SqliteStore(leases.SqliteLeases):
                 Change(r[0], "thread.created" if r[1] > after else "thread.updated", r[2], self._row(r[2:]))
                 for r in rows
             ]
-            out += [Change(seq, "thread.deleted", tid, None, at) for seq, tid, at in gone]
+            out += [Change(seq, "thread.deleted", tid, None, at, owner) for seq, tid, at, owner in gone]
             out.sort(key=lambda c: c.cursor)
             return out[:limit]
 
@@ -805,22 +830,26 @@ class SqliteStore(leases.SqliteLeases):
 
     # ------------------------------------------------------------------ browser sessions
 
-    async def load_sessions(self, now: float) -> list[tuple[str, float]]:
+    async def load_sessions(self, now: float) -> list[tuple[str, float, str | None]]:
         """Unexpired browser sessions, oldest first (expired ones are deleted)."""
 
-        def do(db: sqlite3.Connection) -> list[tuple[str, float]]:
+        def do(db: sqlite3.Connection) -> list[tuple[str, float, str | None]]:
             db.execute("DELETE FROM browser_sessions WHERE expires_at <= ?", (now,))
-            return [
-                (k, float(e)) for k, e in db.execute("SELECT key, expires_at FROM browser_sessions ORDER BY expires_at")
-            ]
+            rows = db.execute("SELECT key, expires_at, user_name FROM browser_sessions ORDER BY expires_at")
+            return [(k, float(e), u) for k, e, u in rows]
 
         return await self._run(do)
 
-    async def save_session(self, key: str, expires_at: float, evicted: Sequence[str] = ()) -> None:
+    async def save_session(
+        self, key: str, expires_at: float, evicted: Sequence[str] = (), *, user: str | None = None
+    ) -> None:
         def do(db: sqlite3.Connection) -> None:
             db.execute("BEGIN IMMEDIATE")
             db.executemany("DELETE FROM browser_sessions WHERE key = ?", [(k,) for k in evicted])
-            db.execute("INSERT OR REPLACE INTO browser_sessions (key, expires_at) VALUES (?, ?)", (key, expires_at))
+            db.execute(
+                "INSERT OR REPLACE INTO browser_sessions (key, expires_at, user_name) VALUES (?, ?, ?)",
+                (key, expires_at, user),
+            )
             db.execute("COMMIT")
 
         await self._run(do)
@@ -830,6 +859,57 @@ class SqliteStore(leases.SqliteLeases):
             db.execute("DELETE FROM browser_sessions WHERE key = ?", (key,))
 
         await self._run(do)
+
+    # ------------------------------------------------------------------ users
+
+    async def add_user(self, name: str, token_hash: str, *, admin: bool) -> bool:
+        def do(db: sqlite3.Connection) -> bool:
+            cur = db.execute(
+                "INSERT INTO users (name, token_hash, admin, created_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET token_hash = excluded.token_hash, admin = excluded.admin, "
+                "revoked_at = NULL WHERE users.revoked_at IS NOT NULL",
+                (name, token_hash, int(admin), now_iso()),
+            )
+            return cur.rowcount > 0
+
+        return await self._run(do)
+
+    async def user_by_token(self, token_hash: str) -> tuple[UserRow, str] | None:
+        def do(db: sqlite3.Connection) -> tuple[UserRow, str] | None:
+            row = db.execute(
+                "SELECT name, admin, created_at, revoked_at, token_hash FROM users "
+                "WHERE token_hash = ? AND revoked_at IS NULL",
+                (token_hash,),
+            ).fetchone()
+            return None if row is None else (_user(row), row[4])
+
+        return await self._read(do)
+
+    async def get_user(self, name: str) -> UserRow | None:
+        def do(db: sqlite3.Connection) -> UserRow | None:
+            row = db.execute("SELECT name, admin, created_at, revoked_at FROM users WHERE name = ?", (name,)).fetchone()
+            return None if row is None else _user(row)
+
+        return await self._read(do)
+
+    async def list_users(self) -> list[UserRow]:
+        def do(db: sqlite3.Connection) -> list[UserRow]:
+            return [_user(r) for r in db.execute("SELECT name, admin, created_at, revoked_at FROM users ORDER BY name")]
+
+        return await self._read(do)
+
+    async def revoke_user(self, name: str) -> bool:
+        def do(db: sqlite3.Connection) -> bool:
+            db.execute("BEGIN IMMEDIATE")
+            cur = db.execute(
+                "UPDATE users SET token_hash = NULL, revoked_at = ? WHERE name = ? AND revoked_at IS NULL",
+                (now_iso(), name),
+            )
+            db.execute("DELETE FROM browser_sessions WHERE user_name = ?", (name,))
+            db.execute("COMMIT")
+            return cur.rowcount > 0
+
+        return await self._run(do)
 
     async def read_events(self, thread_id: str, after: int, limit: int) -> list[Record]:
         def do(db: sqlite3.Connection) -> list[Record]:
@@ -882,6 +962,10 @@ class SqliteStore(leases.SqliteLeases):
             return int(row[0]) if row else None
 
         return await self._read(do)
+
+
+def _user(row: Sequence[Any]) -> UserRow:
+    return UserRow(str(row[0]), bool(row[1]), str(row[2]), row[3])
 
 
 def _bounded(cur: sqlite3.Cursor, size: Callable[[Any], int], max_bytes: int = PAGE_BYTES) -> list[Any]:

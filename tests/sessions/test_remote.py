@@ -22,23 +22,30 @@ class FakeConv:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, Any]] = []
+        self.users: list[str | None] = []  # the ``by`` (users mode) each call carried
 
-    async def submit(self, content: list[dict[str, Any]], client_id: str | None, *, forward: bool) -> Accepted:
+    async def submit(
+        self, content: list[dict[str, Any]], client_id: str | None, *, forward: bool, by: str | None = None
+    ) -> Accepted:
         self.calls.append(("submit", (content, client_id, forward)))
+        self.users.append(by)
         return Accepted(seq=7, turn_id="turn_1")
 
-    async def interrupt(self, *, forward: bool) -> bool:
+    async def interrupt(self, *, forward: bool, by: str | None = None) -> bool:
         self.calls.append(("interrupt", forward))
+        self.users.append(by)
         return True
 
     async def answer_permission(self, request_id: str, decision: str, **kw: Any) -> dict[str, Any]:
+        self.users.append(kw.pop("user", None))
         self.calls.append(("permission", (request_id, decision, kw)))
         if request_id == "gone":
             raise NotFound("no pending permission request gone", code="permission_not_found")
         return {"request_id": request_id, "decision": decision}
 
-    async def write_raw(self, message: dict[str, Any], *, forward: bool) -> int:
+    async def write_raw(self, message: dict[str, Any], *, forward: bool, by: str | None = None) -> int:
         self.calls.append(("raw", (message, forward)))
+        self.users.append(by)
         return 9
 
 
@@ -58,6 +65,22 @@ async def test_each_command_runs_on_the_owner_and_is_never_forwarded_again() -> 
     conv, out = await run("permission", {"request_id": "r1", "decision": "allow", "by": "web-1"})
     assert out == {"request_id": "r1", "decision": "allow"}
     assert conv.calls[0][1][2] == {"by": "web-1", "option_id": None, "message": None, "forward": False}
+
+
+async def test_the_user_who_sent_a_command_crosses_with_it() -> None:
+    """Users mode: the owner records the sender's user as ``by``, as the sender's replica would."""
+    for kind, body in (
+        ("prompt", {"content": [{"type": "text", "text": "hi"}]}),
+        ("interrupt", {}),
+        ("raw", {"message": {"jsonrpc": "2.0"}}),
+        ("permission", {"request_id": "r1", "decision": "allow", "by": "web-1"}),
+    ):
+        conv, _ = await run(kind, {**body, "user": "alice"})
+        assert conv.users == ["alice"], kind
+        conv, _ = await run(kind, body)
+        assert conv.users == [None], kind  # token mode: nobody named
+        with pytest.raises(CommandRefused):
+            await run(kind, {**body, "user": 5})  # not a name: refused, nothing done
 
 
 @pytest.mark.parametrize(

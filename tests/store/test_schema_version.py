@@ -67,8 +67,8 @@ def test_serve_refuses_a_newer_schema_with_one_line(tmp_path: Path) -> None:
 
 
 async def test_a_database_of_the_previous_version_is_upgraded_with_its_rows(tmp_path: Path) -> None:
-    """Migrations 6 (the change log) and 7 (leases, replicas, unique client ids) on a file an
-    older daemon wrote."""
+    """Migrations 6 (the change log), 7 (leases, replicas, unique client ids) and 8 (users,
+    thread owners) on a file an older daemon wrote."""
     import bridge.store.sqlite as sqlite_store
 
     path = tmp_path / "bridge.db"
@@ -92,10 +92,13 @@ async def test_a_database_of_the_previous_version_is_upgraded_with_its_rows(tmp_
         assert [r["id"] for r in await store.live_threads()] == ["thr_1"]  # its rows are still this replica's
         assert await store.find_client_event("thr_1", "c1") == 1
         assert await store.acquire_lease("thr_1", "r", 5) == 1
+        row = await store.get_thread("thr_1")
+        assert row is not None and row["owner"] is None  # a thread from before users: admins only
+        assert await store.list_users() == []
     finally:
         await store.close()
     db = sqlite3.connect(path)
     try:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
     finally:
         db.close()

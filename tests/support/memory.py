@@ -173,6 +173,7 @@ class MemoryStore:
         self.events: dict[str, list[Record]] = {}
         self.client_ids: dict[tuple[str, str], int] = {}
         self.sessions: dict[str, float] = {}
+        self.session_users: dict[str, str | None] = {}
         self.fail_appends: BaseException | None = None
         self.block_appends: asyncio.Event | None = None  # set: appends wait (a disk that is full)
         self.blocked = asyncio.Event()  # an append is waiting on block_appends
@@ -196,10 +197,12 @@ class MemoryStore:
         return dict(row) if row else None
 
     async def list_threads(
-        self, *, limit: int, cursor: str | None, agent: str | None
+        self, *, limit: int, cursor: str | None, agent: str | None, owner: str | None = None
     ) -> tuple[list[dict[str, Any]], str | None]:
         rows = sorted(self.threads.values(), key=lambda r: (r["updated_at"], r["id"]), reverse=True)
-        rows = [r for r in rows if agent is None or r["agent"] == agent]
+        rows = [
+            r for r in rows if (agent is None or r["agent"] == agent) and (owner is None or r.get("owner") == owner)
+        ]
         return [dict(r) for r in rows[:limit]], None
 
     async def update_thread(self, thread_id: str, fields: dict[str, Any]) -> None:
@@ -253,13 +256,16 @@ class MemoryStore:
         return self.client_ids.get((thread_id, client_id))
 
     # browser sessions
-    async def load_sessions(self, now: float) -> list[tuple[str, float]]:
-        return [(k, v) for k, v in self.sessions.items() if v > now]
+    async def load_sessions(self, now: float) -> list[tuple[str, float, str | None]]:
+        return [(k, v, self.session_users.get(k)) for k, v in self.sessions.items() if v > now]
 
-    async def save_session(self, key: str, expires_at: float, evicted: Sequence[str] = ()) -> None:
+    async def save_session(
+        self, key: str, expires_at: float, evicted: Sequence[str] = (), *, user: str | None = None
+    ) -> None:
         for k in evicted:
             self.sessions.pop(k, None)
         self.sessions[key] = expires_at
+        self.session_users[key] = user
 
     async def delete_session(self, key: str) -> None:
         self.sessions.pop(key, None)

@@ -125,6 +125,20 @@ class ServerSettings(BaseModel):
     body_timeout_s: float = Field(30.0, gt=0)  # and the body this long after the headers
     tls_cert: str | None = None
     tls_key: str | None = None
+    # Directories whose subdirectories GET /v1/workspace/dirs lists (the page's working
+    # directory picker); absolute, "~" expanded. Empty: no listing.
+    workspace_roots: list[str] = Field(default_factory=list, max_length=64)
+
+    @field_validator("workspace_roots")
+    @classmethod
+    def _roots(cls, v: list[str]) -> list[str]:
+        out = []
+        for entry in v:
+            path = os.path.expanduser(entry)
+            if not os.path.isabs(path):
+                raise ValueError(f"workspace_roots entries must be absolute directories: {entry!r}")
+            out.append(os.path.normpath(path))
+        return out
 
     @field_validator("allowed_hosts")
     @classmethod

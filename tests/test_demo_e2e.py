@@ -27,7 +27,9 @@ async def test_serve_with_no_config_offers_the_demo_agent_and_chats(daemon_facto
     assert end["data"]["status"] == "success"
     call = c.seen("tool.call")[0]
     result = c.seen("tool.result", tool_call_id=call["data"]["tool_call_id"])[0]
-    assert call["data"]["name"] == "ListFiles" and "notes.txt" in str(result["data"]["output"])
+    listed = str(result["data"]["output"])
+    assert call["data"]["name"] == "ListFiles" and "notes.txt" in listed
+    assert "README.md" in listed and "hello.py" in listed  # the demo workspace's samples
     acc = await c.prompt("slow")
     await c.kind("message.delta")
     await c.send(op="interrupt")

@@ -1,94 +1,20 @@
 // agent-bridge web page: the reference client of docs/api.md. Plain ES modules, no build step,
 // nothing fetched from anywhere but the daemon that served it.
+import { Attachments, BODY_SLACK, MAX_BODY_BYTES } from "./attachments.js";
+import { $, el, sizeText } from "./dom.js";
+import { ApiError, api, setUnauthorizedHandler } from "./net.js";
 import { ThreadStream } from "./stream.js";
+import { SlashMenu, advertised } from "./commands.js";
+import { NewThreadDialog } from "./newthread.js";
+import { Notifier } from "./notify.js";
+import { SHORTCUTS, shortcut } from "./shortcuts.js";
+import { renderTasks } from "./tasks.js";
+import { ThreadList } from "./threads.js";
 import { TranscriptView, pretty, usageText } from "./transcript.js";
 
-const $ = (sel) => document.querySelector(sel);
-const LIST_REFRESH_MS = 5000;
 const DIAG_LIMIT = 500;
-// What the API takes as content blocks (bridge/api/content.py): these media types, at most
-// 64 blocks, and one request body (or WebSocket frame) of at most 8 MiB.
-const IMAGE_TYPES = ["image/png", "image/jpeg", "image/gif", "image/webp"];
-const DOCUMENT_TYPES = ["application/pdf", "text/plain"];
-const MAX_BLOCKS = 64;
 // How a turn's end status reads in the status line ("cancelled" is an interrupt).
 const TURN_STATUS = { cancelled: "interrupted" };
-const MAX_BODY_BYTES = 8 * 1024 * 1024;
-const BODY_SLACK = 16 * 1024; // JSON punctuation, the client_id, the block wrappers
-
-function sizeText(n) {
-  if (n < 1024) return `${n} B`;
-  if (n < 1024 * 1024) return `${(n / 1024).toFixed(n < 10240 ? 1 : 0)} KB`;
-  return `${(n / 1024 / 1024).toFixed(1)} MB`;
-}
-
-// The media type the API knows a file by, or null. Browsers give text files without a
-// known extension no type; a .txt file is text/plain whatever the browser says.
-function mediaType(file) {
-  const t = (file.type || "").toLowerCase();
-  if (IMAGE_TYPES.includes(t) || DOCUMENT_TYPES.includes(t)) return t;
-  if (/\.txt$/i.test(file.name || "") && (!t || t.startsWith("text/"))) return "text/plain";
-  return null;
-}
-
-function readBase64(file) {
-  return new Promise((resolve, reject) => {
-    const r = new FileReader();
-    r.onload = () => {
-      const url = String(r.result);
-      resolve(url.slice(url.indexOf(",") + 1)); // data:<type>;base64,<data>
-    };
-    r.onerror = () => reject(r.error || new Error("cannot read the file"));
-    r.readAsDataURL(file);
-  });
-}
-
-function el(tag, cls, text) {
-  const node = document.createElement(tag);
-  if (cls) node.className = cls;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
-
-class ApiError extends Error {
-  constructor(status, code, message) {
-    super(message || code || `HTTP ${status}`);
-    this.status = status;
-    this.code = code;
-  }
-}
-
-async function api(method, path, body, headers = {}) {
-  const opts = { method, headers: { ...headers }, credentials: "same-origin", cache: "no-store" };
-  if (body !== undefined) {
-    opts.headers["Content-Type"] = "application/json";
-    opts.body = JSON.stringify(body);
-  }
-  const r = await fetch(path, opts);
-  if (r.status === 204) return null;
-  let data = null;
-  try {
-    data = await r.json();
-  } catch {
-    data = null;
-  }
-  if (!r.ok) {
-    const err = data && data.error ? data.error : {};
-    if (r.status === 401 && path !== "/v1/session") app.showLogin();
-    throw new ApiError(r.status, err.code, err.message);
-  }
-  return data;
-}
-
-function ago(iso) {
-  const t = Date.parse(iso);
-  if (!t) return "";
-  const s = Math.max(0, (Date.now() - t) / 1000);
-  if (s < 60) return "just now";
-  if (s < 3600) return `${Math.floor(s / 60)} min ago`;
-  if (s < 86400) return `${Math.floor(s / 3600)} h ago`;
-  return new Date(t).toLocaleDateString();
-}
 
 function newClientId() {
   const bytes = new Uint8Array(12);
@@ -102,7 +28,7 @@ const CONN_TEXT = {
   live: "Live",
   reconnecting: "Reconnecting…",
   polling: "Live (long-polling)",
-  offline: "Offline — retrying",
+  offline: "Daemon unreachable — reconnecting…",
   gone: "Thread gone",
 };
 
@@ -111,11 +37,41 @@ class App {
     this.threads = [];
     this.agents = [];
     this.current = null; // {id, thread, stream, view, pending: Map, tasks: Map, turnActive}
-    this.listTimer = null;
+    this.list = new ThreadList($("#thread-list"), {
+      currentId: () => (this.current ? this.current.id : null),
+      onPick: (id) => {
+        this.openThread(id);
+        document.body.classList.remove("show-sidebar");
+        $("#toggle-threads").setAttribute("aria-expanded", "false");
+      },
+      onThread: (t) => {
+        if (!this.current || this.current.id !== t.id) return;
+        this.current.thread = t;
+        this.renderThreadHead();
+      },
+      onDeleted: (id) => this.current && this.current.id === id && this.threadGone("deleted"),
+      onLive: () => {
+        this.renderThreadHead();
+        this.updateTitle();
+      },
+      onUnauthorized: () => this.showLogin("Your session ended; sign in again."),
+      onChange: (before, after) => {
+        this.notifier.changed(before, after, this.current ? this.current.id : null);
+        if ((before && before.pending_permissions) !== after.pending_permissions) this.updateTitle();
+      },
+    });
+    this.notifier = new Notifier($("#notify"), { onOpen: (id) => this.openThread(id) });
+    this.newThread = new NewThreadDialog({
+      onCreated: async (t) => {
+        this.list.upsert(t);
+        await this.openThread(t.id);
+        $("#prompt").focus();
+      },
+    });
+    this.slash = new SlashMenu($("#prompt"), $("#slash-menu"));
     this.dismissed = new Set(); // permission requests whose dialog the user closed
     this.forcePolling = new URLSearchParams(location.search).get("transport") === "poll";
-    this.attachments = []; // {id, name, size, block, mediaType, data}: sent with the next prompt
-    this.attachSeq = 0;
+    this.att = new Attachments();
   }
 
   // ------------------------------------------------------------------ start, login
@@ -147,7 +103,7 @@ class App {
 
   showLogin(message) {
     this.leaveThread();
-    clearInterval(this.listTimer);
+    this.list.stop();
     $("#thread").hidden = true;
     $("#empty").hidden = false;
     this.setConn("idle");
@@ -181,11 +137,7 @@ class App {
   async enter() {
     $("#login").hidden = true;
     $("#app").hidden = false;
-    await this.refreshThreads();
-    clearInterval(this.listTimer);
-    this.listTimer = setInterval(() => {
-      if (!document.hidden) this.refreshThreads().catch(() => {});
-    }, LIST_REFRESH_MS);
+    this.list.start();
     const want = new URLSearchParams(location.hash.slice(1)).get("t");
     if (want && !(await this.openThread(want))) this.setHash(null);
   }
@@ -199,15 +151,7 @@ class App {
       if (token) this.login(token);
     });
     $("#logout").addEventListener("click", () => this.logout());
-    $("#new-thread").addEventListener("click", () => this.openNewDialog());
-    $("#new-form").addEventListener("submit", (e) => {
-      e.preventDefault();
-      this.createThread();
-    });
-    $("#new-cancel").addEventListener("click", () => $("#new-dialog").close());
-    $("#new-agent").addEventListener("change", () => this.loadNativeSessions());
-    $("#new-cwd").addEventListener("change", () => this.loadNativeSessions());
-    $("#new-session-more").addEventListener("click", () => this.loadNativeSessions(this.nativeCursor));
+    $("#new-thread").addEventListener("click", () => this.newThread.open(this.agents));
     $("#rename").addEventListener("click", () => this.openRename());
     $("#rename-form").addEventListener("submit", (e) => {
       e.preventDefault();
@@ -227,6 +171,7 @@ class App {
       this.send();
     });
     $("#prompt").addEventListener("keydown", (e) => {
+      if (this.slash.key(e)) return;
       if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
         e.preventDefault();
         this.send();
@@ -241,13 +186,13 @@ class App {
     $("#attach-input").addEventListener("change", (e) => {
       const files = [...e.target.files];
       e.target.value = ""; // the same file can be picked again
-      this.addFiles(files);
+      this.att.add(files);
     });
     $("#prompt").addEventListener("paste", (e) => {
       const files = e.clipboardData ? [...e.clipboardData.files] : [];
       if (!files.length) return;
       e.preventDefault();
-      this.addFiles(files);
+      this.att.add(files);
     });
     const composer = $("#composer");
     composer.addEventListener("dragover", (e) => {
@@ -262,9 +207,14 @@ class App {
       composer.classList.remove("dropping");
       if (!e.dataTransfer || !e.dataTransfer.files.length) return;
       e.preventDefault();
-      this.addFiles([...e.dataTransfer.files]);
+      this.att.add([...e.dataTransfer.files]);
     });
+    $("#show-keys").addEventListener("click", () => this.showKeys());
+    $("#keys-close").addEventListener("click", () => $("#keys-dialog").close());
+    $("#thread-search").addEventListener("input", (e) => this.list.setFilter({ text: e.target.value }));
+    $("#thread-state").addEventListener("change", (e) => this.list.setFilter({ state: e.target.value }));
     document.addEventListener("keydown", (e) => {
+      if (shortcut(e, this.shortcuts())) return;
       if (e.key !== "Escape" || document.querySelector("dialog[open]")) return;
       // On a narrow screen, Escape first closes a slide-over panel.
       for (const [panel, button] of [["sidebar", "#toggle-threads"], ["side", "#toggle-side"]]) {
@@ -301,6 +251,40 @@ class App {
     });
   }
 
+  shortcuts() {
+    const go = (step) => {
+      const id = this.list.neighbour(this.current ? this.current.id : null, step);
+      if (id) this.openThread(id).then(() => this.list.focus(id));
+    };
+    return {
+      help: () => this.showKeys(),
+      newThread: () => this.newThread.open(this.agents),
+      search: () => {
+        if (getComputedStyle($("#toggle-threads")).display !== "none" && !document.body.classList.contains("show-sidebar")) {
+          this.togglePanel("#sidebar", "#toggle-threads");
+        }
+        $("#thread-search").focus();
+      },
+      next: () => go(1),
+      previous: () => go(-1),
+      compose: () => this.current && $("#prompt").focus(),
+    };
+  }
+
+  showKeys() {
+    const body = $("#keys tbody");
+    body.replaceChildren();
+    for (const [keys, what] of SHORTCUTS) {
+      const tr = el("tr");
+      const k = el("td");
+      k.append(el("kbd", null, keys));
+      tr.append(k, el("td", null, what));
+      body.append(tr);
+    }
+    $("#keys-dialog").showModal();
+    $("#keys-close").focus();
+  }
+
   togglePanel(panel, button) {
     const open = !document.body.classList.contains(`show-${panel.slice(1)}`);
     document.body.classList.toggle(`show-${panel.slice(1)}`, open);
@@ -317,143 +301,6 @@ class App {
   }
 
   // ------------------------------------------------------------------ thread list
-
-  async refreshThreads() {
-    const all = [];
-    let cursor = null;
-    for (let page = 0; page < 5; page++) {
-      const q = new URLSearchParams({ limit: "200" });
-      if (cursor) q.set("cursor", cursor);
-      const res = await api("GET", `/v1/threads?${q}`);
-      all.push(...res.threads);
-      cursor = res.next_cursor;
-      if (!cursor) break;
-    }
-    this.threads = all;
-    this.renderThreadList();
-    if (this.current) {
-      const t = all.find((x) => x.id === this.current.id);
-      if (t) {
-        this.current.thread = t;
-        this.renderThreadHead();
-      }
-    }
-  }
-
-  renderThreadList() {
-    const list = $("#thread-list");
-    const focusedId = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.threadId : null;
-    list.replaceChildren();
-    if (!this.threads.length) list.append(el("li", "empty-list", "No threads yet."));
-    for (const t of this.threads) {
-      const li = el("li");
-      const b = el("button", "thread-item");
-      b.type = "button";
-      b.dataset.threadId = t.id;
-      if (this.current && this.current.id === t.id) b.setAttribute("aria-current", "true");
-      const title = el("span", "t-title", t.title || "Untitled");
-      const meta = el("span", "t-meta", `${t.agent} · ${t.cwd}`);
-      const foot = el("span", "t-foot");
-      const state = el("span", `badge state-${t.state}`, t.turn_active ? "working" : t.state);
-      foot.append(state, el("span", "t-when", ago(t.updated_at)));
-      b.append(title, meta, foot);
-      b.addEventListener("click", () => {
-        this.openThread(t.id);
-        document.body.classList.remove("show-sidebar");
-        $("#toggle-threads").setAttribute("aria-expanded", "false");
-      });
-      li.append(b);
-      list.append(li);
-      if (focusedId === t.id) b.focus();
-    }
-  }
-
-  openNewDialog() {
-    const sel = $("#new-agent");
-    sel.replaceChildren();
-    for (const a of this.agents) {
-      const o = el("option", null, `${a.name} (${a.protocol}${a.model ? `, ${a.model}` : ""})${a.available ? "" : " — unavailable"}`);
-      o.value = a.name;
-      o.disabled = !a.available;
-      if (a.default && a.available) o.selected = true;
-      sel.append(o);
-    }
-    $("#new-error").textContent = "";
-    $("#new-dialog").showModal();
-    sel.focus();
-    this.loadNativeSessions();
-  }
-
-  // "Resume an existing session": what the chosen agent itself keeps for the directory
-  // (GET /v1/agents/{name}/sessions, docs/api.md §4.13); a page at a time, newest first.
-  async loadNativeSessions(cursor = null) {
-    const pick = $("#new-session");
-    const status = $("#new-session-status");
-    const more = $("#new-session-more");
-    const agent = $("#new-agent").value;
-    const cwd = $("#new-cwd").value.trim();
-    const ask = (this.nativeAsk = (this.nativeAsk || 0) + 1);
-    if (!cursor) {
-      pick.replaceChildren(el("option", null, "Start a new session"));
-      pick.firstChild.value = "";
-      pick.disabled = true;
-    }
-    more.hidden = true;
-    this.nativeCursor = null;
-    if (!agent || !cwd) {
-      status.textContent = agent ? "Enter a working directory to see the agent's sessions there." : "";
-      return;
-    }
-    status.textContent = "Looking for sessions…";
-    let page;
-    try {
-      const q = new URLSearchParams({ cwd, limit: "50" });
-      if (cursor) q.set("cursor", cursor);
-      page = await api("GET", `/v1/agents/${encodeURIComponent(agent)}/sessions?${q}`);
-    } catch (err) {
-      if (ask === this.nativeAsk) status.textContent = err.message;
-      return;
-    }
-    if (ask !== this.nativeAsk) return; // the agent or directory changed meanwhile
-    for (const s of page.sessions) {
-      const when = s.last_activity ? ` · ${ago(s.last_activity)}` : "";
-      const o = el("option", null, `${s.title || s.id}${when}`);
-      o.value = s.id;
-      o.dataset.title = s.title || "";
-      o.title = s.id;
-      pick.append(o);
-    }
-    const count = pick.options.length - 1;
-    pick.disabled = count === 0;
-    this.nativeCursor = page.next_cursor;
-    more.hidden = !page.next_cursor;
-    status.textContent = count
-      ? `${count} session${count === 1 ? "" : "s"} found`
-      : page.detail || "No sessions of this agent for this directory.";
-  }
-
-  async createThread() {
-    const body = { agent: $("#new-agent").value };
-    const cwd = $("#new-cwd").value.trim();
-    const title = $("#new-title").value.trim();
-    if (cwd) body.cwd = cwd;
-    if (title) body.title = title;
-    const pick = $("#new-session");
-    if (pick.value) {
-      body.native_session_id = pick.value;
-      if (!title) body.title = pick.selectedOptions[0].dataset.title || "";
-    }
-    try {
-      const t = await api("POST", "/v1/threads", body);
-      $("#new-dialog").close();
-      $("#new-title").value = "";
-      await this.refreshThreads();
-      await this.openThread(t.id);
-      $("#prompt").focus();
-    } catch (err) {
-      $("#new-error").textContent = err.message;
-    }
-  }
 
   // ------------------------------------------------------------------ one thread
 
@@ -488,9 +335,10 @@ class App {
     this.countDiagnostics();
     this.renderTasks();
     this.renderThreadHead();
-    this.renderThreadList();
+    this.list.render();
     this.updatePermissionUi();
     this.updateTurnUi();
+    this.slash.setCommands([]);
     cur.stream = new ThreadStream(id, {
       forcePolling: this.forcePolling,
       onEvents: (batch) => this.current === cur && this.onEvents(cur, batch),
@@ -503,13 +351,13 @@ class App {
   }
 
   threadGone(why) {
+    if (this.current) this.list.remove(this.current.id);
     this.leaveThread();
     this.setHash(null);
     $("#thread").hidden = true;
     $("#empty").hidden = false;
     $("#empty").textContent = why === "deleted" ? "That thread was deleted." : "That thread does not exist.";
     this.setConn("idle");
-    this.refreshThreads().catch(() => {});
   }
 
   setConn(state) {
@@ -525,9 +373,12 @@ class App {
     $("#t-title").textContent = t.title || "Untitled";
     this.updateTitle();
     $("#t-meta").textContent = `${t.agent}${t.model ? ` · ${t.model}` : ""} · ${t.cwd}`;
+    // Known while the change stream is live; otherwise not pretended.
+    const known = this.list.live;
     const st = $("#t-state");
-    st.textContent = t.state;
-    st.className = `badge state-${t.state}`;
+    st.textContent = known ? t.state : "unknown";
+    st.className = `badge state-${known ? t.state : "unknown"}`;
+    st.title = known ? "" : "Not known while the page is reconnecting";
     $("#stop").disabled = !["starting", "running"].includes(t.state);
     $("#resume").disabled = ["starting", "running", "stopping"].includes(t.state);
   }
@@ -536,6 +387,8 @@ class App {
     cur.view.apply(batch);
     let threadChanged = false;
     for (const ev of batch) {
+      const commands = advertised(ev);
+      if (commands) this.slash.setCommands((cur.commands = commands));
       const d = ev.data && typeof ev.data === "object" ? ev.data : {};
       switch (ev.kind) {
         case "turn.started":
@@ -545,6 +398,7 @@ class App {
         case "turn.ended":
           cur.turnActive = cur.view.turnActive;
           cur.lastEnd = d;
+          if (ev.seq > cur.view.catchUpTo) this.notifier.turnEnded(cur.thread); // live, not a replay
           threadChanged = true;
           break;
         case "permission.requested":
@@ -596,7 +450,6 @@ class App {
     // A reload replays the transcript frame by frame: the dialog and the thread list
     // follow the state once things settle, not every request and turn on the way.
     this.soon("perm", 30, () => this.updatePermissionUi());
-    if (threadChanged) this.soon("list", 300, () => this.refreshThreads().catch(() => {}));
   }
 
   soon(key, ms, fn) {
@@ -624,93 +477,13 @@ class App {
 
   // ------------------------------------------------------------------ actions
 
-  // ------------------------------------------------------------------ attachments
-
-  // Bytes the attachments add to the request body (base64 is 4/3 of the file).
-  attachedBytes(list = this.attachments) {
-    return list.reduce((n, a) => n + a.data.length, 0);
-  }
-
-  async addFiles(files) {
-    const problems = [];
-    for (const file of files) {
-      const type = mediaType(file);
-      const name = file.name || "pasted file";
-      if (!type) {
-        problems.push(`${name}: this type of file cannot be sent (images: PNG, JPEG, GIF, WebP; documents: PDF, plain text)`);
-        continue;
-      }
-      if (this.attachments.length + 1 >= MAX_BLOCKS) {
-        problems.push(`${name}: at most ${MAX_BLOCKS - 1} attachments in one message`);
-        continue;
-      }
-      const encoded = 4 * Math.ceil(file.size / 3);
-      const text = $("#prompt").value;
-      if (this.attachedBytes() + encoded + text.length * 3 + BODY_SLACK > MAX_BODY_BYTES) {
-        problems.push(`${name} (${sizeText(file.size)}): too large — one message can carry about ${sizeText(Math.floor(((MAX_BODY_BYTES - BODY_SLACK) * 3) / 4))} of attachments`);
-        continue;
-      }
-      let data;
-      try {
-        data = await readBase64(file);
-      } catch (err) {
-        problems.push(`${name}: ${err.message}`);
-        continue;
-      }
-      this.attachments.push({
-        id: `att-${++this.attachSeq}`,
-        name,
-        size: file.size,
-        mediaType: type,
-        block: IMAGE_TYPES.includes(type) ? "image" : "document",
-        data,
-      });
-    }
-    $("#send-error").textContent = problems.length ? `Not attached: ${problems.join("; ")}` : "";
-    this.renderAttachments();
-  }
-
-  removeAttachment(id) {
-    const i = this.attachments.findIndex((a) => a.id === id);
-    if (i < 0) return;
-    this.attachments.splice(i, 1);
-    this.renderAttachments();
-    // Keep the keyboard where it was: on the next chip's remove button, else the box.
-    const buttons = document.querySelectorAll("#attachments .att-remove");
-    (buttons[Math.min(i, buttons.length - 1)] || $("#prompt")).focus();
-  }
-
-  renderAttachments() {
-    const list = $("#attachments");
-    list.replaceChildren();
-    list.hidden = !this.attachments.length;
-    for (const a of this.attachments) {
-      const li = el("li", "att-chip");
-      li.dataset.mediaType = a.mediaType;
-      if (a.block === "image") {
-        const img = el("img", "att-thumb");
-        img.alt = "";
-        img.src = `data:${a.mediaType};base64,${a.data}`;
-        li.append(img);
-      }
-      li.append(el("span", "att-name", a.name), el("span", "att-size", sizeText(a.size)));
-      const rm = el("button", "att-remove small", "×");
-      rm.type = "button";
-      rm.setAttribute("aria-label", `Remove ${a.name}`);
-      rm.addEventListener("click", () => this.removeAttachment(a.id));
-      li.append(rm);
-      list.append(li);
-    }
-    $("#attach").textContent = this.attachments.length ? `Attach (${this.attachments.length})` : "Attach";
-  }
-
   async send() {
     const cur = this.current;
     const box = $("#prompt");
     const text = box.value;
-    const files = this.attachments;
+    const files = this.att.items;
     if (!cur || (!text.trim() && !files.length)) return;
-    if (files.length && this.attachedBytes(files) + new TextEncoder().encode(JSON.stringify(text)).length + BODY_SLACK > MAX_BODY_BYTES) {
+    if (files.length && this.att.bytes(files) + new TextEncoder().encode(JSON.stringify(text)).length + BODY_SLACK > MAX_BODY_BYTES) {
       $("#send-error").textContent = `Not sent: the message and its attachments are over the daemon's limit of ${sizeText(MAX_BODY_BYTES)}; remove an attachment.`;
       return;
     }
@@ -723,15 +496,11 @@ class App {
     } else body = { text, client_id: clientId };
     if (text.trim()) this.lastPrompt = text;
     box.value = "";
-    this.attachments = [];
-    this.renderAttachments();
+    this.att.take();
     $("#send-error").textContent = "";
     const restore = () => {
       if (!box.value) box.value = text;
-      if (!this.attachments.length) {
-        this.attachments = files;
-        this.renderAttachments();
-      }
+      this.att.restore(files);
     };
     // client_id makes the send idempotent: after a network error, the same request is
     // sent again and the daemon answers with the original seq (docs/api.md §4.6).
@@ -770,7 +539,7 @@ class App {
     try {
       cur.thread = await api("POST", `/v1/threads/${encodeURIComponent(cur.id)}/${action}`);
       this.renderThreadHead();
-      await this.refreshThreads();
+      this.list.upsert(cur.thread);
     } catch (err) {
       $("#send-error").textContent = `${action} failed: ${err.message}`;
     }
@@ -790,7 +559,7 @@ class App {
       cur.thread = await api("PATCH", `/v1/threads/${encodeURIComponent(cur.id)}`, { title: $("#rename-input").value.trim() });
       $("#rename-dialog").close();
       this.renderThreadHead();
-      await this.refreshThreads();
+      this.list.upsert(cur.thread);
     } catch (err) {
       $("#rename-error").textContent = err.message;
     }
@@ -829,7 +598,8 @@ class App {
 
   updateTitle() {
     const cur = this.current;
-    const waiting = cur ? cur.pending.size : 0;
+    // This thread's requests as its own stream tells them; the others' from the list.
+    const waiting = (cur ? cur.pending.size : 0) + this.list.waitingElsewhere(cur ? cur.id : null);
     const name = cur ? cur.thread.title || "Untitled" : "";
     document.title = `${waiting ? `(${waiting}) ` : ""}${name ? `${name} — ` : ""}agent-bridge`;
   }
@@ -964,71 +734,7 @@ class App {
   }
 
   renderTasks() {
-    const cur = this.current;
-    const list = $("#tasks");
-    const tasks = cur ? [...cur.tasks.values()] : [];
-    $("#task-count").textContent = tasks.length ? `(${tasks.filter((t) => t.status === "running").length} running / ${tasks.length})` : "";
-    list.replaceChildren();
-    if (!tasks.length) {
-      list.append(el("li", "empty-list", "No sub-agents or workflows in this thread."));
-      return;
-    }
-    for (const t of tasks) {
-      const li = el("li", "task");
-      li.dataset.taskId = t.task_id;
-      li.dataset.status = String(t.status ?? "");
-      const head = el("div", "task-head");
-      head.append(
-        el("span", "task-name", String(t.description || t.workflow_name || t.task_id)),
-        el("span", `badge status-${String(t.status).replace(/\W/g, "")}`, String(t.status ?? "?")),
-      );
-      li.append(head);
-      const kind = [t.task_type, t.subagent_type, t.workflow_name].filter((x) => typeof x === "string" && x).join(" · ");
-      if (kind) li.append(el("div", "task-kind", kind));
-      if (t.summary) li.append(el("div", "task-summary", String(t.summary)));
-      if (t.usage && typeof t.usage === "object") {
-        const u = [];
-        if (typeof t.usage.total_tokens === "number") u.push(`${t.usage.total_tokens} tokens`);
-        if (typeof t.usage.tool_uses === "number") u.push(`${t.usage.tool_uses} tool uses`);
-        if (typeof t.usage.duration_ms === "number") u.push(`${(t.usage.duration_ms / 1000).toFixed(1)} s`);
-        if (u.length) li.append(el("div", "task-usage", u.join(" · ")));
-      }
-      if (Array.isArray(t.workflow_progress) && t.workflow_progress.length) li.append(this.workflow(t.workflow_progress));
-      list.append(li);
-    }
-  }
-
-  // workflow_progress is a snapshot: phases ({type: "workflow_phase", index, title}) and
-  // agents ({type: "workflow_agent", phaseIndex, label, state, …}); other shapes are shown
-  // by whatever label and state they carry.
-  workflow(entries) {
-    const box = el("ol", "workflow");
-    const phases = new Map();
-    const loose = [];
-    for (const e of entries) {
-      if (!e || typeof e !== "object") continue;
-      if (e.type === "workflow_phase") {
-        const li = el("li", "phase");
-        li.append(el("span", "phase-title", String(e.title ?? `Phase ${e.index ?? ""}`)));
-        const agents = el("ul", "agents");
-        li.append(agents);
-        phases.set(e.index, agents);
-        box.append(li);
-      } else loose.push(e);
-    }
-    for (const e of loose) {
-      const label = e.label ?? e.step ?? e.title ?? e.name ?? e.agentId ?? e.type ?? "step";
-      const state = e.state ?? e.status ?? "";
-      const li = el("li", "step");
-      li.dataset.state = String(state);
-      li.append(el("span", "step-label", String(label)));
-      if (state) li.append(el("span", `badge state-${String(state).replace(/\W/g, "")}`, String(state)));
-      const extra = e.error ?? e.resultPreview;
-      if (extra) li.append(el("div", "step-extra", String(extra)));
-      const home = e.type === "workflow_agent" ? phases.get(e.phaseIndex) : null;
-      (home || box).append(li);
-    }
-    return box;
+    renderTasks($("#tasks"), $("#task-count"), this.current ? [...this.current.tasks.values()] : []);
   }
 
   // ------------------------------------------------------------------ diagnostics
@@ -1051,6 +757,7 @@ class App {
 }
 
 const app = new App();
+setUnauthorizedHandler(() => app.showLogin());
 // A 401 from any request has already put the sign-in form up (see api()); a request
 // still in flight when the user signs out is answered 401 too and is not an error.
 window.addEventListener("unhandledrejection", (e) => {

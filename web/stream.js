@@ -4,7 +4,14 @@
 // reconnects with `after=` it, and drops anything at or below it (docs/api.md §5.2, §4.10).
 //
 // States reported to onState: "connecting", "live" (WebSocket open), "reconnecting",
-// "polling" (the fallback), "offline" (the last attempt failed; retrying), "gone".
+// "polling" (the fallback), "offline" (the daemon does not answer; retrying), "gone".
+//
+// A WebSocket that fails is not taken for a proxy that breaks WebSockets until /healthz
+// says the daemon is there: while it is down (a restart) the stream only probes /healthz,
+// with a backoff of at most 1 s that resets on success, and goes straight back to the
+// WebSocket when the daemon answers.
+
+import { Backoff, daemonUp, untilDaemonUp } from "./net.js";
 
 const WS_FAILURES_BEFORE_POLLING = 3; // consecutive WebSockets that never opened
 const RETRY_WS_AFTER_MS = 30000; // while polling, try a WebSocket again this often
@@ -25,7 +32,7 @@ export class ThreadStream {
     this.closed = false;
     this.ws = null;
     this.wsFailures = 0;
-    this.retryMs = 250;
+    this.backoff = new Backoff();
     this.forcePolling = forcePolling;
     this.mode = "ws";
     this.pollAbort = null;
@@ -33,6 +40,17 @@ export class ThreadStream {
     this.pending = [];
     this.flushQueued = false;
     this.state = "";
+  }
+
+  /** Waits until the daemon answers /healthz again (closing ends the wait). */
+  async untilUp() {
+    this.setState("offline");
+    this.probing = true;
+    try {
+      await untilDaemonUp(this.backoff, () => this.closed, this);
+    } finally {
+      this.probing = false;
+    }
   }
 
   async start() {
@@ -78,9 +96,9 @@ export class ThreadStream {
   /** Reconnect now (the browser says the network is back, or the tab became visible). */
   nudge() {
     if (this.closed) return;
-    if (this.mode === "ws" && !this.ws) {
+    if (this.mode === "ws" && !this.ws && !this.probing) {
       clearTimeout(this.timer);
-      this.retryMs = 250;
+      this.backoff.reset();
       this.connectWs();
     }
   }
@@ -136,7 +154,7 @@ export class ThreadStream {
     ws.onopen = () => {
       opened = true;
       this.wsFailures = 0;
-      this.retryMs = 250;
+      this.backoff.reset();
       this.setState("live");
     };
     ws.onmessage = (msg) => {
@@ -160,15 +178,26 @@ export class ThreadStream {
     };
   }
 
-  wsFailed(hadOpened) {
-    if (!hadOpened) this.wsFailures++;
-    if (this.wsFailures >= WS_FAILURES_BEFORE_POLLING) {
+  async wsFailed(hadOpened) {
+    if (hadOpened) {
+      // It was working: try again at once (a daemon going down fails that one, below).
+      this.setState("reconnecting");
+      this.timer = setTimeout(() => this.connectWs(), 100);
+      return;
+    }
+    const wait = this.backoff.next();
+    if (!(await daemonUp())) {
+      await this.untilUp(); // a restart, not a broken WebSocket
+      this.connectWs();
+      return;
+    }
+    if (this.closed) return;
+    if (++this.wsFailures >= WS_FAILURES_BEFORE_POLLING) {
       this.startPolling();
       return;
     }
-    this.setState(hadOpened ? "reconnecting" : "offline");
-    this.timer = setTimeout(() => this.connectWs(), hadOpened ? 100 : this.retryMs);
-    this.retryMs = Math.min(this.retryMs * 2, 5000);
+    this.setState("reconnecting");
+    this.timer = setTimeout(() => this.connectWs(), wait);
   }
 
   // ---------------------------------------------------------------- long-polling
@@ -205,7 +234,13 @@ export class ThreadStream {
         this.flush();
       } catch (err) {
         if (this.closed) return;
-        this.setState("offline");
+        if (!(await daemonUp())) {
+          // The daemon went away: once it is back, the WebSocket is worth a try at once.
+          await this.untilUp();
+          if (!this.forcePolling) break;
+          continue;
+        }
+        this.setState("polling");
         await new Promise((res) => {
           this.timer = setTimeout(res, backoff);
         });

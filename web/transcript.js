@@ -2,6 +2,7 @@
 // every piece of agent or user text goes through textContent or the Markdown renderer,
 // which does the same.
 import { renderMarkdown } from "./markdown.js";
+import { ToolCard } from "./toolcards.js";
 
 const MAX_PREVIEW = 20000; // characters of a tool input/output shown before "…"
 const CATCH_UP_RENDER_MS = 400; // while replaying history, render at most this often
@@ -48,6 +49,7 @@ function addCopyButton(pre) {
   button.type = "button";
   button.title = pre.dataset.lang ? `Copy the ${pre.dataset.lang} code` : "Copy the code";
   button.setAttribute("aria-live", "polite"); // "Copied" is read out
+  pre.tabIndex = 0; // a long block scrolls: reachable by keyboard
   wrap.append(button, pre);
 }
 
@@ -164,14 +166,14 @@ export class TranscriptView {
         break;
       case "tool.call":
         this.endBlocks();
-        this.toolCall(d);
+        this.toolCall(d, ev);
         break;
       case "tool.result":
-        this.toolResult(d);
+        this.toolResult(d, ev);
         break;
       case "tool.progress": {
         const card = this.tools.get(String(d.tool_call_id));
-        if (card && typeof d.elapsed_s === "number") card.status.textContent = `running · ${Math.round(d.elapsed_s)} s`;
+        if (card && typeof d.elapsed_s === "number") card.progress(d.elapsed_s);
         break;
       }
       case "permission.requested":
@@ -310,43 +312,22 @@ export class TranscriptView {
     this.dirty.clear();
   }
 
-  toolCall(d) {
+  toolCall(d, ev) {
     const id = String(d.tool_call_id ?? "");
     let card = this.tools.get(id);
     if (!card) {
-      const node = this.add(el("details", "tool"));
-      node.open = true; // collapsible, but shown: what the agent does matters
-      node.dataset.toolCallId = id;
-      const sum = el("summary");
-      const name = el("span", "tool-name");
-      const title = el("span", "tool-title");
-      const status = el("span", "badge tool-status", "running");
-      sum.append(name, title, status);
-      const inputLabel = el("div", "label", "Input");
-      const input = el("pre", "tool-input");
-      const outputLabel = el("div", "label", "Result");
-      const output = el("pre", "tool-output");
-      outputLabel.hidden = output.hidden = true;
-      node.append(sum, inputLabel, input, outputLabel, output);
-      card = { node, name, title, status, input, output, outputLabel, data: {} };
+      card = new ToolCard(id);
+      this.add(card.node);
       this.tools.set(id, card);
     }
-    Object.assign(card.data, d);
-    card.name.textContent = card.data.name || "tool";
-    card.title.textContent = card.data.title && card.data.title !== card.data.name ? card.data.title : "";
-    if (d.input !== undefined) card.input.textContent = pretty(d.input);
-    if (d.status && !card.done) card.status.textContent = String(d.status);
+    card.call(d, ev);
     return card;
   }
 
-  toolResult(d) {
+  toolResult(d, ev) {
     const id = String(d.tool_call_id ?? "");
     const card = this.tools.get(id) || this.toolCall({ tool_call_id: id, name: d.name || "tool" });
-    card.done = true;
-    card.output.textContent = pretty(d.output) || "(no output)";
-    card.output.hidden = card.outputLabel.hidden = false;
-    card.status.textContent = d.is_error ? "error" : "done";
-    card.node.classList.toggle("error", !!d.is_error);
+    card.result(d, ev);
   }
 
   plan(d) {

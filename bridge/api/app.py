@@ -44,7 +44,7 @@ def create_app(
     """``bound_port``: the port actually listened on (``--port 0`` is only resolved once
     the socket is bound); the Host check needs it. Defaults to ``settings.port``.
     ``unix_socket``: the daemon listens on a Unix socket only (``--uds``, §3.3)."""
-    from bridge.api import cluster, daemon, events, threads, web, ws
+    from bridge.api import cluster, daemon, events, threads, web, workspace, ws
 
     if settings.no_auth and not unix_socket and not is_loopback_host(settings.host):
         raise ConfigError("--no-auth is refused unless the bind address is loopback or a Unix socket")
@@ -195,6 +195,7 @@ def create_app(
     app.include_router(ws.router)
     app.include_router(events.router)
     app.include_router(events.ws_router)
+    app.include_router(workspace.router)
     app.include_router(web.make_router())
     return app
 

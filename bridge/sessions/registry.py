@@ -12,7 +12,7 @@ from typing import Any
 import structlog
 
 from bridge.clock import now_iso
-from bridge.config import THREAD_OPTION_KEYS, AgentProfile, Settings
+from bridge.config import DEMO_PROFILE, THREAD_OPTION_KEYS, AgentProfile, Settings
 from bridge.errors import Capacity, Draining, InvalidRequest, LaunchRefused, NotFound, NotOwner
 from bridge.ids import new_id
 from bridge.launching import check_profile, spawn_options
@@ -28,6 +28,7 @@ from bridge.sessions.conversation import Conversation
 from bridge.sessions.latency import Latency
 from bridge.sessions.ownership import Ownership
 from bridge.sessions.remote import OwnerGone, Owners
+from bridge.sessions.samples import write_demo_samples
 from bridge.store.base import Store, ThreadRow
 from bridge.store.urls import parse as parse_store_url
 
@@ -227,6 +228,15 @@ class Registry:
         if live >= self.settings.server.max_conversations:
             raise Capacity(f"{live} agents are running (max_conversations); stop one or retry later")
 
+    def _fresh_workspace(self, tid: str, prof: AgentProfile) -> str:
+        """The directory of a thread created without a cwd; the bundled demo's holds a few
+        sample files, so that its "list files" shows something."""
+        path = self.settings.data_dir / "workspaces" / tid
+        path.mkdir(parents=True, exist_ok=True)
+        if prof.builtin and prof.name == DEMO_PROFILE:
+            write_demo_samples(path)
+        return str(path)
+
     async def create(
         self,
         *,
@@ -259,9 +269,7 @@ class Registry:
         )
         tid = new_id("thr")
         if cwd is None:
-            path = self.settings.data_dir / "workspaces" / tid
-            path.mkdir(parents=True, exist_ok=True)
-            cwd = str(path)
+            cwd = self._fresh_workspace(tid, prof)
         elif not os.path.isabs(cwd) or not os.path.isdir(cwd):
             raise InvalidRequest(f"cwd must be an existing absolute directory: {cwd}", code="bad_cwd")
         ts = now_iso()

@@ -76,6 +76,9 @@ INVALID_INPUT = "\x00invalid"  # an input line the awp-jsonl reader could not ta
 INBOX: queue.Queue[dict | None] = queue.Queue()
 
 
+SLASH_COMMANDS = ["clear", "compact", "context", "review", "security-review"]
+
+
 def log(**entry: object) -> None:
     path = os.environ.get("FAKE_AGENT_LOG")
     if path:
@@ -327,6 +330,8 @@ class Agent:
                     "model": self.model,
                     "cwd": os.getcwd(),
                     "tools": ["Bash"],
+                    # As Claude Code lists its commands (names, without the slash).
+                    **({} if self.awp else {"slash_commands": SLASH_COMMANDS}),
                     "uuid": str(uuid.uuid4()),
                 }
             )

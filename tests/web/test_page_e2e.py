@@ -39,6 +39,8 @@ CHROMIUM_ARGS = [
     "--disable-dev-shm-usage",
 ]
 WAIT_MS = STEP_TIMEOUT * 1000
+# "count N" streams one number every 30 ms: this many outlasts any test, which interrupts it.
+ENDLESS = 100_000
 expect.set_options(timeout=WAIT_MS)
 
 
@@ -154,9 +156,17 @@ async def api_thread(s: Session, agent: str, **body: Any) -> str:
 
 
 async def transcript(s: Session, tid: str) -> list[dict[str, Any]]:
+    """The whole transcript, page by page."""
+    events: list[dict[str, Any]] = []
     async with s.d.http() as http:
-        r = await http.get(f"/v1/threads/{tid}/events", params={"after": 0, "limit": 1000})
-        return list(r.json()["events"])
+        while True:
+            r = await http.get(
+                f"/v1/threads/{tid}/events", params={"after": events[-1]["seq"] if events else 0, "limit": 1000}
+            )
+            page = list(r.json()["events"])
+            events += page
+            if len(page) < 1000:
+                return events
 
 
 async def send(page: Page, text: str) -> None:
@@ -229,6 +239,8 @@ async def test_a_full_chat_turn_with_the_demo_agent(web: Session, tmp_path: Path
     await expect(page.locator("#diagnostics .diag-process-started")).to_have_count(1)
     await expect(page.locator("#transcript")).not_to_contain_text("process started")
 
+    # The list follows the thread live: its turn is over (the change stream says so).
+    await expect(item.locator(".badge")).to_have_text("running")
     shot = tmp_path / "main.png"
     await page.screenshot(path=str(shot))
     assert shot.stat().st_size > 10_000
@@ -240,7 +252,10 @@ async def test_a_full_chat_turn_with_the_demo_agent(web: Session, tmp_path: Path
 async def test_a_reload_mid_stream_rebuilds_the_exact_transcript(web: Session) -> None:
     tid = await api_thread(web, "stream-json", title="counting")
     page = await web.page(thread=tid)
-    await send(page, "count 400")
+    # The test needs the stream still going after the reload: "count 400" ends after 12 s,
+    # which a reload on a loaded machine could outlast (the wait for 30 more numbers then
+    # timed out on a finished turn). This count ends only when the test interrupts it.
+    await send(page, f"count {ENDLESS}")
     await wait_numbers(page, 30)
     await page.reload()
     await expect(page.locator("#thread")).to_be_visible()
@@ -271,7 +286,7 @@ async def test_a_dropped_connection_resumes_where_it_left_off(web: Session) -> N
 
     await ctx.route_web_socket(re.compile(r"/ws\?after=\d+$"), proxy)
     page = await web.page(ctx, thread=tid)
-    await send(page, "count 400")
+    await send(page, f"count {ENDLESS}")
     await wait_numbers(page, 20)
     await routes[-1].close(code=4000, reason="network lost")
     await expect(page.locator("#conn")).to_have_attribute("data-state", "live")
@@ -480,6 +495,7 @@ async def test_a_phone_sized_screen_with_the_keyboard_alone(web: Session) -> Non
     await expect(page.locator("#new-thread")).to_be_focused()
     await page.keyboard.press("Enter")
     await expect(page.locator("#new-agent")).to_be_focused()
+    await page.keyboard.press("Tab")  # model
     await page.keyboard.press("Tab")  # cwd
     await page.keyboard.press("Tab")  # title
     await page.keyboard.type("On the phone")

@@ -1,4 +1,4 @@
-"""``GET /v1/workspace/dirs?path=`` (docs/api.md §4.14): the directories a thread can be
+"""``GET /v1/workspace/dirs?path=`` (docs/api.md §4.17): the directories a thread can be
 started in, for the page's working-directory picker — the subdirectories of
 ``[server] workspace_roots`` and nothing outside them.
 

@@ -61,9 +61,13 @@ class Cluster:
 
     async def close(self) -> None:
         for d in self.daemons.values():
+            dead = d.proc is None or d.proc.returncode is not None
             for c in d.clients:
+                if dead:  # no close handshake to wait for
+                    c.conn.transport.abort()
+                    continue
                 with _quiet():
-                    await c.close()
+                    await asyncio.wait_for(c.close(), 2)
             if d.proc is not None and d.proc.returncode is None:
                 with _quiet():
                     d.proc.send_signal(signal.SIGCONT)

@@ -242,6 +242,8 @@ async def test_sigterm_drains_and_releases_leases_at_once(cluster: Cluster, tmp_
     c = await a.ws(tid)
     await c.turn("remember kiwi")
     assert await metric(a, "agent_bridge_leases_held") == 1
+    assert await metric(a, "agent_bridge_store_commit_seconds_count") >= 1
+    assert await metric(b, "agent_bridge_store_commit_seconds_count") == 0  # b has appended nothing
     assert await a.stop(signal.SIGTERM) == 0
     # released on the way out: b runs it at once, no not_owner while a's lease would still live
     r = await post_prompt(b, tid, "recall", "after-drain")

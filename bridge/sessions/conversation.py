@@ -238,6 +238,7 @@ class Conversation:
             cast(dict[str, Any], self.thread).clear()
             apply_fields(self.thread, fresh)
             self.core = self._new_core(self.thread)
+            self.fanout.resync_all()  # what another replica appended reaches our clients
         if not needs_takeover(fresh):
             return
         turn_id = await self._open_turn(fresh["last_seq"])

@@ -172,6 +172,7 @@ async def test_sigkill_owner_mid_turn_survivor_takes_over_and_resumes(cluster: C
     thread = await new_thread(a, "stream-json")
     tid = thread["id"]
     c, turn_id, native = await start_long_turn(a, tid)
+    watcher = await b.ws(tid, after=0)  # a client of b's, from before the kill
     # While a owns it, b may read but not run it.
     r = await post_prompt(b, tid, "recall", "early")
     assert r.status_code == 409 and r.json()["error"]["code"] == "not_owner" and "'a'" in r.json()["error"]["message"]
@@ -195,6 +196,10 @@ async def test_sigkill_owner_mid_turn_survivor_takes_over_and_resumes(cluster: C
     assert ended["data"]["status"] == "error" and ended["data"]["reason"] == "owner_lost"
     exits = [e for e in stored if e["kind"] == "process.exited" and e["seq"] > seen[-1]["seq"]]
     assert exits[0]["data"]["reason"] == "owner_lost" and exits[0]["seq"] < ended["seq"]
+    # b's client saw the whole transcript, gapless, in order, whoever wrote each event
+    await watcher.kind("turn.ended", turn_id=acc["turn_id"])
+    got = [(f["seq"], f["kind"]) for f in watcher.frames if f.get("seq")]
+    assert got == [(e["seq"], e["kind"]) for e in stored[: len(got)]] and got[-1][0] >= ended["seq"]
 
 
 async def test_sigstop_owner_is_fenced_out_and_stops_its_agent_on_sigcont(cluster: Cluster, tmp_path: Path) -> None:

@@ -94,6 +94,16 @@ class Conflict(BridgeError):
     status = 409
 
 
+class NotOwner(Conflict):
+    """Another replica holds the thread's live lease: only it may run the agent."""
+
+    code = "not_owner"
+
+    def __init__(self, message: str, *, owner: str | None = None) -> None:
+        super().__init__(message)
+        self.owner = owner
+
+
 class StoreError(BridgeError):
     code = "store_error"
     status = 503
@@ -105,18 +115,6 @@ class LeaseLost(StoreError):
 
     code = "lease_lost"
     status = 409
-
-
-class NotOwner(Conflict):
-    """Another replica holds this thread's live lease (``owner``): only it may run the
-    agent and append (docs/DESIGN.md "Ownership")."""
-
-    code = "not_owner"
-
-    def __init__(self, owner: str, thread_id: str = "") -> None:
-        super().__init__(f"thread {thread_id or '?'} is owned by replica {owner!r}")
-        self.owner = owner
-        self.thread_id = thread_id
 
 
 class Draining(BridgeError):

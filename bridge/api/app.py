@@ -65,11 +65,19 @@ def create_app(
         registry = Registry(settings, store)
         await registry.start()
         bus = make_bus(settings.cluster.bus_url, settings.cluster.replica_id, {"version": __version__})
-        link = ClusterLink(store, bus, registry.changes, heartbeat_s=settings.cluster.lease_ttl_s / 3)
+        link = ClusterLink(
+            store,
+            bus,
+            registry,
+            heartbeat_s=settings.cluster.lease_ttl_s / 3,
+            lease_ttl_s=settings.cluster.lease_ttl_s,
+            shared=settings.cluster.bus_url is not None,
+        )
         await link.start()
         app.state.store = store
         app.state.registry = registry
         app.state.bus = bus
+        app.state.cluster = link
         app.state.native_sessions = NativeSessions(settings)
         app.state.started_at, app.state.started_monotonic = now_iso(), time.monotonic()
         log.info(
@@ -174,7 +182,9 @@ def create_app(
             f"agent_bridge_store_batches_total {store.batches}\n"
             "# HELP agent_bridge_events_total Transcript events committed.\n"
             "# TYPE agent_bridge_events_total counter\n"
-            f"agent_bridge_events_total {store.appended}\n" + lease_metrics(reg) + bus_metrics(request.app.state.bus)
+            f"agent_bridge_events_total {store.appended}\n"
+            + lease_metrics(reg)
+            + bus_metrics(request.app.state.bus, request.app.state.cluster)
         )
         return PlainTextResponse(body, media_type="text/plain; version=0.0.4")
 
@@ -196,6 +206,8 @@ _BUS_METRICS = {
     "bus_dropped": ("counter", "Announcements and commands dropped (bus down, or expired)"),
     "bus_malformed": ("counter", "Messages from the bus that were not well-formed"),
     "bus_reconnects": ("counter", "Reconnections to the bus"),
+    "forwarded": ("counter", "Client inputs this replica sent to the replica that runs the thread"),
+    "followed_events": ("counter", "Events another replica committed, read from the store for clients here"),
 }
 
 
@@ -218,10 +230,10 @@ def lease_metrics(reg: Registry) -> str:
     )
 
 
-def bus_metrics(bus: Bus) -> str:
-    """The bus's gauges and counters (none with no bus configured)."""
+def bus_metrics(bus: Bus, link: ClusterLink) -> str:
+    """The bus's gauges and counters, and what crossed it (none with no bus configured)."""
     out = []
-    for key, value in bus.stats().items():
+    for key, value in {**bus.stats(), **link.stats()}.items():
         kind, text = _BUS_METRICS.get(key, ("gauge", key))
         name = f"agent_bridge_{key}" + ("_total" if kind == "counter" else "")
         out.append(f"# HELP {name} {text}.\n# TYPE {name} {kind}\n{name} {value:g}\n")

@@ -177,6 +177,14 @@ async def list_tasks(thread_id: str, request: Request) -> dict[str, Any]:
     return {"tasks": conv.tasks.snapshot()}
 
 
+@router.get("/threads/{thread_id}/history")
+async def history(thread_id: str, request: Request) -> Response:
+    """The compacted history (docs/api.md §4.16): messages merged, tools joined."""
+    conv = await _conv(request, thread_id)
+    items, last_seq = await conv.history()
+    return Response(dumps({"items": items, "last_seq": last_seq}), media_type="application/json")
+
+
 @router.get("/threads/{thread_id}/events")
 async def events(
     thread_id: str,

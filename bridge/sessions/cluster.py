@@ -1,12 +1,15 @@
-"""This replica among others (docs/DESIGN.md "Bus"): what the bus wakes, and the replica's
-heartbeat in the store.
+"""This replica among others (docs/DESIGN.md "Bus"): what the bus wakes, the commands it
+brings for threads this replica owns, and the replica's heartbeat in the store.
 
-Built so far: the server-wide change streams of every replica are woken when any replica
-changes a thread row (the store's change log is shared; the bus only wakes, and each stream
-also polls), and every replica keeps its row in the store's ``replicas`` table alive, so
-``GET /v1/cluster`` lists who is there. Commands for a thread's owner are not forwarded yet
-(a replica answers ``not_owner``); a thread's live events reach clients of the replica that
-runs its agent.
+* Commits here are announced (thread, last seq); a commit announced by another replica
+  wakes this replica's copy of the thread, which reads the new records from the shared
+  store and publishes them to its own subscribers (:meth:`Conversation.follow`). Followed
+  threads are also read every second while the bus is down, and every few seconds
+  regardless (an announcement may be dropped), so nothing is lost without the bus.
+* A client's input for a thread another replica runs is forwarded to that replica's inbox
+  (sessions/remote.py); commands arriving here are run as a local client's would be.
+* Changes to thread rows wake the server-wide change streams of every replica.
+* The replica's row in the store is kept alive (``GET /v1/cluster``).
 """
 
 from __future__ import annotations
@@ -18,24 +21,38 @@ from typing import Any
 
 import structlog
 
-from bridge.bus.base import Bus, Command, CommandRefused
+from bridge.bus.base import Bus, Command
 from bridge.errors import BridgeError
-from bridge.sessions.changes import ChangeNotifier
+from bridge.sessions.conversation import Conversation
+from bridge.sessions.registry import Registry
+from bridge.sessions.remote import Owners, refused, run_command
 from bridge.store.base import Store
 
 log = structlog.get_logger("bridge.cluster")
+
+FOLLOW_POLL_S = 1.0  # followed threads are read this often while the bus is down
+FOLLOW_SWEEP_S = 5.0  # ... and this often while it is up (a dropped announcement)
 
 
 class ClusterLink:
     """The bus's :class:`~bridge.bus.base.Listener` and command handler for this replica,
     and its heartbeat; :meth:`start` after the registry, :meth:`close` before the store."""
 
-    def __init__(self, store: Store, bus: Bus, changes: ChangeNotifier, heartbeat_s: float):
+    def __init__(
+        self, store: Store, bus: Bus, registry: Registry, *, heartbeat_s: float, lease_ttl_s: float, shared: bool
+    ):
         self.store = store
         self.bus = bus
-        self.changes = changes
+        self.registry = registry
+        self.changes = registry.changes
         self.heartbeat_s = heartbeat_s
-        self._beat: asyncio.Task[None] | None = None
+        self.lease_ttl_s = lease_ttl_s
+        self.owners = Owners(store, bus, bus.replica_id)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._following: dict[str, asyncio.Task[None]] = {}
+        self._again: set[str] = set()
+        self.followed_records = 0
+        self.shared = shared  # other replicas may run this store's threads (a bus is configured)
 
     async def start(self) -> None:
         local = self.store.on_change
@@ -46,34 +63,91 @@ class ClusterLink:
             self.bus.announce_changes()
 
         self.store.on_change = on_change
+        if self.shared:
+            self.registry.join_cluster(self.owners, self.bus.announce_commit)
         await self.bus.start(self, self.run)
-        self._beat = asyncio.create_task(self._heartbeat(), name="replica-heartbeat")
+        self._tasks = [
+            asyncio.create_task(self._heartbeat(), name="replica-heartbeat"),
+        ]
+        if self.shared:
+            self._tasks.append(asyncio.create_task(self._sweep(), name="follow-sweep"))
 
     async def close(self) -> None:
-        if self._beat is not None:
-            self._beat.cancel()
+        for task in [*self._tasks, *self._following.values()]:
+            task.cancel()
+        for task in [*self._tasks, *self._following.values()]:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._beat
+                await task
         await self.bus.close()
+
+    def stats(self) -> dict[str, float]:
+        """What crossed replicas here (nothing on a single daemon)."""
+        if not self.shared:
+            return {}
+        return {"forwarded": self.owners.forwarded, "followed_events": self.followed_records}
 
     # Listener
     def committed(self, thread_id: str, last_seq: int) -> None:
-        return None  # live events of another replica's thread: not relayed yet (issue #18)
+        conv = self.registry.loaded(thread_id)
+        if conv is not None and not conv.running and conv.core.last_seq < last_seq:
+            self._wake(conv)
 
     def changed(self) -> None:
         self.changes.notify()
 
     def resync(self) -> None:
         self.changes.notify()  # anything announced while the bus was away: read the store
+        for conv in self.registry.followed():
+            self._wake(conv)
 
+    # following threads another replica runs
+    def _wake(self, conv: Conversation) -> None:
+        if conv.id in self._following:
+            self._again.add(conv.id)  # read again once the read under way is done
+            return
+        self._following[conv.id] = asyncio.create_task(self._follow(conv), name=f"follow-{conv.id}")
+
+    async def _follow(self, conv: Conversation) -> None:
+        try:
+            while True:
+                self._again.discard(conv.id)
+                self.followed_records += await conv.follow()
+                if conv.id not in self._again:
+                    return
+        except BridgeError as exc:  # the store is down: the next wake or sweep reads again
+            log.info("cluster.follow_failed", thread_id=conv.id, error=exc.message)
+        except Exception as exc:  # never an unretrieved task error; the type only
+            log.warning("cluster.follow_failed", thread_id=conv.id, error=type(exc).__name__)
+        finally:
+            self._following.pop(conv.id, None)
+
+    async def _sweep(self) -> None:
+        last_full = 0.0
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(FOLLOW_POLL_S)
+            if self.bus.healthy and loop.time() - last_full < FOLLOW_SWEEP_S:
+                continue
+            last_full = loop.time()
+            for conv in self.registry.followed():
+                self._wake(conv)
+
+    # commands from other replicas' clients
     async def run(self, cmd: Command) -> Mapping[str, Any]:
-        raise CommandRefused({"code": "not_owner", "message": "commands are not forwarded between replicas yet"})
+        try:
+            if cmd.kind == "stop":
+                await self.registry.delete(cmd.thread_id, forward=False)
+                return {}
+            conv = await self.registry.get(cmd.thread_id)
+        except BridgeError as exc:
+            raise refused(exc) from exc
+        return await run_command(conv, cmd.kind, cmd.body)
 
     async def _heartbeat(self) -> None:
         while True:
             await asyncio.sleep(self.heartbeat_s)
             try:
-                await self.store.heartbeat()
+                await self.store.heartbeat()  # leases: sessions/ownership.py renews them
             except BridgeError as exc:  # the store is down: its own health says so
                 log.warning("replica.heartbeat_failed", error=exc.message)
             except Exception as exc:  # never ends the loop; the type only (a driver's text may hold a DSN)

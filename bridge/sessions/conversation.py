@@ -53,9 +53,11 @@ from bridge.sessions.actions import Accepted, Action, ArmTimer, CancelTimer, Emi
 from bridge.sessions.announce import Announcer
 from bridge.sessions.core import ConversationCore
 from bridge.sessions.fanout import Fanout, Subscriber
+from bridge.sessions.history import Compactor, Item
 from bridge.sessions.latency import Latency
 from bridge.sessions.owned import Owned
 from bridge.sessions.ownership import TAIL_EVENTS, Ownership, needs_takeover, open_turn, takeover_events
+from bridge.sessions.remote import ForwardFailed, Owners, accepted_from
 from bridge.sessions.scrub import Scrubber
 from bridge.sessions.tasks import TaskTable
 from bridge.store.base import Store, ThreadRow, apply_fields
@@ -67,6 +69,18 @@ log = structlog.get_logger("bridge.conversation")
 DRAIN_TIMEOUT_S = 2.0
 # A stop while the store cannot write waits this long for the exit to be recorded.
 STOP_RECORD_WAIT_S = 1.0
+# While input waits for another replica's answer, its lease is looked at this often.
+OWNER_WATCH_S = 0.25
+
+
+class OwnerGone(ForwardFailed):
+    """The owner's lease lapsed while its answer was awaited (owner_unreachable)."""
+
+
+# A follower reads what the owner committed in pages of this many records.
+FOLLOW_PAGE = 1000
+HISTORY_PAGE = 5000
+HISTORY_KEEP_ITEMS = 20_000  # a compacted history larger than this is rebuilt per request
 
 
 def _options(profile: AgentProfile | None, thread: ThreadRow) -> dict[str, Any]:
@@ -114,10 +128,17 @@ class Conversation:
         self._watcher: asyncio.Task[None] | None = None
         self._owned = Owned(self.id, self._timer_fired)
         self.last_activity = time.monotonic()
+        self.last_watched = self.last_activity  # a long-poll's last wait (it is no activity)
         self.deleted = False
         self._appended = asyncio.Event()  # replaced on every append; wakes long-polls
         self._raw_routes: dict[str, Subscriber] = {}  # raw-mode clients awaiting responses
         self._scrub = Scrubber(profile.env if profile is not None else {})
+        # Many replicas (docs/api.md §6): who else may own this thread, and who hears of
+        # this replica's commits. None on a single daemon.
+        self.owners: Owners | None = None
+        self.on_committed: Callable[[str, int], None] | None = None
+        self._history: Compactor | None = None  # the compacted history so far (GET …/history)
+        self._history_lock = asyncio.Lock()
 
     def _new_core(self, thread: ThreadRow) -> ConversationCore:
         srv = self.settings.server
@@ -161,6 +182,7 @@ class Conversation:
 
     async def _emit(self, action: Emit) -> list[Record]:
         """Number, persist, then publish: durable before visible. Under ``_lock``."""
+        epoch = await self._hold_locked()  # first: a takeover it triggers appends before these
         ts = now_iso()
         seq = self.core.last_seq
         records = []
@@ -173,14 +195,14 @@ class Conversation:
             # An answer, a withdrawal, an interrupt or an exit changed it before this Emit:
             # the row's count changes in the commit that records why (server-wide changes).
             thread_fields["pending_permissions"] = pending
-        epoch = await self._hold_locked()
         await self._append(records, action.client_ids or [None] * len(records), thread_fields, epoch)
         self.core.last_seq = seq
         apply_fields(self.thread, thread_fields)
         self.thread["last_seq"] = seq
         self._announce.committed(records)
-        self._appended.set()
-        self._appended = asyncio.Event()
+        if self.on_committed is not None:
+            self.on_committed(self.id, seq)
+        self._wake_polls()
         self.touch()
         return records
 
@@ -234,11 +256,13 @@ class Conversation:
         fresh = await self.store.get_thread(self.id)
         if fresh is None:
             raise NotFound(f"no thread {self.id}", code="thread_not_found")
-        if self._proc is None and fresh["last_seq"] != self.core.last_seq:
+        if self._proc is None:  # nothing runs here: the row is the truth (native session, tasks, seq)
+            behind = fresh["last_seq"] != self.core.last_seq
             cast(dict[str, Any], self.thread).clear()
             apply_fields(self.thread, fresh)
             self.core = self._new_core(self.thread)
-            self.fanout.resync_all()  # what another replica appended reaches our clients
+            if behind:
+                self.fanout.resync_all()  # what another replica appended reaches our clients
         if not needs_takeover(fresh):
             return
         turn_id = await self._open_turn(fresh["last_seq"])
@@ -254,6 +278,9 @@ class Conversation:
         apply_fields(self.thread, fields)
         self.thread["last_seq"] = self.core.last_seq
         self._announce.committed(records)
+        if self.on_committed is not None:
+            self.on_committed(self.id, self.core.last_seq)
+        self._wake_polls()
         log.warning("thread.taken_over", thread_id=self.id, epoch=epoch, reason=reason, turn_id=turn_id)
 
     async def _open_turn(self, last_seq: int) -> str | None:
@@ -296,11 +323,45 @@ class Conversation:
             self._epoch = None
             await self._ownership.release(self.id)
 
+    def _wake_polls(self) -> None:
+        self._appended.set()
+        self._appended = asyncio.Event()
+
+    async def follow(self) -> int:
+        """Another replica runs this thread: publish to this replica's subscribers what it
+        has committed since this replica last looked (the store is the truth; the bus only
+        said "look"), and refresh the thread row. Returns how many records were new."""
+        if self._proc is not None:
+            return 0
+        new = 0
+        async with self._lock:
+            if self._proc is not None:
+                return 0
+            while True:
+                records = await self.store.read_events(self.id, self.core.last_seq, FOLLOW_PAGE)
+                if not records:
+                    break
+                self.core.last_seq = records[-1].seq
+                self.fanout.publish(records)
+                new += len(records)
+                if len(records) < FOLLOW_PAGE:
+                    break
+            row = await self.store.get_thread(self.id)
+            if row is not None:
+                row["last_seq"] = max(row.get("last_seq", 0), self.core.last_seq)
+                self.thread.update(row)
+            else:
+                self.thread["last_seq"] = self.core.last_seq
+        if new:
+            self._wake_polls()
+        return new
+
     async def wait_beyond(self, seq: int, timeout: float) -> None:
         """Return once the transcript has an event after ``seq``, or after ``timeout``.
         A long-poll is not a subscriber: it does not keep an idle agent alive."""
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout
+        self.last_watched = time.monotonic()
         while self.core.last_seq <= seq and (left := end - loop.time()) > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._appended.wait(), left)
@@ -317,6 +378,19 @@ class Conversation:
         that wait for the store (a full disk)."""
         if not self.store.healthy:
             raise StoreError("the transcript store cannot be written right now; retry later", code="store_unavailable")
+
+    async def history(self) -> tuple[list[Item], int]:
+        """The compacted history (sessions/history.py) and the last seq it covers: what was
+        compacted before is kept, only newer records are read."""
+        async with self._history_lock:
+            comp = self._history or Compactor()
+            while True:
+                page = await self.store.read_events(self.id, comp.last_seq, HISTORY_PAGE)
+                comp.feed(page)
+                if len(page) < HISTORY_PAGE:
+                    break
+            self._history = comp if len(comp.items) <= HISTORY_KEEP_ITEMS else None
+            return comp.snapshot(), comp.last_seq
 
     async def read_page(self, after: int, limit: int) -> list[Record]:
         return await self.store.read_events(self.id, after, limit)
@@ -557,7 +631,50 @@ class Conversation:
 
     # ------------------------------------------------------------------ client operations
 
-    async def submit(self, content: list[dict[str, Any]], client_id: str | None) -> Accepted:
+    async def _owner(self, forward: bool) -> str | None:
+        """The replica that runs this thread, when it is another one (input goes there)."""
+        if not forward or self.owners is None or self._proc is not None:
+            return None
+        return await self.owners.elsewhere(self.id)
+
+    async def _forward(self, owner: str, kind: str, body: dict[str, Any]) -> Any:
+        """The owner's answer; OwnerGone as soon as its lease lapses while we wait (it died
+        or was cut off: a takeover need not wait for the forward's own timeout)."""
+        assert self.owners is not None
+        self.touch()
+        log.info("thread.forwarded", thread_id=self.id, owner=owner, kind=kind)
+        sent = asyncio.ensure_future(self.owners.forward(owner, kind, self.id, body))
+        gone = asyncio.ensure_future(self._lease_lapses(owner))
+        try:
+            await asyncio.wait({sent, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (sent, gone):
+                if not task.done():
+                    task.cancel()
+            await asyncio.gather(sent, gone, return_exceptions=True)
+        if sent.done() and not sent.cancelled():
+            return sent.result()
+        raise OwnerGone(f"replica {owner} no longer holds thread {self.id}; retry (client_id makes it safe)")
+
+    async def _lease_lapses(self, owner: str) -> None:
+        assert self.owners is not None
+        while await self.owners.elsewhere(self.id) == owner:
+            await asyncio.sleep(OWNER_WATCH_S)
+
+    async def submit(self, content: list[dict[str, Any]], client_id: str | None, *, forward: bool = True) -> Accepted:
+        """A prompt; with ``forward``, run by the thread's owner when that is another replica."""
+        body = {"content": content, "client_id": client_id}
+        if (owner := await self._owner(forward)) is not None:
+            with contextlib.suppress(OwnerGone):  # then run here: the lease is free to take
+                return accepted_from(await self._forward(owner, "prompt", body))
+        try:
+            return await self._submit_here(content, client_id)
+        except NotOwner as exc:  # another replica took the lease first
+            if not forward or exc.owner is None:
+                raise
+            return accepted_from(await self._forward(exc.owner, "prompt", body))
+
+    async def _submit_here(self, content: list[dict[str, Any]], client_id: str | None) -> Accepted:
         if not self.store.healthy:
             raise StoreError("the transcript store cannot be written right now; retry later", code="store_unavailable")
         if client_id is not None and (dup := await self._duplicate(client_id)) is not None:
@@ -587,25 +704,41 @@ class Conversation:
             if reason is not None:
                 raise InvalidRequest(reason, code="unsupported_content")
 
-    async def interrupt(self) -> bool:
+    async def interrupt(self, *, forward: bool = True) -> bool:
         """Cancel the active turn. Idempotent; False when no turn is active."""
+        if (owner := await self._owner(forward)) is not None:
+            return (await self._forward(owner, "interrupt", {})).get("active") is True
         async with self._lock:
             active, actions = self.core.interrupt()
             await self._perform(actions)
             return active
 
     async def answer_permission(
-        self, request_id: str, decision: str, *, by: str, option_id: str | None = None, message: str | None = None
+        self,
+        request_id: str,
+        decision: str,
+        *,
+        by: str,
+        option_id: str | None = None,
+        message: str | None = None,
+        forward: bool = True,
     ) -> dict[str, Any]:
         """One answer per request: the first wins; later ones are refused (409)."""
+        if (owner := await self._owner(forward)) is not None:
+            body = {"request_id": request_id, "decision": decision, "by": by, "option_id": option_id}
+            return dict(await self._forward(owner, "permission", {**body, "message": message}))
         async with self._lock:
             data, actions = self.core.answer(request_id, decision, by=by, option_id=option_id, message=message)
             await self._perform(actions)
             return data
 
-    async def write_raw(self, message: dict[str, Any], sub: Subscriber | None = None) -> int:
+    async def write_raw(self, message: dict[str, Any], sub: Subscriber | None = None, *, forward: bool = True) -> int:
         """The ``raw`` op / raw mode: write a client's JSON object to stdin, as the dialect
-        says (the codec may route a response back to ``sub`` only)."""
+        says (the codec may route a response back to ``sub`` only; not when another
+        replica runs the agent: the line is written there, its response is not routed)."""
+        if (owner := await self._owner(forward)) is not None:
+            seq = (await self._forward(owner, "raw", {"message": message})).get("seq")
+            return seq if isinstance(seq, int) and not isinstance(seq, bool) else self.core.last_seq
         await self.ensure_started()
         route = f"r{id(sub)}" if sub is not None else ""
         async with self._lock:

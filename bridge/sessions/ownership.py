@@ -152,8 +152,8 @@ class Ownership:
             if lease is None:
                 raise NotFound(f"no thread {thread_id}", code="thread_not_found")
             if lease.live and lease.owner is not None and lease.owner != self.replica_id:
-                raise NotOwner(lease.owner, thread_id)
-        raise NotOwner("unknown", thread_id)
+                raise NotOwner(f"replica {lease.owner} runs thread {thread_id}", owner=lease.owner)
+        raise NotOwner(f"another replica runs thread {thread_id}")
 
     def forget(self, thread_id: str) -> None:
         """This replica gave the thread up without the store (a refused append)."""

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -26,12 +27,14 @@ from bridge.sessions.changes import ChangeNotifier
 from bridge.sessions.conversation import Conversation
 from bridge.sessions.latency import Latency
 from bridge.sessions.ownership import Ownership
+from bridge.sessions.remote import Owners
 from bridge.store.base import Store, ThreadRow
 from bridge.store.urls import parse as parse_store_url
 
 log = structlog.get_logger("bridge.registry")
 
 IDLE_SCAN_S = 1.0
+FOLLOW_RECENT_S = 60.0  # a thread used here this recently is followed without a subscriber
 
 
 def check_adopted_id(native_session_id: str | None, prof: AgentProfile) -> None:
@@ -68,6 +71,16 @@ class Registry:
         )
         self._leases: asyncio.Task[None] | None = None
         self._closing: set[asyncio.Task[None]] = set()  # conversations closed after a lost lease
+        # Many replicas (sessions/cluster.py): who owns a thread elsewhere, and who hears of
+        # this replica's commits.
+        self.owners: Owners | None = None
+        self.on_committed: Callable[[str, int], None] | None = None
+
+    def join_cluster(self, owners: Owners, on_committed: Callable[[str, int], None]) -> None:
+        self.owners = owners
+        self.on_committed = on_committed
+        for conv in self._convs.values():
+            conv.owners, conv.on_committed = owners, on_committed
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -287,8 +300,22 @@ class Registry:
             on_lost=self._conv_lost,
             commits=self.commits,
         )
+        conv.owners, conv.on_committed = self.owners, self.on_committed
         self._convs[row["id"]] = conv
         return conv
+
+    def loaded(self, thread_id: str) -> Conversation | None:
+        return self._convs.get(thread_id)
+
+    def followed(self) -> list[Conversation]:
+        """Loaded threads this replica does not run, that a client here watches or used
+        lately: what another replica commits to them is read from the store."""
+        now = time.monotonic()
+        return [
+            c
+            for c in self._convs.values()
+            if not c.running and (len(c.fanout) or now - max(c.last_activity, c.last_watched) < FOLLOW_RECENT_S)
+        ]
 
     async def get(self, thread_id: str) -> Conversation:
         conv = self._convs.get(thread_id)
@@ -303,8 +330,12 @@ class Registry:
                 raise NotFound(f"no thread {thread_id}", code="thread_not_found")
             return self._make(row)
 
-    async def delete(self, thread_id: str) -> None:
+    async def delete(self, thread_id: str, *, forward: bool = True) -> None:
         conv = await self.get(thread_id)
+        if forward and self.owners is not None and not conv.running:
+            owner = await self.owners.elsewhere(thread_id)
+            if owner is not None:  # its agent runs there: stopped there, before the row goes
+                await self.owners.forward(owner, "stop", thread_id, {"reason": "deleted"})
         await conv.close("deleted")
         await self.store.delete_thread(thread_id)
         self._convs.pop(thread_id, None)

@@ -27,7 +27,7 @@ from tests.sessions.test_conversation_memory import echo, prompt, result
 
 pytestmark = pytest.mark.timeout(30)
 
-TTL = 0.4
+TTL = 2.0
 
 
 class Frozen:
@@ -52,7 +52,7 @@ def replica(tmp: Path, store: Store, rid: str, clock: Any = None) -> tuple[Regis
 
 
 async def expired(store: Store, tid: str) -> None:
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(TTL + 5):
         while True:
             lease = await store.lease_of(tid)
             if lease is None or not lease.live:

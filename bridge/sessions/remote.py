@@ -1,0 +1,154 @@
+"""Threads another replica owns (docs/DESIGN.md "Bus"): who the owner is, how a client's
+input reaches it, and what comes back.
+
+A conversation asks :class:`Owners` before it acts on a client's input while it has no
+agent process of its own: when another replica holds the thread's live lease, the input
+goes to that replica's inbox on the bus (:meth:`Owners.forward`) and the owner's answer —
+the same body a local client would have been given, or the same refusal — comes back to
+the client that sent it. The owner runs the command exactly as it runs a local client's
+(:func:`run_command`), so ``client_id`` idempotency holds across replicas: the owner looks
+the id up in the shared store.
+
+Everything in a command comes from another process and is checked here before it is used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from bridge.bus.base import Bus, BusUnavailable, CommandRefused, NoReply, valid_id
+from bridge.errors import BridgeError, InvalidRequest
+from bridge.sessions.actions import Accepted
+from bridge.store.base import Store
+
+if TYPE_CHECKING:
+    from bridge.sessions.conversation import Conversation
+
+# How long a client's input may wait for the owner's answer: a first prompt there may
+# spawn the agent and run its handshake.
+FORWARD_TIMEOUT_S = 30.0
+MAX_BLOCKS = 1000  # a prompt's content blocks, as the API bounds them
+
+
+class ForwardFailed(BridgeError):
+    """The owner could not be reached; the input was not acted on, or its answer was lost
+    (a retry with the same ``client_id`` is safe)."""
+
+    code = "owner_unreachable"
+    status = 503
+
+
+class Owners:
+    """This replica's view of who owns which thread, and its way to their inboxes."""
+
+    def __init__(self, store: Store, bus: Bus, replica_id: str, *, timeout_s: float = FORWARD_TIMEOUT_S) -> None:
+        self.store = store
+        self.bus = bus
+        self.replica_id = replica_id
+        self.timeout_s = timeout_s
+        self.forwarded = 0
+
+    async def elsewhere(self, thread_id: str) -> str | None:
+        """The replica that holds the thread's live lease, when it is not this one."""
+        lease = await self.store.lease_of(thread_id)
+        if lease is None or not lease.live or lease.owner is None or lease.owner == self.replica_id:
+            return None
+        return lease.owner
+
+    async def forward(self, owner: str, kind: str, thread_id: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Run a client's input on ``owner``; its answer body, or its refusal re-raised."""
+        try:
+            reply = await self.bus.request(owner, kind, thread_id, body, self.timeout_s)
+        except BusUnavailable as exc:
+            raise ForwardFailed(
+                f"replica {owner} runs this thread and the bus to it is down; retry later", code="bus_unavailable"
+            ) from exc
+        except NoReply as exc:
+            raise ForwardFailed(f"no answer from replica {owner}, which runs this thread: {exc}") from exc
+        self.forwarded += 1
+        if not reply.ok:
+            raise refusal(reply.body)
+        return reply.body
+
+
+def refusal(body: Mapping[str, Any]) -> BridgeError:
+    """The owner's refusal, as the error a local client would have been given."""
+    code, message, status = body.get("code"), body.get("message"), body.get("status")
+    err = BridgeError(
+        message if isinstance(message, str) else "refused by the thread's owner",
+        code=code if valid_id(code) else "refused",
+    )
+    if isinstance(status, int) and not isinstance(status, bool) and 400 <= status <= 599:
+        err.status = status
+    return err
+
+
+def refused(exc: BridgeError) -> CommandRefused:
+    return CommandRefused({"code": exc.code, "message": exc.message, "status": exc.status})
+
+
+def accepted_body(acc: Accepted) -> dict[str, Any]:
+    return {"seq": acc.seq, "turn_id": acc.turn_id, "duplicate": acc.duplicate, "queued": acc.queued}
+
+
+def accepted_from(body: Mapping[str, Any]) -> Accepted:
+    seq, turn_id = body.get("seq"), body.get("turn_id")
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+        raise ForwardFailed("the owner's answer is not well-formed", code="owner_unreachable")
+    return Accepted(
+        seq=seq,
+        turn_id=turn_id if isinstance(turn_id, str) else None,
+        duplicate=body.get("duplicate") is True,
+        queued=body.get("queued") is True,
+    )
+
+
+def _opt_str(body: Mapping[str, Any], key: str, limit: int = 256) -> str | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > limit:
+        raise InvalidRequest(f"{key} must be a string of at most {limit} characters")
+    return value
+
+
+def _content(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    content = body.get("content")
+    if not isinstance(content, list) or not content or len(content) > MAX_BLOCKS:
+        raise InvalidRequest("content must be a non-empty list of content blocks")
+    if not all(isinstance(b, dict) and isinstance(b.get("type"), str) for b in content):
+        raise InvalidRequest("every content block must be an object with a type")
+    return content
+
+
+async def run_command(conv: Conversation, kind: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A command from another replica's client, run here (the owner) as a local client's
+    input is run — never forwarded again (a thread whose lease moved on meanwhile is
+    refused ``not_owner``, and the sender may retry)."""
+    try:
+        if kind == "prompt":
+            acc = await conv.submit(_content(body), _opt_str(body, "client_id"), forward=False)
+            return accepted_body(acc)
+        if kind == "interrupt":
+            return {"active": await conv.interrupt(forward=False)}
+        if kind == "permission":
+            request_id, decision = _opt_str(body, "request_id"), _opt_str(body, "decision")
+            if request_id is None or decision is None:
+                raise InvalidRequest("request_id and decision are required")
+            return await conv.answer_permission(
+                request_id,
+                decision,
+                by=_opt_str(body, "by") or "websocket",
+                option_id=_opt_str(body, "option_id"),
+                message=_opt_str(body, "message", 10_000),
+                forward=False,
+            )
+        if kind == "raw":
+            message = body.get("message")
+            if not isinstance(message, dict):
+                raise InvalidRequest("message must be a JSON object")
+            return {"seq": await conv.write_raw(message, forward=False)}
+        raise InvalidRequest(f"unknown command {kind!r}")
+    except BridgeError as exc:
+        raise refused(exc) from exc

@@ -1,0 +1,122 @@
+"""Input forwarded between replicas (sessions/remote.py), in-process: a command from
+another replica is checked before it is used, an owner's refusal comes back as the error a
+local client would have got, and a malformed answer is never taken for an acceptance."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from bridge.bus.base import CommandRefused, LocalBus
+from bridge.errors import BridgeError, NotFound
+from bridge.sessions.actions import Accepted
+from bridge.sessions.remote import ForwardFailed, Owners, accepted_body, accepted_from, refusal, run_command
+
+pytestmark = pytest.mark.timeout(10)
+
+
+class FakeConv:
+    """Records what the owner was asked to do."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    async def submit(self, content: list[dict[str, Any]], client_id: str | None, *, forward: bool) -> Accepted:
+        self.calls.append(("submit", (content, client_id, forward)))
+        return Accepted(seq=7, turn_id="turn_1")
+
+    async def interrupt(self, *, forward: bool) -> bool:
+        self.calls.append(("interrupt", forward))
+        return True
+
+    async def answer_permission(self, request_id: str, decision: str, **kw: Any) -> dict[str, Any]:
+        self.calls.append(("permission", (request_id, decision, kw)))
+        if request_id == "gone":
+            raise NotFound("no pending permission request gone", code="permission_not_found")
+        return {"request_id": request_id, "decision": decision}
+
+    async def write_raw(self, message: dict[str, Any], *, forward: bool) -> int:
+        self.calls.append(("raw", (message, forward)))
+        return 9
+
+
+async def run(kind: str, body: Mapping[str, Any]) -> tuple[FakeConv, Mapping[str, Any]]:
+    conv = FakeConv()
+    return conv, await run_command(conv, kind, body)  # type: ignore[arg-type]
+
+
+async def test_each_command_runs_on_the_owner_and_is_never_forwarded_again() -> None:
+    conv, out = await run("prompt", {"content": [{"type": "text", "text": "hi"}], "client_id": "c1"})
+    assert out == {"seq": 7, "turn_id": "turn_1", "duplicate": False, "queued": False}
+    assert conv.calls == [("submit", ([{"type": "text", "text": "hi"}], "c1", False))]
+    conv, out = await run("interrupt", {})
+    assert out == {"active": True} and conv.calls == [("interrupt", False)]
+    conv, out = await run("raw", {"message": {"jsonrpc": "2.0"}})
+    assert out == {"seq": 9} and conv.calls == [("raw", ({"jsonrpc": "2.0"}, False))]
+    conv, out = await run("permission", {"request_id": "r1", "decision": "allow", "by": "web-1"})
+    assert out == {"request_id": "r1", "decision": "allow"}
+    assert conv.calls[0][1][2] == {"by": "web-1", "option_id": None, "message": None, "forward": False}
+
+
+@pytest.mark.parametrize(
+    ("kind", "body"),
+    [
+        ("prompt", {}),
+        ("prompt", {"content": []}),
+        ("prompt", {"content": "text"}),
+        ("prompt", {"content": [{"text": "no type"}]}),
+        ("prompt", {"content": [{"type": "text"}] * 1001}),
+        ("prompt", {"content": [{"type": "text", "text": "x"}], "client_id": 5}),
+        ("prompt", {"content": [{"type": "text", "text": "x"}], "client_id": "c" * 257}),
+        ("permission", {"decision": "allow"}),
+        ("permission", {"request_id": "r", "decision": ["allow"]}),
+        ("raw", {"message": [1]}),
+        ("shell", {}),
+    ],
+)
+async def test_a_malformed_command_from_another_replica_is_refused_without_acting(
+    kind: str, body: dict[str, Any]
+) -> None:
+    conv = FakeConv()
+    with pytest.raises(CommandRefused) as caught:
+        await run_command(conv, kind, body)  # type: ignore[arg-type]
+    assert caught.value.body["code"] == "invalid_request" and caught.value.body["status"] == 400
+    assert conv.calls == []
+
+
+async def test_the_owners_refusal_keeps_its_code_and_status() -> None:
+    with pytest.raises(CommandRefused) as caught:
+        await run("permission", {"request_id": "gone", "decision": "allow"})
+    err = refusal(caught.value.body)
+    assert (err.code, err.status, err.message) == ("permission_not_found", 404, "no pending permission request gone")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{}, {"code": "bad code!", "status": 200}, {"code": 3, "status": True, "message": 4}, {"status": 99999}],
+)
+def test_a_refusal_that_is_not_well_formed_reads_as_a_refusal_never_a_success(body: dict[str, Any]) -> None:
+    err = refusal(body)
+    assert isinstance(err, BridgeError) and 400 <= err.status <= 599
+    assert err.code in ("refused", str(body.get("code")))
+
+
+@pytest.mark.parametrize("body", [{}, {"seq": "7"}, {"seq": -1}, {"seq": True}])
+def test_an_answer_without_a_seq_is_not_an_acceptance(body: dict[str, Any]) -> None:
+    with pytest.raises(ForwardFailed):
+        accepted_from(body)
+
+
+def test_an_acceptance_crosses_as_it_was() -> None:
+    acc = Accepted(seq=3, turn_id=None, duplicate=True, queued=True)
+    assert accepted_from(accepted_body(acc)) == acc
+
+
+async def test_without_a_bus_input_for_another_replica_is_refused_clearly() -> None:
+    owners = Owners(None, LocalBus("a"), "a")  # type: ignore[arg-type]
+    with pytest.raises(ForwardFailed) as caught:
+        await owners.forward("b", "prompt", "thr_1", {})
+    assert caught.value.code == "bus_unavailable" and caught.value.status == 503
+    assert "retry" in caught.value.message

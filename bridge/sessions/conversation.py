@@ -658,7 +658,9 @@ class Conversation:
 
     async def _lease_lapses(self, owner: str) -> None:
         assert self.owners is not None
-        while await self.owners.elsewhere(self.id) == owner:
+        while True:
+            if await self.owners.elsewhere(self.id) != owner:
+                return
             await asyncio.sleep(OWNER_WATCH_S)
 
     async def submit(self, content: list[dict[str, Any]], client_id: str | None, *, forward: bool = True) -> Accepted:
@@ -670,8 +672,8 @@ class Conversation:
         try:
             return await self._submit_here(content, client_id)
         except NotOwner as exc:  # another replica took the lease first
-            if not forward or exc.owner is None:
-                raise
+            if not forward or exc.owner is None or self.owners is None:
+                raise  # no bus: the client is told who runs it (409 not_owner)
             return accepted_from(await self._forward(exc.owner, "prompt", body))
 
     async def _submit_here(self, content: list[dict[str, Any]], client_id: str | None) -> Accepted:

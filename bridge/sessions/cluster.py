@@ -146,7 +146,7 @@ class ClusterLink:
         while True:
             await asyncio.sleep(self.heartbeat_s)
             try:
-                await self.store.heartbeat()
+                await self.store.heartbeat()  # leases: sessions/ownership.py renews them
             except BridgeError as exc:  # the store is down: its own health says so
                 log.warning("replica.heartbeat_failed", error=exc.message)
             except Exception as exc:  # never ends the loop; the type only (a driver's text may hold a DSN)

@@ -183,6 +183,7 @@ class Conversation:
 
     async def _emit(self, action: Emit) -> list[Record]:
         """Number, persist, then publish: durable before visible. Under ``_lock``."""
+        epoch = await self._hold_locked()  # first: a takeover it triggers appends before these
         ts = now_iso()
         seq = self.core.last_seq
         records = []
@@ -195,7 +196,6 @@ class Conversation:
             # An answer, a withdrawal, an interrupt or an exit changed it before this Emit:
             # the row's count changes in the commit that records why (server-wide changes).
             thread_fields["pending_permissions"] = pending
-        epoch = await self._hold_locked()
         await self._append(records, action.client_ids or [None] * len(records), thread_fields, epoch)
         self.core.last_seq = seq
         apply_fields(self.thread, thread_fields)
@@ -290,10 +290,15 @@ class Conversation:
         fresh = await self.store.get_thread(self.id)
         if fresh is None:
             raise NotFound(f"no thread {self.id}", code="thread_not_found")
-        if self._proc is None:  # a follower's core (sessions/cluster.py) only tracked the seq
+        if self._proc is None:  # nothing runs here: the row is the truth (native session, tasks, seq)
+            behind = fresh["last_seq"] != self.core.last_seq
             cast(dict[str, Any], self.thread).clear()
             apply_fields(self.thread, fresh)
             self.core = self._new_core(self.thread)
+            if behind:
+                self.fanout.resync_all()  # what another replica appended reaches our clients
+            if behind:
+                self.fanout.resync_all()  # what another replica appended reaches our clients
         if not needs_takeover(fresh):
             return
         tail = await self.store.read_events(self.id, max(0, fresh["last_seq"] - TAIL_EVENTS), TAIL_EVENTS)
@@ -312,6 +317,7 @@ class Conversation:
         self._announce.committed(records)
         if self.on_committed is not None:
             self.on_committed(self.id, self.core.last_seq)
+        self._wake_polls()
         log.warning("thread.taken_over", thread_id=self.id, epoch=epoch, reason=reason, turn_id=turn_id)
 
     def lease_lost(self) -> None:

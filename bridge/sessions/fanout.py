@@ -133,6 +133,14 @@ class Fanout:
             if not sub.raw:
                 sub.push_side(text)
 
+    def resync_all(self) -> None:
+        """Every subscriber re-reads from the store after what it was sent (events were
+        committed that were never published here: another replica's, before a takeover)."""
+        for sub in self._subs:
+            sub.buf.clear()
+            sub.lagging = True
+            sub.wake.set()
+
     def close_all(self, reason: str) -> None:
         """Close every subscriber; each leaves (unsubscribes) once its client is told."""
         for sub in list(self._subs):

@@ -80,6 +80,12 @@ MAX_BATCH = 512  # appends per transaction
 MAX_BACKOFF_S = 2.0
 READERS = 2
 CONNECT_TIMEOUT_S = 10
+# The server ends a session left idle inside a transaction this long (ms): a replica frozen
+# (SIGSTOP, a paused VM) in the middle of a batch would otherwise hold the thread rows'
+# locks, and so block the takeover of its expired leases, until it ran again. A batch's
+# statements follow each other at once, so only a stalled process hits it; its batch is
+# then retried on a new connection, where the fence decides.
+IDLE_IN_TRANSACTION_MS = 2000
 _COLS = ",".join(_THREAD_COLUMNS)
 
 # The connection is gone or the server refuses work for now: retried, never "refused".
@@ -191,9 +197,17 @@ class PostgresStore:
 
     async def _connect(self) -> AsyncConnection[Any]:
         try:
-            return await AsyncConnection.connect(self.url.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+            conn = await AsyncConnection.connect(self.url.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
         except psycopg.Error as exc:
             raise self._error(f"cannot connect to {self.url.shown}", exc) from exc
+        try:
+            await conn.execute(f"SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_MS}")
+        except BaseException as exc:
+            await conn.close()
+            if not isinstance(exc, psycopg.Error):
+                raise
+            raise self._error(f"cannot set up a session on {self.url.shown}", exc) from exc
+        return conn
 
     @contextlib.asynccontextmanager
     async def _use(self, slot: _Conn) -> AsyncIterator[AsyncConnection[Any]]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from support.memory import MemoryStore, Spawner
-from support.stores import opened_at
+from support.stores import opened_at, thread
 
 from bridge.config import AgentProfile, ServerSettings, Settings
 from bridge.errors import Draining, LeaseLost, NotOwner
@@ -27,7 +27,7 @@ from tests.sessions.test_conversation_memory import echo, prompt, result
 
 pytestmark = pytest.mark.timeout(30)
 
-TTL = 0.4
+TTL = 2.0
 
 
 class Frozen:
@@ -52,7 +52,7 @@ def replica(tmp: Path, store: Store, rid: str, clock: Any = None) -> tuple[Regis
 
 
 async def expired(store: Store, tid: str) -> None:
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(TTL + 5):
         while True:
             lease = await store.lease_of(tid)
             if lease is None or not lease.live:
@@ -129,3 +129,42 @@ async def test_draining_refuses_new_threads(tmp_path: Path) -> None:
         await reg.create(agent="fake", cwd=None, model=None, title=None, options=None)
     assert (refused.value.code, refused.value.status) == ("draining", 503)
     await reg.shutdown()
+
+
+async def test_start_up_recovers_only_what_this_replica_still_owns(tmp_path: Path, stores: tuple[Store, Store]) -> None:
+    """Two rows replica a recorded with a live process (real ones, own process groups):
+    one whose lease b took since, one nobody holds. a's start-up leaves b's alone (its
+    process too) and closes the other's books (daemon_stopped), reaping its process."""
+    from bridge.process.reaper import start_time
+
+    sa, sb = stores
+    procs = [await asyncio.create_subprocess_exec("sleep", "30", start_new_session=True) for _ in ("mine", "theirs")]
+    try:
+        ids = []
+        for name, proc in zip(("mine", "theirs"), procs, strict=True):
+            tid = f"thr_{name}"
+            await sa.create_thread(thread(tid))  # type: ignore[arg-type]
+            fields = {"state": "running", "turn_active": True, "pid": proc.pid, "pid_start": start_time(proc.pid)}
+            await sa.update_thread(tid, fields)  # stamped: replica a recorded this process
+            ids.append(tid)
+        assert await sb.acquire_lease("thr_theirs", "b", 30) == 1
+        reg_a, _ = replica(tmp_path, sa, "a")
+        await reg_a.start()
+        try:
+            mine = await sa.get_thread("thr_mine")
+            theirs = await sa.get_thread("thr_theirs")
+            assert mine is not None and mine["state"] == "exited" and not mine["turn_active"]
+            assert theirs is not None and theirs["state"] == "running" and theirs["turn_active"]
+            assert [r.kind for r in await sa.read_events("thr_mine", 0, 10)] == ["process.exited", "turn.ended"]
+            assert await sa.read_events("thr_theirs", 0, 10) == []
+            await asyncio.wait_for(procs[0].wait(), 5)  # reaped
+            assert procs[1].returncode is None  # b's: untouched
+            lease = await sa.lease_of("thr_mine")
+            assert lease is not None and not lease.live  # released once its books were closed
+        finally:
+            await reg_a.shutdown()
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()

@@ -387,3 +387,51 @@ async def test_user_tokens_never_reach_the_logs_or_the_data_dir_in_clear(
             for form in {needle.encode(), needle.encode("utf-16-le")}:
                 assert form not in blob, f"{what} is in {path.relative_to(d.data_dir)}"
     assert searched, "nothing in the data dir to search"
+
+
+async def acp_rpc(conn: Any, rid: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """One JSON-RPC request on the ACP gateway and its answer (notifications skipped)."""
+    await conn.send(json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params}))
+    while True:
+        msg = json.loads(await asyncio.wait_for(conn.recv(), STEP_TIMEOUT))
+        if msg.get("id") == rid and "method" not in msg:
+            return dict(msg)
+
+
+async def test_the_acp_gateway_acts_as_its_user(
+    daemon_factory: Callable[..., Any], tmp_path: Path, agent_env: dict[str, str], users_url: str
+) -> None:
+    """An ACP connection is its user's: its sessions are owned by them, `session/list`
+    shows only theirs, and another user's thread is "no session" to load, resume and
+    prompt — exactly as a thread that does not exist (an admin sees all)."""
+    tok = {n: await add_user(users_url, n, admin=n == "root") for n in ("alice", "bob", "root")}
+    d: Daemon = await daemon_factory(users_config(tmp_path, agent_env, users_url))
+    conns = {n: await ws_as(d, "/v1/acp", t) for n, t in tok.items()}
+    try:
+        for n, conn in conns.items():
+            init = await acp_rpc(conn, 1, "initialize", {"protocolVersion": 1})
+            assert init["result"]["protocolVersion"] == 1, (n, init)
+        made = await acp_rpc(conns["alice"], 2, "session/new", {"cwd": str(tmp_path), "mcpServers": []})
+        sid = made["result"]["sessionId"]
+        async with httpx.AsyncClient(base_url=d.url, timeout=STEP_TIMEOUT) as http:
+            r = await http.get(f"/v1/threads/{sid}", headers=bearer(tok["alice"]))
+            assert r.status_code == 200 and r.json()["owner"] == "alice", r.text
+        listed = {n: await acp_rpc(c, 3, "session/list", {}) for n, c in conns.items()}
+        assert [s["sessionId"] for s in listed["alice"]["result"]["sessions"]] == [sid]
+        assert listed["bob"]["result"]["sessions"] == []
+        assert [s["sessionId"] for s in listed["root"]["result"]["sessions"]] == [sid]
+        for k, method in enumerate(("session/load", "session/resume", "session/prompt")):
+            params: dict[str, Any] = {"sessionId": sid, "cwd": str(tmp_path), "mcpServers": []}
+            if method == "session/prompt":
+                params["prompt"] = [{"type": "text", "text": "not yours"}]
+            theirs = await acp_rpc(conns["bob"], 10 + k, method, {**params})
+            ghost = await acp_rpc(conns["bob"], 20 + k, method, {**params, "sessionId": GHOST})
+            assert theirs["error"]["code"] == ghost["error"]["code"], (method, theirs, ghost)
+            assert theirs["error"]["message"] == ghost["error"]["message"].replace(GHOST, sid), method
+        loaded = await acp_rpc(
+            conns["root"], 30, "session/load", {"sessionId": sid, "cwd": str(tmp_path), "mcpServers": []}
+        )
+        assert "result" in loaded, loaded
+    finally:
+        for conn in conns.values():
+            await conn.close()

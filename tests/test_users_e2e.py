@@ -276,6 +276,8 @@ async def test_revoking_a_user_closes_their_streams_and_refuses_them_on_every_re
         prompt = thread_ws.seen("message", turn_id=ended["data"]["turn_id"])
         assert prompt and prompt[0]["source"] == "client" and prompt[0]["data"]["by"] == "alice"
         change_streams = [await ws_as(r, "/v1/ws", alice) for r in replicas]
+        acp = await ws_as(d, "/v1/acp", alice)  # the ACP gateway: closed on revocation too
+        assert "result" in await acp_rpc(acp, 1, "initialize", {"protocolVersion": 1})
         bobs = await ws_as(d, "/v1/ws", bob)
         r = await http.post("/v1/session", headers=bearer(alice))
         assert r.status_code == 204
@@ -301,6 +303,7 @@ async def test_revoking_a_user_closes_their_streams_and_refuses_them_on_every_re
         assert await close_code(thread_ws.conn) == 4401
         for conn in change_streams:
             assert await close_code(conn) == 4401
+        assert await close_code(acp) == 4401
         for rep in replicas:
             async with httpx.AsyncClient(base_url=rep.url, timeout=STEP_TIMEOUT) as h:
                 r = await h.get("/v1/me", headers=bearer(alice))

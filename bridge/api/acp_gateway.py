@@ -27,7 +27,7 @@ from starlette.websockets import WebSocketState
 from bridge import __version__
 from bridge.api.auth import SUBPROTOCOL
 from bridge.api.content import normalize_prompt
-from bridge.api.users import User, check_owner
+from bridge.api.users import Streams, User, check_owner
 from bridge.api.ws import upgrade_user
 from bridge.errors import BridgeError, error_body
 from bridge.protocols.codecs import prompt_capabilities
@@ -287,12 +287,19 @@ class AcpConnection:
         self._closing = (1001, "daemon_shutdown")
         self._closed.set()
 
+    def revoked(self) -> None:
+        """The user was revoked (users mode): the connection closes at once, 4401."""
+        self._closing = (4401, "user_revoked")
+        self._closed.set()
+
     async def run(self) -> None:
         changes = self.registry.changes
         changes.attach()  # close_clients waits until this connection has let go
         watcher = asyncio.create_task(self._watch_shutdown())
+        streams: Streams = self.ws.app.state.streams
         try:
-            await self._receive()
+            with streams.held(self.user, self.revoked):
+                await self._receive()
         finally:
             watcher.cancel()
             await self._let_go()

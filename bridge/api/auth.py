@@ -40,6 +40,8 @@ from bridge.store.base import SessionStore
 
 log = structlog.get_logger("bridge.security")
 
+RELOAD_S = 1.0  # a cookie no replica-local session matches reads the shared store at most this often
+
 SUBPROTOCOL = "agent-bridge.v1"
 BEARER_PREFIX = "bearer."
 COOKIE_NAME = "agent_bridge_session"
@@ -130,6 +132,7 @@ class Sessions:
         self._secret = (secret or "").encode()
         # key → (expiry, user name or None for the operator); insertion order = creation order
         self._expiry: dict[str, tuple[float, str | None]] = {}
+        self._reloaded = -math.inf  # when the store was last read for a session not known here
 
     def _key(self, sid: str) -> str:
         return hmac.new(self._secret, sid.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
@@ -158,6 +161,17 @@ class Sessions:
 
     def valid(self, sid: str | None) -> bool:
         return self.lookup(sid)[0]
+
+    async def lookup_shared(self, sid: str | None) -> tuple[bool, str | None]:
+        """:meth:`lookup`, and for a session this replica does not know, the store once
+        more: another replica sharing it may have signed the browser in. The store is read
+        for that at most once per RELOAD_S (a stream of unknown cookies is no load on it)."""
+        found = self.lookup(sid)
+        if found[0] or not sid or self._store is None or self._clock() - self._reloaded < RELOAD_S:
+            return found
+        self._reloaded = self._clock()
+        await self.load()
+        return self.lookup(sid)
 
     def lookup(self, sid: str | None) -> tuple[bool, str | None]:
         """Whether ``sid`` is a live session, and whose (None: the operator's)."""
@@ -364,7 +378,7 @@ async def token_user(state: Any, given: str) -> User | None:
 
 async def _session_user(state: Any, sid: str | None) -> User | None:
     sessions: Sessions = state.sessions
-    live, name = sessions.lookup(sid)
+    live, name = await sessions.lookup_shared(sid)
     if not live:
         return None
     if name is None:

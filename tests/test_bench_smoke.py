@@ -5,6 +5,7 @@ pipe, and prints its table of ratios (issue #8). Structure only: timing is never
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -106,7 +107,8 @@ def test_quick_replicas_bench_prints_one_and_two_replicas_and_their_ratios(tmp_p
     cross_header = "| delay behind a client of the owner | unit | same replica | other replica | other ÷ same |"
     assert cross_header in lines
     cross = json.loads(out.read_text())["cross_replica"]
-    assert set(cross) == {"p50", "p99"} and all(v["other_ms"] >= 0 and v["same_ms"] >= 0 for v in cross.values())
+    assert set(cross) == {"p50", "p99"} and all(v["same_ms"] >= 0 for v in cross.values())
+    assert all(math.isfinite(v["other_ms"]) for v in cross.values())  # b may read before a's second client
     rows = {r["metric"]: r for r in json.loads(out.read_text())["rows"]}
     assert list(rows) == [key for key, *_ in REPLICA_ROWS]
     for key, row in rows.items():

@@ -384,7 +384,7 @@ class Conversation:
         async with self._history_lock:
             comp = self._history or Compactor()
             while True:
-                page = await self.store.read_events(self.id, comp.last_seq, HISTORY_PAGE)
+                page = await self.store.read_events(self.id, comp.last_seq, HISTORY_PAGE, with_raw=False)
                 comp.feed(page)
                 if len(page) < HISTORY_PAGE:
                     break

@@ -103,8 +103,10 @@ class TranscriptStore(Protocol):
         raises :class:`~bridge.errors.LeaseLost` (nothing written) otherwise."""
         ...
 
-    async def read_events(self, thread_id: str, after: int, limit: int) -> list[Record]:
-        """Events after ``after`` in seq order: at most ``limit``, and bounded by PAGE_BYTES."""
+    async def read_events(self, thread_id: str, after: int, limit: int, *, with_raw: bool = True) -> list[Record]:
+        """Events after ``after`` in seq order: at most ``limit``, and bounded by PAGE_BYTES.
+        ``with_raw=False``: each record's ``raw`` is None (not read: the compacted history
+        needs only the data)."""
         ...
 
     async def read_frames(self, thread_id: str, after: int, limit: int, *, raw: bool) -> Frames:

@@ -130,6 +130,9 @@ WITH upto AS (
 )
 UPDATE change_log SET horizon = greatest(horizon, upto.m) FROM upto WHERE upto.m IS NOT NULL
 """
+_READ_EVENTS = (
+    "SELECT seq, ts, source, kind, data, raw, relay FROM events WHERE thread_id = %s AND seq > %s ORDER BY seq LIMIT %s"
+)
 _RENEW = """
 UPDATE threads t SET lease_expires = clock_timestamp() + make_interval(secs => %s)
 FROM (SELECT id FROM threads WHERE lease_owner = %s AND lease_expires > clock_timestamp()
@@ -549,14 +552,12 @@ class PostgresStore:
             self.appended += len(item.rows)
             item.done.set_result(None)
 
-    async def read_events(self, thread_id: str, after: int, limit: int) -> list[Record]:
+    async def read_events(self, thread_id: str, after: int, limit: int, *, with_raw: bool = True) -> list[Record]:
+        sql = _READ_EVENTS if with_raw else _READ_EVENTS.replace(" raw,", " NULL,", 1)
+
         async def do(c: AsyncConnection[Any]) -> list[Record]:
             async with c.cursor() as cur:
-                await cur.execute(
-                    "SELECT seq, ts, source, kind, data, raw, relay FROM events "
-                    "WHERE thread_id = %s AND seq > %s ORDER BY seq LIMIT %s",
-                    (thread_id, after, limit),
-                )
+                await cur.execute(sql, (thread_id, after, limit))
                 rows = await _bounded(cur, lambda r: len(r[4]) + len(r[5] or ""))
             return [
                 Record(seq, ts, source, kind, None, raw, relay, data)

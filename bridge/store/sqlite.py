@@ -911,10 +911,13 @@ class SqliteStore(leases.SqliteLeases):
 
         return await self._run(do)
 
-    async def read_events(self, thread_id: str, after: int, limit: int) -> list[Record]:
+    async def read_events(self, thread_id: str, after: int, limit: int, *, with_raw: bool = True) -> list[Record]:
+        raw_col = "raw" if with_raw else "NULL"
+
         def do(db: sqlite3.Connection) -> list[Record]:
             cur = db.execute(
-                "SELECT seq,ts,source,kind,data,raw,relay FROM events WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
+                f"SELECT seq,ts,source,kind,data,{raw_col},relay FROM events"  # noqa: S608
+                " WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
                 (thread_id, after, limit),
             )
             # The stored text is kept as it is: a replay relays it without parsing it.

@@ -56,3 +56,30 @@ async def test_pages_stop_at_the_byte_bound_and_still_cover_every_event_in_order
         assert frames.texts == [] and frames.count == 24
         small = await store.read_events("thr_1", 0, 2)
         assert [r.seq for r in small] == [1, 2]  # the count bound still holds
+
+
+async def test_a_page_without_raw_has_the_same_events_and_no_raw(opened: StoreFactory) -> None:
+    """``with_raw=False`` (the compacted history's read): the same records, data and all,
+    with ``raw`` left unread."""
+    async with opened() as store:
+        row = {
+            "id": "thr_2",
+            "agent": "a",
+            "protocol": "stream-json",
+            "cwd": "/tmp",
+            "title": "",
+            "state": "idle",
+            "turn_active": False,
+            "last_seq": 0,
+            "created_at": "t",
+            "updated_at": "t",
+            "options": {},
+        }
+        await store.create_thread(row)  # type: ignore[arg-type]
+        await store.append("thr_2", [big(1, 100), big(2, 200)], [None, None], {})
+        full = await store.read_events("thr_2", 0, 10)
+        bare = await store.read_events("thr_2", 0, 10, with_raw=False)
+        assert [(r.seq, r.kind, r.source, r.data, r.relay) for r in bare] == [
+            (r.seq, r.kind, r.source, r.data, r.relay) for r in full
+        ]
+        assert all(r.raw is not None for r in full) and all(r.raw is None for r in bare)

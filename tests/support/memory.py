@@ -240,8 +240,11 @@ class MemoryStore:
         if records:
             self.threads[thread_id]["last_seq"] = records[-1].seq
 
-    async def read_events(self, thread_id: str, after: int, limit: int) -> list[Record]:
-        return [r for r in self.events.get(thread_id, []) if r.seq > after][:limit]
+    async def read_events(self, thread_id: str, after: int, limit: int, *, with_raw: bool = True) -> list[Record]:
+        page = [r for r in self.events.get(thread_id, []) if r.seq > after][:limit]
+        if with_raw:
+            return page
+        return [Record(r.seq, r.ts, r.source, r.kind, r.data, None, r.relay) for r in page]
 
     async def read_frames(self, thread_id: str, after: int, limit: int, *, raw: bool) -> Frames:
         page = await self.read_events(thread_id, after, limit)

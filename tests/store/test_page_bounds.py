@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from support.stores import StoreFactory
+from support.stores import StoreFactory, thread
 
 from bridge.protocols.events import Record
 from bridge.store.base import PAGE_BYTES
@@ -62,20 +62,7 @@ async def test_a_page_without_raw_has_the_same_events_and_no_raw(opened: StoreFa
     """``with_raw=False`` (the compacted history's read): the same records, data and all,
     with ``raw`` left unread."""
     async with opened() as store:
-        row = {
-            "id": "thr_2",
-            "agent": "a",
-            "protocol": "stream-json",
-            "cwd": "/tmp",
-            "title": "",
-            "state": "idle",
-            "turn_active": False,
-            "last_seq": 0,
-            "created_at": "t",
-            "updated_at": "t",
-            "options": {},
-        }
-        await store.create_thread(row)  # type: ignore[arg-type]
+        await store.create_thread(thread("thr_2"))  # type: ignore[arg-type]
         await store.append("thr_2", [big(1, 100), big(2, 200)], [None, None], {})
         full = await store.read_events("thr_2", 0, 10)
         bare = await store.read_events("thr_2", 0, 10, with_raw=False)

@@ -531,7 +531,9 @@ class App {
     if (!cur) return;
     try {
       await api("POST", `/v1/threads/${encodeURIComponent(cur.id)}/interrupt`);
-      $("#turn-status-text").textContent = "Interrupting…";
+      // The answer can come after the WebSocket already brought the turn's end: only a
+      // turn still running is "interrupting" (else the end's status would be overwritten).
+      if (this.current === cur && cur.turnActive) $("#turn-status-text").textContent = "Interrupting…";
     } catch (err) {
       $("#send-error").textContent = `Interrupt failed: ${err.message}`;
     }

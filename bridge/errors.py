@@ -69,6 +69,11 @@ class Throttled(BridgeError):
         self.retry_after_s = retry_after_s
 
 
+class Forbidden(BridgeError):
+    code = "admin_required"
+    status = 403
+
+
 class NotFound(BridgeError):
     code = "not_found"
     status = 404

@@ -170,6 +170,21 @@ async def test_each_users_threads_are_theirs_on_every_route_and_an_admin_sees_al
             assert r.json() == {"name": name, "admin": name == "root", "mode": "users"}, r.text
         r = await http.get("/v1/me", headers=d.headers)
         assert r.json() == {"name": "operator", "admin": True, "mode": "users"}
+        # What is about the daemon or its one shared HOME, not a user's own threads: admins only.
+        about_daemon = [
+            ("GET", "/v1/daemon", None),
+            ("GET", "/v1/cluster", None),
+            ("GET", f"/v1/agents/stream-json/sessions?cwd={tmp_path}", None),
+            ("POST", "/v1/threads", {"agent": "stream-json", "native_session_id": "someone-elses"}),
+        ]
+        for method, path, body in about_daemon:
+            r = await http.request(method, path, json=body, headers=bearer(tok["bob"]))
+            assert r.status_code == 403 and r.json()["error"]["code"] == "admin_required", (path, r.text)
+            if method == "GET":
+                r = await http.request(method, path, headers=bearer(tok["root"]))
+                assert r.status_code == 200, (path, r.text)
+        r = await http.get("/v1/threads", headers=bearer(tok["bob"]))
+        assert r.json()["threads"] == []  # the refused adoption created nothing
 
         r = await http.post("/v1/threads", json={"agent": "stream-json"}, headers=bearer(tok["alice"]))
         assert r.status_code == 201 and r.json()["owner"] == "alice", r.text

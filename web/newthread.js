@@ -12,6 +12,7 @@ export class NewThreadDialog {
     this.agents = [];
     this.modelEdited = false;
     this.nativeCursor = null;
+    this.adopting = true;
     $("#new-form").addEventListener("submit", (e) => {
       e.preventDefault();
       this.create();
@@ -127,7 +128,18 @@ export class NewThreadDialog {
 
   // "Resume an existing session": what the chosen agent itself keeps for the directory
   // (GET /v1/agents/{name}/sessions, docs/api.md §4.13); a page at a time, newest first.
+  setAdopting(on) {
+    this.adopting = on;
+    for (const id of ["#new-session", "#new-session-status"]) $(id).hidden = !on;
+    $('label[for="new-session"]').hidden = !on;
+    if (!on) {
+      $("#new-session").value = "";
+      $("#new-session-more").hidden = true;
+    }
+  }
+
   async loadNativeSessions(cursor = null) {
+    if (!this.adopting) return;
     const pick = $("#new-session");
     const status = $("#new-session-status");
     const more = $("#new-session-more");

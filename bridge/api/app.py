@@ -31,7 +31,7 @@ from bridge.sessions.cluster import ClusterLink
 from bridge.sessions.native import NativeSessions
 from bridge.sessions.registry import Registry
 from bridge.store.base import Store
-from bridge.store.factory import open_store
+from bridge.store.factory import is_shared, open_store
 from bridge.store.urls import redact
 
 log = structlog.get_logger("bridge.api")
@@ -65,7 +65,9 @@ def create_app(
         except BaseException:
             await store.close()
             raise
-        app.state.sessions = Sessions(server.session_ttl_s, server.max_sessions, secret=token, store=store)
+        app.state.sessions = Sessions(
+            server.session_ttl_s, server.max_sessions, secret=token, store=store, shared=is_shared(settings.store_url)
+        )
         await app.state.sessions.load()
         watcher = None
         if settings.auth.mode == "users":

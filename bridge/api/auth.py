@@ -40,7 +40,7 @@ from bridge.store.base import SessionStore
 
 log = structlog.get_logger("bridge.security")
 
-RELOAD_S = 1.0  # a cookie no replica-local session matches reads the shared store at most this often
+RELOAD_S = 1.0  # a shared store's sessions are re-read at most this often (sign-ins and sign-outs elsewhere)
 
 SUBPROTOCOL = "agent-bridge.v1"
 BEARER_PREFIX = "bearer."
@@ -123,12 +123,16 @@ class Sessions:
         *,
         secret: str | None = None,
         store: SessionStore | None = None,
+        shared: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.ttl_s = ttl_s
         self.limit = limit
         self._clock = clock
         self._store = store
+        # Other replicas sign browsers in and out of the same store: it is the authority,
+        # re-read at most once per RELOAD_S (see lookup_shared).
+        self._shared = shared and store is not None
         self._secret = (secret or "").encode()
         # key → (expiry, user name or None for the operator); insertion order = creation order
         self._expiry: dict[str, tuple[float, str | None]] = {}
@@ -137,10 +141,14 @@ class Sessions:
     def _key(self, sid: str) -> str:
         return hmac.new(self._secret, sid.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
 
-    async def load(self) -> None:
-        """Take over the unexpired sessions a previous daemon stored."""
+    async def load(self, *, replace: bool = False) -> None:
+        """Take over the unexpired sessions a previous daemon stored; with ``replace``, keep
+        only those (a session signed out on another replica is gone from the store)."""
         if self._store is not None:
-            for key, exp, user in (await self._store.load_sessions(self._clock()))[-self.limit :]:
+            stored = (await self._store.load_sessions(self._clock()))[-self.limit :]
+            if replace:
+                self._expiry = {}
+            for key, exp, user in stored:
                 self._expiry[key] = (exp, user)
 
     async def create(self, user: str | None = None) -> str:
@@ -163,14 +171,23 @@ class Sessions:
         return self.lookup(sid)[0]
 
     async def lookup_shared(self, sid: str | None) -> tuple[bool, str | None]:
-        """:meth:`lookup`, and for a session this replica does not know, the store once
-        more: another replica sharing it may have signed the browser in. The store is read
-        for that at most once per RELOAD_S (a stream of unknown cookies is no load on it)."""
+        """:meth:`lookup`, with the store read once more when another replica may have
+        changed the answer: for a session this replica does not know (another replica may
+        have signed the browser in), and, on a store shared with other replicas, for a known
+        one too (another may have signed it out). The store is read at most once per
+        RELOAD_S, however many cookies arrive; when it cannot be read, the sessions known
+        here stand until it can."""
         found = self.lookup(sid)
-        if found[0] or not sid or self._store is None or self._clock() - self._reloaded < RELOAD_S:
+        if not sid or self._store is None or (found[0] and not self._shared):
+            return found
+        if self._clock() - self._reloaded < RELOAD_S:
             return found
         self._reloaded = self._clock()
-        await self.load()
+        try:
+            await self.load(replace=self._shared)
+        except Exception as exc:  # the store is down: keep serving the sessions known here
+            log.warning("sessions.reload_failed", error=type(exc).__name__)
+            return found
         return self.lookup(sid)
 
     def lookup(self, sid: str | None) -> tuple[bool, str | None]:

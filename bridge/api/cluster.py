@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 
 from bridge.api.auth import require_auth
+from bridge.api.users import require_admin
 from bridge.bus.base import Bus, BusUnavailable
 from bridge.store.base import Store
 
@@ -17,6 +18,7 @@ router = APIRouter(prefix="/v1", dependencies=[Depends(require_auth)])
 
 @router.get("/cluster")
 async def cluster(request: Request) -> dict[str, Any]:
+    require_admin(request)
     state = request.app.state
     store: Store = state.store
     bus: Bus = state.bus

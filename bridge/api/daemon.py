@@ -12,7 +12,7 @@ from fastapi import APIRouter, Depends, Request
 
 from bridge import __version__
 from bridge.api.auth import require_auth
-from bridge.api.users import current_user, me_view
+from bridge.api.users import current_user, me_view, require_admin
 from bridge.sessions.registry import Registry
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(require_auth)])
@@ -26,6 +26,7 @@ async def me(request: Request) -> dict[str, Any]:
 
 @router.get("/daemon")
 async def daemon_info(request: Request) -> dict[str, Any]:
+    require_admin(request)
     state = request.app.state
     reg: Registry = state.registry
     return {

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bridge.api.auth import require_auth
 from bridge.api.schema import PermissionIn, PromptIn
-from bridge.api.users import Streams, check_owner, current_user
+from bridge.api.users import Streams, check_owner, current_user, require_admin
 from bridge.api.views import thread_view
 from bridge.errors import InvalidRequest
 from bridge.process.launch import executable_problem
@@ -83,6 +83,8 @@ async def list_agents(request: Request) -> list[dict[str, Any]]:
 
 @router.post("/threads", status_code=201)
 async def create_thread(body: CreateThread, request: Request) -> dict[str, Any]:
+    if body.native_session_id is not None:
+        require_admin(request)  # any session in the one shared HOME, whoever made it
     conv = await registry(request).create(
         agent=body.agent,
         cwd=body.cwd,
@@ -104,6 +106,7 @@ async def list_native_sessions(
     cursor: str | None = Query(None, max_length=1024),
 ) -> dict[str, Any]:
     """The sessions the agent itself keeps for ``cwd`` (docs/api.md §4.13)."""
+    require_admin(request)
     native: NativeSessions = request.app.state.native_sessions
     return await native.list(registry(request).profile(name), cwd, limit, cursor)
 

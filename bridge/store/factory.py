@@ -39,6 +39,12 @@ async def open_store(url: str, *, replica_id: str = "local") -> Store:
     return store
 
 
+def is_shared(url: str) -> bool:
+    """Whether the store the URL names can be shared by several replicas (PostgreSQL; a
+    SQLite file belongs to one daemon, under its data-dir lock)."""
+    return urls.parse(url).kind != "sqlite"
+
+
 def check_schema(url: str) -> None:
     """Before anything opens a SQLite store for writing: a newer version's file refused.
     (PostgreSQL's version is checked under the migration lock, at open.)"""

@@ -59,3 +59,53 @@ async def test_a_session_signed_in_on_one_replica_is_honoured_by_another(opened:
         await a.revoke(sid)
         fresh = Sessions(3600, 16, secret="tok", store=sb, clock=clock)
         assert await fresh.lookup_shared(sid) == (False, None)
+
+
+async def test_a_session_signed_out_on_one_replica_ends_on_the_others_within_a_second(opened: Any) -> None:
+    clock = Clock()
+    async with opened("a") as sa, opened("b") as sb:
+        a = Sessions(3600, 16, secret="tok", store=sa, shared=True, clock=clock)
+        counted = Counting(sb)
+        b = Sessions(3600, 16, secret="tok", store=counted, shared=True, clock=clock)  # type: ignore[arg-type]
+        sid = await a.create(user="alice")
+        clock.now += RELOAD_S + 0.01
+        assert await b.lookup_shared(sid) == (True, "alice")  # known on b now
+        before = counted.loads
+        for _ in range(20):  # a known session costs the store nothing within RELOAD_S
+            assert await b.lookup_shared(sid) == (True, "alice")
+        assert counted.loads == before
+        await a.revoke(sid)  # signed out on a
+        assert await b.lookup_shared(sid) == (True, "alice")  # b re-reads at most once a second
+        clock.now += RELOAD_S + 0.01
+        assert await b.lookup_shared(sid) == (False, None)
+        assert b.lookup(sid) == (False, None)
+
+
+async def test_a_store_that_cannot_be_read_keeps_the_known_sessions(opened: Any) -> None:
+    clock = Clock()
+
+    class Failing(Counting):
+        async def load_sessions(self, now: float) -> Any:
+            self.loads += 1
+            raise OSError("store down")
+
+    async with opened("a") as sa:
+        failing = Failing(sa)
+        a = Sessions(3600, 16, secret="tok", store=failing, shared=True, clock=clock)  # type: ignore[arg-type]
+        sid = await a.create(user="alice")
+        clock.now += RELOAD_S + 0.01
+        assert await a.lookup_shared(sid) == (True, "alice")
+        assert failing.loads == 1
+        assert await a.lookup_shared("forged") == (False, None)  # and no second read within RELOAD_S
+        assert failing.loads == 1
+
+
+async def test_an_unshared_store_is_not_read_for_a_known_session(opened: Any) -> None:
+    clock = Clock()
+    async with opened("a") as sa:
+        counted = Counting(sa)
+        a = Sessions(3600, 16, secret="tok", store=counted, clock=clock)  # type: ignore[arg-type]
+        sid = await a.create(user="alice")
+        clock.now += RELOAD_S + 0.01
+        assert await a.lookup_shared(sid) == (True, "alice")
+        assert counted.loads == 0

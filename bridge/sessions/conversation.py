@@ -56,6 +56,7 @@ from bridge.sessions.core import ConversationCore
 from bridge.sessions.fanout import Fanout, Subscriber
 from bridge.sessions.history import Compactor, Item
 from bridge.sessions.latency import Latency
+from bridge.sessions.modes import MODE_TIMEOUT_S, ModeTimeout, check_mode_id, mode_answer
 from bridge.sessions.owned import Owned
 from bridge.sessions.ownership import (
     TAIL_EVENTS,
@@ -133,6 +134,7 @@ class Conversation:
         self.deleted = False
         self._appended = asyncio.Event()  # replaced on every append; wakes long-polls
         self._raw_routes: dict[str, Subscriber] = {}  # raw-mode clients awaiting responses
+        self._replies: dict[str, asyncio.Future[str]] = {}  # our own requests' routed answers (set_mode)
         self._scrub = Scrubber(profile.env if profile is not None else {})
         # Many replicas (docs/api.md §6): who else may own this thread, and who hears of
         # this replica's commits. None on a single daemon.
@@ -438,8 +440,10 @@ class Conversation:
                 return self.core.served(req, error=(exc.code, exc.message))
             return self.core.served(req, result)
         if isinstance(action, Route):
-            sub = self._raw_routes.get(action.route)
-            if sub is not None:
+            if (reply := self._replies.pop(action.route, None)) is not None:
+                if not reply.done():
+                    reply.set_result(action.text)
+            elif (sub := self._raw_routes.get(action.route)) is not None:
                 sub.push_routed(action.text, self.core.last_seq)
         elif isinstance(action, Stop):
             self.stop_soon(action.reason, grace_s=action.grace_s)
@@ -730,6 +734,38 @@ class Conversation:
             )
             await self._perform(actions)
             return data
+
+    async def set_mode(self, mode_id: str, *, forward: bool = True, by: str | None = None) -> dict[str, Any]:
+        """Switch the agent's session mode (sessions/modes.py), starting the agent first
+        when it is not running; answers once the agent accepted it, else raises its refusal."""
+        check_mode_id(mode_id)
+        if self.profile is not None and self.profile.protocol != "acp":
+            raise InvalidRequest("this thread's agent has no session modes", code="modes_not_supported")
+        if (answer := await self._routed(forward, "mode", {"mode_id": mode_id, "user": by})) is not None:
+            return dict(answer)
+        self._require_writable()
+        await self.ensure_started()
+        route = f"mode-{id(self)}-{time.monotonic_ns()}"
+        reply: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        try:
+            async with asyncio.timeout(MODE_TIMEOUT_S):
+                await self.until_ready()
+                async with self._lock:
+                    self._replies[route] = reply
+                    await self._perform(self.core.set_mode(mode_id, route, by))
+                text = await reply
+        except TimeoutError:
+            raise ModeTimeout(f"the agent did not answer session/set_mode within {MODE_TIMEOUT_S:g} s") from None
+        finally:
+            self._replies.pop(route, None)
+        return mode_answer(text, mode_id)
+
+    async def until_ready(self) -> None:
+        """Until the agent's handshake is done (its session exists); Conflict if it exits."""
+        while self.core.codec is None or not self.core.codec.ready:
+            if self._proc is None:
+                raise Conflict("the agent process is not running", code="agent_exited")
+            await self.wait_beyond(self.core.last_seq, 1.0)
 
     async def write_raw(
         self, message: dict[str, Any], sub: Subscriber | None = None, *, forward: bool = True, by: str | None = None

@@ -182,6 +182,8 @@ async def run_command(conv: Conversation, kind: str, body: Mapping[str, Any]) ->
                 forward=False,
                 user=user,
             )
+        if kind == "mode":
+            return await conv.set_mode(_opt_str(body, "mode_id") or "", forward=False, by=user)
         if kind == "raw":
             message = body.get("message")
             if not isinstance(message, dict):

@@ -1283,7 +1283,9 @@ def test_set_mode_is_the_agents_own_request_and_its_answer_is_routed_back():
     req = wire(line)
     assert req["method"] == "session/set_mode" and req["params"] == {"sessionId": SID, "modeId": "plan"}
     d = respond(codec, req, {})
-    assert d.routed == [("route-1", json.dumps({"jsonrpc": "2.0", "id": req["id"], "result": {}}, separators=(",", ":")))]
+    assert d.routed == [
+        ("route-1", json.dumps({"jsonrpc": "2.0", "id": req["id"], "result": {}}, separators=(",", ":")))
+    ]
     [status] = [e for e in d.events if e.kind == "agent.status"]
     assert status.data == {"status": "mode_changed", "mode": "plan"}
     assert codec.modes is not None and codec.modes["currentModeId"] == "plan"

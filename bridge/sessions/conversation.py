@@ -54,7 +54,7 @@ from bridge.sessions.actions import Accepted, Action, ArmTimer, CancelTimer, Emi
 from bridge.sessions.announce import Announcer
 from bridge.sessions.core import ConversationCore
 from bridge.sessions.fanout import Fanout, Subscriber
-from bridge.sessions.history import Compactor, Item
+from bridge.sessions.history import Compactor, Item, committed
 from bridge.sessions.latency import Latency
 from bridge.sessions.modes import MODE_TIMEOUT_S, ModeTimeout, check_mode_id, mode_answer
 from bridge.sessions.owned import Owned
@@ -140,7 +140,9 @@ class Conversation:
         # this replica's commits. None on a single daemon.
         self.owners: Owners | None = None
         self.on_committed: Callable[[str, int], None] | None = None
-        self._history: Compactor | None = None  # the compacted history so far (GET …/history)
+        # The compacted history so far (GET …/history), kept up to date at commit: from the
+        # start for a new thread, from the first history read for a loaded one.
+        self._history: Compactor | None = Compactor() if thread["last_seq"] == 0 else None
         self._history_lock = asyncio.Lock()
 
     def _new_core(self, thread: ThreadRow) -> ConversationCore:
@@ -203,6 +205,8 @@ class Conversation:
         apply_fields(self.thread, thread_fields)
         self.thread["last_seq"] = seq
         self._announce.committed(records)
+        if self._history is not None:
+            self._history = committed(self._history, records, HISTORY_KEEP_ITEMS)
         if self.on_committed is not None:
             self.on_committed(self.id, seq)
         self._wake_polls()

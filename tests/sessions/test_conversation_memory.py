@@ -16,6 +16,7 @@ from support.memory import MemoryAgent, MemoryStore, Spawner
 from bridge.config import AgentProfile, ServerSettings, Settings
 from bridge.errors import Busy, Conflict, InvalidRequest, NotFound
 from bridge.sessions.conversation import Conversation
+from bridge.sessions.history import Compactor
 from bridge.sessions.registry import Registry
 
 pytestmark = pytest.mark.timeout(10)
@@ -420,3 +421,25 @@ async def test_stop_works_while_the_store_cannot_write_and_is_recorded_after(h: 
     assert exited.data["reason"] == "stopped"
     [end] = await h.until(conv, "turn.ended")
     assert end.data["status"] == "cancelled"
+
+
+async def test_the_history_is_kept_at_commit_so_a_first_read_reads_no_transcript(h: Harness) -> None:
+    conv = await h.thread()
+    for text in ("one", "two"):
+        await conv.submit(prompt(text), None)
+        await h.until(conv, "turn.ended", count=1 if text == "one" else 2)
+    reads: list[int] = []
+    read = h.store.read_events
+
+    async def counting(thread_id: str, after: int, limit: int, **kw: Any) -> Any:
+        page = await read(thread_id, after, limit, **kw)
+        reads.append(len(page))
+        return page
+
+    h.store.read_events = counting  # type: ignore[method-assign]
+    items, last = await conv.history()
+    assert reads == [0] and last == conv.core.last_seq  # one empty read: nothing to catch up
+    rebuilt = Compactor()
+    rebuilt.feed(h.store.events[conv.id])
+    assert items == rebuilt.snapshot()
+    assert [i["text"] for i in items if i["type"] == "message"] == ["one", "echo: one", "two", "echo: two"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from typing import Any
 
 from bridge.protocols.events import Record
 from bridge.sessions.history import Compactor, committed
@@ -23,7 +24,9 @@ def stream(n: int) -> list[Record]:
     turn = 0
     while len(out) < n:
         turn += 1
-        shapes = [("client", "message", {"role": "user", "text": "go", "turn_id": f"t{turn}"})]
+        shapes: list[tuple[str, str, dict[str, Any]]] = [
+            ("client", "message", {"role": "user", "text": "go", "turn_id": f"t{turn}"})
+        ]
         shapes += [("agent", "message.delta", {"text": "x" * 40, "channel": "text"})] * 50
         shapes += [
             ("agent", "message", {"role": "assistant", "text": "x" * 2000}),

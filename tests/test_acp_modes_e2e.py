@@ -12,7 +12,7 @@ from typing import Any
 import acp
 import pytest
 from acp import text_block
-from conftest import STEP_TIMEOUT, base_config, profile_toml
+from conftest import STEP_TIMEOUT, base_config, new_thread, profile_toml
 from support.acp_client import connect
 from test_acp_e2e import acp_profile
 
@@ -90,3 +90,26 @@ async def test_set_mode_where_the_agent_has_no_modes_is_method_not_found(
         await asyncio.wait_for(s.conn.set_session_mode(session_id=new.session_id, mode_id="plan"), STEP_TIMEOUT)
     assert info.value.code == -32601 and info.value.data == {"code": "modes_not_supported"}
     await s.close()
+
+
+async def test_the_rest_route_starts_the_agent_and_answers_once_it_switched(
+    daemon_factory: Any, tmp_path: Path, agent_env: Any
+) -> None:
+    d = await daemon_factory(config(tmp_path, agent_env))
+    tid = (await new_thread(d, "moded", cwd=str(tmp_path)))["id"]
+    sj = (await new_thread(d, "sj", cwd=str(tmp_path)))["id"]
+    async with d.http() as http:
+        assert (await http.get(f"/v1/threads/{tid}")).json()["agent_info"] is None  # not started yet
+        r = await http.post(f"/v1/threads/{tid}/mode", json={"mode_id": "plan"})
+        assert r.status_code == 200 and r.json() == {"mode_id": "plan"}, r.text
+        assert (await http.get(f"/v1/threads/{tid}")).json()["agent_info"]["modes"]["currentModeId"] == "plan"
+        r = await http.post(f"/v1/threads/{tid}/mode", json={"mode_id": "yolo"})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "mode_refused"
+        assert "Internal error" in r.json()["error"]["message"]
+        r = await http.post(f"/v1/threads/{sj}/mode", json={"mode_id": "plan"})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "modes_not_supported"
+        assert (await http.get(f"/v1/threads/{sj}")).json()["state"] == "idle"  # not started for nothing
+        r = await http.post(f"/v1/threads/{tid}/mode", json={"mode": "plan"})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request"
+        r = await http.post("/v1/threads/nope/mode", json={"mode_id": "plan"})
+        assert r.status_code == 404

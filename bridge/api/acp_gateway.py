@@ -30,7 +30,7 @@ from bridge.api.content import normalize_prompt
 from bridge.api.users import Streams, User, check_owner
 from bridge.api.ws import upgrade_user
 from bridge.errors import BridgeError, error_body
-from bridge.protocols.codecs import prompt_capabilities
+from bridge.protocols.codecs import may_have_modes, prompt_capabilities
 from bridge.protocols.events import Record
 from bridge.protocols.jsonline import dumps, loads_strict
 from bridge.sessions import acp_session as mapping
@@ -88,7 +88,7 @@ async def _agent_session(conv: Conversation) -> None:
     """An ACP profile's agent is started at session/new, so that the answer carries the
     modes it reports; one that cannot start (or is slow) is left to the first prompt, which
     reports why, as for any thread."""
-    if conv.profile is None or conv.profile.protocol != "acp":
+    if conv.profile is None or not may_have_modes(conv.profile.protocol):
         return
     try:
         async with asyncio.timeout(START_WAIT_S):

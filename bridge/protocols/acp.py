@@ -628,6 +628,9 @@ class AcpCodec:
         if self.session_id is not None and sid is not None and sid != self.session_id:
             out.events.append(Event("agent", "agent.other", {"session_update": kind, "foreign_session": sid}, raw))
             return
+        self._session_update(kind, update, raw, out)
+
+    def _session_update(self, kind: str, update: dict[str, Any], raw: str, out: Decoded) -> None:
         out.events.extend(self._update_events(kind, update, raw))
         if kind == "current_mode_update":
             self._mode_now(_s(update.get("currentModeId")) or _s(update.get("modeId")), out)

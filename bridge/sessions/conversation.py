@@ -45,7 +45,7 @@ from bridge.process.agent_io import AgentIO, ExitInfo, Spawn
 from bridge.process.agent_process import AgentProcess
 from bridge.process.launch import LaunchSpec, build_launch, valid_session_id
 from bridge.protocols.codec import Codec
-from bridge.protocols.codecs import make_codec, stored_content_refusal
+from bridge.protocols.codecs import make_codec, may_have_modes, stored_content_refusal
 from bridge.protocols.envelope import Frames, ephemeral
 from bridge.protocols.events import Event, Record
 from bridge.protocols.framing import LineTooLong
@@ -604,6 +604,9 @@ class Conversation:
         async with self._lock:
             actions = self.core.process_exited(proc.pid, info.code, info.signal)
             self._proc = None
+            for reply in self._replies.values():  # our requests die with the process
+                if not reply.done():
+                    reply.set_exception(Conflict("the agent process exited before it answered", code="agent_exited"))
             if self.lost:
                 return  # its books are closed by the replica that takes the thread over
             with contextlib.suppress(LeaseLost):  # lost just now: the same
@@ -743,7 +746,7 @@ class Conversation:
         """Switch the agent's session mode (sessions/modes.py), starting the agent first
         when it is not running; answers once the agent accepted it, else raises its refusal."""
         check_mode_id(mode_id)
-        if self.profile is not None and self.profile.protocol != "acp":
+        if self.profile is not None and not may_have_modes(self.profile.protocol):
             raise InvalidRequest("this thread's agent has no session modes", code="modes_not_supported")
         if (answer := await self._routed(forward, "mode", {"mode_id": mode_id, "user": by})) is not None:
             return dict(answer)

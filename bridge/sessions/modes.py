@@ -19,6 +19,7 @@ from bridge.errors import BridgeError, InvalidRequest
 # (a prompt would start it too), then its answer.
 MODE_TIMEOUT_S = 30.0
 MAX_MODE_ID = 256
+MAX_TEXT = 4096  # characters of the agent's refusal passed on
 
 
 class ModeRefused(BridgeError):
@@ -64,8 +65,8 @@ def mode_answer(text: str, mode_id: str) -> dict[str, Any]:
         return {"mode_id": mode_id}
     err = error if isinstance(error, dict) else {}
     code = err.get("code") if isinstance(err.get("code"), int) and not isinstance(err.get("code"), bool) else -32603
-    message = err.get("message") if isinstance(err.get("message"), str) else "error"
+    message = err["message"][:MAX_TEXT] if isinstance(err.get("message"), str) else "error"
     rpc: dict[str, Any] = {"code": code, "message": message}
-    if err.get("data") is not None:
-        rpc["data"] = err["data"]
+    if err.get("data") is not None and len(json.dumps(err["data"])) <= MAX_TEXT:
+        rpc["data"] = err["data"]  # the agent's own detail, when it is small
     raise ModeRefused(f"the agent refused mode {mode_id!r}: {message} ({code})", rpc)

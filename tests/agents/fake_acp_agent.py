@@ -44,8 +44,10 @@ S seconds, from a timer, so later requests can be answered first), --exit-at-sta
 sessionCapabilities.list; session/list is -32601), --modes (session/new, load and resume
 answer ``modes`` {currentModeId "default", availableModes default / acceptEdits / plan};
 session/set_mode {sessionId, modeId} answers {} — and sends no current_mode_update, as
-claude-agent-acp — an unknown modeId -32603 "Internal error" {details: "Invalid Mode"},
-as claude-agent-acp's source throws, an unknown session -32603 "Session not found").
+claude-agent-acp — an unknown modeId -32603 "Internal error" {details: "Invalid Mode"}
+— modelled on claude-agent-acp, whose handler throws "Invalid Mode" and whose SDK sends a
+thrown error so; no recorded transcript has a refused set_mode — an unknown session -32603
+"Session not found").
 
 Environment: FAKE_AGENT_LOG (append JSON lines: start argv/env/cwd/pid, every stdin line,
 initialize clientCapabilities/clientInfo, ...), FAKE_AGENT_STATE (directory of per-session

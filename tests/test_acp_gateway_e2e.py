@@ -232,7 +232,9 @@ async def test_two_acp_clients_are_both_asked_and_a_client_that_loads_later_is_a
     await b.conn.resume_session(cwd=str(tmp_path), session_id=sid)
     resp = await asyncio.wait_for(prompt, STEP_TIMEOUT)
     assert resp.stop_reason == "end_turn" and a.rec.text(sid).endswith("permission: allow")
-    assert len(b.rec.asks) == 1 and b.rec.text(sid).endswith("permission: allow")
+    # b reads its own connection: the turn's last chunk may reach it after a's answer.
+    await b.rec.wait_for(lambda: b.rec.text(sid).endswith("permission: allow"), "b sees the turn's end")
+    assert len(b.rec.asks) == 1
     assert [u["content"]["text"] for u in b.rec.of(sid, "user_message_chunk")] == []  # resumed after the prompt
     await a.rec.wait_for(
         lambda: any(m.get("method") == "$/cancel_request" for m in a.validator.received), "a's request cancelled"

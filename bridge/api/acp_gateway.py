@@ -30,12 +30,13 @@ from bridge.api.content import normalize_prompt
 from bridge.api.users import Streams, User, check_owner
 from bridge.api.ws import upgrade_user
 from bridge.errors import BridgeError, error_body
-from bridge.protocols.codecs import prompt_capabilities
+from bridge.protocols.codecs import may_have_modes, prompt_capabilities
 from bridge.protocols.events import Record
 from bridge.protocols.jsonline import dumps, loads_strict
 from bridge.sessions import acp_session as mapping
 from bridge.sessions.conversation import Conversation
 from bridge.sessions.fanout import Subscriber, deliver
+from bridge.sessions.modes import ModeRefused, modes_of
 from bridge.sessions.registry import Registry
 from bridge.store.base import ThreadRow
 
@@ -48,6 +49,7 @@ MAX_MESSAGE_CHARS = 8 * 1024 * 1024  # one JSON-RPC message (the thread WebSocke
 MAX_PENDING = 32  # the client's requests being handled at once, prompts waiting on their turn included
 MAX_SESSIONS = 64  # sessions attached on one connection
 MAX_OUTSTANDING = 256  # permission requests sent to the client and not yet answered
+START_WAIT_S = 10.0  # session/new with an ACP profile: how long its agent may take to report its modes
 LIST_PAGE = 50  # session/list: sessions per answer
 LIST_SCAN_PAGES = 20  # session/list with a cwd filter reads at most this many store pages per answer
 META = "agent-bridge"
@@ -73,6 +75,27 @@ def _from_bridge(exc: BridgeError) -> RpcError:
     """A bridge refusal as a JSON-RPC error; ``data.code`` is the bridge's error code."""
     rpc = INVALID_PARAMS if exc.status == 400 else NOT_FOUND if exc.status == 404 else INTERNAL_ERROR
     return RpcError(rpc, exc.message, {"code": exc.code})
+
+
+def _with_modes(answer: dict[str, Any], conv: Conversation) -> dict[str, Any]:
+    """A session/new, load or resume answer, with the session's ``modes`` once its agent
+    has reported them (sessions/modes.py)."""
+    modes = modes_of(conv.thread)
+    return answer if modes is None else {**answer, "modes": modes}
+
+
+async def _agent_session(conv: Conversation) -> None:
+    """An ACP profile's agent is started at session/new, so that the answer carries the
+    modes it reports; one that cannot start (or is slow) is left to the first prompt, which
+    reports why, as for any thread."""
+    if conv.profile is None or not may_have_modes(conv.profile.protocol):
+        return
+    try:
+        async with asyncio.timeout(START_WAIT_S):
+            await conv.ensure_started()
+            await conv.until_ready()
+    except (BridgeError, TimeoutError) as exc:
+        log.info("acp.agent_not_started", thread_id=conv.id, error=getattr(exc, "code", type(exc).__name__))
 
 
 def _meta(params: dict[str, Any]) -> dict[str, Any]:
@@ -473,7 +496,7 @@ class AcpConnection:
             "authMethods": [],
         }
 
-    async def _new(self, rpc_id: Any, params: dict[str, Any]) -> dict[str, Any]:
+    async def _new(self, rpc_id: Any, params: dict[str, Any]) -> Any:
         cwd = params.get("cwd")
         if not isinstance(cwd, str):
             raise RpcError(INVALID_PARAMS, "cwd must be an absolute path")
@@ -486,9 +509,10 @@ class AcpConnection:
         conv = await self.registry.create(
             agent=agent or self.agent, cwd=cwd, model=None, title=None, options=None, owner=self.user.owner
         )
+        await _agent_session(conv)
         last = conv.core.last_seq
-        await self._attach(conv, last)
-        return {"sessionId": conv.id, "_meta": {META: {"last_seq": last}}}
+        await self._answer_then_attach(rpc_id, conv, last, {"sessionId": conv.id, "_meta": {META: {"last_seq": last}}})
+        return _LATER
 
     def _room_for_session(self) -> None:
         if len(self.sessions) >= MAX_SESSIONS:
@@ -513,6 +537,20 @@ class AcpConnection:
         att.task = asyncio.create_task(att.run(after))
         return att
 
+    async def _answer_then_attach(self, rpc_id: Any, conv: Conversation, after: int, answer: dict[str, Any]) -> None:
+        """Subscribed first (nothing committed meanwhile is lost), answered, then the
+        session's pending permission requests and its updates: a client learns of the
+        session before anything is asked in it."""
+        att = _Attached(self, conv)
+        self.sessions[conv.id] = att
+        try:
+            await self._result(rpc_id, _with_modes(answer, conv))
+        except BaseException:
+            self.sessions.pop(conv.id, None)
+            att.detach()
+            raise
+        await self._attach(conv, after, att)
+
     async def _load(self, rpc_id: Any, params: dict[str, Any]) -> Any:
         """Replays the transcript (from ``_meta.agent-bridge.after``, else the start) as
         updates, then answers; live updates follow the answer."""
@@ -536,15 +574,15 @@ class AcpConnection:
             self.sessions.pop(conv.id, None)
             att.detach()
             raise
-        await self._result(rpc_id, {"_meta": {META: {"last_seq": cursor}}})
+        await self._result(rpc_id, _with_modes({"_meta": {META: {"last_seq": cursor}}}, conv))
         await self._attach(conv, cursor, att)
         return _LATER
 
-    async def _resume(self, rpc_id: Any, params: dict[str, Any]) -> dict[str, Any]:
+    async def _resume(self, rpc_id: Any, params: dict[str, Any]) -> Any:
         conv = await self._existing(params)
         last = conv.core.last_seq
-        await self._attach(conv, last)
-        return {"_meta": {META: {"last_seq": last}}}
+        await self._answer_then_attach(rpc_id, conv, last, {"_meta": {META: {"last_seq": last}}})
+        return _LATER
 
     async def _prompt(self, rpc_id: Any, params: dict[str, Any]) -> Any:
         att = self.sessions.get(_session_id(params))
@@ -583,6 +621,25 @@ class AcpConnection:
             if len(page) < 1000:
                 return
             cursor = page[-1].seq
+
+    async def _set_mode(self, rpc_id: Any, params: dict[str, Any]) -> dict[str, Any]:
+        """``session/set_mode``: the agent's own, through the thread (and its owner replica);
+        the agent's refusal is passed on as it gave it."""
+        att = self.sessions.get(_session_id(params))
+        if att is None:
+            raise RpcError(NOT_FOUND, "session not attached on this connection: session/new, load or resume first")
+        mode_id = params.get("modeId")
+        if not isinstance(mode_id, str) or not mode_id:
+            raise RpcError(INVALID_PARAMS, "modeId must be a non-empty string")
+        try:
+            await att.conv.set_mode(mode_id, by=self.user.owner)
+        except ModeRefused as exc:
+            raise RpcError(exc.rpc["code"], exc.rpc["message"], exc.rpc.get("data")) from None
+        except BridgeError as exc:
+            if exc.code == "modes_not_supported":
+                raise RpcError(METHOD_NOT_FOUND, exc.message, {"code": exc.code}) from None
+            raise
+        return {}
 
     async def _list(self, rpc_id: Any, params: dict[str, Any]) -> dict[str, Any]:
         """Threads, newest activity first; with ``cwd``, those in it (the store pages are
@@ -638,4 +695,5 @@ _METHODS: dict[str, _Method] = {
     "session/resume": AcpConnection._resume,
     "session/prompt": AcpConnection._prompt,
     "session/list": AcpConnection._list,
+    "session/set_mode": AcpConnection._set_mode,
 }

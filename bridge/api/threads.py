@@ -48,6 +48,11 @@ class CreateThread(BaseModel):
     native_session_id: str | None = Field(None, max_length=1024)
 
 
+class SetMode(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mode_id: str = Field(..., min_length=1, max_length=256)
+
+
 class PatchThread(BaseModel):
     model_config = ConfigDict(extra="forbid")
     title: str = Field(..., max_length=512)
@@ -157,6 +162,13 @@ async def post_message(thread_id: str, body: PromptIn, request: Request, respons
 async def interrupt(thread_id: str, request: Request) -> dict[str, Any]:
     conv = await _conv(request, thread_id)
     return {"interrupted": await conv.interrupt(by=_by(request))}
+
+
+@router.post("/threads/{thread_id}/mode")
+async def set_mode(thread_id: str, body: SetMode, request: Request) -> dict[str, Any]:
+    """The agent's session mode (ACP ``session/set_mode``, docs/api.md §4.19)."""
+    conv = await _conv(request, thread_id)
+    return await conv.set_mode(body.mode_id, by=_by(request))
 
 
 @router.post("/threads/{thread_id}/resume", status_code=202)

@@ -33,7 +33,7 @@ from bridge.protocols import jsonline
 MAX_MESSAGE_BYTES = 20 * 1024 * 1024
 # Identifiers on the bus: replica ids, thread ids, command ids.
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
-COMMAND_KINDS = frozenset({"prompt", "interrupt", "permission", "raw", "stop"})
+COMMAND_KINDS = frozenset({"prompt", "interrupt", "permission", "raw", "stop", "mode"})
 
 
 class BusUnavailable(Exception):

@@ -105,6 +105,31 @@ def content_refusal(content: list[dict[str, Any]], capabilities: Any) -> str | N
 
 
 MAX_TOOL_NAMES = 1024  # tool call ids whose names are remembered for permission requests
+MAX_MODES = 64  # session modes kept from an agent's answer
+MAX_MODE_TEXT = 1024  # characters of a mode's id, name or description
+
+
+def _mode_text(v: Any) -> str | None:
+    return v if isinstance(v, str) and 0 < len(v) <= MAX_MODE_TEXT else None
+
+
+def session_modes(value: Any) -> dict[str, Any] | None:
+    """An agent's ``modes`` (ACP ``SessionModeState``: ``currentModeId`` and
+    ``availableModes`` of ``{id, name, description?}``), the well-formed part, or None."""
+    value = _d(value)
+    current = _mode_text(value.get("currentModeId"))
+    available = []
+    for m in _l(value.get("availableModes"))[:MAX_MODES]:
+        mid, name = _mode_text(_d(m).get("id")), _mode_text(_d(m).get("name"))
+        if mid is None or name is None:
+            continue
+        mode: dict[str, Any] = {"id": mid, "name": name}
+        if (text := _mode_text(m.get("description"))) is not None:
+            mode["description"] = text
+        available.append(mode)
+    if current is None or not available:
+        return None
+    return {"currentModeId": current, "availableModes": available}
 
 
 def _meta_tool_name(obj: dict[str, Any]) -> str | None:
@@ -146,6 +171,8 @@ class AcpCodec:
         self.ready = False
         self.agent_capabilities: dict[str, Any] = {}
         self.agent_info: dict[str, Any] = {}
+        self._info: dict[str, Any] = {}  # the thread's agent_info (docs/api.md §4.2)
+        self.modes: dict[str, Any] | None = None  # the session's modes, as the agent last said
         self.auth_methods: list[dict[str, Any]] = []
         self.protocol_version: int | None = None
         self._loading = False
@@ -233,6 +260,23 @@ class AcpCodec:
     def resume_args(self, session_id: str) -> list[str]:
         return []  # never on the command line: session/load or session/resume
 
+    def set_mode(self, mode_id: str, route: str) -> str | None:
+        """``session/set_mode``; its answer goes back to ``route``. None when the agent
+        reported no modes (or no session yet)."""
+        if self.modes is None or self.session_id is None:
+            return None
+        params = {"sessionId": self.session_id, "modeId": mode_id}
+        return self._request("session/set_mode", params, {"route": route, "mode": mode_id})
+
+    def _mode_now(self, mode: str | None, out: Decoded) -> None:
+        """The session's current mode changed (the agent said so, or accepted a
+        ``session/set_mode``): the thread's agent_info says it too."""
+        if mode is None or self.modes is None or self.modes.get("currentModeId") == mode:
+            return
+        self.modes = {**self.modes, "currentModeId": mode}
+        self._info = {**self._info, "modes": self.modes}
+        out.control.append(AgentInfo(self._info))
+
     def launch_flags(self, options: Mapping[str, Any]) -> list[str]:
         return list(self._flags)  # ACP adds nothing to argv, unless a profile states flags
 
@@ -315,6 +359,9 @@ class AcpCodec:
             out.control.append(RoutedReply(ctx["route"], dumps({**obj, "id": ctx["id"]})))
             out.events.append(Event("agent", "agent.other", {"routed_response": True}, raw))
             return
+        if method == "session/set_mode":
+            self._mode_answered(obj, ctx, raw, out)
+            return
         error = obj.get("error")
         if error is not None:
             err = _d(error)
@@ -326,6 +373,20 @@ class AcpCodec:
             out.events.append(Event("agent", "agent.other", {"method": method}, raw))
         else:
             handler(_d(result), raw, out)
+
+    def _mode_answered(self, obj: dict[str, Any], ctx: dict[str, Any], raw: str, out: Decoded) -> None:
+        """The agent's answer to our ``session/set_mode``: on success the mode is the one
+        asked for (agents need not send ``current_mode_update`` for a change the client
+        made); the answer itself goes back to whoever asked."""
+        out.control.append(RoutedReply(ctx["route"], dumps(obj)))
+        error = obj.get("error")
+        if error is not None:
+            message = _s(_d(error).get("message")) or "error"
+            out.events.append(Event("agent", "agent.other", {"method": "session/set_mode", "error": message}, raw))
+            return
+        mode = str(ctx["mode"])
+        out.events.append(Event("agent", "agent.status", {"status": "mode_changed", "mode": mode}, raw))
+        self._mode_now(mode, out)
 
     def _fail(self, out: Decoded, reason: str, message: str, raw: str | None) -> None:
         out.control.append(Fatal(reason, message))
@@ -379,6 +440,7 @@ class AcpCodec:
             "capabilities": self.agent_capabilities,
             "auth_methods": [m.get("id") for m in self.auth_methods],
         }
+        self._info = info
         out.control.append(AgentInfo(info))
         out.events.append(Event("agent", "agent.other", {"method": "initialize", **info}, raw))
         if version != PROTOCOL_VERSION:
@@ -434,12 +496,19 @@ class AcpCodec:
         )
         return self._new_session()
 
-    def _session_ready(self, sid: str | None, raw: str, out: Decoded, how: str) -> None:
+    def _session_ready(self, sid: str | None, raw: str, out: Decoded, how: str, result: dict[str, Any]) -> None:
         if sid is None:
             self._fail(out, "handshake_failed", f"{how} returned no sessionId", raw)
             return
         self.session_id = sid
         self.ready = True
+        modes = session_modes(result.get("modes"))
+        if modes is not None or self.modes is not None:
+            self.modes = modes  # a session's modes are the ones its new/load/resume answer gave
+            self._info = {k: v for k, v in self._info.items() if k != "modes"}
+            if modes is not None:
+                self._info["modes"] = modes
+            out.control.append(AgentInfo(self._info))
         out.control.append(Ready())
         data: dict[str, Any] = {"native_session_id": sid, "model": None, "resumed": how}
         if how == "load":
@@ -447,14 +516,14 @@ class AcpCodec:
         out.events.append(Event("agent", "session.started", data, raw))
 
     def _result_session_new(self, result: dict[str, Any], raw: str, out: Decoded) -> None:
-        self._session_ready(_s(result.get("sessionId")), raw, out, "new")
+        self._session_ready(_s(result.get("sessionId")), raw, out, "new", result)
 
     def _result_session_load(self, result: dict[str, Any], raw: str, out: Decoded) -> None:
         self._loading = False
-        self._session_ready(_s(result.get("sessionId")) or self.resume_id, raw, out, "load")
+        self._session_ready(_s(result.get("sessionId")) or self.resume_id, raw, out, "load", result)
 
     def _result_session_resume(self, result: dict[str, Any], raw: str, out: Decoded) -> None:
-        self._session_ready(_s(result.get("sessionId")) or self.resume_id, raw, out, "resume")
+        self._session_ready(_s(result.get("sessionId")) or self.resume_id, raw, out, "resume", result)
 
     def _result_session_prompt(self, result: dict[str, Any], raw: str, out: Decoded) -> None:
         stop = _s(result.get("stopReason"))
@@ -559,7 +628,12 @@ class AcpCodec:
         if self.session_id is not None and sid is not None and sid != self.session_id:
             out.events.append(Event("agent", "agent.other", {"session_update": kind, "foreign_session": sid}, raw))
             return
+        self._session_update(kind, update, raw, out)
+
+    def _session_update(self, kind: str, update: dict[str, Any], raw: str, out: Decoded) -> None:
         out.events.extend(self._update_events(kind, update, raw))
+        if kind == "current_mode_update":
+            self._mode_now(_s(update.get("currentModeId")) or _s(update.get("modeId")), out)
 
     def _update_events(self, kind: str, u: dict[str, Any], raw: str) -> list[Event]:
         mid = _s(u.get("messageId"))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from bridge.protocols.events import Event
 
@@ -108,6 +108,17 @@ class RawRefused(ValueError):
     def __init__(self, message: str, code: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+@runtime_checkable
+class ModeSetter(Protocol):
+    """A dialect whose agent has session modes (ACP ``session/set_mode``): an optional
+    capability of a :class:`Codec`, looked up with ``isinstance``."""
+
+    def set_mode(self, mode_id: str, route: str) -> str | None:
+        """The line asking the agent to switch to ``mode_id``, its answer routed to
+        ``route`` (:class:`RoutedReply`); None when the agent reported no modes."""
+        ...
 
 
 class Codec(Protocol):

@@ -55,3 +55,9 @@ def prompt_capabilities(protocol: str) -> dict[str, bool]:
     if protocol == "acp":
         return {"image": False, "audio": False, "embeddedContext": False}
     return {"image": True, "audio": False, "embeddedContext": True}
+
+
+def may_have_modes(protocol: str) -> bool:
+    """Whether a dialect's agents can have session modes (ACP ``session/set_mode``): only
+    ACP's, and only those that report them (docs/api.md §4.19)."""
+    return protocol == "acp"

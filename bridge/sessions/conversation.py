@@ -45,7 +45,7 @@ from bridge.process.agent_io import AgentIO, ExitInfo, Spawn
 from bridge.process.agent_process import AgentProcess
 from bridge.process.launch import LaunchSpec, build_launch, valid_session_id
 from bridge.protocols.codec import Codec
-from bridge.protocols.codecs import make_codec, stored_content_refusal
+from bridge.protocols.codecs import make_codec, may_have_modes, stored_content_refusal
 from bridge.protocols.envelope import Frames, ephemeral
 from bridge.protocols.events import Event, Record
 from bridge.protocols.framing import LineTooLong
@@ -54,8 +54,9 @@ from bridge.sessions.actions import Accepted, Action, ArmTimer, CancelTimer, Emi
 from bridge.sessions.announce import Announcer
 from bridge.sessions.core import ConversationCore
 from bridge.sessions.fanout import Fanout, Subscriber
-from bridge.sessions.history import Compactor, Item
+from bridge.sessions.history import Compactor, Item, committed
 from bridge.sessions.latency import Latency
+from bridge.sessions.modes import MODE_TIMEOUT_S, ModeTimeout, check_mode_id, mode_answer
 from bridge.sessions.owned import Owned
 from bridge.sessions.ownership import (
     TAIL_EVENTS,
@@ -133,12 +134,15 @@ class Conversation:
         self.deleted = False
         self._appended = asyncio.Event()  # replaced on every append; wakes long-polls
         self._raw_routes: dict[str, Subscriber] = {}  # raw-mode clients awaiting responses
+        self._replies: dict[str, asyncio.Future[str]] = {}  # our own requests' routed answers (set_mode)
         self._scrub = Scrubber(profile.env if profile is not None else {})
         # Many replicas (docs/api.md §6): who else may own this thread, and who hears of
         # this replica's commits. None on a single daemon.
         self.owners: Owners | None = None
         self.on_committed: Callable[[str, int], None] | None = None
-        self._history: Compactor | None = None  # the compacted history so far (GET …/history)
+        # The compacted history so far (GET …/history), kept up to date at commit: from the
+        # start for a new thread, from the first history read for a loaded one.
+        self._history: Compactor | None = Compactor() if thread["last_seq"] == 0 else None
         self._history_lock = asyncio.Lock()
 
     def _new_core(self, thread: ThreadRow) -> ConversationCore:
@@ -201,6 +205,8 @@ class Conversation:
         apply_fields(self.thread, thread_fields)
         self.thread["last_seq"] = seq
         self._announce.committed(records)
+        if self._history is not None:
+            self._history = committed(self._history, records, HISTORY_KEEP_ITEMS)
         if self.on_committed is not None:
             self.on_committed(self.id, seq)
         self._wake_polls()
@@ -438,8 +444,10 @@ class Conversation:
                 return self.core.served(req, error=(exc.code, exc.message))
             return self.core.served(req, result)
         if isinstance(action, Route):
-            sub = self._raw_routes.get(action.route)
-            if sub is not None:
+            if (reply := self._replies.pop(action.route, None)) is not None:
+                if not reply.done():
+                    reply.set_result(action.text)
+            elif (sub := self._raw_routes.get(action.route)) is not None:
                 sub.push_routed(action.text, self.core.last_seq)
         elif isinstance(action, Stop):
             self.stop_soon(action.reason, grace_s=action.grace_s)
@@ -596,6 +604,9 @@ class Conversation:
         async with self._lock:
             actions = self.core.process_exited(proc.pid, info.code, info.signal)
             self._proc = None
+            for reply in self._replies.values():  # our requests die with the process
+                if not reply.done():
+                    reply.set_exception(Conflict("the agent process exited before it answered", code="agent_exited"))
             if self.lost:
                 return  # its books are closed by the replica that takes the thread over
             with contextlib.suppress(LeaseLost):  # lost just now: the same
@@ -730,6 +741,38 @@ class Conversation:
             )
             await self._perform(actions)
             return data
+
+    async def set_mode(self, mode_id: str, *, forward: bool = True, by: str | None = None) -> dict[str, Any]:
+        """Switch the agent's session mode (sessions/modes.py), starting the agent first
+        when it is not running; answers once the agent accepted it, else raises its refusal."""
+        check_mode_id(mode_id)
+        if self.profile is not None and not may_have_modes(self.profile.protocol):
+            raise InvalidRequest("this thread's agent has no session modes", code="modes_not_supported")
+        if (answer := await self._routed(forward, "mode", {"mode_id": mode_id, "user": by})) is not None:
+            return dict(answer)
+        self._require_writable()
+        await self.ensure_started()
+        route = f"mode-{id(self)}-{time.monotonic_ns()}"
+        reply: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        try:
+            async with asyncio.timeout(MODE_TIMEOUT_S):
+                await self.until_ready()
+                async with self._lock:
+                    self._replies[route] = reply
+                    await self._perform(self.core.set_mode(mode_id, route, by))
+                text = await reply
+        except TimeoutError:
+            raise ModeTimeout(f"the agent did not answer session/set_mode within {MODE_TIMEOUT_S:g} s") from None
+        finally:
+            self._replies.pop(route, None)
+        return mode_answer(text, mode_id)
+
+    async def until_ready(self) -> None:
+        """Until the agent's handshake is done (its session exists); Conflict if it exits."""
+        while self.core.codec is None or not self.core.codec.ready:
+            if self._proc is None:
+                raise Conflict("the agent process is not running", code="agent_exited")
+            await self.wait_beyond(self.core.last_seq, 1.0)
 
     async def write_raw(
         self, message: dict[str, Any], sub: Subscriber | None = None, *, forward: bool = True, by: str | None = None

@@ -29,7 +29,7 @@ from typing import Any
 
 from bridge.errors import Busy, Conflict, InvalidRequest
 from bridge.ids import new_id
-from bridge.protocols.codec import AgentRequest, Codec, RawRefused
+from bridge.protocols.codec import AgentRequest, Codec, ModeSetter, RawRefused
 from bridge.protocols.events import Event, mark_interrupted
 from bridge.sessions.actions import (
     INTERRUPT_TIMER,
@@ -322,6 +322,18 @@ class ConversationCore(AgentOutput):
         if line is not None:
             actions.append(Write(line))
         return data, actions
+
+    def set_mode(self, mode_id: str, route: str, by: str | None = None) -> list[Action]:
+        """Ask the agent to switch its session mode (ACP ``session/set_mode``); its answer
+        is routed to ``route``. Raises Conflict (no process) / InvalidRequest (no modes)."""
+        codec = self.codec
+        if codec is None:
+            raise Conflict("the agent process is not running", code="agent_exited")
+        line = codec.set_mode(mode_id, route) if isinstance(codec, ModeSetter) else None
+        if line is None:
+            raise InvalidRequest("this thread's agent reports no session modes", code="modes_not_supported")
+        event = Event("client", "client.other", _by({"op": "set_mode", "mode_id": mode_id}, by), line)
+        return [Emit([event]), Write(line, required=True)]
 
     def raw(self, message: dict[str, Any], route: str, by: str | None = None) -> list[Action]:
         """A client's raw message: a permission answer takes the permission flow (the first

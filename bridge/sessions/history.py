@@ -12,6 +12,12 @@ not as it streamed. PURE: records in, items out; no I/O.
 
 Each item carries ``from`` and ``to``: the seqs of the first and last records it covers,
 so a client shows the items and continues live from the history's ``last_seq``.
+
+A loaded conversation keeps its compaction up to date as it commits (:func:`committed`):
+for a thread it created, from its first event, and for one it loaded, from the first
+history read on. A commit that does not follow on from what the compaction has seen (it
+was read from the store meanwhile, or another replica appended) is left to the next read,
+which catches up from the store: the compaction may lag, never skip.
 """
 
 from __future__ import annotations
@@ -153,13 +159,25 @@ class Compactor:
                 item[key] = data[key]
 
     def snapshot(self) -> list[Item]:
-        """The items as they stand (a message still streaming has its text so far)."""
+        """The items as they stand (a message still streaming has its text so far): copies,
+        so that later records, fed while the answer is written, do not change them."""
         return [
             {**{k: v for k, v in item.items() if k != "_parts"}, "text": "".join(item["_parts"])}
             if "_parts" in item
-            else item
+            else dict(item)
             for item in self.items
         ]
+
+
+def committed(comp: Compactor, records: list[Record], keep_items: int) -> Compactor | None:
+    """``records`` were just committed: fed to ``comp`` when they follow on from what it
+    has seen (else it is left to catch up from the store); None once it holds more than
+    ``keep_items`` items (too large to keep: rebuilt per request)."""
+    if records and records[0].seq == comp.last_seq + 1:
+        comp.feed(records)
+        if len(comp.items) > keep_items:
+            return None
+    return comp
 
 
 _HANDLERS = {

@@ -15,7 +15,7 @@ Everything in a command comes from another process and is checked here before it
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from bridge.bus.base import Bus, BusUnavailable, CommandRefused, NoReply, valid_id
@@ -157,6 +157,51 @@ def _content(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     return content
 
 
+async def _prompt(conv: Conversation, body: Mapping[str, Any], user: str | None) -> Mapping[str, Any]:
+    acc = await conv.submit(_content(body), _opt_str(body, "client_id"), forward=False, by=user)
+    return accepted_body(acc)
+
+
+async def _interrupt(conv: Conversation, body: Mapping[str, Any], user: str | None) -> Mapping[str, Any]:
+    return {"active": await conv.interrupt(forward=False, by=user)}
+
+
+async def _permission(conv: Conversation, body: Mapping[str, Any], user: str | None) -> Mapping[str, Any]:
+    request_id, decision = _opt_str(body, "request_id"), _opt_str(body, "decision")
+    if request_id is None or decision is None:
+        raise InvalidRequest("request_id and decision are required")
+    return await conv.answer_permission(
+        request_id,
+        decision,
+        by=_opt_str(body, "by") or "websocket",
+        option_id=_opt_str(body, "option_id"),
+        message=_opt_str(body, "message", 10_000),
+        forward=False,
+        user=user,
+    )
+
+
+async def _mode(conv: Conversation, body: Mapping[str, Any], user: str | None) -> Mapping[str, Any]:
+    return await conv.set_mode(_opt_str(body, "mode_id") or "", forward=False, by=user)
+
+
+async def _raw(conv: Conversation, body: Mapping[str, Any], user: str | None) -> Mapping[str, Any]:
+    message = body.get("message")
+    if not isinstance(message, dict):
+        raise InvalidRequest("message must be a JSON object")
+    return {"seq": await conv.write_raw(message, forward=False, by=user)}
+
+
+_Command = Callable[["Conversation", Mapping[str, Any], "str | None"], Awaitable[Mapping[str, Any]]]
+_COMMANDS: dict[str, _Command] = {
+    "prompt": _prompt,
+    "interrupt": _interrupt,
+    "permission": _permission,
+    "mode": _mode,
+    "raw": _raw,
+}
+
+
 async def run_command(conv: Conversation, kind: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
     """A command from another replica's client, run here (the owner) as a local client's
     input is run — never forwarded again (a thread whose lease moved on meanwhile is
@@ -164,29 +209,9 @@ async def run_command(conv: Conversation, kind: str, body: Mapping[str, Any]) ->
     recorded as ``by`` in its client events, as on the sender's replica."""
     try:
         user = _opt_str(body, "user")
-        if kind == "prompt":
-            acc = await conv.submit(_content(body), _opt_str(body, "client_id"), forward=False, by=user)
-            return accepted_body(acc)
-        if kind == "interrupt":
-            return {"active": await conv.interrupt(forward=False, by=user)}
-        if kind == "permission":
-            request_id, decision = _opt_str(body, "request_id"), _opt_str(body, "decision")
-            if request_id is None or decision is None:
-                raise InvalidRequest("request_id and decision are required")
-            return await conv.answer_permission(
-                request_id,
-                decision,
-                by=_opt_str(body, "by") or "websocket",
-                option_id=_opt_str(body, "option_id"),
-                message=_opt_str(body, "message", 10_000),
-                forward=False,
-                user=user,
-            )
-        if kind == "raw":
-            message = body.get("message")
-            if not isinstance(message, dict):
-                raise InvalidRequest("message must be a JSON object")
-            return {"seq": await conv.write_raw(message, forward=False, by=user)}
-        raise InvalidRequest(f"unknown command {kind!r}")
+        command = _COMMANDS.get(kind)
+        if command is None:
+            raise InvalidRequest(f"unknown command {kind!r}")
+        return await command(conv, body, user)
     except BridgeError as exc:
         raise refused(exc) from exc

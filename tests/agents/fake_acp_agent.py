@@ -4,8 +4,9 @@ object a line) for the test suite, with misbehaviours on demand. Standard librar
 run as ``python -I fake_acp_agent.py [flags...]``. The bridge is the ACP client.
 
 Client → agent methods: initialize, authenticate, session/new, session/load,
-session/resume (only with --resume-cap), session/list, session/prompt, and the
-notification session/cancel. Anything else gets -32601 (notifications are ignored).
+session/resume (only with --resume-cap), session/list, session/prompt, session/set_mode
+(only with --modes), and the notification session/cancel. Anything else gets -32601
+(notifications are ignored).
 
 Directives are the first word of a prompt's text (text blocks concatenated):
   (anything)         "echo: <text>" (plus " [image,...]" for non-text blocks) in three
@@ -28,6 +29,9 @@ Directives are the first word of a prompt's text (text blocks concatenated):
                      "unknown: error <code>" (or "unknown: result <json>")
   garbage            writes a non-JSON line and {"jsonrpc":"2.0"}, then echoes
   twoupdates         a session/update for another sessionId, then echoes
+  mode <id>          (--modes) the agent switches its own mode: a current_mode_update, then
+                     a chunk "mode: <id>" (an unknown id: a chunk "mode: unknown <id>")
+  whatmode           a chunk "mode: <the session's current mode id>"
 Every session/update of a turn is written before the session/prompt response.
 
 Flags: --version N (protocolVersion answered, default 1), --no-load (no loadSession;
@@ -37,7 +41,13 @@ until authenticate{methodId:"fake-key"}), --delay-initialize S (answer initializ
 S seconds, from a timer, so later requests can be answered first), --exit-at-start
 (exit 5 before reading), --exit-after-initialize (answer initialize, then exit 4),
 --text-only (promptCapabilities image and embeddedContext false), --no-list (no
-sessionCapabilities.list; session/list is -32601).
+sessionCapabilities.list; session/list is -32601), --modes (session/new, load and resume
+answer ``modes`` {currentModeId "default", availableModes default / acceptEdits / plan};
+session/set_mode {sessionId, modeId} answers {} — and sends no current_mode_update, as
+claude-agent-acp — an unknown modeId -32603 "Internal error" {details: "Invalid Mode"}
+— modelled on claude-agent-acp, whose handler throws "Invalid Mode" and whose SDK sends a
+thrown error so; no recorded transcript has a refused set_mode — an unknown session -32603
+"Session not found").
 
 Environment: FAKE_AGENT_LOG (append JSON lines: start argv/env/cwd/pid, every stdin line,
 initialize clientCapabilities/clientInfo, ...), FAKE_AGENT_STATE (directory of per-session
@@ -191,6 +201,14 @@ class Session:
         self.history = history
         self.lock = threading.Lock()  # one turn at a time; later prompts queue
         self.turn: Turn | None = None
+        self.mode = "default"
+
+
+MODES = [
+    {"id": "default", "name": "Default", "description": "Prompts for dangerous operations"},
+    {"id": "acceptEdits", "name": "Accept Edits", "description": "Auto-accept file edit operations"},
+    {"id": "plan", "name": "Plan Mode", "description": "Planning mode, no actual tool execution"},
+]
 
 
 class Agent:
@@ -203,6 +221,7 @@ class Agent:
         self.authed = not self.auth_required
         self.delay_init = float(opt_value(argv, "--delay-initialize", "0") or "0")
         self.exit_after_init = "--exit-after-initialize" in argv
+        self.modes = "--modes" in argv
         self.text_only = "--text-only" in argv  # promptCapabilities: no images, no embedded resources
         self.state_dir = os.environ.get("FAKE_AGENT_STATE")
         self.sessions: dict[str, Session] = {}
@@ -303,6 +322,7 @@ class Agent:
             "session/resume": self.session_resume,
             "session/list": self.session_list,
             "session/prompt": self.session_prompt,
+            "session/set_mode": self.session_set_mode if self.modes else None,
         }.get(method)
         if handler is None:
             fail(rid, METHOD_NOT_FOUND, "Method not found", {"method": method})
@@ -377,7 +397,24 @@ class Agent:
         s = self._open(sid, params["cwd"], [])
         self._save(s)
         log(event="session_new", sessionId=sid, cwd=params["cwd"], mcpServers=params["mcpServers"])
-        respond(rid, {"sessionId": sid})
+        respond(rid, {"sessionId": sid, **self._modes(s)})
+
+    def _modes(self, s: Session) -> dict[str, Any]:
+        if not self.modes:
+            return {}
+        return {"modes": {"currentModeId": s.mode, "availableModes": MODES}}
+
+    def session_set_mode(self, rid: Any, params: dict[str, Any]) -> None:
+        s, _ = self._find(params.get("sessionId"))
+        mode = params.get("modeId")
+        if s is None:
+            fail(rid, INTERNAL_ERROR, "Internal error", {"details": "Session not found"})
+        elif not isinstance(mode, str) or mode not in {m["id"] for m in MODES}:
+            fail(rid, INTERNAL_ERROR, "Internal error", {"details": "Invalid Mode"})
+        else:
+            s.mode = mode
+            log(event="set_mode", sessionId=s.id, modeId=mode)
+            respond(rid, {})
 
     def session_load(self, rid: Any, params: dict[str, Any]) -> None:
         if not self.load_cap:
@@ -395,7 +432,7 @@ class Agent:
             kind = "user_message_chunk" if entry.get("role") == "user" else "agent_message_chunk"
             self.chunk(sid, str(entry.get("text", "")), uuid.uuid4().hex, kind)
         log(event="session_load", sessionId=sid, replayed=len(s.history))
-        respond(rid, {})
+        respond(rid, self._modes(s))
 
     def session_resume(self, rid: Any, params: dict[str, Any]) -> None:
         if not self.resume_cap:
@@ -408,9 +445,9 @@ class Agent:
         if history is None:
             fail(rid, NOT_FOUND, "Resource not found", {"sessionId": sid})
             return
-        self._open(sid, params["cwd"], history)
+        s = self._open(sid, params["cwd"], history)
         log(event="session_resume", sessionId=sid)
-        respond(rid, {})
+        respond(rid, self._modes(s))
 
     def session_list(self, rid: Any, params: dict[str, Any]) -> None:
         if not self.list_cap:
@@ -637,6 +674,20 @@ class Agent:
         raw_out("this is not json\n")
         out({"jsonrpc": "2.0"})
         return self.do_echo(s, turn, text, kinds)
+
+    def do_mode(self, s: Session, turn: Turn, text: str, kinds: list[str]) -> str:
+        mode = text.split(maxsplit=1)[1].strip() if len(text.split(maxsplit=1)) > 1 else ""
+        if not self.modes or mode not in {m["id"] for m in MODES}:
+            self.message(s, f"mode: unknown {mode}")
+            return "end_turn"
+        s.mode = mode
+        self.update(s.id, {"sessionUpdate": "current_mode_update", "currentModeId": mode})
+        self.message(s, f"mode: {mode}")
+        return "end_turn"
+
+    def do_whatmode(self, s: Session, turn: Turn, text: str, kinds: list[str]) -> str:
+        self.message(s, f"mode: {s.mode}")
+        return "end_turn"
 
     def do_twoupdates(self, s: Session, turn: Turn, text: str, kinds: list[str]) -> str:
         self.update(

@@ -445,3 +445,29 @@ def test_sdk_echo_agent(spawn: Any) -> None:
     assert peer.call("initialize", {"protocolVersion": 99})["result"]["protocolVersion"] == 1
     peer.proc.stdin.close()
     assert peer.wait() == 0
+
+
+def test_modes_are_advertised_and_set_mode_is_strict(spawn: Any, tmp_path: Path) -> None:
+    plain = spawn()
+    sid = start(plain)
+    assert plain.call("session/set_mode", {"sessionId": sid, "modeId": "plan"})["error"]["code"] == -32601
+    peer = spawn("--modes", env={"FAKE_AGENT_STATE": str(tmp_path)})
+    peer.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+    new = peer.call("session/new", {"cwd": "/tmp", "mcpServers": []})["result"]
+    sid = new["sessionId"]
+    assert new["modes"]["currentModeId"] == "default"
+    assert [m["id"] for m in new["modes"]["availableModes"]] == ["default", "acceptEdits", "plan"]
+    err = peer.call("session/set_mode", {"sessionId": sid, "modeId": "yolo"})["error"]
+    assert err == {"code": -32603, "message": "Internal error", "data": {"details": "Invalid Mode"}}
+    err = peer.call("session/set_mode", {"sessionId": "nope", "modeId": "plan"})["error"]
+    assert err["data"] == {"details": "Session not found"}
+    before, resp = peer.until_response(peer.request("session/set_mode", {"sessionId": sid, "modeId": "plan"}))
+    assert resp["result"] == {} and updates(before) == []  # no current_mode_update for the client's own change
+    before, _ = peer.until_response(prompt(peer, sid, "whatmode"))
+    assert text_of(before) == "mode: plan"
+    before, _ = peer.until_response(prompt(peer, sid, "mode acceptEdits"))
+    assert updates(before, "current_mode_update") == [
+        {"sessionUpdate": "current_mode_update", "currentModeId": "acceptEdits"}
+    ]
+    load = peer.call("session/load", {"sessionId": sid, "cwd": "/tmp", "mcpServers": []})["result"]
+    assert load["modes"]["currentModeId"] == "acceptEdits"

@@ -1245,3 +1245,69 @@ def test_permission_request_names_the_tool_from_its_own_meta_as_qwen_code_sends_
     line["params"]["toolCall"]["_meta"] = {"toolName": "run_shell_command"}
     [ev] = codec.decode(enc(line)).events
     assert ev.data["tool"] == "run_shell_command" and ev.data["title"] == "touch x"
+
+
+# -- session modes (session/set_mode, current_mode_update)
+
+MODES = {
+    "currentModeId": "default",
+    "availableModes": [
+        {"id": "default", "name": "Default", "description": "asks"},
+        {"id": "plan", "name": "Plan", "description": None},
+        {"id": 3, "name": "not a mode"},
+    ],
+}
+
+
+def moded_codec() -> tuple[AcpCodec, AcpDecoded]:
+    codec, d = initialized()
+    [new] = d.replies
+    return codec, respond(codec, new, {"sessionId": SID, "modes": MODES})
+
+
+def test_the_agents_modes_are_kept_in_its_agent_info_the_well_formed_part():
+    codec, d = moded_codec()
+    assert d.ready
+    want = {"currentModeId": "default", "availableModes": [MODES["availableModes"][0], {"id": "plan", "name": "Plan"}]}
+    assert codec.modes == want
+    assert d.agent is not None and d.agent["modes"] == want and d.agent["info"] == {"name": "fake", "version": "1"}
+    # An agent that reports none: no set_mode line at all, and agent_info is left as initialize made it.
+    plain = ready_codec()
+    assert plain.modes is None and plain.set_mode("plan", "r1") is None
+
+
+def test_set_mode_is_the_agents_own_request_and_its_answer_is_routed_back():
+    codec, _ = moded_codec()
+    line = codec.set_mode("plan", "route-1")
+    assert line is not None
+    req = wire(line)
+    assert req["method"] == "session/set_mode" and req["params"] == {"sessionId": SID, "modeId": "plan"}
+    d = respond(codec, req, {})
+    assert d.routed == [
+        ("route-1", json.dumps({"jsonrpc": "2.0", "id": req["id"], "result": {}}, separators=(",", ":")))
+    ]
+    [status] = [e for e in d.events if e.kind == "agent.status"]
+    assert status.data == {"status": "mode_changed", "mode": "plan"}
+    assert codec.modes is not None and codec.modes["currentModeId"] == "plan"
+    assert d.agent is not None and d.agent["modes"]["currentModeId"] == "plan"
+
+
+def test_a_refused_set_mode_changes_nothing_and_its_error_goes_back():
+    codec, _ = moded_codec()
+    req = wire(codec.set_mode("yolo", "route-2") or "")
+    err = {"code": -32603, "message": "Internal error", "data": {"details": "Invalid Mode"}}
+    d = respond(codec, req, error=err)
+    [(route, text)] = d.routed
+    assert route == "route-2" and json.loads(text)["error"] == err
+    assert [e.kind for e in d.events] == ["agent.other"] and d.agent is None
+    assert codec.modes is not None and codec.modes["currentModeId"] == "default"
+
+
+def test_current_mode_update_keeps_the_agent_info_current():
+    codec, _ = moded_codec()
+    d = codec.decode(update("current_mode_update", currentModeId="plan"))
+    assert [e.data for e in d.events] == [{"status": "mode_changed", "mode": "plan"}]
+    assert d.agent is not None and d.agent["modes"]["currentModeId"] == "plan"
+    assert codec.decode(update("current_mode_update", currentModeId="plan")).agent is None  # unchanged
+    plain = ready_codec()
+    assert plain.decode(update("current_mode_update", currentModeId="plan")).agent is None  # no modes reported

@@ -16,6 +16,8 @@ from support.memory import MemoryAgent, MemoryStore, Spawner
 from bridge.config import AgentProfile, ServerSettings, Settings
 from bridge.errors import Busy, Conflict, InvalidRequest, NotFound
 from bridge.sessions.conversation import Conversation
+from bridge.sessions.history import Compactor
+from bridge.sessions.modes import ModeRefused
 from bridge.sessions.registry import Registry
 
 pytestmark = pytest.mark.timeout(10)
@@ -420,3 +422,77 @@ async def test_stop_works_while_the_store_cannot_write_and_is_recorded_after(h: 
     assert exited.data["reason"] == "stopped"
     [end] = await h.until(conv, "turn.ended")
     assert end.data["status"] == "cancelled"
+
+
+async def test_the_history_is_kept_at_commit_so_a_first_read_reads_no_transcript(h: Harness) -> None:
+    conv = await h.thread()
+    for text in ("one", "two"):
+        await conv.submit(prompt(text), None)
+        await h.until(conv, "turn.ended", count=1 if text == "one" else 2)
+    reads: list[int] = []
+    read = h.store.read_events
+
+    async def counting(thread_id: str, after: int, limit: int, **kw: Any) -> Any:
+        page = await read(thread_id, after, limit, **kw)
+        reads.append(len(page))
+        return page
+
+    h.store.read_events = counting  # type: ignore[method-assign]
+    items, last = await conv.history()
+    assert reads == [0] and last == conv.core.last_seq  # one empty read: nothing to catch up
+    rebuilt = Compactor()
+    rebuilt.feed(h.store.events[conv.id])
+    assert items == rebuilt.snapshot()
+    assert [i["text"] for i in items if i["type"] == "message"] == ["one", "echo: one", "two", "echo: two"]
+
+
+# ---------------------------------------------------------------------- session modes (ACP)
+
+MODES = {"currentModeId": "default", "availableModes": [{"id": "default", "name": "D"}, {"id": "plan", "name": "P"}]}
+
+
+def acp_agent(agent: MemoryAgent, msg: dict[str, Any]) -> None:
+    """An ACP agent with modes: plan is accepted, 'die' makes it exit without answering,
+    anything else is refused as claude-agent-acp refuses it."""
+    method, rid = msg.get("method"), msg.get("id")
+    if method == "initialize":
+        agent.say({"jsonrpc": "2.0", "id": rid, "result": {"protocolVersion": 1, "agentCapabilities": {}}})
+    elif method == "session/new":
+        agent.say({"jsonrpc": "2.0", "id": rid, "result": {"sessionId": "s1", "modes": MODES}})
+    elif method == "session/set_mode":
+        mode = msg["params"]["modeId"]
+        if mode == "die":
+            agent.exit(3)
+        elif mode == "plan":
+            agent.say({"jsonrpc": "2.0", "id": rid, "result": {}})
+        else:
+            err = {"code": -32603, "message": "Internal error", "data": {"details": "Invalid Mode"}}
+            agent.say({"jsonrpc": "2.0", "id": rid, "error": err})
+
+
+async def test_set_mode_starts_the_agent_waits_for_its_session_and_records_the_switch(tmp_path: Path) -> None:
+    h = Harness(tmp_path, protocol="acp")
+    h.spawner.script = acp_agent
+    try:
+        conv = await h.thread()
+        assert await conv.set_mode("plan") == {"mode_id": "plan"}
+        assert conv.thread["agent_info"]["modes"]["currentModeId"] == "plan"
+        [switch] = [r for r in h.events(conv, "client.other") if r.data.get("op") == "set_mode"]
+        [changed] = h.events(conv, "agent.status")
+        assert switch.data["mode_id"] == "plan" and changed.seq > switch.seq  # recorded before it was written
+        with pytest.raises(ModeRefused) as info:
+            await conv.set_mode("yolo")
+        assert info.value.rpc == {"code": -32603, "message": "Internal error", "data": {"details": "Invalid Mode"}}
+        assert conv.thread["agent_info"]["modes"]["currentModeId"] == "plan"
+        with pytest.raises(Conflict) as exited:
+            await asyncio.wait_for(conv.set_mode("die"), 5)  # the process ends: no 30 s wait
+        assert exited.value.code == "agent_exited" and not conv._replies
+    finally:
+        await h.registry.shutdown()
+
+
+async def test_set_mode_for_an_agent_without_modes_is_refused_without_starting_it(h: Harness) -> None:
+    conv = await h.thread()
+    with pytest.raises(InvalidRequest) as info:
+        await conv.set_mode("plan")
+    assert info.value.code == "modes_not_supported" and h.spawner.agents == []

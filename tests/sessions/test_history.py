@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bridge.protocols.events import Record
-from bridge.sessions.history import Compactor
+from bridge.sessions.history import Compactor, committed
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -162,3 +162,29 @@ def test_arbitrary_records_never_raise_and_every_item_has_a_valid_range() -> Non
         for item in comp.snapshot():
             assert 1 <= item["from"] <= item["to"] <= len(recs)
             assert "_parts" not in item
+
+
+def test_commits_fed_as_they_come_give_what_one_read_gives_and_a_gap_is_caught_up() -> None:
+    whole = Compactor()
+    whole.feed(TURN)
+    live = Compactor()
+    for rec in TURN[:5]:
+        assert committed(live, [rec], 100) is live
+    # Records 6..8 were committed while this compaction was not fed (another replica, or
+    # a read in progress): the commit of 9.. does not follow on and is left alone...
+    assert committed(live, TURN[8:10], 100) is live and live.last_seq == 5
+    # ...until a read catches up from the store; then commits feed it again.
+    live.feed(TURN[5:10])
+    for rec in TURN[10:]:
+        committed(live, [rec], 100)
+    assert live.snapshot() == whole.snapshot() and live.last_seq == TURN[-1].seq
+
+
+def test_a_snapshot_is_not_changed_by_later_commits_and_too_many_items_are_let_go() -> None:
+    comp = Compactor()
+    committed(comp, TURN[:7], 100)  # the tool call, still pending
+    shot = comp.snapshot()
+    committed(comp, TURN[7:], 100)
+    tool = next(i for i in shot if i["type"] == "tool")
+    assert tool["to"] == 7 and "output" not in tool
+    assert committed(Compactor(), TURN, 3) is None  # seven items: more than three

@@ -12,6 +12,7 @@ import pytest
 from bridge.bus.base import CommandRefused, LocalBus
 from bridge.errors import BridgeError, NotFound
 from bridge.sessions.actions import Accepted
+from bridge.sessions.modes import ModeRefused
 from bridge.sessions.remote import ForwardFailed, Owners, accepted_body, accepted_from, refusal, run_command
 
 pytestmark = pytest.mark.timeout(10)
@@ -42,6 +43,13 @@ class FakeConv:
         if request_id == "gone":
             raise NotFound("no pending permission request gone", code="permission_not_found")
         return {"request_id": request_id, "decision": decision}
+
+    async def set_mode(self, mode_id: str, *, forward: bool, by: str | None = None) -> dict[str, Any]:
+        self.calls.append(("mode", (mode_id, forward)))
+        self.users.append(by)
+        if mode_id == "yolo":
+            raise ModeRefused("the agent refused mode 'yolo': Internal error (-32603)", {"code": -32603})
+        return {"mode_id": mode_id}
 
     async def write_raw(self, message: dict[str, Any], *, forward: bool, by: str | None = None) -> int:
         self.calls.append(("raw", (message, forward)))
@@ -143,3 +151,13 @@ async def test_without_a_bus_input_for_another_replica_is_refused_clearly() -> N
         await owners.forward("b", "prompt", "thr_1", {})
     assert caught.value.code == "bus_unavailable" and caught.value.status == 503
     assert "retry" in caught.value.message
+
+
+async def test_set_mode_runs_on_the_owner_and_its_refusal_comes_back() -> None:
+    conv, out = await run("mode", {"mode_id": "plan", "user": "ann"})
+    assert out == {"mode_id": "plan"} and conv.calls == [("mode", ("plan", False))] and conv.users == ["ann"]
+    with pytest.raises(CommandRefused) as info:
+        await run("mode", {"mode_id": "yolo"})
+    assert refusal(info.value.body).code == "mode_refused" and refusal(info.value.body).status == 400
+    with pytest.raises(CommandRefused):
+        await run("mode", {"mode_id": 7})

@@ -24,6 +24,7 @@ RESPONSES: dict[str, type[BaseModel] | None] = {
     "session/resume": schema.ResumeSessionResponse,
     "session/prompt": schema.PromptResponse,
     "session/list": schema.ListSessionsResponse,
+    "session/set_mode": schema.SetSessionModeResponse,
 }
 INCOMING: dict[str, type[BaseModel]] = {
     "session/update": schema.SessionNotification,

@@ -1,0 +1,61 @@
+"""A mode switch on the replica that does not run the thread's agent (docs/api.md §4.19,
+§6): it reaches the owner through the bus, the owner's agent switches, and the answer — or
+the agent's refusal — comes back to the client that asked. Two daemons sharing one
+PostgreSQL and one Redis, an ACP fake agent with modes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from conftest import Daemon, new_thread, processes_with_environ, wait_until
+from test_acp_e2e import FAKE_ACP, acp_profile
+from test_cluster_e2e import get, metric
+
+from tests.support.redis_server import RedisServer
+
+pytestmark = pytest.mark.timeout(150)
+
+
+@pytest.fixture
+async def pair(pg_url: str, redis_server: RedisServer, tmp_path: Path) -> AsyncIterator[tuple[Daemon, Daemon]]:
+    marker = str(tmp_path / "agent.log")
+    agent = acp_profile("moded", {"FAKE_AGENT_LOG": marker}, "--modes")
+    shared = {"AGENT_BRIDGE_STORE_URL": pg_url, "AGENT_BRIDGE_BUS_URL": redis_server.url}
+    started: list[Daemon] = []
+    try:
+        for rid in ("a", "b"):
+            (tmp_path / rid).mkdir()
+            config = f"[server]\nstop_grace_s = 2\n[cluster]\nlease_ttl_s = 6\n\n{agent}"
+            d = Daemon(tmp_path / rid, config, extra_env={**shared, "AGENT_BRIDGE_REPLICA_ID": rid})
+            await d.start()
+            started.append(d)
+        yield started[0], started[1]
+    finally:
+        for d in started:
+            for c in d.clients:
+                await c.conn.close()
+            if d.proc is not None and d.proc.returncode is None:
+                await d.stop()
+    await wait_until(lambda: not processes_with_environ(marker.encode(), str(FAKE_ACP)), what="agents to exit")
+
+
+async def test_set_mode_on_the_other_replica_is_run_by_the_owner(pair: tuple[Daemon, Daemon]) -> None:
+    a, b = pair
+    tid = (await new_thread(a, "moded", title="shared"))["id"]
+    on_a = await a.ws(tid)
+    await on_a.turn("hello")  # A runs the agent now, and holds the lease
+    async with b.http() as http:
+        r = await http.post(f"/v1/threads/{tid}/mode", json={"mode_id": "plan"})
+        assert r.status_code == 200 and r.json() == {"mode_id": "plan"}, r.text
+        refused = await http.post(f"/v1/threads/{tid}/mode", json={"mode_id": "yolo"})
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "mode_refused"
+    assert await metric(b, "agent_bridge_forwarded_total") >= 2
+    end = await on_a.turn("whatmode")  # the owner's agent itself is in plan mode now
+    said = [f["data"]["text"] for f in on_a.seen("message.delta") if f["seq"] < end["seq"]]
+    assert said[-1] == "mode: plan"
+    row = await get(a, f"/v1/threads/{tid}")
+    assert row["agent_info"]["modes"]["currentModeId"] == "plan"
+    assert row["state"] == "running"
+    assert (await get(b, f"/v1/threads/{tid}"))["state"] == "running"  # B never started one

@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import gc
 import http.client
-import importlib
 import json
 import logging
 import os
@@ -338,8 +337,7 @@ def serve(
         parent_pid=parent_pid,
     )
     try:
-        with asyncio.Runner(loop_factory=loop_factory(settings.server.event_loop)) as runner:
-            runner.run(server.serve(sockets=[listener.sock]))
+        asyncio.run(server.serve(sockets=[listener.sock]))
     except KeyboardInterrupt:
         pass
     finally:
@@ -356,37 +354,19 @@ async def _drain(registry: Any) -> None:
     await registry.close_clients("daemon_shutdown")
 
 
-# The cyclic collector's first threshold (CPython's default is 700). The daemon's steady state
-# allocates few long-lived containers, but a burst (100 threads starting, a replay) passes 700
-# often, and each young collection also scans what start-up left in the young generations.
+# The cyclic collector's first threshold (CPython's default is 700): the echo loop allocates
+# no lasting containers, but the 100-thread run passed 700 about 140 times (and the second
+# generation's threshold 14 times, 1-3 ms each) after start-up (docs/benchmarks.md "Transport").
 GC_GEN0_THRESHOLD = 10_000
 
 
 def tune_gc() -> None:
     """After start-up: everything allocated so far (modules, the app, the settings) moves to
-    the collector's permanent generation, never scanned again, and the young generation is
-    collected less often (docs/benchmarks.md "Transport": the collections measured)."""
-    gc.freeze()  # no collection first: a full one here costs 60-170 ms, right as clients connect
+    the collector's permanent generation, which no collection scans again (a full one over
+    it took 60-170 ms here), and the young generation is collected less often."""
+    gc.freeze()  # no collection first: that full collection would run as clients connect
     _, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
-
-
-def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """The event loop's constructor for ``[server] event_loop`` (None: asyncio's default).
-    "uvloop" without the package installed falls back to asyncio, with a warning."""
-    if choice == "asyncio" or (choice == "auto" and not AUTO_UVLOOP):
-        return None
-    try:
-        uvloop = importlib.import_module("uvloop")  # optional: not a dependency of the daemon
-    except ImportError:
-        if choice == "uvloop":
-            log.warning("server.uvloop_unavailable", hint="pip install uvloop; asyncio's loop is used")
-        return None
-    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
-    return factory
-
-
-AUTO_UVLOOP = False  # what "auto" picks when uvloop is installed (docs/benchmarks.md "Transport")
 
 
 def _serve_refusal(settings: Settings, parent_pid: int | None, *, unix_socket: bool) -> str | None:

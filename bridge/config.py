@@ -118,9 +118,6 @@ class ServerSettings(BaseModel):
     # bind (compression costs CPU per client and saves nothing on loopback; Hardening II:
     # 50 stalled clients cost a normal one 6x, ~65% of it in deflate) and on elsewhere.
     ws_compression: Literal["auto", "on", "off"] = "auto"
-    # The event loop: "uvloop" (libuv's, when the uvloop package is installed), "asyncio"
-    # (CPython's own), or "auto": see docs/benchmarks.md "Transport" for what each measured.
-    event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
     subscriber_buffer: int = Field(1024, ge=16)
     # Open connections at most (capped below the open-files limit); at the limit the
     # oldest connection still waiting for its request headers is closed (bridge/connections.py).

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
 from bridge.errors import LaunchRefused
 from bridge.process.agent_io import ExitInfo
@@ -60,23 +59,6 @@ class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):
         self.exited.set()
 
 
-def _child_options(loop: asyncio.AbstractEventLoop, umask: int, setup: Callable[[], None] | None) -> dict[str, Any]:
-    """The umask and the ``preexec_fn`` of a spawn. uvloop's ``subprocess_exec`` refuses
-    ``umask=``, so on a loop other than CPython's the umask is set by the preexec function,
-    in the child between fork and exec, before the child's own setup."""
-    if isinstance(loop, asyncio.BaseEventLoop):
-        return {"umask": umask, "preexec_fn": setup}
-    if umask < 0:
-        return {"preexec_fn": setup}
-
-    def setup_with_umask() -> None:
-        os.umask(umask)
-        if setup is not None:
-            setup()
-
-    return {"preexec_fn": setup_with_umask}
-
-
 class AgentProcess:
     def __init__(
         self,
@@ -117,7 +99,8 @@ class AgentProcess:
                 cwd=spec.cwd,
                 start_new_session=True,
                 close_fds=True,
-                **_child_options(loop, agent_umask(), child_setup()),
+                umask=agent_umask(),
+                preexec_fn=child_setup(),
             )
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             TRACKER.spawn_ended(None)

@@ -183,9 +183,13 @@ class _Session:
         text = msg.get("text")
         return text if text is not None else msg.get("bytes") or b""
 
-    async def _receive(self) -> tuple[int, str]:
+    def _take_inbox(self) -> Inbox | None:
+        """The transport's inbox of client messages, when it offers one (taken once)."""
         direct = self.ws.scope.get("extensions", {}).get(RECEIVE)
-        inbox: Inbox | None = direct() if direct is not None else None
+        return direct() if direct is not None else None
+
+    async def _receive(self) -> tuple[int, str]:
+        inbox = self._take_inbox()
         try:
             while True:
                 text = await self._next_message(inbox)

@@ -618,3 +618,20 @@ async def test_allowed_hosts_env_twin_reaches_the_host_check(tmp_path: Path) -> 
             r = await http.get("/v1/agents", headers={**auth, "Host": f"127.0.0.1:{port}"})
             assert r.status_code == 200, r.text
         assert await terminate(s.proc) == 0
+
+
+def test_tune_gc_freezes_what_start_up_built_and_raises_the_young_threshold() -> None:
+    import gc
+
+    from bridge.cli import GC_GEN0_THRESHOLD, tune_gc
+
+    before = gc.get_threshold()
+    try:
+        gc.unfreeze()
+        tune_gc()
+        assert gc.get_freeze_count() > 0, "nothing moved to the permanent generation"
+        assert gc.get_threshold() == (GC_GEN0_THRESHOLD, before[1], before[2])
+        assert GC_GEN0_THRESHOLD > before[0]
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)

@@ -141,6 +141,10 @@ def test_the_bridge_protocol_extends_uvicorn_sansio_protocol_with_this_uvicorn()
         ("data_received", ["self", "data"], False),
         ("send", ["self", "message"], True),
         ("handle_connect", ["self", "event"], False),
+        # ws_transport's Inbox: the receive side (issue #22)
+        ("send_receive_event_to_app", ["self"], False),
+        ("handle_parser_exception", ["self"], False),
+        ("receive", ["self"], True),
     ],
 )
 def test_uvicorn_still_defines_each_method_the_bridge_overrides(method: str, params: list[str], is_async: bool) -> None:
@@ -173,6 +177,12 @@ async def test_a_new_uvicorn_protocol_has_every_attribute_the_bridge_reads() -> 
     # Read by ws_handshake.WebSocketProtocol and ws_transport.BatchingWebSocketProtocol.
     for name in ("conn", "handshake_complete", "close_sent", "disconnected", "writable", "transport"):
         assert hasattr(proto, name), f"uvicorn's protocol has no {name!r}"
+    # Read and replaced by ws_transport's inbox: the ASGI queue (moved over, then replaced
+    # by the inbox, which uvicorn keeps calling put_nowait on), the read pause it shares,
+    # and the message being assembled.
+    assert isinstance(proto.queue, asyncio.Queue)
+    assert proto.read_paused is False
+    assert proto.frames == [] and proto.curr_msg_data_type in ("text", "bytes")
     assert isinstance(proto.writable, asyncio.Event)
     assert proto.handshake_complete is False and proto.close_sent is False and proto.disconnected is False
     conn = proto.conn

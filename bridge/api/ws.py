@@ -23,7 +23,7 @@ from starlette.websockets import WebSocketState
 from bridge.api.auth import SUBPROTOCOL, resolve_user
 from bridge.api.schema import PermissionFrame, PromptIn, RawIn, frame_error_code
 from bridge.api.users import Streams, User, check_owner
-from bridge.api.ws_transport import SEND_TEXTS
+from bridge.api.ws_transport import RECEIVE, SEND_TEXTS, Inbox
 from bridge.clock import now_iso
 from bridge.errors import BridgeError, InvalidRequest, Throttled, error_body
 from bridge.protocols.envelope import ephemeral
@@ -170,14 +170,32 @@ class _Session:
                     async with asyncio.timeout(self._send_deadline):
                         await self.ws.close(code=close_code, reason=reason)
 
+    async def _next_message(self, inbox: Inbox | None) -> str | bytes | None:
+        """The client's next message: text, binary, or None once it is gone. Read from the
+        transport's inbox when it offers one (ws_transport.RECEIVE, issue #22), else
+        through ASGI."""
+        if inbox is not None:
+            item = await inbox.get()
+            return None if isinstance(item, dict) else item
+        msg = await self.ws.receive()
+        if msg["type"] == "websocket.disconnect":
+            return None
+        text = msg.get("text")
+        return text if text is not None else msg.get("bytes") or b""
+
+    def _take_inbox(self) -> Inbox | None:
+        """The transport's inbox of client messages, when it offers one (taken once)."""
+        direct = self.ws.scope.get("extensions", {}).get(RECEIVE)
+        return direct() if direct is not None else None
+
     async def _receive(self) -> tuple[int, str]:
+        inbox = self._take_inbox()
         try:
             while True:
-                msg = await self.ws.receive()
-                if msg["type"] == "websocket.disconnect":
-                    return 1000, ""
-                text = msg.get("text")
+                text = await self._next_message(inbox)
                 if text is None:
+                    return 1000, ""
+                if isinstance(text, bytes):
                     if self.raw:
                         return 1003, "raw mode takes text frames with one JSON object"
                     await self._reject(None, "invalid_frame", "frames must be JSON text")

@@ -166,6 +166,8 @@ class StoreSettings(BaseModel):
 
     # sqlite:///<path> or postgresql://…; None: sqlite:///<data-dir>/bridge.db
     url: str | None = None
+    # SQLite: where the one write connection lives (docs/configuration.md)
+    writer: Literal["process", "thread"] = "process"
 
 
 class ClusterSettings(BaseModel):

@@ -431,6 +431,8 @@ def _store(config: dict[str, Any], env: Mapping[str, str]) -> StoreSettings:
     raw = _table(config.pop("store", {}) or {}, "[store] must be a table")
     if env.get("AGENT_BRIDGE_STORE_URL"):
         raw["url"] = env["AGENT_BRIDGE_STORE_URL"]
+    if env.get("AGENT_BRIDGE_STORE_WRITER"):
+        raw["writer"] = env["AGENT_BRIDGE_STORE_WRITER"]
     try:
         settings = StoreSettings(**raw)
     except ValidationError as exc:

@@ -244,13 +244,11 @@ class Tracker:
             return
         agents = {a.proc.pid for a in self._agents.values()}
         for pid in _children(os.getpid()):
-            if pid not in agents:
+            if pid not in agents and pid not in self._spared:
                 self._sweep_child(pid)
         self._sweep_unowned(kill_unowned=kill_unowned)
 
     def _sweep_child(self, pid: int) -> None:
-        if pid in self._spared:
-            return
         st = _stat(pid)
         if st is None:
             return

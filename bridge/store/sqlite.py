@@ -246,8 +246,6 @@ class SqliteStore(leases.SqliteLeases):
 
         def open_reader() -> None:
             self._rdb = self._connect()
-            if self.writer_mode == "process":
-                return
             # The inline writer (append): never waits for a lock and never checkpoints on
             # the event loop; checkpoints run on the writer thread instead.
             idb = self._connect()
@@ -514,7 +512,7 @@ class SqliteStore(leases.SqliteLeases):
         item = _Append(thread_id, rows, fields, None, (updated_at, last_seq, turn_active))
         item.fence = leases.fence_of(self.replica_id, epoch)
         loop = asyncio.get_running_loop()
-        if self._idb is not None and not self._pending and _loop_idle(loop):
+        if not self._pending and _loop_idle(loop):  # (no inline connection: writer = "process")
             # Nothing to group with (issue #8): commit here, with no hand-off to the writer
             # task and no wake-up of this caller afterwards.
             failed = self._commit_inline([item])
@@ -623,14 +621,14 @@ class SqliteStore(leases.SqliteLeases):
         """One transaction: inline or on the writer thread, or in the writer process (the
         batch as plain tuples; ``again``: the writer that had it may have committed it
         before it died, so what is already there is not written twice)."""
+        inline = self._commit_inline(batch)
+        if inline is not None:
+            return inline
         if self.writer_mode == "process":
             proc = await self._writer_proc()
             for item in batch:  # as _write_item decides it there
                 item.changed = item.flush or not CHANGE_COLUMNS.isdisjoint(item.fields)
             return await proc.batch([sql.wire_item(item) for item in batch], again)
-        inline = self._commit_inline(batch)
-        if inline is not None:
-            return inline
         result: dict[int, str] = await self._call(self._wexec, "_wdb", lambda db: _commit(db, batch))
         return result
 

@@ -95,6 +95,12 @@ def parse_reply(payload: bytes) -> Reply:
     rid = obj.get("i")
     if not isinstance(rid, int) or isinstance(rid, bool) or rid < 0:
         raise WireError("reply has no valid id")
+    error, code = _error(obj)
+    refused = _refused(obj["f"]) if "f" in obj else {}
+    return Reply(rid, obj.get("r"), refused, error, code)
+
+
+def _error(obj: dict[str, Any]) -> tuple[str | None, str | None]:
     error, code = obj.get("e"), obj.get("c")
     if error is not None and not isinstance(error, str):
         raise WireError("error is not text")
@@ -102,8 +108,7 @@ def parse_reply(payload: bytes) -> Reply:
         raise WireError("code without an error")
     if error is not None and ("r" in obj or "f" in obj):
         raise WireError("an error with a result")
-    refused = _refused(obj["f"]) if "f" in obj else {}
-    return Reply(rid, obj.get("r"), refused, error, code)
+    return error, code
 
 
 def reply(rid: int, **fields: Any) -> bytes:

@@ -166,20 +166,22 @@ class WriterProcess:
             done, status = pid, 0
         if done == 0:
             return
-        loop = asyncio.get_running_loop()
+        self._reaped(pid)
+        while self.alive and self._readable():  # answers it sent before it exited still count
+            pass
+        if self.alive:
+            code = os.waitstatus_to_exitcode(status)
+            self._lost(f"exited (status {code})")
+
+    def _reaped(self, pid: int) -> None:
         if self._pidfd is not None:
-            loop.remove_reader(self._pidfd)
+            asyncio.get_running_loop().remove_reader(self._pidfd)
             os.close(self._pidfd)
             self._pidfd = None
         if SPAWN_WATCH is not None:
             SPAWN_WATCH.unspared(pid)
         if self._exited is not None and not self._exited.done():
             self._exited.set_result(None)
-        while self.alive and self._readable():  # answers it sent before it exited still count
-            pass
-        if self.alive:
-            code = os.waitstatus_to_exitcode(status)
-            self._lost(f"exited (status {code})")
 
     def _lost(self, why: str) -> None:
         """No more answers: every waiting request fails, the pipe is closed."""
@@ -272,18 +274,21 @@ class WriterProcess:
         if not data:
             self._lost("exited" if not self._frames.buffered else "exited in the middle of an answer")
             return False
+        self._answers(data)
+        return True
+
+    def _answers(self, data: bytes) -> None:
         try:
             replies = [parse_reply(f) for f in self._frames.feed(data)]
         except WireError as exc:
             log.error("store.writer_garbled", error=str(exc), pid=self.pid)
             self.kill()
             self._lost("sent a garbled answer")
-            return False
+            return
         for rep in replies:
             fut = self._waiting.pop(rep.id, None)
             if fut is not None and not fut.done():
                 fut.set_result(rep)
-        return True
 
     async def _ask(self, msg: tuple[Any, ...]) -> Reply:
         rep = await self._send(msg)

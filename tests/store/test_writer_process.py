@@ -1,0 +1,230 @@
+"""The SQLite writer process (``[store] writer = "process"``, bridge/store/writer.py): its
+death at any moment loses nothing acknowledged and shows nothing half-written, requests it
+never answered fail with ``store_unavailable``, another writer takes over, and the pipe's
+decoder takes whatever a dying writer leaves in it (truncated or garbled frames)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+from pathlib import Path
+
+import pytest
+from conftest import processes_mentioning, wait_until
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support.stores import records, thread
+
+from bridge.errors import StoreError
+from bridge.store import sqlite_sql, wire
+from bridge.store.sqlite import SqliteStore
+
+TS = "2026-12-01T00:00:00.000Z"
+
+
+def writer_pid(store: SqliteStore) -> int:
+    assert store._proc is not None and store._proc.pid is not None
+    return store._proc.pid
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+async def test_the_writer_killed_mid_stream_loses_nothing_acknowledged(tmp_path: Path) -> None:
+    """Four threads append 3 records at a time while the writer is SIGKILLed twice: every
+    append returns (after another writer took over), each thread's transcript is exactly
+    1..n with every append whole, and health went False and back to True."""
+    async with asyncio.timeout(45):
+        store = SqliteStore(tmp_path / "bridge.db")
+        health: list[bool] = []
+        store.on_health = lambda ok, _err: health.append(ok)
+        await store.open()
+        try:
+            tids = [f"thr_{i}" for i in range(4)]
+            for tid in tids:
+                await store.create_thread(thread(tid, TS))  # type: ignore[arg-type]
+            acked = dict.fromkeys(tids, 0)
+            seen_partial: list[int] = []
+
+            async def appender(tid: str) -> None:
+                for first in range(1, 301, 3):
+                    await store.append(tid, records(first, 3, TS), [None] * 3, {"updated_at": TS})
+                    acked[tid] = first + 2
+
+            async def watcher() -> None:
+                # A reader never sees part of an append: each is one transaction.
+                db = sqlite3.connect(tmp_path / "bridge.db")
+                try:
+                    while not all(v == 300 for v in acked.values()):
+                        for tid in tids:
+                            (n,) = db.execute("SELECT count(*) FROM events WHERE thread_id=?", (tid,)).fetchone()
+                            if n % 3:
+                                seen_partial.append(n)
+                        await asyncio.sleep(0.002)
+                finally:
+                    db.close()
+
+            async def killer() -> None:
+                for _ in range(2):
+                    await wait_until(lambda: sum(acked.values()) > 150, what="some appends")
+                    pid = writer_pid(store)
+                    os.kill(pid, signal.SIGKILL)
+                    await wait_until(lambda p=pid: store._proc is not None and store._proc.pid != p, what="restart")
+
+            await asyncio.gather(*(appender(t) for t in tids), watcher(), killer())
+            assert not seen_partial
+            assert False in health and health[-1] is True and store.healthy
+            for tid in tids:
+                got = await store.read_events(tid, 0, 1000)
+                assert [r.seq for r in got] == list(range(1, 301))
+        finally:
+            await store.close()
+
+
+async def test_a_request_the_dead_writer_never_answered_fails_with_store_unavailable(tmp_path: Path) -> None:
+    """The writer is stopped (SIGSTOP), a thread creation and an append wait for it, then
+    it is SIGKILLed: the creation fails with ``store_unavailable`` (never half-done: the
+    row is absent or whole), the append is committed by the next writer exactly once."""
+    async with asyncio.timeout(30):
+        store = SqliteStore(tmp_path / "bridge.db")
+        await store.open()
+        try:
+            await store.create_thread(thread("thr_a", TS))  # type: ignore[arg-type]
+            pid = writer_pid(store)
+            os.kill(pid, signal.SIGSTOP)
+            create = asyncio.ensure_future(store.create_thread(thread("thr_b", TS)))  # type: ignore[arg-type]
+            append = asyncio.ensure_future(store.append("thr_a", records(1, 2, TS), [None, None], {}))
+            await asyncio.sleep(0.1)
+            assert not create.done() and not append.done()
+            os.kill(pid, signal.SIGKILL)
+            with pytest.raises(StoreError) as exc:
+                await create
+            assert exc.value.code == "store_unavailable"
+            await append
+            assert writer_pid(store) != pid and not alive(pid)
+            assert [r.seq for r in await store.read_events("thr_a", 0, 10)] == [1, 2]
+            assert store.healthy
+            await store.create_thread(thread("thr_c", TS))  # type: ignore[arg-type]
+        finally:
+            await store.close()
+        assert not alive(pid)
+
+
+def test_a_batch_sent_again_is_not_written_twice(tmp_path: Path) -> None:
+    """The writer committed a batch and died before its answer: the batch sent again
+    (``again``) writes only what is not there yet, and refuses what it would refuse."""
+    db = sqlite_sql.open_writer(tmp_path / "bridge.db", 2000)
+    try:
+        for tid in ("t1", "t2"):
+            sqlite_sql.create_thread(db, {**thread(tid, TS), "options": "{}"})
+
+        def item(tid: str, first: int) -> sqlite_sql._Append:
+            rows = [(tid, r.seq, r.ts, r.source, r.kind, r.data_json, r.raw, 0, None) for r in records(first, 2, TS)]
+            return sqlite_sql._Append(tid, rows, {}, None, (TS, first + 1, None))
+
+        assert sqlite_sql._commit(db, [item("t1", 1), item("t2", 1)]) == {}
+        again = sqlite_sql.commit_again(db, [item("t1", 1), item("t2", 1), item("t1", 3)])
+        assert again == {}
+        seqs = db.execute("SELECT thread_id, seq FROM events ORDER BY thread_id, seq").fetchall()
+        assert seqs == [("t1", 1), ("t1", 2), ("t1", 3), ("t1", 4), ("t2", 1), ("t2", 2)]
+        clash = item("t2", 2)  # seq 2 is there with other data: refused, as on a first try
+        clash.rows = [(*clash.rows[0][:5], '{"other":1}', *clash.rows[0][6:])]
+        assert list(sqlite_sql.commit_again(db, [clash])) == [0]
+    finally:
+        db.close()
+
+
+async def test_a_writer_that_cannot_open_the_database_is_reported(tmp_path: Path) -> None:
+    (tmp_path / "bridge.db").write_bytes(b"not a database" * 100)
+    store = SqliteStore(tmp_path / "bridge.db")
+    async with asyncio.timeout(20):
+        with pytest.raises(StoreError, match="cannot open store"):
+            await store.open()
+        await store.close()
+    assert not processes_mentioning(f"bridge.store.writer 3 {tmp_path}")
+
+
+# ---------------------------------------------------------------- the decoder of the pipe
+
+
+def valid_replies() -> st.SearchStrategy[bytes]:
+    scalar = st.none() | st.booleans() | st.integers() | st.text(max_size=20)
+    obj = st.fixed_dictionaries(
+        {"i": st.integers(0, 2**40)},
+        optional={
+            "r": st.recursive(scalar, lambda c: st.lists(c, max_size=4), max_leaves=10),
+            "f": st.dictionaries(st.integers(0, 600).map(str), st.text(max_size=20), max_size=4),
+        },
+    )
+    return obj.map(lambda o: json.dumps(o).encode())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(valid_replies(), min_size=1, max_size=5), st.data())
+def test_replies_split_anywhere_come_out_whole(payloads: list[bytes], data: st.DataObject) -> None:
+    stream = b"".join(wire.frame(p) for p in payloads)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=6)))
+    reader = wire.FrameReader()
+    got: list[bytes] = []
+    for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True):
+        got += reader.feed(stream[a:b])
+    assert got == payloads and reader.buffered == 0
+    for p in got:
+        assert wire.parse_reply(p).id == json.loads(p)["i"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(valid_replies(), min_size=1, max_size=3), st.data())
+def test_a_truncated_stream_leaves_only_whole_replies_and_a_remainder(
+    payloads: list[bytes], data: st.DataObject
+) -> None:
+    """A writer killed mid-write: the frames before the cut, nothing of the cut one."""
+    stream = b"".join(wire.frame(p) for p in payloads)
+    cut = data.draw(st.integers(0, len(stream) - 1))
+    reader = wire.FrameReader()
+    got = reader.feed(stream[:cut])
+    assert got == payloads[: len(got)] and len(got) < len(payloads)
+    assert reader.buffered == cut - sum(4 + len(p) for p in got)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=300))
+def test_garbage_is_refused_with_wire_error_only(junk: bytes) -> None:
+    reader = wire.FrameReader(max_frame=1 << 16)
+    try:
+        for payload in reader.feed(junk):
+            wire.parse_reply(payload)
+    except wire.WireError:
+        pass
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=10),
+        lambda c: st.lists(c, max_size=3) | st.dictionaries(st.sampled_from(["i", "r", "f", "e", "c", "x"]), c),
+        max_leaves=12,
+    )
+)
+def test_any_json_is_a_checked_reply_or_wire_error(value: object) -> None:
+    try:
+        rep = wire.parse_reply(json.dumps(value).encode())
+    except wire.WireError:
+        return
+    assert isinstance(rep.id, int) and rep.id >= 0
+    assert all(isinstance(k, int) and isinstance(v, str) for k, v in rep.refused.items())
+    assert rep.error is None or isinstance(rep.error, str)
+
+
+def test_an_oversized_frame_is_refused_before_it_is_buffered() -> None:
+    reader = wire.FrameReader(max_frame=1024)
+    with pytest.raises(wire.WireError):
+        reader.feed((5000).to_bytes(4, "big") + b"x" * 10)

@@ -1,21 +1,28 @@
 """The default embedded store: one SQLite file in the data dir, WAL mode.
 
-Writes run on one dedicated thread with its own connection; reads on a second thread with
-another (WAL lets them run side by side, and a reader sees every committed write).
+Reads run on one dedicated thread with their own connection. The one write connection lives
+in the writer process (``[store] writer = "process"``, the default: bridge/store/writer.py,
+fed over a socket pair by writer_client.py) or on a writer thread (``"thread"``); every
+write there is one of ``sqlite_sql.OPS`` or a batch of appends. WAL lets reads and writes
+run side by side, and a reader sees every committed write.
 
 Transcript appends are group-committed: every append waiting when the writer comes round
 goes into one transaction (each in its own SAVEPOINT, so one bad append cannot sink the
-others), and each caller is told only after the COMMIT. A small batch is committed by the
-writer task itself, on the event loop, with a third connection that never waits for a
-lock and never checkpoints (``_commit_inline``); anything else, or any failure there,
-goes to the writer thread. Callers publish an event only
+others), and each caller is told only after the COMMIT (in the process: on its answer). A
+small batch is committed by the writer task itself, on the event loop, with a third
+connection that never waits for a lock and never checkpoints (``_commit_inline``);
+anything else, or any failure there, goes to the writer. Callers publish an event only
 after that, so whatever a client has seen is on disk (``synchronous=NORMAL`` in WAL mode
 survives a process kill). An append that finds the store idle (nothing pending, nothing else
 ready to run on the loop) commits right in ``append`` (``_commit_inline``), with no hand-off at
 all. If the database cannot be written (locked, disk full, I/O
 error) the batch is retried with backoff until it commits; callers wait — which stops the
 agent's stdout being read, so the agent itself is held back — and ``healthy`` is False
-meanwhile. Nothing acknowledged is ever lost. Migrations are keyed by ``PRAGMA user_version``.
+meanwhile. Nothing acknowledged is ever lost. The writer process dying is one more such
+failure: requests it never answered fail (``store_unavailable``), another process is
+started at once, and the batch it held is sent again marked ``again``, so what the dead
+one committed before it could answer is not written twice (``sqlite_sql.commit_again``).
+Migrations are keyed by ``PRAGMA user_version``.
 
 A thread's ``updated_at``, ``last_seq`` and ``turn_active`` follow its transcript: they are
 not rewritten by every append (that costs one or two more pages per commit: the row and the
@@ -42,6 +49,7 @@ import base64
 import contextlib
 import json
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -164,6 +172,7 @@ class SqliteStore(leases.SqliteLeases):
         self.on_change: Callable[[], None] | None = None
         self.batches = 0
         self.appended = 0
+        self.checkpoint_stats = (0, 0.0, 0.0)  # checkpoints asked for here: count, total ms, max ms
 
     # ------------------------------------------------------------------ plumbing
 
@@ -316,6 +325,9 @@ class SqliteStore(leases.SqliteLeases):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._restart
         proc, self._proc = self._proc, None
+        if self.checkpoint_stats[0]:
+            n, total, top = self.checkpoint_stats
+            log.info("store.checkpoint_stats", writer=self.writer_mode, checkpoints=n, total_ms=total, max_ms=top)
         if proc is None:
             return
         if proc.alive:
@@ -612,8 +624,15 @@ class SqliteStore(leases.SqliteLeases):
             return
 
         async def run() -> None:
+            t0 = time.perf_counter()
             with contextlib.suppress(StoreError):
                 await self._run(sql.checkpoint)
+            ms = (time.perf_counter() - t0) * 1000
+            self.checkpoint_stats = (
+                self.checkpoint_stats[0] + 1,
+                self.checkpoint_stats[1] + ms,
+                max(self.checkpoint_stats[2], ms),
+            )
 
         self._checkpoint = asyncio.create_task(run(), name="store-checkpoint")
 

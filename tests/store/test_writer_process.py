@@ -23,6 +23,7 @@ from bridge.store import sqlite_sql, wire
 from bridge.store.sqlite import SqliteStore
 
 TS = "2026-12-01T00:00:00.000Z"
+PER, TOTAL = 100, 6000  # records per append, per thread
 
 
 def writer_pid(store: SqliteStore) -> int:
@@ -39,9 +40,10 @@ def alive(pid: int) -> bool:
 
 
 async def test_the_writer_killed_mid_stream_loses_nothing_acknowledged(tmp_path: Path) -> None:
-    """Four threads append 3 records at a time while the writer is SIGKILLed twice: every
-    append returns (after another writer took over), each thread's transcript is exactly
-    1..n with every append whole, and health went False and back to True."""
+    """Four threads append 100 records at a time (over INLINE_MAX_ROWS: every one goes to
+    the writer process) while the writer is SIGKILLed twice: every append returns (after
+    another writer took over), each thread's transcript is exactly 1..n with every append
+    whole, and health went False and back to True."""
     async with asyncio.timeout(45):
         store = SqliteStore(tmp_path / "bridge.db")
         health: list[bool] = []
@@ -55,18 +57,18 @@ async def test_the_writer_killed_mid_stream_loses_nothing_acknowledged(tmp_path:
             seen_partial: list[int] = []
 
             async def appender(tid: str) -> None:
-                for first in range(1, 301, 3):
-                    await store.append(tid, records(first, 3, TS), [None] * 3, {"updated_at": TS})
-                    acked[tid] = first + 2
+                for first in range(1, TOTAL + 1, PER):
+                    await store.append(tid, records(first, PER, TS), [None] * PER, {"updated_at": TS})
+                    acked[tid] = first + PER - 1
 
             async def watcher() -> None:
                 # A reader never sees part of an append: each is one transaction.
                 db = sqlite3.connect(tmp_path / "bridge.db")
                 try:
-                    while not all(v == 300 for v in acked.values()):
+                    while not all(v == TOTAL for v in acked.values()):
                         for tid in tids:
                             (n,) = db.execute("SELECT count(*) FROM events WHERE thread_id=?", (tid,)).fetchone()
-                            if n % 3:
+                            if n % PER:
                                 seen_partial.append(n)
                         await asyncio.sleep(0.002)
                 finally:
@@ -74,7 +76,7 @@ async def test_the_writer_killed_mid_stream_loses_nothing_acknowledged(tmp_path:
 
             async def killer() -> None:
                 for _ in range(2):
-                    await wait_until(lambda: sum(acked.values()) > 150, what="some appends")
+                    await wait_until(lambda: sum(acked.values()) > TOTAL, what="some appends")
                     pid = writer_pid(store)
                     os.kill(pid, signal.SIGKILL)
                     await wait_until(lambda p=pid: store._proc is not None and store._proc.pid != p, what="restart")
@@ -83,8 +85,8 @@ async def test_the_writer_killed_mid_stream_loses_nothing_acknowledged(tmp_path:
             assert not seen_partial
             assert False in health and health[-1] is True and store.healthy
             for tid in tids:
-                got = await store.read_events(tid, 0, 1000)
-                assert [r.seq for r in got] == list(range(1, 301))
+                got = await store.read_events(tid, 0, TOTAL + 1)
+                assert [r.seq for r in got] == list(range(1, TOTAL + 1))
         finally:
             await store.close()
 
@@ -101,7 +103,8 @@ async def test_a_request_the_dead_writer_never_answered_fails_with_store_unavail
             pid = writer_pid(store)
             os.kill(pid, signal.SIGSTOP)
             create = asyncio.ensure_future(store.create_thread(thread("thr_b", TS)))  # type: ignore[arg-type]
-            append = asyncio.ensure_future(store.append("thr_a", records(1, 2, TS), [None, None], {}))
+            # Over INLINE_MAX_ROWS: it goes to the writer process (a small one commits inline).
+            append = asyncio.ensure_future(store.append("thr_a", records(1, 100, TS), [None] * 100, {}))
             await asyncio.sleep(0.1)
             assert not create.done() and not append.done()
             os.kill(pid, signal.SIGKILL)
@@ -110,7 +113,7 @@ async def test_a_request_the_dead_writer_never_answered_fails_with_store_unavail
             assert exc.value.code == "store_unavailable"
             await append
             assert writer_pid(store) != pid and not alive(pid)
-            assert [r.seq for r in await store.read_events("thr_a", 0, 10)] == [1, 2]
+            assert [r.seq for r in await store.read_events("thr_a", 0, 1000)] == list(range(1, 101))
             assert store.healthy
             await store.create_thread(thread("thr_c", TS))  # type: ignore[arg-type]
         finally:

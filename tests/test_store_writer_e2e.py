@@ -63,3 +63,13 @@ async def test_the_writer_killed_mid_flood_loses_nothing_a_client_saw(daemon: An
     assert len([e for e in stored if e["kind"] == "message.delta" and e["data"]["text"].strip().isdigit()]) >= 3000
     assert '"store.writer_lost"' in daemon.stderr()
     await c.close()
+
+
+async def test_the_writer_gets_no_secret_from_the_daemons_environment(
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
+    d = await daemon_factory(base_config(tmp_path, agent_env), extra_env={"AGENT_BRIDGE_SECRET_PROBE": "s3cr3t"})
+    [pid] = writers(d)
+    environ = Path(f"/proc/{pid}/environ").read_bytes()
+    assert b"s3cr3t" not in environ and b"AGENT_BRIDGE" not in environ
+    assert d.token is not None and d.token.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()

@@ -50,10 +50,14 @@ def unavailable(why: str) -> StoreError:
     return StoreError(f"the store's writer process {why}", code="store_unavailable")
 
 
+# What the writer's environment keeps of the daemon's: no token, no store password.
+_ENV_KEPT = ("PATH", "TMPDIR", "SQLITE_TMPDIR", "LD_LIBRARY_PATH", "PYTHONHOME", "LANG", "LC_ALL")
+
+
 def _spawn(child: socket.socket, path: Path, busy_timeout_ms: int) -> int:
-    env = dict(os.environ)
+    env = {k: os.environ[k] for k in _ENV_KEPT if k in os.environ}
     root = str(Path(bridge.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     argv = [sys.executable, "-m", "bridge.store.writer", "3", str(path), str(int(busy_timeout_ms))]
     actions = [
         (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),

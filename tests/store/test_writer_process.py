@@ -231,3 +231,50 @@ def test_an_oversized_frame_is_refused_before_it_is_buffered() -> None:
     reader = wire.FrameReader(max_frame=1024)
     with pytest.raises(wire.WireError):
         reader.feed((5000).to_bytes(4, "big") + b"x" * 10)
+
+
+async def every_write(store: SqliteStore) -> list[object]:
+    """One call of every write the store makes (each an op of sqlite_sql.OPS), and what came back."""
+    out: list[object] = []
+    await store.create_thread(thread("thr_a", TS, state="running"))  # type: ignore[arg-type]
+    await store.create_thread(thread("thr_b", TS))  # type: ignore[arg-type]
+    await store.update_thread("thr_b", {"title": "b", "options": {"x": [1, 2]}})
+    await store.append("thr_a", records(1, 70, TS), [None] * 69 + ["cid-1"], {"turn_active": True})
+    out.append(await store.find_client_event("thr_a", "cid-1"))
+    out.append(await store.delete_thread("thr_b"))
+    out.append(await store.delete_thread("thr_b"))
+    out.append([(r["id"], r["last_seq"], r["turn_active"], r["state"]) for r in await store.live_threads()])
+    await store.save_session("k1", 1e12, [], user="ann")
+    await store.save_session("k2", 1.0, ["k0"])
+    out.append(await store.load_sessions(10.0))
+    await store.delete_session("k1")
+    out.append(await store.add_user("ann", "h1", admin=True))
+    out.append(await store.add_user("ann", "h2", admin=False))
+    out.append(await store.revoke_user("ann"))
+    epoch = await store.acquire_lease("thr_a", "r1", 30.0)
+    out.append(epoch)
+    out.append(await store.acquire_lease("thr_a", "r2", 30.0))
+    out.append(await store.renew_leases("r1", 30.0))
+    lease = await store.lease_of("thr_a")
+    out.append(lease is not None and (lease.owner, lease.epoch, lease.live))
+    out.append(await store.release_lease("thr_a", "r1", epoch or 0))
+    await store.register_replica("inst", "http://x")
+    await store.heartbeat()
+    out.append([(r.replica_id, r.instance, r.url, r.threads) for r in await store.list_replicas()])
+    row = await store.get_thread("thr_a")
+    out.append(row is not None and (row["last_seq"], row["turn_active"]))
+    return out
+
+
+async def test_both_writers_answer_every_write_alike(tmp_path: Path) -> None:
+    async with asyncio.timeout(30):
+        answers = []
+        for mode in ("thread", "process"):
+            store = SqliteStore(tmp_path / f"{mode}.db", writer=mode)  # type: ignore[arg-type]
+            await store.open()
+            try:
+                answers.append(await every_write(store))
+            finally:
+                await store.close()
+        assert answers[0] == answers[1]
+        assert answers[1][:3] == [70, True, False] and answers[1][4] == [("k1", 1e12, "ann")]

@@ -331,8 +331,8 @@ class SqliteStore(leases.SqliteLeases):
         if proc is None:
             return
         if proc.alive:
-            with contextlib.suppress(StoreError):
-                log.info("store.writer_stats", pid=proc.pid, **await proc.stats())
+            with contextlib.suppress(StoreError, TimeoutError):
+                log.info("store.writer_stats", pid=proc.pid, **await asyncio.wait_for(proc.stats(), 5.0))
         await proc.close()
 
     async def _drained(self) -> None:

@@ -118,13 +118,13 @@ class WriterProcess:
         try:
             ready = await asyncio.wait_for(asyncio.shield(self._waiting[0]), START_TIMEOUT_S)
         except TimeoutError:
-            self._lost("did not start in time")
+            self._give_up("did not start in time")
             raise unavailable("did not start in time") from None
         except BaseException:
-            self._lost("was not started")
+            self._give_up("was not started")
             raise
         if ready.error is not None:
-            self._lost("could not open the database")
+            self._give_up("could not open the database")
             await self.wait_exit(5.0)
             if ready.code == "schema_too_new":
                 raise StoreError(ready.error, code="schema_too_new")
@@ -153,6 +153,12 @@ class WriterProcess:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self._exited), 5.0)
             return False
+
+    def _give_up(self, why: str) -> None:
+        """A start that failed: raised to the caller, not reported as a loss."""
+        self._closing = True
+        self.kill()
+        self._lost(why)
 
     def kill(self) -> None:
         if self.pid is not None and self._exited is not None and not self._exited.done():

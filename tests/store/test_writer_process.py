@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from hypothesis import strategies as st
 from support.stores import records, thread
 
 from bridge.errors import StoreError
-from bridge.store import sqlite_sql, wire
+from bridge.store import sqlite_sql, wire, writer_client
 from bridge.store.sqlite import SqliteStore
 
 TS = "2026-12-01T00:00:00.000Z"
@@ -278,3 +279,56 @@ async def test_both_writers_answer_every_write_alike(tmp_path: Path) -> None:
                 await store.close()
         assert answers[0] == answers[1]
         assert answers[1][:3] == [70, True, False] and answers[1][4] == [("k1", 1e12, "ann")]
+
+
+# A stand-in writer (the real one's first word, then one scripted answer to the first
+# request): what a broken or dying writer can leave on the pipe.
+FAKE_WRITER = """
+import os, socket, struct, sys, time
+sock = socket.socket(fileno=3)
+def frame(b): return struct.pack(">I", len(b)) + b
+sock.sendall(frame(b'{"i":0,"r":"ready"}'))
+sock.recv(1 << 20)
+answer = bytes.fromhex(sys.argv[1])
+sock.sendall(answer)
+if sys.argv[2] == "exit":
+    os._exit(0)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize(
+    ("answer", "after", "why"),
+    [
+        (wire.frame(b'{"i":1,"r":'), "stay", "sent a garbled answer"),  # not JSON
+        (wire.frame(b'{"i":1,"f":{"x":1}}'), "stay", "sent a garbled answer"),  # not a refusal map
+        ((1 << 30).to_bytes(4, "big"), "stay", "sent a garbled answer"),  # over MAX_FRAME
+        (wire.frame(b'{"i":1,"f":{}}')[:9], "exit", "exited in the middle of an answer"),  # truncated
+    ],
+)
+async def test_a_broken_writer_is_given_up_and_its_requests_fail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: bytes, after: str, why: str
+) -> None:
+    script = tmp_path / "fake_writer.py"
+    script.write_text(FAKE_WRITER)
+
+    def spawn(child: object, path: Path, busy_timeout_ms: int) -> int:
+        fd = child.fileno()  # type: ignore[attr-defined]
+        argv = [sys.executable, str(script), answer.hex(), after]
+        return os.posix_spawn(sys.executable, argv, {}, file_actions=[(os.POSIX_SPAWN_DUP2, fd, 3)])
+
+    monkeypatch.setattr(writer_client, "_spawn", spawn)
+    lost: list[str] = []
+    proc = writer_client.WriterProcess(tmp_path / "bridge.db", 2000, lost.append)
+    async with asyncio.timeout(20):
+        await proc.start()
+        pid = proc.pid
+        assert pid is not None
+        with pytest.raises(StoreError) as exc:
+            await proc.batch([], False)
+        assert exc.value.code == "store_unavailable" and why in exc.value.message
+        assert lost == [why] and not proc.alive
+        await wait_until(lambda: not alive(pid), what="the broken writer to be killed and reaped")
+        with pytest.raises(StoreError):
+            await proc.call("checkpoint", ())
+        await proc.close()

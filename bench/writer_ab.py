@@ -23,21 +23,15 @@ from pathlib import Path
 
 import httpx
 
-from bench.run import RESULT_MARK, TURN_END_MARK, Bridge, cpu_s, until, user_line
+from bench.run import RESULT_MARK, TURN_END_MARK, Bridge, store_writer, until, user_line
 
 MODES = ("thread", "process")
 
 
-def writer_pid(daemon: int) -> int | None:
-    """The daemon's child running ``bridge.store.writer`` (None with the writer thread)."""
-    for task in Path(f"/proc/{daemon}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            try:
-                if b"bridge.store.writer" in Path(f"/proc/{child}/cmdline").read_bytes():
-                    return int(child)
-            except FileNotFoundError:
-                continue
-    return None
+def own_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of this one process (bench.run.cpu_s adds the writer's)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def prompt(mode: str, text: str) -> str:
@@ -50,13 +44,13 @@ async def flood(b: Bridge, http: httpx.AsyncClient, tid: str, mode: str, lines: 
     mark = RESULT_MARK if mode == "raw" else TURN_END_MARK
     await ws.send_text(prompt(mode, "flood 1"))
     await until(ws, mark)
-    wp = writer_pid(b.pid)
-    c0, w0 = cpu_s(b.pid), cpu_s(wp) if wp else 0.0
+    wp = store_writer(b.pid)
+    c0, w0 = own_cpu_s(b.pid), own_cpu_s(wp) if wp else 0.0
     t0 = time.perf_counter()
     await ws.send_text(prompt(mode, f"flood {lines} 200"))
     await until(ws, mark)
     dt = time.perf_counter() - t0
-    c1, w1 = cpu_s(b.pid), cpu_s(wp) if wp else 0.0
+    c1, w1 = own_cpu_s(b.pid), own_cpu_s(wp) if wp else 0.0
     await ws.close()
     return [lines / dt, (c1 - c0) / lines * 1e6, (w1 - w0) / lines * 1e6]
 

@@ -99,9 +99,22 @@ def rss_kib(pid: int) -> int:
 
 
 def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of the process itself (its children excluded)."""
+    """User + system CPU seconds of the process itself (its children excluded), and of the
+    bridge's store writer process if it has one (part of the daemon, not an agent)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    writer = store_writer(pid)
+    return own + (cpu_s(writer) if writer is not None else 0.0)
+
+
+def store_writer(pid: int) -> int | None:
+    """The child of ``pid`` running ``bridge.store.writer`` (``[store] writer = "process"``)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            with contextlib.suppress(FileNotFoundError):
+                if b"bridge.store.writer" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    return int(child)
+    return None
 
 
 def pct(values: Sequence[float], q: float) -> float:

@@ -34,6 +34,7 @@ from bridge.process.launch import executable_problem
 from bridge.process.parent import ParentWatch, alive, quiet_broken_stdio
 from bridge.process.subreaper import TRACKER, reap_recorded
 from bridge.store import factory as store_factory
+from bridge.store import writer_client
 from bridge.store.urls import parse as parse_store_url
 from bridge.tested_agents import TESTED, cli_version
 
@@ -310,6 +311,7 @@ def serve(
     lock_fd = datadir.lock(settings.data_dir)
     _check_store(settings)
     TRACKER.install(settings.data_dir)
+    writer_client.SPAWN_WATCH = TRACKER  # the store's writer process is no orphan
     killed = reap_recorded(settings.data_dir)
     if killed:
         log.warning("agent.orphans_reaped", pids=killed, source="agents_record")

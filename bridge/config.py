@@ -166,6 +166,8 @@ class StoreSettings(BaseModel):
 
     # sqlite:///<path> or postgresql://…; None: sqlite:///<data-dir>/bridge.db
     url: str | None = None
+    # SQLite: where the one write connection lives (docs/configuration.md)
+    writer: Literal["process", "thread"] = "process"
 
 
 class ClusterSettings(BaseModel):
@@ -429,6 +431,8 @@ def _store(config: dict[str, Any], env: Mapping[str, str]) -> StoreSettings:
     raw = _table(config.pop("store", {}) or {}, "[store] must be a table")
     if env.get("AGENT_BRIDGE_STORE_URL"):
         raw["url"] = env["AGENT_BRIDGE_STORE_URL"]
+    if env.get("AGENT_BRIDGE_STORE_WRITER"):
+        raw["writer"] = env["AGENT_BRIDGE_STORE_WRITER"]
     try:
         settings = StoreSettings(**raw)
     except ValidationError as exc:

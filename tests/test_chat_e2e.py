@@ -14,11 +14,20 @@ def stdin_lines(tmp_path: Path) -> list[str]:
 
 
 def children(pid: int) -> list[int]:
+    """The daemon's child processes, but for its store's writer process (its own helper,
+    bridge/store/writer.py: not an agent)."""
     out: list[int] = []
     for task in Path(f"/proc/{pid}/task").iterdir():
         text = (task / "children").read_text().split()
-        out += [int(x) for x in text]
+        out += [int(x) for x in text if not _store_writer(int(x))]
     return out
+
+
+def _store_writer(pid: int) -> bool:
+    try:
+        return b"bridge.store.writer" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 async def test_two_turn_chat_streams_deltas_and_ends_each_turn_once(daemon: Daemon, dialect: str) -> None:

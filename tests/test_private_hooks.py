@@ -86,7 +86,7 @@ def test_the_store_sees_an_idle_loop_as_idle_and_a_loop_with_a_ready_callback_as
 async def test_an_append_on_a_quiet_loop_commits_in_place_without_yielding_to_the_loop(tmp_path: Path) -> None:
     """The direct path of ``SqliteStore.append``: with nothing else ready it commits and
     returns on its first step; through the writer (the fallback) it has to wait."""
-    store = SqliteStore(tmp_path / "bridge.db")
+    store = SqliteStore(tmp_path / "bridge.db", writer="thread")  # the inline path is the thread writer's
     ts = "2026-01-01T00:00:00Z"
     async with asyncio.timeout(DEADLINE):
         await store.open()

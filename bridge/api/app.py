@@ -59,7 +59,9 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = await open_store(settings.store_url, replica_id=settings.cluster.replica_id)
+        store = await open_store(
+            settings.store_url, replica_id=settings.cluster.replica_id, writer=settings.store.writer
+        )
         try:
             await store.register_replica(uuid.uuid4().hex, None)  # refused if the id is taken
         except BaseException:

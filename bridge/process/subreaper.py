@@ -133,6 +133,7 @@ class Tracker:
         self._written: object = None
         self.subreaper = False
         self.spawning = 0  # spawns in flight: their child is the daemon's but not registered yet
+        self._spared: set[int] = set()  # the daemon's own helpers (the store's writer process)
         self._task: asyncio.Task[None] | None = None
         # The periodic walk runs in a worker thread (it reads /proc: ~0.5 ms per agent), the
         # rest on the event loop; everything that reads or changes the tables holds this.
@@ -159,6 +160,18 @@ class Tracker:
             self.spawning -= 1
             if proc is not None:
                 self.register(proc)
+
+    def spared(self, pid: int | None) -> None:
+        """A helper's spawn is over (``spawn_started`` before it): its child is the daemon's
+        own (the SQLite writer process), never an orphan to sweep; it reaps it itself."""
+        with self._lock:
+            self.spawning -= 1
+            if pid is not None:
+                self._spared.add(pid)
+
+    def unspared(self, pid: int) -> None:
+        with self._lock:
+            self._spared.discard(pid)
 
     def register(self, proc: Tracked) -> None:
         with self._lock:
@@ -231,7 +244,7 @@ class Tracker:
             return
         agents = {a.proc.pid for a in self._agents.values()}
         for pid in _children(os.getpid()):
-            if pid not in agents:
+            if pid not in agents and pid not in self._spared:
                 self._sweep_child(pid)
         self._sweep_unowned(kill_unowned=kill_unowned)
 

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, Required, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Required, TypedDict, cast
 
-from bridge.protocols.envelope import Frames
-from bridge.protocols.events import Record
+if TYPE_CHECKING:  # annotations only: the SQLite writer process imports this module too
+    from bridge.protocols.envelope import Frames
+    from bridge.protocols.events import Record
 
 
 class ThreadRow(TypedDict, total=False):

@@ -18,23 +18,24 @@ from bridge.store.base import Store
 log = structlog.get_logger("bridge.store")
 
 
-def make_store(url: str, *, replica_id: str = "local") -> Store:
-    """The store the URL names, not yet opened (ConfigError ``invalid_store_url``)."""
+def make_store(url: str, *, replica_id: str = "local", writer: str = "process") -> Store:
+    """The store the URL names, not yet opened (ConfigError ``invalid_store_url``).
+    ``writer``: SQLite's write connection in a writer process or on a thread."""
     parsed = urls.parse(url)
     if parsed.kind == "sqlite":
         from bridge.store.sqlite import SqliteStore
 
         assert parsed.path is not None
-        return SqliteStore(parsed.path, replica_id=replica_id)
+        return SqliteStore(parsed.path, replica_id=replica_id, writer="thread" if writer == "thread" else "process")
     from bridge.store.postgres import PostgresStore
 
     return PostgresStore(parsed, replica_id=replica_id)
 
 
-async def open_store(url: str, *, replica_id: str = "local") -> Store:
+async def open_store(url: str, *, replica_id: str = "local", writer: str = "process") -> Store:
     """Made and opened: the schema checked and migrated (PostgreSQL: under the migration
     advisory lock, so of several replicas starting at once exactly one migrates)."""
-    store = make_store(url, replica_id=replica_id)
+    store = make_store(url, replica_id=replica_id, writer=writer)
     await store.open()
     return store
 
@@ -70,7 +71,7 @@ async def migrate(url: str, *, replica_id: str | None = None) -> list[int]:
         assert parsed.path is not None
         before = _sqlite_version(parsed.path)
         check_sqlite(parsed.path)
-        store = SqliteStore(parsed.path)
+        store = SqliteStore(parsed.path, writer="thread")  # one migration: no process to start
         await store.open()
         await store.close()
         return list(range(before + 1, SCHEMA_VERSION + 1))

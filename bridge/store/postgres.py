@@ -69,8 +69,9 @@ from bridge.store.base import (
     ThreadRow,
     UserRow,
 )
-from bridge.store.sqlite import _JSON_COLUMNS, _THREAD_COLUMNS, _iso_before, decode_cursor, encode_cursor
+from bridge.store.sqlite import decode_cursor, encode_cursor
 from bridge.store.sqlite_leases import LEASE_LOST, stamp
+from bridge.store.sqlite_sql import _JSON_COLUMNS, _THREAD_COLUMNS, _iso_before
 from bridge.store.urls import StoreUrl
 
 T = TypeVar("T")

@@ -1,21 +1,28 @@
 """The default embedded store: one SQLite file in the data dir, WAL mode.
 
-Writes run on one dedicated thread with its own connection; reads on a second thread with
-another (WAL lets them run side by side, and a reader sees every committed write).
+Reads run on one dedicated thread with their own connection. The one write connection lives
+in the writer process (``[store] writer = "process"``, the default: bridge/store/writer.py,
+fed over a socket pair by writer_client.py) or on a writer thread (``"thread"``); every
+write there is one of ``sqlite_sql.OPS`` or a batch of appends. WAL lets reads and writes
+run side by side, and a reader sees every committed write.
 
 Transcript appends are group-committed: every append waiting when the writer comes round
 goes into one transaction (each in its own SAVEPOINT, so one bad append cannot sink the
-others), and each caller is told only after the COMMIT. A small batch is committed by the
-writer task itself, on the event loop, with a third connection that never waits for a
-lock and never checkpoints (``_commit_inline``); anything else, or any failure there,
-goes to the writer thread. Callers publish an event only
+others), and each caller is told only after the COMMIT (in the process: on its answer). A
+small batch is committed by the writer task itself, on the event loop, with a third
+connection that never waits for a lock and never checkpoints (``_commit_inline``);
+anything else, or any failure there, goes to the writer. Callers publish an event only
 after that, so whatever a client has seen is on disk (``synchronous=NORMAL`` in WAL mode
 survives a process kill). An append that finds the store idle (nothing pending, nothing else
 ready to run on the loop) commits right in ``append`` (``_commit_inline``), with no hand-off at
 all. If the database cannot be written (locked, disk full, I/O
 error) the batch is retried with backoff until it commits; callers wait — which stops the
 agent's stdout being read, so the agent itself is held back — and ``healthy`` is False
-meanwhile. Nothing acknowledged is ever lost. Migrations are keyed by ``PRAGMA user_version``.
+meanwhile. Nothing acknowledged is ever lost. The writer process dying is one more such
+failure: requests it never answered fail (``store_unavailable``), another process is
+started at once, and the batch it held is sent again marked ``again``, so what the dead
+one committed before it could answer is not written twice (``sqlite_sql.commit_again``).
+Migrations are keyed by ``PRAGMA user_version``.
 
 A thread's ``updated_at``, ``last_seq`` and ``turn_active`` follow its transcript: they are
 not rewritten by every append (that costs one or two more pages per commit: the row and the
@@ -45,10 +52,8 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 import structlog
 
@@ -57,6 +62,7 @@ from bridge.errors import LeaseLost, StoreError
 from bridge.protocols.envelope import Frames, stored_envelopes
 from bridge.protocols.events import Record
 from bridge.store import sqlite_leases as leases
+from bridge.store import sqlite_sql as sql
 from bridge.store.base import (
     CHANGE_COLUMNS,
     PAGE_BYTES,
@@ -68,6 +74,18 @@ from bridge.store.base import (
     ThreadRow,
     UserRow,
 )
+from bridge.store.sqlite_sql import (
+    _JSON_COLUMNS,
+    _MIGRATIONS,
+    _THREAD_COLUMNS,
+    SCHEMA_VERSION,
+    _Append,
+    _commit,
+)
+from bridge.store.writer_client import WriterProcess
+
+__all__ = ["SCHEMA_VERSION", "_MIGRATIONS", "SqliteStore", "WriterMode", "check_schema", "schema_too_new"]
+WriterMode = Literal["process", "thread"]
 
 T = TypeVar("T")
 log = structlog.get_logger("bridge.store")
@@ -79,129 +97,6 @@ INLINE_MAX_BYTES = 128 * 1024
 TOUCH_FLUSH_S = 0.5  # owed updated_at/last_seq/turn_active are written within this long
 CHECKPOINT_EVERY = 256  # inline commits between WAL checkpoints (about 1000 WAL pages)
 MAX_BACKOFF_S = 2.0
-
-_MIGRATIONS: list[str] = [
-    # 1: threads and their transcripts
-    """
-    CREATE TABLE threads (
-        id TEXT PRIMARY KEY,
-        agent TEXT NOT NULL,
-        protocol TEXT NOT NULL,
-        model TEXT,
-        cwd TEXT NOT NULL,
-        title TEXT NOT NULL DEFAULT '',
-        native_session_id TEXT,
-        state TEXT NOT NULL,
-        turn_active INTEGER NOT NULL DEFAULT 0,
-        last_seq INTEGER NOT NULL DEFAULT 0,
-        created_at TEXT NOT NULL,
-        updated_at TEXT NOT NULL,
-        last_exit TEXT,
-        options TEXT NOT NULL DEFAULT '{}',
-        pid INTEGER
-    );
-    CREATE INDEX threads_by_activity ON threads(updated_at DESC, id DESC);
-    CREATE TABLE events (
-        thread_id TEXT NOT NULL,
-        seq INTEGER NOT NULL,
-        ts TEXT NOT NULL,
-        source TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        data TEXT NOT NULL,
-        raw TEXT,
-        relay INTEGER NOT NULL DEFAULT 0,
-        client_id TEXT,
-        PRIMARY KEY (thread_id, seq)
-    ) WITHOUT ROWID;
-    CREATE INDEX events_by_client_id ON events(thread_id, client_id) WHERE client_id IS NOT NULL;
-    """,
-    # 2: the agent's start time, so a later daemon can tell its process group from a
-    # recycled pid (process/reaper.py)
-    """
-    ALTER TABLE threads ADD COLUMN pid_start INTEGER;
-    """,
-    # 3: what an ACP agent said about itself in initialize (capabilities, info, version)
-    """
-    ALTER TABLE threads ADD COLUMN agent_info TEXT;
-    """,
-    # 4: the sub-agent / workflow task table (sessions/tasks.py, its own JSON)
-    """
-    ALTER TABLE threads ADD COLUMN tasks TEXT;
-    """,
-    # 5: browser sessions, so a daemon restart does not sign every page out. Only a keyed
-    # hash of each session id is kept (api/auth.py Sessions), never the id itself.
-    """
-    CREATE TABLE browser_sessions (
-        key TEXT PRIMARY KEY,
-        expires_at REAL NOT NULL
-    ) WITHOUT ROWID;
-    """,
-    # 6: the change log (GET /v1/events) and the pending permission count. Existing threads
-    # get change_seqs 1..n in order of activity, each as its own creation.
-    """
-    ALTER TABLE threads ADD COLUMN pending_permissions INTEGER NOT NULL DEFAULT 0;
-    ALTER TABLE threads ADD COLUMN change_seq INTEGER NOT NULL DEFAULT 0;
-    ALTER TABLE threads ADD COLUMN created_seq INTEGER NOT NULL DEFAULT 0;
-    UPDATE threads SET change_seq = (SELECT n FROM (SELECT id AS rid, row_number() OVER
-        (ORDER BY updated_at, id) AS n FROM threads) WHERE rid = threads.id);
-    UPDATE threads SET created_seq = change_seq;
-    CREATE UNIQUE INDEX threads_by_change ON threads(change_seq);
-    CREATE TABLE thread_tombstones (
-        thread_id TEXT PRIMARY KEY,
-        change_seq INTEGER NOT NULL,
-        deleted_at TEXT NOT NULL
-    ) WITHOUT ROWID;
-    CREATE UNIQUE INDEX tombstones_by_change ON thread_tombstones(change_seq);
-    CREATE TABLE change_log (
-        id INTEGER PRIMARY KEY CHECK (id = 1),
-        latest INTEGER NOT NULL,
-        horizon INTEGER NOT NULL
-    );
-    INSERT INTO change_log (id, latest, horizon) SELECT 1, coalesce(max(change_seq), 0), 0 FROM threads;
-    """,
-]
-# 7: leases, replicas and the replica that recorded a thread's process (issue #18); the
-# same schema as PostgreSQL's (bridge/store/pg_schema.py), so both stores share one
-# protocol. A client_id is unique per thread in the database itself.
-_MIGRATIONS.append(
-    """
-    ALTER TABLE threads ADD COLUMN lease_owner TEXT;
-    ALTER TABLE threads ADD COLUMN lease_epoch INTEGER NOT NULL DEFAULT 0;
-    ALTER TABLE threads ADD COLUMN lease_expires REAL;
-    ALTER TABLE threads ADD COLUMN replica_id TEXT;
-    CREATE INDEX threads_by_lease_owner ON threads(lease_owner) WHERE lease_owner IS NOT NULL;
-    DROP INDEX events_by_client_id;
-    CREATE UNIQUE INDEX events_by_client_id ON events(thread_id, client_id) WHERE client_id IS NOT NULL;
-    CREATE TABLE replicas (
-        replica_id TEXT PRIMARY KEY,
-        instance TEXT NOT NULL,
-        url TEXT,
-        started_at TEXT NOT NULL,
-        heartbeat_at REAL NOT NULL
-    ) WITHOUT ROWID;
-    """
-)
-
-# 8: users (issue #20): who created each thread (and each deleted one), whose each browser
-# session is, and the users with the hashes of their tokens (never a token). The same as
-# PostgreSQL's migration 3.
-_MIGRATIONS.append(
-    """
-    ALTER TABLE threads ADD COLUMN owner TEXT;
-    CREATE INDEX threads_by_owner ON threads(owner, updated_at DESC, id DESC) WHERE owner IS NOT NULL;
-    ALTER TABLE thread_tombstones ADD COLUMN owner TEXT;
-    ALTER TABLE browser_sessions ADD COLUMN user_name TEXT;
-    CREATE TABLE users (
-        name TEXT PRIMARY KEY,
-        token_hash TEXT UNIQUE,
-        admin INTEGER NOT NULL DEFAULT 0,
-        created_at TEXT NOT NULL,
-        revoked_at TEXT
-    ) WITHOUT ROWID;
-    """
-)
-
-SCHEMA_VERSION = len(_MIGRATIONS)
 
 
 def schema_too_new(path: Path, version: int) -> str:
@@ -228,97 +123,6 @@ def check_schema(path: Path) -> None:
         raise StoreError(schema_too_new(path, version), code="schema_too_new")
 
 
-_THREAD_COLUMNS = (
-    "id",
-    "agent",
-    "protocol",
-    "model",
-    "cwd",
-    "title",
-    "native_session_id",
-    "state",
-    "turn_active",
-    "last_seq",
-    "created_at",
-    "updated_at",
-    "last_exit",
-    "options",
-    "pid",
-    "pid_start",
-    "agent_info",
-    "tasks",
-    "pending_permissions",
-    "owner",
-)
-_JSON_COLUMNS = ("last_exit", "options", "agent_info")
-
-
-@dataclass(slots=True)
-class _Append:
-    thread_id: str
-    rows: list[tuple[Any, ...]]
-    fields: dict[str, Any]  # thread columns written in the same transaction
-    done: asyncio.Future[None] | None  # None: nobody waits (a timed flush)
-    # (updated_at, last_seq, turn_active): for an append, what the thread row owes once it
-    # commits; for a flush item (no rows), written with max() for the first two so an older
-    # value never wins (turn_active is only ever written by flush items, in order).
-    touch: tuple[str | None, int | None, int | None] | None = None
-    flush: bool = False
-    changed: bool = False  # its commit gave the thread row a new change_seq
-    fence: tuple[str, int] | None = None  # (replica_id, epoch): the lease this append needs
-
-
-# At open: every thread's derived columns brought up to its newest stored event (a daemon
-# killed before its last flush of _dirty). Index seeks on the events primary key only.
-# Each returns the ids it changed: those rows get a new change_seq.
-_REPAIR = (
-    "UPDATE threads SET last_seq = (SELECT max(seq) FROM events WHERE thread_id = threads.id) "
-    "WHERE last_seq < (SELECT max(seq) FROM events WHERE thread_id = threads.id) RETURNING id",
-    "UPDATE threads SET updated_at = (SELECT ts FROM events WHERE thread_id = threads.id "
-    "ORDER BY seq DESC LIMIT 1) WHERE updated_at < (SELECT ts FROM events "
-    "WHERE thread_id = threads.id ORDER BY seq DESC LIMIT 1) RETURNING id",
-    # A turn is in flight iff the thread's newest turn.started / turn.ended is a turn.started
-    # (every accepted turn ends exactly once: conversation.py, registry.py recovery).
-    "UPDATE threads SET turn_active = coalesce((SELECT kind = 'turn.started' FROM events "
-    "WHERE thread_id = threads.id AND kind IN ('turn.started', 'turn.ended') ORDER BY seq DESC LIMIT 1), 0) "
-    "WHERE state IN ('starting', 'running', 'stopping') OR turn_active = 1 RETURNING id",
-)
-
-
-def _iso_before(seconds: float) -> str:
-    """The wall-clock time ``seconds`` ago, in the transcript's format (so it compares as text)."""
-    return datetime.fromtimestamp(time.time() - seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
-
-
-def _prune_tombstones(db: sqlite3.Connection, older_than: str) -> None:
-    """Drop the tombstones beyond the newest TOMBSTONE_KEEP, and those deleted before
-    ``older_than``; the horizon moves up to the newest one dropped (a cursor below it could
-    miss a deletion)."""
-    (upto,) = db.execute(
-        "SELECT max(change_seq) FROM thread_tombstones WHERE deleted_at < ? OR change_seq <= "
-        "(SELECT change_seq FROM thread_tombstones ORDER BY change_seq DESC LIMIT 1 OFFSET ?)",
-        (older_than, TOMBSTONE_KEEP),
-    ).fetchone()
-    if upto is None:
-        return
-    db.execute("DELETE FROM thread_tombstones WHERE change_seq <= ?", (upto,))
-    db.execute("UPDATE change_log SET horizon = max(horizon, ?)", (upto,))
-
-
-def _next_change(db: sqlite3.Connection) -> int:
-    """The next cursor, taken inside the caller's transaction (so cursors follow commit
-    order; a rolled-back transaction or savepoint gives its value back)."""
-    return int(db.execute("UPDATE change_log SET latest = latest + 1 RETURNING latest").fetchall()[0][0])
-
-
-def _repair(db: sqlite3.Connection) -> None:
-    changed: dict[str, None] = {}
-    for stmt in _REPAIR:
-        changed.update(dict.fromkeys(r[0] for r in db.execute(stmt).fetchall()))
-    for tid in changed:
-        db.execute("UPDATE threads SET change_seq=? WHERE id=?", (_next_change(db), tid))
-
-
 def _later(a: Any, b: Any) -> Any:
     return b if a is None else a if b is None else max(a, b)
 
@@ -332,10 +136,22 @@ def _loop_idle(loop: asyncio.AbstractEventLoop) -> bool:
 
 
 class SqliteStore(leases.SqliteLeases):
-    def __init__(self, path: Path, *, busy_timeout_ms: int = 2000, replica_id: str = "local") -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        busy_timeout_ms: int = 2000,
+        replica_id: str = "local",
+        writer: WriterMode = "process",
+    ) -> None:
         self.path = path
         self.replica_id = replica_id
         self.busy_timeout_ms = busy_timeout_ms
+        self.writer_mode: WriterMode = writer
+        self._proc: WriterProcess | None = None  # writer = "process"
+        self._proc_lock = asyncio.Lock()
+        self._restart: asyncio.Task[None] | None = None
+        self._closing = False
         self._wexec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-w")
         self._rexec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-r")
         self._wdb: sqlite3.Connection | None = None
@@ -356,14 +172,12 @@ class SqliteStore(leases.SqliteLeases):
         self.on_change: Callable[[], None] | None = None
         self.batches = 0
         self.appended = 0
+        self.checkpoint_stats = (0, 0.0, 0.0)  # checkpoints asked for here: count, total ms, max ms
 
     # ------------------------------------------------------------------ plumbing
 
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        db.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
-        db.execute("PRAGMA synchronous=NORMAL")
-        return db
+        return sql.connect(self.path, self.busy_timeout_ms)
 
     async def _call(self, executor: ThreadPoolExecutor, db_attr: str, fn: Callable[[sqlite3.Connection], T]) -> T:
         def call() -> T:
@@ -379,32 +193,65 @@ class SqliteStore(leases.SqliteLeases):
 
         return await asyncio.get_running_loop().run_in_executor(executor, call)
 
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """A write (or a read that must follow earlier writes) on the writer thread."""
-        return await self._call(self._wexec, "_wdb", fn)
+    async def _run(self, op: Callable[..., Any], *args: Any) -> Any:
+        """A write (or a read that must follow earlier writes): one of ``sqlite_sql.OPS``,
+        on the writer thread or in the writer process."""
+        if sql.OPS.get(op.__name__) is not op:
+            raise TypeError(f"{op.__name__} is not one of sqlite_sql.OPS")
+        if self.writer_mode == "thread":
+            return await self._call(self._wexec, "_wdb", lambda db: op(db, *args))
+        proc = await self._writer_proc()
+        return await proc.call(op.__name__, args)
+
+    async def _writer_proc(self) -> WriterProcess:
+        """The running writer process; a new one if the last one died (StoreError if it
+        cannot be started)."""
+        if self._closing:
+            raise StoreError("store is closed")
+        proc = self._proc
+        if proc is not None and proc.alive:
+            return proc
+        async with self._proc_lock:
+            if self._proc is None or not self._proc.alive:
+                new = WriterProcess(self.path, self.busy_timeout_ms, self._writer_lost)
+                await new.start()
+                if self._proc is not None:
+                    log.info("store.writer_restarted", pid=new.pid)
+                self._proc = new
+            return self._proc
+
+    def _writer_lost(self, why: str) -> None:
+        """The writer process died: unhealthy until another one runs (started at once,
+        then with backoff; the write loop retries whatever was not acknowledged)."""
+        log.error("store.writer_lost", why=why, pending=len(self._pending))
+        self._set_health(False, f"the store's writer process {why}")
+        if self._closing or (self._restart is not None and not self._restart.done()):
+            return
+        self._restart = asyncio.get_running_loop().create_task(self._restart_writer(), name="store-writer-restart")
+
+    async def _restart_writer(self) -> None:
+        backoff = 0.05
+        while not self._closing:
+            try:
+                await self._writer_proc()
+            except StoreError as exc:
+                log.error("store.writer_start_failed", error=exc.message, retry_in_s=backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+                continue
+            if not self._pending:
+                self._set_health(True, None)
+            return
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return await self._call(self._rexec, "_rdb", fn)
 
     async def open(self) -> None:
         def do_open() -> None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = self._connect()
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                db.close()
-                raise StoreError(schema_too_new(self.path, version), code="schema_too_new")
-            db.execute("PRAGMA journal_mode=WAL")
-            for i, ddl in enumerate(_MIGRATIONS[version:], start=version + 1):
-                db.execute("BEGIN IMMEDIATE")
-                for stmt in filter(str.strip, ddl.split(";")):
-                    db.execute(stmt)
-                db.execute(f"PRAGMA user_version={i}")
-                db.execute("COMMIT")
-            db.execute("BEGIN IMMEDIATE")
-            _repair(db)
-            db.execute("COMMIT")
-            self._wdb = db
+            try:
+                self._wdb = sql.open_writer(self.path, self.busy_timeout_ms)
+            except sql.SchemaTooNew as exc:
+                raise StoreError(schema_too_new(self.path, exc.version), code="schema_too_new") from None
 
         def open_reader() -> None:
             self._rdb = self._connect()
@@ -417,7 +264,17 @@ class SqliteStore(leases.SqliteLeases):
 
         loop = asyncio.get_running_loop()
         try:
-            await loop.run_in_executor(self._wexec, do_open)
+            if self.writer_mode == "process":
+                try:
+                    await self._writer_proc()
+                except StoreError as exc:
+                    if exc.code == "schema_too_new":
+                        raise StoreError(
+                            schema_too_new(self.path, int(exc.message.split()[-1])), code=exc.code
+                        ) from None
+                    raise
+            else:
+                await loop.run_in_executor(self._wexec, do_open)
             await loop.run_in_executor(self._rexec, open_reader)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open store {self.path}: {exc}") from exc
@@ -443,6 +300,7 @@ class SqliteStore(leases.SqliteLeases):
                 if item.done is not None and not item.done.done():
                     item.done.set_exception(StoreError("store closed before this was written"))
             self._pending.clear()
+        await self._close_writer_proc()
 
         def close_conn(attr: str) -> Callable[[], None]:
             def do() -> None:
@@ -459,6 +317,23 @@ class SqliteStore(leases.SqliteLeases):
         await loop.run_in_executor(self._rexec, close_conn("_idb"))
         self._wexec.shutdown(wait=True)
         self._rexec.shutdown(wait=True)
+
+    async def _close_writer_proc(self) -> None:
+        self._closing = True
+        if self._restart is not None:
+            self._restart.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._restart
+        proc, self._proc = self._proc, None
+        if self.checkpoint_stats[0]:
+            n, total, top = self.checkpoint_stats
+            log.info("store.checkpoint_stats", writer=self.writer_mode, checkpoints=n, total_ms=total, max_ms=top)
+        if proc is None:
+            return
+        if proc.alive:
+            with contextlib.suppress(StoreError, TimeoutError):
+                log.info("store.writer_stats", pid=proc.pid, **await asyncio.wait_for(proc.stats(), 5.0))
+        await proc.close()
 
     async def _drained(self) -> None:
         await self._idle.wait()
@@ -501,19 +376,7 @@ class SqliteStore(leases.SqliteLeases):
 
     async def create_thread(self, thread: ThreadRow) -> None:
         row = leases.stamp(self._dump({k: thread.get(k) for k in _THREAD_COLUMNS if k in thread}), self.replica_id)
-        cols = ",".join(row)
-        marks = ",".join("?" for _ in row)
-
-        def do(db: sqlite3.Connection) -> None:
-            db.execute("BEGIN IMMEDIATE")
-            seq = _next_change(db)
-            db.execute(
-                f"INSERT INTO threads ({cols},change_seq,created_seq) VALUES ({marks},?,?)",  # noqa: S608
-                (*row.values(), seq, seq),
-            )
-            db.execute("COMMIT")
-
-        await self._run(do)
+        await self._run(sql.create_thread, row)
         self._changed()
 
     async def get_thread(self, thread_id: str) -> ThreadRow | None:
@@ -563,43 +426,15 @@ class SqliteStore(leases.SqliteLeases):
         row = leases.stamp(self._dump(fields), self.replica_id)
         if not row:
             return
-        sets = ",".join(f"{k}=?" for k in row)
         visible = not CHANGE_COLUMNS.isdisjoint(row)
-
-        def do(db: sqlite3.Connection) -> None:
-            db.execute("BEGIN IMMEDIATE")
-            bump = [_next_change(db)] if visible else []
-            db.execute(
-                f"UPDATE threads SET {sets}{',change_seq=?' if visible else ''} WHERE id=?",  # noqa: S608
-                (*row.values(), *bump, thread_id),
-            )
-            db.execute("COMMIT")
-
-        await self._run(do)
+        await self._run(sql.update_thread, thread_id, row, visible)
         if visible:
             self._changed()
 
     async def delete_thread(self, thread_id: str) -> bool:
         self._dirty.pop(thread_id, None)
-
-        deleted_at = now_iso()
-
-        def do(db: sqlite3.Connection) -> bool:
-            db.execute("BEGIN IMMEDIATE")
-            db.execute("DELETE FROM events WHERE thread_id=?", (thread_id,))
-            gone = db.execute("DELETE FROM threads WHERE id=? RETURNING owner", (thread_id,)).fetchall()
-            found = bool(gone)
-            if found:
-                db.execute(
-                    "INSERT OR REPLACE INTO thread_tombstones (thread_id, change_seq, deleted_at, owner) "
-                    "VALUES (?,?,?,?)",
-                    (thread_id, _next_change(db), deleted_at, gone[0][0]),
-                )
-                _prune_tombstones(db, _iso_before(TOMBSTONE_MAX_AGE_S))
-            db.execute("COMMIT")
-            return found
-
-        found = await self._run(do)
+        prune_before = sql._iso_before(TOMBSTONE_MAX_AGE_S)
+        found = bool(await self._run(sql.delete_thread, thread_id, now_iso(), prune_before, TOMBSTONE_KEEP))
         if found:
             self._changed()
         return found
@@ -609,15 +444,7 @@ class SqliteStore(leases.SqliteLeases):
         a SQLite file is only ever one replica's (its data dir is locked), whatever
         ``replica_id`` that replica had before (the default changes with the pid)."""
         await self._flush_touches()
-
-        def do(db: sqlite3.Connection) -> list[ThreadRow]:
-            rows = db.execute(
-                f"SELECT {','.join(_THREAD_COLUMNS)} FROM threads "  # noqa: S608
-                "WHERE state IN ('starting','running','stopping') OR turn_active=1"
-            ).fetchall()
-            return [self._row(r) for r in rows]
-
-        return await self._run(do)
+        return [self._row(r) for r in await self._run(sql.live_threads)]
 
     # ------------------------------------------------------------------ change log
 
@@ -697,7 +524,7 @@ class SqliteStore(leases.SqliteLeases):
         item = _Append(thread_id, rows, fields, None, (updated_at, last_seq, turn_active))
         item.fence = leases.fence_of(self.replica_id, epoch)
         loop = asyncio.get_running_loop()
-        if not self._pending and _loop_idle(loop):
+        if not self._pending and _loop_idle(loop):  # (no inline connection: writer = "process")
             # Nothing to group with (issue #8): commit here, with no hand-off to the writer
             # task and no wake-up of this caller afterwards.
             failed = self._commit_inline([item])
@@ -797,30 +624,53 @@ class SqliteStore(leases.SqliteLeases):
             return
 
         async def run() -> None:
+            t0 = time.perf_counter()
             with contextlib.suppress(StoreError):
-                await self._run(lambda db: db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall())
+                await self._run(sql.checkpoint)
+            ms = (time.perf_counter() - t0) * 1000
+            self.checkpoint_stats = (
+                self.checkpoint_stats[0] + 1,
+                self.checkpoint_stats[1] + ms,
+                max(self.checkpoint_stats[2], ms),
+            )
 
         self._checkpoint = asyncio.create_task(run(), name="store-checkpoint")
+
+    async def _commit_batch(self, batch: list[_Append], again: bool) -> dict[int, str]:
+        """One transaction: inline or on the writer thread, or in the writer process (the
+        batch as plain tuples; ``again``: the writer that had it may have committed it
+        before it died, so what is already there is not written twice)."""
+        inline = self._commit_inline(batch)
+        if inline is not None:
+            return inline
+        if self.writer_mode == "process":
+            proc = await self._writer_proc()
+            for item in batch:  # as _write_item decides it there
+                item.changed = item.flush or not CHANGE_COLUMNS.isdisjoint(item.fields)
+            return await proc.batch([sql.wire_item(item) for item in batch], again)
+        result: dict[int, str] = await self._call(self._wexec, "_wdb", lambda db: _commit(db, batch))
+        return result
 
     async def _write_loop(self) -> None:
         assert self._wake is not None
         backoff = 0.05
+        again = False  # the batch failed before: its writer may have committed it (process)
         while True:
             await self._wake.wait()
             self._wake.clear()
             while self._pending:
                 batch = self._pending[:MAX_BATCH]
                 try:
-                    inline = self._commit_inline(batch)
-                    failed = inline if inline is not None else await self._run(lambda db, b=batch: _commit(db, b))  # type: ignore[misc]
+                    failed = await self._commit_batch(batch, again)
                 except StoreError as exc:
+                    again = True
                     # Locked, full or broken: nothing in the batch is acknowledged; try again.
                     self._set_health(False, exc.message)
                     log.error("store.write_failed", error=exc.message, pending=len(self._pending), retry_in_s=backoff)
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, MAX_BACKOFF_S)
                     continue
-                backoff = 0.05
+                backoff, again = 0.05, False
                 if not self.healthy:
                     log.info("store.recovered")
                 self._set_health(True, None)
@@ -832,47 +682,20 @@ class SqliteStore(leases.SqliteLeases):
 
     async def load_sessions(self, now: float) -> list[tuple[str, float, str | None]]:
         """Unexpired browser sessions, oldest first (expired ones are deleted)."""
-
-        def do(db: sqlite3.Connection) -> list[tuple[str, float, str | None]]:
-            db.execute("DELETE FROM browser_sessions WHERE expires_at <= ?", (now,))
-            rows = db.execute("SELECT key, expires_at, user_name FROM browser_sessions ORDER BY expires_at")
-            return [(k, float(e), u) for k, e, u in rows]
-
-        return await self._run(do)
+        return [(str(k), float(e), u) for k, e, u in await self._run(sql.load_sessions, float(now))]
 
     async def save_session(
         self, key: str, expires_at: float, evicted: Sequence[str] = (), *, user: str | None = None
     ) -> None:
-        def do(db: sqlite3.Connection) -> None:
-            db.execute("BEGIN IMMEDIATE")
-            db.executemany("DELETE FROM browser_sessions WHERE key = ?", [(k,) for k in evicted])
-            db.execute(
-                "INSERT OR REPLACE INTO browser_sessions (key, expires_at, user_name) VALUES (?, ?, ?)",
-                (key, expires_at, user),
-            )
-            db.execute("COMMIT")
-
-        await self._run(do)
+        await self._run(sql.save_session, key, float(expires_at), list(evicted), user)
 
     async def delete_session(self, key: str) -> None:
-        def do(db: sqlite3.Connection) -> None:
-            db.execute("DELETE FROM browser_sessions WHERE key = ?", (key,))
-
-        await self._run(do)
+        await self._run(sql.delete_session, key)
 
     # ------------------------------------------------------------------ users
 
     async def add_user(self, name: str, token_hash: str, *, admin: bool) -> bool:
-        def do(db: sqlite3.Connection) -> bool:
-            cur = db.execute(
-                "INSERT INTO users (name, token_hash, admin, created_at) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (name) DO UPDATE SET token_hash = excluded.token_hash, admin = excluded.admin, "
-                "revoked_at = NULL WHERE users.revoked_at IS NOT NULL",
-                (name, token_hash, int(admin), now_iso()),
-            )
-            return cur.rowcount > 0
-
-        return await self._run(do)
+        return bool(await self._run(sql.add_user, name, token_hash, bool(admin), now_iso()))
 
     async def user_by_token(self, token_hash: str) -> tuple[UserRow, str] | None:
         def do(db: sqlite3.Connection) -> tuple[UserRow, str] | None:
@@ -899,17 +722,7 @@ class SqliteStore(leases.SqliteLeases):
         return await self._read(do)
 
     async def revoke_user(self, name: str) -> bool:
-        def do(db: sqlite3.Connection) -> bool:
-            db.execute("BEGIN IMMEDIATE")
-            cur = db.execute(
-                "UPDATE users SET token_hash = NULL, revoked_at = ? WHERE name = ? AND revoked_at IS NULL",
-                (now_iso(), name),
-            )
-            db.execute("DELETE FROM browser_sessions WHERE user_name = ?", (name,))
-            db.execute("COMMIT")
-            return cur.rowcount > 0
-
-        return await self._run(do)
+        return bool(await self._run(sql.revoke_user, name, now_iso()))
 
     async def read_events(self, thread_id: str, after: int, limit: int, *, with_raw: bool = True) -> list[Record]:
         raw_col = "raw" if with_raw else "NULL"
@@ -985,69 +798,10 @@ def _bounded(cur: sqlite3.Cursor, size: Callable[[Any], int], max_bytes: int = P
     return rows
 
 
-def _write_item(db: sqlite3.Connection, item: _Append) -> None:
-    # A flush writes client-visible columns; an append's own fields may. Either is one
-    # change of the row: one counter step per item (i.e. per thread per commit) at most.
-    item.changed = item.flush or not CHANGE_COLUMNS.isdisjoint(item.fields)
-    if item.flush:
-        assert item.touch is not None
-        db.execute(
-            "UPDATE threads SET updated_at=max(updated_at, coalesce(?, updated_at)), "
-            "last_seq=max(last_seq, coalesce(?, last_seq)), turn_active=coalesce(?, turn_active), "
-            "change_seq=? WHERE id=?",
-            (*item.touch, _next_change(db), item.thread_id),
-        )
-        return
-    if item.fence is not None:
-        leases.fence(db, item.thread_id, *item.fence)
-    if item.rows:
-        db.executemany(
-            "INSERT INTO events (thread_id,seq,ts,source,kind,data,raw,relay,client_id) VALUES (?,?,?,?,?,?,?,?,?)",
-            item.rows,
-        )
-    if item.fields:
-        sets = ",".join(f"{k}=?" for k in item.fields)
-        bump = [_next_change(db)] if item.changed else []
-        db.execute(
-            f"UPDATE threads SET {sets}{',change_seq=?' if item.changed else ''} WHERE id=?",  # noqa: S608
-            (*item.fields.values(), *bump, item.thread_id),
-        )
-
-
-# This append alone is bad (a constraint, or text SQLite cannot encode): it is refused, the
-# rest of the batch commits, and the writer never stalls on it.
-_REFUSED = (sqlite3.IntegrityError, UnicodeEncodeError, ValueError, OverflowError, leases.Fenced)
-
-
 def _refusal(reason: str) -> StoreError:
     if reason.startswith(leases.LEASE_LOST):
         return LeaseLost(reason)
     return StoreError(f"append refused: {reason}")
-
-
-def _commit(db: sqlite3.Connection, batch: list[_Append]) -> dict[int, str]:
-    """One transaction for the whole batch; an append that violates a constraint is rolled
-    back alone (its savepoint; a batch of one needs none) and reported, the rest commit."""
-    failed: dict[int, str] = {}
-    db.execute("BEGIN IMMEDIATE")
-    if len(batch) == 1:
-        try:
-            _write_item(db, batch[0])
-        except _REFUSED as exc:
-            db.execute("ROLLBACK")
-            return {0: str(exc)}
-        db.execute("COMMIT")
-        return failed
-    for i, item in enumerate(batch):
-        db.execute("SAVEPOINT a")
-        try:
-            _write_item(db, item)
-        except _REFUSED as exc:
-            db.execute("ROLLBACK TO a")
-            failed[i] = str(exc)
-        db.execute("RELEASE a")
-    db.execute("COMMIT")
-    return failed
 
 
 def encode_cursor(updated_at: str, thread_id: str) -> str:

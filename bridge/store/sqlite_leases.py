@@ -62,83 +62,93 @@ def _acquire(db: sqlite3.Connection, thread_id: str, replica_id: str, ttl_s: flo
     return None if row is None else int(row[0])
 
 
+def acquire_lease(db: sqlite3.Connection, thread_id: str, replica_id: str, ttl_s: float) -> int | None:
+    return _acquire(db, thread_id, replica_id, ttl_s)
+
+
+def renew_leases(db: sqlite3.Connection, replica_id: str, ttl_s: float) -> list[Any]:
+    return db.execute(
+        f"UPDATE threads SET lease_expires = {NOW} + ? "  # noqa: S608
+        f"WHERE lease_owner = ? AND lease_expires > {NOW} RETURNING id, lease_epoch",
+        (float(ttl_s), replica_id),
+    ).fetchall()
+
+
+def release_lease(db: sqlite3.Connection, thread_id: str, replica_id: str, epoch: int) -> bool:
+    cur = db.execute(
+        "UPDATE threads SET lease_owner = NULL, lease_expires = NULL "
+        "WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",
+        (thread_id, replica_id, epoch),
+    )
+    return cur.rowcount > 0
+
+
+def lease_row(db: sqlite3.Connection, thread_id: str) -> list[Any] | None:
+    row = db.execute(
+        f"SELECT lease_owner, lease_epoch, lease_expires - {NOW} FROM threads WHERE id = ?",  # noqa: S608
+        (thread_id,),
+    ).fetchone()
+    return None if row is None else list(row)
+
+
+def register_replica(db: sqlite3.Connection, replica_id: str, instance: str, url: str | None) -> None:
+    db.execute(
+        "INSERT INTO replicas (replica_id, instance, url, started_at, heartbeat_at) "  # noqa: S608
+        f"VALUES (?, ?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), {NOW}) "
+        "ON CONFLICT (replica_id) DO UPDATE SET instance = excluded.instance, url = excluded.url, "
+        "started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at",
+        (replica_id, instance, url),
+    )
+
+
+def heartbeat(db: sqlite3.Connection, replica_id: str) -> None:
+    db.execute(f"UPDATE replicas SET heartbeat_at = {NOW} WHERE replica_id = ?", (replica_id,))  # noqa: S608
+
+
+def replica_rows(db: sqlite3.Connection) -> list[Any]:
+    return db.execute(
+        f"SELECT r.replica_id, r.instance, r.url, r.started_at, {NOW} - r.heartbeat_at, "  # noqa: S608
+        "(SELECT count(*) FROM threads t WHERE t.lease_owner = r.replica_id "
+        f"AND t.lease_expires > {NOW}) FROM replicas r ORDER BY r.replica_id"
+    ).fetchall()
+
+
+# The writes above, by name (sqlite_sql.OPS): they run where the write connection is.
+OPS = (acquire_lease, renew_leases, release_lease, lease_row, register_replica, heartbeat, replica_rows)
+
+
 class SqliteLeases:
     """The :class:`~bridge.store.base.LeaseStore` half of SqliteStore."""
 
     replica_id: str
-    _run: Callable[..., Any]  # SqliteStore._run: a call on the writer thread
+    _run: Callable[..., Any]  # SqliteStore._run(op, *args): an op where the write connection is
 
     async def acquire_lease(self, thread_id: str, replica_id: str, ttl_s: float) -> int | None:
-        result: int | None = await self._run(lambda db: _acquire(db, thread_id, replica_id, ttl_s))
-        return result
+        result = await self._run(acquire_lease, thread_id, replica_id, float(ttl_s))
+        return None if result is None else int(result)
 
     async def renew_leases(self, replica_id: str, ttl_s: float) -> dict[str, int]:
-        def do(db: sqlite3.Connection) -> dict[str, int]:
-            rows = db.execute(
-                f"UPDATE threads SET lease_expires = {NOW} + ? "  # noqa: S608
-                f"WHERE lease_owner = ? AND lease_expires > {NOW} RETURNING id, lease_epoch",
-                (float(ttl_s), replica_id),
-            ).fetchall()
-            return {str(tid): int(epoch) for tid, epoch in rows}
-
-        result: dict[str, int] = await self._run(do)
-        return result
+        rows = await self._run(renew_leases, replica_id, float(ttl_s))
+        return {str(tid): int(epoch) for tid, epoch in rows}
 
     async def release_lease(self, thread_id: str, replica_id: str, epoch: int) -> bool:
-        def do(db: sqlite3.Connection) -> bool:
-            cur = db.execute(
-                "UPDATE threads SET lease_owner = NULL, lease_expires = NULL "
-                "WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",
-                (thread_id, replica_id, epoch),
-            )
-            return cur.rowcount > 0
-
-        result: bool = await self._run(do)
-        return result
+        return bool(await self._run(release_lease, thread_id, replica_id, int(epoch)))
 
     async def lease_of(self, thread_id: str) -> Lease | None:
-        def do(db: sqlite3.Connection) -> Lease | None:
-            row = db.execute(
-                f"SELECT lease_owner, lease_epoch, lease_expires - {NOW} FROM threads WHERE id = ?",  # noqa: S608
-                (thread_id,),
-            ).fetchone()
-            if row is None:
-                return None
-            owner, epoch, left = row
-            live = owner is not None and left is not None and left > 0
-            return Lease(owner, int(epoch), None if owner is None else float(left), live)
-
-        result: Lease | None = await self._run(do)
-        return result
+        row = await self._run(lease_row, thread_id)
+        if row is None:
+            return None
+        owner, epoch, left = row
+        live = owner is not None and left is not None and left > 0
+        return Lease(owner, int(epoch), None if owner is None else float(left), live)
 
     async def register_replica(self, instance: str, url: str | None) -> None:
         """The data-dir lock already keeps a second process off this file: recorded only."""
-
-        def do(db: sqlite3.Connection) -> None:
-            db.execute(
-                "INSERT INTO replicas (replica_id, instance, url, started_at, heartbeat_at) "  # noqa: S608
-                f"VALUES (?, ?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), {NOW}) "
-                "ON CONFLICT (replica_id) DO UPDATE SET instance = excluded.instance, url = excluded.url, "
-                "started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at",
-                (self.replica_id, instance, url),
-            )
-
-        await self._run(do)
+        await self._run(register_replica, self.replica_id, instance, url)
 
     async def heartbeat(self) -> None:
-        rid = self.replica_id
-        await self._run(
-            lambda db: db.execute(f"UPDATE replicas SET heartbeat_at = {NOW} WHERE replica_id = ?", (rid,))  # noqa: S608
-        )
+        await self._run(heartbeat, self.replica_id)
 
     async def list_replicas(self) -> list[Replica]:
-        def do(db: sqlite3.Connection) -> list[Replica]:
-            rows = db.execute(
-                f"SELECT r.replica_id, r.instance, r.url, r.started_at, {NOW} - r.heartbeat_at, "  # noqa: S608
-                "(SELECT count(*) FROM threads t WHERE t.lease_owner = r.replica_id "
-                f"AND t.lease_expires > {NOW}) FROM replicas r ORDER BY r.replica_id"
-            ).fetchall()
-            return [Replica(r[0], r[1], r[2], r[3], float(r[4]), int(r[5])) for r in rows]
-
-        result: list[Replica] = await self._run(do)
-        return result
+        rows = await self._run(replica_rows)
+        return [Replica(r[0], r[1], r[2], r[3], float(r[4]), int(r[5])) for r in rows]

@@ -17,6 +17,7 @@ import bridge.api.events as events_mod
 from bridge.api.app import create_app
 from bridge.api.events import change_frames
 from bridge.config import load_settings
+from bridge.store import sqlite_sql
 
 pytestmark = pytest.mark.timeout(30)
 TOKEN = "t" * 32
@@ -89,7 +90,7 @@ async def test_a_cursor_outside_the_log_gets_one_resync_then_the_stream_goes_on(
     finally:
         await ahead.close()
     # Below the horizon (tombstones pruned): resync with the newest cursor.
-    await store._run(lambda db: db.execute("UPDATE change_log SET horizon = 2"))
+    await store._run(sqlite_sql.execute, "UPDATE change_log SET horizon = 2", [])
     old = Feed(app, 1)
     try:
         first = await old.next()

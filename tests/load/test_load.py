@@ -62,7 +62,14 @@ def child_pids(pid: int) -> list[int]:
             pids += [int(x) for x in (task / "children").read_text().split()]
         except (FileNotFoundError, ProcessLookupError):
             continue
-    return pids
+    return [p for p in pids if not _store_writer(p)]  # the daemon's own helper, not an agent
+
+
+def _store_writer(pid: int) -> bool:
+    try:
+        return b"bridge.store.writer" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 class Sampler:

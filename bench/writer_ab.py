@@ -1,0 +1,139 @@
+"""``python -m bench.writer_ab``: SQLite's writer thread against its writer process, in the
+same run (docs/benchmarks.md "The writer process").
+
+Two daemons of the same code side by side, ``[store] writer = "thread"`` and ``"process"``
+(``AGENT_BRIDGE_STORE_WRITER``), runs alternated between them: a ``flood N 200`` in raw and
+in events mode (lines/s; the daemon's own CPU per line, and the writer process's), then
+sequential echo turns in both modes (p50, p99). Medians over the runs; the load average is
+printed with them. Options: ``--runs`` (7), ``--lines`` (50000), ``--turns`` (1000),
+``--json FILE`` (every sample).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+
+from bench.run import RESULT_MARK, TURN_END_MARK, Bridge, store_writer, until, user_line
+
+MODES = ("thread", "process")
+
+
+def own_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of this one process (bench.run.cpu_s adds the writer's)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def prompt(mode: str, text: str) -> str:
+    return user_line(text) if mode == "raw" else json.dumps({"op": "prompt", "text": text})
+
+
+async def flood(b: Bridge, http: httpx.AsyncClient, tid: str, mode: str, lines: int) -> list[float]:
+    """[lines/s, daemon CPU µs per line, writer process CPU µs per line]"""
+    ws = await b.ws(tid, mode=mode, after=await b.last_seq(http, tid))
+    mark = RESULT_MARK if mode == "raw" else TURN_END_MARK
+    await ws.send_text(prompt(mode, "flood 1"))
+    await until(ws, mark)
+    wp = store_writer(b.pid)
+    c0, w0 = own_cpu_s(b.pid), own_cpu_s(wp) if wp else 0.0
+    t0 = time.perf_counter()
+    await ws.send_text(prompt(mode, f"flood {lines} 200"))
+    await until(ws, mark)
+    dt = time.perf_counter() - t0
+    c1, w1 = own_cpu_s(b.pid), own_cpu_s(wp) if wp else 0.0
+    await ws.close()
+    return [lines / dt, (c1 - c0) / lines * 1e6, (w1 - w0) / lines * 1e6]
+
+
+async def echo(b: Bridge, http: httpx.AsyncClient, tid: str, mode: str, turns: int) -> list[float]:
+    """[p50 ms, p99 ms]"""
+    ws = await b.ws(tid, mode=mode, after=await b.last_seq(http, tid))
+    mark = RESULT_MARK if mode == "raw" else TURN_END_MARK
+    await ws.send_text(prompt(mode, "warm up"))
+    await until(ws, mark)
+    times = []
+    for i in range(turns):
+        t0 = time.perf_counter()
+        await ws.send_text(prompt(mode, f"turn {i}"))
+        await until(ws, mark)
+        times.append(time.perf_counter() - t0)
+    await ws.close()
+    times.sort()
+    return [times[len(times) // 2] * 1000, times[min(len(times) - 1, int(len(times) * 0.99))] * 1000]
+
+
+ROWS = (
+    ("flood_raw", ("lines/s", "daemon CPU µs/line", "writer CPU µs/line")),
+    ("flood_events", ("lines/s", "daemon CPU µs/line", "writer CPU µs/line")),
+    ("echo_raw", ("p50 ms", "p99 ms")),
+    ("echo_events", ("p50 ms", "p99 ms")),
+)
+
+
+async def measure(runs: int, lines: int, turns: int, workdir: Path) -> dict[str, dict[str, list[list[float]]]]:
+    bridges = {m: Bridge(workdir / m, env={"AGENT_BRIDGE_STORE_WRITER": m}) for m in MODES}
+    samples: dict[str, dict[str, list[list[float]]]] = {m: {k: [] for k, _ in ROWS} for m in MODES}
+    https: dict[str, httpx.AsyncClient] = {}
+    try:
+        for m, b in bridges.items():
+            await b.start()
+            https[m] = b.http()
+        tids = {
+            m: {k: await b.new_thread(https[m], "flood" if k.startswith("flood") else "echo") for k, _ in ROWS}
+            for m, b in bridges.items()
+        }
+        for r in range(runs):
+            for m in MODES if r % 2 == 0 else MODES[::-1]:
+                b, h, t, out = bridges[m], https[m], tids[m], samples[m]
+                out["flood_raw"].append(await flood(b, h, t["flood_raw"], "raw", lines))
+                out["flood_events"].append(await flood(b, h, t["flood_events"], "events", lines))
+                out["echo_raw"].append(await echo(b, h, t["echo_raw"], "raw", turns))
+                out["echo_events"].append(await echo(b, h, t["echo_events"], "events", turns))
+    finally:
+        for h in https.values():
+            await h.aclose()
+        for b in bridges.values():
+            await b.stop()
+    return samples
+
+
+def report(samples: dict[str, dict[str, list[list[float]]]]) -> str:
+    out = []
+    for key, labels in ROWS:
+        for m in MODES:
+            rows = samples[m][key]
+            med = [statistics.median(v[i] for v in rows) for i in range(len(labels))] if rows else []
+            out.append(f"{key:13s} {m:8s} " + "  ".join(f"{lab}={x:,.2f}" for lab, x in zip(labels, med, strict=True)))
+    return "\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.writer_ab", description=__doc__)
+    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--lines", type=int, default=50000)
+    ap.add_argument("--turns", type=int, default=1000)
+    ap.add_argument("--json", metavar="FILE")
+    args = ap.parse_args(argv)
+    start = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="writer-ab-") as tmp:
+        samples = asyncio.run(measure(args.runs, args.lines, args.turns, Path(tmp)))
+    end = os.getloadavg()
+    print(f"medians of {args.runs} runs; load average {start[0]:.2f} at the start, {end[0]:.2f} at the end")
+    print(report(samples))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"load": [start, end], "samples": samples}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,485 @@
+"""The SQL of the SQLite store that runs where the write connection lives: the writer
+thread (``[store] writer = "thread"``) or the writer process (bridge/store/writer.py,
+``"process"``). Nothing here imports asyncio or logging, so the writer process starts in a
+few tens of milliseconds. Every write the store makes is one of ``OPS`` (a name and plain
+arguments, so it can cross the pipe) or a batch of appends (``commit``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import asyncio
+
+from bridge.store import sqlite_leases as leases
+from bridge.store.base import CHANGE_COLUMNS, TOMBSTONE_KEEP
+
+_MIGRATIONS: list[str] = [
+    # 1: threads and their transcripts
+    """
+    CREATE TABLE threads (
+        id TEXT PRIMARY KEY,
+        agent TEXT NOT NULL,
+        protocol TEXT NOT NULL,
+        model TEXT,
+        cwd TEXT NOT NULL,
+        title TEXT NOT NULL DEFAULT '',
+        native_session_id TEXT,
+        state TEXT NOT NULL,
+        turn_active INTEGER NOT NULL DEFAULT 0,
+        last_seq INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        last_exit TEXT,
+        options TEXT NOT NULL DEFAULT '{}',
+        pid INTEGER
+    );
+    CREATE INDEX threads_by_activity ON threads(updated_at DESC, id DESC);
+    CREATE TABLE events (
+        thread_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        ts TEXT NOT NULL,
+        source TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        data TEXT NOT NULL,
+        raw TEXT,
+        relay INTEGER NOT NULL DEFAULT 0,
+        client_id TEXT,
+        PRIMARY KEY (thread_id, seq)
+    ) WITHOUT ROWID;
+    CREATE INDEX events_by_client_id ON events(thread_id, client_id) WHERE client_id IS NOT NULL;
+    """,
+    # 2: the agent's start time, so a later daemon can tell its process group from a
+    # recycled pid (process/reaper.py)
+    """
+    ALTER TABLE threads ADD COLUMN pid_start INTEGER;
+    """,
+    # 3: what an ACP agent said about itself in initialize (capabilities, info, version)
+    """
+    ALTER TABLE threads ADD COLUMN agent_info TEXT;
+    """,
+    # 4: the sub-agent / workflow task table (sessions/tasks.py, its own JSON)
+    """
+    ALTER TABLE threads ADD COLUMN tasks TEXT;
+    """,
+    # 5: browser sessions, so a daemon restart does not sign every page out. Only a keyed
+    # hash of each session id is kept (api/auth.py Sessions), never the id itself.
+    """
+    CREATE TABLE browser_sessions (
+        key TEXT PRIMARY KEY,
+        expires_at REAL NOT NULL
+    ) WITHOUT ROWID;
+    """,
+    # 6: the change log (GET /v1/events) and the pending permission count. Existing threads
+    # get change_seqs 1..n in order of activity, each as its own creation.
+    """
+    ALTER TABLE threads ADD COLUMN pending_permissions INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE threads ADD COLUMN change_seq INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE threads ADD COLUMN created_seq INTEGER NOT NULL DEFAULT 0;
+    UPDATE threads SET change_seq = (SELECT n FROM (SELECT id AS rid, row_number() OVER
+        (ORDER BY updated_at, id) AS n FROM threads) WHERE rid = threads.id);
+    UPDATE threads SET created_seq = change_seq;
+    CREATE UNIQUE INDEX threads_by_change ON threads(change_seq);
+    CREATE TABLE thread_tombstones (
+        thread_id TEXT PRIMARY KEY,
+        change_seq INTEGER NOT NULL,
+        deleted_at TEXT NOT NULL
+    ) WITHOUT ROWID;
+    CREATE UNIQUE INDEX tombstones_by_change ON thread_tombstones(change_seq);
+    CREATE TABLE change_log (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        latest INTEGER NOT NULL,
+        horizon INTEGER NOT NULL
+    );
+    INSERT INTO change_log (id, latest, horizon) SELECT 1, coalesce(max(change_seq), 0), 0 FROM threads;
+    """,
+]
+# 7: leases, replicas and the replica that recorded a thread's process (issue #18); the
+# same schema as PostgreSQL's (bridge/store/pg_schema.py), so both stores share one
+# protocol. A client_id is unique per thread in the database itself.
+_MIGRATIONS.append(
+    """
+    ALTER TABLE threads ADD COLUMN lease_owner TEXT;
+    ALTER TABLE threads ADD COLUMN lease_epoch INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE threads ADD COLUMN lease_expires REAL;
+    ALTER TABLE threads ADD COLUMN replica_id TEXT;
+    CREATE INDEX threads_by_lease_owner ON threads(lease_owner) WHERE lease_owner IS NOT NULL;
+    DROP INDEX events_by_client_id;
+    CREATE UNIQUE INDEX events_by_client_id ON events(thread_id, client_id) WHERE client_id IS NOT NULL;
+    CREATE TABLE replicas (
+        replica_id TEXT PRIMARY KEY,
+        instance TEXT NOT NULL,
+        url TEXT,
+        started_at TEXT NOT NULL,
+        heartbeat_at REAL NOT NULL
+    ) WITHOUT ROWID;
+    """
+)
+
+# 8: users (issue #20): who created each thread (and each deleted one), whose each browser
+# session is, and the users with the hashes of their tokens (never a token). The same as
+# PostgreSQL's migration 3.
+_MIGRATIONS.append(
+    """
+    ALTER TABLE threads ADD COLUMN owner TEXT;
+    CREATE INDEX threads_by_owner ON threads(owner, updated_at DESC, id DESC) WHERE owner IS NOT NULL;
+    ALTER TABLE thread_tombstones ADD COLUMN owner TEXT;
+    ALTER TABLE browser_sessions ADD COLUMN user_name TEXT;
+    CREATE TABLE users (
+        name TEXT PRIMARY KEY,
+        token_hash TEXT UNIQUE,
+        admin INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL,
+        revoked_at TEXT
+    ) WITHOUT ROWID;
+    """
+)
+
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+
+_THREAD_COLUMNS = (
+    "id",
+    "agent",
+    "protocol",
+    "model",
+    "cwd",
+    "title",
+    "native_session_id",
+    "state",
+    "turn_active",
+    "last_seq",
+    "created_at",
+    "updated_at",
+    "last_exit",
+    "options",
+    "pid",
+    "pid_start",
+    "agent_info",
+    "tasks",
+    "pending_permissions",
+    "owner",
+)
+_JSON_COLUMNS = ("last_exit", "options", "agent_info")
+
+
+@dataclass(slots=True)
+class _Append:
+    thread_id: str
+    rows: list[tuple[Any, ...]]
+    fields: dict[str, Any]  # thread columns written in the same transaction
+    done: asyncio.Future[None] | None  # None: nobody waits (a timed flush)
+    # (updated_at, last_seq, turn_active): for an append, what the thread row owes once it
+    # commits; for a flush item (no rows), written with max() for the first two so an older
+    # value never wins (turn_active is only ever written by flush items, in order).
+    touch: tuple[str | None, int | None, int | None] | None = None
+    flush: bool = False
+    changed: bool = False  # its commit gave the thread row a new change_seq
+    fence: tuple[str, int] | None = None  # (replica_id, epoch): the lease this append needs
+
+
+# At open: every thread's derived columns brought up to its newest stored event (a daemon
+# killed before its last flush of _dirty). Index seeks on the events primary key only.
+# Each returns the ids it changed: those rows get a new change_seq.
+_REPAIR = (
+    "UPDATE threads SET last_seq = (SELECT max(seq) FROM events WHERE thread_id = threads.id) "
+    "WHERE last_seq < (SELECT max(seq) FROM events WHERE thread_id = threads.id) RETURNING id",
+    "UPDATE threads SET updated_at = (SELECT ts FROM events WHERE thread_id = threads.id "
+    "ORDER BY seq DESC LIMIT 1) WHERE updated_at < (SELECT ts FROM events "
+    "WHERE thread_id = threads.id ORDER BY seq DESC LIMIT 1) RETURNING id",
+    # A turn is in flight iff the thread's newest turn.started / turn.ended is a turn.started
+    # (every accepted turn ends exactly once: conversation.py, registry.py recovery).
+    "UPDATE threads SET turn_active = coalesce((SELECT kind = 'turn.started' FROM events "
+    "WHERE thread_id = threads.id AND kind IN ('turn.started', 'turn.ended') ORDER BY seq DESC LIMIT 1), 0) "
+    "WHERE state IN ('starting', 'running', 'stopping') OR turn_active = 1 RETURNING id",
+)
+
+
+def _iso_before(seconds: float) -> str:
+    """The wall-clock time ``seconds`` ago, in the transcript's format (so it compares as text)."""
+    return datetime.fromtimestamp(time.time() - seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+
+def _prune_tombstones(db: sqlite3.Connection, older_than: str, keep: int = TOMBSTONE_KEEP) -> None:
+    """Drop the tombstones beyond the newest TOMBSTONE_KEEP, and those deleted before
+    ``older_than``; the horizon moves up to the newest one dropped (a cursor below it could
+    miss a deletion)."""
+    (upto,) = db.execute(
+        "SELECT max(change_seq) FROM thread_tombstones WHERE deleted_at < ? OR change_seq <= "
+        "(SELECT change_seq FROM thread_tombstones ORDER BY change_seq DESC LIMIT 1 OFFSET ?)",
+        (older_than, keep),
+    ).fetchone()
+    if upto is None:
+        return
+    db.execute("DELETE FROM thread_tombstones WHERE change_seq <= ?", (upto,))
+    db.execute("UPDATE change_log SET horizon = max(horizon, ?)", (upto,))
+
+
+def _next_change(db: sqlite3.Connection) -> int:
+    """The next cursor, taken inside the caller's transaction (so cursors follow commit
+    order; a rolled-back transaction or savepoint gives its value back)."""
+    return int(db.execute("UPDATE change_log SET latest = latest + 1 RETURNING latest").fetchall()[0][0])
+
+
+def _repair(db: sqlite3.Connection) -> None:
+    changed: dict[str, None] = {}
+    for stmt in _REPAIR:
+        changed.update(dict.fromkeys(r[0] for r in db.execute(stmt).fetchall()))
+    for tid in changed:
+        db.execute("UPDATE threads SET change_seq=? WHERE id=?", (_next_change(db), tid))
+
+
+def _write_item(db: sqlite3.Connection, item: _Append) -> None:
+    # A flush writes client-visible columns; an append's own fields may. Either is one
+    # change of the row: one counter step per item (i.e. per thread per commit) at most.
+    item.changed = item.flush or not CHANGE_COLUMNS.isdisjoint(item.fields)
+    if item.flush:
+        assert item.touch is not None
+        db.execute(
+            "UPDATE threads SET updated_at=max(updated_at, coalesce(?, updated_at)), "
+            "last_seq=max(last_seq, coalesce(?, last_seq)), turn_active=coalesce(?, turn_active), "
+            "change_seq=? WHERE id=?",
+            (*item.touch, _next_change(db), item.thread_id),
+        )
+        return
+    if item.fence is not None:
+        leases.fence(db, item.thread_id, *item.fence)
+    if item.rows:
+        db.executemany(
+            "INSERT INTO events (thread_id,seq,ts,source,kind,data,raw,relay,client_id) VALUES (?,?,?,?,?,?,?,?,?)",
+            item.rows,
+        )
+    if item.fields:
+        sets = ",".join(f"{k}=?" for k in item.fields)
+        bump = [_next_change(db)] if item.changed else []
+        db.execute(
+            f"UPDATE threads SET {sets}{',change_seq=?' if item.changed else ''} WHERE id=?",  # noqa: S608
+            (*item.fields.values(), *bump, item.thread_id),
+        )
+
+
+# This append alone is bad (a constraint, or text SQLite cannot encode): it is refused, the
+# rest of the batch commits, and the writer never stalls on it.
+_REFUSED = (sqlite3.IntegrityError, UnicodeEncodeError, ValueError, OverflowError, leases.Fenced)
+
+
+def _commit(db: sqlite3.Connection, batch: list[_Append]) -> dict[int, str]:
+    """One transaction for the whole batch; an append that violates a constraint is rolled
+    back alone (its savepoint; a batch of one needs none) and reported, the rest commit."""
+    failed: dict[int, str] = {}
+    db.execute("BEGIN IMMEDIATE")
+    if len(batch) == 1:
+        try:
+            _write_item(db, batch[0])
+        except _REFUSED as exc:
+            db.execute("ROLLBACK")
+            return {0: str(exc)}
+        db.execute("COMMIT")
+        return failed
+    for i, item in enumerate(batch):
+        db.execute("SAVEPOINT a")
+        try:
+            _write_item(db, item)
+        except _REFUSED as exc:
+            db.execute("ROLLBACK TO a")
+            failed[i] = str(exc)
+        db.execute("RELEASE a")
+    db.execute("COMMIT")
+    return failed
+
+
+# ---------------------------------------------------------------------- the connection
+
+
+def connect(path: Path, busy_timeout_ms: int) -> sqlite3.Connection:
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    db.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+    db.execute("PRAGMA synchronous=NORMAL")
+    return db
+
+
+class SchemaTooNew(Exception):
+    def __init__(self, version: int) -> None:
+        super().__init__(version)
+        self.version = version
+
+
+def open_writer(path: Path, busy_timeout_ms: int) -> sqlite3.Connection:
+    """The write connection: WAL, migrated, the derived columns repaired (SchemaTooNew
+    for a newer version's file, which is then left untouched)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = connect(path, busy_timeout_ms)
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        db.close()
+        raise SchemaTooNew(version)
+    db.execute("PRAGMA journal_mode=WAL")
+    for i, ddl in enumerate(_MIGRATIONS[version:], start=version + 1):
+        db.execute("BEGIN IMMEDIATE")
+        for stmt in filter(str.strip, ddl.split(";")):
+            db.execute(stmt)
+        db.execute(f"PRAGMA user_version={i}")
+        db.execute("COMMIT")
+    db.execute("BEGIN IMMEDIATE")
+    _repair(db)
+    db.execute("COMMIT")
+    return db
+
+
+# ---------------------------------------------------------------------- the writes (OPS)
+# Plain arguments in, plain values out (lists, numbers, text, None): the same functions
+# run on the writer thread and, by name, in the writer process.
+
+
+def create_thread(db: sqlite3.Connection, row: dict[str, Any]) -> None:
+    cols = ",".join(row)
+    marks = ",".join("?" for _ in row)
+    db.execute("BEGIN IMMEDIATE")
+    seq = _next_change(db)
+    db.execute(
+        f"INSERT INTO threads ({cols},change_seq,created_seq) VALUES ({marks},?,?)",  # noqa: S608
+        (*row.values(), seq, seq),
+    )
+    db.execute("COMMIT")
+
+
+def update_thread(db: sqlite3.Connection, thread_id: str, row: dict[str, Any], visible: bool) -> None:
+    sets = ",".join(f"{k}=?" for k in row)
+    db.execute("BEGIN IMMEDIATE")
+    bump = [_next_change(db)] if visible else []
+    db.execute(
+        f"UPDATE threads SET {sets}{',change_seq=?' if visible else ''} WHERE id=?",  # noqa: S608
+        (*row.values(), *bump, thread_id),
+    )
+    db.execute("COMMIT")
+
+
+def delete_thread(db: sqlite3.Connection, thread_id: str, deleted_at: str, older_than: str, keep: int) -> bool:
+    """``older_than`` and ``keep``: which tombstones are pruned (_prune_tombstones)."""
+    db.execute("BEGIN IMMEDIATE")
+    db.execute("DELETE FROM events WHERE thread_id=?", (thread_id,))
+    gone = db.execute("DELETE FROM threads WHERE id=? RETURNING owner", (thread_id,)).fetchall()
+    found = bool(gone)
+    if found:
+        db.execute(
+            "INSERT OR REPLACE INTO thread_tombstones (thread_id, change_seq, deleted_at, owner) VALUES (?,?,?,?)",
+            (thread_id, _next_change(db), deleted_at, gone[0][0]),
+        )
+        _prune_tombstones(db, older_than, keep)
+    db.execute("COMMIT")
+    return found
+
+
+def live_threads(db: sqlite3.Connection) -> list[Any]:
+    return db.execute(
+        f"SELECT {','.join(_THREAD_COLUMNS)} FROM threads "  # noqa: S608
+        "WHERE state IN ('starting','running','stopping') OR turn_active=1"
+    ).fetchall()
+
+
+def load_sessions(db: sqlite3.Connection, now: float) -> list[Any]:
+    db.execute("DELETE FROM browser_sessions WHERE expires_at <= ?", (now,))
+    return db.execute("SELECT key, expires_at, user_name FROM browser_sessions ORDER BY expires_at").fetchall()
+
+
+def save_session(db: sqlite3.Connection, key: str, expires_at: float, evicted: list[str], user: str | None) -> None:
+    db.execute("BEGIN IMMEDIATE")
+    db.executemany("DELETE FROM browser_sessions WHERE key = ?", [(k,) for k in evicted])
+    db.execute(
+        "INSERT OR REPLACE INTO browser_sessions (key, expires_at, user_name) VALUES (?, ?, ?)",
+        (key, expires_at, user),
+    )
+    db.execute("COMMIT")
+
+
+def delete_session(db: sqlite3.Connection, key: str) -> None:
+    db.execute("DELETE FROM browser_sessions WHERE key = ?", (key,))
+
+
+def add_user(db: sqlite3.Connection, name: str, token_hash: str, admin: bool, created_at: str) -> bool:
+    cur = db.execute(
+        "INSERT INTO users (name, token_hash, admin, created_at) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (name) DO UPDATE SET token_hash = excluded.token_hash, admin = excluded.admin, "
+        "revoked_at = NULL WHERE users.revoked_at IS NOT NULL",
+        (name, token_hash, int(admin), created_at),
+    )
+    return cur.rowcount > 0
+
+
+def revoke_user(db: sqlite3.Connection, name: str, revoked_at: str) -> bool:
+    db.execute("BEGIN IMMEDIATE")
+    cur = db.execute(
+        "UPDATE users SET token_hash = NULL, revoked_at = ? WHERE name = ? AND revoked_at IS NULL",
+        (revoked_at, name),
+    )
+    db.execute("DELETE FROM browser_sessions WHERE user_name = ?", (name,))
+    db.execute("COMMIT")
+    return cur.rowcount > 0
+
+
+def checkpoint(db: sqlite3.Connection) -> list[Any]:
+    """PASSIVE: never blocks a writer or a reader; (busy, WAL frames, frames checkpointed)."""
+    return list(db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone())
+
+
+def execute(db: sqlite3.Connection, sql: str, params: list[Any]) -> list[Any]:
+    """One statement in its own transaction (maintenance and tests)."""
+    return db.execute(sql, params).fetchall()
+
+
+OPS = {
+    f.__name__: f
+    for f in (
+        create_thread,
+        update_thread,
+        delete_thread,
+        live_threads,
+        load_sessions,
+        save_session,
+        delete_session,
+        add_user,
+        revoke_user,
+        checkpoint,
+        execute,
+        *leases.OPS,
+    )
+}
+
+
+# ---------------------------------------------------------------------- appends
+
+
+def item_of(wire: tuple[Any, ...]) -> _Append:
+    """An append as shipped to the writer process (``wire_item``): no future."""
+    thread_id, rows, fields, touch, flush, fence = wire
+    return _Append(thread_id, rows, fields, None, touch, flush=flush, fence=fence)
+
+
+def wire_item(item: _Append) -> tuple[Any, ...]:
+    return (item.thread_id, item.rows, item.fields, item.touch, item.flush, item.fence)
+
+
+def already_written(db: sqlite3.Connection, item: _Append) -> bool:
+    """A batch sent again after its writer died: was this append's transaction committed
+    before the death? (Its first event is there with the same time and data.)"""
+    if not item.rows:
+        return False
+    row = item.rows[0]
+    found = db.execute("SELECT ts, data FROM events WHERE thread_id=? AND seq=?", (row[0], row[1])).fetchone()
+    return found is not None and tuple(found) == (row[2], row[5])
+
+
+def commit_again(db: sqlite3.Connection, batch: list[_Append]) -> dict[int, str]:
+    """``_commit`` for a batch that may already be committed (its writer died before the
+    answer): what is already there is not written twice, the rest is written now."""
+    todo = [i for i, item in enumerate(batch) if not already_written(db, item)]
+    if not todo:
+        return {}
+    failed = _commit(db, [batch[i] for i in todo])
+    return {todo[k]: reason for k, reason in failed.items()}

@@ -1,0 +1,162 @@
+"""The SQLite store's writer process: ``python -m bridge.store.writer FD PATH BUSY_MS``.
+
+Started by the store (bridge/store/writer_client.py) with one end of a socket pair as
+``FD``; it owns the database's one write connection: migrations and repair at start, then
+every batch of appends (group commit: one transaction a batch, as on the writer thread),
+every other write (``sqlite_sql.OPS``) and the WAL checkpoints. The event loop of the
+daemon keeps only reads. Frames: bridge/store/wire.py.
+
+It exits when the pipe reaches end of file: the daemon closed it (a clean close: what was
+sent is written first) or died (even by SIGKILL, the kernel closes its end). SIGINT and
+SIGTERM are ignored: a terminal's Ctrl-C or a service manager's stop reaches the daemon's
+whole process group, and the daemon drains its appends through this process before it
+closes the pipe.
+
+Checkpoints: the connection never checkpoints by itself (``wal_autocheckpoint=0``); a
+PASSIVE checkpoint runs once ``CHECKPOINT_EVERY`` commits or ``CHECKPOINT_BYTES`` of events
+have been written and no request is waiting, after the answers are sent, so a checkpoint
+never sits between a commit and its acknowledgement unless a request arrives while one
+runs; ``FORCE_BYTES`` force one under constant load (the WAL would grow without end
+otherwise). Bounded by bytes, each checkpoint moves a few MiB (a few milliseconds); by
+commits alone, a flood of large batches left one checkpoint of the whole WAL (200 ms for
+~150 MB). The store asks for one more after every 256 of its inline commits. Durations are
+in the statistics (``("s", id)``), logged by the daemon when the store closes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import select
+import signal
+import socket
+import sqlite3
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bridge.store import sqlite_sql as sql
+from bridge.store.wire import FrameReader, reply
+
+CHECKPOINT_EVERY = 256  # commits, or
+CHECKPOINT_BYTES = 4 * 1024 * 1024  # bytes of events written, when no request waits
+FORCE_BYTES = 32 * 1024 * 1024  # bytes written: a checkpoint even with requests waiting
+
+
+class Writer:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+        self.since_checkpoint = 0  # commits
+        self.since_bytes = 0
+        self.stats: dict[str, float] = {
+            "commits": 0,
+            "batches": 0,
+            "appends": 0,
+            "checkpoints": 0,
+            "checkpoint_total_ms": 0.0,
+            "checkpoint_max_ms": 0.0,
+            "commit_max_ms": 0.0,
+            "commit_total_ms": 0.0,
+        }
+
+    def handle(self, msg: Any) -> bytes:
+        kind, rid = msg[0], msg[1]
+        try:
+            if kind == "b":
+                return self._batch(rid, msg[2], msg[3])
+            if kind == "c":
+                op = self.checkpoint if msg[2] == "checkpoint" else sql.OPS[msg[2]]
+                result = op(self.db, *msg[3])
+                self.since_checkpoint += 1
+                return reply(rid, r=result)
+            if kind == "s":
+                return reply(rid, r=self.stats)
+        except Exception as exc:
+            if self.db.in_transaction:
+                self.db.rollback()
+            return reply(rid, e=f"store error: {exc}")
+        return reply(rid, e=f"unknown request {kind!r}")
+
+    def _batch(self, rid: int, again: bool, wire: list[tuple[Any, ...]]) -> bytes:
+        batch = [sql.item_of(w) for w in wire]
+        t0 = time.perf_counter()
+        failed = sql.commit_again(self.db, batch) if again else sql._commit(self.db, batch)
+        ms = (time.perf_counter() - t0) * 1000
+        st = self.stats
+        st["commit_max_ms"] = max(st["commit_max_ms"], ms)
+        st["commit_total_ms"] += ms
+        st["commits"] += 1
+        st["batches"] += 1
+        st["appends"] += len(batch)
+        self.since_checkpoint += 1
+        self.since_bytes += sum(len(r[5]) + len(r[6] or "") for item in batch for r in item.rows)
+        return reply(rid, f={str(k): v for k, v in failed.items()})
+
+    def maybe_checkpoint(self, idle: bool) -> None:
+        due = self.since_checkpoint >= CHECKPOINT_EVERY or self.since_bytes >= CHECKPOINT_BYTES
+        if not (due and idle) and self.since_bytes < FORCE_BYTES:
+            return
+        with contextlib.suppress(sqlite3.Error):  # PASSIVE: tried again CHECKPOINT_EVERY commits later
+            self.checkpoint(self.db)
+
+    def checkpoint(self, db: sqlite3.Connection) -> list[Any]:
+        """A PASSIVE checkpoint, timed (the statistics); the store asks for one too after
+        CHECKPOINT_EVERY of its inline commits (sqlite.py)."""
+        self.since_checkpoint = self.since_bytes = 0
+        t0 = time.perf_counter()
+        result = sql.checkpoint(db)
+        ms = (time.perf_counter() - t0) * 1000
+        st = self.stats
+        st["checkpoints"] += 1
+        st["checkpoint_total_ms"] += ms
+        st["checkpoint_max_ms"] = max(st["checkpoint_max_ms"], ms)
+        return result
+
+
+def _readable(sock: socket.socket) -> bool:
+    return bool(select.select([sock], [], [], 0)[0])
+
+
+def serve(sock: socket.socket, writer: Writer) -> None:
+    """Requests in order, one answer each, until end of file."""
+    frames = FrameReader()
+    while True:
+        data = sock.recv(1 << 20)
+        if not data:
+            return
+        out = [writer.handle(pickle.loads(f)) for f in frames.feed(data)]  # noqa: S301 (our parent's)
+        if out:
+            sock.sendall(b"".join(out))
+        writer.maybe_checkpoint(idle=not _readable(sock))
+
+
+def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    fd, path, busy_ms = int(argv[0]), Path(argv[1]), int(argv[2])
+    os.closerange(fd + 1, 1 << 16)  # nothing of the daemon's but the pipe (e.g. its data dir lock)
+    sock = socket.socket(fileno=fd)
+    try:
+        db = sql.open_writer(path, busy_ms)
+    except sql.SchemaTooNew as exc:
+        sock.sendall(reply(0, e=f"schema version {exc.version}", c="schema_too_new"))
+        return 1
+    except sqlite3.Error as exc:
+        sock.sendall(reply(0, e=f"cannot open store {path}: {exc}"))
+        return 1
+    db.execute("PRAGMA wal_autocheckpoint=0")
+    sock.sendall(reply(0, r="ready"))
+    writer = Writer(db)
+    try:
+        serve(sock, writer)
+    except (ConnectionError, OSError):
+        pass  # the daemon is gone: nothing to answer
+    finally:
+        db.close()  # the last connection: SQLite checkpoints and removes the WAL
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

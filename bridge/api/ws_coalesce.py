@@ -10,29 +10,26 @@ the frames an ordinary client would have got, in order.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from bisect import bisect_right
+from collections.abc import Iterable
+from itertools import accumulate, repeat
+from operator import add
 from typing import cast
 
 COALESCE_BYTES = 64 * 1024
 
 
-def _size(text: str | bytes) -> int:
-    # str.isascii() is O(1) in CPython; nearly every frame is ASCII JSON.
-    return len(text) if isinstance(text, bytes) or text.isascii() else len(text.encode())
-
-
-def _groups(texts: Sequence[str | bytes], limit: int) -> list[tuple[int, int]]:
-    """Index ranges of consecutive payloads whose lines, newline-separated, fit ``limit``
-    bytes (a longer payload is a range of its own)."""
+def _ranges(sizes: Iterable[int], limit: int) -> list[tuple[int, int]]:
+    """Index ranges of consecutive payloads (of these byte sizes) whose lines,
+    newline-separated, fit ``limit`` bytes; a longer payload is a range of its own.
+    Found by bisection on the running sums (C-speed ``accumulate``), not line by line."""
+    ends = list(accumulate(map(add, sizes, repeat(1))))  # each line and its separator
     ranges: list[tuple[int, int]] = []
-    start, size = 0, -1  # -1: the separators are one fewer than the lines
-    for i, text in enumerate(texts):
-        n = _size(text) + 1
-        if i > start and size + n > limit:
-            ranges.append((start, i))
-            start, size = i, -1
-        size += n
-    ranges.append((start, len(texts)))
+    start, base = 0, 0
+    while start < len(ends):
+        stop = max(bisect_right(ends, base + limit + 1, start), start + 1)
+        ranges.append((start, stop))
+        start, base = stop, ends[stop - 1]
     return ranges
 
 
@@ -41,9 +38,13 @@ def coalesce(texts: list[str] | list[bytes], limit: int = COALESCE_BYTES) -> lis
     frames of at most ``limit`` bytes each, in order; a longer payload stays alone."""
     if len(texts) < 2:
         return texts
-    ranges = _groups(texts, limit)
     if isinstance(texts[0], str):
         strs = cast(list[str], texts)
-        return ["\n".join(strs[a:b]) for a, b in ranges]
+        joined = "\n".join(strs)
+        ascii_only = joined.isascii()  # O(1) in CPython; nearly every frame is ASCII JSON
+        if ascii_only and len(joined) <= limit:
+            return [joined]
+        sizes = map(len, strs) if ascii_only else (len(t.encode()) for t in strs)
+        return ["\n".join(strs[a:b]) for a, b in _ranges(sizes, limit)]
     raw = cast(list[bytes], texts)
-    return [b"\n".join(raw[a:b]) for a, b in ranges]
+    return [b"\n".join(raw[a:b]) for a, b in _ranges(map(len, raw), limit)]

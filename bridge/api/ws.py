@@ -68,14 +68,8 @@ async def thread_ws(ws: WebSocket, thread_id: str) -> None:
     mode = ws.query_params.get("mode", "events")
     after_raw = ws.query_params.get("after", "0") or "0"
     omit_raw = ws.query_params.get("omit_raw", "0")
-    coalesce = ws.query_params.get("coalesce", "0")
-    if (
-        mode not in ("events", "raw")
-        or not (after_raw.isascii() and after_raw.isdigit())
-        or len(after_raw) > 15
-        or omit_raw not in ("0", "1")
-        or coalesce not in ("0", "1")
-    ):
+    coalesced = ws.query_params.get("coalesce", "0")
+    if not _valid_query(mode, after_raw, omit_raw, coalesced):
         await _close_quietly(
             ws, 4400, "mode must be events|raw, after a non-negative integer, omit_raw and coalesce 0|1"
         )
@@ -88,8 +82,19 @@ async def thread_ws(ws: WebSocket, thread_id: str) -> None:
         await _close_quietly(ws, 4404, exc.code)
         return
     session = _Session(ws, conv, user, raw=(mode == "raw"), omit_raw=omit_raw == "1" and mode == "events")
-    session.coalesce = coalesce == "1"
+    session.coalesce = coalesced == "1"
     await session.run(int(after_raw))
+
+
+def _valid_query(mode: str, after: str, omit_raw: str, coalesced: str) -> bool:
+    return (
+        mode in ("events", "raw")
+        and after.isascii()
+        and after.isdigit()
+        and len(after) <= 15
+        and omit_raw in ("0", "1")
+        and coalesced in ("0", "1")
+    )
 
 
 async def _close_quietly(ws: WebSocket, code: int, reason: str) -> None:

@@ -5,9 +5,10 @@ For every ``user`` line on stdin whose text is ``flood N S`` it writes a ``syste
 line, then N ``stream_event`` text deltas of exactly S bytes each (newline excluded), then
 one ``result`` line. ``flood N S assistant`` writes N ``assistant`` messages of exactly S
 bytes instead, each with one text block (the shape Claude Code writes a whole message in)
-and a message id of its own. Output is built in memory and written in large chunks, so the agent
-itself is never the bottleneck (it produces several million lines per second). Standard
-library only; the same script runs under agent-bridge, under websocketd and on a bare pipe.
+and a message id of its own. Output is built in memory and written in large chunks, so
+the agent itself is never the bottleneck (it produces several million lines per second).
+Standard library only; the same script runs under agent-bridge, under websocketd and on a
+bare pipe.
 """
 
 from __future__ import annotations

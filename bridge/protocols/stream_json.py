@@ -218,11 +218,10 @@ class StreamJsonCodec:
         The lines a turn is mostly made of (``stream_event`` and ``assistant``; awp-jsonl:
         its top-level ``content_block_delta`` and ``assistant`` lines) take an exact
         shortcut (stream_json_fast.py, issue #8 and #22): a line that begins as such lines
-        do is parsed once by orjson and mapped by the shortcut for
-        that type, which returns what :meth:`_decode_slow` would, or None. Every other
-        line, one orjson refuses, and one a shortcut declines decode as
-        :meth:`_decode_slow` does; tests/protocols/test_codec_fast_path.py checks that the
-        two always agree.
+        do is parsed once by orjson and mapped by the shortcut for the type it holds, which
+        returns what :meth:`_decode_slow` would, or None. Every other line, one orjson
+        refuses, and one a shortcut declines decode as :meth:`_decode_slow` does;
+        tests/protocols/test_codec_fast_path.py checks that the two always agree.
         """
         if not line.startswith(self._fast_prefixes):
             return self._decode_slow(line)

@@ -1,5 +1,5 @@
-"""Decoding cost per stdout line, by line shape: ``StreamJsonCodec.decode`` (with its fast
-path, issue #8) against the generic path ``_decode_slow`` and a bare ``orjson.loads`` of the
+"""Decoding cost per stdout line, by line shape: ``StreamJsonCodec.decode`` (with its
+shortcuts, issue #8 and #22) against the generic path ``_decode_slow`` and a bare ``orjson.loads`` of the
 same line, interleaved in one run (docs/benchmarks.md).
 
     python -m bench.codec            # a few seconds
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 import timeit
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -34,6 +35,43 @@ def flood_line(size: int) -> bytes:
     )
     tail = f'"}}}},"session_id":"bench-{SESSION}"}}'
     return f"{head}{12345:08d} {'x' * max(0, size - len(head) - len(tail) - 9)}{tail}".encode()
+
+
+def flood_assistant_line(size: int) -> bytes:
+    """An assistant message of ``size`` bytes as ``flood N S assistant`` writes it."""
+    from bench.agents.flood_agent import ASSISTANT_HEAD
+
+    head = ASSISTANT_HEAD % 12345
+    tail = f'"}}]}},"session_id":"bench-{SESSION}"}}'
+    return f"{head}{12345:08d} {'x' * max(0, size - len(head) - len(tail) - 9)}{tail}".encode()
+
+
+def assistant(content: list[dict[str, Any]]) -> bytes:
+    """An assistant message as Claude Code writes it (docs/api.md §7.1)."""
+    return orjson.dumps(
+        {
+            "type": "assistant",
+            "message": {
+                "id": "msg_01",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-opus-4-8",
+                "content": content,
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {
+                    "input_tokens": 50,
+                    "output_tokens": 12,
+                    "cache_creation_input_tokens": 0,
+                    "cache_read_input_tokens": 0,
+                },
+                "context_management": None,
+            },
+            "parent_tool_use_id": None,
+            "session_id": SESSION,
+            "uuid": UUID,
+        }
+    )
 
 
 def stream_event(event: dict[str, Any]) -> bytes:
@@ -93,20 +131,32 @@ SHAPES: list[tuple[str, type[StreamJsonCodec], bytes]] = [
             }
         ),
     ),
+    ("flood_agent assistant, 200 B", StreamJsonCodec, flood_assistant_line(200)),
+    ("assistant (text block)", StreamJsonCodec, assistant([{"type": "text", "text": "Hello, here is the plan."}])),
+    ("assistant, 4 KiB text", StreamJsonCodec, assistant([{"type": "text", "text": "All good. " * 410}])),
     (
-        "assistant (text block)",
+        "assistant (thinking + text)",
+        StreamJsonCodec,
+        assistant(
+            [{"type": "thinking", "thinking": "The user wants", "signature": "c2ln"}, {"type": "text", "text": "Ok."}]
+        ),
+    ),
+    (
+        "assistant (tool_use)",
+        StreamJsonCodec,
+        assistant([{"type": "tool_use", "id": "toolu_01", "name": "Bash", "input": {"command": "ls -la"}}]),
+    ),
+    (
+        "user (tool_result)",
         StreamJsonCodec,
         orjson.dumps(
             {
-                "type": "assistant",
+                "type": "user",
                 "message": {
-                    "id": "msg_01",
-                    "type": "message",
-                    "role": "assistant",
-                    "model": "claude-opus-4-8",
-                    "content": [{"type": "text", "text": "Hello, here is the plan."}],
-                    "stop_reason": None,
-                    "usage": {"input_tokens": 50, "output_tokens": 12},
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": "toolu_01", "content": "a\nb\n", "is_error": False}
+                    ],
                 },
                 "parent_tool_use_id": None,
                 "session_id": SESSION,
@@ -137,11 +187,12 @@ SHAPES: list[tuple[str, type[StreamJsonCodec], bytes]] = [
 
 
 def measure(fns: dict[str, Callable[[], object]], rounds: int, number: int) -> dict[str, float]:
-    """Nanoseconds per call, the minimum over rounds; the functions take turns round by round."""
+    """Nanoseconds of this process's CPU time per call (less disturbed by other processes
+    than wall time), the minimum over rounds; the functions take turns round by round."""
     best = dict.fromkeys(fns, float("inf"))
     for _ in range(rounds):
         for name, fn in fns.items():
-            best[name] = min(best[name], timeit.timeit(fn, number=number) / number * 1e9)
+            best[name] = min(best[name], timeit.timeit(fn, number=number, timer=time.process_time) / number * 1e9)
     return best
 
 

@@ -148,6 +148,19 @@ async def until(ws: WSClient, mark: bytes) -> int:
         n += len(batch)
 
 
+async def until_lines(ws: WSClient, mark: bytes) -> int:
+    """Read frames until one contains ``mark``; return how many lines arrived (a frame of a
+    ``coalesce=1`` client holds several, newline-separated)."""
+    n = 0
+    while True:
+        batch = await ws.recv_batch()
+        for i, frame in enumerate(batch):
+            n += frame.count(b"\n") + 1
+            if mark in frame:
+                ws.unread(batch[i + 1 :])
+                return n
+
+
 class ServerExited(Exception):
     """The server process ended before it accepted a connection."""
 
@@ -260,8 +273,8 @@ class Bridge:
         r.raise_for_status()
         return int(r.json()["last_seq"])
 
-    async def ws(self, thread_id: str, *, mode: str = "events", after: int | None = None) -> WSClient:
-        q = f"?mode={mode}" + (f"&after={after}" if after is not None else "")
+    async def ws(self, thread_id: str, *, mode: str = "events", after: int | None = None, query: str = "") -> WSClient:
+        q = f"?mode={mode}" + (f"&after={after}" if after is not None else "") + query
         return await WSClient.connect(HOST, self.port, f"/v1/threads/{thread_id}/ws{q}", self.headers)
 
     async def stop(self) -> None:
@@ -385,7 +398,7 @@ class Bench:
         self.samples.setdefault(metric, {}).setdefault(peer, []).append(value)
 
     async def interleave(self, runs: int, jobs: dict[str, Callable[[], Awaitable[None]]]) -> None:
-        names = [n for n in jobs if self.peers or n != "websocketd"]
+        names = [n for n in jobs if self.peers or not n.startswith("websocketd")]
         for r in range(runs):
             order = names[r % len(names) :] + names[: r % len(names)]
             for name in order:
@@ -394,12 +407,12 @@ class Bench:
     # -- 1 & 2: single-thread throughput ------------------------------------------------
 
     async def throughput(self, http: httpx.AsyncClient) -> None:
+        """Rows 1 and 2: ``stream_event`` deltas and ``assistant`` messages of the same size,
+        raw and events mode; and raw mode with ``coalesce=1`` (stream_event lines)."""
         n, size = self.p.lines, self.p.line_bytes
-        prompt = f"flood {n} {size}"
-        raw_thread = await self.bridge.new_thread(http, "flood")
-        ev_thread = await self.bridge.new_thread(http, "flood")
+        threads = {name: await self.bridge.new_thread(http, "flood") for name in ("raw", "events", "coalesce")}
 
-        def pipe_run() -> float:
+        def pipe_run(prompt: str) -> float:
             agent = PipeAgent(FLOOD)
             agent.send("flood 1")
             agent.until_result()
@@ -411,52 +424,66 @@ class Bench:
             assert lines == n + 2, lines
             return n / dt
 
-        async def pipe() -> None:
-            self.add("tput_raw", "pipe", pipe_run())
-
         async def timed_flood(ws: WSClient, warm_up: str, flood: str, mark: bytes) -> tuple[int, float]:
-            """A warm-up turn (it starts the agent), then the flood: frames up to ``mark``
-            and the seconds from sending it."""
+            """A warm-up turn (it starts the agent), then the flood: lines up to ``mark``
+            (a coalesced frame holds several) and the seconds from sending it."""
             await ws.send_text(warm_up)
             await until(ws, mark)
             t0 = time.perf_counter()
             await ws.send_text(flood)
-            frames = await until(ws, mark)
+            lines = await until_lines(ws, mark)
             dt = time.perf_counter() - t0
             await ws.close()
-            return frames, dt
+            return lines, dt
 
-        async def websocketd() -> None:
-            frames, dt = await timed_flood(
-                await self.wsd_flood.ws(), user_line("flood 1"), user_line(prompt), RESULT_MARK
-            )
-            assert frames == n + 2, frames
-            self.add("tput_raw", "websocketd", n / dt)
+        def shape_jobs(shape: str) -> dict[str, Callable[[], Awaitable[None]]]:
+            prompt = f"flood {n} {size}" + (" assistant" if shape == "assistant" else "")
+            suffix = "_asst" if shape == "assistant" else ""
 
-        async def bridge_raw() -> None:
-            ws = await self.bridge.ws(raw_thread, mode="raw", after=await self.bridge.last_seq(http, raw_thread))
-            frames, dt = await timed_flood(ws, user_line("flood 1"), user_line(prompt), RESULT_MARK)
-            assert frames == n + 2, frames
-            self.add("tput_raw", "bridge", n / dt)
+            async def pipe() -> None:
+                self.add("tput_raw" + suffix, "pipe", pipe_run(prompt))
 
-        async def bridge_events() -> None:
-            ws = await self.bridge.ws(ev_thread, after=await self.bridge.last_seq(http, ev_thread))
-            frames, dt = await timed_flood(
-                ws,
-                json.dumps({"op": "prompt", "text": "flood 1"}),
-                json.dumps({"op": "prompt", "text": prompt}),
-                TURN_END_MARK,
-            )
-            assert frames >= n, frames
-            self.add("tput_events", "bridge", n / dt)
+            async def websocketd() -> None:
+                ws = await self.wsd_flood.ws()
+                lines, dt = await timed_flood(ws, user_line("flood 1"), user_line(prompt), RESULT_MARK)
+                assert lines == n + 2, lines
+                self.add("tput_raw" + suffix, "websocketd", n / dt)
 
-        await self.interleave(
-            self.p.runs, {"pipe": pipe, "websocketd": websocketd, "bridge": bridge_raw, "bridge_events": bridge_events}
-        )
-        # events mode is compared with the same websocketd and pipe runs
-        for peer in ("websocketd", "pipe"):
-            if peer in self.samples["tput_raw"]:
-                self.samples["tput_events"][peer] = self.samples["tput_raw"][peer]
+            async def bridge_raw(metric: str = "tput_raw" + suffix, thread: str = "raw", q: str = "") -> None:
+                tid = threads[thread]
+                ws = await self.bridge.ws(tid, mode="raw", after=await self.bridge.last_seq(http, tid), query=q)
+                lines, dt = await timed_flood(ws, user_line("flood 1"), user_line(prompt), RESULT_MARK)
+                assert lines == n + 2, lines
+                self.add(metric, "bridge", n / dt)
+
+            async def bridge_events() -> None:
+                tid = threads["events"]
+                ws = await self.bridge.ws(tid, after=await self.bridge.last_seq(http, tid))
+                lines, dt = await timed_flood(
+                    ws,
+                    json.dumps({"op": "prompt", "text": "flood 1"}),
+                    json.dumps({"op": "prompt", "text": prompt}),
+                    TURN_END_MARK,
+                )
+                assert lines >= n, lines
+                self.add("tput_events" + suffix, "bridge", n / dt)
+
+            jobs = {"pipe": pipe, "websocketd": websocketd, "bridge": bridge_raw, "bridge_events": bridge_events}
+            if shape == "stream_event":
+                jobs["bridge_coalesce"] = lambda: bridge_raw("tput_raw_coalesce", "coalesce", "&coalesce=1")
+            return {f"{name}{suffix}": job for name, job in jobs.items()}
+
+        await self.interleave(self.p.runs, {**shape_jobs("stream_event"), **shape_jobs("assistant")})
+        # Events mode and coalescing are compared with the same websocketd and pipe runs
+        # (websocketd has no coalescing: one line per frame).
+        for metric, of in (
+            ("tput_events", "tput_raw"),
+            ("tput_events_asst", "tput_raw_asst"),
+            ("tput_raw_coalesce", "tput_raw"),
+        ):
+            for peer in ("websocketd", "pipe"):
+                if peer in self.samples.get(of, {}):
+                    self.samples[metric][peer] = self.samples[of][peer]
 
     # -- 3: sequential round trips ------------------------------------------------------
 
@@ -731,6 +758,9 @@ class Bench:
 ROWS: list[tuple[str, str, str, bool, tuple[str, float] | None]] = [
     ("tput_raw", "1. throughput, raw mode", "lines/s", True, ("ws", 1.0)),
     ("tput_events", "2. throughput, events mode + transcript", "lines/s", True, ("ws", 0.5)),
+    ("tput_raw_asst", "1b. throughput, raw mode, assistant lines", "lines/s", True, ("ws", 1.0)),
+    ("tput_events_asst", "2b. throughput, events mode + transcript, assistant lines", "lines/s", True, ("ws", 0.5)),
+    ("tput_raw_coalesce", "1c. throughput, raw mode, coalesce=1 (websocketd: no coalescing)", "lines/s", True, None),
     ("lat_raw_p50", "3. round trip p50, raw mode", "ms", False, ("ws", 1.2)),
     ("lat_raw_p99", "3. round trip p99, raw mode", "ms", False, ("ws", 2.0)),
     ("lat_events_p50", "3. round trip p50, events mode", "ms", False, ("ws", 1.2)),

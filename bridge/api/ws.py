@@ -23,6 +23,7 @@ from starlette.websockets import WebSocketState
 from bridge.api.auth import SUBPROTOCOL, resolve_user
 from bridge.api.schema import PermissionFrame, PromptIn, RawIn, frame_error_code
 from bridge.api.users import Streams, User, check_owner
+from bridge.api.ws_coalesce import coalesce
 from bridge.api.ws_transport import RECEIVE, SEND_TEXTS, Inbox
 from bridge.clock import now_iso
 from bridge.errors import BridgeError, InvalidRequest, Throttled, error_body
@@ -67,13 +68,11 @@ async def thread_ws(ws: WebSocket, thread_id: str) -> None:
     mode = ws.query_params.get("mode", "events")
     after_raw = ws.query_params.get("after", "0") or "0"
     omit_raw = ws.query_params.get("omit_raw", "0")
-    if (
-        mode not in ("events", "raw")
-        or not (after_raw.isascii() and after_raw.isdigit())
-        or len(after_raw) > 15
-        or omit_raw not in ("0", "1")
-    ):
-        await _close_quietly(ws, 4400, "mode must be events|raw, after a non-negative integer, omit_raw 0|1")
+    coalesced = ws.query_params.get("coalesce", "0")
+    if not _valid_query(mode, after_raw, omit_raw, coalesced):
+        await _close_quietly(
+            ws, 4400, "mode must be events|raw, after a non-negative integer, omit_raw and coalesce 0|1"
+        )
         return
     reg: Registry = ws.app.state.registry
     try:
@@ -83,7 +82,19 @@ async def thread_ws(ws: WebSocket, thread_id: str) -> None:
         await _close_quietly(ws, 4404, exc.code)
         return
     session = _Session(ws, conv, user, raw=(mode == "raw"), omit_raw=omit_raw == "1" and mode == "events")
+    session.coalesce = coalesced == "1"
     await session.run(int(after_raw))
+
+
+def _valid_query(mode: str, after: str, omit_raw: str, coalesced: str) -> bool:
+    return (
+        mode in ("events", "raw")
+        and after.isascii()
+        and after.isdigit()
+        and len(after) <= 15
+        and omit_raw in ("0", "1")
+        and coalesced in ("0", "1")
+    )
 
 
 async def _close_quietly(ws: WebSocket, code: int, reason: str) -> None:
@@ -104,6 +115,8 @@ class _Session:
         self.omit_raw = omit_raw
         self.replay_frames = not omit_raw
         self._send_lock = asyncio.Lock()
+        # ?coalesce=1: what is ready at once leaves as NDJSON lines in few frames (ws_coalesce).
+        self.coalesce = False
         self._sub: Subscriber | None = None
         # A peer that has not taken a frame for a whole ping round (interval + timeout)
         # has failed keepalive. uvicorn then closes the transport gracefully, which waits
@@ -131,6 +144,8 @@ class _Session:
     async def _send_texts(self, texts: list[str] | list[bytes]) -> None:
         """Frames under one lock and one deadline, with one socket write when the server
         offers it (ws_transport.SEND_TEXTS, issue #8)."""
+        if self.coalesce:
+            texts = coalesce(texts)
         send_texts = self.ws.scope.get("extensions", {}).get(SEND_TEXTS)
         async with self._send_lock:
             async with asyncio.timeout(self._send_deadline):

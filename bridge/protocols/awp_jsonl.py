@@ -14,7 +14,7 @@ reason ``startup_error``), so users see why the agent never answered.
 
 The variant is expressed in class attributes of :class:`AwpJsonlCodec` only: its handler
 table (no ``control_*`` handlers, so such lines are recorded as ``agent.other`` and never
-answered; the top-level streaming events added), the fast path's line prefixes and which
+answered; the top-level streaming events added), the decode shortcuts and which
 top-level types are streaming deltas.
 """
 
@@ -23,10 +23,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+from bridge.protocols import stream_json_fast as fast
 from bridge.protocols.codec import Decoded, Fatal
 from bridge.protocols.events import Event
 from bridge.protocols.jsonline import dumps
-from bridge.protocols.stream_json import _AWP_DELTA_LINE, Handler, StreamJsonCodec, _d, _s
+from bridge.protocols.stream_json import Handler, StreamJsonCodec, _d, _s
 from bridge.protocols.stream_json_map import result_error
 
 PROTOCOL = "awp-jsonl"
@@ -70,7 +71,11 @@ _NO_CONTROL = ("control_request", "control_cancel_request")
 class AwpJsonlCodec(StreamJsonCodec):
     protocol = PROTOCOL
     requires_model = True  # the contract's argv: --model <model> [--resume <id>] [--mcp-config <path>]
-    _fast_prefixes: ClassVar[tuple[bytes, ...]] = _AWP_DELTA_LINE
+    _fast_handlers: ClassVar[dict[str, fast.FastHandler]] = {
+        "content_block_delta": fast.stream,
+        "assistant": fast.assistant,
+    }
+    _fast_prefixes: ClassVar[tuple[bytes, ...]] = fast.prefixes(_fast_handlers)
     _toplevel_deltas: ClassVar[frozenset[str]] = frozenset({"content_block_delta"})
     _handlers: ClassVar[dict[str, Handler]] = {
         **{k: v for k, v in StreamJsonCodec._handlers.items() if k not in _NO_CONTROL},

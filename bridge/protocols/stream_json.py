@@ -7,7 +7,7 @@ A line that is not a JSON object becomes a ``diagnostic``; nothing here raises o
 output.
 
 The awp-jsonl dialect (``awp_jsonl.py``) is a subset with a few extras: a subclass that
-changes the handler table and the fast path's prefixes, nothing else.
+changes the handler table and the decode shortcuts, nothing else.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from typing import Any, ClassVar
 
 import orjson
 
+from bridge.protocols import stream_json_fast as fast
 from bridge.protocols import stream_json_map as smap
 from bridge.protocols.codec import AgentRequest, Decoded, RawAnswer
 from bridge.protocols.events import REDACTED, SECRET_KEY_RE, Event, mark_interrupted
-from bridge.protocols.jsonline import _may_be_too_deep, dumps, parse_object
+from bridge.protocols.jsonline import dumps, parse_object
 
 PROTOCOL = "stream-json"
 
@@ -146,16 +147,6 @@ def _truncate(text: str, limit: int = 4096) -> str:
 
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
-# How the lines decode() takes its fast path begin: raw streaming events as Claude Code and
-# bench/agents/flood_agent.py write them ("type" first), compact or as Python's json.dumps.
-_STREAM_EVENT_LINE = (b'{"type":"stream_event"', b'{"type": "stream_event"')
-_AWP_DELTA_LINE = (b'{"type":"content_block_delta"', b'{"type": "content_block_delta"')
-# Characters of the strings every line of a shape holds, for _may_be_too_deep: a text or
-# thinking delta holds at least the keys and values of an awp-jsonl text delta, any raw
-# streaming event at least those of "type":"stream_event","event" (21 characters; an
-# awp-jsonl "type":"content_block_delta" has 23).
-_DELTA_LITERALS = len("typecontent_block_deltadeltatypetext_deltatext")
-_RAW_STREAM_LITERALS = len("typestream_eventevent")
 
 
 def spawn_option_flags(options: Mapping[str, Any], prompt_flags: Sequence[str]) -> list[str]:
@@ -184,14 +175,16 @@ class StreamJsonCodec:
     (the streaming content block types, so that a ``tool_use`` block start is recognised).
 
     A variant (awp-jsonl) changes class attributes only: its handler table, the line
-    prefixes of its decode fast path and which top-level types are streaming deltas."""
+    decode shortcuts (by line type) and which top-level types are streaming deltas."""
 
     protocol = PROTOCOL
     resume_on_argv = True  # --resume=ID, see resume_args (docs/api.md §2.2)
     requires_model = False
     ready = True  # no handshake: prompts may be written as soon as the process runs
     cancel_resolves_permissions = False  # the agent withdraws its own (control_cancel_request)
-    _fast_prefixes: ClassVar[tuple[bytes, ...]] = _STREAM_EVENT_LINE
+    # The decode shortcut of each line type, and how such lines begin.
+    _fast_handlers: ClassVar[dict[str, fast.FastHandler]] = fast.STREAM_JSON
+    _fast_prefixes: ClassVar[tuple[bytes, ...]] = fast.prefixes(fast.STREAM_JSON)
     _toplevel_deltas: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(
@@ -222,16 +215,13 @@ class StreamJsonCodec:
     def decode(self, line: bytes) -> Decoded:
         """Decode one stdout line (without its newline).
 
-        Fast path (issue #8) for the lines a streaming turn is made of: ``stream_event``
-        lines (awp-jsonl: its top-level ``content_block_delta`` lines) as agents write
-        them, ``"type"`` first. They decode to a ``message.delta`` or a
-        ``message.stream``, which depend on string values only, and orjson reads a line it
-        accepts exactly as ``json`` does but for numbers (integers beyond 64 bits become
-        floats; what ``json`` refuses beyond 4300 digits orjson refuses as infinite); so
-        these lines skip :func:`parse_object`'s scan for long digit runs and the generic
-        dispatch. Every other line, one orjson refuses, and one that might nest too deeply
-        decode exactly as :meth:`_decode_slow` does; tests/protocols/test_codec_fast_path.py
-        checks that the two always agree.
+        The lines a turn is mostly made of (``stream_event`` and ``assistant``; awp-jsonl:
+        its top-level ``content_block_delta`` and ``assistant`` lines) take an exact
+        shortcut (stream_json_fast.py, issue #8 and #22): a line that begins as such lines
+        do is parsed once by orjson and mapped by the shortcut for the type it holds, which
+        returns what :meth:`_decode_slow` would, or None. Every other line, one orjson
+        refuses, and one a shortcut declines decode as :meth:`_decode_slow` does;
+        tests/protocols/test_codec_fast_path.py checks that the two always agree.
         """
         if not line.startswith(self._fast_prefixes):
             return self._decode_slow(line)
@@ -239,39 +229,14 @@ class StreamJsonCodec:
             obj = _loads(line)
         except _JSONDecodeError:
             return self._decode_slow(line)
-        # Subscripts, not .get(): on values straight from orjson, x["k"] succeeds only when x
-        # is a dict holding "k"; any other shape takes the generic path.
+        # Subscripts, not .get(), in the shortcuts: on values straight from orjson, x["k"]
+        # succeeds only when x is a dict holding "k"; any other shape takes the generic path.
         try:
-            typ = obj["type"]  # not the prefix's when the key comes twice
-            if typ == "stream_event":
-                ev = obj["event"]  # (an event that is null fails below: the generic path decodes it)
-            elif typ in self._toplevel_deltas:
-                ev = obj
-            else:
-                return self._decode_slow(line)
-            text = None
-            if ev["type"] == "content_block_delta":
-                # What _raw_stream makes of it: a text or thinking delta, else message.stream.
-                delta = ev["delta"]
-                dtype = delta["type"]
-                if dtype == "text_delta":
-                    text, channel = delta["text"], "text"
-                elif dtype == "thinking_delta":
-                    text, channel = delta["thinking"], "thought"
+            shortcut = self._fast_handlers.get(obj["type"])  # (the line begins "{": a dict)
+            decoded = None if shortcut is None else shortcut(self, obj, line)
         except (KeyError, TypeError):
             return self._decode_slow(line)
-        # The depth check may skip the bytes of the strings read above (none is a bracket):
-        # keys and values, each a literal of its own, at least one byte per character.
-        data: dict[str, Any] | None
-        if type(text) is str:
-            kind, data, literals = "message.delta", {"text": text, "channel": channel}, len(text) + _DELTA_LITERALS
-        else:
-            # The stream's structure (message_start, content_block_stop, …): string values
-            # only, so orjson's reading is json's; anything else takes the generic path.
-            kind, data, literals = "message.stream", smap.stream_structure(ev), _RAW_STREAM_LITERALS
-        if data is None or _may_be_too_deep(line, literals):
-            return self._decode_slow(line)
-        return Decoded([Event("agent", kind, data, line.decode("utf-8").rstrip("\r"), True)], [])
+        return self._decode_slow(line) if decoded is None else decoded
 
     def _decode_slow(self, line: bytes) -> Decoded:
         """The generic decoder: :func:`parse_object`, then dispatch on ``type``. What

@@ -193,6 +193,7 @@ def optional(draw: st.DrawFn, obj: dict[str, Any], key: str, values: st.SearchSt
 
 
 texts = nasty_text | st.text(max_size=40) | st.text(max_size=300)
+clean_texts = st.text(st.characters(exclude_categories=["Cs"]), max_size=300)
 
 
 @st.composite
@@ -283,6 +284,111 @@ def stream_lines(draw: st.DrawFn, fast_for_awp: bool | None = None) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
+usage_values = st.dictionaries(
+    st.sampled_from(["input_tokens", "output_tokens", "cache_read_input_tokens", "service_tier", "server_tool_use"]),
+    st.integers(0, 10**6) | huge_ints | st.floats(allow_nan=False, allow_infinity=False) | junk,
+    max_size=4,
+)
+
+
+@st.composite
+def content_blocks(draw: st.DrawFn, typ: str) -> Any:
+    """One block of an assistant or user message: mostly well formed, sometimes not."""
+    if not often(draw, 19):
+        return draw(junk)
+    kinds = ["text", "thinking", "tool_use"] if typ == "assistant" else ["tool_result", "text"]
+    kind = draw(st.sampled_from(kinds) if often(draw, 9) else st.sampled_from(["image", "tool_result", "tool_use"]))
+    block: dict[str, Any] = {}
+    if often(draw, 19):
+        block["type"] = usually(draw, kind, junk | st.sampled_from(["text", "thinking"]), odds=19)
+    key = {"text": "text", "thinking": "thinking", "tool_result": "content"}.get(kind, "input")
+    if often(draw, 19):
+        block[key] = draw(texts if often(draw, 9) else junk)
+    if kind == "tool_result":
+        optional(draw, block, "tool_use_id", texts | junk)
+        if not often(draw, 2):
+            block["is_error"] = draw(st.booleans() | junk)
+        if not often(draw, 2):
+            block["content"] = draw(st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": texts}) | junk))
+    if kind == "tool_use":
+        optional(draw, block, "id", texts | junk)
+        optional(draw, block, "name", texts | junk)
+        if often(draw, 2):
+            numbers = huge_ints | st.floats(allow_nan=False, allow_infinity=False)
+            block["input"] = draw(
+                st.dictionaries(st.sampled_from(["command", "n"]), texts | numbers | junk, max_size=3)
+            )
+    if not often(draw, 4):
+        block[draw(st.sampled_from(["signature", "citations", "extra", *DELTA_KEYS]))] = draw(texts | junk)
+    return block
+
+
+@st.composite
+def message_objects(draw: st.DrawFn, typ: str) -> dict[str, Any]:
+    """The body of an ``assistant``, ``user`` or ``result`` line, random and wrong fields."""
+    obj: dict[str, Any] = {}
+    if typ == "result":
+        optional(draw, obj, "subtype", st.sampled_from(["success", "error_during_execution", "error_max_turns"]) | junk)
+        optional(draw, obj, "is_error", st.booleans() | junk)
+        optional(draw, obj, "result", texts | junk)
+        optional(draw, obj, "usage", usage_values | junk)
+        for key in ("terminal_reason", "stop_reason", "errors", "error", "session_id", "duration_ms"):
+            if not often(draw, 2):
+                obj[key] = draw(
+                    st.sampled_from(["aborted_tools", "end_turn", "[ede_diagnostic] x"]) | texts | junk | huge_ints
+                )
+        return obj
+    message: dict[str, Any] = {}
+    optional(draw, message, "id", st.sampled_from(["msg_01"]) | junk)
+    optional(draw, message, "role", st.just(typ))
+    optional(draw, message, "model", st.sampled_from(["claude-opus-4-8", "<synthetic>"]) | junk)
+    if often(draw, 19):
+        message["content"] = draw(
+            st.lists(content_blocks(typ), min_size=1, max_size=3) if often(draw, 9) else texts | junk
+        )
+    optional(draw, message, "usage", usage_values)
+    optional(draw, obj, "message", st.just(message) | junk if not often(draw, 9) else st.just(message))
+    optional(draw, obj, "parent_tool_use_id", st.none() | texts | junk)
+    optional(draw, obj, "session_id", st.sampled_from(["4f0b6a8e-1c2d-4e5f-9a0b-1c2d3e4f5a6b"]) | junk)
+    if not often(draw, 3):
+        obj["error"] = draw(st.none() | st.sampled_from(["rate_limit", ""]) | junk)
+    if typ == "user" and not often(draw, 3):
+        obj["isReplay"] = draw(st.booleans() | junk)
+    return obj
+
+
+@st.composite
+def message_lines(draw: st.DrawFn, typ: str | None = None) -> bytes:
+    """An ``assistant``, ``user`` or ``result`` line as agents write it ("type" first),
+    with random and wrong fields, deep nesting, long digit runs, duplicate keys."""
+    typ = typ or draw(st.sampled_from(["assistant", "user", "result"]))
+    obj = draw(message_objects(typ))
+    for _ in range(draw(st.integers(0, 2))):
+        obj[draw(st.sampled_from(KEYS) | st.text(max_size=6))] = draw(junk)
+    if not often(draw, 7):  # something nested about MAX_JSON_DEPTH deep, beside the blocks or in them
+        holder = obj
+        message = obj.get("message")
+        if isinstance(message, dict) and draw(st.booleans()):
+            holder = message
+            content = message.get("content")
+            if isinstance(content, list) and content and isinstance(content[0], dict) and draw(st.booleans()):
+                holder = content[0]
+        holder[draw(st.sampled_from(["extra", "usage", "input", "content"]))] = draw(
+            nested(usually(draw, {"type": "text", "text": draw(st.text(max_size=300))}, leaves))
+        )
+    items = [("type", typ), *draw(st.permutations([item for item in obj.items() if item[0] != "type"]))]
+    text = json.dumps(
+        dict(items), ensure_ascii=draw(st.booleans()), separators=draw(st.sampled_from([(",", ":"), (", ", ": ")]))
+    )
+    if not often(draw, 7):  # a duplicate key: the last one wins in both parsers
+        retyped = draw(st.sampled_from(["assistant", "user", "result", "stream_event"]) | junk)
+        text = text[:-1] + f', "type": {json.dumps(retyped)}}}'
+    if not often(draw, 9):  # a long digit run where a number is
+        text = text.replace("0", "1" * draw(st.integers(18, 400)), 1)
+    text += draw(st.sampled_from(["", " ", "\r", " \r"]))
+    return text.encode("utf-8", "surrogatepass")
+
+
 def flood_line(size: int, text: str) -> bytes:
     """A line as bench/agents/flood_agent.py writes it."""
     head = (
@@ -301,6 +407,12 @@ STREAM_REAL_LINES = [line for line in REAL_LINES if b'"stream_event"' in line] +
 ]
 
 
+MESSAGE_REAL_LINES = [
+    line for line in REAL_LINES if line.startswith((b'{"type":"assistant"', b'{"type":"user"', b'{"type":"result"'))
+]
+assert MESSAGE_REAL_LINES
+
+
 # ---------------------------------------------------------------- properties
 
 
@@ -316,6 +428,55 @@ def test_stream_shaped_lines_decode_as_the_generic_path_does(codec_cls, line):
 @given(data=st.data())
 def test_lines_that_begin_as_the_fast_path_wants_decode_as_the_generic_path_does(codec_cls, data):
     check_same(codec_cls, data.draw(stream_lines(fast_for_awp=codec_cls is AwpJsonlCodec), label="line"))
+
+
+@pytest.mark.parametrize("codec_cls", CODECS)
+@DIFF
+@given(line=message_lines())
+def test_message_lines_decode_as_the_generic_path_does(codec_cls, line):
+    """assistant, user and result lines (issue #22's shortcuts)."""
+    check_same(codec_cls, line)
+
+
+@pytest.mark.parametrize("codec_cls", CODECS)
+@DIFF
+@given(
+    tool_input=st.dictionaries(
+        st.sampled_from(["command", "n", "path"]),
+        huge_ints | st.floats(allow_nan=False, allow_infinity=False) | texts | junk,
+        max_size=3,
+    )
+    | junk,
+    text_first=st.booleans(),
+    tool_type=st.sampled_from(["tool_use", "server_tool_use"]),
+)
+def test_tool_use_lines_decode_as_the_generic_path_does(codec_cls, tool_input, text_first, tool_type):
+    """A tool call's input holds numbers, which orjson and json may read differently."""
+    block = {"type": tool_type, "id": "toolu_01", "name": "Bash", "input": tool_input}
+    content = [{"type": "text", "text": "I'll run it."}, block] if text_first else [block]
+    line = json.dumps({"type": "assistant", "message": {"id": "m", "content": content}, "session_id": "s"})
+    check_same(codec_cls, line.encode("utf-8", "surrogatepass"))
+
+
+@pytest.mark.parametrize("codec_cls", CODECS)
+@DIFF
+@given(data=st.data())
+def test_structurally_mutated_message_lines_decode_as_the_generic_path_does(codec_cls, data):
+    """Valid JSON, one field of a real assistant/user/result line replaced."""
+    original = json.loads(data.draw(st.sampled_from(MESSAGE_REAL_LINES), label="line"))
+    obj = original
+    for _ in range(data.draw(st.integers(0, 4), label="depth")):
+        containers = [k for k, v in obj.items() if isinstance(v, dict)] if isinstance(obj, dict) else []
+        lists = [k for k, v in obj.items() if isinstance(v, list) and v and isinstance(v[0], dict)]
+        if lists and data.draw(st.booleans(), label="into a list"):
+            obj = obj[data.draw(st.sampled_from(sorted(lists)), label="list")][0]
+        elif containers:
+            obj = obj[data.draw(st.sampled_from(sorted(containers)), label="descend")]
+        else:
+            break
+    key = data.draw(st.sampled_from([*sorted(obj), "extra"]), label="field")
+    obj[key] = data.draw(junk | nested() | huge_ints | st.floats(allow_nan=False, allow_infinity=False), label="junk")
+    check_same(codec_cls, json.dumps(original, separators=(",", ":")).encode())
 
 
 @pytest.mark.parametrize("codec_cls", CODECS)
@@ -488,6 +649,80 @@ AWP_HOT_LINES = [
         {"event": "content_block_delta", "delta_type": "signature_delta"},
     ),
 ]
+
+
+def _assistant_line(content: list[Any], **extra: Any) -> bytes:
+    message = {"id": "msg_01", "role": "assistant", "model": "claude-opus-4-8", "content": content}
+    message.update(extra.pop("message", {}))
+    return json.dumps(
+        {"type": "assistant", "message": message, "session_id": "s", **extra}, separators=(",", ":")
+    ).encode()
+
+
+MESSAGE_HOT_LINES = [
+    _assistant_line([{"type": "text", "text": "Hello"}]),
+    _assistant_line([{"type": "text", "text": "x" * 5000}], uuid="1" * 40),  # long, digits in a string
+    _assistant_line([{"type": "thinking", "thinking": "hm", "signature": "sig"}, {"type": "text", "text": "A"}]),
+    _assistant_line([{"type": "text", "text": "oops"}], error=""),
+    _assistant_line([{"type": "text", "text": "oops"}], error="rate_limit"),
+    _assistant_line([{"type": "text", "text": "API Error"}], message={"model": "<synthetic>", "id": 7}),
+    _assistant_line([{"type": "text", "text": "{[" * 200}]),  # brackets inside the text only
+    _assistant_line(
+        [{"type": "tool_use", "id": "t", "name": "Bash", "input": {"n": 1, "c": "ls"}}], parent_tool_use_id="p"
+    ),
+    _assistant_line([{"type": "text", "text": "a"}, {"type": "server_tool_use", "id": 5, "input": None}]),
+    _assistant_line(
+        [{"type": "text", "text": "n"}], message={"usage": {"input_tokens": 10**30, "output_tokens": 1.5}}
+    ),  # numbers no event holds
+]
+MESSAGE_GENERIC_LINES = [  # shapes the shortcuts leave to the generic path
+    b'{"type": "user", "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", '
+    b'"content": [{"type": "text", "text": "ok"}], "is_error": false}]}, "session_id": "s"}',
+    b'{"type":"user","message":{"role":"user","content":"a prompt"},"isReplay":true,"uuid":"u"}\r',
+    b'{"type":"result","subtype":"success","is_error":false,"result":"Done.","session_id":"s",'
+    b'"usage":{"input_tokens":50,"output_tokens":12},"total_cost_usd":0.0123}',
+    b'{"type":"result","subtype":"error_during_execution","is_error":true,"terminal_reason":"aborted_tools",'
+    b'"errors":["[ede_diagnostic] x"],"duration_ms":12345678901234567890123}',
+    _assistant_line([{"type": "tool_use", "id": "t", "name": "Bash", "input": {"n": 12345678901234567890123}}]),
+    _assistant_line([{"type": "server_tool_use", "id": "t", "input": [0.5]}]),
+    _assistant_line([{"type": "redacted_thinking", "data": "x"}]),
+    _assistant_line([{"type": "text", "text": "a"}, "not a block"]),
+    _assistant_line([]),
+    _assistant_line([{"type": "text", "text": "deep"}], extra=json.loads("[" * 130 + "]" * 130)),
+    b'{"type":"user","message":{"content":[{"type":"tool_result","content":[{"n":12345678901234567890123}]}]}}',
+    b'{"type":"user","message":{"content":[{"type":"tool_result","content":[{"n":1.5}]}]}}',
+    b'{"type":"result","subtype":"success","usage":{"n":12345678901234567890123}}',
+    b'{"type":"result","subtype":"success","usage":{"n":1e400}}',
+    b'{"type":"assistant","message":{"content":[{"type":"text","text":"\\ud800"}]}}',
+]
+
+
+@pytest.mark.parametrize("codec_cls", CODECS)
+@pytest.mark.parametrize("line", MESSAGE_HOT_LINES)
+def test_message_lines_take_the_shortcut(codec_cls, line, monkeypatch):
+    """Assistant lines with text, thinking and tool-use blocks: never the generic parser,
+    and the same events as the generic path (issue #22)."""
+    check_same(codec_cls, line)
+    expected = outcome(codec_cls()._decode_slow(line))
+
+    def generic(*_: Any) -> Any:
+        raise AssertionError("the generic path was taken")
+
+    monkeypatch.setattr("bridge.protocols.stream_json.parse_object", generic)
+    decoded = codec_cls().decode(line)
+    assert outcome(decoded) == expected
+    assert decoded.events[0].relay and decoded.events[0].raw == line.decode().removesuffix("\r")
+
+
+@pytest.mark.parametrize("codec_cls", CODECS)
+@pytest.mark.parametrize("line", MESSAGE_GENERIC_LINES)
+def test_message_lines_the_shortcuts_decline_decode_as_the_generic_path_does(codec_cls, line):
+    check_same(codec_cls, line)
+    decoded = codec_cls()._decode_slow(line)
+    calls: list[bytes] = []
+    with mock.patch("bridge.protocols.stream_json.parse_object", lambda b: calls.append(b) or parse_object(b)):
+        assert outcome(codec_cls().decode(line)) == outcome(decoded)
+    assert calls == [line]
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,7 @@ async def test_search_and_filter_the_threads_and_move_between_them_by_key(web: S
     await expect(items).to_have_count(1)
     await expect(items.first).to_have_attribute("data-thread-id", a)
     await expect(page.locator("#thread-count")).to_have_text("1 of 3 threads")
-    await page.fill("#thread-search", "awp")
+    await page.fill("#thread-search", "awp-jsonl")
     await expect(items).to_have_count(1)
     await expect(items.first).to_have_attribute("data-thread-id", b)
     await page.fill("#thread-search", "workspaces")

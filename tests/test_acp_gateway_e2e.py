@@ -173,6 +173,16 @@ async def rpc(conn: Any, msg: Any) -> dict[str, Any]:
     return dict(json.loads(await asyncio.wait_for(conn.recv(), STEP_TIMEOUT)))
 
 
+async def answer_to(conn: Any, msg: dict[str, Any]) -> dict[str, Any]:
+    """Send a request and read past the notifications the session sends meanwhile (its
+    running turn's updates) to the answer with the request's id."""
+    await conn.send(json.dumps(msg))
+    while True:
+        got = dict(json.loads(await asyncio.wait_for(conn.recv(), STEP_TIMEOUT)))
+        if "method" not in got and got.get("id") == msg["id"]:
+            return got
+
+
 async def test_json_rpc_errors_and_the_connection_stays_usable(daemon: Any) -> None:
     async with websockets.connect(f"{daemon.ws_url}/v1/acp", additional_headers=daemon.headers) as conn:
         assert conn.response.headers["Acp-Connection-Id"]
@@ -260,7 +270,7 @@ async def test_pending_requests_per_connection_are_bounded(daemon_factory: Any, 
         c = await d.ws(sid)
         for _ in range(32):  # every prompt accepted (one turn running, the rest queued)
             await c.next(lambda f: f.get("kind") == "message" and f.get("source") == "client")
-        over = await rpc(conn, {"jsonrpc": "2.0", "id": 999, "method": "session/prompt", "params": prompt})
+        over = await answer_to(conn, {"jsonrpc": "2.0", "id": 999, "method": "session/prompt", "params": prompt})
         assert over["id"] == 999 and over["error"]["code"] == -32000
 
 

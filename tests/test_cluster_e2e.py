@@ -7,18 +7,44 @@ readiness reports the bus without failing; Redis back, the bus reconnects by its
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import STEP_TIMEOUT, Daemon, new_thread
+from conftest import STEP_TIMEOUT, Daemon, new_thread, processes_with_environ, wait_until
 from test_events_e2e import sse_changes
 
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.timeout(120)
+
+
+@contextlib.asynccontextmanager
+async def replica_pair(
+    tmp_path: Path, shared: dict[str, str], agent_toml: str, server: str, marker: str, executable: str
+) -> AsyncIterator[tuple[Daemon, Daemon]]:
+    """Replicas a and b of one service (``shared``: the store and bus URLs), each with
+    ``server`` in its [server] table and a 6 s lease; on the way out both are stopped and no
+    agent (its ``marker`` in the environment, ``executable`` on its command line) outlives them."""
+    started: list[Daemon] = []
+    try:
+        for rid in ("a", "b"):
+            (tmp_path / rid).mkdir()
+            config = f"[server]\n{server}[cluster]\nlease_ttl_s = 6\n\n{agent_toml}"
+            d = Daemon(tmp_path / rid, config, extra_env={**shared, "AGENT_BRIDGE_REPLICA_ID": rid})
+            await d.start()
+            started.append(d)
+        yield started[0], started[1]
+    finally:
+        for d in started:
+            for c in d.clients:
+                await c.conn.close()
+            if d.proc is not None and d.proc.returncode is None:
+                await d.stop()
+    await wait_until(lambda: not processes_with_environ(marker.encode(), executable), what="agents to exit")
 
 
 @pytest.fixture

@@ -20,11 +20,9 @@ from conftest import (
     Client,
     Daemon,
     new_thread,
-    processes_with_environ,
     profile_toml,
-    wait_until,
 )
-from test_cluster_e2e import get, metric, wait_until_bus
+from test_cluster_e2e import get, metric, replica_pair, wait_until_bus
 from test_transport_e2e import sse
 
 from tests.support.redis_server import RedisServer
@@ -40,23 +38,9 @@ async def pair(pg_url: str, redis_server: RedisServer, tmp_path: Path) -> AsyncI
     env = {"FAKE_AGENT_LOG": marker, "FAKE_AGENT_STATE": str(state)}
     agent = profile_toml("sj", "stream-json", env, permission_prompts=True)
     shared = {"AGENT_BRIDGE_STORE_URL": pg_url, "AGENT_BRIDGE_BUS_URL": redis_server.url}
-    started: list[Daemon] = []
-    try:
-        for rid in ("a", "b"):
-            (tmp_path / rid).mkdir()
-            config = f"[server]\nstop_grace_s = 2\nmax_conversations = 100\n[cluster]\nlease_ttl_s = 6\n\n{agent}"
-            d = Daemon(tmp_path / rid, config, extra_env={**shared, "AGENT_BRIDGE_REPLICA_ID": rid})
-            await d.start()
-            started.append(d)
-        yield started[0], started[1]
-    finally:
-        for d in started:
-            for c in d.clients:
-                await c.conn.close()
-            if d.proc is not None and d.proc.returncode is None:
-                await d.stop()
-    # No agent of either replica outlives the test.
-    await wait_until(lambda: not processes_with_environ(marker.encode(), str(FAKE_AGENT)), what="agents to exit")
+    server = "stop_grace_s = 2\nmax_conversations = 100\n"
+    async with replica_pair(tmp_path, shared, agent, server, marker, str(FAKE_AGENT)) as both:
+        yield both
 
 
 def events(c: Client, upto: int) -> list[tuple[int, str, Any]]:

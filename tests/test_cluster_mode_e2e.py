@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from conftest import Daemon, new_thread, processes_with_environ, wait_until
+from conftest import Daemon, new_thread
 from test_acp_e2e import FAKE_ACP, acp_profile
-from test_cluster_e2e import get, metric
+from test_cluster_e2e import get, metric, replica_pair
 
 from tests.support.redis_server import RedisServer
 
@@ -23,22 +23,8 @@ async def pair(pg_url: str, redis_server: RedisServer, tmp_path: Path) -> AsyncI
     marker = str(tmp_path / "agent.log")
     agent = acp_profile("moded", {"FAKE_AGENT_LOG": marker}, "--modes")
     shared = {"AGENT_BRIDGE_STORE_URL": pg_url, "AGENT_BRIDGE_BUS_URL": redis_server.url}
-    started: list[Daemon] = []
-    try:
-        for rid in ("a", "b"):
-            (tmp_path / rid).mkdir()
-            config = f"[server]\nstop_grace_s = 2\n[cluster]\nlease_ttl_s = 6\n\n{agent}"
-            d = Daemon(tmp_path / rid, config, extra_env={**shared, "AGENT_BRIDGE_REPLICA_ID": rid})
-            await d.start()
-            started.append(d)
-        yield started[0], started[1]
-    finally:
-        for d in started:
-            for c in d.clients:
-                await c.conn.close()
-            if d.proc is not None and d.proc.returncode is None:
-                await d.stop()
-    await wait_until(lambda: not processes_with_environ(marker.encode(), str(FAKE_ACP)), what="agents to exit")
+    async with replica_pair(tmp_path, shared, agent, "stop_grace_s = 2\n", marker, str(FAKE_ACP)) as both:
+        yield both
 
 
 async def test_set_mode_on_the_other_replica_is_run_by_the_owner(pair: tuple[Daemon, Daemon]) -> None:

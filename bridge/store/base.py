@@ -179,6 +179,9 @@ PUBLIC_THREAD_FIELDS = (
     "pending_permissions",
     "owner",
 )
+# A thread row's columns in both stores: those, and the store's own (the agent process, the task table).
+PRIVATE_THREAD_COLUMNS = ("pid", "pid_start", "tasks")
+ROW_COLUMNS = PUBLIC_THREAD_FIELDS + PRIVATE_THREAD_COLUMNS
 # A write of any of these columns is a change clients see (the thread object less ``id``):
 # it gives the row a new change_seq. Other columns (pid, tasks, …) do not.
 CHANGE_COLUMNS = frozenset(PUBLIC_THREAD_FIELDS) - {"id"}

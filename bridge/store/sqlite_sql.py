@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import asyncio
 
 from bridge.store import sqlite_leases as leases
-from bridge.store.base import CHANGE_COLUMNS, TOMBSTONE_KEEP
+from bridge.store.base import CHANGE_COLUMNS, ROW_COLUMNS, TOMBSTONE_KEEP
 
 _MIGRATIONS: list[str] = [
     # 1: threads and their transcripts
@@ -144,28 +144,7 @@ _MIGRATIONS.append(
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 
-_THREAD_COLUMNS = (
-    "id",
-    "agent",
-    "protocol",
-    "model",
-    "cwd",
-    "title",
-    "native_session_id",
-    "state",
-    "turn_active",
-    "last_seq",
-    "created_at",
-    "updated_at",
-    "last_exit",
-    "options",
-    "pid",
-    "pid_start",
-    "agent_info",
-    "tasks",
-    "pending_permissions",
-    "owner",
-)
+_THREAD_COLUMNS = ROW_COLUMNS  # both stores: the same columns, in the same order
 _JSON_COLUMNS = ("last_exit", "options", "agent_info")
 
 

@@ -246,9 +246,15 @@ async def test_the_websocket_carries_the_same_frames_as_sse(daemon_factory: Any,
     async with sse_changes(d, since=0) as s, ws_changes(d, since=0) as w, ws_changes(d, **subprotocol) as browser:
         assert browser.ws.subprotocol == "agent-bridge.v1"
         assert await browser.next() == {"cursor": 0, "kind": "ready"}
+        # Each step waits until every stream has seen the one before: a change log reports a
+        # row's latest state, so a stream that reads late would see one change for two.
         t = await new_thread(d, "demo", title="x")
+        for ch in (s, w, browser):
+            await ch.next(lambda f: f["kind"] == "thread.created")
         async with d.http() as http:
             await http.patch(f"/v1/threads/{t['id']}", json={"title": "y"})
+            for ch in (s, w, browser):
+                await ch.next(lambda f: f["kind"] == "thread.updated")
             await http.delete(f"/v1/threads/{t['id']}")
         for ch in (s, w, browser):
             await ch.next(lambda f: f["kind"] == "thread.deleted")

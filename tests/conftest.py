@@ -26,6 +26,15 @@ DIALECTS = ("stream-json", "awp-jsonl")
 STEP_TIMEOUT = 15.0
 
 
+def alive(pid: int) -> bool:
+    """Running (a zombie is dead: it only waits to be reaped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
 def processes_mentioning(marker: str) -> list[tuple[int, str]]:
     """Live processes whose command line contains ``marker`` (zombies included)."""
     found = []

@@ -13,17 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conftest import STEP_TIMEOUT, agent_log, base_config, new_thread, wait_until
+from conftest import STEP_TIMEOUT, agent_log, alive, base_config, new_thread, wait_until
 
 from bridge.datadir import LOCK_NAME, holder_pid
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
 
 
 async def second_serve(d: Any) -> tuple[int, str, str]:

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from conftest import DIALECTS, agent_log, base_config, new_thread, profile_toml, wait_until
+from conftest import DIALECTS, agent_log, alive, base_config, new_thread, profile_toml, wait_until
 
 
 async def transcript(d: Any, thread_id: str) -> list[dict[str, Any]]:
@@ -196,11 +196,3 @@ async def test_agent_dies_with_the_daemon_and_restart_reaps_its_group(
     assert alive(child)
     await daemon_factory(cfg)  # recovery kills what is left of the recorded group
     await wait_until(lambda: not alive(child), what="the orphan to be reaped")
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"

@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 import pytest
 import websockets
-from conftest import STEP_TIMEOUT, Client, Daemon, agent_log, base_config, new_thread, wait_until
+from conftest import STEP_TIMEOUT, Client, Daemon, agent_log, alive, base_config, new_thread, wait_until
 
 from tests.support.redis_server import RedisServer
 
@@ -36,15 +36,6 @@ pytestmark = pytest.mark.timeout(120)
 
 TTL = 3.0
 RESUME_S = 5.0  # the fake agent's start plus the bridge's spawn, generously (a loaded machine)
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie is dead: it only waits to be reaped)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"
 
 
 class Cluster:

@@ -11,7 +11,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from conftest import agent_log, base_config, new_thread, wait_until
+from conftest import agent_log, alive, base_config, new_thread, wait_until
 
 from bridge.process.subreaper import RECORD_NAME
 
@@ -22,11 +22,7 @@ def gone(pid: int) -> bool:
 
 
 def dead(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return True
-    return state == "Z"
+    return not alive(pid)
 
 
 def pgid_sid(pid: int) -> tuple[int, int]:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import processes_mentioning, wait_until
+from conftest import alive, processes_mentioning, wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.stores import records, thread
@@ -30,14 +30,6 @@ PER, TOTAL = 100, 6000  # records per append, per thread
 def writer_pid(store: SqliteStore) -> int:
     assert store._proc is not None and store._proc.pid is not None
     return store._proc.pid
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
 
 
 async def test_the_writer_killed_mid_stream_loses_nothing_acknowledged(tmp_path: Path) -> None:

@@ -9,7 +9,10 @@ Locks, always taken in this order (never the other way round):
 
 1. ``_life`` — start, stop, close (a process comes and goes under it);
 2. ``_lock`` — the core's state, the transcript's seq, and the agent's stdin: every input
-   to the core and every action it returns, every emit.
+   to the core and every action it returns, every emit. Whoever takes it finds no emit in
+   flight (:class:`_Ordered`), except the stdout reader: a burst of agent output is
+   submitted to the store before the previous one is committed, and each is published
+   once it is, in order (``_emit_pipelined``).
 
 Nothing awaits ``_life`` while holding ``_lock``: an action that stops the process runs
 as a task of the conversation's own (created, cancelled and awaited by it), and so does
@@ -22,7 +25,8 @@ import asyncio
 import contextlib
 import signal
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, cast
 
 import structlog
@@ -85,6 +89,41 @@ HISTORY_PAGE = 5000
 HISTORY_KEEP_ITEMS = 20_000  # a compacted history larger than this is rebuilt per request
 
 
+# A read of stdout with at least this many lines is committed while the next is decoded
+# (Conversation._emit_pipelined); at most PIPELINE_DEPTH such commits are in flight.
+PIPELINE_MIN_LINES = 16
+PIPELINE_DEPTH = 2
+
+
+class _Ordered:
+    """The conversation's ``_lock``: an asyncio.Lock whose holder finds nothing in flight —
+    entering waits until every pipelined emit is committed and published (or failed), so
+    the core's ``last_seq`` is the transcript's and whatever the holder emits comes after.
+    ``undrained`` is the bare lock, for the stdout reader alone."""
+
+    __slots__ = ("_drain", "_pipe", "undrained")
+
+    def __init__(self, pipe: deque[Any], drain: Callable[[], Awaitable[None]]) -> None:
+        self.undrained = asyncio.Lock()
+        self._pipe = pipe
+        self._drain = drain
+
+    def locked(self) -> bool:
+        return self.undrained.locked()
+
+    async def __aenter__(self) -> None:
+        await self.undrained.acquire()
+        if self._pipe:
+            try:
+                await self._drain()
+            except BaseException:
+                self.undrained.release()
+                raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.undrained.release()
+
+
 def _options(profile: AgentProfile | None, thread: ThreadRow) -> dict[str, Any]:
     """The profile's spawn options, overridden by the thread's own (docs/api.md §1.5)."""
     overrides = thread.get("options") or {}
@@ -124,7 +163,12 @@ class Conversation:
         self.lost = False  # the lease was lost: this object is finished (the registry drops it)
         self.core = self._new_core(thread)
         self._life = asyncio.Lock()
-        self._lock = asyncio.Lock()
+        # Pipelined emits (records, thread fields, their append), oldest first; the newest
+        # numbered seq; the first failure among them, for the stdout reader.
+        self._pipe: deque[tuple[list[Record], dict[str, Any], asyncio.Task[None]]] = deque()
+        self._numbered = self.core.last_seq
+        self._pipe_error: BaseException | None = None
+        self._lock = _Ordered(self._pipe, self._drain)
         self._proc: AgentIO | None = None
         self.starting = False  # a start holds its place under max_conversations
         self._watcher: asyncio.Task[None] | None = None
@@ -188,8 +232,14 @@ class Conversation:
     async def _emit(self, action: Emit) -> list[Record]:
         """Number, persist, then publish: durable before visible. Under ``_lock``."""
         epoch = await self._hold_locked()  # first: a takeover it triggers appends before these
+        records, thread_fields = self._number(action, self.core.last_seq)
+        await self._append(records, action.client_ids or [None] * len(records), thread_fields, epoch)
+        self._published(records, thread_fields)
+        return records
+
+    def _number(self, action: Emit, after: int) -> tuple[list[Record], dict[str, Any]]:
         ts = now_iso()
-        seq = self.core.last_seq
+        seq = after
         records = []
         for ev in action.events:
             seq += 1
@@ -200,7 +250,11 @@ class Conversation:
             # An answer, a withdrawal, an interrupt or an exit changed it before this Emit:
             # the row's count changes in the commit that records why (server-wide changes).
             thread_fields["pending_permissions"] = pending
-        await self._append(records, action.client_ids or [None] * len(records), thread_fields, epoch)
+        return records, thread_fields
+
+    def _published(self, records: list[Record], thread_fields: dict[str, Any]) -> None:
+        """Committed: now visible (the fan-out, the history, the other replicas, long-polls)."""
+        seq = records[-1].seq if records else self.core.last_seq
         self.core.last_seq = seq
         apply_fields(self.thread, thread_fields)
         self.thread["last_seq"] = seq
@@ -211,7 +265,52 @@ class Conversation:
             self.on_committed(self.id, seq)
         self._wake_polls()
         self.touch()
-        return records
+
+    async def _emit_pipelined(self, action: Emit) -> None:
+        """The stdout reader's emit of a burst (issue #22): numbered after whatever is still
+        in flight and handed to the store without waiting for its commit, so that the next
+        read is decoded while the store (its writer process, on the other core) commits this
+        one. Published in order once committed (``_settle``): durable before visible holds.
+        Waits while PIPELINE_DEPTH emits are in flight; raises the first failure."""
+        epoch = await self._hold_locked()
+        after = self._numbered if self._pipe else self.core.last_seq
+        records, fields = self._number(action, after)
+        self._numbered = records[-1].seq if records else after
+        task = asyncio.ensure_future(self._append(records, [None] * len(records), fields, epoch))
+        self._pipe.append((records, fields, task))
+        task.add_done_callback(self._settle)
+        while len(self._pipe) > PIPELINE_DEPTH:
+            await asyncio.wait({self._pipe[0][2]})
+        self._raise_pipe_error()
+
+    def _settle(self, _task: asyncio.Task[None]) -> None:
+        """Publish every committed emit at the head of the pipe, in order. After a failure
+        nothing more is published live (it would leave a gap): what still commits moves the
+        seq on, and subscribers re-read from the store."""
+        while self._pipe and self._pipe[0][2].done():
+            records, fields, task = self._pipe.popleft()
+            failure = task.exception() if not task.cancelled() else asyncio.CancelledError()
+            if failure is None and self._pipe_error is None:
+                self._published(records, fields)
+                continue
+            if failure is None:  # committed after an earlier one failed
+                self.core.last_seq = self.thread["last_seq"] = max(
+                    self.core.last_seq, records[-1].seq if records else 0
+                )
+                self.fanout.resync_all()
+            elif self._pipe_error is None:
+                self._pipe_error = failure
+                log.error("conversation.append_failed", thread_id=self.id, error=str(failure))
+
+    async def _drain(self) -> None:
+        """Until nothing is in flight (``_lock``'s entry)."""
+        while self._pipe:
+            await asyncio.wait({self._pipe[-1][2]})
+
+    def _raise_pipe_error(self) -> None:
+        if (failure := self._pipe_error) is not None:
+            self._pipe_error = None
+            raise failure
 
     def _wake_polls(self) -> None:
         self._appended.set()
@@ -301,8 +400,6 @@ class Conversation:
             cast(dict[str, Any], self.thread).clear()
             apply_fields(self.thread, fresh)
             self.core = self._new_core(self.thread)
-            if behind:
-                self.fanout.resync_all()  # what another replica appended reaches our clients
             if behind:
                 self.fanout.resync_all()  # what another replica appended reaches our clients
         if not needs_takeover(fresh):
@@ -564,16 +661,26 @@ class Conversation:
         await self.emit([Event("agent", "diagnostic", {"stream": "stderr", "text": text})])
 
     async def _read_stdout(self, proc: AgentIO) -> None:
+        self._pipe_error = None  # (a previous life's reader may have been cancelled before it saw one)
         try:
             async for lines in proc.stdout_batches():
                 # Everything one read brought is decoded, stored and published together:
                 # one transaction for a burst of deltas instead of one per line.
                 lines = self._scrub.lines(lines)
-                async with self._lock:
+                async with self._lock.undrained:
                     codec = self.core.codec
                     if codec is None:
                         return
-                    await self._perform(self.core.agent_output([codec.decode(line) for line in lines]))
+                    actions = self.core.agent_output([codec.decode(line) for line in lines])
+                    if self._pipelined(actions, len(lines)):
+                        await self._emit_pipelined(cast(Emit, actions[0]))
+                        continue
+                    await self._drain()
+                    self._raise_pipe_error()
+                    await self._perform(actions)
+            async with self._lock.undrained:
+                await self._drain()
+                self._raise_pipe_error()
         except LineTooLong as exc:
             log.warning("agent.line_too_long", thread_id=self.id, pid=proc.pid)
             await self._step(self.core.line_too_long(str(exc)))
@@ -586,6 +693,18 @@ class Conversation:
         except TimeoutError:
             log.warning("agent.stdout_closed", thread_id=self.id, pid=proc.pid)
             await self._step(self.core.stdout_closed())
+
+    def _pipelined(self, actions: list[Action], lines: int) -> bool:
+        """Output alone (nothing to write, arm or serve after its commit), in a burst, with
+        this replica's lease already held (a first hold may take the thread over, which
+        appends before)."""
+        return (
+            len(actions) == 1
+            and isinstance(action := actions[0], Emit)
+            and action.committed is None
+            and (lines >= PIPELINE_MIN_LINES or bool(self._pipe))
+            and (self._ownership is None or self._epoch is not None)
+        )
 
     async def _watch(self, proc: AgentIO, reader: asyncio.Task[None], errs: asyncio.Task[None]) -> None:
         info = await proc.wait()

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import wait_until
 from support.memory import MemoryAgent, MemoryStore, Spawner
 
 from bridge.config import AgentProfile, ServerSettings, Settings
@@ -508,13 +509,6 @@ def delta(text: str) -> dict[str, Any]:
     }
 
 
-async def _until(predicate: Any, what: str) -> None:
-    async with asyncio.timeout(3):
-        while not predicate():
-            await asyncio.sleep(0.005)  # (a condition polled under a deadline, not a sleep)
-    assert predicate(), what
-
-
 def _published_after_commit(h: Harness, conv: Conversation) -> list[int]:
     """Every record the conversation publishes, checked to be in the store already."""
     seen: list[int] = []
@@ -541,11 +535,11 @@ async def test_a_burst_is_decoded_while_the_one_before_commits_and_both_are_publ
     h.spawner.agent.say(*[delta(f"a{i}") for i in range(20)])
     h.spawner.agent.say(*[delta(f"b{i}") for i in range(20)])
     # Both bursts are decoded, numbered and handed to the store while neither is committed.
-    await _until(lambda: len(conv._pipe) == 2, "two bursts in flight")
+    await wait_until(lambda: len(conv._pipe) == 2, 3, "two bursts in flight")
     assert seen == [] and conv.core.last_seq == first and conv._numbered == first + 40
     h.store.block_appends.set()
     await h.until(conv, "message.delta", 40)
-    await _until(lambda: len(seen) == 40, "both bursts published")
+    await wait_until(lambda: len(seen) == 40, 3, "both bursts published")
     assert seen == list(range(first + 1, first + 41)) and conv.core.last_seq == first + 40
     texts = [r.data["text"] for r in h.events(conv, "message.delta")]
     assert texts == [f"a{i}" for i in range(20)] + [f"b{i}" for i in range(20)]
@@ -557,7 +551,7 @@ async def test_a_prompt_during_bursts_in_flight_is_numbered_and_published_after_
     seen = _published_after_commit(h, conv)
     h.store.block_appends = asyncio.Event()
     h.spawner.agent.say(*[delta(f"a{i}") for i in range(20)])
-    await _until(lambda: len(conv._pipe) == 1, "a burst in flight")
+    await wait_until(lambda: len(conv._pipe) == 1, 3, "a burst in flight")
     burst_last = conv._numbered
     sent = asyncio.create_task(conv.submit(prompt("next"), None))
     await asyncio.sleep(0)
@@ -589,9 +583,9 @@ async def test_after_a_burst_fails_to_commit_nothing_later_is_published_live(h: 
     h.store.append = first_fails  # type: ignore[method-assign]
     h.spawner.agent.say(*[delta(f"a{i}") for i in range(20)])
     h.spawner.agent.say(*[delta(f"b{i}") for i in range(20)])
-    await _until(lambda: len(calls) == 2, "two bursts handed to the store")
+    await wait_until(lambda: len(calls) == 2, 3, "two bursts handed to the store")
     gate.set()
-    await _until(lambda: not conv._pipe, "both settled")
+    await wait_until(lambda: not conv._pipe, 3, "both settled")
     # The first burst is not in the store and was never shown; the second committed, but
     # publishing it live would show a gap: the seq moves past it and subscribers re-read.
     assert [r.seq for r in h.store.events[conv.id] if r.seq > before] == list(range(before + 21, before + 41))

@@ -281,6 +281,11 @@ class Conversation:
         task.add_done_callback(self._settle)
         while len(self._pipe) > PIPELINE_DEPTH:
             await asyncio.wait({self._pipe[0][2]})
+        else:
+            # A read of stdout that finds data buffered does not suspend, so without this
+            # the reader could decode burst after burst while the subscribers' senders and
+            # the store never ran; they get their turn once per burst.
+            await asyncio.sleep(0)
         self._raise_pipe_error()
 
     def _settle(self, _task: asyncio.Task[None]) -> None:

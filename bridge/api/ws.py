@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from starlette.websockets import WebSocketState
 
 from bridge.api.auth import SUBPROTOCOL, resolve_user
-from bridge.api.schema import PermissionFrame, PromptIn, RawIn, frame_error_code
+from bridge.api.schema import ModeIn, PermissionFrame, PromptIn, RawIn, frame_error_code
 from bridge.api.users import Streams, User, check_owner
 from bridge.api.ws_coalesce import coalesce
 from bridge.api.ws_transport import RECEIVE, SEND_TEXTS, Inbox
@@ -307,6 +307,11 @@ class _Session:
         )
         await self._accept("permission", **resolved)
 
+    async def _op_set_mode(self, frame: dict[str, Any], ids: dict[str, str]) -> None:
+        body: ModeIn = ModeIn.from_frame(frame)
+        answer = await self.conv.set_mode(body.mode_id, by=self.by)
+        await self._accept("set_mode", **answer, **ids)
+
 
 def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
@@ -320,4 +325,5 @@ _OPS: dict[str, _Op] = {
     "interrupt": _Session._op_interrupt,
     "raw": _Session._op_raw,
     "permission": _Session._op_permission,
+    "set_mode": _Session._op_set_mode,
 }

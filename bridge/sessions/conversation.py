@@ -296,7 +296,13 @@ class Conversation:
             records, fields, task = self._pipe.popleft()
             failure = task.exception() if not task.cancelled() else asyncio.CancelledError()
             if failure is None and self._pipe_error is None:
-                self._published(records, fields)
+                try:
+                    self._published(records, fields)
+                except Exception:  # a callback of the loop's: it must not stall the pipe
+                    log.exception("conversation.publish_failed", thread_id=self.id)
+                    if records:
+                        self.core.last_seq = max(self.core.last_seq, records[-1].seq)
+                    self.fanout.resync_all()  # committed: subscribers read it from the store
                 continue
             if failure is None:  # committed after an earlier one failed
                 self.core.last_seq = self.thread["last_seq"] = max(

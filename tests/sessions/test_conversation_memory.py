@@ -590,3 +590,29 @@ async def test_after_a_burst_fails_to_commit_nothing_later_is_published_live(h: 
     # publishing it live would show a gap: the seq moves past it and subscribers re-read.
     assert [r.seq for r in h.store.events[conv.id] if r.seq > before] == list(range(before + 21, before + 41))
     assert seen == [] and conv.core.last_seq == before + 40
+
+
+async def test_a_publish_that_raises_does_not_stall_the_bursts_after_it(h: Harness) -> None:
+    conv = await h.thread()
+    await conv.submit(prompt("silent"), None)
+    before = conv.core.last_seq
+    publish, calls = conv._announce.committed, []
+
+    def flaky(records: Any) -> None:
+        calls.append(len(records))
+        if len(calls) == 1:
+            raise RuntimeError("a subscriber's bug")
+        publish(records)
+
+    conv._announce.committed = flaky  # type: ignore[method-assign]
+    h.store.block_appends = asyncio.Event()
+    h.spawner.agent.say(*[delta(f"a{i}") for i in range(20)])
+    h.spawner.agent.say(*[delta(f"b{i}") for i in range(20)])
+    await wait_until(lambda: len(conv._pipe) == 2, 3, "two bursts in flight")
+    h.store.block_appends.set()
+    await wait_until(lambda: len(calls) == 2 and not conv._pipe, 3, "both settled")
+    assert conv.core.last_seq == before + 40 and calls == [20, 20]
+    # The pipe goes on: the next burst is published too.
+    h.spawner.agent.say(*[delta(f"c{i}") for i in range(20)])
+    await wait_until(lambda: len(calls) == 3, 3, "the next burst published")
+    assert conv.core.last_seq == before + 60

@@ -247,6 +247,7 @@ class _Session:
         sub = self._sub
         assert sub is not None
         sub.push_reply(text)
+        sub.release()  # a forwarded frame's answer: it goes out before what waited for it
         if not sub.room.is_set():
             await sub.room.wait()  # a client that sends faster than it reads waits here
 
@@ -281,18 +282,18 @@ class _Session:
 
     async def _op_prompt(self, frame: dict[str, Any], ids: dict[str, str]) -> None:
         body: PromptIn = PromptIn.from_frame(frame)
-        acc = await self.conv.submit(body.blocks, body.client_id, by=self.by)
+        acc = await self.conv.submit(body.blocks, body.client_id, by=self.by, answer_to=self._sub)
         await self._accept(
             "prompt", seq=acc.seq, turn_id=acc.turn_id, duplicate=acc.duplicate, queued=acc.queued, **ids
         )
 
     async def _op_interrupt(self, frame: dict[str, Any], ids: dict[str, str]) -> None:
-        active = await self.conv.interrupt(by=self.by)
+        active = await self.conv.interrupt(by=self.by, answer_to=self._sub)
         await self._accept("interrupt", active=active, **ids)
 
     async def _op_raw(self, frame: dict[str, Any], ids: dict[str, str]) -> None:
         body: RawIn = RawIn.from_frame(frame)
-        seq = await self.conv.write_raw(body.message, by=self.by)
+        seq = await self.conv.write_raw(body.message, by=self.by, answer_to=self._sub)
         await self._accept("raw", seq=seq, **ids)
 
     async def _op_permission(self, frame: dict[str, Any], ids: dict[str, str]) -> None:
@@ -304,6 +305,7 @@ class _Session:
             option_id=body.option_id,
             message=body.message,
             user=self.by,
+            answer_to=self._sub,
         )
         await self._accept("permission", **resolved)
 

@@ -779,9 +779,12 @@ class Conversation:
 
     # ------------------------------------------------------------------ client operations
 
-    async def _routed(self, forward: bool, kind: str, body: dict[str, Any]) -> Mapping[str, Any] | None:
+    async def _routed(
+        self, forward: bool, kind: str, body: dict[str, Any], answer_to: Subscriber | None = None
+    ) -> Mapping[str, Any] | None:
         """With ``forward``, when another replica runs this thread: its answer to the input
-        (sessions/remote.py). None: the input is this replica's to run."""
+        (sessions/remote.py). None: the input is this replica's to run. ``answer_to``: the
+        sender's subscription, held until its answer is pushed (Owners.forward)."""
         if not forward or self.owners is None or self._proc is not None:
             return None
         for _ in range(ROUTE_ATTEMPTS):
@@ -791,23 +794,30 @@ class Conversation:
             self.touch()
             log.info("thread.forwarded", thread_id=self.id, owner=owner, kind=kind)
             try:
-                return await self.owners.forward(owner, kind, self.id, body)
+                return await self.owners.forward(owner, kind, self.id, body, answer_to=answer_to)
             except OwnerGone:  # it died or was cut off before answering: route again
                 log.warning("thread.owner_gone", thread_id=self.id, owner=owner, kind=kind)
         raise ForwardFailed("the replica running this thread keeps changing; retry")
 
     async def submit(
-        self, content: list[dict[str, Any]], client_id: str | None, *, forward: bool = True, by: str | None = None
+        self,
+        content: list[dict[str, Any]],
+        client_id: str | None,
+        *,
+        forward: bool = True,
+        by: str | None = None,
+        answer_to: Subscriber | None = None,
     ) -> Accepted:
         """A prompt; with ``forward``, run by the thread's owner when that is another replica.
-        ``by``: the user (users mode), recorded in its client events there too."""
+        ``by``: the user (users mode), recorded in its client events there too.
+        ``answer_to``: the sender's subscription, when the answer goes to it (_routed)."""
         body = {"content": content, "client_id": client_id, "user": by}
-        if (answer := await self._routed(forward, "prompt", body)) is not None:
+        if (answer := await self._routed(forward, "prompt", body, answer_to)) is not None:
             return accepted_from(answer)
         try:
             return await self._submit_here(content, client_id, by)
         except NotOwner:  # another replica took the lease first
-            if (answer := await self._routed(forward, "prompt", body)) is None:
+            if (answer := await self._routed(forward, "prompt", body, answer_to)) is None:
                 raise
             return accepted_from(answer)
 
@@ -841,9 +851,11 @@ class Conversation:
             if reason is not None:
                 raise InvalidRequest(reason, code="unsupported_content")
 
-    async def interrupt(self, *, forward: bool = True, by: str | None = None) -> bool:
+    async def interrupt(
+        self, *, forward: bool = True, by: str | None = None, answer_to: Subscriber | None = None
+    ) -> bool:
         """Cancel the active turn. Idempotent; False when no turn is active."""
-        if (answer := await self._routed(forward, "interrupt", {"user": by})) is not None:
+        if (answer := await self._routed(forward, "interrupt", {"user": by}, answer_to)) is not None:
             return answer.get("active") is True
         async with self._lock:
             active, actions = self.core.interrupt(by)
@@ -860,10 +872,11 @@ class Conversation:
         message: str | None = None,
         forward: bool = True,
         user: str | None = None,
+        answer_to: Subscriber | None = None,
     ) -> dict[str, Any]:
         """One answer per request: the first wins; later ones are refused (409)."""
         body = {"request_id": request_id, "decision": decision, "by": by, "option_id": option_id, "user": user}
-        if (answer := await self._routed(forward, "permission", {**body, "message": message})) is not None:
+        if (answer := await self._routed(forward, "permission", {**body, "message": message}, answer_to)) is not None:
             return dict(answer)
         async with self._lock:
             data, actions = self.core.answer(
@@ -905,12 +918,19 @@ class Conversation:
             await self.wait_beyond(self.core.last_seq, 1.0)
 
     async def write_raw(
-        self, message: dict[str, Any], sub: Subscriber | None = None, *, forward: bool = True, by: str | None = None
+        self,
+        message: dict[str, Any],
+        sub: Subscriber | None = None,
+        *,
+        forward: bool = True,
+        by: str | None = None,
+        answer_to: Subscriber | None = None,
     ) -> int:
         """The ``raw`` op / raw mode: write a client's JSON object to stdin, as the dialect
         says (the codec may route a response back to ``sub`` only; not when another
-        replica runs the agent: the line is written there, its response is not routed)."""
-        if (answer := await self._routed(forward, "raw", {"message": message, "user": by})) is not None:
+        replica runs the agent: the line is written there, its response is not routed).
+        ``answer_to``: the ``raw`` op's sender, whose answer is the seq (raw mode has none)."""
+        if (answer := await self._routed(forward, "raw", {"message": message, "user": by}, answer_to)) is not None:
             seq = answer.get("seq")
             return seq if isinstance(seq, int) and not isinstance(seq, bool) else self.core.last_seq
         await self.ensure_started()

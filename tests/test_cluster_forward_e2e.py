@@ -185,6 +185,7 @@ async def test_a_forwarded_frames_answer_comes_before_every_event_it_caused(pair
     tid = (await new_thread(a, "sj"))["id"]
     on_a = await a.ws(tid)
     await on_a.turn("start")  # A runs the agent and holds the lease
+    await on_a.close()  # (a client that stops reading would hold up A's shutdown)
     on_b = await b.ws(tid)
     answered = 0
     for i in range(ANSWER_ROUNDS):

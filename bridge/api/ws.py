@@ -311,7 +311,7 @@ class _Session:
 
     async def _op_set_mode(self, frame: dict[str, Any], ids: dict[str, str]) -> None:
         body: ModeIn = ModeIn.from_frame(frame)
-        answer = await self.conv.set_mode(body.mode_id, by=self.by)
+        answer = await self.conv.set_mode(body.mode_id, by=self.by, answer_to=self._sub)
         await self._accept("set_mode", **answer, **ids)
 
 

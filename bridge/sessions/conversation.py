@@ -885,13 +885,15 @@ class Conversation:
             await self._perform(actions)
             return data
 
-    async def set_mode(self, mode_id: str, *, forward: bool = True, by: str | None = None) -> dict[str, Any]:
+    async def set_mode(
+        self, mode_id: str, *, forward: bool = True, by: str | None = None, answer_to: Subscriber | None = None
+    ) -> dict[str, Any]:
         """Switch the agent's session mode (sessions/modes.py), starting the agent first
         when it is not running; answers once the agent accepted it, else raises its refusal."""
         check_mode_id(mode_id)
         if self.profile is not None and not may_have_modes(self.profile.protocol):
             raise InvalidRequest("this thread's agent has no session modes", code="modes_not_supported")
-        if (answer := await self._routed(forward, "mode", {"mode_id": mode_id, "user": by})) is not None:
+        if (answer := await self._routed(forward, "mode", {"mode_id": mode_id, "user": by}, answer_to)) is not None:
             return dict(answer)
         self._require_writable()
         await self.ensure_started()

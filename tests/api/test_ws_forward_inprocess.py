@@ -28,13 +28,16 @@ ANSWERS: dict[str, dict[str, Any]] = {
     "interrupt": {"active": True},
     "raw": {"seq": 6},
     "permission": {"request_id": "p1", "decision": "allow", "by": "w"},
+    "mode": {"mode_id": "plan"},
 }
 FRAMES = [
     {"op": "prompt", "text": "hi", "client_id": "c1"},
     {"op": "interrupt"},
     {"op": "raw", "message": {"type": "keep_alive"}},
     {"op": "permission", "request_id": "p1", "decision": "allow"},
+    {"op": "set_mode", "mode_id": "plan"},
 ]
+KINDS = {"set_mode": "mode"}  # the bus command each op is forwarded as, where it differs
 
 
 class Owner:
@@ -76,6 +79,8 @@ async def test_each_forwarded_op_holds_its_senders_events_until_its_answer_is_pu
 ) -> None:
     owner = Owner(refuse)
     conv.owners = owner  # type: ignore[assignment]
+    assert conv.profile is not None  # an agent with session modes, so set_mode is forwarded too
+    conv.profile = conv.profile.model_copy(update={"protocol": "acp"})
     sub = conv.subscribe()
 
     class Probe(_Session):
@@ -88,5 +93,5 @@ async def test_each_forwarded_op_holds_its_senders_events_until_its_answer_is_pu
         answer = json.loads(sub.replies.pop())
         assert answer["kind"] == ("client.rejected" if refuse else "client.accepted"), answer
         assert answer["data"]["op"] == frame["op"]
-    assert owner.held == [(f["op"], True) for f in FRAMES]
+    assert owner.held == [(KINDS.get(f["op"], f["op"]), True) for f in FRAMES]
     assert not conv.running  # nothing ran here

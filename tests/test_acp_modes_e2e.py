@@ -128,11 +128,12 @@ async def test_the_websocket_set_mode_op_answers_like_the_rest_route(
     await c.send(op="set_mode", mode_id="plan", client_id="m1")  # the agent is started for it
     ok = await c.next(answer)
     assert ok["kind"] == "client.accepted" and ok["data"] == {"op": "set_mode", "mode_id": "plan", "client_id": "m1"}
-    # (Committed before the switch is answered; sent before or after the answer.)
-    if not c.seen("agent.status", status="mode_changed"):
-        await c.kind("agent.status", status="mode_changed")
-    [changed] = c.seen("agent.status", status="mode_changed")
+    # Recorded before the agent is asked and changed before the answer, yet sent after it:
+    # the answer first (api.md §5.4).
+    changed = await c.kind("agent.status", status="mode_changed")
     assert changed["data"]["mode"] == "plan"
+    [asked] = c.seen("client.other", op="set_mode")
+    assert c.frames.index(ok) < c.frames.index(asked) < c.frames.index(changed)
     await c.send(op="set_mode", mode_id="yolo")
     refused = await c.next(answer)
     assert refused["kind"] == "client.rejected" and refused["data"]["code"] == "mode_refused"

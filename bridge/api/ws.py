@@ -32,6 +32,7 @@ from bridge.protocols.events import Record
 from bridge.protocols.jsonline import loads_strict
 from bridge.sessions.conversation import Conversation
 from bridge.sessions.fanout import Subscriber, deliver
+from bridge.sessions.modes import MODE_TIMEOUT_S
 from bridge.sessions.registry import Registry
 
 log = structlog.get_logger("bridge.ws")
@@ -311,6 +312,10 @@ class _Session:
 
     async def _op_set_mode(self, frame: dict[str, Any], ids: dict[str, str]) -> None:
         body: ModeIn = ModeIn.from_frame(frame)
+        if self._sub is not None:
+            # Run here too, the switch is recorded before the agent is asked: its events wait
+            # for the answer, as a forwarded frame's do (released by _reply, or at the bound).
+            self._sub.hold(MODE_TIMEOUT_S + 1.0)
         answer = await self.conv.set_mode(body.mode_id, by=self.by, answer_to=self._sub)
         await self._accept("set_mode", **answer, **ids)
 

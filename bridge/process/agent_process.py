@@ -45,37 +45,152 @@ def _widen_pipe(pipe: asyncio.BaseTransport | None) -> None:
         fcntl.fcntl(raw.fileno(), setsize, STDOUT_PIPE_BYTES)
 
 
-class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):
-    """Signals the child's exit as soon as it is reaped. ``Process.wait()`` only returns
-    once every pipe is closed too, which a grandchild holding stdout open, or a reader we
-    stopped (line too long), can delay forever."""
+class _Inbound:
+    """One of the agent's output pipes, filled by the transport's callbacks: what it read waits
+    here, as the chunks it came in, until the reader takes all of it. Past ``limit`` unread
+    bytes the pipe is paused (the agent then blocks on its full pipe) until the reader has
+    taken them: a slow consumer holds the agent back."""
 
-    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(limit=limit, loop=loop)
+    __slots__ = ("_chunks", "_limit", "_loop", "_paused", "_pipe", "_size", "_stopped", "_waiter", "eof")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, limit: int) -> None:
+        self._loop = loop
+        self._limit = limit
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._pipe: asyncio.ReadTransport | None = None
+        self._paused = False
+        self._stopped = False  # read no more (a line too long): paused for good
+        self._waiter: asyncio.Future[None] | None = None
+        self.eof = False
+
+    def attach(self, pipe: asyncio.BaseTransport | None) -> None:
+        self._pipe = pipe if isinstance(pipe, asyncio.ReadTransport) else None
+        if self._pipe is None:
+            self.eof = True
+
+    def feed(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._size += len(data)
+        if self._size >= self._limit:
+            self._pause()
+        self._wake()
+
+    def end(self) -> None:
+        self.eof = True
+        self._wake()
+
+    def stop(self) -> None:
+        """The reader gives up (the line cap): the pipe stays paused, nothing more is kept."""
+        self._stopped = True
+        self._chunks.clear()
+        self._size = 0
+        self._pause()
+
+    def _pause(self) -> None:
+        if not self._paused and self._pipe is not None and not self._pipe.is_closing():
+            self._paused = True
+            self._pipe.pause_reading()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def read(self) -> bytes:
+        """Everything read so far and not yet taken; ``b""`` once the pipe is at its end."""
+        while not self._chunks:
+            if self.eof or self._stopped:
+                return b""
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        chunks = self._chunks
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self._size = 0
+        if self._paused and self._pipe is not None:
+            self._paused = False
+            if not self._pipe.is_closing():
+                self._pipe.resume_reading()
+        return data
+
+
+class _Pipes(asyncio.SubprocessProtocol):
+    """The agent's three pipes by protocol callbacks (no asyncio streams): stdout and stderr
+    into :class:`_Inbound` buffers, stdin's flow control as futures to wait on, and the
+    child's exit signalled as soon as it is reaped (``Process.wait()`` would only return
+    once every pipe is closed too, which a grandchild holding stdout open, or a reader that
+    stopped at the line cap, can delay forever)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.stdout = _Inbound(loop, READ_CHUNK)
+        self.stderr = _Inbound(loop, READ_CHUNK)
         self.exited = asyncio.Event()
+        self.stdin_lost = False
+        self.write_paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self._stdin_gone: asyncio.Future[None] = loop.create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.SubprocessTransport)
+        self.stdout.attach(transport.get_pipe_transport(1))
+        self.stderr.attach(transport.get_pipe_transport(2))
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        (self.stdout if fd == 1 else self.stderr).feed(data)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if fd == 0:
+            self.stdin_lost = True
+            self._release_writers()
+            if not self._stdin_gone.done():
+                self._stdin_gone.set_result(None)
+        else:
+            (self.stdout if fd == 1 else self.stderr).end()
 
     def process_exited(self) -> None:
-        super().process_exited()
         self.exited.set()
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self._release_writers()
+
+    def _release_writers(self) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    async def drained(self) -> None:
+        """Return once stdin's buffer is below its high-water mark again, or stdin is gone."""
+        if not self.write_paused or self.stdin_lost:
+            return
+        waiter = self._loop.create_future()
+        self._drain_waiters.append(waiter)
+        await waiter
+
+    async def stdin_gone(self) -> None:
+        await asyncio.shield(self._stdin_gone)
 
 
 class AgentProcess:
-    def __init__(
-        self,
-        proc: asyncio.subprocess.Process,
-        protocol: _Protocol,
-        transport: asyncio.SubprocessTransport,
-        spec: LaunchSpec,
-        max_line: int,
-    ) -> None:
-        self._proc = proc
-        self._protocol = protocol
+    def __init__(self, transport: asyncio.SubprocessTransport, pipes: _Pipes, spec: LaunchSpec, max_line: int) -> None:
         self._transport = transport
+        self._pipes = pipes
+        stdin = transport.get_pipe_transport(0)
+        assert isinstance(stdin, asyncio.WriteTransport)
+        self._stdin = stdin
         self.spec = spec
-        self.pid = proc.pid
-        self.pgid = proc.pid  # start_new_session=True: the child leads its own group
-        self.start_time = start_time(proc.pid)
-        self._write_lock = asyncio.Lock()
+        self.pid = transport.get_pid()
+        self.pgid = self.pid  # start_new_session=True: the child leads its own group
+        self.start_time = start_time(self.pid)
         self._max_line = max_line
         self._stdin_closed = False
 
@@ -87,14 +202,14 @@ class AgentProcess:
         loop = asyncio.get_running_loop()
         TRACKER.spawn_started()
         try:
-            transport, protocol = await loop.subprocess_exec(
-                lambda: _Protocol(256 * 1024, loop),  # the transport pauses at twice this
+            transport, pipes = await loop.subprocess_exec(
+                lambda: _Pipes(loop),
                 *spec.argv,
                 executable=spec.argv[0] if fd is None else exec_path(fd),
                 pass_fds=() if fd is None else (fd,),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 env=dict(spec.env),
                 cwd=spec.cwd,
                 start_new_session=True,
@@ -114,46 +229,49 @@ class AgentProcess:
                 os.close(fd)
         try:
             _widen_pipe(transport.get_pipe_transport(1))
-            proc = asyncio.subprocess.Process(transport, protocol, loop)
-            agent = cls(proc, protocol, transport, spec, max_line)
+            agent = cls(transport, pipes, spec, max_line)
         except BaseException:
             TRACKER.spawn_ended(None)
+            transport.close()
             raise
         TRACKER.spawn_ended(agent)
         return agent
 
     @property
     def returncode(self) -> int | None:
-        return self._proc.returncode
+        return self._transport.get_returncode()
 
     async def write_line(self, line: str) -> None:
-        """One locked write per message: several tasks (prompts, interrupts, permission
-        answers) share stdin and their bytes must never interleave."""
-        data = line.encode("utf-8") + b"\n"
-        async with self._write_lock:
-            stdin = self._proc.stdin
-            if stdin is None or self._stdin_closed or stdin.is_closing():
+        """One write per message, whole: the pipe transport buffers what the pipe does not
+        take at once, so the bytes of several tasks (prompts, interrupts, permission
+        answers) sharing stdin never interleave; a writer waits only while the buffer is
+        past its high-water mark (the agent is not reading)."""
+        stdin, pipes = self._stdin, self._pipes
+        if self._stdin_closed or pipes.stdin_lost or stdin.is_closing():
+            raise BrokenPipeError("agent stdin is closed")
+        stdin.write(line.encode("utf-8") + b"\n")
+        if stdin.is_closing():  # the write found the pipe broken (the agent closed its end)
+            raise BrokenPipeError("agent stdin is closed")
+        if pipes.write_paused:
+            await pipes.drained()
+            if pipes.stdin_lost:
                 raise BrokenPipeError("agent stdin is closed")
-            stdin.write(data)
-            await stdin.drain()
 
     async def close_stdin(self) -> None:
-        async with self._write_lock:
-            self._stdin_closed = True
-            stdin = self._proc.stdin
-            if stdin is not None and not stdin.is_closing():
-                stdin.close()
-                with contextlib.suppress(Exception):
-                    await stdin.wait_closed()
+        """Close stdin once what was written has reached the pipe."""
+        self._stdin_closed = True
+        if not self._stdin.is_closing():
+            self._stdin.close()
+        await self._pipes.stdin_gone()
 
     async def stdout_batches(self) -> AsyncIterator[list[bytes]]:
-        """Stdout lines, as many as one read brought (so they can be stored together);
-        raises LineTooLong when the cap is crossed, after yielding the lines before it."""
-        stream = self._proc.stdout
-        assert stream is not None
+        """Stdout lines, as many as the pipe brought since the last batch (so they can be
+        stored together); raises LineTooLong when the cap is crossed, after yielding the
+        lines before it (and stops reading: the agent blocks on its full pipe)."""
+        out = self._pipes.stdout
         framer = LineFramer(self._max_line)
         while True:
-            chunk = await stream.read(READ_CHUNK)
+            chunk = await out.read()
             if not chunk:
                 tail = framer.close()
                 if tail is not None:
@@ -162,6 +280,7 @@ class AgentProcess:
             try:
                 lines = framer.feed(chunk)
             except LineTooLong as exc:
+                out.stop()
                 if exc.lines:
                     yield exc.lines
                 raise
@@ -170,12 +289,11 @@ class AgentProcess:
 
     async def pump_stderr(self, emit: Callable[[str], Awaitable[None]]) -> None:
         """Relay stderr lines, each cut to STDERR_LINE_BYTES, at most STDERR_LINES_PER_S."""
-        stream = self._proc.stderr
-        assert stream is not None
+        err = self._pipes.stderr
         loop = asyncio.get_running_loop()
         lines, limit = StderrLines(), StderrRate(STDERR_LINES_PER_S)
         while True:
-            chunk = await stream.read(READ_CHUNK)
+            chunk = await err.read()
             for line in lines.feed(chunk):
                 for text in limit.admit(line, loop.time()):
                     await emit(text)
@@ -185,7 +303,7 @@ class AgentProcess:
                 return
 
     async def wait(self) -> ExitInfo:
-        await self._protocol.exited.wait()
+        await self._pipes.exited.wait()
         rc = self._transport.get_returncode()
         assert rc is not None
         return exit_info(rc)

@@ -9,6 +9,7 @@ import fcntl
 import os
 import signal
 import subprocess
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from bridge.errors import LaunchRefused
@@ -36,13 +37,12 @@ STDERR_LINES_PER_S = 50
 STDOUT_PIPE_BYTES = 1024 * 1024
 
 
-def _widen_pipe(pipe: asyncio.BaseTransport | None) -> None:
+def _widen_pipe(fd: int) -> None:
     setsize = getattr(fcntl, "F_SETPIPE_SZ", None)
-    if pipe is None or setsize is None:
+    if setsize is None:
         return
-    raw = pipe.get_extra_info("pipe")
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        fcntl.fcntl(raw.fileno(), setsize, STDOUT_PIPE_BYTES)
+    with contextlib.suppress(OSError, ValueError):
+        fcntl.fcntl(fd, setsize, STDOUT_PIPE_BYTES)
 
 
 class _Inbound:
@@ -118,79 +118,139 @@ class _Inbound:
         return data
 
 
-class _Pipes(asyncio.SubprocessProtocol):
-    """The agent's three pipes by protocol callbacks (no asyncio streams): stdout and stderr
-    into :class:`_Inbound` buffers, stdin's flow control as futures to wait on, and the
-    child's exit signalled as soon as it is reaped (``Process.wait()`` would only return
-    once every pipe is closed too, which a grandchild holding stdout open, or a reader that
-    stopped at the line cap, can delay forever)."""
+class _Reader(asyncio.Protocol):
+    """An output pipe's transport callbacks, straight into its :class:`_Inbound`."""
+
+    def __init__(self, inbound: _Inbound) -> None:
+        self._inbound = inbound
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._inbound.attach(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._inbound.feed(data)
+
+    def eof_received(self) -> bool:
+        self._inbound.end()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._inbound.end()
+
+
+class _Stdin(asyncio.BaseProtocol):
+    """stdin's flow control: writers wait on futures while the transport's buffer is past
+    its high-water mark; all are released when it drains or the pipe is gone."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self.stdout = _Inbound(loop, READ_CHUNK)
-        self.stderr = _Inbound(loop, READ_CHUNK)
-        self.exited = asyncio.Event()
-        self.stdin_lost = False
-        self.write_paused = False
-        self._drain_waiters: list[asyncio.Future[None]] = []
-        self._stdin_gone: asyncio.Future[None] = loop.create_future()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.SubprocessTransport)
-        self.stdout.attach(transport.get_pipe_transport(1))
-        self.stderr.attach(transport.get_pipe_transport(2))
-
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        (self.stdout if fd == 1 else self.stderr).feed(data)
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        if fd == 0:
-            self.stdin_lost = True
-            self._release_writers()
-            if not self._stdin_gone.done():
-                self._stdin_gone.set_result(None)
-        else:
-            (self.stdout if fd == 1 else self.stderr).end()
-
-    def process_exited(self) -> None:
-        self.exited.set()
+        self.lost = False
+        self.paused = False
+        self._waiters: list[asyncio.Future[None]] = []
+        self._gone: asyncio.Future[None] = loop.create_future()
 
     def pause_writing(self) -> None:
-        self.write_paused = True
+        self.paused = True
 
     def resume_writing(self) -> None:
-        self.write_paused = False
-        self._release_writers()
+        self.paused = False
+        self._release()
 
-    def _release_writers(self) -> None:
-        waiters, self._drain_waiters = self._drain_waiters, []
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self._release()
+        if not self._gone.done():
+            self._gone.set_result(None)
+
+    def _release(self) -> None:
+        waiters, self._waiters = self._waiters, []
         for w in waiters:
             if not w.done():
                 w.set_result(None)
 
     async def drained(self) -> None:
-        """Return once stdin's buffer is below its high-water mark again, or stdin is gone."""
-        if not self.write_paused or self.stdin_lost:
+        """Return once the buffer is below its high-water mark again, or stdin is gone."""
+        if not self.paused or self.lost:
             return
         waiter = self._loop.create_future()
-        self._drain_waiters.append(waiter)
+        self._waiters.append(waiter)
         await waiter
 
-    async def stdin_gone(self) -> None:
-        await asyncio.shield(self._stdin_gone)
+    async def gone(self) -> None:
+        await asyncio.shield(self._gone)
+
+
+class _Exit:
+    """The child's exit, noticed as soon as it can be reaped (a pidfd in the event loop;
+    a thread blocked in ``waitpid`` where there is none), not once its pipes are closed: a
+    grandchild holding stdout open, or a reader that stopped at the line cap, could delay
+    that forever."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, popen: subprocess.Popen[bytes]) -> None:
+        self._loop = loop
+        self._popen = popen
+        self.done = asyncio.Event()
+        self.returncode: int | None = None
+        self._pidfd: int | None = None
+        try:
+            self._pidfd = os.pidfd_open(popen.pid)
+        except (AttributeError, OSError):
+            threading.Thread(target=self._wait_blocking, name=f"agent-wait-{popen.pid}", daemon=True).start()
+            return
+        loop.add_reader(self._pidfd, self._reap)
+
+    def _reap(self) -> None:
+        try:
+            pid, status = os.waitpid(self._popen.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped by someone else: its status is lost
+            pid, status = self._popen.pid, 255 << 8
+        if pid == 0:
+            return
+        self._close_pidfd()
+        self._exited(os.waitstatus_to_exitcode(status))
+
+    def _wait_blocking(self) -> None:
+        try:
+            _, status = os.waitpid(self._popen.pid, 0)
+            rc = os.waitstatus_to_exitcode(status)
+        except ChildProcessError:
+            rc = 255
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            self._loop.call_soon_threadsafe(self._exited, rc)
+
+    def _exited(self, rc: int) -> None:
+        self.returncode = self._popen.returncode = rc
+        self.done.set()
+
+    def _close_pidfd(self) -> None:
+        if self._pidfd is not None:
+            self._loop.remove_reader(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+
+    def close(self) -> None:
+        self._close_pidfd()
 
 
 class AgentProcess:
-    def __init__(self, transport: asyncio.SubprocessTransport, pipes: _Pipes, spec: LaunchSpec, max_line: int) -> None:
-        self._transport = transport
-        self._pipes = pipes
-        stdin = transport.get_pipe_transport(0)
-        assert isinstance(stdin, asyncio.WriteTransport)
-        self._stdin = stdin
+    def __init__(
+        self,
+        popen: subprocess.Popen[bytes],
+        pipes: tuple[asyncio.WriteTransport, asyncio.ReadTransport, asyncio.ReadTransport],
+        stdin: _Stdin,
+        out: tuple[_Inbound, _Inbound],
+        spec: LaunchSpec,
+        max_line: int,
+    ) -> None:
+        self._popen = popen
+        self._stdin, self._stdout_pipe, self._stderr_pipe = pipes
+        self._stdin_flow = stdin
+        self._stdout, self._stderr = out
+        self._exit = _Exit(asyncio.get_running_loop(), popen)
         self.spec = spec
-        self.pid = transport.get_pid()
-        self.pgid = self.pid  # start_new_session=True: the child leads its own group
-        self.start_time = start_time(self.pid)
+        self.pid = popen.pid
+        self.pgid = popen.pid  # start_new_session=True: the child leads its own group
+        self.start_time = start_time(popen.pid)
         self._max_line = max_line
         self._stdin_closed = False
 
@@ -199,24 +259,9 @@ class AgentProcess:
         # Checked again right before the spawn (the file may have changed since load), and
         # opened once: what runs is /proc/self/fd/N, the very file that was checked.
         fd = open_executable(spec.argv[0])
-        loop = asyncio.get_running_loop()
         TRACKER.spawn_started()
         try:
-            transport, pipes = await loop.subprocess_exec(
-                lambda: _Pipes(loop),
-                *spec.argv,
-                executable=spec.argv[0] if fd is None else exec_path(fd),
-                pass_fds=() if fd is None else (fd,),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=dict(spec.env),
-                cwd=spec.cwd,
-                start_new_session=True,
-                close_fds=True,
-                umask=agent_umask(),
-                preexec_fn=child_setup(),
-            )
+            popen = _popen(spec, fd)
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             TRACKER.spawn_ended(None)
             detail = getattr(exc, "strerror", None) or exc
@@ -228,33 +273,55 @@ class AgentProcess:
             if fd is not None:
                 os.close(fd)
         try:
-            _widen_pipe(transport.get_pipe_transport(1))
-            agent = cls(transport, pipes, spec, max_line)
+            agent = await cls._connect(popen, spec, max_line)
         except BaseException:
             TRACKER.spawn_ended(None)
-            transport.close()
+            _abandon(popen)
             raise
         TRACKER.spawn_ended(agent)
         return agent
 
+    @classmethod
+    async def _connect(cls, popen: subprocess.Popen[bytes], spec: LaunchSpec, max_line: int) -> AgentProcess:
+        """The event loop's own pipe transports on the child's three pipes: no subprocess
+        transport in between, so a read reaches its buffer in the same callback."""
+        assert popen.stdin is not None and popen.stdout is not None and popen.stderr is not None
+        loop = asyncio.get_running_loop()
+        _widen_pipe(popen.stdout.fileno())
+        flow = _Stdin(loop)
+        out, err = _Inbound(loop, READ_CHUNK), _Inbound(loop, READ_CHUNK)
+        made: list[asyncio.BaseTransport] = []
+        try:
+            made.append((await loop.connect_write_pipe(lambda: flow, popen.stdin))[0])
+            made.append((await loop.connect_read_pipe(lambda: _Reader(out), popen.stdout))[0])
+            made.append((await loop.connect_read_pipe(lambda: _Reader(err), popen.stderr))[0])
+        except BaseException:
+            for pipe in made:
+                pipe.close()
+            raise
+        stdin, stdout, stderr = made
+        assert isinstance(stdin, asyncio.WriteTransport)
+        assert isinstance(stdout, asyncio.ReadTransport) and isinstance(stderr, asyncio.ReadTransport)
+        return cls(popen, (stdin, stdout, stderr), flow, (out, err), spec, max_line)
+
     @property
     def returncode(self) -> int | None:
-        return self._transport.get_returncode()
+        return self._exit.returncode
 
     async def write_line(self, line: str) -> None:
         """One write per message, whole: the pipe transport buffers what the pipe does not
         take at once, so the bytes of several tasks (prompts, interrupts, permission
         answers) sharing stdin never interleave; a writer waits only while the buffer is
         past its high-water mark (the agent is not reading)."""
-        stdin, pipes = self._stdin, self._pipes
-        if self._stdin_closed or pipes.stdin_lost or stdin.is_closing():
+        stdin, flow = self._stdin, self._stdin_flow
+        if self._stdin_closed or flow.lost or stdin.is_closing():
             raise BrokenPipeError("agent stdin is closed")
         stdin.write(line.encode("utf-8") + b"\n")
         if stdin.is_closing():  # the write found the pipe broken (the agent closed its end)
             raise BrokenPipeError("agent stdin is closed")
-        if pipes.write_paused:
-            await pipes.drained()
-            if pipes.stdin_lost:
+        if flow.paused:
+            await flow.drained()
+            if flow.lost:
                 raise BrokenPipeError("agent stdin is closed")
 
     async def close_stdin(self) -> None:
@@ -262,13 +329,13 @@ class AgentProcess:
         self._stdin_closed = True
         if not self._stdin.is_closing():
             self._stdin.close()
-        await self._pipes.stdin_gone()
+        await self._stdin_flow.gone()
 
     async def stdout_batches(self) -> AsyncIterator[list[bytes]]:
         """Stdout lines, as many as the pipe brought since the last batch (so they can be
         stored together); raises LineTooLong when the cap is crossed, after yielding the
         lines before it (and stops reading: the agent blocks on its full pipe)."""
-        out = self._pipes.stdout
+        out = self._stdout
         framer = LineFramer(self._max_line)
         while True:
             chunk = await out.read()
@@ -289,7 +356,7 @@ class AgentProcess:
 
     async def pump_stderr(self, emit: Callable[[str], Awaitable[None]]) -> None:
         """Relay stderr lines, each cut to STDERR_LINE_BYTES, at most STDERR_LINES_PER_S."""
-        err = self._pipes.stderr
+        err = self._stderr
         loop = asyncio.get_running_loop()
         lines, limit = StderrLines(), StderrRate(STDERR_LINES_PER_S)
         while True:
@@ -303,14 +370,16 @@ class AgentProcess:
                 return
 
     async def wait(self) -> ExitInfo:
-        await self._pipes.exited.wait()
-        rc = self._transport.get_returncode()
+        await self._exit.done.wait()
+        rc = self._exit.returncode
         assert rc is not None
         return exit_info(rc)
 
     def release(self) -> None:
         """Close our ends of the pipes once the process is gone and its output drained."""
-        self._transport.close()
+        for pipe in (self._stdin, self._stdout_pipe, self._stderr_pipe):
+            pipe.close()
+        self._exit.close()
         TRACKER.unregister(self)
 
     def signal_group(self, sig: int) -> bool:
@@ -329,6 +398,40 @@ class AgentProcess:
         from bridge.process.shutdown import stop_process
 
         return await stop_process(self, grace_s, shutdown_line=shutdown_line)
+
+
+def _popen(spec: LaunchSpec, fd: int | None) -> subprocess.Popen[bytes]:
+    """fork + exec in the event loop's thread, as asyncio's own subprocess support does:
+    the exact argv, no shell, the environment given, every other descriptor closed, the
+    agent's umask, its own session and process group, and the reaper's child set-up."""
+    return subprocess.Popen(
+        spec.argv,
+        executable=spec.argv[0] if fd is None else exec_path(fd),
+        pass_fds=() if fd is None else (fd,),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        bufsize=0,
+        env=dict(spec.env),
+        cwd=spec.cwd,
+        start_new_session=True,
+        close_fds=True,
+        umask=agent_umask(),
+        preexec_fn=child_setup(),
+    )
+
+
+def _abandon(popen: subprocess.Popen[bytes]) -> None:
+    """A child whose pipes could not be connected (cancelled mid-spawn): killed with its
+    group, reaped, its pipes closed."""
+    with contextlib.suppress(OSError):
+        os.killpg(popen.pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        popen.wait()
+    for f in (popen.stdin, popen.stdout, popen.stderr):
+        if f is not None:
+            with contextlib.suppress(OSError):
+                f.close()
 
 
 def exit_info(rc: int) -> ExitInfo:

@@ -64,6 +64,10 @@ class _Inbound:
         self._waiter: asyncio.Future[None] | None = None
         self.eof = False
 
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
     def attach(self, pipe: asyncio.BaseTransport | None) -> None:
         self._pipe = pipe if isinstance(pipe, asyncio.ReadTransport) else None
         if self._pipe is None:
@@ -307,6 +311,16 @@ class AgentProcess:
     @property
     def returncode(self) -> int | None:
         return self._exit.returncode
+
+    @property
+    def stdout_paused(self) -> bool:
+        """Reading stdout is paused: unread output reached its bound (or the line cap)."""
+        return self._stdout.paused
+
+    @property
+    def stdin_paused(self) -> bool:
+        """Writers wait: stdin's buffer is past its high-water mark (the agent is not reading)."""
+        return self._stdin_flow.paused
 
     async def write_line(self, line: str) -> None:
         """One write per message, whole: the pipe transport buffers what the pipe does not

@@ -393,7 +393,10 @@ class AgentProcess:
         """Close our ends of the pipes once the process is gone and its output drained."""
         for pipe in (self._stdin, self._stdout_pipe, self._stderr_pipe):
             pipe.close()
-        self._exit.close()
+        if self._exit.returncode is None:  # still running (never the case after stop()):
+            self.signal_group(signal.SIGKILL)  # killed, and reaped when it is gone
+        else:
+            self._exit.close()
         TRACKER.unregister(self)
 
     def signal_group(self, sig: int) -> bool:

@@ -203,3 +203,12 @@ async def test_the_exit_is_seen_while_a_grandchild_holds_stdout_open(tmp_path: P
         with pytest.raises(StopAsyncIteration):  # its end of stdout is closed with it
             await asyncio.wait_for(anext(out), STEP_TIMEOUT)
         proc.release()
+
+
+async def test_released_while_running_the_agent_is_killed_and_reaped(tmp_path: Path) -> None:
+    proc = await spawn(tmp_path, "import signal; signal.pause()")
+    pid = proc.pid
+    proc.release()
+    info = await asyncio.wait_for(proc.wait(), STEP_TIMEOUT)
+    assert info.signal == signal.SIGKILL
+    assert not Path(f"/proc/{pid}").exists()  # reaped, not a zombie

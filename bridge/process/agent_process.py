@@ -1,5 +1,6 @@
-"""One agent OS process: spawn (own process group, no shell), stdout lines, bounded
-stderr, serialized stdin writes, and the stop ladder of :mod:`bridge.process.shutdown`."""
+"""One agent OS process: spawn (own process group, no shell), its pipes on the event
+loop's own pipe transports by protocol callbacks (issue #22), stdout lines, bounded
+stderr, whole stdin writes, and the stop ladder of :mod:`bridge.process.shutdown`."""
 
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ from bridge.process.subreaper import TRACKER
 from bridge.process.umask import agent_umask
 from bridge.protocols.framing import MAX_LINE_BYTES, LineFramer, LineTooLong
 
-# One read takes whatever the pipe transport has buffered, up to this: during a burst the
-# transport keeps filling its buffer while the previous batch is stored and sent, so the
-# next batch (one transaction, one socket write per client) is larger (issue #8).
+# A batch is everything read since the last one: during a burst the pipe's callbacks keep
+# filling the buffer while the previous batch is stored and sent, so the next batch (one
+# transaction, one socket write per client) is larger (issue #8). Past this many unread
+# bytes reading pauses (a batch is at most this plus one read of the loop's, 256 KiB).
 READ_CHUNK = 256 * 1024
 # stderr is free-form diagnostics (docs/api.md §6.7): relay it, but bounded — a line is
 # cut at this many bytes and at most this many lines per second reach the transcript.

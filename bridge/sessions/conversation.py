@@ -918,6 +918,11 @@ class Conversation:
             if self._proc is None:
                 raise Conflict("the agent process is not running", code="agent_exited")
             await self.wait_beyond(self.core.last_seq, 1.0)
+        # The codec is ready as soon as the line that made it so is decoded; what that line
+        # brought (agent_info and its modes) is the thread's once its emit is performed,
+        # under the lock (and committed: nothing is in flight when the lock is taken).
+        async with self._lock:
+            pass
 
     async def write_raw(
         self,

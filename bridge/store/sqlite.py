@@ -59,7 +59,7 @@ import structlog
 
 from bridge.clock import now_iso
 from bridge.errors import LeaseLost, StoreError
-from bridge.protocols.envelope import Frames, stored_envelopes
+from bridge.protocols.envelope import CorruptEvent, Frames, checked_envelopes, checked_lines, stored_envelopes
 from bridge.protocols.events import Record
 from bridge.store import sqlite_leases as leases
 from bridge.store import sqlite_sql as sql
@@ -74,6 +74,7 @@ from bridge.store.base import (
     ThreadRow,
     UserRow,
 )
+from bridge.store.event_rows import event_rows
 from bridge.store.sqlite_sql import (
     _JSON_COLUMNS,
     _MIGRATIONS,
@@ -509,10 +510,7 @@ class SqliteStore(leases.SqliteLeases):
         ``last_seq`` and ``turn_active`` are owed to the thread row and written later
         (``_dirty``); any other field is written in the same transaction. With ``epoch``
         the transaction first checks the lease in SQL (sqlite_leases.fence)."""
-        rows = [
-            (thread_id, r.seq, r.ts, r.source, r.kind, r.data_json, r.raw, int(r.relay), cid)
-            for r, cid in zip(records, client_ids, strict=True)
-        ]
+        rows = event_rows(thread_id, records, client_ids)
         fields = leases.stamp(self._dump(thread_fields), self.replica_id)
         updated_at = fields.pop("updated_at", None)
         turn_active = fields.pop("turn_active", None)
@@ -553,7 +551,7 @@ class SqliteStore(leases.SqliteLeases):
             db is None
             or not self.healthy
             or sum(len(item.rows) for item in batch) > INLINE_MAX_ROWS
-            or sum(len(r[5]) + len(r[6] or "") for item in batch for r in item.rows) > INLINE_MAX_BYTES
+            or sum(len(r[5]) for item in batch for r in item.rows) > INLINE_MAX_BYTES
         ):
             return None
         try:
@@ -725,11 +723,11 @@ class SqliteStore(leases.SqliteLeases):
         return bool(await self._run(sql.revoke_user, name, now_iso()))
 
     async def read_events(self, thread_id: str, after: int, limit: int, *, with_raw: bool = True) -> list[Record]:
-        raw_col = "raw" if with_raw else "NULL"
+        raw_col = sql.RAW_SQL if with_raw else "NULL"
 
         def do(db: sqlite3.Connection) -> list[Record]:
             cur = db.execute(
-                f"SELECT seq,ts,source,kind,data,{raw_col},relay FROM events"  # noqa: S608
+                f"SELECT seq,ts,source,kind,{sql.DATA_SQL},{raw_col},relay FROM events"  # noqa: S608
                 " WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
                 (thread_id, after, limit),
             )
@@ -744,27 +742,32 @@ class SqliteStore(leases.SqliteLeases):
 
     async def read_frames(self, thread_id: str, after: int, limit: int, *, raw: bool) -> Frames:
         def do(db: sqlite3.Connection) -> Frames:
-            # Read as UTF-8 bytes: the frames are joined and sent without decoding or
-            # encoding any text, and without a Record per row (issue #8).
+            # Read as UTF-8 bytes: the frames are sent without decoding or encoding any
+            # text, and without a Record per row (issue #8); in events mode each row is its
+            # stored envelope, one column (issue #22).
             db.text_factory = bytes
             try:
                 if raw:
                     # Raw mode relays the agent's own lines, one per stdout line (``relay``).
                     cur = db.execute(
-                        "SELECT seq,CASE WHEN source='agent' AND relay=1 THEN raw END FROM events"
+                        "SELECT seq,CASE WHEN source='agent' AND relay=1 THEN"
+                        " coalesce(substr(env,raw_at+1,length(env)-raw_at-1),raw) END FROM events"
                         " WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
                         (thread_id, after, limit),
                     )
                     rrows: list[tuple[int, bytes | None]] = _bounded(cur, lambda r: len(r[1] or b""))
                     return Frames(
-                        [text for _, text in rrows if text is not None], len(rrows), rrows[-1][0] if rrows else after
+                        _checked(thread_id, checked_lines, rrows), len(rrows), rrows[-1][0] if rrows else after
                     )
                 cur = db.execute(
-                    "SELECT seq,ts,source,kind,data,raw FROM events WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
+                    "SELECT seq,env,length(data)+coalesce(length(raw),0) FROM events"
+                    " WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
                     (thread_id, after, limit),
                 )
-                rows = _bounded(cur, lambda r: len(r[4]) + len(r[5] or b""))
-                return Frames(stored_envelopes(rows), len(rows), rows[-1][0] if rows else after)
+                rows: list[tuple[int, bytes | None, int]] = _bounded(cur, lambda r: r[2] + len(r[1] or b""))
+                if any(r[1] is None for r in rows):
+                    rows = _with_legacy(db, thread_id, rows)
+                return Frames(_checked(thread_id, checked_envelopes, rows), len(rows), rows[-1][0] if rows else after)
             finally:
                 db.text_factory = str
 
@@ -778,6 +781,38 @@ class SqliteStore(leases.SqliteLeases):
             return int(row[0]) if row else None
 
         return await self._read(do)
+
+
+def _with_legacy(
+    db: sqlite3.Connection, thread_id: str, rows: list[tuple[int, bytes | None, int]]
+) -> list[tuple[int, bytes | None, int]]:
+    """A page holding rows written before migration 9 (no stored envelope): theirs built
+    from their columns, as before. Cut before a row that is gone meanwhile (its thread was
+    deleted between the two reads)."""
+    seqs = [seq for seq, env, _ in rows if env is None]
+    cur = db.execute(
+        "SELECT seq,ts,source,kind,data,raw FROM events WHERE thread_id=? AND seq>=? AND seq<=? AND env IS NULL"
+        " ORDER BY seq",
+        (thread_id, seqs[0], seqs[-1]),
+    )
+    old = cur.fetchall()
+    built = dict(zip((r[0] for r in old), stored_envelopes(old), strict=True))
+    out: list[tuple[int, bytes | None, int]] = []
+    for seq, env, size in rows:
+        env = env if env is not None else built.get(seq)
+        if env is None:
+            break
+        out.append((seq, env, size))
+    return out
+
+
+def _checked(thread_id: str, check: Callable[[Any], list[bytes]], rows: Any) -> list[bytes]:
+    """``check(rows)``; a row that fails it is logged and the read fails (StoreError)."""
+    try:
+        return check(rows)
+    except CorruptEvent as exc:
+        log.error("store.corrupt_event", thread_id=thread_id, seq=exc.seq)
+        raise StoreError(f"thread {thread_id}: {exc}") from None
 
 
 def _user(row: Sequence[Any]) -> UserRow:

@@ -141,7 +141,32 @@ _MIGRATIONS.append(
     """
 )
 
+# 9: each event's envelope stored at commit (issue #22): ``env``, the bytes a client is sent
+# for it in events mode, and the offsets of ``data`` and ``raw`` in it
+# (bridge/protocols/envelope.py stored_envelope), so a replayed row is one column and
+# ``data``/``raw`` are not stored twice (a new row's ``data`` is '' and ``raw`` NULL). Rows
+# written before stay as they are (``env`` NULL) and are read as before: no back-fill.
+_MIGRATIONS.append(
+    """
+    ALTER TABLE events ADD COLUMN env BLOB;
+    ALTER TABLE events ADD COLUMN data_at INTEGER;
+    ALTER TABLE events ADD COLUMN raw_at INTEGER;
+    """
+)
+
 SCHEMA_VERSION = len(_MIGRATIONS)
+
+# An event's data and raw, from its envelope or (rows from before migration 9) its columns.
+DATA_SQL = (
+    "CASE WHEN env IS NULL THEN data ELSE "
+    "CAST(substr(env,data_at+1,coalesce(raw_at-7,length(env)-12)-data_at) AS TEXT) END"
+)
+RAW_SQL = "CASE WHEN env IS NULL THEN raw ELSE CAST(substr(env,raw_at+1,length(env)-raw_at-1) AS TEXT) END"
+# An append's row: the event's columns as sqlite.SqliteStore.append builds them.
+INSERT_EVENTS = (
+    "INSERT INTO events (thread_id,seq,ts,source,kind,env,data_at,raw_at,relay,client_id,data)"
+    " VALUES (?,?,?,?,?,?,?,?,?,?,'')"
+)
 
 
 _THREAD_COLUMNS = ROW_COLUMNS  # both stores: the same columns, in the same order
@@ -230,10 +255,7 @@ def _write_item(db: sqlite3.Connection, item: _Append) -> None:
     if item.fence is not None:
         leases.fence(db, item.thread_id, *item.fence)
     if item.rows:
-        db.executemany(
-            "INSERT INTO events (thread_id,seq,ts,source,kind,data,raw,relay,client_id) VALUES (?,?,?,?,?,?,?,?,?)",
-            item.rows,
-        )
+        db.executemany(INSERT_EVENTS, item.rows)
     if item.fields:
         sets = ",".join(f"{k}=?" for k in item.fields)
         bump = [_next_change(db)] if item.changed else []
@@ -446,11 +468,11 @@ def wire_item(item: _Append) -> tuple[Any, ...]:
 
 def already_written(db: sqlite3.Connection, item: _Append) -> bool:
     """A batch sent again after its writer died: was this append's transaction committed
-    before the death? (Its first event is there with the same time and data.)"""
+    before the death? (Its first event is there with the same time and envelope.)"""
     if not item.rows:
         return False
     row = item.rows[0]
-    found = db.execute("SELECT ts, data FROM events WHERE thread_id=? AND seq=?", (row[0], row[1])).fetchone()
+    found = db.execute("SELECT ts, env FROM events WHERE thread_id=? AND seq=?", (row[0], row[1])).fetchone()
     return found is not None and tuple(found) == (row[2], row[5])
 
 

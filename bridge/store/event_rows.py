@@ -1,0 +1,27 @@
+"""An append's rows, as both stores write them (issue #22): each event's envelope stored as
+the bytes a client is sent for it in events mode, with the offsets of its ``data`` and
+``raw`` (bridge/protocols/envelope.py ``stored_envelope``), so a replayed row is one
+column and neither is stored twice."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from bridge.errors import StoreError
+from bridge.protocols.envelope import stored_envelope
+from bridge.protocols.events import Record
+
+
+def event_rows(thread_id: str, records: Sequence[Record], client_ids: Sequence[str | None]) -> list[tuple[Any, ...]]:
+    """``(thread_id, seq, ts, source, kind, env, data_at, raw_at, relay, client_id)`` per
+    record. The envelope is built here once and kept by the record for its publish.
+    StoreError (the append is refused) for text that cannot be UTF-8 (a lone surrogate),
+    as a database would refuse it."""
+    try:
+        return [
+            (thread_id, r.seq, r.ts, r.source, r.kind, *stored_envelope(r.envelope(), r.data_json, r.raw), r.relay, cid)
+            for r, cid in zip(records, client_ids, strict=True)
+        ]
+    except UnicodeEncodeError as exc:
+        raise StoreError(f"append refused: {exc}") from None

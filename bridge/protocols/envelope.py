@@ -114,15 +114,15 @@ class CorruptEvent(ValueError):
         self.seq = seq
 
 
-def checked_envelopes(rows: list[tuple[int, bytes | None, int]]) -> list[bytes]:
-    """The stored envelopes of rows ``(seq, env, _)``, each checked cheaply before it can
+def checked_envelopes(rows: list[tuple[int, bytes]]) -> list[bytes]:
+    """The stored envelopes of rows ``(seq, env)``, each checked cheaply before it can
     reach a client: it starts with ``{"seq":<its seq>,``, ends with ``}`` and holds no
     newline (with ``coalesce=1`` a frame is one NDJSON line). :class:`CorruptEvent`
-    otherwise (a missing envelope too)."""
+    otherwise. (About 0.4 µs a row of the 1.0 µs a replayed row costs the reader.)"""
     out: list[bytes] = []
     append = out.append
-    for seq, env, _ in rows:
-        if env is None or not env.startswith(b'{"seq":%d,' % seq) or not env.endswith(b"}") or b"\n" in env:
+    for seq, env in rows:
+        if not env.startswith(b'{"seq":%d,' % seq) or env[-1] != 0x7D or b"\n" in env:
             raise CorruptEvent(seq)
         append(env)
     return out

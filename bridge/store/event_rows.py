@@ -5,12 +5,17 @@ column and neither is stored twice."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+import structlog
+
 from bridge.errors import StoreError
-from bridge.protocols.envelope import stored_envelope
+from bridge.protocols.envelope import CorruptEvent, stored_envelope
 from bridge.protocols.events import Record
+
+log = structlog.get_logger("bridge.store")
 
 
 def event_rows(thread_id: str, records: Sequence[Record], client_ids: Sequence[str | None]) -> list[tuple[Any, ...]]:
@@ -25,3 +30,15 @@ def event_rows(thread_id: str, records: Sequence[Record], client_ids: Sequence[s
         ]
     except UnicodeEncodeError as exc:
         raise StoreError(f"append refused: {exc}") from None
+
+
+@contextlib.contextmanager
+def corrupt_rows(thread_id: str) -> Iterator[None]:
+    """A stored row that is not what it must be (another replica or a damaged disk wrote
+    it: envelope.CorruptEvent) is never sent as it is: it is logged and the read fails
+    (StoreError)."""
+    try:
+        yield
+    except CorruptEvent as exc:
+        log.error("store.corrupt_event", thread_id=thread_id, seq=exc.seq)
+        raise StoreError(f"thread {thread_id}: {exc}") from None

@@ -75,7 +75,7 @@ from bridge.store.base import (
     ThreadRow,
     UserRow,
 )
-from bridge.store.event_rows import event_rows
+from bridge.store.event_rows import corrupt_rows, event_rows
 from bridge.store.sqlite import decode_cursor, encode_cursor
 from bridge.store.sqlite_leases import LEASE_LOST, stamp
 from bridge.store.sqlite_sql import _JSON_COLUMNS, _THREAD_COLUMNS, _iso_before
@@ -586,28 +586,8 @@ class PostgresStore:
     async def read_frames(self, thread_id: str, after: int, limit: int, *, raw: bool) -> Frames:
         async def do(c: AsyncConnection[Any]) -> Frames:
             async with c.cursor() as cur:
-                if raw:
-                    await cur.execute(
-                        "SELECT seq, CASE WHEN source = 'agent' AND relay THEN coalesce(substring(env FROM raw_at + 1 "
-                        "FOR length(env) - raw_at - 1), convert_to(raw, 'UTF8')) END "
-                        "FROM events WHERE thread_id = %s AND seq > %s ORDER BY seq LIMIT %s",
-                        (thread_id, after, limit),
-                    )
-                    rrows: list[tuple[int, bytes | None]] = await _bounded(cur, lambda r: len(r[1] or b""))
-                    return Frames(
-                        _checked(thread_id, checked_lines, rrows), len(rrows), rrows[-1][0] if rrows else after
-                    )
-                # Each row's stored envelope, one column (issue #22); rows from before it
-                # (env NULL) are built from their columns, as before.
-                await cur.execute(
-                    "SELECT seq, env, CASE WHEN env IS NULL THEN length(data) + coalesce(length(raw), 0) ELSE 0 END "
-                    "FROM events WHERE thread_id = %s AND seq > %s ORDER BY seq LIMIT %s",
-                    (thread_id, after, limit),
-                )
-                rows: list[tuple[int, bytes | None, int]] = await _bounded(cur, lambda r: r[2] + len(r[1] or b""))
-                if any(r[1] is None for r in rows):
-                    rows = await _with_legacy(cur, thread_id, rows)
-                return Frames(_checked(thread_id, checked_envelopes, rows), len(rows), rows[-1][0] if rows else after)
+                with corrupt_rows(thread_id):
+                    return await (_raw_page if raw else _envelope_page)(cur, thread_id, after, limit)
 
         return cast(Frames, await self._read(do))
 
@@ -825,11 +805,37 @@ async def _discard(slot: _Conn) -> None:
             await conn.close()
 
 
-async def _with_legacy(
-    cur: Any, thread_id: str, rows: list[tuple[int, bytes | None, int]]
-) -> list[tuple[int, bytes | None, int]]:
-    """A page holding rows from before migration 4: theirs built from their columns. Cut
-    before a row that is gone meanwhile (its thread was deleted between the reads)."""
+async def _raw_page(cur: Any, thread_id: str, after: int, limit: int) -> Frames:
+    """Raw mode relays the agent's own lines, one per stdout line (``relay``)."""
+    await cur.execute(
+        "SELECT seq, CASE WHEN source = 'agent' AND relay THEN coalesce(substring(env FROM raw_at + 1 "
+        "FOR length(env) - raw_at - 1), convert_to(raw, 'UTF8')) END "
+        "FROM events WHERE thread_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+        (thread_id, after, limit),
+    )
+    rows: list[tuple[int, bytes | None]] = await _bounded(cur, lambda r: len(r[1] or b""))
+    return Frames(checked_lines(rows), len(rows), rows[-1][0] if rows else after)
+
+
+async def _envelope_page(cur: Any, thread_id: str, after: int, limit: int) -> Frames:
+    """Each row's stored envelope, one column (issue #22); rows from before it (env NULL)
+    are built from their columns, as before."""
+    await cur.execute(
+        "SELECT seq, env, CASE WHEN env IS NULL THEN length(data) + coalesce(length(raw), 0) ELSE 0 END "
+        "FROM events WHERE thread_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+        (thread_id, after, limit),
+    )
+    rows: list[tuple[int, bytes | None, int]] = await _bounded(cur, lambda r: r[2] + len(r[1] or b""))
+    if any(r[1] is None for r in rows):
+        envs = await _with_legacy(cur, thread_id, rows)
+    else:
+        envs = [(seq, env) for seq, env, _ in rows if env is not None]
+    return Frames(checked_envelopes(envs), len(envs), envs[-1][0] if envs else after)
+
+
+async def _with_legacy(cur: Any, thread_id: str, rows: list[tuple[int, bytes | None, int]]) -> list[tuple[int, bytes]]:
+    """A page holding rows from before migration 4: theirs built from their columns. A row
+    gone meanwhile (its thread was deleted between the reads) fails as corrupt."""
     seqs = [seq for seq, env, _ in rows if env is None]
     await cur.execute(
         "SELECT seq, convert_to(ts, 'UTF8'), convert_to(source, 'UTF8'), convert_to(kind, 'UTF8'), "
@@ -839,23 +845,13 @@ async def _with_legacy(
     )
     old = await cur.fetchall()
     built = dict(zip((r[0] for r in old), stored_envelopes(old), strict=True))
-    out: list[tuple[int, bytes | None, int]] = []
-    for seq, env, size in rows:
-        env = env if env is not None else built.get(seq)
-        if env is None:
-            break
-        out.append((seq, env, size))
+    out: list[tuple[int, bytes]] = []
+    for seq, env, _ in rows:
+        text = env if env is not None else built.get(seq)
+        if text is None:  # deleted meanwhile
+            raise CorruptEvent(seq)
+        out.append((seq, text))
     return out
-
-
-def _checked(thread_id: str, check: Callable[[Any], list[bytes]], rows: Any) -> list[bytes]:
-    """``check(rows)``: a row another replica (or a damaged disk) wrote is never sent as it
-    is; it is logged and the read fails (StoreError)."""
-    try:
-        return check(rows)
-    except CorruptEvent as exc:
-        log.error("store.corrupt_event", thread_id=thread_id, seq=exc.seq)
-        raise StoreError(f"thread {thread_id}: {exc}") from None
 
 
 async def _bounded(cur: Any, size: Callable[[Any], int], max_bytes: int = PAGE_BYTES) -> list[Any]:

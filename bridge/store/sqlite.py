@@ -74,7 +74,7 @@ from bridge.store.base import (
     ThreadRow,
     UserRow,
 )
-from bridge.store.event_rows import event_rows
+from bridge.store.event_rows import corrupt_rows, event_rows
 from bridge.store.sqlite_sql import (
     _JSON_COLUMNS,
     _MIGRATIONS,
@@ -747,27 +747,8 @@ class SqliteStore(leases.SqliteLeases):
             # stored envelope, one column (issue #22).
             db.text_factory = bytes
             try:
-                if raw:
-                    # Raw mode relays the agent's own lines, one per stdout line (``relay``).
-                    cur = db.execute(
-                        "SELECT seq,CASE WHEN source='agent' AND relay=1 THEN"
-                        " coalesce(substr(env,raw_at+1,length(env)-raw_at-1),raw) END FROM events"
-                        " WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
-                        (thread_id, after, limit),
-                    )
-                    rrows: list[tuple[int, bytes | None]] = _bounded(cur, lambda r: len(r[1] or b""))
-                    return Frames(
-                        _checked(thread_id, checked_lines, rrows), len(rrows), rrows[-1][0] if rrows else after
-                    )
-                cur = db.execute(
-                    "SELECT seq,env,length(data)+coalesce(length(raw),0) FROM events"
-                    " WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
-                    (thread_id, after, limit),
-                )
-                rows: list[tuple[int, bytes | None, int]] = _bounded(cur, lambda r: r[2] + len(r[1] or b""))
-                if any(r[1] is None for r in rows):
-                    rows = _with_legacy(db, thread_id, rows)
-                return Frames(_checked(thread_id, checked_envelopes, rows), len(rows), rows[-1][0] if rows else after)
+                with corrupt_rows(thread_id):
+                    return (_raw_page if raw else _envelope_page)(db, thread_id, after, limit)
             finally:
                 db.text_factory = str
 
@@ -783,13 +764,44 @@ class SqliteStore(leases.SqliteLeases):
         return await self._read(do)
 
 
-def _with_legacy(
-    db: sqlite3.Connection, thread_id: str, rows: list[tuple[int, bytes | None, int]]
-) -> list[tuple[int, bytes | None, int]]:
+def _raw_page(db: sqlite3.Connection, thread_id: str, after: int, limit: int) -> Frames:
+    """Raw mode relays the agent's own lines, one per stdout line (``relay``)."""
+    cur = db.execute(
+        "SELECT seq,CASE WHEN source='agent' AND relay=1 THEN"
+        " coalesce(substr(env,raw_at+1,length(env)-raw_at-1),raw) END FROM events"
+        " WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
+        (thread_id, after, limit),
+    )
+    rows: list[tuple[int, bytes | None]] = _bounded(cur, lambda r: len(r[1] or b""))
+    return Frames(checked_lines(rows), len(rows), rows[-1][0] if rows else after)
+
+
+def _envelope_page(db: sqlite3.Connection, thread_id: str, after: int, limit: int) -> Frames:
+    """Each row's stored envelope; a row from before migration 9 has none (the query gives
+    its size instead, an int) and is built from its columns."""
+    cur = db.execute(
+        "SELECT seq,coalesce(env,length(data)+coalesce(length(raw),0)) FROM events"
+        " WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
+        (thread_id, after, limit),
+    )
+    rows: list[tuple[int, Any]] = _bounded(cur, _stored_size)
+    if any(r[1].__class__ is int for r in rows):
+        rows = _with_legacy(db, thread_id, rows)
+    return Frames(checked_envelopes(rows), len(rows), rows[-1][0] if rows else after)
+
+
+def _stored_size(row: tuple[int, Any]) -> int:
+    """A replay row's size: its envelope's, or (a row from before migration 9) the int
+    the query gave instead."""
+    env = row[1]
+    return len(env) if env.__class__ is bytes else int(env)
+
+
+def _with_legacy(db: sqlite3.Connection, thread_id: str, rows: list[tuple[int, Any]]) -> list[tuple[int, bytes]]:
     """A page holding rows written before migration 9 (no stored envelope): theirs built
-    from their columns, as before. Cut before a row that is gone meanwhile (its thread was
-    deleted between the two reads)."""
-    seqs = [seq for seq, env, _ in rows if env is None]
+    from their columns, as before. A row that is neither fails as corrupt (so does one
+    whose thread was deleted between the two reads)."""
+    seqs = [seq for seq, env in rows if env.__class__ is not bytes]
     cur = db.execute(
         "SELECT seq,ts,source,kind,data,raw FROM events WHERE thread_id=? AND seq>=? AND seq<=? AND env IS NULL"
         " ORDER BY seq",
@@ -797,22 +809,13 @@ def _with_legacy(
     )
     old = cur.fetchall()
     built = dict(zip((r[0] for r in old), stored_envelopes(old), strict=True))
-    out: list[tuple[int, bytes | None, int]] = []
-    for seq, env, size in rows:
-        env = env if env is not None else built.get(seq)
-        if env is None:
-            break
-        out.append((seq, env, size))
+    out: list[tuple[int, bytes]] = []
+    for seq, env in rows:
+        text = env if env.__class__ is bytes else built.get(seq)
+        if text is None:  # not an envelope, and not an old row either (or deleted meanwhile)
+            raise CorruptEvent(seq)
+        out.append((seq, text))
     return out
-
-
-def _checked(thread_id: str, check: Callable[[Any], list[bytes]], rows: Any) -> list[bytes]:
-    """``check(rows)``; a row that fails it is logged and the read fails (StoreError)."""
-    try:
-        return check(rows)
-    except CorruptEvent as exc:
-        log.error("store.corrupt_event", thread_id=thread_id, seq=exc.seq)
-        raise StoreError(f"thread {thread_id}: {exc}") from None
 
 
 def _user(row: Sequence[Any]) -> UserRow:

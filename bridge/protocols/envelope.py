@@ -115,10 +115,11 @@ class CorruptEvent(ValueError):
 
 
 def checked_envelopes(rows: list[tuple[int, bytes]]) -> list[bytes]:
-    """The stored envelopes of rows ``(seq, env)``, each checked cheaply before it can
-    reach a client: it starts with ``{"seq":<its seq>,``, ends with ``}`` and holds no
-    newline (with ``coalesce=1`` a frame is one NDJSON line). :class:`CorruptEvent`
-    otherwise. (About 0.4 µs a row of the 1.0 µs a replayed row costs the reader.)"""
+    """The stored envelopes of rows ``(seq, env)``, each checked before it can reach a
+    client: it starts with ``{"seq":<its seq>,``, ends with ``}`` and holds no newline
+    (with ``coalesce=1`` a frame is one NDJSON line). :class:`CorruptEvent` otherwise.
+    About 0.3 µs a row on a quiet machine (the newline by memchr, per row: counting over
+    the joined page was measured slower)."""
     out: list[bytes] = []
     append = out.append
     for seq, env in rows:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from itertools import repeat
 from typing import Any
 
 from bridge.protocols.jsonline import dumps
@@ -114,19 +115,28 @@ class CorruptEvent(ValueError):
         self.seq = seq
 
 
+_SEQ_PREFIX = b'{"seq":%d,'
+
+
 def checked_envelopes(rows: list[tuple[int, bytes]]) -> list[bytes]:
     """The stored envelopes of rows ``(seq, env)``, each checked before it can reach a
     client: it starts with ``{"seq":<its seq>,``, ends with ``}`` and holds no newline
     (with ``coalesce=1`` a frame is one NDJSON line). :class:`CorruptEvent` otherwise.
-    About 0.3 µs a row on a quiet machine (the newline by memchr, per row: counting over
-    the joined page was measured slower)."""
-    out: list[bytes] = []
-    append = out.append
-    for seq, env in rows:
-        if not env.startswith(b'{"seq":%d,' % seq) or env[-1] != 0x7D or b"\n" in env:
+    The three checks iterate in C (``map``: half the cost of a Python loop over the rows;
+    the newline by memchr, one row at a time: counting over the joined page was slower)."""
+    if not rows:
+        return []
+    seqs, envs = zip(*rows, strict=True)
+    if (
+        all(map(bytes.startswith, envs, map(_SEQ_PREFIX.__mod__, seqs)))
+        and all(map(bytes.endswith, envs, repeat(b"}")))
+        and not any(map(bytes.__contains__, envs, repeat(b"\n")))
+    ):
+        return list(envs)
+    for seq, env in rows:  # which one (a corrupt row: rare)
+        if not env.startswith(_SEQ_PREFIX % seq) or not env.endswith(b"}") or b"\n" in env:
             raise CorruptEvent(seq)
-        append(env)
-    return out
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def checked_lines(rows: list[tuple[int, bytes | None]]) -> list[bytes]:

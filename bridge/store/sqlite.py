@@ -48,6 +48,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import operator
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -784,17 +785,37 @@ def _envelope_page(db: sqlite3.Connection, thread_id: str, after: int, limit: in
         " WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
         (thread_id, after, limit),
     )
-    rows: list[tuple[int, Any]] = _bounded(cur, _stored_size)
-    if any(r[1].__class__ is int for r in rows):
+    rows, legacy = _envelope_rows(cur)
+    if legacy:
         rows = _with_legacy(db, thread_id, rows)
     return Frames(checked_envelopes(rows), len(rows), rows[-1][0] if rows else after)
 
 
-def _stored_size(row: tuple[int, Any]) -> int:
-    """A replay row's size: its envelope's, or (a row from before migration 9) the int
-    the query gave instead."""
-    env = row[1]
-    return len(env) if env.__class__ is bytes else int(env)
+_SECOND = operator.itemgetter(1)
+
+
+def _envelope_rows(cur: sqlite3.Cursor, max_bytes: int = PAGE_BYTES) -> tuple[list[tuple[int, Any]], bool]:
+    """``_bounded`` for the rows of ``_envelope_page``, a chunk at a time while no row of
+    it can reach the bound (the sizes summed in C); and whether any row is from before
+    migration 9 (its size, an int, in place of the envelope)."""
+    rows: list[tuple[int, Any]] = []
+    total = 0
+    legacy = False
+    while total < max_bytes and (chunk := cur.fetchmany(128)):
+        try:
+            size = sum(map(len, map(_SECOND, chunk)))
+        except TypeError:  # len() of an int: an old row
+            legacy, size = True, max_bytes
+        if total + size < max_bytes:
+            rows += chunk
+            total += size
+            continue
+        for row in chunk:
+            rows.append(row)
+            total += len(row[1]) if row[1].__class__ is bytes else int(row[1])
+            if total >= max_bytes:
+                break
+    return rows, legacy
 
 
 def _with_legacy(db: sqlite3.Connection, thread_id: str, rows: list[tuple[int, Any]]) -> list[tuple[int, bytes]]:

@@ -66,19 +66,7 @@ async def run(trees: dict[str, Path], events: int, runs: int, workdir: Path) -> 
             await bridges[name].start()
         br.ROOT = this
         filled = {name: await _fill(b, events) for name, b in bridges.items()}
-        samples: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in bridges}
-        for r in range(runs):
-            for name in list(bridges) if r % 2 == 0 else list(reversed(bridges)):
-                samples[name].append(await _replay(bridges[name], *filled[name]))
-        load = os.getloadavg()
-        for name, got in samples.items():
-            rate, dcpu, mcpu, ccpu = (statistics.median(col) for col in zip(*got, strict=True))
-            print(
-                f"{name}: {filled[name][1]} events, replay {rate:,.0f} events/s "
-                f"({', '.join(f'{s[0] / 1000:.0f}k' for s in got)}); daemon CPU {dcpu:.2f} µs/event "
-                f"(event loop thread {mcpu:.2f}), client CPU {ccpu:.2f} µs/event"
-            )
-        print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+        _report(await _alternate(bridges, filled, runs), {name: last for name, (_, last) in filled.items()})
     finally:
         br.ROOT = this
         for b in bridges.values():
@@ -86,6 +74,29 @@ async def run(trees: dict[str, Path], events: int, runs: int, workdir: Path) -> 
     for name, b in bridges.items():
         size = sum(p.stat().st_size for p in b.data.glob("bridge.db*"))
         print(f"{name}: {size / filled[name][1]:.0f} bytes per event on disk")
+
+
+async def _alternate(
+    bridges: dict[str, br.Bridge], filled: dict[str, tuple[str, int]], runs: int
+) -> dict[str, list[tuple[float, float, float, float]]]:
+    """``runs`` replays of each, alternated, the order reversed every round."""
+    samples: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in bridges}
+    for r in range(runs):
+        for name in list(bridges) if r % 2 == 0 else list(reversed(bridges)):
+            samples[name].append(await _replay(bridges[name], *filled[name]))
+    return samples
+
+
+def _report(samples: dict[str, list[tuple[float, float, float, float]]], events: dict[str, int]) -> None:
+    load = os.getloadavg()
+    for name, got in samples.items():
+        rate, dcpu, mcpu, ccpu = (statistics.median(col) for col in zip(*got, strict=True))
+        print(
+            f"{name}: {events[name]} events, replay {rate:,.0f} events/s "
+            f"({', '.join(f'{s[0] / 1000:.0f}k' for s in got)}); daemon CPU {dcpu:.2f} µs/event "
+            f"(event loop thread {mcpu:.2f}), client CPU {ccpu:.2f} µs/event"
+        )
+    print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
 
 def main() -> None:

@@ -778,64 +778,72 @@ def _raw_page(db: sqlite3.Connection, thread_id: str, after: int, limit: int) ->
 
 
 def _envelope_page(db: sqlite3.Connection, thread_id: str, after: int, limit: int) -> Frames:
-    """Each row's stored envelope; a row from before migration 9 has none (the query gives
-    its size instead, an int) and is built from its columns."""
-    cur = db.execute(
-        "SELECT seq,coalesce(env,length(data)+coalesce(length(raw),0)) FROM events"
-        " WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
-        (thread_id, after, limit),
-    )
-    rows, legacy = _envelope_rows(cur)
-    if legacy:
-        rows = _with_legacy(db, thread_id, rows)
+    """Each row's stored envelope, one column (issue #22). A page that may hold rows from
+    before migration 9 (the transcript is gapless, so its seqs are ``after+1 ..
+    after+limit``; the partial index ``events_without_env`` answers) is read with their
+    columns too, and theirs are built from those, as before."""
+    old = db.execute(
+        "SELECT 1 FROM events INDEXED BY events_without_env"
+        " WHERE thread_id=? AND seq>? AND seq<=? AND env IS NULL LIMIT 1",
+        (thread_id, after, after + limit),
+    ).fetchone()
+    rows = None
+    if old is None:
+        cur = db.execute(
+            "SELECT seq,env FROM events WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?", (thread_id, after, limit)
+        )
+        rows = _envelope_rows(cur)
+    if rows is None:
+        rows = _with_legacy(db, thread_id, after, limit)
     return Frames(checked_envelopes(rows), len(rows), rows[-1][0] if rows else after)
 
 
 _SECOND = operator.itemgetter(1)
 
 
-def _envelope_rows(cur: sqlite3.Cursor, max_bytes: int = PAGE_BYTES) -> tuple[list[tuple[int, Any]], bool]:
-    """``_bounded`` for the rows of ``_envelope_page``, a chunk at a time while no row of
-    it can reach the bound (the sizes summed in C); and whether any row is from before
-    migration 9 (its size, an int, in place of the envelope)."""
-    rows: list[tuple[int, Any]] = []
+def _envelope_rows(cur: sqlite3.Cursor, max_bytes: int = PAGE_BYTES) -> list[tuple[int, bytes]] | None:
+    """``_bounded`` for ``(seq, env)`` rows, a chunk at a time while no row of it can
+    reach the bound (the sizes summed in C). None at a row from before migration 9 (no
+    envelope: the page is read again with its columns); CorruptEvent at an envelope that
+    is not bytes."""
+    rows: list[tuple[int, bytes]] = []
     total = 0
-    legacy = False
     while total < max_bytes and (chunk := cur.fetchmany(128)):
         try:
             size = sum(map(len, map(_SECOND, chunk)))
-        except TypeError:  # len() of an int: an old row
-            legacy, size = True, max_bytes
+        except TypeError:  # not bytes
+            size = max_bytes
         if total + size < max_bytes:
             rows += chunk
             total += size
             continue
         for row in chunk:
+            if row[1] is None:
+                return None
+            if row[1].__class__ is not bytes:
+                raise CorruptEvent(row[0])
             rows.append(row)
-            total += len(row[1]) if row[1].__class__ is bytes else int(row[1])
+            total += len(row[1])
             if total >= max_bytes:
                 break
-    return rows, legacy
+    return rows
 
 
-def _with_legacy(db: sqlite3.Connection, thread_id: str, rows: list[tuple[int, Any]]) -> list[tuple[int, bytes]]:
-    """A page holding rows written before migration 9 (no stored envelope): theirs built
-    from their columns, as before. A row that is neither fails as corrupt (so does one
-    whose thread was deleted between the two reads)."""
-    seqs = [seq for seq, env in rows if env.__class__ is not bytes]
+def _with_legacy(db: sqlite3.Connection, thread_id: str, after: int, limit: int) -> list[tuple[int, bytes]]:
+    """A page that holds rows from before migration 9: read with their columns, and their
+    envelopes built from them as before (``stored_envelopes``). An envelope that is not
+    bytes is not an old row: CorruptEvent."""
     cur = db.execute(
-        "SELECT seq,ts,source,kind,data,raw FROM events WHERE thread_id=? AND seq>=? AND seq<=? AND env IS NULL"
-        " ORDER BY seq",
-        (thread_id, seqs[0], seqs[-1]),
+        "SELECT seq,env,ts,source,kind,data,raw FROM events WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
+        (thread_id, after, limit),
     )
-    old = cur.fetchall()
-    built = dict(zip((r[0] for r in old), stored_envelopes(old), strict=True))
+    rows = _bounded(cur, lambda r: len(r[1]) if r[1].__class__ is bytes else len(r[5]) + len(r[6] or b""))
+    built = iter(stored_envelopes([(r[0], *r[2:]) for r in rows if r[1] is None]))
     out: list[tuple[int, bytes]] = []
-    for seq, env in rows:
-        text = env if env.__class__ is bytes else built.get(seq)
-        if text is None:  # not an envelope, and not an old row either (or deleted meanwhile)
+    for seq, env, *_ in rows:
+        if env is not None and env.__class__ is not bytes:
             raise CorruptEvent(seq)
-        out.append((seq, text))
+        out.append((seq, env if env is not None else next(built)))
     return out
 
 

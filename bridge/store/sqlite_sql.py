@@ -145,12 +145,14 @@ _MIGRATIONS.append(
 # for it in events mode, and the offsets of ``data`` and ``raw`` in it
 # (bridge/protocols/envelope.py stored_envelope), so a replayed row is one column and
 # ``data``/``raw`` are not stored twice (a new row's ``data`` is '' and ``raw`` NULL). Rows
-# written before stay as they are (``env`` NULL) and are read as before: no back-fill.
+# written before stay as they are (``env`` NULL) and are read as before: no back-fill; a
+# partial index of them (new rows never enter it) tells a replay page whether it holds any.
 _MIGRATIONS.append(
     """
     ALTER TABLE events ADD COLUMN env BLOB;
     ALTER TABLE events ADD COLUMN data_at INTEGER;
     ALTER TABLE events ADD COLUMN raw_at INTEGER;
+    CREATE INDEX events_without_env ON events(thread_id, seq) WHERE env IS NULL;
     """
 )
 

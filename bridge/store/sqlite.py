@@ -830,21 +830,19 @@ def _envelope_rows(cur: sqlite3.Cursor, max_bytes: int = PAGE_BYTES) -> list[tup
 
 
 def _with_legacy(db: sqlite3.Connection, thread_id: str, after: int, limit: int) -> list[tuple[int, bytes]]:
-    """A page that holds rows from before migration 9: read with their columns, and their
-    envelopes built from them as before (``stored_envelopes``). An envelope that is not
-    bytes is not an old row: CorruptEvent."""
+    """A page that holds rows from before migration 9, read as before (``stored_envelopes``
+    of their columns; the new rows' ``data`` and ``raw`` cut out of their envelopes, which
+    joins them back byte for byte). A row whose data cannot be had: CorruptEvent."""
     cur = db.execute(
-        "SELECT seq,env,ts,source,kind,data,raw FROM events WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
+        f"SELECT seq,ts,source,kind,{sql.DATA_SQL},{sql.RAW_SQL} FROM events"  # noqa: S608
+        " WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
         (thread_id, after, limit),
     )
-    rows = _bounded(cur, lambda r: len(r[1]) if r[1].__class__ is bytes else len(r[5]) + len(r[6] or b""))
-    built = iter(stored_envelopes([(r[0], *r[2:]) for r in rows if r[1] is None]))
-    out: list[tuple[int, bytes]] = []
-    for seq, env, *_ in rows:
-        if env is not None and env.__class__ is not bytes:
-            raise CorruptEvent(seq)
-        out.append((seq, env if env is not None else next(built)))
-    return out
+    rows = _bounded(cur, lambda r: len(r[4] or b"") + len(r[5] or b""))
+    try:
+        return list(zip([r[0] for r in rows], stored_envelopes(rows), strict=True))
+    except TypeError:  # a NULL where data must be
+        raise CorruptEvent(next(r[0] for r in rows if not isinstance(r[4], bytes))) from None
 
 
 def _user(row: Sequence[Any]) -> UserRow:

@@ -176,3 +176,18 @@ async def test_a_row_that_is_neither_envelope_nor_old_is_never_sent(tmp_path: Pa
         await execute(url, "UPDATE events SET env = 12 WHERE thread_id = 'thr_1' AND seq = 3")
         with pytest.raises(StoreError, match="stored event 3"):
             await store.read_frames("thr_1", 0, 100, raw=False)
+
+
+async def test_a_new_row_without_its_offsets_in_a_page_of_old_rows_is_never_sent(tmp_path: Path) -> None:
+    """A page holding old rows is read from columns; a new row there whose ``data`` cannot
+    be cut out of its envelope (its offset gone) fails the read instead of going out."""
+    url = f"sqlite:///{tmp_path / 'bridge.db'}"
+    records = live()
+    await old_database("sqlite", url, records[:4])
+    async with opened_at(url) as store:
+        await store.append("thr_1", records[4:], [None, None], {})
+        await execute(url, "UPDATE events SET data_at = NULL WHERE thread_id = 'thr_1' AND seq = 6")
+        with pytest.raises(StoreError, match="stored event 6"):
+            await store.read_frames("thr_1", 0, 100, raw=False)
+        page = await store.read_frames("thr_1", 0, 5, raw=False)
+        assert page.texts == [r.envelope().encode() for r in records[:5]]

@@ -1,7 +1,8 @@
-"""An append's rows, as both stores write them (issue #22): each event's envelope stored as
-the bytes a client is sent for it in events mode, with the offsets of its ``data`` and
-``raw`` (bridge/protocols/envelope.py ``stored_envelope``), so a replayed row is one
-column and neither is stored twice."""
+"""Stored envelopes (issue #22), shared by the stores: PostgreSQL's append rows (each
+event's envelope stored as the bytes a client is sent for it in events mode, with the
+offsets of its ``data`` and ``raw``: bridge/protocols/envelope.py ``stored_envelope``;
+SQLite builds the same in sqlite_sql._insert_row, where its write connection is), and the
+guard that keeps a corrupt stored row from any client."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ log = structlog.get_logger("bridge.store")
 
 def event_rows(thread_id: str, records: Sequence[Record], client_ids: Sequence[str | None]) -> list[tuple[Any, ...]]:
     """``(thread_id, seq, ts, source, kind, env, data_at, raw_at, relay, client_id)`` per
-    record. The envelope is built here once and kept by the record for its publish.
+    record (PostgreSQL's append, on the event loop like the rest of its writes). The
+    envelope is built here once and kept by the record for its publish.
     StoreError (the append is refused) for text that cannot be UTF-8 (a lone surrogate),
     as a database would refuse it."""
     try:

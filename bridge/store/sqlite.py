@@ -75,7 +75,7 @@ from bridge.store.base import (
     ThreadRow,
     UserRow,
 )
-from bridge.store.event_rows import corrupt_rows, event_rows
+from bridge.store.event_rows import corrupt_rows
 from bridge.store.sqlite_sql import (
     _JSON_COLUMNS,
     _MIGRATIONS,
@@ -511,7 +511,12 @@ class SqliteStore(leases.SqliteLeases):
         ``last_seq`` and ``turn_active`` are owed to the thread row and written later
         (``_dirty``); any other field is written in the same transaction. With ``epoch``
         the transaction first checks the lease in SQL (sqlite_leases.fence)."""
-        rows = event_rows(thread_id, records, client_ids)
+        # The envelopes are stored with the rows (migration 9), built where the write
+        # connection is (sqlite_sql._insert_row): in the writer process, off this loop.
+        rows = [
+            (thread_id, r.seq, r.ts, r.source, r.kind, r.data_json, r.raw, int(r.relay), cid)
+            for r, cid in zip(records, client_ids, strict=True)
+        ]
         fields = leases.stamp(self._dump(thread_fields), self.replica_id)
         updated_at = fields.pop("updated_at", None)
         turn_active = fields.pop("turn_active", None)
@@ -552,7 +557,7 @@ class SqliteStore(leases.SqliteLeases):
             db is None
             or not self.healthy
             or sum(len(item.rows) for item in batch) > INLINE_MAX_ROWS
-            or sum(len(r[5]) for item in batch for r in item.rows) > INLINE_MAX_BYTES
+            or sum(len(r[5]) + len(r[6] or "") for item in batch for r in item.rows) > INLINE_MAX_BYTES
         ):
             return None
         try:

@@ -91,7 +91,7 @@ class Writer:
         st["batches"] += 1
         st["appends"] += len(batch)
         self.since_checkpoint += 1
-        self.since_bytes += sum(len(r[5]) for item in batch for r in item.rows)
+        self.since_bytes += sum(len(r[5]) + len(r[6] or "") for item in batch for r in item.rows)
         return reply(rid, f={str(k): v for k, v in failed.items()})
 
     def maybe_checkpoint(self, idle: bool) -> None:

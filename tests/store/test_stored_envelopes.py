@@ -191,3 +191,25 @@ async def test_a_new_row_without_its_offsets_in_a_page_of_old_rows_is_never_sent
             await store.read_frames("thr_1", 0, 100, raw=False)
         page = await store.read_frames("thr_1", 0, 5, raw=False)
         assert page.texts == [r.envelope().encode() for r in records[:5]]
+
+
+@pytest.mark.parametrize("writer", ["thread", "process"])
+async def test_every_sqlite_writer_path_stores_the_same_envelopes(tmp_path: Path, writer: str) -> None:
+    """The envelope is built where the write connection is: inline on the event loop (a
+    small batch when the store is idle), on the writer thread or in the writer process."""
+    from bridge.store.sqlite import SqliteStore
+
+    store = SqliteStore(tmp_path / "bridge.db", writer=writer)  # type: ignore[arg-type]
+    await store.open()
+    try:
+        await store.create_thread(thread("thr_1"))  # type: ignore[arg-type]
+        small = live()
+        await store.append("thr_1", small, [None] * 6, {})  # inline when idle
+        many = [Record(seq, TS, "agent", "message.delta", {"text": "é" * seq}, None, False) for seq in range(7, 200)]
+        await store.append("thr_1", many, [None] * len(many), {})  # over INLINE_MAX_ROWS: the writer
+        page = await store.read_frames("thr_1", 0, 1000, raw=False)
+        assert page.texts == [r.envelope().encode() for r in small + many]
+        got = await store.read_events("thr_1", 0, 1000)
+        assert [r.data_json for r in got] == [r.data_json for r in small + many]
+    finally:
+        await store.close()

@@ -21,7 +21,6 @@ from support.stores import records, thread
 
 from bridge.errors import StoreError
 from bridge.store import sqlite_sql, wire, writer_client
-from bridge.store.event_rows import event_rows
 from bridge.store.sqlite import SqliteStore
 
 TS = "2026-12-01T00:00:00.000Z"
@@ -124,7 +123,7 @@ def test_a_batch_sent_again_is_not_written_twice(tmp_path: Path) -> None:
             sqlite_sql.create_thread(db, {**thread(tid, TS), "options": "{}"})
 
         def item(tid: str, first: int) -> sqlite_sql._Append:
-            rows = event_rows(tid, records(first, 2, TS), [None, None])
+            rows = [(tid, r.seq, r.ts, r.source, r.kind, r.data_json, r.raw, 0, None) for r in records(first, 2, TS)]
             return sqlite_sql._Append(tid, rows, {}, None, (TS, first + 1, None))
 
         assert sqlite_sql._commit(db, [item("t1", 1), item("t2", 1)]) == {}
@@ -132,8 +131,8 @@ def test_a_batch_sent_again_is_not_written_twice(tmp_path: Path) -> None:
         assert again == {}
         seqs = db.execute("SELECT thread_id, seq FROM events ORDER BY thread_id, seq").fetchall()
         assert seqs == [("t1", 1), ("t1", 2), ("t1", 3), ("t1", 4), ("t2", 1), ("t2", 2)]
-        clash = item("t2", 2)  # seq 2 is there with another envelope: refused, as on a first try
-        clash.rows = [(*clash.rows[0][:5], b'{"seq":2,"other":1}', *clash.rows[0][6:])]
+        clash = item("t2", 2)  # seq 2 is there with other data: refused, as on a first try
+        clash.rows = [(*clash.rows[0][:5], '{"other":1}', *clash.rows[0][6:])]
         assert list(sqlite_sql.commit_again(db, [clash])) == [0]
     finally:
         db.close()

@@ -342,6 +342,10 @@ class BridgePeer:
             self.http = None
         await self.b.stop()
 
+    async def stop_thread(self, sid: str) -> None:
+        assert self.http is not None
+        (await self.http.post(f"/v1/threads/{sid}/stop")).raise_for_status()
+
     async def new_session(self) -> str:
         assert self.http is not None
         r = await self.http.post("/v1/threads", json={"agent": self.agent, "cwd": str(self.work)})
@@ -625,8 +629,11 @@ class Bench:
         before = set(tree(peer.pid))
         own0 = rss_kib(peer.pid)
 
+        sids: list[str] = []
+
         async def warm() -> None:
-            t = await peer.live(await peer.new_session())
+            sids.append(sid := await peer.new_session())
+            t = await peer.live(sid)
             await t.prompt("hi")
             await asyncio.wait_for(t.to_end(), STEP_TIMEOUT)
             await t.close()
@@ -639,6 +646,14 @@ class Bench:
         own = (rss_kib(peer.pid) - own0) / n / 1024
         new = [p for p in tree(peer.pid) if p not in before]
         self.note(f"rss_session{suffix}", peer.name, f"the daemon's own {own:.2f} MiB; new: {describe(new)}")
+        if isinstance(peer, BridgePeer) and not suffix:
+            # What [server] idle_timeout_s does to a session no client watches (600 s by
+            # default; done here at once with POST …/stop, the same stop): its agent ends,
+            # and the next prompt resumes the session (ACP session/load).
+            await bounded(4, [peer.stop_thread(sid) for sid in sids])
+            rss2, _ = memory_kib(peer.pid)
+            self.add("rss_session_stopped", peer.name, (rss2 - rss0) / n / 1024)
+            self.note("rss_session_stopped", peer.name, f"left: {describe(list(tree(peer.pid)))}")
 
     async def run(self) -> None:
         for p in self.peers:
@@ -660,6 +675,8 @@ class Bench:
             else:  # one way to run it: compared with its one measurement
                 for key in ("rss_session", "pss_session"):
                     self.add(f"{key}_direct", p.name, self.samples[key][p.name][-1])
+                # (its sessions stay in its one ACP child: there is nothing to stop)
+                self.add("rss_session_stopped", p.name, self.samples["rss_session"][p.name][-1])
 
 
 # metric, label, unit, higher is better
@@ -684,6 +701,7 @@ ROWS: list[tuple[str, str, str, bool]] = [
     ("pss_session", "6. PSS per idle session (daemon + agents)", "MiB", False),
     ("rss_session_direct", "6. the same, bridge running cli.js as qwen serve does", "MiB", False),
     ("pss_session_direct", "6. PSS, bridge running cli.js as qwen serve does", "MiB", False),
+    ("rss_session_stopped", "6. RSS per idle session after the bridge's idle stop (qwen serve: row 6)", "MiB", False),
 ]
 
 

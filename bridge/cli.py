@@ -359,7 +359,11 @@ async def _drain(registry: Any) -> None:
 # The cyclic collector's first threshold (CPython's default is 700): the echo loop allocates
 # no lasting containers, but the 100-thread run passed 700 about 140 times (and the second
 # generation's threshold 14 times, 1-3 ms each) after start-up (docs/benchmarks.md "Transport").
-GC_GEN0_THRESHOLD = 10_000
+# 10,000 was not enough for a flood: a young collection traverses what is still alive, and a
+# flood keeps ~2,000 lines' worth of records in flight (the pipelined commits, subscriber
+# buffers), so each one cost ~6 ms: 0.29 s of a 200,000-line raw flood (1.5 µs a line), and
+# 0.01 s at 100,000. The cost: up to that many container objects of cyclic garbage wait.
+GC_GEN0_THRESHOLD = 100_000
 
 
 def tune_gc() -> None:

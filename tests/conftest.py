@@ -239,16 +239,11 @@ class Client:
         )
 
     async def turn(self, text: str) -> dict[str, Any]:
-        """Send a prompt and wait for its turn.ended. On a replica that forwards the prompt
-        to the thread's owner the turn may have ended before the answer came back (docs/api.md
-        §1.2), so frames before the answer count too."""
+        """Send a prompt and wait for its turn.ended, which comes after the answer (docs/api.md
+        §5.4 "the answer first", on a replica that forwards the prompt too)."""
         acc = await self.prompt(text)
         assert acc["kind"] == "client.accepted", acc
-        turn_id = acc["data"]["turn_id"]
-        for f in self.frames:
-            if f.get("kind") == "turn.ended" and f.get("data", {}).get("turn_id") == turn_id:
-                return f
-        return await self.kind("turn.ended", turn_id=turn_id)
+        return await self.kind("turn.ended", turn_id=acc["data"]["turn_id"])
 
     async def upto(self, seq: int, timeout: float = STEP_TIMEOUT) -> None:
         """Wait until the frame with ``seq`` has arrived (it may already have)."""

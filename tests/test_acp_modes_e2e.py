@@ -113,3 +113,37 @@ async def test_the_rest_route_starts_the_agent_and_answers_once_it_switched(
         assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request"
         r = await http.post("/v1/threads/nope/mode", json={"mode_id": "plan"})
         assert r.status_code == 404
+
+
+async def test_the_websocket_set_mode_op_answers_like_the_rest_route(
+    daemon_factory: Any, tmp_path: Path, agent_env: Any
+) -> None:
+    d = await daemon_factory(config(tmp_path, agent_env))
+    tid = (await new_thread(d, "moded", cwd=str(tmp_path)))["id"]
+    c = await d.ws(tid)
+
+    def answer(f: dict[str, Any]) -> bool:
+        return f.get("kind") in ("client.accepted", "client.rejected") and f["data"].get("op") == "set_mode"
+
+    await c.send(op="set_mode", mode_id="plan", client_id="m1")  # the agent is started for it
+    ok = await c.next(answer)
+    assert ok["kind"] == "client.accepted" and ok["data"] == {"op": "set_mode", "mode_id": "plan", "client_id": "m1"}
+    # Recorded before the agent is asked and changed before the answer, yet sent after it:
+    # the answer first (api.md §5.4).
+    changed = await c.kind("agent.status", status="mode_changed")
+    assert changed["data"]["mode"] == "plan"
+    [asked] = c.seen("client.other", op="set_mode")
+    assert c.frames.index(ok) < c.frames.index(asked) < c.frames.index(changed)
+    await c.send(op="set_mode", mode_id="yolo")
+    refused = await c.next(answer)
+    assert refused["kind"] == "client.rejected" and refused["data"]["code"] == "mode_refused"
+    await c.send(op="set_mode", mode_id="")
+    bad = await c.next(answer)
+    assert bad["kind"] == "client.rejected" and bad["data"]["code"] == "invalid_frame"
+    async with d.http() as http:
+        assert (await http.get(f"/v1/threads/{tid}")).json()["agent_info"]["modes"]["currentModeId"] == "plan"
+    sj = (await new_thread(d, "sj", cwd=str(tmp_path)))["id"]
+    c2 = await d.ws(sj)
+    await c2.send(op="set_mode", mode_id="plan")
+    no = await c2.next(answer)
+    assert no["kind"] == "client.rejected" and no["data"]["code"] == "modes_not_supported"

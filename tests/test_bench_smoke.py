@@ -126,3 +126,28 @@ def test_quick_replicas_bench_prints_one_and_two_replicas_and_their_ratios(tmp_p
     # agents and redis-server are gone.
     assert len(list(work.glob("pg_2-*/*/data"))) == 4
     assert processes_mentioning(str(work)) == []
+
+
+@pytest.mark.timeout(120)
+def test_floor_bench_compares_websocketd_the_python_floor_and_the_bridge(tmp_path: Path) -> None:
+    """`python -m bench.floor`: the three relays of one flood, with their ratios; structure
+    only, never timing, and nothing left running."""
+    out = tmp_path / "floor.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.floor", "--runs", "1", "--lines", "2000", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| ") and "×" in line]
+    assert [r.split("|")[1].strip() for r in rows] == [
+        "websocketd",
+        "Python floor (read, split, frame, write)",
+        "bridge, raw mode",
+    ]
+    samples = json.loads(out.read_text())
+    assert all(len(v) == 1 and v[0][0] > 0 and v[0][1] >= 0 for v in samples.values()), samples  # (CPU: 10 ms ticks)
+    assert "bridge ÷ floor" in proc.stdout
+    assert processes_mentioning("bench.floor") == []

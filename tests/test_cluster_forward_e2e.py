@@ -161,6 +161,49 @@ async def test_without_the_bus_events_still_cross_and_input_for_the_owner_is_ref
     assert events(on_a, end["seq"]) == events(on_b, end["seq"])
 
 
+ANSWER_ROUNDS = 12
+QUEUED = 4
+
+
+def early_events(c: Client, acc: dict[str, Any], since: int) -> list[tuple[int, str]]:
+    """The events with a ``seq`` at or after the one an answer names (its prompt's own
+    event, and all that came after it) that reached the client before that answer, among
+    the frames from index ``since`` on."""
+    at = next(i for i in range(since, len(c.frames)) if c.frames[i] is acc)
+    return [
+        (f["seq"], f["kind"]) for f in c.frames[since:at] if f.get("seq") is not None and f["seq"] >= acc["data"]["seq"]
+    ]
+
+
+async def test_a_forwarded_frames_answer_comes_before_every_event_it_caused(pair: tuple[Daemon, Daemon]) -> None:
+    """The answer first (docs/api.md §5.4) on a replica that forwards: the answer comes back
+    over the bus, the events through the store, and the events wait for the answer. The
+    race is made likely without any hook: while a flood turn streams, B reads the thread's
+    new events back to back, so a prompt's own event (committed on A before A answers) is
+    often read by B before A's answer reaches B."""
+    a, b = pair
+    tid = (await new_thread(a, "sj"))["id"]
+    on_a = await a.ws(tid)
+    await on_a.turn("start")  # A runs the agent and holds the lease
+    await on_a.close()  # (a client that stops reading would hold up A's shutdown)
+    on_b = await b.ws(tid)
+    answered = 0
+    for i in range(ANSWER_ROUNDS):
+        last = None
+        for j, text in enumerate(["flood 3000", *(f"fast {i}.{k}" for k in range(QUEUED))]):
+            since = len(on_b.frames)
+            acc = await on_b.prompt(text)
+            assert acc["kind"] == "client.accepted" and acc["data"]["duplicate"] is False, acc
+            assert early_events(on_b, acc, since) == [], f"round {i}, prompt {j}: events before their answer"
+            answered += acc["data"]["queued"] is True
+            last = acc
+        assert last is not None
+        end = await on_b.kind("turn.ended", turn_id=last["data"]["turn_id"])
+        assert end["data"]["status"] == "success"
+    assert answered >= ANSWER_ROUNDS  # prompts were queued behind a streaming turn
+    assert await metric(b, "agent_bridge_forwarded_total") >= ANSWER_ROUNDS * (QUEUED + 1)
+
+
 LOAD_THREADS = 100
 
 

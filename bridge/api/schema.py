@@ -77,10 +77,16 @@ class RawIn(_In):
     message: dict[str, Any]
 
 
+class ModeIn(_In):
+    """``POST …/mode`` and the ``set_mode`` frame (docs/api.md §4.19)."""
+
+    mode_id: str = Field(..., min_length=1, max_length=256)
+
+
 def frame_error_code(exc: ValidationError) -> str:
     """The code a frame's ValidationError is answered with."""
     fields = {str(e["loc"][0]) for e in exc.errors() if e.get("loc")}
     return "invalid_client_id" if fields == {"client_id"} else "invalid_frame"
 
 
-__all__ = ["PermissionFrame", "PermissionIn", "PromptIn", "RawIn", "frame_error_code"]
+__all__ = ["ModeIn", "PermissionFrame", "PermissionIn", "PromptIn", "RawIn", "frame_error_code"]

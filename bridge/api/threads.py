@@ -12,7 +12,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from bridge.api.auth import require_auth
-from bridge.api.schema import PermissionIn, PromptIn
+from bridge.api.schema import ModeIn, PermissionIn, PromptIn
 from bridge.api.users import Streams, check_owner, current_user, require_admin
 from bridge.api.views import thread_view
 from bridge.errors import InvalidRequest
@@ -46,11 +46,6 @@ class CreateThread(BaseModel):
     options: dict[str, Any] | None = None
     # An agent session started elsewhere, adopted: the first prompt resumes it.
     native_session_id: str | None = Field(None, max_length=1024)
-
-
-class SetMode(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    mode_id: str = Field(..., min_length=1, max_length=256)
 
 
 class PatchThread(BaseModel):
@@ -165,7 +160,7 @@ async def interrupt(thread_id: str, request: Request) -> dict[str, Any]:
 
 
 @router.post("/threads/{thread_id}/mode")
-async def set_mode(thread_id: str, body: SetMode, request: Request) -> dict[str, Any]:
+async def set_mode(thread_id: str, body: ModeIn, request: Request) -> dict[str, Any]:
     """The agent's session mode (ACP ``session/set_mode``, docs/api.md §4.19)."""
     conv = await _conv(request, thread_id)
     return await conv.set_mode(body.mode_id, by=_by(request))

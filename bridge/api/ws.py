@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from starlette.websockets import WebSocketState
 
 from bridge.api.auth import SUBPROTOCOL, resolve_user
-from bridge.api.schema import PermissionFrame, PromptIn, RawIn, frame_error_code
+from bridge.api.schema import ModeIn, PermissionFrame, PromptIn, RawIn, frame_error_code
 from bridge.api.users import Streams, User, check_owner
 from bridge.api.ws_coalesce import coalesce
 from bridge.api.ws_transport import RECEIVE, SEND_TEXTS, Inbox
@@ -32,6 +32,7 @@ from bridge.protocols.events import Record
 from bridge.protocols.jsonline import loads_strict
 from bridge.sessions.conversation import Conversation
 from bridge.sessions.fanout import Subscriber, deliver
+from bridge.sessions.modes import MODE_TIMEOUT_S
 from bridge.sessions.registry import Registry
 
 log = structlog.get_logger("bridge.ws")
@@ -247,6 +248,7 @@ class _Session:
         sub = self._sub
         assert sub is not None
         sub.push_reply(text)
+        sub.release()  # a forwarded frame's answer: it goes out before what waited for it
         if not sub.room.is_set():
             await sub.room.wait()  # a client that sends faster than it reads waits here
 
@@ -281,18 +283,18 @@ class _Session:
 
     async def _op_prompt(self, frame: dict[str, Any], ids: dict[str, str]) -> None:
         body: PromptIn = PromptIn.from_frame(frame)
-        acc = await self.conv.submit(body.blocks, body.client_id, by=self.by)
+        acc = await self.conv.submit(body.blocks, body.client_id, by=self.by, answer_to=self._sub)
         await self._accept(
             "prompt", seq=acc.seq, turn_id=acc.turn_id, duplicate=acc.duplicate, queued=acc.queued, **ids
         )
 
     async def _op_interrupt(self, frame: dict[str, Any], ids: dict[str, str]) -> None:
-        active = await self.conv.interrupt(by=self.by)
+        active = await self.conv.interrupt(by=self.by, answer_to=self._sub)
         await self._accept("interrupt", active=active, **ids)
 
     async def _op_raw(self, frame: dict[str, Any], ids: dict[str, str]) -> None:
         body: RawIn = RawIn.from_frame(frame)
-        seq = await self.conv.write_raw(body.message, by=self.by)
+        seq = await self.conv.write_raw(body.message, by=self.by, answer_to=self._sub)
         await self._accept("raw", seq=seq, **ids)
 
     async def _op_permission(self, frame: dict[str, Any], ids: dict[str, str]) -> None:
@@ -304,8 +306,18 @@ class _Session:
             option_id=body.option_id,
             message=body.message,
             user=self.by,
+            answer_to=self._sub,
         )
         await self._accept("permission", **resolved)
+
+    async def _op_set_mode(self, frame: dict[str, Any], ids: dict[str, str]) -> None:
+        body: ModeIn = ModeIn.from_frame(frame)
+        if self._sub is not None:
+            # Run here too, the switch is recorded before the agent is asked: its events wait
+            # for the answer, as a forwarded frame's do (released by _reply, or at the bound).
+            self._sub.hold(MODE_TIMEOUT_S + 1.0)
+        answer = await self.conv.set_mode(body.mode_id, by=self.by, answer_to=self._sub)
+        await self._accept("set_mode", **answer, **ids)
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -320,4 +332,5 @@ _OPS: dict[str, _Op] = {
     "interrupt": _Session._op_interrupt,
     "raw": _Session._op_raw,
     "permission": _Session._op_permission,
+    "set_mode": _Session._op_set_mode,
 }

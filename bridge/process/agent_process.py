@@ -1,5 +1,6 @@
-"""One agent OS process: spawn (own process group, no shell), stdout lines, bounded
-stderr, serialized stdin writes, and the stop ladder of :mod:`bridge.process.shutdown`."""
+"""One agent OS process: spawn (own process group, no shell), its pipes on the event
+loop's own pipe transports by protocol callbacks (issue #22), stdout lines, bounded
+stderr, whole stdin writes, and the stop ladder of :mod:`bridge.process.shutdown`."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import fcntl
 import os
 import signal
 import subprocess
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from bridge.errors import LaunchRefused
@@ -19,9 +21,10 @@ from bridge.process.subreaper import TRACKER
 from bridge.process.umask import agent_umask
 from bridge.protocols.framing import MAX_LINE_BYTES, LineFramer, LineTooLong
 
-# One read takes whatever the pipe transport has buffered, up to this: during a burst the
-# transport keeps filling its buffer while the previous batch is stored and sent, so the
-# next batch (one transaction, one socket write per client) is larger (issue #8).
+# A batch is everything read since the last one: during a burst the pipe's callbacks keep
+# filling the buffer while the previous batch is stored and sent, so the next batch (one
+# transaction, one socket write per client) is larger (issue #8). Past this many unread
+# bytes reading pauses (a batch is at most this plus one read of the loop's, 256 KiB).
 READ_CHUNK = 256 * 1024
 # stderr is free-form diagnostics (docs/api.md §6.7): relay it, but bounded — a line is
 # cut at this many bytes and at most this many lines per second reach the transcript.
@@ -36,46 +39,224 @@ STDERR_LINES_PER_S = 50
 STDOUT_PIPE_BYTES = 1024 * 1024
 
 
-def _widen_pipe(pipe: asyncio.BaseTransport | None) -> None:
+def _widen_pipe(fd: int) -> None:
     setsize = getattr(fcntl, "F_SETPIPE_SZ", None)
-    if pipe is None or setsize is None:
+    if setsize is None:
         return
-    raw = pipe.get_extra_info("pipe")
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        fcntl.fcntl(raw.fileno(), setsize, STDOUT_PIPE_BYTES)
+    with contextlib.suppress(OSError, ValueError):
+        fcntl.fcntl(fd, setsize, STDOUT_PIPE_BYTES)
 
 
-class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):
-    """Signals the child's exit as soon as it is reaped. ``Process.wait()`` only returns
-    once every pipe is closed too, which a grandchild holding stdout open, or a reader we
-    stopped (line too long), can delay forever."""
+class _Inbound:
+    """One of the agent's output pipes, filled by the transport's callbacks: what it read waits
+    here, as the chunks it came in, until the reader takes all of it. Past ``limit`` unread
+    bytes the pipe is paused (the agent then blocks on its full pipe) until the reader has
+    taken them: a slow consumer holds the agent back."""
 
-    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(limit=limit, loop=loop)
-        self.exited = asyncio.Event()
+    __slots__ = ("_chunks", "_limit", "_loop", "_paused", "_pipe", "_size", "_stopped", "_waiter", "eof")
 
-    def process_exited(self) -> None:
-        super().process_exited()
-        self.exited.set()
+    def __init__(self, loop: asyncio.AbstractEventLoop, limit: int) -> None:
+        self._loop = loop
+        self._limit = limit
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._pipe: asyncio.ReadTransport | None = None
+        self._paused = False
+        self._stopped = False  # read no more (a line too long): paused for good
+        self._waiter: asyncio.Future[None] | None = None
+        self.eof = False
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def attach(self, pipe: asyncio.BaseTransport | None) -> None:
+        self._pipe = pipe if isinstance(pipe, asyncio.ReadTransport) else None
+        if self._pipe is None:
+            self.eof = True
+
+    def feed(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._size += len(data)
+        if self._size >= self._limit:
+            self._pause()
+        self._wake()
+
+    def end(self) -> None:
+        self.eof = True
+        self._wake()
+
+    def stop(self) -> None:
+        """The reader gives up (the line cap): the pipe stays paused, nothing more is kept."""
+        self._stopped = True
+        self._chunks.clear()
+        self._size = 0
+        self._pause()
+
+    def _pause(self) -> None:
+        if not self._paused and self._pipe is not None and not self._pipe.is_closing():
+            self._paused = True
+            self._pipe.pause_reading()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def read(self) -> bytes:
+        """Everything read so far and not yet taken; ``b""`` once the pipe is at its end."""
+        while not self._chunks:
+            if self.eof or self._stopped:
+                return b""
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        chunks = self._chunks
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self._size = 0
+        if self._paused and self._pipe is not None:
+            self._paused = False
+            if not self._pipe.is_closing():
+                self._pipe.resume_reading()
+        return data
+
+
+class _Reader(asyncio.Protocol):
+    """An output pipe's transport callbacks, straight into its :class:`_Inbound`."""
+
+    def __init__(self, inbound: _Inbound) -> None:
+        self._inbound = inbound
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._inbound.attach(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._inbound.feed(data)
+
+    def eof_received(self) -> bool:
+        self._inbound.end()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._inbound.end()
+
+
+class _Stdin(asyncio.BaseProtocol):
+    """stdin's flow control: writers wait on futures while the transport's buffer is past
+    its high-water mark; all are released when it drains or the pipe is gone."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.lost = False
+        self.paused = False
+        self._waiters: list[asyncio.Future[None]] = []
+        self._gone: asyncio.Future[None] = loop.create_future()
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        self._release()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self._release()
+        if not self._gone.done():
+            self._gone.set_result(None)
+
+    def _release(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    async def drained(self) -> None:
+        """Return once the buffer is below its high-water mark again, or stdin is gone."""
+        if not self.paused or self.lost:
+            return
+        waiter = self._loop.create_future()
+        self._waiters.append(waiter)
+        await waiter
+
+    async def gone(self) -> None:
+        await asyncio.shield(self._gone)
+
+
+class _Exit:
+    """The child's exit, noticed as soon as it can be reaped (a pidfd in the event loop;
+    a thread blocked in ``waitpid`` where there is none), not once its pipes are closed: a
+    grandchild holding stdout open, or a reader that stopped at the line cap, could delay
+    that forever."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, popen: subprocess.Popen[bytes]) -> None:
+        self._loop = loop
+        self._popen = popen
+        self.done = asyncio.Event()
+        self.returncode: int | None = None
+        self._pidfd: int | None = None
+        try:
+            self._pidfd = os.pidfd_open(popen.pid)
+        except (AttributeError, OSError):
+            threading.Thread(target=self._wait_blocking, name=f"agent-wait-{popen.pid}", daemon=True).start()
+            return
+        loop.add_reader(self._pidfd, self._reap)
+
+    def _reap(self) -> None:
+        try:
+            pid, status = os.waitpid(self._popen.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped by someone else: its status is lost
+            pid, status = self._popen.pid, 255 << 8
+        if pid == 0:
+            return
+        self._close_pidfd()
+        self._exited(os.waitstatus_to_exitcode(status))
+
+    def _wait_blocking(self) -> None:
+        try:
+            _, status = os.waitpid(self._popen.pid, 0)
+            rc = os.waitstatus_to_exitcode(status)
+        except ChildProcessError:
+            rc = 255
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            self._loop.call_soon_threadsafe(self._exited, rc)
+
+    def _exited(self, rc: int) -> None:
+        self.returncode = self._popen.returncode = rc
+        self.done.set()
+
+    def _close_pidfd(self) -> None:
+        if self._pidfd is not None:
+            self._loop.remove_reader(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+
+    def close(self) -> None:
+        self._close_pidfd()
 
 
 class AgentProcess:
     def __init__(
         self,
-        proc: asyncio.subprocess.Process,
-        protocol: _Protocol,
-        transport: asyncio.SubprocessTransport,
+        popen: subprocess.Popen[bytes],
+        pipes: tuple[asyncio.WriteTransport, asyncio.ReadTransport, asyncio.ReadTransport],
+        stdin: _Stdin,
+        out: tuple[_Inbound, _Inbound],
         spec: LaunchSpec,
         max_line: int,
     ) -> None:
-        self._proc = proc
-        self._protocol = protocol
-        self._transport = transport
+        self._popen = popen
+        self._stdin, self._stdout_pipe, self._stderr_pipe = pipes
+        self._stdin_flow = stdin
+        self._stdout, self._stderr = out
+        self._exit = _Exit(asyncio.get_running_loop(), popen)
         self.spec = spec
-        self.pid = proc.pid
-        self.pgid = proc.pid  # start_new_session=True: the child leads its own group
-        self.start_time = start_time(proc.pid)
-        self._write_lock = asyncio.Lock()
+        self.pid = popen.pid
+        self.pgid = popen.pid  # start_new_session=True: the child leads its own group
+        self.start_time = start_time(popen.pid)
         self._max_line = max_line
         self._stdin_closed = False
 
@@ -84,24 +265,9 @@ class AgentProcess:
         # Checked again right before the spawn (the file may have changed since load), and
         # opened once: what runs is /proc/self/fd/N, the very file that was checked.
         fd = open_executable(spec.argv[0])
-        loop = asyncio.get_running_loop()
         TRACKER.spawn_started()
         try:
-            transport, protocol = await loop.subprocess_exec(
-                lambda: _Protocol(256 * 1024, loop),  # the transport pauses at twice this
-                *spec.argv,
-                executable=spec.argv[0] if fd is None else exec_path(fd),
-                pass_fds=() if fd is None else (fd,),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=dict(spec.env),
-                cwd=spec.cwd,
-                start_new_session=True,
-                close_fds=True,
-                umask=agent_umask(),
-                preexec_fn=child_setup(),
-            )
+            popen = _popen(spec, fd)
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             TRACKER.spawn_ended(None)
             detail = getattr(exc, "strerror", None) or exc
@@ -113,47 +279,82 @@ class AgentProcess:
             if fd is not None:
                 os.close(fd)
         try:
-            _widen_pipe(transport.get_pipe_transport(1))
-            proc = asyncio.subprocess.Process(transport, protocol, loop)
-            agent = cls(proc, protocol, transport, spec, max_line)
+            agent = await cls._connect(popen, spec, max_line)
         except BaseException:
             TRACKER.spawn_ended(None)
+            _abandon(popen)
             raise
         TRACKER.spawn_ended(agent)
         return agent
 
+    @classmethod
+    async def _connect(cls, popen: subprocess.Popen[bytes], spec: LaunchSpec, max_line: int) -> AgentProcess:
+        """The event loop's own pipe transports on the child's three pipes: no subprocess
+        transport in between, so a read reaches its buffer in the same callback."""
+        assert popen.stdin is not None and popen.stdout is not None and popen.stderr is not None
+        loop = asyncio.get_running_loop()
+        _widen_pipe(popen.stdout.fileno())
+        flow = _Stdin(loop)
+        out, err = _Inbound(loop, READ_CHUNK), _Inbound(loop, READ_CHUNK)
+        made: list[asyncio.BaseTransport] = []
+        try:
+            made.append((await loop.connect_write_pipe(lambda: flow, popen.stdin))[0])
+            made.append((await loop.connect_read_pipe(lambda: _Reader(out), popen.stdout))[0])
+            made.append((await loop.connect_read_pipe(lambda: _Reader(err), popen.stderr))[0])
+        except BaseException:
+            for pipe in made:
+                pipe.close()
+            raise
+        stdin, stdout, stderr = made
+        assert isinstance(stdin, asyncio.WriteTransport)
+        assert isinstance(stdout, asyncio.ReadTransport) and isinstance(stderr, asyncio.ReadTransport)
+        return cls(popen, (stdin, stdout, stderr), flow, (out, err), spec, max_line)
+
     @property
     def returncode(self) -> int | None:
-        return self._proc.returncode
+        return self._exit.returncode
+
+    @property
+    def stdout_paused(self) -> bool:
+        """Reading stdout is paused: unread output reached its bound (or the line cap)."""
+        return self._stdout.paused
+
+    @property
+    def stdin_paused(self) -> bool:
+        """Writers wait: stdin's buffer is past its high-water mark (the agent is not reading)."""
+        return self._stdin_flow.paused
 
     async def write_line(self, line: str) -> None:
-        """One locked write per message: several tasks (prompts, interrupts, permission
-        answers) share stdin and their bytes must never interleave."""
-        data = line.encode("utf-8") + b"\n"
-        async with self._write_lock:
-            stdin = self._proc.stdin
-            if stdin is None or self._stdin_closed or stdin.is_closing():
+        """One write per message, whole: the pipe transport buffers what the pipe does not
+        take at once, so the bytes of several tasks (prompts, interrupts, permission
+        answers) sharing stdin never interleave; a writer waits only while the buffer is
+        past its high-water mark (the agent is not reading)."""
+        stdin, flow = self._stdin, self._stdin_flow
+        if self._stdin_closed or flow.lost or stdin.is_closing():
+            raise BrokenPipeError("agent stdin is closed")
+        stdin.write(line.encode("utf-8") + b"\n")
+        if stdin.is_closing():  # the write found the pipe broken (the agent closed its end)
+            raise BrokenPipeError("agent stdin is closed")
+        if flow.paused:
+            await flow.drained()
+            if flow.lost:
                 raise BrokenPipeError("agent stdin is closed")
-            stdin.write(data)
-            await stdin.drain()
 
     async def close_stdin(self) -> None:
-        async with self._write_lock:
-            self._stdin_closed = True
-            stdin = self._proc.stdin
-            if stdin is not None and not stdin.is_closing():
-                stdin.close()
-                with contextlib.suppress(Exception):
-                    await stdin.wait_closed()
+        """Close stdin once what was written has reached the pipe."""
+        self._stdin_closed = True
+        if not self._stdin.is_closing():
+            self._stdin.close()
+        await self._stdin_flow.gone()
 
     async def stdout_batches(self) -> AsyncIterator[list[bytes]]:
-        """Stdout lines, as many as one read brought (so they can be stored together);
-        raises LineTooLong when the cap is crossed, after yielding the lines before it."""
-        stream = self._proc.stdout
-        assert stream is not None
+        """Stdout lines, as many as the pipe brought since the last batch (so they can be
+        stored together); raises LineTooLong when the cap is crossed, after yielding the
+        lines before it (and stops reading: the agent blocks on its full pipe)."""
+        out = self._stdout
         framer = LineFramer(self._max_line)
         while True:
-            chunk = await stream.read(READ_CHUNK)
+            chunk = await out.read()
             if not chunk:
                 tail = framer.close()
                 if tail is not None:
@@ -162,6 +363,7 @@ class AgentProcess:
             try:
                 lines = framer.feed(chunk)
             except LineTooLong as exc:
+                out.stop()
                 if exc.lines:
                     yield exc.lines
                 raise
@@ -170,12 +372,11 @@ class AgentProcess:
 
     async def pump_stderr(self, emit: Callable[[str], Awaitable[None]]) -> None:
         """Relay stderr lines, each cut to STDERR_LINE_BYTES, at most STDERR_LINES_PER_S."""
-        stream = self._proc.stderr
-        assert stream is not None
+        err = self._stderr
         loop = asyncio.get_running_loop()
         lines, limit = StderrLines(), StderrRate(STDERR_LINES_PER_S)
         while True:
-            chunk = await stream.read(READ_CHUNK)
+            chunk = await err.read()
             for line in lines.feed(chunk):
                 for text in limit.admit(line, loop.time()):
                     await emit(text)
@@ -185,14 +386,19 @@ class AgentProcess:
                 return
 
     async def wait(self) -> ExitInfo:
-        await self._protocol.exited.wait()
-        rc = self._transport.get_returncode()
+        await self._exit.done.wait()
+        rc = self._exit.returncode
         assert rc is not None
         return exit_info(rc)
 
     def release(self) -> None:
         """Close our ends of the pipes once the process is gone and its output drained."""
-        self._transport.close()
+        for pipe in (self._stdin, self._stdout_pipe, self._stderr_pipe):
+            pipe.close()
+        if self._exit.returncode is None:  # still running (never the case after stop()):
+            self.signal_group(signal.SIGKILL)  # killed, and reaped when it is gone
+        else:
+            self._exit.close()
         TRACKER.unregister(self)
 
     def signal_group(self, sig: int) -> bool:
@@ -211,6 +417,40 @@ class AgentProcess:
         from bridge.process.shutdown import stop_process
 
         return await stop_process(self, grace_s, shutdown_line=shutdown_line)
+
+
+def _popen(spec: LaunchSpec, fd: int | None) -> subprocess.Popen[bytes]:
+    """fork + exec in the event loop's thread, as asyncio's own subprocess support does:
+    the exact argv, no shell, the environment given, every other descriptor closed, the
+    agent's umask, its own session and process group, and the reaper's child set-up."""
+    return subprocess.Popen(
+        spec.argv,
+        executable=spec.argv[0] if fd is None else exec_path(fd),
+        pass_fds=() if fd is None else (fd,),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        bufsize=0,
+        env=dict(spec.env),
+        cwd=spec.cwd,
+        start_new_session=True,
+        close_fds=True,
+        umask=agent_umask(),
+        preexec_fn=child_setup(),
+    )
+
+
+def _abandon(popen: subprocess.Popen[bytes]) -> None:
+    """A child whose pipes could not be connected (cancelled mid-spawn): killed with its
+    group, reaped, its pipes closed."""
+    with contextlib.suppress(OSError):
+        os.killpg(popen.pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        popen.wait()
+    for f in (popen.stdin, popen.stdout, popen.stderr):
+        if f is not None:
+            with contextlib.suppress(OSError):
+                f.close()
 
 
 def exit_info(rc: int) -> ExitInfo:

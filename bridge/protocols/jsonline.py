@@ -135,7 +135,23 @@ _STRICT = json.JSONDecoder(parse_constant=_not_json_constant, parse_float=_finit
 
 
 def loads_strict(text: str) -> Any:
-    """Parse one JSON text strictly (see the module docstring); ValueError otherwise."""
+    """Parse one JSON text strictly (see the module docstring); ValueError otherwise.
+
+    The same fast path as :func:`parse_object` (a raw-mode client's line is parsed once per
+    turn: issue #22): orjson where it gives exactly ``json``'s values, ``json`` otherwise."""
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: only json takes (and refuses) it
+        data = None
+    if data is not None and _LONG_DIGITS not in data.translate(_DIGITS_AS_ONES):
+        try:
+            fast = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+        else:
+            if _may_be_too_deep(data, 0) and too_deep(fast):
+                raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+            return fast
     value = _STRICT.decode(text)  # one decoder for all (json.loads would build one per call)
     if too_deep(value):
         raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")

@@ -9,7 +9,10 @@ Locks, always taken in this order (never the other way round):
 
 1. ``_life`` — start, stop, close (a process comes and goes under it);
 2. ``_lock`` — the core's state, the transcript's seq, and the agent's stdin: every input
-   to the core and every action it returns, every emit.
+   to the core and every action it returns, every emit. Whoever takes it finds no emit in
+   flight (:class:`_Ordered`), except the stdout reader: a burst of agent output is
+   submitted to the store before the previous one is committed, and each is published
+   once it is, in order (``_emit_pipelined``).
 
 Nothing awaits ``_life`` while holding ``_lock``: an action that stops the process runs
 as a task of the conversation's own (created, cancelled and awaited by it), and so does
@@ -22,7 +25,8 @@ import asyncio
 import contextlib
 import signal
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, cast
 
 import structlog
@@ -85,6 +89,41 @@ HISTORY_PAGE = 5000
 HISTORY_KEEP_ITEMS = 20_000  # a compacted history larger than this is rebuilt per request
 
 
+# A read of stdout with at least this many lines is committed while the next is decoded
+# (Conversation._emit_pipelined); at most PIPELINE_DEPTH such commits are in flight.
+PIPELINE_MIN_LINES = 16
+PIPELINE_DEPTH = 2
+
+
+class _Ordered:
+    """The conversation's ``_lock``: an asyncio.Lock whose holder finds nothing in flight —
+    entering waits until every pipelined emit is committed and published (or failed), so
+    the core's ``last_seq`` is the transcript's and whatever the holder emits comes after.
+    ``undrained`` is the bare lock, for the stdout reader alone."""
+
+    __slots__ = ("_drain", "_pipe", "undrained")
+
+    def __init__(self, pipe: deque[Any], drain: Callable[[], Awaitable[None]]) -> None:
+        self.undrained = asyncio.Lock()
+        self._pipe = pipe
+        self._drain = drain
+
+    def locked(self) -> bool:
+        return self.undrained.locked()
+
+    async def __aenter__(self) -> None:
+        await self.undrained.acquire()
+        if self._pipe:
+            try:
+                await self._drain()
+            except BaseException:
+                self.undrained.release()
+                raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.undrained.release()
+
+
 def _options(profile: AgentProfile | None, thread: ThreadRow) -> dict[str, Any]:
     """The profile's spawn options, overridden by the thread's own (docs/api.md §1.5)."""
     overrides = thread.get("options") or {}
@@ -124,7 +163,12 @@ class Conversation:
         self.lost = False  # the lease was lost: this object is finished (the registry drops it)
         self.core = self._new_core(thread)
         self._life = asyncio.Lock()
-        self._lock = asyncio.Lock()
+        # Pipelined emits (records, thread fields, their append), oldest first; the newest
+        # numbered seq; the first failure among them, for the stdout reader.
+        self._pipe: deque[tuple[list[Record], dict[str, Any], asyncio.Task[None]]] = deque()
+        self._numbered = self.core.last_seq
+        self._pipe_error: BaseException | None = None
+        self._lock = _Ordered(self._pipe, self._drain)
         self._proc: AgentIO | None = None
         self.starting = False  # a start holds its place under max_conversations
         self._watcher: asyncio.Task[None] | None = None
@@ -188,8 +232,14 @@ class Conversation:
     async def _emit(self, action: Emit) -> list[Record]:
         """Number, persist, then publish: durable before visible. Under ``_lock``."""
         epoch = await self._hold_locked()  # first: a takeover it triggers appends before these
+        records, thread_fields = self._number(action, self.core.last_seq)
+        await self._append(records, action.client_ids or [None] * len(records), thread_fields, epoch)
+        self._published(records, thread_fields)
+        return records
+
+    def _number(self, action: Emit, after: int) -> tuple[list[Record], dict[str, Any]]:
         ts = now_iso()
-        seq = self.core.last_seq
+        seq = after
         records = []
         for ev in action.events:
             seq += 1
@@ -200,7 +250,11 @@ class Conversation:
             # An answer, a withdrawal, an interrupt or an exit changed it before this Emit:
             # the row's count changes in the commit that records why (server-wide changes).
             thread_fields["pending_permissions"] = pending
-        await self._append(records, action.client_ids or [None] * len(records), thread_fields, epoch)
+        return records, thread_fields
+
+    def _published(self, records: list[Record], thread_fields: dict[str, Any]) -> None:
+        """Committed: now visible (the fan-out, the history, the other replicas, long-polls)."""
+        seq = records[-1].seq if records else self.core.last_seq
         self.core.last_seq = seq
         apply_fields(self.thread, thread_fields)
         self.thread["last_seq"] = seq
@@ -211,7 +265,63 @@ class Conversation:
             self.on_committed(self.id, seq)
         self._wake_polls()
         self.touch()
-        return records
+
+    async def _emit_pipelined(self, action: Emit) -> None:
+        """The stdout reader's emit of a burst (issue #22): numbered after whatever is still
+        in flight and handed to the store without waiting for its commit, so that the next
+        read is decoded while the store (its writer process, on the other core) commits this
+        one. Published in order once committed (``_settle``): durable before visible holds.
+        Waits while PIPELINE_DEPTH emits are in flight; raises the first failure."""
+        epoch = await self._hold_locked()
+        after = self._numbered if self._pipe else self.core.last_seq
+        records, fields = self._number(action, after)
+        self._numbered = records[-1].seq if records else after
+        task = asyncio.ensure_future(self._append(records, [None] * len(records), fields, epoch))
+        self._pipe.append((records, fields, task))
+        task.add_done_callback(self._settle)
+        while len(self._pipe) > PIPELINE_DEPTH:
+            await asyncio.wait({self._pipe[0][2]})
+        else:
+            # A read of stdout that finds data buffered does not suspend, so without this
+            # the reader could decode burst after burst while the subscribers' senders and
+            # the store never ran; they get their turn once per burst.
+            await asyncio.sleep(0)
+        self._raise_pipe_error()
+
+    def _settle(self, _task: asyncio.Task[None]) -> None:
+        """Publish every committed emit at the head of the pipe, in order. After a failure
+        nothing more is published live (it would leave a gap): what still commits moves the
+        seq on, and subscribers re-read from the store."""
+        while self._pipe and self._pipe[0][2].done():
+            records, fields, task = self._pipe.popleft()
+            failure = task.exception() if not task.cancelled() else asyncio.CancelledError()
+            if failure is None and self._pipe_error is None:
+                try:
+                    self._published(records, fields)
+                except Exception:  # a callback of the loop's: it must not stall the pipe
+                    log.exception("conversation.publish_failed", thread_id=self.id)
+                    if records:
+                        self.core.last_seq = max(self.core.last_seq, records[-1].seq)
+                    self.fanout.resync_all()  # committed: subscribers read it from the store
+                continue
+            if failure is None:  # committed after an earlier one failed
+                self.core.last_seq = self.thread["last_seq"] = max(
+                    self.core.last_seq, records[-1].seq if records else 0
+                )
+                self.fanout.resync_all()
+            elif self._pipe_error is None:
+                self._pipe_error = failure
+                log.error("conversation.append_failed", thread_id=self.id, error=str(failure))
+
+    async def _drain(self) -> None:
+        """Until nothing is in flight (``_lock``'s entry)."""
+        while self._pipe:
+            await asyncio.wait({self._pipe[-1][2]})
+
+    def _raise_pipe_error(self) -> None:
+        if (failure := self._pipe_error) is not None:
+            self._pipe_error = None
+            raise failure
 
     def _wake_polls(self) -> None:
         self._appended.set()
@@ -301,8 +411,6 @@ class Conversation:
             cast(dict[str, Any], self.thread).clear()
             apply_fields(self.thread, fresh)
             self.core = self._new_core(self.thread)
-            if behind:
-                self.fanout.resync_all()  # what another replica appended reaches our clients
             if behind:
                 self.fanout.resync_all()  # what another replica appended reaches our clients
         if not needs_takeover(fresh):
@@ -564,16 +672,26 @@ class Conversation:
         await self.emit([Event("agent", "diagnostic", {"stream": "stderr", "text": text})])
 
     async def _read_stdout(self, proc: AgentIO) -> None:
+        self._pipe_error = None  # (a previous life's reader may have been cancelled before it saw one)
         try:
             async for lines in proc.stdout_batches():
                 # Everything one read brought is decoded, stored and published together:
                 # one transaction for a burst of deltas instead of one per line.
                 lines = self._scrub.lines(lines)
-                async with self._lock:
+                async with self._lock.undrained:
                     codec = self.core.codec
                     if codec is None:
                         return
-                    await self._perform(self.core.agent_output([codec.decode(line) for line in lines]))
+                    actions = self.core.agent_output([codec.decode(line) for line in lines])
+                    if self._pipelined(actions, len(lines)):
+                        await self._emit_pipelined(cast(Emit, actions[0]))
+                        continue
+                    await self._drain()
+                    self._raise_pipe_error()
+                    await self._perform(actions)
+            async with self._lock.undrained:
+                await self._drain()
+                self._raise_pipe_error()
         except LineTooLong as exc:
             log.warning("agent.line_too_long", thread_id=self.id, pid=proc.pid)
             await self._step(self.core.line_too_long(str(exc)))
@@ -586,6 +704,18 @@ class Conversation:
         except TimeoutError:
             log.warning("agent.stdout_closed", thread_id=self.id, pid=proc.pid)
             await self._step(self.core.stdout_closed())
+
+    def _pipelined(self, actions: list[Action], lines: int) -> bool:
+        """Output alone (nothing to write, arm or serve after its commit), in a burst, with
+        this replica's lease already held (a first hold may take the thread over, which
+        appends before)."""
+        return (
+            len(actions) == 1
+            and isinstance(action := actions[0], Emit)
+            and action.committed is None
+            and (lines >= PIPELINE_MIN_LINES or bool(self._pipe))
+            and (self._ownership is None or self._epoch is not None)
+        )
 
     async def _watch(self, proc: AgentIO, reader: asyncio.Task[None], errs: asyncio.Task[None]) -> None:
         info = await proc.wait()
@@ -649,9 +779,12 @@ class Conversation:
 
     # ------------------------------------------------------------------ client operations
 
-    async def _routed(self, forward: bool, kind: str, body: dict[str, Any]) -> Mapping[str, Any] | None:
+    async def _routed(
+        self, forward: bool, kind: str, body: dict[str, Any], answer_to: Subscriber | None = None
+    ) -> Mapping[str, Any] | None:
         """With ``forward``, when another replica runs this thread: its answer to the input
-        (sessions/remote.py). None: the input is this replica's to run."""
+        (sessions/remote.py). None: the input is this replica's to run. ``answer_to``: the
+        sender's subscription, held until its answer is pushed (Owners.forward)."""
         if not forward or self.owners is None or self._proc is not None:
             return None
         for _ in range(ROUTE_ATTEMPTS):
@@ -661,23 +794,30 @@ class Conversation:
             self.touch()
             log.info("thread.forwarded", thread_id=self.id, owner=owner, kind=kind)
             try:
-                return await self.owners.forward(owner, kind, self.id, body)
+                return await self.owners.forward(owner, kind, self.id, body, answer_to=answer_to)
             except OwnerGone:  # it died or was cut off before answering: route again
                 log.warning("thread.owner_gone", thread_id=self.id, owner=owner, kind=kind)
         raise ForwardFailed("the replica running this thread keeps changing; retry")
 
     async def submit(
-        self, content: list[dict[str, Any]], client_id: str | None, *, forward: bool = True, by: str | None = None
+        self,
+        content: list[dict[str, Any]],
+        client_id: str | None,
+        *,
+        forward: bool = True,
+        by: str | None = None,
+        answer_to: Subscriber | None = None,
     ) -> Accepted:
         """A prompt; with ``forward``, run by the thread's owner when that is another replica.
-        ``by``: the user (users mode), recorded in its client events there too."""
+        ``by``: the user (users mode), recorded in its client events there too.
+        ``answer_to``: the sender's subscription, when the answer goes to it (_routed)."""
         body = {"content": content, "client_id": client_id, "user": by}
-        if (answer := await self._routed(forward, "prompt", body)) is not None:
+        if (answer := await self._routed(forward, "prompt", body, answer_to)) is not None:
             return accepted_from(answer)
         try:
             return await self._submit_here(content, client_id, by)
         except NotOwner:  # another replica took the lease first
-            if (answer := await self._routed(forward, "prompt", body)) is None:
+            if (answer := await self._routed(forward, "prompt", body, answer_to)) is None:
                 raise
             return accepted_from(answer)
 
@@ -711,9 +851,11 @@ class Conversation:
             if reason is not None:
                 raise InvalidRequest(reason, code="unsupported_content")
 
-    async def interrupt(self, *, forward: bool = True, by: str | None = None) -> bool:
+    async def interrupt(
+        self, *, forward: bool = True, by: str | None = None, answer_to: Subscriber | None = None
+    ) -> bool:
         """Cancel the active turn. Idempotent; False when no turn is active."""
-        if (answer := await self._routed(forward, "interrupt", {"user": by})) is not None:
+        if (answer := await self._routed(forward, "interrupt", {"user": by}, answer_to)) is not None:
             return answer.get("active") is True
         async with self._lock:
             active, actions = self.core.interrupt(by)
@@ -730,10 +872,11 @@ class Conversation:
         message: str | None = None,
         forward: bool = True,
         user: str | None = None,
+        answer_to: Subscriber | None = None,
     ) -> dict[str, Any]:
         """One answer per request: the first wins; later ones are refused (409)."""
         body = {"request_id": request_id, "decision": decision, "by": by, "option_id": option_id, "user": user}
-        if (answer := await self._routed(forward, "permission", {**body, "message": message})) is not None:
+        if (answer := await self._routed(forward, "permission", {**body, "message": message}, answer_to)) is not None:
             return dict(answer)
         async with self._lock:
             data, actions = self.core.answer(
@@ -742,13 +885,15 @@ class Conversation:
             await self._perform(actions)
             return data
 
-    async def set_mode(self, mode_id: str, *, forward: bool = True, by: str | None = None) -> dict[str, Any]:
+    async def set_mode(
+        self, mode_id: str, *, forward: bool = True, by: str | None = None, answer_to: Subscriber | None = None
+    ) -> dict[str, Any]:
         """Switch the agent's session mode (sessions/modes.py), starting the agent first
         when it is not running; answers once the agent accepted it, else raises its refusal."""
         check_mode_id(mode_id)
         if self.profile is not None and not may_have_modes(self.profile.protocol):
             raise InvalidRequest("this thread's agent has no session modes", code="modes_not_supported")
-        if (answer := await self._routed(forward, "mode", {"mode_id": mode_id, "user": by})) is not None:
+        if (answer := await self._routed(forward, "mode", {"mode_id": mode_id, "user": by}, answer_to)) is not None:
             return dict(answer)
         self._require_writable()
         await self.ensure_started()
@@ -775,12 +920,19 @@ class Conversation:
             await self.wait_beyond(self.core.last_seq, 1.0)
 
     async def write_raw(
-        self, message: dict[str, Any], sub: Subscriber | None = None, *, forward: bool = True, by: str | None = None
+        self,
+        message: dict[str, Any],
+        sub: Subscriber | None = None,
+        *,
+        forward: bool = True,
+        by: str | None = None,
+        answer_to: Subscriber | None = None,
     ) -> int:
         """The ``raw`` op / raw mode: write a client's JSON object to stdin, as the dialect
         says (the codec may route a response back to ``sub`` only; not when another
-        replica runs the agent: the line is written there, its response is not routed)."""
-        if (answer := await self._routed(forward, "raw", {"message": message, "user": by})) is not None:
+        replica runs the agent: the line is written there, its response is not routed).
+        ``answer_to``: the ``raw`` op's sender, whose answer is the seq (raw mode has none)."""
+        if (answer := await self._routed(forward, "raw", {"message": message, "user": by}, answer_to)) is not None:
             seq = answer.get("seq")
             return seq if isinstance(seq, int) and not isinstance(seq, bool) else self.core.last_seq
         await self.ensure_started()

@@ -5,11 +5,20 @@ is larger). A subscriber that falls behind never blocks the agent, the store or 
 subscribers: its buffer is dropped and it is marked ``lagging``; its sender then re-reads
 the missed records from the store (which holds every record before it is published) and
 carries on from the buffer, skipping what it has already sent by ``seq``.
+
+While a subscriber's client has a frame of its own forwarded to another replica (the one
+that runs the thread's agent, sessions/remote.py), the subscriber is *held*: nothing is
+sent to it until that frame's answer has been pushed (or the hold's deadline passed, or it
+is closed), so the answer goes out before the events the frame caused (docs/api.md §5.4)
+— the answer comes back over the bus, the events through the store, and either may be
+first to arrive. What is published meanwhile is buffered within the same limit; past it
+the subscriber lags and is resent from the store after the answer, as a slow one is.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Sequence
 from typing import Protocol
@@ -30,6 +39,7 @@ class Subscriber:
         "buf",
         "close_reason",
         "closed",
+        "held_until",
         "lagging",
         "limit",
         "raw",
@@ -61,6 +71,9 @@ class Subscriber:
         self.closed = False
         self.close_reason: str | None = None
         self.wake = asyncio.Event()
+        # While its client's own frame is forwarded and unanswered (hold/release): the
+        # monotonic time the hold ends by itself; 0.0 when not held.
+        self.held_until = 0.0
 
     def push(self, records: Sequence[Record]) -> None:
         if self.lagging or self.closed:
@@ -91,6 +104,19 @@ class Subscriber:
         if len(self.replies) >= REPLY_LIMIT:
             self.room.clear()
         self.wake.set()
+
+    def hold(self, seconds: float) -> None:
+        """The client's own frame went to another replica: send it nothing until
+        :meth:`release` (its answer was pushed), for at most ``seconds`` from the first
+        hold (a frame routed again after its owner died does not extend it)."""
+        if not self.held_until:
+            self.held_until = time.monotonic() + seconds
+
+    def release(self) -> None:
+        """The held frame's answer is pushed: it goes out first, then what waited."""
+        if self.held_until:
+            self.held_until = 0.0
+            self.wake.set()
 
     def close(self, reason: str) -> None:
         self.closed = True
@@ -178,6 +204,8 @@ async def deliver(sub: Subscriber, after: int, transcript: Transcript, sink: Sin
     cursor = _Cursor(after)
     await _catch_up(sub, cursor, transcript, sink)
     while True:
+        if sub.held_until:
+            await _until_answered(sub)
         await _send_ready(sub, cursor, sink)
         sub.room.set()
         if sub.lagging:
@@ -206,6 +234,19 @@ async def _send_ready(sub: Subscriber, cursor: _Cursor, sink: Sink) -> None:
             cursor.last = batch[-1].seq
     if due := _due(sub, cursor.last):
         await sink.send(due, [])
+
+
+async def _until_answered(sub: Subscriber) -> None:
+    """While the subscriber is held: until it is released, closed, or its hold expires
+    (then the hold is over: an answer that comes later goes out with the events)."""
+    while not sub.closed and (left := sub.held_until - time.monotonic()) > 0:
+        sub.wake.clear()
+        try:
+            async with asyncio.timeout(left):
+                await sub.wake.wait()
+        except TimeoutError:
+            break
+    sub.held_until = 0.0
 
 
 def _due(sub: Subscriber, last: int) -> list[str]:
@@ -268,9 +309,13 @@ async def _catch_up(sub: Subscriber, cursor: _Cursor, transcript: Transcript, si
                 sub.lagging = False
                 page_last = page.last if isinstance(page, Frames) else page[-1].seq
                 pending = asyncio.ensure_future(_read(sub, page_last, transcript, sink))
+                if sub.held_until:
+                    await _until_answered(sub)
                 await _send_answers(sub, sink)
                 await _send_page(page, cursor, sink)
                 continue
+            if sub.held_until:
+                await _until_answered(sub)
             await _send_answers(sub, sink)
             await _send_page(page, cursor, sink)
             if not sub.lagging:

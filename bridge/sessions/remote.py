@@ -9,6 +9,11 @@ the client that sent it. The owner runs the command exactly as it runs a local c
 (:func:`run_command`), so ``client_id`` idempotency holds across replicas: the owner looks
 the id up in the shared store.
 
+The answer comes back over the bus while the events the input caused come through the
+store (a commit announcement, then a read), so either can arrive first. The client's own
+subscription (``answer_to``) is held while the answer is awaited (sessions/fanout.py), and
+its transport releases it once the answer is pushed: the answer first, as on the owner.
+
 Everything in a command comes from another process and is checked here before it is used.
 """
 
@@ -21,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from bridge.bus.base import Bus, BusUnavailable, CommandRefused, NoReply, valid_id
 from bridge.errors import BridgeError, InvalidRequest
 from bridge.sessions.actions import Accepted
+from bridge.sessions.fanout import Subscriber
 from bridge.store.base import Store
 
 if TYPE_CHECKING:
@@ -67,9 +73,22 @@ class Owners:
             return None
         return lease.owner
 
-    async def forward(self, owner: str, kind: str, thread_id: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+    async def forward(
+        self,
+        owner: str,
+        kind: str,
+        thread_id: str,
+        body: Mapping[str, Any],
+        *,
+        answer_to: Subscriber | None = None,
+    ) -> Mapping[str, Any]:
         """Run a client's input on ``owner``; its answer body, or its refusal re-raised.
-        Raises :class:`OwnerGone` when the owner's lease ends before it answers."""
+        Raises :class:`OwnerGone` when the owner's lease ends before it answers.
+        ``answer_to``: the sending client's subscription, held from before the command is
+        sent (the owner may commit at once) for at most the timeout; whoever pushes the
+        answer to it releases it, whatever the outcome."""
+        if answer_to is not None:
+            answer_to.hold(self.timeout_s)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout_s
         request = asyncio.ensure_future(self.bus.request(owner, kind, thread_id, body, self.timeout_s))

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import wait_until
 from support.memory import MemoryAgent, MemoryStore, Spawner
 
 from bridge.config import AgentProfile, ServerSettings, Settings
@@ -496,3 +497,122 @@ async def test_set_mode_for_an_agent_without_modes_is_refused_without_starting_i
     with pytest.raises(InvalidRequest) as info:
         await conv.set_mode("plan")
     assert info.value.code == "modes_not_supported" and h.spawner.agents == []
+
+
+# ---------------------------------------------------------------------- pipelined bursts (issue #22)
+
+
+def delta(text: str) -> dict[str, Any]:
+    return {
+        "type": "stream_event",
+        "event": {"type": "content_block_delta", "delta": {"type": "text_delta", "text": text}},
+    }
+
+
+def _published_after_commit(h: Harness, conv: Conversation) -> list[int]:
+    """Every record the conversation publishes, checked to be in the store already."""
+    seen: list[int] = []
+    publish = conv._announce.committed
+
+    def check(records: Any) -> None:
+        stored = {r.seq for r in h.store.events[conv.id]}
+        assert all(r.seq in stored for r in records), "published before it was committed"
+        seen.extend(r.seq for r in records)
+        publish(records)
+
+    conv._announce.committed = check  # type: ignore[method-assign]
+    return seen
+
+
+async def test_a_burst_is_decoded_while_the_one_before_commits_and_both_are_published_in_order(
+    h: Harness,
+) -> None:
+    conv = await h.thread()
+    await conv.submit(prompt("silent"), None)
+    first = conv.core.last_seq
+    seen = _published_after_commit(h, conv)
+    h.store.block_appends = asyncio.Event()  # the store takes its time over each commit
+    h.spawner.agent.say(*[delta(f"a{i}") for i in range(20)])
+    h.spawner.agent.say(*[delta(f"b{i}") for i in range(20)])
+    # Both bursts are decoded, numbered and handed to the store while neither is committed.
+    await wait_until(lambda: len(conv._pipe) == 2, 3, "two bursts in flight")
+    assert seen == [] and conv.core.last_seq == first and conv._numbered == first + 40
+    h.store.block_appends.set()
+    await h.until(conv, "message.delta", 40)
+    await wait_until(lambda: len(seen) == 40, 3, "both bursts published")
+    assert seen == list(range(first + 1, first + 41)) and conv.core.last_seq == first + 40
+    texts = [r.data["text"] for r in h.events(conv, "message.delta")]
+    assert texts == [f"a{i}" for i in range(20)] + [f"b{i}" for i in range(20)]
+
+
+async def test_a_prompt_during_bursts_in_flight_is_numbered_and_published_after_them(h: Harness) -> None:
+    conv = await h.thread()
+    await conv.submit(prompt("silent"), None)
+    seen = _published_after_commit(h, conv)
+    h.store.block_appends = asyncio.Event()
+    h.spawner.agent.say(*[delta(f"a{i}") for i in range(20)])
+    await wait_until(lambda: len(conv._pipe) == 1, 3, "a burst in flight")
+    burst_last = conv._numbered
+    sent = asyncio.create_task(conv.submit(prompt("next"), None))
+    await asyncio.sleep(0)
+    h.store.block_appends.set()
+    async with asyncio.timeout(3):
+        acc = await sent
+    assert acc.seq == burst_last + 1 and acc.queued  # after the burst, behind the open turn
+    assert seen == sorted(seen) and seen[-1] == acc.seq
+
+
+async def test_after_a_burst_fails_to_commit_nothing_later_is_published_live(h: Harness) -> None:
+    from bridge.errors import StoreError
+
+    conv = await h.thread()
+    await conv.submit(prompt("silent"), None)
+    seen = _published_after_commit(h, conv)
+    before = conv.core.last_seq
+    append, calls = h.store.append, []
+    gate = asyncio.Event()
+
+    async def first_fails(thread_id: str, records: Any, *args: Any, **kw: Any) -> None:
+        calls.append(len(records))
+        first = len(calls) == 1
+        await gate.wait()
+        if first:
+            raise StoreError("append refused: test")
+        await append(thread_id, records, *args, **kw)
+
+    h.store.append = first_fails  # type: ignore[method-assign]
+    h.spawner.agent.say(*[delta(f"a{i}") for i in range(20)])
+    h.spawner.agent.say(*[delta(f"b{i}") for i in range(20)])
+    await wait_until(lambda: len(calls) == 2, 3, "two bursts handed to the store")
+    gate.set()
+    await wait_until(lambda: not conv._pipe, 3, "both settled")
+    # The first burst is not in the store and was never shown; the second committed, but
+    # publishing it live would show a gap: the seq moves past it and subscribers re-read.
+    assert [r.seq for r in h.store.events[conv.id] if r.seq > before] == list(range(before + 21, before + 41))
+    assert seen == [] and conv.core.last_seq == before + 40
+
+
+async def test_a_publish_that_raises_does_not_stall_the_bursts_after_it(h: Harness) -> None:
+    conv = await h.thread()
+    await conv.submit(prompt("silent"), None)
+    before = conv.core.last_seq
+    publish, calls = conv._announce.committed, []
+
+    def flaky(records: Any) -> None:
+        calls.append(len(records))
+        if len(calls) == 1:
+            raise RuntimeError("a subscriber's bug")
+        publish(records)
+
+    conv._announce.committed = flaky  # type: ignore[method-assign]
+    h.store.block_appends = asyncio.Event()
+    h.spawner.agent.say(*[delta(f"a{i}") for i in range(20)])
+    h.spawner.agent.say(*[delta(f"b{i}") for i in range(20)])
+    await wait_until(lambda: len(conv._pipe) == 2, 3, "two bursts in flight")
+    h.store.block_appends.set()
+    await wait_until(lambda: len(calls) == 2 and not conv._pipe, 3, "both settled")
+    assert conv.core.last_seq == before + 40 and calls == [20, 20]
+    # The pipe goes on: the next burst is published too.
+    h.spawner.agent.say(*[delta(f"c{i}") for i in range(20)])
+    await wait_until(lambda: len(calls) == 3, 3, "the next burst published")
+    assert conv.core.last_seq == before + 60

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable
 
 from bridge.protocols.envelope import Frames
 from bridge.protocols.events import Record
@@ -184,3 +185,133 @@ async def test_an_answer_pushed_during_the_replay_goes_out_before_the_next_store
     sub.close("done")
     assert await asyncio.wait_for(task, 5) == "done"
     assert order == ["accepted", *range(1, 11)]
+
+
+class CallSink(Sink):
+    """fanout.Sink that keeps each send's frames (answers as text, records as seqs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[list[str | int]] = []
+        self.sent = asyncio.Event()
+
+    @property
+    def order(self) -> list[str | int]:
+        return [x for call in self.calls for x in call]
+
+    async def send(self, texts: list[str], records: list[Record]) -> None:
+        self.calls.append([*texts, *(r.seq for r in records)])
+        self.sent.set()
+
+    async def until(self, pred: Callable[[], bool]) -> None:
+        async with asyncio.timeout(5):
+            while not pred():
+                self.sent.clear()
+                await self.sent.wait()
+
+
+async def spin(rounds: int = 50) -> None:
+    """Let every other task run (what a held subscriber must not do in that time: send)."""
+    for _ in range(rounds):
+        await asyncio.sleep(0)
+
+
+async def test_a_held_subscriber_sends_its_answer_first_then_what_waited_in_one_write() -> None:
+    # docs/api.md §5.4 on a replica that forwards a frame: the events it caused may arrive
+    # (through the store) before its answer (over the bus); they wait for the answer.
+    store = [rec(i) for i in range(1, 4)]
+    fan = Fanout()
+    sub = fan.subscribe()
+    sink = CallSink()
+    task = asyncio.create_task(deliver(sub, 3, Transcript(store), sink))
+    await spin()
+    sub.hold(30)
+    store += [rec(4), rec(5)]
+    fan.publish(store[-2:])
+    await spin()
+    assert sink.calls == [] and len(sub.buf) == 2  # nothing sent to this client meanwhile
+    sub.push_reply("accepted")
+    sub.release()
+    await sink.until(lambda: 5 in sink.order)
+    assert sink.calls == [["accepted", 4, 5]]
+    store.append(rec(6))
+    fan.publish(store[-1:])  # released: live again
+    await sink.until(lambda: 6 in sink.order)
+    sub.close("bye")
+    assert await asyncio.wait_for(task, 5) == "bye"
+
+
+async def test_a_hold_ends_by_itself_at_its_deadline() -> None:
+    # An owner that never answers: the events go out once the hold's time is up (the
+    # forward's own timeout then refuses the frame), and a later release changes nothing.
+    fan = Fanout()
+    sub = fan.subscribe()
+    sink = CallSink()
+    task = asyncio.create_task(deliver(sub, 0, Transcript([]), sink))
+    await spin()
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    sub.hold(0.2)
+    fan.publish([rec(1)])
+    await sink.until(lambda: 1 in sink.order)
+    assert loop.time() - began >= 0.15 and sub.held_until == 0.0
+    sub.push_reply("rejected")
+    sub.release()
+    await sink.until(lambda: "rejected" in sink.order)
+    assert sink.order == [1, "rejected"]
+    sub.close("bye")
+    assert await asyncio.wait_for(task, 5) == "bye"
+
+
+async def test_a_held_backlog_past_the_buffer_is_resent_from_the_store_after_the_answer() -> None:
+    # What waits for the answer is bounded by the subscriber's buffer: past it the buffer
+    # is dropped (as for a slow client), and after the answer the store is read again.
+    store: list[Record] = []
+    fan = Fanout()
+    sub = fan.subscribe(limit=4)
+    sink = CallSink()
+    task = asyncio.create_task(deliver(sub, 0, Transcript(store), sink))
+    await spin()
+    sub.hold(30)
+    for seq in range(1, 101):
+        store.append(rec(seq))  # durable before visible
+        fan.publish([store[-1]])
+    assert sub.lagging and len(sub.buf) == 0  # memory stays bounded while held
+    await spin()
+    assert sink.calls == []
+    sub.push_reply("accepted")
+    sub.release()
+    await sink.until(lambda: 100 in sink.order)
+    assert sink.order == ["accepted", *range(1, 101)]
+    sub.close("bye")
+    assert await asyncio.wait_for(task, 5) == "bye"
+
+
+async def test_a_hold_during_the_replay_stops_the_store_pages_until_the_answer() -> None:
+    # A client that prompts (through another replica) while its replay is still reading:
+    # the next page may already hold the turn its prompt started.
+    store = [rec(seq) for seq in range(1, 2501)]
+    fan = Fanout()
+    sub = fan.subscribe(limit=64)
+    sink = CallSink()
+    sub.hold(30)
+    task = asyncio.create_task(deliver(sub, 0, Transcript(store), sink))
+    await spin()
+    assert sink.calls == []
+    sub.push_reply("accepted")
+    sub.release()
+    await sink.until(lambda: 2500 in sink.order)
+    assert sink.order == ["accepted", *range(1, 2501)]
+    sub.close("bye")
+    assert await asyncio.wait_for(task, 5) == "bye"
+
+
+async def test_a_held_subscriber_that_is_closed_leaves_at_once() -> None:
+    fan = Fanout()
+    sub = fan.subscribe()
+    sink = CallSink()
+    task = asyncio.create_task(deliver(sub, 0, Transcript([]), sink))
+    await spin()
+    sub.hold(30)
+    sub.close("deleted")
+    assert await asyncio.wait_for(task, 5) == "deleted"

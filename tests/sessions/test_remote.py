@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from bridge.bus.base import CommandRefused, LocalBus
+from bridge.bus.base import CommandRefused, LocalBus, Reply
 from bridge.errors import BridgeError, NotFound
 from bridge.sessions.actions import Accepted
+from bridge.sessions.fanout import Fanout, Subscriber
 from bridge.sessions.modes import ModeRefused
 from bridge.sessions.remote import ForwardFailed, Owners, accepted_body, accepted_from, refusal, run_command
 
@@ -161,3 +162,41 @@ async def test_set_mode_runs_on_the_owner_and_its_refusal_comes_back() -> None:
     assert refusal(info.value.body).code == "mode_refused" and refusal(info.value.body).status == 400
     with pytest.raises(CommandRefused):
         await run("mode", {"mode_id": 7})
+
+
+class AnsweringBus(LocalBus):
+    """A bus whose owner answers at once, noting whether the sender's subscription was
+    held when the command left (the owner may commit events before its answer arrives)."""
+
+    def __init__(self, sub: Subscriber, reply: Reply) -> None:
+        super().__init__("a")
+        self.sub, self.reply = sub, reply
+        self.held_at_send: list[bool] = []
+
+    async def request(
+        self, replica_id: str, kind: str, thread_id: str, body: Mapping[str, Any], timeout: float
+    ) -> Reply:
+        self.held_at_send.append(self.sub.held_until > 0)
+        return self.reply
+
+
+async def test_the_senders_subscription_is_held_from_before_the_command_leaves() -> None:
+    # docs/api.md §5.4: the answer first, on a replica that forwards. The hold outlives
+    # forward() — answered or refused — until the transport has pushed the answer.
+    for ok in (True, False):
+        sub = Fanout().subscribe()
+        bus = AnsweringBus(sub, Reply("x", ok, {"seq": 4} if ok else {"code": "busy", "message": "busy"}))
+        owners = Owners(None, bus, "a", lease_ttl_s=15)  # type: ignore[arg-type]
+        if ok:
+            assert await owners.forward("b", "prompt", "thr_1", {}, answer_to=sub) == {"seq": 4}
+        else:
+            with pytest.raises(BridgeError) as refused:
+                await owners.forward("b", "prompt", "thr_1", {}, answer_to=sub)
+            assert refused.value.code == "busy"
+        assert bus.held_at_send == [True] and sub.held_until > 0
+        sub.release()
+        assert sub.held_until == 0.0 and sub.wake.is_set()
+    unheld = Fanout().subscribe()  # a frame not forwarded: nothing is held
+    bus = AnsweringBus(unheld, Reply("x", True, {}))
+    await Owners(None, bus, "a", lease_ttl_s=15).forward("b", "raw", "thr_1", {})  # type: ignore[arg-type]
+    assert bus.held_at_send == [False]

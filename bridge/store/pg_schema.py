@@ -118,6 +118,15 @@ MIGRATIONS: list[str] = [
         revoked_at text
     );
     """,
+    # 4: each event's envelope stored at commit (issue #22), SQLite's migration 9: ``env``,
+    # the bytes a client is sent for it in events mode, and the byte offsets of ``data``
+    # and ``raw`` in it; a new row's ``data`` is '' and its ``raw`` NULL. Rows written
+    # before keep their columns (``env`` NULL) and are read as before: no back-fill.
+    """
+    ALTER TABLE events ADD COLUMN env bytea;
+    ALTER TABLE events ADD COLUMN data_at integer;
+    ALTER TABLE events ADD COLUMN raw_at integer;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -53,7 +53,13 @@ from psycopg import AsyncConnection
 
 from bridge.clock import now_iso
 from bridge.errors import InvalidRequest, LeaseLost, StoreError
-from bridge.protocols.envelope import Frames, stored_envelopes
+from bridge.protocols.envelope import (
+    CorruptEvent,
+    Frames,
+    checked_envelopes,
+    checked_lines,
+    stored_envelopes,
+)
 from bridge.protocols.events import Record
 from bridge.store import pg_schema
 from bridge.store.base import (
@@ -69,6 +75,7 @@ from bridge.store.base import (
     ThreadRow,
     UserRow,
 )
+from bridge.store.event_rows import corrupt_rows, event_rows
 from bridge.store.sqlite import decode_cursor, encode_cursor
 from bridge.store.sqlite_leases import LEASE_LOST, stamp
 from bridge.store.sqlite_sql import _JSON_COLUMNS, _THREAD_COLUMNS, _iso_before
@@ -131,9 +138,21 @@ WITH upto AS (
 )
 UPDATE change_log SET horizon = greatest(horizon, upto.m) FROM upto WHERE upto.m IS NOT NULL
 """
-_READ_EVENTS = (
-    "SELECT seq, ts, source, kind, data, raw, relay FROM events WHERE thread_id = %s AND seq > %s ORDER BY seq LIMIT %s"
+# An event's data and raw: from its stored envelope (pg_schema migration 4), or from its
+# columns for a row written before.
+_DATA_SQL = (
+    "CASE WHEN env IS NULL THEN data ELSE convert_from(substring(env FROM data_at + 1 "
+    "FOR coalesce(raw_at - 7, length(env) - 12) - data_at), 'UTF8') END"
 )
+_RAW_SQL = (
+    "CASE WHEN env IS NULL THEN raw ELSE convert_from(substring(env FROM raw_at + 1 "
+    "FOR length(env) - raw_at - 1), 'UTF8') END"
+)
+_READ_EVENTS = (
+    f"SELECT seq, ts, source, kind, {_DATA_SQL}, {_RAW_SQL}, relay FROM events "  # noqa: S608
+    "WHERE thread_id = %s AND seq > %s ORDER BY seq LIMIT %s"
+)
+_READ_EVENTS_NO_RAW = _READ_EVENTS.replace(_RAW_SQL, "NULL", 1)
 _RENEW = """
 UPDATE threads t SET lease_expires = clock_timestamp() + make_interval(secs => %s)
 FROM (SELECT id FROM threads WHERE lease_owner = %s AND lease_expires > clock_timestamp()
@@ -143,9 +162,9 @@ RETURNING t.id, t.lease_epoch
 """
 RENEW_ATTEMPTS = 3
 _INSERT = """
-INSERT INTO events (thread_id, seq, ts, source, kind, data, raw, relay, client_id)
-SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[],
-    %s::text[], %s::boolean[], %s::text[])
+INSERT INTO events (thread_id, seq, ts, source, kind, env, data_at, raw_at, relay, client_id, data)
+SELECT *, '' FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[], %s::text[], %s::bytea[],
+    %s::integer[], %s::integer[], %s::boolean[], %s::text[])
 """
 
 
@@ -485,10 +504,7 @@ class PostgresStore:
         *,
         epoch: int | None = None,
     ) -> None:
-        rows = [
-            (thread_id, r.seq, r.ts, r.source, r.kind, r.data_json, r.raw, bool(r.relay), cid)
-            for r, cid in zip(records, client_ids, strict=True)
-        ]
+        rows = event_rows(thread_id, records, client_ids)
         fields = self._dump(thread_fields)
         updated_at = fields.pop("updated_at", None)
         turn_active = fields.pop("turn_active", None)
@@ -554,7 +570,7 @@ class PostgresStore:
             item.done.set_result(None)
 
     async def read_events(self, thread_id: str, after: int, limit: int, *, with_raw: bool = True) -> list[Record]:
-        sql = _READ_EVENTS if with_raw else _READ_EVENTS.replace(" raw,", " NULL,", 1)
+        sql = _READ_EVENTS if with_raw else _READ_EVENTS_NO_RAW
 
         async def do(c: AsyncConnection[Any]) -> list[Record]:
             async with c.cursor() as cur:
@@ -570,24 +586,8 @@ class PostgresStore:
     async def read_frames(self, thread_id: str, after: int, limit: int, *, raw: bool) -> Frames:
         async def do(c: AsyncConnection[Any]) -> Frames:
             async with c.cursor() as cur:
-                if raw:
-                    await cur.execute(
-                        "SELECT seq, CASE WHEN source = 'agent' AND relay THEN convert_to(raw, 'UTF8') END "
-                        "FROM events WHERE thread_id = %s AND seq > %s ORDER BY seq LIMIT %s",
-                        (thread_id, after, limit),
-                    )
-                    rrows: list[tuple[int, bytes | None]] = await _bounded(cur, lambda r: len(r[1] or b""))
-                    return Frames(
-                        [text for _, text in rrows if text is not None], len(rrows), rrows[-1][0] if rrows else after
-                    )
-                await cur.execute(
-                    "SELECT seq, convert_to(ts, 'UTF8'), convert_to(source, 'UTF8'), convert_to(kind, 'UTF8'), "
-                    "convert_to(data, 'UTF8'), convert_to(raw, 'UTF8') FROM events "
-                    "WHERE thread_id = %s AND seq > %s ORDER BY seq LIMIT %s",
-                    (thread_id, after, limit),
-                )
-                rows = await _bounded(cur, lambda r: len(r[4]) + len(r[5] or b""))
-                return Frames(stored_envelopes(rows), len(rows), rows[-1][0] if rows else after)
+                with corrupt_rows(thread_id):
+                    return await (_raw_page if raw else _envelope_page)(cur, thread_id, after, limit)
 
         return cast(Frames, await self._read(do))
 
@@ -805,6 +805,55 @@ async def _discard(slot: _Conn) -> None:
             await conn.close()
 
 
+async def _raw_page(cur: Any, thread_id: str, after: int, limit: int) -> Frames:
+    """Raw mode relays the agent's own lines, one per stdout line (``relay``)."""
+    await cur.execute(
+        "SELECT seq, CASE WHEN source = 'agent' AND relay THEN coalesce(substring(env FROM raw_at + 1 "
+        "FOR length(env) - raw_at - 1), convert_to(raw, 'UTF8')) END "
+        "FROM events WHERE thread_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+        (thread_id, after, limit),
+    )
+    rows: list[tuple[int, bytes | None]] = await _bounded(cur, lambda r: len(r[1] or b""))
+    return Frames(checked_lines(rows), len(rows), rows[-1][0] if rows else after)
+
+
+async def _envelope_page(cur: Any, thread_id: str, after: int, limit: int) -> Frames:
+    """Each row's stored envelope, one column (issue #22); rows from before it (env NULL)
+    are built from their columns, as before."""
+    await cur.execute(
+        "SELECT seq, env, CASE WHEN env IS NULL THEN length(data) + coalesce(length(raw), 0) ELSE 0 END "
+        "FROM events WHERE thread_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+        (thread_id, after, limit),
+    )
+    rows: list[tuple[int, bytes | None, int]] = await _bounded(cur, lambda r: r[2] + len(r[1] or b""))
+    if any(r[1] is None for r in rows):
+        envs = await _with_legacy(cur, thread_id, rows)
+    else:
+        envs = [(seq, env) for seq, env, _ in rows if env is not None]
+    return Frames(checked_envelopes(envs), len(envs), envs[-1][0] if envs else after)
+
+
+async def _with_legacy(cur: Any, thread_id: str, rows: list[tuple[int, bytes | None, int]]) -> list[tuple[int, bytes]]:
+    """A page holding rows from before migration 4: theirs built from their columns. A row
+    gone meanwhile (its thread was deleted between the reads) fails as corrupt."""
+    seqs = [seq for seq, env, _ in rows if env is None]
+    await cur.execute(
+        "SELECT seq, convert_to(ts, 'UTF8'), convert_to(source, 'UTF8'), convert_to(kind, 'UTF8'), "
+        "convert_to(data, 'UTF8'), convert_to(raw, 'UTF8') FROM events "
+        "WHERE thread_id = %s AND seq >= %s AND seq <= %s AND env IS NULL ORDER BY seq",
+        (thread_id, seqs[0], seqs[-1]),
+    )
+    old = await cur.fetchall()
+    built = dict(zip((r[0] for r in old), stored_envelopes(old), strict=True))
+    out: list[tuple[int, bytes]] = []
+    for seq, env, _ in rows:
+        text = env if env is not None else built.get(seq)
+        if text is None:  # deleted meanwhile
+            raise CorruptEvent(seq)
+        out.append((seq, text))
+    return out
+
+
 async def _bounded(cur: Any, size: Callable[[Any], int], max_bytes: int = PAGE_BYTES) -> list[Any]:
     """The cursor's rows, stopping after the row that brings the page to ``max_bytes``."""
     rows: list[Any] = []
@@ -943,12 +992,12 @@ async def _already_committed(conn: AsyncConnection[Any], batch: list[_Append]) -
     firsts = [(i, item.rows[0]) for i, item in enumerate(batch) if item.rows]
     if not firsts:
         return set()
-    tids, seqs, tss, datas = zip(*((r[0], r[1], r[2], r[5]) for _, r in firsts), strict=True)
+    tids, seqs, tss, envs = zip(*((r[0], r[1], r[2], r[5]) for _, r in firsts), strict=True)
     cur = await conn.execute(
-        "SELECT e.thread_id, e.seq FROM events e JOIN unnest(%s::text[], %s::bigint[], %s::text[], %s::text[]) "
-        "AS v(thread_id, seq, ts, data) ON e.thread_id = v.thread_id AND e.seq = v.seq "
-        "AND e.ts = v.ts AND e.data = v.data",
-        [list(tids), list(seqs), list(tss), list(datas)],
+        "SELECT e.thread_id, e.seq FROM events e JOIN unnest(%s::text[], %s::bigint[], %s::text[], %s::bytea[]) "
+        "AS v(thread_id, seq, ts, env) ON e.thread_id = v.thread_id AND e.seq = v.seq "
+        "AND e.ts = v.ts AND e.env = v.env",
+        [list(tids), list(seqs), list(tss), list(envs)],
     )
     stored = {(t, s) for t, s in await cur.fetchall()}
     return {i for i, r in firsts if (r[0], r[1]) in stored}

@@ -48,6 +48,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import operator
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -59,7 +60,7 @@ import structlog
 
 from bridge.clock import now_iso
 from bridge.errors import LeaseLost, StoreError
-from bridge.protocols.envelope import Frames, stored_envelopes
+from bridge.protocols.envelope import CorruptEvent, Frames, checked_envelopes, checked_lines, stored_envelopes
 from bridge.protocols.events import Record
 from bridge.store import sqlite_leases as leases
 from bridge.store import sqlite_sql as sql
@@ -74,6 +75,7 @@ from bridge.store.base import (
     ThreadRow,
     UserRow,
 )
+from bridge.store.event_rows import corrupt_rows
 from bridge.store.sqlite_sql import (
     _JSON_COLUMNS,
     _MIGRATIONS,
@@ -509,6 +511,8 @@ class SqliteStore(leases.SqliteLeases):
         ``last_seq`` and ``turn_active`` are owed to the thread row and written later
         (``_dirty``); any other field is written in the same transaction. With ``epoch``
         the transaction first checks the lease in SQL (sqlite_leases.fence)."""
+        # The envelopes are stored with the rows (migration 9), built where the write
+        # connection is (sqlite_sql._insert_row): in the writer process, off this loop.
         rows = [
             (thread_id, r.seq, r.ts, r.source, r.kind, r.data_json, r.raw, int(r.relay), cid)
             for r, cid in zip(records, client_ids, strict=True)
@@ -725,11 +729,11 @@ class SqliteStore(leases.SqliteLeases):
         return bool(await self._run(sql.revoke_user, name, now_iso()))
 
     async def read_events(self, thread_id: str, after: int, limit: int, *, with_raw: bool = True) -> list[Record]:
-        raw_col = "raw" if with_raw else "NULL"
+        raw_col = sql.RAW_SQL if with_raw else "NULL"
 
         def do(db: sqlite3.Connection) -> list[Record]:
             cur = db.execute(
-                f"SELECT seq,ts,source,kind,data,{raw_col},relay FROM events"  # noqa: S608
+                f"SELECT seq,ts,source,kind,{sql.DATA_SQL},{raw_col},relay FROM events"  # noqa: S608
                 " WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
                 (thread_id, after, limit),
             )
@@ -744,27 +748,13 @@ class SqliteStore(leases.SqliteLeases):
 
     async def read_frames(self, thread_id: str, after: int, limit: int, *, raw: bool) -> Frames:
         def do(db: sqlite3.Connection) -> Frames:
-            # Read as UTF-8 bytes: the frames are joined and sent without decoding or
-            # encoding any text, and without a Record per row (issue #8).
+            # Read as UTF-8 bytes: the frames are sent without decoding or encoding any
+            # text, and without a Record per row (issue #8); in events mode each row is its
+            # stored envelope, one column (issue #22).
             db.text_factory = bytes
             try:
-                if raw:
-                    # Raw mode relays the agent's own lines, one per stdout line (``relay``).
-                    cur = db.execute(
-                        "SELECT seq,CASE WHEN source='agent' AND relay=1 THEN raw END FROM events"
-                        " WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
-                        (thread_id, after, limit),
-                    )
-                    rrows: list[tuple[int, bytes | None]] = _bounded(cur, lambda r: len(r[1] or b""))
-                    return Frames(
-                        [text for _, text in rrows if text is not None], len(rrows), rrows[-1][0] if rrows else after
-                    )
-                cur = db.execute(
-                    "SELECT seq,ts,source,kind,data,raw FROM events WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
-                    (thread_id, after, limit),
-                )
-                rows = _bounded(cur, lambda r: len(r[4]) + len(r[5] or b""))
-                return Frames(stored_envelopes(rows), len(rows), rows[-1][0] if rows else after)
+                with corrupt_rows(thread_id):
+                    return (_raw_page if raw else _envelope_page)(db, thread_id, after, limit)
             finally:
                 db.text_factory = str
 
@@ -778,6 +768,86 @@ class SqliteStore(leases.SqliteLeases):
             return int(row[0]) if row else None
 
         return await self._read(do)
+
+
+def _raw_page(db: sqlite3.Connection, thread_id: str, after: int, limit: int) -> Frames:
+    """Raw mode relays the agent's own lines, one per stdout line (``relay``)."""
+    cur = db.execute(
+        "SELECT seq,CASE WHEN source='agent' AND relay=1 THEN"
+        " coalesce(substr(env,raw_at+1,length(env)-raw_at-1),raw) END FROM events"
+        " WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
+        (thread_id, after, limit),
+    )
+    rows: list[tuple[int, bytes | None]] = _bounded(cur, lambda r: len(r[1] or b""))
+    return Frames(checked_lines(rows), len(rows), rows[-1][0] if rows else after)
+
+
+def _envelope_page(db: sqlite3.Connection, thread_id: str, after: int, limit: int) -> Frames:
+    """Each row's stored envelope, one column (issue #22). A page that may hold rows from
+    before migration 9 (the transcript is gapless, so its seqs are ``after+1 ..
+    after+limit``; the partial index ``events_without_env`` answers) is read with their
+    columns too, and theirs are built from those, as before."""
+    old = db.execute(
+        "SELECT 1 FROM events INDEXED BY events_without_env"
+        " WHERE thread_id=? AND seq>? AND seq<=? AND env IS NULL LIMIT 1",
+        (thread_id, after, after + limit),
+    ).fetchone()
+    rows = None
+    if old is None:
+        cur = db.execute(
+            "SELECT seq,env FROM events WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?", (thread_id, after, limit)
+        )
+        rows = _envelope_rows(cur)
+    if rows is None:
+        rows = _with_legacy(db, thread_id, after, limit)
+    return Frames(checked_envelopes(rows), len(rows), rows[-1][0] if rows else after)
+
+
+_SECOND = operator.itemgetter(1)
+
+
+def _envelope_rows(cur: sqlite3.Cursor, max_bytes: int = PAGE_BYTES) -> list[tuple[int, bytes]] | None:
+    """``_bounded`` for ``(seq, env)`` rows, a chunk at a time while no row of it can
+    reach the bound (the sizes summed in C). None at a row from before migration 9 (no
+    envelope: the page is read again with its columns); CorruptEvent at an envelope that
+    is not bytes."""
+    rows: list[tuple[int, bytes]] = []
+    total = 0
+    while total < max_bytes and (chunk := cur.fetchmany(128)):
+        try:
+            size = sum(map(len, map(_SECOND, chunk)))
+        except TypeError:  # not bytes
+            size = max_bytes
+        if total + size < max_bytes:
+            rows += chunk
+            total += size
+            continue
+        for row in chunk:
+            if row[1] is None:
+                return None
+            if row[1].__class__ is not bytes:
+                raise CorruptEvent(row[0])
+            rows.append(row)
+            total += len(row[1])
+            if total >= max_bytes:
+                break
+    return rows
+
+
+def _with_legacy(db: sqlite3.Connection, thread_id: str, after: int, limit: int) -> list[tuple[int, bytes]]:
+    """A page that holds rows from before migration 9, read as before (``stored_envelopes``
+    of their columns; the new rows' ``data`` and ``raw`` cut out of their envelopes, which
+    joins them back byte for byte). A row whose data cannot be had: CorruptEvent."""
+    cur = db.execute(
+        f"SELECT seq,ts,source,kind,{sql.DATA_SQL},{sql.RAW_SQL} FROM events"  # noqa: S608
+        " WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
+        (thread_id, after, limit),
+    )
+    rows = _bounded(cur, lambda r: len(r[4] or b"") + len(r[5] or b""))
+    try:
+        return list(zip([r[0] for r in rows], stored_envelopes(rows), strict=True))
+    except TypeError:  # a NULL where data must be
+        raise CorruptEvent(next(r[0] for r in rows if not isinstance(r[4], bytes))) from None
 
 
 def _user(row: Sequence[Any]) -> UserRow:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import asyncio
 
+from bridge.protocols.envelope import record_envelope, stored_envelope
 from bridge.store import sqlite_leases as leases
 from bridge.store.base import CHANGE_COLUMNS, ROW_COLUMNS, TOMBSTONE_KEEP
 
@@ -141,7 +142,34 @@ _MIGRATIONS.append(
     """
 )
 
+# 9: each event's envelope stored at commit (issue #22): ``env``, the bytes a client is sent
+# for it in events mode, and the offsets of ``data`` and ``raw`` in it
+# (bridge/protocols/envelope.py stored_envelope), so a replayed row is one column and
+# ``data``/``raw`` are not stored twice (a new row's ``data`` is '' and ``raw`` NULL). Rows
+# written before stay as they are (``env`` NULL) and are read as before: no back-fill; a
+# partial index of them (new rows never enter it) tells a replay page whether it holds any.
+_MIGRATIONS.append(
+    """
+    ALTER TABLE events ADD COLUMN env BLOB;
+    ALTER TABLE events ADD COLUMN data_at INTEGER;
+    ALTER TABLE events ADD COLUMN raw_at INTEGER;
+    CREATE INDEX events_without_env ON events(thread_id, seq) WHERE env IS NULL;
+    """
+)
+
 SCHEMA_VERSION = len(_MIGRATIONS)
+
+# An event's data and raw, from its envelope or (rows from before migration 9) its columns.
+DATA_SQL = (
+    "CASE WHEN env IS NULL THEN data ELSE "
+    "CAST(substr(env,data_at+1,coalesce(raw_at-7,length(env)-12)-data_at) AS TEXT) END"
+)
+RAW_SQL = "CASE WHEN env IS NULL THEN raw ELSE CAST(substr(env,raw_at+1,length(env)-raw_at-1) AS TEXT) END"
+# An append's row as inserted (``_insert_row``).
+INSERT_EVENTS = (
+    "INSERT INTO events (thread_id,seq,ts,source,kind,env,data_at,raw_at,relay,client_id,data)"
+    " VALUES (?,?,?,?,?,?,?,?,?,?,'')"
+)
 
 
 _THREAD_COLUMNS = ROW_COLUMNS  # both stores: the same columns, in the same order
@@ -230,10 +258,7 @@ def _write_item(db: sqlite3.Connection, item: _Append) -> None:
     if item.fence is not None:
         leases.fence(db, item.thread_id, *item.fence)
     if item.rows:
-        db.executemany(
-            "INSERT INTO events (thread_id,seq,ts,source,kind,data,raw,relay,client_id) VALUES (?,?,?,?,?,?,?,?,?)",
-            item.rows,
-        )
+        db.executemany(INSERT_EVENTS, map(_insert_row, item.rows))
     if item.fields:
         sets = ",".join(f"{k}=?" for k in item.fields)
         bump = [_next_change(db)] if item.changed else []
@@ -241,6 +266,17 @@ def _write_item(db: sqlite3.Connection, item: _Append) -> None:
             f"UPDATE threads SET {sets}{',change_seq=?' if item.changed else ''} WHERE id=?",  # noqa: S608
             (*item.fields.values(), *bump, item.thread_id),
         )
+
+
+def _insert_row(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """An append's row ``(thread_id, seq, ts, source, kind, data_json, raw, relay,
+    client_id)`` as stored: the event's envelope bytes and the offsets of ``data`` and
+    ``raw`` in them (migration 9), built here, where the write connection is (the writer
+    process, by default: off the event loop), byte for byte ``Record.envelope()``.
+    UnicodeEncodeError for text that is not UTF-8 (the append is refused)."""
+    thread_id, seq, ts, source, kind, data, raw, relay, client_id = row
+    env, data_at, raw_at = stored_envelope(record_envelope(seq, ts, source, kind, data, raw), data, raw)
+    return (thread_id, seq, ts, source, kind, env, data_at, raw_at, relay, client_id)
 
 
 # This append alone is bad (a constraint, or text SQLite cannot encode): it is refused, the
@@ -450,7 +486,10 @@ def already_written(db: sqlite3.Connection, item: _Append) -> bool:
     if not item.rows:
         return False
     row = item.rows[0]
-    found = db.execute("SELECT ts, data FROM events WHERE thread_id=? AND seq=?", (row[0], row[1])).fetchone()
+    found = db.execute(
+        f"SELECT ts, {DATA_SQL} FROM events WHERE thread_id=? AND seq=?",  # noqa: S608
+        (row[0], row[1]),
+    ).fetchone()
     return found is not None and tuple(found) == (row[2], row[5])
 
 

@@ -258,6 +258,9 @@ class Conversation:
         self.core.last_seq = seq
         apply_fields(self.thread, thread_fields)
         self.thread["last_seq"] = seq
+        self._visible(records, seq)
+
+    def _visible(self, records: list[Record], seq: int) -> None:
         self._announce.committed(records)
         if self._history is not None:
             self._history = committed(self._history, records, HISTORY_KEEP_ITEMS)
@@ -292,17 +295,18 @@ class Conversation:
         """Publish every committed emit at the head of the pipe, in order. After a failure
         nothing more is published live (it would leave a gap): what still commits moves the
         seq on, and subscribers re-read from the store."""
+        # Emits committed together are published as one batch: a subscriber's buffer takes
+        # one batch whole (fanout.Subscriber.push), where two bursts back to back would make
+        # a subscriber that has not yet taken the first one re-read them from the store.
+        ready: list[Record] = []
         while self._pipe and self._pipe[0][2].done():
             records, fields, task = self._pipe.popleft()
             failure = task.exception() if not task.cancelled() else asyncio.CancelledError()
             if failure is None and self._pipe_error is None:
-                try:
-                    self._published(records, fields)
-                except Exception:  # a callback of the loop's: it must not stall the pipe
-                    log.exception("conversation.publish_failed", thread_id=self.id)
-                    if records:
-                        self.core.last_seq = max(self.core.last_seq, records[-1].seq)
-                    self.fanout.resync_all()  # committed: subscribers read it from the store
+                if records:
+                    self.core.last_seq = self.thread["last_seq"] = records[-1].seq
+                apply_fields(self.thread, fields)
+                ready += records
                 continue
             if failure is None:  # committed after an earlier one failed
                 self.core.last_seq = self.thread["last_seq"] = max(
@@ -312,6 +316,12 @@ class Conversation:
             elif self._pipe_error is None:
                 self._pipe_error = failure
                 log.error("conversation.append_failed", thread_id=self.id, error=str(failure))
+        if ready:
+            try:
+                self._visible(ready, ready[-1].seq)
+            except Exception:  # a callback of the loop's: it must not stall the pipe
+                log.exception("conversation.publish_failed", thread_id=self.id)
+                self.fanout.resync_all()  # committed: subscribers read it from the store
 
     async def _drain(self) -> None:
         """Until nothing is in flight (``_lock``'s entry)."""

@@ -254,11 +254,15 @@ class Conversation:
 
     def _published(self, records: list[Record], thread_fields: dict[str, Any]) -> None:
         """Committed: now visible (the fan-out, the history, the other replicas, long-polls)."""
-        seq = records[-1].seq if records else self.core.last_seq
-        self.core.last_seq = seq
+        self._advance(records, thread_fields)
+        self._visible(records, self.core.last_seq)
+
+    def _advance(self, records: list[Record], thread_fields: dict[str, Any]) -> None:
+        """Committed: the seq and the thread row move on."""
+        if records:
+            self.core.last_seq = records[-1].seq
         apply_fields(self.thread, thread_fields)
-        self.thread["last_seq"] = seq
-        self._visible(records, seq)
+        self.thread["last_seq"] = self.core.last_seq
 
     def _visible(self, records: list[Record], seq: int) -> None:
         self._announce.committed(records)
@@ -284,11 +288,10 @@ class Conversation:
         task.add_done_callback(self._settle)
         while len(self._pipe) > PIPELINE_DEPTH:
             await asyncio.wait({self._pipe[0][2]})
-        else:
-            # A read of stdout that finds data buffered does not suspend, so without this
-            # the reader could decode burst after burst while the subscribers' senders and
-            # the store never ran; they get their turn once per burst.
-            await asyncio.sleep(0)
+        # A read of stdout that finds data buffered does not suspend, so without this the
+        # reader could decode burst after burst while the subscribers' senders and the store
+        # never ran; they get their turn once per burst.
+        await asyncio.sleep(0)
         self._raise_pipe_error()
 
     def _settle(self, _task: asyncio.Task[None]) -> None:
@@ -303,9 +306,7 @@ class Conversation:
             records, fields, task = self._pipe.popleft()
             failure = task.exception() if not task.cancelled() else asyncio.CancelledError()
             if failure is None and self._pipe_error is None:
-                if records:
-                    self.core.last_seq = self.thread["last_seq"] = records[-1].seq
-                apply_fields(self.thread, fields)
+                self._advance(records, fields)
                 ready += records
                 continue
             if failure is None:  # committed after an earlier one failed
@@ -327,6 +328,11 @@ class Conversation:
         """Until nothing is in flight (``_lock``'s entry)."""
         while self._pipe:
             await asyncio.wait({self._pipe[-1][2]})
+
+    async def _drain_reader(self) -> None:
+        """The stdout reader's drain: raises the first failure of what was in flight."""
+        await self._drain()
+        self._raise_pipe_error()
 
     def _raise_pipe_error(self) -> None:
         if (failure := self._pipe_error) is not None:
@@ -696,12 +702,10 @@ class Conversation:
                     if self._pipelined(actions, len(lines)):
                         await self._emit_pipelined(cast(Emit, actions[0]))
                         continue
-                    await self._drain()
-                    self._raise_pipe_error()
+                    await self._drain_reader()
                     await self._perform(actions)
             async with self._lock.undrained:
-                await self._drain()
-                self._raise_pipe_error()
+                await self._drain_reader()
         except LineTooLong as exc:
             log.warning("agent.line_too_long", thread_id=self.id, pid=proc.pid)
             await self._step(self.core.line_too_long(str(exc)))

@@ -281,18 +281,21 @@ async def _send_answers(sub: Subscriber, sink: Sink) -> None:
         await sink.send(texts, [])
 
 
-async def _send_page(page: Frames | list[Record], cursor: _Cursor, sink: Sink) -> tuple[int, int]:
-    """Send one store page; returns (rows read, the last row's seq)."""
+async def _send_page(sub: Subscriber, page: Frames | list[Record], cursor: _Cursor, sink: Sink) -> None:
+    """Send one store page, after the answers waiting for the subscriber (once its hold,
+    if any, is over)."""
+    if sub.held_until:
+        await _until_answered(sub)
+    await _send_answers(sub, sink)
     if isinstance(page, list):
         if page:
             await sink.send([], page)
             cursor.last = page[-1].seq
-        return len(page), cursor.last
+        return
     if page.texts:
         await sink.send_frames(page.texts)
     if page.count:
         cursor.last = page.last
-    return page.count, page.last
 
 
 async def _catch_up(sub: Subscriber, cursor: _Cursor, transcript: Transcript, sink: Sink) -> None:
@@ -309,15 +312,9 @@ async def _catch_up(sub: Subscriber, cursor: _Cursor, transcript: Transcript, si
                 sub.lagging = False
                 page_last = page.last if isinstance(page, Frames) else page[-1].seq
                 pending = asyncio.ensure_future(_read(sub, page_last, transcript, sink))
-                if sub.held_until:
-                    await _until_answered(sub)
-                await _send_answers(sub, sink)
-                await _send_page(page, cursor, sink)
+                await _send_page(sub, page, cursor, sink)
                 continue
-            if sub.held_until:
-                await _until_answered(sub)
-            await _send_answers(sub, sink)
-            await _send_page(page, cursor, sink)
+            await _send_page(sub, page, cursor, sink)
             if not sub.lagging:
                 return
             sub.lagging = False

@@ -24,6 +24,19 @@ async def transcript(d: Any, thread_id: str) -> list[dict[str, Any]]:
             events += page["events"]
 
 
+async def saw_the_transcript(d: Any, c: Any, thread_id: str) -> list[dict[str, Any]]:
+    """The daemon is ready, and the client was sent every seq once, in order: exactly the
+    stored transcript (returned)."""
+    async with d.http() as http:
+        assert (await http.get("/readyz")).status_code == 200
+        last = (await http.get(f"/v1/threads/{thread_id}")).json()["last_seq"]
+    await c.upto(last)
+    assert c.seqs() == list(range(1, last + 1))
+    stored = await transcript(d, thread_id)
+    assert [(e["seq"], e["kind"]) for e in stored] == [(f["seq"], f["kind"]) for f in c.frames if f.get("seq")]
+    return stored
+
+
 async def test_agent_exiting_before_its_first_line_ends_the_turn_with_error(
     daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
 ) -> None:
@@ -132,14 +145,7 @@ async def test_locked_store_pauses_the_agent_and_loses_nothing(daemon: Any, tmp_
         else await c.next(lambda f: f.get("kind") == "client.accepted" and f["data"]["op"] == "prompt")
     )
     await c.kind("turn.ended", turn_id=acc["data"]["turn_id"], timeout=20)
-    async with daemon.http() as http:
-        assert (await http.get("/readyz")).status_code == 200
-        last = (await http.get(f"/v1/threads/{thread['id']}")).json()["last_seq"]
-    await c.upto(last)
-    assert c.seqs() == list(range(1, last + 1))
-    stored = await transcript(daemon, thread["id"])
-    assert [e["seq"] for e in stored] == c.seqs()
-    assert [e["kind"] for e in stored] == [f["kind"] for f in c.frames if f.get("seq")]
+    await saw_the_transcript(daemon, c, thread["id"])
     await c.close()
 
 

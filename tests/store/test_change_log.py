@@ -301,9 +301,29 @@ ROUNDS = 25
 PER_REPLICA = 6
 
 
-async def replica_writes(store: Store, tids: list[str]) -> None:
-    """Rounds of group-committed appends on every thread, a rename of one, then two deletes."""
+class Polls:
+    """How many polls the reader has started; a writer's round waits for the next one, so
+    the reader always reads while the writers run (however the machine schedules them)."""
+
+    def __init__(self) -> None:
+        self.started = 0
+        self._next = asyncio.Event()
+
+    def start(self) -> None:
+        self.started += 1
+        self._next.set()
+        self._next = asyncio.Event()
+
+    async def beyond(self, n: int) -> None:
+        while self.started <= n:
+            await self._next.wait()
+
+
+async def replica_writes(store: Store, tids: list[str], polls: Polls) -> None:
+    """Rounds of group-committed appends on every thread, a rename of one, then two deletes;
+    round r once the reader has started poll r + 1."""
     for r in range(ROUNDS):
+        await polls.beyond(r)
         ts = f"2026-11-30T00:{r // 60:02d}:{r % 60:02d}.000Z"
         await asyncio.gather(
             *(
@@ -332,10 +352,12 @@ async def test_two_replicas_committing_at_once_give_cursors_a_reader_never_skips
                 await store.create_thread(row(tid))
         seen: dict[str, ThreadRow | None] = {}
         cursors: list[int] = []
-        writers = asyncio.gather(*(replica_writes(store, tids) for store, tids in mine.items()))
+        started = Polls()
+        writers = asyncio.gather(*(replica_writes(store, tids, started) for store, tids in mine.items()))
         polls = 0
         while True:
             finished = writers.done()  # read before the poll: a poll after it sees everything
+            started.start()
             page = await reader.read_changes(cursors[-1] if cursors else 0, 10)
             polls += 1
             for change in page:

@@ -2,10 +2,11 @@
 
 uvicorn hands an upgrade request to websockets' sans-I/O ``ServerProtocol``. When that
 parser refuses the request — a request line or a header line over 8 KiB, more than 128
-headers, or bytes that are not HTTP — it records ``handshake_exc`` and produces no event,
-and uvicorn's protocol, which only acts on events, never writes the response: the client
-waits on an open socket until it gives up. This subclass writes a clear refusal in the
-daemon's error body (414, 431 or 400) and closes the connection.
+headers, or bytes that are not HTTP — it records ``handshake_exc`` and produces no event.
+An older uvicorn protocol only acts on events and never writes the response (the client
+waits on an open socket until it gives up); a newer one, with ``handle_handshake_exception``,
+answers in websockets' plain text. This subclass writes a clear refusal in the daemon's error body (414, 431 or
+400) with either, and closes the connection.
 
 It also stops a false error in the log: when the app refuses an upgrade with an HTTP
 response (401, 403, 421 from ``security.RequestGuard``), uvicorn checks whether the
@@ -74,8 +75,18 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
             return  # the refused request's remainder: dropped
         super().data_received(data)
         exc = self.conn.handshake_exc
-        if exc is None or self.handshake_complete or self.transport.is_closing():
+        if exc is None or self._lingering is not None or self.handshake_complete or self.transport.is_closing():
             return
+        self._refuse(exc)  # an older uvicorn never answers it
+
+    def handle_handshake_exception(self) -> None:
+        """A newer uvicorn answers a refused handshake itself, with websockets' plain-text
+        414/431 (or a 400): the daemon's error body instead, as with older versions."""
+        exc = self.conn.handshake_exc
+        assert exc is not None
+        self._refuse(exc)
+
+    def _refuse(self, exc: BaseException) -> None:
         self.conn.data_to_send()  # websockets' own plain-text refusal, replaced by ours
         self.transport.write(refusal(exc))
         if not self.transport.can_write_eof():

@@ -50,6 +50,7 @@ class Writer:
         self.db = db
         self.since_checkpoint = 0  # commits
         self.since_bytes = 0
+        self.failed_generation = -1  # batches of this generation or older are refused
         self.stats: dict[str, float] = {
             "commits": 0,
             "batches": 0,
@@ -65,7 +66,7 @@ class Writer:
         kind, rid = msg[0], msg[1]
         try:
             if kind == "b":
-                return self._batch(rid, msg[2], msg[3])
+                return self._batch(rid, msg[2], msg[3], msg[4])
             if kind == "c":
                 op = self.checkpoint if msg[2] == "checkpoint" else sql.OPS[msg[2]]
                 result = op(self.db, *msg[3])
@@ -79,10 +80,19 @@ class Writer:
             return reply(rid, e=f"store error: {exc}")
         return reply(rid, e=f"unknown request {kind!r}")
 
-    def _batch(self, rid: int, again: bool, wire: list[tuple[Any, ...]]) -> bytes:
+    def _batch(self, rid: int, again: bool, wire: list[tuple[Any, ...]], generation: int) -> bytes:
+        # The store sends a batch before the one ahead of it is answered (sqlite.py
+        # _write_loop): once one fails, none sent behind it is written, so nothing commits
+        # out of order; the store sends them all again under a new generation.
+        if generation <= self.failed_generation:
+            return reply(rid, e="store error: a batch sent before this one failed; not written")
         batch = [sql.item_of(w) for w in wire]
         t0 = time.perf_counter()
-        failed = sql.commit_again(self.db, batch) if again else sql._commit(self.db, batch)
+        try:
+            failed = sql.commit_again(self.db, batch) if again else sql._commit(self.db, batch)
+        except Exception:
+            self.failed_generation = generation
+            raise
         ms = (time.perf_counter() - t0) * 1000
         st = self.stats
         st["commit_max_ms"] = max(st["commit_max_ms"], ms)
@@ -126,9 +136,10 @@ def serve(sock: socket.socket, writer: Writer) -> None:
         data = sock.recv(1 << 20)
         if not data:
             return
-        out = [writer.handle(pickle.loads(f)) for f in frames.feed(data)]  # noqa: S301 (our parent's)
-        if out:
-            sock.sendall(b"".join(out))
+        # Each answer as soon as it is ready: the store may have sent the next batch already,
+        # and an answer held back until that one commits would stall the store for nothing.
+        for f in frames.feed(data):
+            sock.sendall(writer.handle(pickle.loads(f)))  # noqa: S301 (our parent's)
         writer.maybe_checkpoint(idle=not _readable(sock))
 
 

@@ -22,7 +22,7 @@ import pickle
 import signal
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -67,6 +67,19 @@ def _spawn(child: socket.socket, path: Path, busy_timeout_ms: int) -> int:
     return os.posix_spawn(sys.executable, argv, env, file_actions=actions)
 
 
+# A batch of a flooded thread's appends is a few hundred KiB: the socket pair's buffers are
+# widened so that one send takes it whole (the kernel caps this at net.core.wmem_max; a
+# refusal leaves the default), never left to the event loop's next turn.
+PIPE_BUFFER_BYTES = 4 * 1024 * 1024
+
+
+def _widen(ours: socket.socket, child: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, PIPE_BUFFER_BYTES)
+    with contextlib.suppress(OSError):
+        child.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, PIPE_BUFFER_BYTES)
+
+
 class WriterProcess:
     def __init__(self, path: Path, busy_timeout_ms: int, on_lost: Callable[[str], None]) -> None:
         self.path = path
@@ -90,6 +103,7 @@ class WriterProcess:
         """Spawned, and its database open (migrated, repaired): StoreError otherwise."""
         loop = asyncio.get_running_loop()
         ours, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        _widen(ours, child)
         if child.fileno() == 3:  # dup2(3, 3) would keep close-on-exec
             child2 = child.dup()
             child.close()
@@ -309,8 +323,18 @@ class WriterProcess:
     async def call(self, op: str, args: tuple[Any, ...]) -> Any:
         return (await self._ask(("c", op, args))).result
 
-    async def batch(self, items: list[tuple[Any, ...]], again: bool) -> dict[int, str]:
-        return (await self._ask(("b", again, items))).refused
+    def batch(self, items: list[tuple[Any, ...]], again: bool, generation: int = 0) -> Awaitable[dict[int, str]]:
+        """Sent now, in order behind every request sent before it (StoreError if the process
+        is not running); the awaitable gives what the commit refused, or raises StoreError.
+        Refused unwritten when a batch of the same ``generation`` sent before it failed
+        (writer.py)."""
+        return self._refused(self._send(("b", again, items, generation)))
+
+    async def _refused(self, sent: asyncio.Future[Reply]) -> dict[int, str]:
+        rep = await sent
+        if rep.error is not None:
+            raise StoreError(rep.error)
+        return rep.refused
 
     async def stats(self) -> Any:
         return (await self._ask(("s",))).result

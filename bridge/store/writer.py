@@ -12,15 +12,15 @@ SIGTERM are ignored: a terminal's Ctrl-C or a service manager's stop reaches the
 whole process group, and the daemon drains its appends through this process before it
 closes the pipe.
 
-Checkpoints: the connection never checkpoints by itself (``wal_autocheckpoint=0``); a
-PASSIVE checkpoint runs once ``CHECKPOINT_EVERY`` commits or ``CHECKPOINT_BYTES`` of events
-have been written and no request is waiting, after the answers are sent, so a checkpoint
-never sits between a commit and its acknowledgement unless a request arrives while one
-runs; ``FORCE_BYTES`` force one under constant load (the WAL would grow without end
-otherwise). Bounded by bytes, each checkpoint moves a few MiB (a few milliseconds); by
-commits alone, a flood of large batches left one checkpoint of the whole WAL (200 ms for
-~150 MB). The store asks for one more after every 256 of its inline commits. Durations are
-in the statistics (``("s", id)``), logged by the daemon when the store closes.
+Checkpoints: the write connection never checkpoints (``wal_autocheckpoint=0``); a thread
+of this process does, with a connection of its own (``Checkpointer``), so a checkpoint
+never sits between a commit and its acknowledgement: SQLite lets a PASSIVE checkpoint run
+beside a writer in WAL mode, and the sqlite3 module releases the GIL while it runs. One is
+asked for once ``CHECKPOINT_EVERY`` commits or ``CHECKPOINT_BYTES`` of events have been
+written since the last (and by the store after every 256 of its inline commits); a request
+while one runs is folded into the next. Bounded by bytes, each checkpoint moves a few MiB.
+Durations are in the statistics (``("s", id)``), logged by the daemon when the store
+closes.
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
-import select
 import signal
 import socket
 import sqlite3
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -41,12 +41,54 @@ from bridge.store import sqlite_sql as sql
 from bridge.store.wire import FrameReader, reply
 
 CHECKPOINT_EVERY = 256  # commits, or
-CHECKPOINT_BYTES = 4 * 1024 * 1024  # bytes of events written, when no request waits
-FORCE_BYTES = 32 * 1024 * 1024  # bytes written: a checkpoint even with requests waiting
+CHECKPOINT_BYTES = 4 * 1024 * 1024  # bytes of events written: a checkpoint is asked for
+
+
+class Checkpointer:
+    """PASSIVE checkpoints on a thread of the writer process, with a connection of its own
+    (opened on that thread): ``ask`` never waits; a request while one runs is folded into
+    the next. Durations go into ``stats`` (shared with the writer, under ``lock``)."""
+
+    def __init__(self, path: Path, busy_ms: int, stats: dict[str, float], lock: threading.Lock) -> None:
+        self._path, self._busy_ms = path, busy_ms
+        self._stats, self._lock = stats, lock
+        self._wanted = threading.Event()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="checkpointer", daemon=True)
+        self._thread.start()
+
+    def ask(self) -> None:
+        self._wanted.set()
+
+    def close(self) -> None:
+        """The thread ends (after the checkpoint it may be running) and closes its connection."""
+        self._stop = True
+        self._wanted.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        db = sql.connect(self._path, self._busy_ms)
+        try:
+            while True:
+                self._wanted.wait()
+                self._wanted.clear()
+                if self._stop:
+                    return
+                t0 = time.perf_counter()
+                with contextlib.suppress(sqlite3.Error):  # PASSIVE: the next request tries again
+                    sql.checkpoint(db)
+                ms = (time.perf_counter() - t0) * 1000
+                with self._lock:
+                    st = self._stats
+                    st["checkpoints"] += 1
+                    st["checkpoint_total_ms"] += ms
+                    st["checkpoint_max_ms"] = max(st["checkpoint_max_ms"], ms)
+        finally:
+            db.close()
 
 
 class Writer:
-    def __init__(self, db: sqlite3.Connection) -> None:
+    def __init__(self, db: sqlite3.Connection, path: Path, busy_ms: int) -> None:
         self.db = db
         self.since_checkpoint = 0  # commits
         self.since_bytes = 0
@@ -61,6 +103,8 @@ class Writer:
             "commit_max_ms": 0.0,
             "commit_total_ms": 0.0,
         }
+        self._lock = threading.Lock()
+        self.checkpointer = Checkpointer(path, busy_ms, self.stats, self._lock)
 
     def handle(self, msg: Any) -> bytes:
         kind, rid = msg[0], msg[1]
@@ -68,12 +112,15 @@ class Writer:
             if kind == "b":
                 return self._batch(rid, msg[2], msg[3], msg[4])
             if kind == "c":
-                op = self.checkpoint if msg[2] == "checkpoint" else sql.OPS[msg[2]]
-                result = op(self.db, *msg[3])
+                if msg[2] == "checkpoint":
+                    self.checkpoint()
+                    return reply(rid, r=[])
+                result = sql.OPS[msg[2]](self.db, *msg[3])
                 self.since_checkpoint += 1
                 return reply(rid, r=result)
             if kind == "s":
-                return reply(rid, r=self.stats)
+                with self._lock:
+                    return reply(rid, r=dict(self.stats))
         except Exception as exc:
             if self.db.in_transaction:
                 self.db.rollback()
@@ -94,39 +141,26 @@ class Writer:
             self.failed_generation = generation
             raise
         ms = (time.perf_counter() - t0) * 1000
-        st = self.stats
-        st["commit_max_ms"] = max(st["commit_max_ms"], ms)
-        st["commit_total_ms"] += ms
-        st["commits"] += 1
-        st["batches"] += 1
-        st["appends"] += len(batch)
+        with self._lock:
+            st = self.stats
+            st["commit_max_ms"] = max(st["commit_max_ms"], ms)
+            st["commit_total_ms"] += ms
+            st["commits"] += 1
+            st["batches"] += 1
+            st["appends"] += len(batch)
         self.since_checkpoint += 1
         self.since_bytes += sum(len(r[5]) + len(r[6] or "") for item in batch for r in item.rows)
         return reply(rid, f={str(k): v for k, v in failed.items()})
 
-    def maybe_checkpoint(self, idle: bool) -> None:
-        due = self.since_checkpoint >= CHECKPOINT_EVERY or self.since_bytes >= CHECKPOINT_BYTES
-        if not (due and idle) and self.since_bytes < FORCE_BYTES:
-            return
-        with contextlib.suppress(sqlite3.Error):  # PASSIVE: tried again CHECKPOINT_EVERY commits later
-            self.checkpoint(self.db)
+    def maybe_checkpoint(self) -> None:
+        if self.since_checkpoint >= CHECKPOINT_EVERY or self.since_bytes >= CHECKPOINT_BYTES:
+            self.checkpoint()
 
-    def checkpoint(self, db: sqlite3.Connection) -> list[Any]:
-        """A PASSIVE checkpoint, timed (the statistics); the store asks for one too after
-        CHECKPOINT_EVERY of its inline commits (sqlite.py)."""
+    def checkpoint(self) -> None:
+        """A PASSIVE checkpoint, on the checkpointer's thread; the store asks for one too
+        after CHECKPOINT_EVERY of its inline commits (sqlite.py)."""
         self.since_checkpoint = self.since_bytes = 0
-        t0 = time.perf_counter()
-        result = sql.checkpoint(db)
-        ms = (time.perf_counter() - t0) * 1000
-        st = self.stats
-        st["checkpoints"] += 1
-        st["checkpoint_total_ms"] += ms
-        st["checkpoint_max_ms"] = max(st["checkpoint_max_ms"], ms)
-        return result
-
-
-def _readable(sock: socket.socket) -> bool:
-    return bool(select.select([sock], [], [], 0)[0])
+        self.checkpointer.ask()
 
 
 def serve(sock: socket.socket, writer: Writer) -> None:
@@ -140,7 +174,7 @@ def serve(sock: socket.socket, writer: Writer) -> None:
         # and an answer held back until that one commits would stall the store for nothing.
         for f in frames.feed(data):
             sock.sendall(writer.handle(pickle.loads(f)))  # noqa: S301 (our parent's)
-        writer.maybe_checkpoint(idle=not _readable(sock))
+        writer.maybe_checkpoint()
 
 
 def main(argv: list[str]) -> int:
@@ -159,12 +193,13 @@ def main(argv: list[str]) -> int:
         return 1
     db.execute("PRAGMA wal_autocheckpoint=0")
     sock.sendall(reply(0, r="ready"))
-    writer = Writer(db)
+    writer = Writer(db, path, busy_ms)
     try:
         serve(sock, writer)
     except (ConnectionError, OSError):
         pass  # the daemon is gone: nothing to answer
     finally:
+        writer.checkpointer.close()
         db.close()  # the last connection: SQLite checkpoints and removes the WAL
     return 0
 

@@ -153,3 +153,28 @@ def test_floor_bench_compares_websocketd_the_python_floor_and_the_bridge(tmp_pat
     assert all(len(v) == 1 and v[0][0] > 0 and v[0][1] >= 0 for v in samples.values()), samples  # (CPU: 10 ms ticks)
     assert "bridge ÷ floor" in proc.stdout
     assert processes_mentioning("bench.floor") == []
+
+
+@pytest.mark.timeout(60)
+def test_writer_rows_bench_prints_each_stage_now_and_before() -> None:
+    """`python -m bench.writer_rows --quick`: the wire frame both ways and the envelopes,
+    now against before, and the commit; structure only, never timing."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.writer_rows", "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    assert [r[0].strip() for r in rows[1:]] == [
+        "frame out, marshal",
+        "frame in, marshal",
+        "envelopes, _insert_rows",
+        "commit (envelopes and SQLite)",
+    ]
+    for now, before, ratio in (r[1:] for r in rows[1:4]):
+        assert float(now) > 0 and float(before) > 0
+        assert float(ratio.strip().rstrip("×")) == pytest.approx(float(now) / float(before), rel=0.05, abs=0.01)
+    assert float(rows[4][1]) > 0

@@ -24,6 +24,14 @@ def _json_str(value: str) -> str:
     return out
 
 
+def json_ts(ts: str) -> str:
+    """A record's ``ts`` as JSON text (ASCII)."""
+    return f'"{ts}"' if _SAFE_TS.fullmatch(ts) else json.dumps(ts)
+
+
+json_name = _json_str  # a source or kind name as JSON text (ASCII), cached
+
+
 def record_envelope(seq: int, ts: str, source: str, kind: str, data_json: str, raw: str | None) -> str:
     """The events-mode frame of one record. ``raw`` is the exact line the agent wrote,
     embedded as-is (it is already one JSON object), never re-serialised."""

@@ -1,7 +1,7 @@
 """Stored envelopes (issue #22), shared by the stores: PostgreSQL's append rows (each
 event's envelope stored as the bytes a client is sent for it in events mode, with the
 offsets of its ``data`` and ``raw``: bridge/protocols/envelope.py ``stored_envelope``;
-SQLite builds the same in sqlite_sql._insert_row, where its write connection is), and the
+SQLite builds the same in sqlite_sql._insert_rows, where its write connection is), and the
 guard that keeps a corrupt stored row from any client."""
 
 from __future__ import annotations

@@ -532,7 +532,7 @@ class SqliteStore(leases.SqliteLeases):
         (``_dirty``); any other field is written in the same transaction. With ``epoch``
         the transaction first checks the lease in SQL (sqlite_leases.fence)."""
         # The envelopes are stored with the rows (migration 9), built where the write
-        # connection is (sqlite_sql._insert_row): in the writer process, off this loop.
+        # connection is (sqlite_sql._insert_rows): in the writer process, off this loop.
         rows = [
             (thread_id, r.seq, r.ts, r.source, r.kind, r.data_json, r.raw, int(r.relay), cid)
             for r, cid in zip(records, client_ids, strict=True)

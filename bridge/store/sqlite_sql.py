@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import asyncio
 
-from bridge.protocols.envelope import record_envelope, stored_envelope
+from bridge.protocols.envelope import json_name, json_ts
 from bridge.store import sqlite_leases as leases
 from bridge.store.base import CHANGE_COLUMNS, ROW_COLUMNS, TOMBSTONE_KEEP
 
@@ -165,7 +165,7 @@ DATA_SQL = (
     "CAST(substr(env,data_at+1,coalesce(raw_at-7,length(env)-12)-data_at) AS TEXT) END"
 )
 RAW_SQL = "CASE WHEN env IS NULL THEN raw ELSE CAST(substr(env,raw_at+1,length(env)-raw_at-1) AS TEXT) END"
-# An append's row as inserted (``_insert_row``).
+# An append's row as inserted (``_insert_rows``).
 INSERT_EVENTS = (
     "INSERT INTO events (thread_id,seq,ts,source,kind,env,data_at,raw_at,relay,client_id,data)"
     " VALUES (?,?,?,?,?,?,?,?,?,?,'')"
@@ -258,7 +258,7 @@ def _write_item(db: sqlite3.Connection, item: _Append) -> None:
     if item.fence is not None:
         leases.fence(db, item.thread_id, *item.fence)
     if item.rows:
-        db.executemany(INSERT_EVENTS, map(_insert_row, item.rows))
+        db.executemany(INSERT_EVENTS, _insert_rows(item.rows))
     if item.fields:
         sets = ",".join(f"{k}=?" for k in item.fields)
         bump = [_next_change(db)] if item.changed else []
@@ -268,15 +268,33 @@ def _write_item(db: sqlite3.Connection, item: _Append) -> None:
         )
 
 
-def _insert_row(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    """An append's row ``(thread_id, seq, ts, source, kind, data_json, raw, relay,
-    client_id)`` as stored: the event's envelope bytes and the offsets of ``data`` and
+def _insert_rows(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """An append's rows ``(thread_id, seq, ts, source, kind, data_json, raw, relay,
+    client_id)`` as stored: each event's envelope bytes and the offsets of ``data`` and
     ``raw`` in them (migration 9), built here, where the write connection is (the writer
-    process, by default: off the event loop), byte for byte ``Record.envelope()``.
+    process, by default: off the event loop), byte for byte ``Record.envelope()``
+    (``stored_envelope`` of it, inlined: an append's rows share one ``ts``, and the head
+    before ``data`` is ASCII, so ``data_at`` is its length in characters).
     UnicodeEncodeError for text that is not UTF-8 (the append is refused)."""
-    thread_id, seq, ts, source, kind, data, raw, relay, client_id = row
-    env, data_at, raw_at = stored_envelope(record_envelope(seq, ts, source, kind, data, raw), data, raw)
-    return (thread_id, seq, ts, source, kind, env, data_at, raw_at, relay, client_id)
+    out: list[tuple[Any, ...]] = []
+    append = out.append
+    last_ts: str | None = None
+    tsj = ""
+    for thread_id, seq, ts, source, kind, data, raw, relay, client_id in rows:
+        if ts is not last_ts:
+            tsj, last_ts = json_ts(ts), ts
+        head = f'{{"seq":{seq},"ts":{tsj},"source":{json_name(source)},"kind":{json_name(kind)},"data":'
+        data_at = len(head)
+        raw_at: int | None = None
+        if raw is None:
+            env = f'{head}{data},"raw":null}}'.encode()
+        else:
+            text = f'{head}{data},"raw":{raw}}}'
+            env = text.encode()
+            # All ASCII: characters are bytes. Otherwise counted from the end.
+            raw_at = data_at + len(data) + 7 if len(env) == len(text) else len(env) - 1 - len(raw.encode())
+        append((thread_id, seq, ts, source, kind, env, data_at, raw_at, relay, client_id))
+    return out
 
 
 # This append alone is bad (a constraint, or text SQLite cannot encode): it is refused, the

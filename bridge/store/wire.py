@@ -2,10 +2,13 @@
 
 Both ways a message is one frame: a 4-byte big-endian length, then that many bytes.
 
-* daemon → writer: a pickle of ``(kind, id, ...)`` — ``("b", id, again, items)`` a batch of
-  appends (``sqlite_sql.wire_item``), ``("c", id, op, args)`` one of ``sqlite_sql.OPS``,
-  ``("s", id)`` the writer's statistics. The writer trusts its parent (it was started by
-  it, and exits when the pipe closes).
+* daemon → writer: ``(kind, id, ...)`` — ``("b", id, again, items, generation)`` a batch
+  of appends (``sqlite_sql.wire_item``), ``("c", id, op, args)`` one of
+  ``sqlite_sql.OPS``, ``("s", id)`` the writer's statistics — as ``M`` and a ``marshal``
+  of it (a batch's rows are plain tuples of text and numbers: marshal writes them about
+  2.5 times as fast as pickle, on the event loop) or, for what marshal cannot write, a
+  pickle (:func:`request`, :func:`parse_request`). The writer trusts its parent (it was
+  started by it, and exits when the pipe closes).
 * writer → daemon: UTF-8 JSON objects, read with :func:`parse_reply`, which checks every
   field: a writer that died mid-write leaves a truncated frame (the daemon sees EOF with
   bytes buffered), and nothing a dying or broken writer sent can make the daemon do more
@@ -18,6 +21,8 @@ Both ways a message is one frame: a 4-byte big-endian length, then that many byt
 from __future__ import annotations
 
 import json
+import marshal
+import pickle
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,6 +67,25 @@ class FrameReader:
             pos += 4 + n
         del buf[:pos]
         return out
+
+
+_MARSHAL = b"M"  # a pickle (protocol 2 and later) starts with 0x80
+
+
+def request(msg: tuple[Any, ...]) -> bytes:
+    """A daemon → writer frame."""
+    try:
+        payload = _MARSHAL + marshal.dumps(msg)
+    except ValueError:  # a type marshal does not write (a subclass, say)
+        payload = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+    return frame(payload)
+
+
+def parse_request(payload: bytes) -> Any:
+    """The writer's side of :func:`request` (its parent's: trusted)."""
+    if payload[:1] == _MARSHAL:
+        return marshal.loads(memoryview(payload)[1:])  # noqa: S302 (our parent's)
+    return pickle.loads(payload)  # noqa: S301 (our parent's)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pickle
 import signal
 import socket
 import sqlite3
@@ -38,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.store import sqlite_sql as sql
-from bridge.store.wire import FrameReader, reply
+from bridge.store.wire import FrameReader, parse_request, reply
 
 CHECKPOINT_EVERY = 256  # commits, or
 CHECKPOINT_BYTES = 4 * 1024 * 1024  # bytes of events written: a checkpoint is asked for
@@ -173,7 +172,7 @@ def serve(sock: socket.socket, writer: Writer) -> None:
         # Each answer as soon as it is ready: the store may have sent the next batch already,
         # and an answer held back until that one commits would stall the store for nothing.
         for f in frames.feed(data):
-            sock.sendall(writer.handle(pickle.loads(f)))  # noqa: S301 (our parent's)
+            sock.sendall(writer.handle(parse_request(f)))
         writer.maybe_checkpoint()
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import pickle
 import signal
 import socket
 import sys
@@ -30,7 +29,7 @@ import structlog
 
 import bridge
 from bridge.errors import StoreError
-from bridge.store.wire import FrameReader, Reply, WireError, frame, parse_reply
+from bridge.store.wire import FrameReader, Reply, WireError, parse_reply, request
 
 log = structlog.get_logger("bridge.store")
 
@@ -244,7 +243,7 @@ class WriterProcess:
             raise unavailable("is not running")
         rid = self._next_id
         self._next_id += 1
-        data = frame(pickle.dumps((msg[0], rid, *msg[1:]), protocol=pickle.HIGHEST_PROTOCOL))
+        data = request((msg[0], rid, *msg[1:]))
         fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._waiting[rid] = fut
         if self._out:

@@ -13,9 +13,12 @@ from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.stores import StoreFactory, opened_at, thread
 
 from bridge.errors import StoreError
+from bridge.protocols.envelope import stored_envelope
 from bridge.protocols.events import Record
 from bridge.store import pg_schema
 from bridge.store import sqlite_sql as sql
@@ -213,3 +216,39 @@ async def test_every_sqlite_writer_path_stores_the_same_envelopes(tmp_path: Path
         assert [r.data_json for r in got] == [r.data_json for r in small + many]
     finally:
         await store.close()
+
+
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["2026-12-05T00:00:00.000Z", "2026-12-05T00:00:01.000Z"]) | _TEXT,
+            st.sampled_from(["agent", "bridge", "client"]) | _TEXT,
+            st.sampled_from(["message.delta", "turn.ended"]) | _TEXT,
+            st.dictionaries(_TEXT, _TEXT | st.integers(), max_size=3),
+            st.none() | _TEXT.map(lambda t: json.dumps({"type": "x", "t": t}, ensure_ascii=False)),
+        ),
+        max_size=6,
+    )
+)
+def test_the_writers_envelopes_are_record_envelopes_byte_for_byte(events: list[tuple[Any, ...]]) -> None:
+    """``sqlite_sql._insert_rows`` (an append's rows at once, ``ts`` shared, offsets counted)
+    stores exactly ``stored_envelope(Record.envelope())`` for every event: any text, any
+    ``ts``, a ``raw`` line or none; ``data`` and ``raw`` cut out of it are the event's own."""
+    rows = []
+    expected = []
+    for seq, (ts, source, kind, data, raw) in enumerate(events, 1):
+        rec = Record(seq, ts, source, kind, data, raw, False)
+        rows.append(("thr_a", seq, ts, source, kind, rec.data_json, raw, 0, None))
+        expected.append(("thr_a", seq, ts, source, kind, *stored_envelope(rec.envelope(), rec.data_json, raw), 0, None))
+    got = sql._insert_rows(rows)
+    assert got == expected
+    for (_, _, _, _, _, env, data_at, raw_at, _, _), (_, _, _, _, _, data_json, raw, _, _) in zip(
+        got, rows, strict=True
+    ):
+        end = len(env) - len(b',"raw":null}') if raw_at is None else raw_at - len(b',"raw":')
+        assert env[data_at:end].decode() == data_json
+        assert (None if raw_at is None else env[raw_at:-1].decode()) == raw

@@ -220,6 +220,49 @@ def test_any_json_is_a_checked_reply_or_wire_error(value: object) -> None:
     assert rep.error is None or isinstance(rep.error, str)
 
 
+_ROW_VALUES = (
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=40) | st.binary(max_size=8)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.text(max_size=12),
+            st.lists(st.tuples(*[_ROW_VALUES] * 9), max_size=4),
+            st.dictionaries(st.text(max_size=8), _ROW_VALUES, max_size=3),
+            st.tuples(_ROW_VALUES, _ROW_VALUES, _ROW_VALUES),
+            st.booleans(),
+            st.none() | st.tuples(st.text(max_size=8), st.integers(0, 2**40)),
+        ),
+        max_size=3,
+    ),
+    st.booleans(),
+    st.integers(0, 2**31),
+)
+def test_a_batch_request_comes_out_as_it_went_in(items: list[tuple[object, ...]], again: bool, gen: int) -> None:
+    """Daemon → writer: a batch goes as marshal (``M``), and comes out equal, types kept
+    (bool stays bool, bytes stay bytes)."""
+    msg = ("b", 7, again, items, gen)
+    (payload,) = wire.FrameReader().feed(wire.request(msg))
+    assert payload[:1] == b"M"
+    out = wire.parse_request(payload)
+    assert out == msg and [type(x) for x in out] == [type(x) for x in msg]
+
+
+class Name(str):
+    """A str subclass: marshal refuses it."""
+
+
+def test_what_marshal_cannot_write_goes_as_a_pickle() -> None:
+    msg = ("c", 3, "create_thread", ({"id": Name("thr_a")},))
+    (payload,) = wire.FrameReader().feed(wire.request(msg))
+    assert payload[:1] == b"\x80"
+    out = wire.parse_request(payload)
+    assert out == msg and type(out[3][0]["id"]) is Name
+
+
 def test_an_oversized_frame_is_refused_before_it_is_buffered() -> None:
     reader = wire.FrameReader(max_frame=1024)
     with pytest.raises(wire.WireError):

@@ -1,0 +1,132 @@
+"""What one flooded line costs on its way into SQLite, stage by stage (issue #22): the frame
+that carries a batch to the writer process (pickle, as before, against marshal, now), the
+stored envelope built in the writer (one record at a time with ``record_envelope`` and
+``stored_envelope``, as before, against ``sqlite_sql._insert_rows``, now), and the commit
+of the batch. One process, no daemon; the stages are interleaved round by round.
+
+    python -m bench.writer_rows            # a few seconds
+    python -m bench.writer_rows --quick    # a smoke run; numbers are not meaningful
+
+Each figure is the minimum over ``--rounds`` rounds of CPU time per row (the least
+disturbed round of a shared machine); compare the ratios, not the absolute times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import marshal
+import pickle
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from bridge.protocols.envelope import record_envelope, stored_envelope
+from bridge.protocols.events import Record
+from bridge.store import sqlite_sql as sql
+
+THREAD = "thr_0123456789abcdef"
+TS = "2026-12-05T00:00:00.000Z"
+LINE = (
+    '{"type":"stream_event","event":{"type":"content_block_delta","index":0,'
+    '"delta":{"type":"text_delta","text":"%s"}},"session_id":"4f0b6a8e-1c2d-4e5f-9a0b-1c2d3e4f5a6b"}'
+)
+
+
+def flood_rows(first: int, n: int) -> list[tuple[Any, ...]]:
+    """An append's rows as the store ships them, for n 200-byte ``stream_event`` deltas."""
+    rows = []
+    for seq in range(first, first + n):
+        text = f"{seq:08d} " + "x" * 60
+        r = Record(seq, TS, "agent", "message.delta", {"text": text, "channel": "text"}, LINE % text, True)
+        rows.append((THREAD, r.seq, r.ts, r.source, r.kind, r.data_json, r.raw, 1, None))
+    return rows
+
+
+def per_row_envelopes(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """The stored envelopes one record at a time (how the writer built them before)."""
+    out = []
+    for thread_id, seq, ts, source, kind, data, raw, relay, client_id in rows:
+        env, data_at, raw_at = stored_envelope(record_envelope(seq, ts, source, kind, data, raw), data, raw)
+        out.append((thread_id, seq, ts, source, kind, env, data_at, raw_at, relay, client_id))
+    return out
+
+
+def cpu_per_row(fn: Callable[[], object], rows: int) -> float:
+    t0 = time.process_time()
+    fn()
+    return (time.process_time() - t0) / rows * 1e6
+
+
+def measure(rounds: int, batch: int) -> dict[str, float]:
+    work = Path(tempfile.mkdtemp(prefix="agent-bridge-writer-rows-"))
+    try:
+        db = sql.open_writer(work / "bridge.db", 2000)
+        db.execute("PRAGMA wal_autocheckpoint=0")
+        sql.create_thread(
+            db,
+            {"id": THREAD, "agent": "a", "protocol": "stream-json", "cwd": "/tmp", "title": "", "state": "idle"}
+            | {"turn_active": 0, "last_seq": 0, "created_at": TS, "updated_at": TS, "options": "{}"},
+        )
+        best: dict[str, float] = {}
+        seq = 1
+        for _ in range(rounds):
+            rows = flood_rows(seq, batch)
+            item = sql._Append(THREAD, rows, {}, None, (TS, seq + batch - 1, None))
+            msg = ("b", 1, False, [sql.wire_item(item)], 0)
+            pickled = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+            marshalled = marshal.dumps(msg)
+            stages: dict[str, Callable[[], object]] = {
+                "frame out, pickle": lambda: pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL),
+                "frame out, marshal": lambda: marshal.dumps(msg),
+                "frame in, pickle": lambda: pickle.loads(pickled),  # noqa: S301 (our own bytes)
+                "frame in, marshal": lambda: marshal.loads(marshalled),  # noqa: S302 (our own bytes)
+                "envelopes, one record at a time": lambda: per_row_envelopes(rows),
+                "envelopes, _insert_rows": lambda: sql._insert_rows(rows),
+            }
+            for name, fn in stages.items():
+                best[name] = min(best.get(name, float("inf")), cpu_per_row(fn, batch))
+            best["commit (envelopes and SQLite)"] = min(
+                best.get("commit (envelopes and SQLite)", float("inf")),
+                cpu_per_row(lambda: sql._commit(db, [item]), batch),
+            )
+            seq += batch
+        db.close()
+        return best
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def report(best: dict[str, float], rounds: int, batch: int) -> str:
+    pairs = (
+        ("frame out, marshal", "frame out, pickle"),
+        ("frame in, marshal", "frame in, pickle"),
+        ("envelopes, _insert_rows", "envelopes, one record at a time"),
+    )
+    out = [
+        f"bench.writer_rows: batches of {batch} flood rows, minimum over {rounds} rounds (CPU µs per row)",
+        "",
+        "| stage | now | before | now ÷ before |",
+        "|---|---:|---:|---:|",
+    ]
+    for now, before in pairs:
+        out.append(f"| {now} | {best[now]:.3f} | {best[before]:.3f} | {best[now] / best[before]:.2f}× |")
+    out.append(f"| commit (envelopes and SQLite) | {best['commit (envelopes and SQLite)']:.3f} | | |")
+    return "\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.writer_rows", description=__doc__)
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--batch", type=int, default=1300, help="rows per batch (a 256 KiB read of 200-byte lines)")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args(argv)
+    rounds, batch = (2, 100) if args.quick else (args.rounds, args.batch)
+    print(report(measure(rounds, batch), rounds, batch))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

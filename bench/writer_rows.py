@@ -20,6 +20,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,7 @@ def measure(rounds: int, batch: int) -> dict[str, float]:
         db.execute("PRAGMA wal_autocheckpoint=0")
         sql.create_thread(
             db,
-            {"id": THREAD, "agent": "a", "protocol": "stream-json", "cwd": "/tmp", "title": "", "state": "idle"}
+            {"id": THREAD, "agent": "a", "protocol": "stream-json", "cwd": str(work), "title": "", "state": "idle"}
             | {"turn_active": 0, "last_seq": 0, "created_at": TS, "updated_at": TS, "options": "{}"},
         )
         best: dict[str, float] = {}
@@ -79,19 +80,16 @@ def measure(rounds: int, batch: int) -> dict[str, float]:
             pickled = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
             marshalled = marshal.dumps(msg)
             stages: dict[str, Callable[[], object]] = {
-                "frame out, pickle": lambda: pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL),
-                "frame out, marshal": lambda: marshal.dumps(msg),
-                "frame in, pickle": lambda: pickle.loads(pickled),  # noqa: S301 (our own bytes)
-                "frame in, marshal": lambda: marshal.loads(marshalled),  # noqa: S302 (our own bytes)
-                "envelopes, one record at a time": lambda: per_row_envelopes(rows),
-                "envelopes, _insert_rows": lambda: sql._insert_rows(rows),
+                "frame out, pickle": partial(pickle.dumps, msg, protocol=pickle.HIGHEST_PROTOCOL),
+                "frame out, marshal": partial(marshal.dumps, msg),
+                "frame in, pickle": partial(pickle.loads, pickled),
+                "frame in, marshal": partial(marshal.loads, marshalled),
+                "envelopes, one record at a time": partial(per_row_envelopes, rows),
+                "envelopes, _insert_rows": partial(sql._insert_rows, rows),
+                "commit (envelopes and SQLite)": partial(sql._commit, db, [item]),
             }
             for name, fn in stages.items():
                 best[name] = min(best.get(name, float("inf")), cpu_per_row(fn, batch))
-            best["commit (envelopes and SQLite)"] = min(
-                best.get("commit (envelopes and SQLite)", float("inf")),
-                cpu_per_row(lambda: sql._commit(db, [item]), batch),
-            )
             seq += batch
         db.close()
         return best

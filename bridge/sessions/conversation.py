@@ -92,7 +92,7 @@ HISTORY_KEEP_ITEMS = 20_000  # a compacted history larger than this is rebuilt p
 # A read of stdout with at least this many lines is committed while the next is decoded
 # (Conversation._emit_pipelined); at most PIPELINE_DEPTH such commits are in flight.
 PIPELINE_MIN_LINES = 16
-PIPELINE_DEPTH = 2
+PIPELINE_DEPTH = 3
 
 
 class _Ordered:

@@ -102,7 +102,7 @@ CHECKPOINT_EVERY = 256  # inline commits between WAL checkpoints (about 1000 WAL
 MAX_BACKOFF_S = 2.0
 # The writer process takes up to WRITER_DEPTH batches at once (``_write_loop``): one in
 # flight beside another only when it holds at least PIPELINED_ROWS events (a flood's).
-WRITER_DEPTH = 2
+WRITER_DEPTH = 3
 PIPELINED_ROWS = 256
 
 

@@ -93,7 +93,9 @@ WriterMode = Literal["process", "thread"]
 T = TypeVar("T")
 log = structlog.get_logger("bridge.store")
 
-MAX_BATCH = 512  # appends per transaction
+MAX_BATCH = 512  # appends per transaction, and at most (but for one append alone)
+MAX_BATCH_TEXT = 16 * 1024 * 1024  # characters of event text: a frame to the writer
+# process carries at most wire.MAX_FRAME bytes (64 MiB; a character is at most 4 bytes)
 # Batches up to this size commit inline, on the event loop (see _commit_inline).
 INLINE_MAX_ROWS = 64
 INLINE_MAX_BYTES = 128 * 1024
@@ -577,7 +579,7 @@ class SqliteStore(leases.SqliteLeases):
             db is None
             or not self.healthy
             or sum(len(item.rows) for item in batch) > INLINE_MAX_ROWS
-            or sum(len(r[5]) + len(r[6] or "") for item in batch for r in item.rows) > INLINE_MAX_BYTES
+            or sum(map(sql.text_size, batch)) > INLINE_MAX_BYTES
         ):
             return None
         try:
@@ -701,7 +703,7 @@ class SqliteStore(leases.SqliteLeases):
                 sent = 0  # of _pending, the items in flight
                 while self._pending:
                     if not flight:
-                        batch = self._pending[:MAX_BATCH]
+                        batch = self._batch_at(0)
                         head = _Flight(batch)
                         head.answer = asyncio.ensure_future(self._commit_batch(batch, again, head))
                         flight.append(head)
@@ -749,6 +751,19 @@ class SqliteStore(leases.SqliteLeases):
                 if f.answer is not None:
                     f.answer.cancel()
 
+    def _batch_at(self, start: int) -> list[_Append]:
+        """The pending appends from ``start`` that go in one batch: at most MAX_BATCH, and
+        no more than MAX_BATCH_TEXT characters of event text unless one append alone holds
+        more."""
+        pending = self._pending
+        end = min(len(pending), start + MAX_BATCH)
+        text = 0
+        for i in range(start, end):
+            text += sql.text_size(pending[i])
+            if text > MAX_BATCH_TEXT and i > start:
+                return pending[start:i]
+        return pending[start:end]
+
     def _send_behind(self, flight: deque[_Flight], sent: int, again: bool) -> _Flight | None:
         """The next batch, sent now to the writer process that has the last one in flight,
         or None: only once that one was sent there (and the process still runs),
@@ -758,7 +773,7 @@ class SqliteStore(leases.SqliteLeases):
         proc = flight[-1].proc
         if proc is None or not proc.alive or len(flight) >= WRITER_DEPTH:
             return None
-        batch = self._pending[sent : sent + MAX_BATCH]
+        batch = self._batch_at(sent)
         if sum(len(item.rows) for item in batch) < PIPELINED_ROWS:
             return None
         behind = _Flight(batch, proc)

@@ -189,6 +189,14 @@ class _Append:
     flush: bool = False
     changed: bool = False  # its commit gave the thread row a new change_seq
     fence: tuple[str, int] | None = None  # (replica_id, epoch): the lease this append needs
+    size: int = -1  # its events' text in characters (``text_size``), once counted
+
+
+def text_size(item: _Append) -> int:
+    """The characters of an append's data and raw text (counted once)."""
+    if item.size < 0:
+        item.size = sum(len(r[5]) + len(r[6] or "") for r in item.rows)
+    return item.size
 
 
 # At open: every thread's derived columns brought up to its newest stored event (a daemon

@@ -73,12 +73,14 @@ _MARSHAL = b"M"  # a pickle (protocol 2 and later) starts with 0x80
 
 
 def request(msg: tuple[Any, ...]) -> bytes:
-    """A daemon → writer frame."""
+    """A daemon → writer frame (a batch's is a few hundred KiB: copied once, not per part)."""
     try:
-        payload = _MARSHAL + marshal.dumps(msg)
+        body = marshal.dumps(msg)
     except ValueError:  # a type marshal does not write (a subclass, say)
-        payload = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
-    return frame(payload)
+        return frame(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
+    if len(body) + 1 > MAX_FRAME:
+        raise WireError(f"frame of {len(body) + 1} bytes is over the {MAX_FRAME} limit")
+    return b"".join((_LEN.pack(len(body) + 1), _MARSHAL, body))
 
 
 def parse_request(payload: bytes) -> Any:

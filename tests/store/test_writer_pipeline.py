@@ -16,7 +16,9 @@ from conftest import wait_until
 from support.stores import records, thread
 
 from bridge.errors import StoreError
+from bridge.protocols.events import Record
 from bridge.store import sqlite as sqlite_store
+from bridge.store import wire
 from bridge.store.sqlite import SqliteStore
 from bridge.store.writer_client import WriterProcess
 
@@ -246,5 +248,34 @@ async def test_the_writer_killed_with_two_batches_in_flight_loses_and_reorders_n
             for tid in tids:
                 assert seqs(path, tid) == list(range(1, appended[tid] + 1))
             assert store.healthy
+        finally:
+            await store.close()
+
+
+async def test_appends_waiting_together_beyond_one_frame_go_in_several_batches(tmp_path: Path) -> None:
+    """Many big appends pending at once (a hundred threads flooding) hold more text than
+    one frame to the writer process may carry (wire.MAX_FRAME): they are committed in
+    several batches, never refused as one oversized frame (which stalled the write loop)."""
+    async with asyncio.timeout(60):
+        store = SqliteStore(tmp_path / "bridge.db")
+        await store.open()
+        try:
+            tids = [f"thr_{i}" for i in range(40)]
+            for tid in tids:
+                await store.create_thread(thread(tid, TS))  # type: ignore[arg-type]
+            big = "x" * 7000
+            batches = store.batches
+
+            def payload(first: int) -> list[Record]:
+                return [
+                    Record(s, TS, "agent", "message.delta", {"text": big}, None, False)
+                    for s in range(first, first + 300)
+                ]
+
+            # 40 appends of 300 events of 7 KB each, about 84 MB in all, issued together.
+            await asyncio.gather(*(store.append(tid, payload(1), [None] * 300, {}) for tid in tids))
+            for tid in tids:
+                assert seqs(tmp_path / "bridge.db", tid) == list(range(1, 301))
+            assert store.batches - batches >= 84 * 1024 * 1024 // wire.MAX_FRAME + 1
         finally:
             await store.close()

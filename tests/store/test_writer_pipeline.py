@@ -38,6 +38,21 @@ def wire_item(tid: str, rows: list[tuple[object, ...]], fields: dict[str, object
     return (tid, rows, fields, (TS, rows[-1][1] if rows else None, None), False, None)
 
 
+async def watch_for_gaps(path: Path, tids: list[str], done: asyncio.Event, gaps: list[tuple[str, list[int]]]) -> None:
+    """Until ``done``: read each thread's seqs every 2 ms on a connection of its own, and
+    note every read that is not 1..n (a batch committed ahead of one before it)."""
+    db = sqlite3.connect(path)
+    try:
+        while not done.is_set():
+            for tid in tids:
+                got = [s for (s,) in db.execute("SELECT seq FROM events WHERE thread_id=?", (tid,))]
+                if got != list(range(1, len(got) + 1)):
+                    gaps.append((tid, got))
+            await asyncio.sleep(0.002)
+    finally:
+        db.close()
+
+
 def seqs(path: Path, tid: str) -> list[int]:
     db = sqlite3.connect(path)
     try:
@@ -103,18 +118,6 @@ async def test_pipelined_appends_commit_in_order_and_survive_a_locked_database(t
             gaps: list[tuple[str, list[int]]] = []
             done = asyncio.Event()
 
-            async def reader() -> None:
-                db = sqlite3.connect(path)
-                try:
-                    while not done.is_set():
-                        for tid in tids:
-                            got = [s for (s,) in db.execute("SELECT seq FROM events WHERE thread_id=?", (tid,))]
-                            if got != list(range(1, len(got) + 1)):
-                                gaps.append((tid, got))
-                        await asyncio.sleep(0.002)
-                finally:
-                    db.close()
-
             async def appender(tid: str) -> None:
                 inflight: list[asyncio.Future[None]] = []
                 for r in range(rounds):
@@ -137,7 +140,7 @@ async def test_pipelined_appends_commit_in_order_and_survive_a_locked_database(t
                 lock.execute("ROLLBACK")
                 lock.close()
 
-            watch = asyncio.ensure_future(reader())
+            watch = asyncio.ensure_future(watch_for_gaps(path, tids, done, gaps))
             await asyncio.gather(*(appender(t) for t in tids), unlock())
             done.set()
             await watch
@@ -195,18 +198,6 @@ async def test_the_writer_killed_with_two_batches_in_flight_loses_and_reorders_n
             gaps: list[tuple[str, list[int]]] = []
             done = asyncio.Event()
 
-            async def reader() -> None:
-                db = sqlite3.connect(path)
-                try:
-                    while not done.is_set():
-                        for tid in tids:
-                            got = [s for (s,) in db.execute("SELECT seq FROM events WHERE thread_id=?", (tid,))]
-                            if got != list(range(1, len(got) + 1)):
-                                gaps.append((tid, got))
-                        await asyncio.sleep(0.002)
-                finally:
-                    db.close()
-
             kills = asyncio.Event()
             appended = dict.fromkeys(tids, 0)
 
@@ -240,7 +231,7 @@ async def test_the_writer_killed_with_two_batches_in_flight_loses_and_reorders_n
                     await wait_until(lambda p=proc: replaced(p), 20, f"writer {n + 2}")
                 kills.set()
 
-            watch = asyncio.ensure_future(reader())
+            watch = asyncio.ensure_future(watch_for_gaps(path, tids, done, gaps))
             await asyncio.gather(*(appender(t) for t in tids), killer())
             done.set()
             await watch

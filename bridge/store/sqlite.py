@@ -94,8 +94,8 @@ T = TypeVar("T")
 log = structlog.get_logger("bridge.store")
 
 MAX_BATCH = 512  # appends per transaction, and at most (but for one append alone)
-MAX_BATCH_TEXT = 16 * 1024 * 1024  # characters of event text: a frame to the writer
-# process carries at most wire.MAX_FRAME bytes (64 MiB; a character is at most 4 bytes)
+MAX_BATCH_TEXT = 8 * 1024 * 1024  # characters of event text: a frame to the writer
+# process carries at most wire.MAX_FRAME bytes (64 MiB; a character is at most 4 in UTF-8)
 # Batches up to this size commit inline, on the event loop (see _commit_inline).
 INLINE_MAX_ROWS = 64
 INLINE_MAX_BYTES = 128 * 1024

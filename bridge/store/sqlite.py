@@ -100,7 +100,7 @@ MAX_BATCH_TEXT = 8 * 1024 * 1024  # characters of event text: a frame to the wri
 INLINE_MAX_ROWS = 64
 INLINE_MAX_BYTES = 128 * 1024
 TOUCH_FLUSH_S = 0.5  # owed updated_at/last_seq/turn_active are written within this long
-CHECKPOINT_EVERY = 256  # inline commits between WAL checkpoints (about 1000 WAL pages)
+CHECKPOINT_EVERY = 1024  # inline commits between WAL checkpoints (about 4000 WAL pages)
 MAX_BACKOFF_S = 2.0
 # The writer process takes up to WRITER_DEPTH batches at once (``_write_loop``): one in
 # flight beside another only when it holds at least PIPELINED_ROWS events (a flood's).

@@ -17,7 +17,7 @@ of this process does, with a connection of its own (``Checkpointer``), so a chec
 never sits between a commit and its acknowledgement: SQLite lets a PASSIVE checkpoint run
 beside a writer in WAL mode, and the sqlite3 module releases the GIL while it runs. One is
 asked for once ``CHECKPOINT_EVERY`` commits or ``CHECKPOINT_BYTES`` of events have been
-written since the last (and by the store after every 256 of its inline commits); a request
+written since the last (and by the store after every 1,024 of its inline commits); a request
 while one runs is folded into the next. Bounded by bytes, each checkpoint moves a few MiB.
 Durations are in the statistics (``("s", id)``), logged by the daemon when the store
 closes.

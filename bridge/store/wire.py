@@ -35,10 +35,12 @@ class WireError(Exception):
     """The other side sent something that is not this protocol: give up on it."""
 
 
-def frame(payload: bytes) -> bytes:
-    if len(payload) > MAX_FRAME:
-        raise WireError(f"frame of {len(payload)} bytes is over the {MAX_FRAME} limit")
-    return _LEN.pack(len(payload)) + payload
+def frame(*parts: bytes) -> bytes:
+    """One frame whose payload is ``parts`` joined (copied once)."""
+    size = sum(map(len, parts))
+    if size > MAX_FRAME:
+        raise WireError(f"frame of {size} bytes is over the {MAX_FRAME} limit")
+    return b"".join((_LEN.pack(size), *parts))
 
 
 class FrameReader:
@@ -78,9 +80,7 @@ def request(msg: tuple[Any, ...]) -> bytes:
         body = marshal.dumps(msg)
     except ValueError:  # a type marshal does not write (a subclass, say)
         return frame(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
-    if len(body) + 1 > MAX_FRAME:
-        raise WireError(f"frame of {len(body) + 1} bytes is over the {MAX_FRAME} limit")
-    return b"".join((_LEN.pack(len(body) + 1), _MARSHAL, body))
+    return frame(_MARSHAL, body)
 
 
 def parse_request(payload: bytes) -> Any:

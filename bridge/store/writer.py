@@ -148,7 +148,7 @@ class Writer:
             st["batches"] += 1
             st["appends"] += len(batch)
         self.since_checkpoint += 1
-        self.since_bytes += sum(len(r[5]) + len(r[6] or "") for item in batch for r in item.rows)
+        self.since_bytes += sum(map(sql.text_size, batch))
         return reply(rid, f={str(k): v for k, v in failed.items()})
 
     def maybe_checkpoint(self) -> None:
@@ -157,7 +157,7 @@ class Writer:
 
     def checkpoint(self) -> None:
         """A PASSIVE checkpoint, on the checkpointer's thread; the store asks for one too
-        after CHECKPOINT_EVERY of its inline commits (sqlite.py)."""
+        after ``sqlite.CHECKPOINT_EVERY`` of its inline commits."""
         self.since_checkpoint = self.since_bytes = 0
         self.checkpointer.ask()
 

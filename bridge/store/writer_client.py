@@ -79,6 +79,14 @@ def _widen(ours: socket.socket, child: socket.socket) -> None:
         child.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, PIPE_BUFFER_BYTES)
 
 
+async def _answered(sent: asyncio.Future[Reply]) -> Reply:
+    """A request's answer; StoreError when the writer answered with an error."""
+    rep = await sent
+    if rep.error is not None:
+        raise StoreError(rep.error)
+    return rep
+
+
 class WriterProcess:
     def __init__(self, path: Path, busy_timeout_ms: int, on_lost: Callable[[str], None]) -> None:
         self.path = path
@@ -314,10 +322,7 @@ class WriterProcess:
                 fut.set_result(rep)
 
     async def _ask(self, msg: tuple[Any, ...]) -> Reply:
-        rep = await self._send(msg)
-        if rep.error is not None:
-            raise StoreError(rep.error)
-        return rep
+        return await _answered(self._send(msg))
 
     async def call(self, op: str, args: tuple[Any, ...]) -> Any:
         return (await self._ask(("c", op, args))).result
@@ -330,10 +335,7 @@ class WriterProcess:
         return self._refused(self._send(("b", again, items, generation)))
 
     async def _refused(self, sent: asyncio.Future[Reply]) -> dict[int, str]:
-        rep = await sent
-        if rep.error is not None:
-            raise StoreError(rep.error)
-        return rep.refused
+        return (await _answered(sent)).refused
 
     async def stats(self) -> Any:
         return (await self._ask(("s",))).result

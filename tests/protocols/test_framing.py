@@ -60,6 +60,46 @@ def test_arbitrary_bytes_split_anywhere_match_a_single_feed(stream, data):
     assert pieces.close() == whole.close() == (stream.split(b"\n")[-1] or None)
 
 
+def byte_by_byte(chunks: list[bytes], cap: int) -> tuple[list[bytes], bool]:
+    """The framer's contract, one byte at a time: the lines up to the first one over
+    ``cap`` (a complete line, or the unterminated tail at the end of a chunk), and whether
+    the cap was crossed."""
+    out: list[bytes] = []
+    cur = bytearray()
+    for chunk in chunks:
+        for byte in chunk:
+            if byte != 10:
+                cur.append(byte)
+                continue
+            if len(cur) > cap:
+                return out, True
+            out.append(bytes(cur))
+            cur.clear()
+        if len(cur) > cap:
+            return out, True
+    return out, False
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(stream=st.text("ab\n\r", max_size=60).map(str.encode), cap=st.integers(0, 8), data=st.data())
+def test_lines_and_the_cap_match_a_byte_by_byte_framer(stream, cap, data):
+    # The split-based feed (issue #22) against the definition: the same lines, the same
+    # chunk at which the cap is crossed, and the complete lines before it kept.
+    chunks = split_at(stream, data.draw(st.lists(st.integers(0, len(stream)), max_size=12), label="cuts"))
+    framer = LineFramer(cap)
+    got: list[bytes] = []
+    crossed = False
+    for chunk in chunks:
+        try:
+            got += framer.feed(chunk)
+        except LineTooLong as exc:
+            got += exc.lines
+            crossed = True
+            break
+
+    assert (got, crossed) == byte_by_byte(chunks, cap)
+
+
 def test_byte_at_a_time_feeding_yields_each_line_once_at_its_newline():
     framer = LineFramer()
     produced = [framer.feed(bytes([b])) for b in b'{"a":1}\n{"b":2}\n']

@@ -296,6 +296,9 @@ class AcpCodec:
 
     # ------------------------------------------------------------------ decoding
 
+    def decode_many(self, lines: Sequence[bytes]) -> list[Decoded]:
+        return [self.decode(line) for line in lines]
+
     def decode(self, line: bytes) -> Decoded:
         out = Decoded()
         obj, text, problem = parse_object(line)

@@ -223,20 +223,42 @@ class StreamJsonCodec:
         refuses, and one a shortcut declines decode as :meth:`_decode_slow` does;
         tests/protocols/test_codec_fast_path.py checks that the two always agree.
         """
+        events = self._fast(line)
+        return self._decode_slow(line) if events is None else Decoded(events, [], [])
+
+    def decode_many(self, lines: Sequence[bytes]) -> list[Decoded]:
+        """What :meth:`decode` makes of each line, with the lines a shortcut decodes back to
+        back merged into one :class:`Decoded` (issue #22: a flood's read is hundreds of
+        them). Exact for :meth:`~bridge.sessions.output.AgentOutput.agent_output`, which
+        takes each Decoded's events, then its replies, then its control items, in order:
+        such lines have neither."""
+        out: list[Decoded] = []
+        run: list[Event] | None = None  # the events of the Decoded being merged into
+        fast = self._fast
+        for line in lines:
+            events = fast(line)
+            if events is None:
+                out.append(self._decode_slow(line))
+                run = None
+            elif run is None:
+                run = events
+                out.append(Decoded(run, [], []))
+            else:
+                run += events
+        return out
+
+    def _fast(self, line: bytes) -> list[Event] | None:
+        """The events of a line a shortcut decodes; None for any other line."""
         if not line.startswith(self._fast_prefixes):
-            return self._decode_slow(line)
-        try:
-            obj = _loads(line)
-        except _JSONDecodeError:
-            return self._decode_slow(line)
+            return None
         # Subscripts, not .get(), in the shortcuts: on values straight from orjson, x["k"]
         # succeeds only when x is a dict holding "k"; any other shape takes the generic path.
         try:
+            obj = _loads(line)
             shortcut = self._fast_handlers.get(obj["type"])  # (the line begins "{": a dict)
-            decoded = None if shortcut is None else shortcut(self, obj, line)
-        except (KeyError, TypeError):
-            return self._decode_slow(line)
-        return self._decode_slow(line) if decoded is None else decoded
+            return None if shortcut is None else shortcut(self, obj, line)
+        except (_JSONDecodeError, KeyError, TypeError):
+            return None
 
     def _decode_slow(self, line: bytes) -> Decoded:
         """The generic decoder: :func:`parse_object`, then dispatch on ``type``. What

@@ -5,9 +5,10 @@ they cannot change the outcome.
 :meth:`StreamJsonCodec.decode` sniffs the line's ``"type"`` from its first bytes (agents
 write it first: ``{"type":"assistant",…``, compact or as Python's ``json.dumps`` writes
 it), parses the line once with orjson and hands it to the shortcut for the type it holds. A
-shortcut returns the very :class:`Decoded` the generic path (``_decode_slow``) would
-return, or None, and the generic path then decodes the line as always. What makes a
-shortcut exact:
+shortcut returns the very events of the :class:`Decoded` the generic path
+(``_decode_slow``) would return (such a line has no replies and no control items), or
+None, and the generic path then decodes the line as always (``decode_many`` merges the
+events of such lines back to back into one Decoded). What makes a shortcut exact:
 
 * orjson reads a line it accepts exactly as ``json`` does but for integers beyond 64
   bits, which it reads as floats (an integer too large for a float it refuses, as ``json``
@@ -35,14 +36,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from bridge.protocols import stream_json_map as smap
-from bridge.protocols.codec import Decoded
 from bridge.protocols.events import Event
 from bridge.protocols.jsonline import _may_be_too_deep
 
 if TYPE_CHECKING:
     from bridge.protocols.stream_json import StreamJsonCodec
 
-FastHandler = Callable[["StreamJsonCodec", dict[str, Any], bytes], "Decoded | None"]
+# A shortcut returns the events of the line (what the generic path's Decoded holds: such a
+# line has no replies and no control items), or None.
+FastHandler = Callable[["StreamJsonCodec", dict[str, Any], bytes], "list[Event] | None"]
 
 # Characters of the strings every line of a shape holds, for _may_be_too_deep: a text or
 # thinking delta holds at least the keys and values of an awp-jsonl text delta, any raw
@@ -66,7 +68,7 @@ def _raw(line: bytes) -> str:
     return line.decode("utf-8").rstrip("\r")
 
 
-def stream(codec: StreamJsonCodec, obj: dict[str, Any], line: bytes) -> Decoded | None:
+def stream(codec: StreamJsonCodec, obj: dict[str, Any], line: bytes) -> list[Event] | None:
     """A ``stream_event`` line (awp-jsonl: a top-level ``content_block_delta``): a
     ``message.delta`` or a ``message.stream``, which depend on string values only.
     Subscripts, not .get(): on values straight from orjson, x["k"] succeeds only when x is
@@ -96,10 +98,10 @@ def stream(codec: StreamJsonCodec, obj: dict[str, Any], line: bytes) -> Decoded 
         kind, data, literals = "message.stream", smap.stream_structure(ev), _RAW_STREAM_LITERALS
     if data is None or _may_be_too_deep(line, literals):
         return None
-    return Decoded([Event("agent", kind, data, _raw(line), True)], [], [])
+    return [Event("agent", kind, data, _raw(line), True)]
 
 
-def assistant(codec: StreamJsonCodec, obj: dict[str, Any], line: bytes) -> Decoded | None:
+def assistant(codec: StreamJsonCodec, obj: dict[str, Any], line: bytes) -> list[Event] | None:
     """An ``assistant`` line (Claude Code's whole message) whose content is text, thinking
     and tool-use blocks: one ``message`` or ``tool.call`` per block, exactly as
     ``_assistant`` makes them; a line with any other block takes the generic path."""
@@ -135,7 +137,7 @@ def assistant(codec: StreamJsonCodec, obj: dict[str, Any], line: bytes) -> Decod
         literals += len(message["text"]) + _BLOCK_LITERALS
     if _may_be_too_deep(line, literals):
         return None
-    return Decoded(events, [], [])
+    return events
 
 
 _TOOL_BLOCKS = ("tool_use", "server_tool_use")

@@ -698,7 +698,7 @@ class Conversation:
                     codec = self.core.codec
                     if codec is None:
                         return
-                    actions = self.core.agent_output([codec.decode(line) for line in lines])
+                    actions = self.core.agent_output(codec.decode_many(lines))
                     if self._pipelined(actions, len(lines)):
                         await self._emit_pipelined(cast(Emit, actions[0]))
                         continue

@@ -56,9 +56,14 @@ class AgentOutput:
         after: list[Action] = []  # performed after the commit, in order
         asks: list[int] = []  # indexes in ``out`` of permission requests held for clients
         ended = False
+        handlers = _AGENT_HANDLERS
         for d in decoded:
             for ev in d.events:
-                ended = self._on_event(ev, out, fields, after, asks) or ended
+                # _on_event, inlined for the events no handler takes (a flood's deltas).
+                if (ev.source != "agent" or ev.kind not in handlers) and ev.kind != "session.started":
+                    out.append(ev)
+                else:
+                    ended = self._on_event(ev, out, fields, after, asks) or ended
             for reply in d.replies:
                 out.append(Event("client", "client.other", {"op": "auto_reply"}, reply))
                 after.append(Write(reply))

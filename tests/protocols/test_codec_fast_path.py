@@ -794,3 +794,48 @@ def test_codec_bench_runs_every_shape_through_both_paths():
         == ["message.delta"]
     )
     assert kinds["assistant (text block)"] == ["message"] and kinds["result"] == ["turn.ended"]
+
+
+# ---------------------------------------------------------------- a read at once
+
+
+def item_stream(decoded: list[Any]) -> list[Any]:
+    """What agent_output takes from a read, in its order: each Decoded's events, then its
+    replies, then its control items."""
+    items: list[Any] = []
+    for d in decoded:
+        items += [("event", *outcome_of(e)) for e in d.events]
+        items += [("reply", r) for r in d.replies]
+        items += [("control", repr(c)) for c in d.control]
+    return items
+
+
+def outcome_of(e: Any) -> tuple[Any, ...]:
+    return (type(e).__name__, e.source, e.kind, exact(e.data), e.raw, e.relay)
+
+
+@pytest.mark.parametrize("codec_cls", CODECS)
+@DIFF
+@given(
+    lines=st.lists(
+        stream_lines() | message_lines() | st.sampled_from(REAL_LINES) | st.binary(max_size=40),
+        max_size=12,
+    )
+)
+def test_a_read_decoded_at_once_is_each_line_decoded_in_turn(codec_cls, lines):
+    # decode_many (issue #22) merges the lines a shortcut decodes back to back: what the
+    # conversation core takes from them, in order, is what line-by-line decode gives (two
+    # codecs: decoding may change a codec's state).
+    many = codec_cls().decode_many(lines)
+    one = codec_cls()
+    each = [one.decode(line) for line in lines]
+
+    assert item_stream(many) == item_stream(each)
+    assert len(many) <= len(lines)
+
+
+def test_a_flood_read_is_one_decoded():
+    lines = [flood_line(200, f"{i:08d} ") for i in range(50)]
+    [merged] = StreamJsonCodec().decode_many(lines)
+    assert [e.data["text"][:8] for e in merged.events] == [f"{i:08d}" for i in range(50)]
+    assert all(e.relay for e in merged.events)

@@ -11,6 +11,7 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -195,8 +196,12 @@ class _Append:
 def text_size(item: _Append) -> int:
     """The characters of an append's data and raw text (counted once)."""
     if item.size < 0:
-        item.size = sum(len(r[5]) + len(r[6] or "") for r in item.rows)
+        rows = item.rows  # (map and filter: C loops, a quarter of a generator's time)
+        item.size = sum(map(len, map(_DATA, rows))) + sum(map(len, filter(None, map(_RAW, rows))))
     return item.size
+
+
+_DATA, _RAW = itemgetter(5), itemgetter(6)  # of an append's rows
 
 
 # At open: every thread's derived columns brought up to its newest stored event (a daemon

@@ -252,3 +252,6 @@ def test_the_writers_envelopes_are_record_envelopes_byte_for_byte(events: list[t
         end = len(env) - len(b',"raw":null}') if raw_at is None else raw_at - len(b',"raw":')
         assert env[data_at:end].decode() == data_json
         assert (None if raw_at is None else env[raw_at:-1].decode()) == raw
+    # The characters of text the batch cap counts: data and raw, whatever they hold.
+    item = sql._Append("thr_a", rows, {}, None)
+    assert sql.text_size(item) == sum(len(r[5]) + len(r[6] or "") for r in rows)

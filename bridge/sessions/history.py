@@ -44,11 +44,24 @@ class Compactor:
         self._plan: Item | None = None
 
     def feed(self, records: Iterable[Record]) -> None:
+        opened = self._open
         for rec in records:
-            if rec.seq <= self.last_seq:
+            seq = rec.seq
+            if seq <= self.last_seq:
                 continue  # seen (a page read twice)
-            self.last_seq = rec.seq
-            handler = _HANDLERS.get(rec.kind)
+            self.last_seq = seq
+            kind = rec.kind
+            if kind == "message.delta":
+                # Most of a stream (issue #22): a delta that goes on the message open on its
+                # channel, without a message id, is _delta's last two lines.
+                data = rec.data
+                if type(data) is dict and type(text := data.get("text")) is str and "message_id" not in data:
+                    item = opened.get("thought" if data.get("channel") == "thought" else "text")
+                    if item is not None:
+                        item["_parts"].append(text)
+                        item["to"] = seq
+                        continue
+            handler = _HANDLERS.get(kind)
             if handler is not None and isinstance(data := rec.data, dict):
                 handler(self, rec, data)
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bridge.protocols.events import Record
-from bridge.sessions.history import Compactor, committed
+from bridge.sessions.history import _HANDLERS, Compactor, committed
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -188,3 +188,36 @@ def test_a_snapshot_is_not_changed_by_later_commits_and_too_many_items_are_let_g
     tool = next(i for i in shot if i["type"] == "tool")
     assert tool["to"] == 7 and "output" not in tool
     assert committed(Compactor(), TURN, 3) is None  # seven items: more than three
+
+
+def generic_feed(comp: Compactor, recs: list[Record]) -> None:
+    """Compactor.feed without its inlined delta path (issue #22): each record to its handler."""
+    for rec in recs:
+        if rec.seq <= comp.last_seq:
+            continue
+        comp.last_seq = rec.seq
+        handler = _HANDLERS.get(rec.kind)
+        if handler is not None and isinstance(rec.data, dict):
+            handler(comp, rec, rec.data)
+
+
+def test_the_inlined_delta_path_compacts_as_the_handlers_do() -> None:
+    rng = random.Random(22)
+    kinds = ["message.delta"] * 6 + KINDS
+    for _ in range(400):
+        recs = []
+        for seq in range(1, rng.randint(1, 40)):
+            keys = rng.sample(["text", "channel", "message_id", "role", "tool_call_id"], rng.randint(0, 4))
+            data: Any = {k: rng.choice([*VALUES, "a", "b"]) for k in keys}
+            if rng.random() < 0.6:
+                data["text"] = rng.choice(["a", "b", "", 1, None])
+            if rng.random() < 0.05:
+                data = rng.choice([[], "x", 0])
+            recs.append(Record(seq, "t", rng.choice(["agent", "client"]), rng.choice(kinds), data, None, False))
+        cut = rng.randint(0, len(recs))
+        fast, slow = Compactor(), Compactor()
+        fast.feed(recs[:cut])
+        fast.feed(recs[max(0, cut - 3) :])  # a page read twice in part
+        generic_feed(slow, recs)
+        assert fast.snapshot() == slow.snapshot()
+        assert fast.last_seq == slow.last_seq

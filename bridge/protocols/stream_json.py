@@ -223,8 +223,7 @@ class StreamJsonCodec:
         refuses, and one a shortcut declines decode as :meth:`_decode_slow` does;
         tests/protocols/test_codec_fast_path.py checks that the two always agree.
         """
-        events = self._fast(line)
-        return self._decode_slow(line) if events is None else Decoded(events, [], [])
+        return self.decode_many((line,))[0]
 
     def decode_many(self, lines: Sequence[bytes]) -> list[Decoded]:
         """What :meth:`decode` makes of each line, with the lines a shortcut decodes back to
@@ -234,9 +233,20 @@ class StreamJsonCodec:
         such lines have neither."""
         out: list[Decoded] = []
         run: list[Event] | None = None  # the events of the Decoded being merged into
-        fast = self._fast
+        prefixes, handlers = self._fast_prefixes, self._fast_handlers
         for line in lines:
-            events = fast(line)
+            events: list[Event] | None = None
+            if line.startswith(prefixes):
+                # Subscripts, not .get(), in the shortcuts: on values straight from orjson,
+                # x["k"] succeeds only when x is a dict holding "k"; any other shape takes
+                # the generic path.
+                try:
+                    obj = _loads(line)
+                    shortcut = handlers.get(obj["type"])  # (the line begins "{": a dict)
+                    if shortcut is not None:
+                        events = shortcut(self, obj, line)
+                except (_JSONDecodeError, KeyError, TypeError):
+                    events = None
             if events is None:
                 out.append(self._decode_slow(line))
                 run = None
@@ -246,19 +256,6 @@ class StreamJsonCodec:
             else:
                 run += events
         return out
-
-    def _fast(self, line: bytes) -> list[Event] | None:
-        """The events of a line a shortcut decodes; None for any other line."""
-        if not line.startswith(self._fast_prefixes):
-            return None
-        # Subscripts, not .get(), in the shortcuts: on values straight from orjson, x["k"]
-        # succeeds only when x is a dict holding "k"; any other shape takes the generic path.
-        try:
-            obj = _loads(line)
-            shortcut = self._fast_handlers.get(obj["type"])  # (the line begins "{": a dict)
-            return None if shortcut is None else shortcut(self, obj, line)
-        except (_JSONDecodeError, KeyError, TypeError):
-            return None
 
     def _decode_slow(self, line: bytes) -> Decoded:
         """The generic decoder: :func:`parse_object`, then dispatch on ``type``. What

@@ -15,7 +15,8 @@ _SAFE_TS = re.compile(r"[0-9A-Za-z:.+-]*")
 _JSON_STR: dict[str, str] = {}  # source and kind names, already as JSON strings
 
 
-def _json_str(value: str) -> str:
+def json_name(value: str) -> str:
+    """A source or kind name as JSON text (ASCII), cached."""
     out = _JSON_STR.get(value)
     if out is None:
         out = json.dumps(value)
@@ -29,16 +30,12 @@ def json_ts(ts: str) -> str:
     return f'"{ts}"' if _SAFE_TS.fullmatch(ts) else json.dumps(ts)
 
 
-json_name = _json_str  # a source or kind name as JSON text (ASCII), cached
-
-
 def record_envelope(seq: int, ts: str, source: str, kind: str, data_json: str, raw: str | None) -> str:
     """The events-mode frame of one record. ``raw`` is the exact line the agent wrote,
     embedded as-is (it is already one JSON object), never re-serialised."""
-    tsj = f'"{ts}"' if _SAFE_TS.fullmatch(ts) else json.dumps(ts)
     return (
-        f'{{"seq":{seq},"ts":{tsj},"source":{_json_str(source)},'
-        f'"kind":{_json_str(kind)},"data":{data_json},'
+        f'{{"seq":{seq},"ts":{json_ts(ts)},"source":{json_name(source)},'
+        f'"kind":{json_name(kind)},"data":{data_json},'
         f'"raw":{raw if raw is not None else "null"}}}'
     )
 
@@ -67,7 +64,7 @@ _JSON_BYTES: dict[bytes, bytes] = {}  # source and kind names as JSON strings, U
 def _json_bytes(value: bytes) -> bytes:
     out = _JSON_BYTES.get(value)
     if out is None:
-        out = _json_str(value.decode()).encode()
+        out = json_name(value.decode()).encode()
         if len(_JSON_BYTES) < 1024:  # kinds are a small set; never let agent input grow this
             _JSON_BYTES[value] = out
     return out

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Awaitable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import wait_until
@@ -38,19 +40,23 @@ def wire_item(tid: str, rows: list[tuple[object, ...]], fields: dict[str, object
     return (tid, rows, fields, (TS, rows[-1][1] if rows else None, None), False, None)
 
 
-async def watch_for_gaps(path: Path, tids: list[str], done: asyncio.Event, gaps: list[tuple[str, list[int]]]) -> None:
-    """Until ``done``: read each thread's seqs every 2 ms on a connection of its own, and
-    note every read that is not 1..n (a batch committed ahead of one before it)."""
+async def gaps_while(path: Path, tids: list[str], work: Awaitable[Any]) -> list[tuple[str, list[int]]]:
+    """While ``work`` runs: read each thread's seqs every 2 ms on a connection of its own;
+    every read that is not 1..n (a batch committed ahead of one before it)."""
+    task = asyncio.ensure_future(work)
+    gaps: list[tuple[str, list[int]]] = []
     db = sqlite3.connect(path)
     try:
-        while not done.is_set():
+        while not task.done():
             for tid in tids:
                 got = [s for (s,) in db.execute("SELECT seq FROM events WHERE thread_id=?", (tid,))]
                 if got != list(range(1, len(got) + 1)):
                     gaps.append((tid, got))
-            await asyncio.sleep(0.002)
+            await asyncio.wait({task}, timeout=0.002)
     finally:
         db.close()
+    await task
+    return gaps
 
 
 def seqs(path: Path, tid: str) -> list[int]:
@@ -115,8 +121,6 @@ async def test_pipelined_appends_commit_in_order_and_survive_a_locked_database(t
         try:
             for tid in tids:
                 await store.create_thread(thread(tid, TS))  # type: ignore[arg-type]
-            gaps: list[tuple[str, list[int]]] = []
-            done = asyncio.Event()
 
             async def appender(tid: str) -> None:
                 inflight: list[asyncio.Future[None]] = []
@@ -140,11 +144,7 @@ async def test_pipelined_appends_commit_in_order_and_survive_a_locked_database(t
                 lock.execute("ROLLBACK")
                 lock.close()
 
-            watch = asyncio.ensure_future(watch_for_gaps(path, tids, done, gaps))
-            await asyncio.gather(*(appender(t) for t in tids), unlock())
-            done.set()
-            await watch
-            assert gaps == []
+            assert await gaps_while(path, tids, asyncio.gather(*(appender(t) for t in tids), unlock())) == []
             for tid in tids:
                 assert seqs(path, tid) == list(range(1, rounds * PER + 1))
             assert store.pipelined > 0
@@ -195,8 +195,6 @@ async def test_the_writer_killed_with_two_batches_in_flight_loses_and_reorders_n
         try:
             for tid in tids:
                 await store.create_thread(thread(tid, TS))  # type: ignore[arg-type]
-            gaps: list[tuple[str, list[int]]] = []
-            done = asyncio.Event()
 
             kills = asyncio.Event()
             appended = dict.fromkeys(tids, 0)
@@ -231,11 +229,7 @@ async def test_the_writer_killed_with_two_batches_in_flight_loses_and_reorders_n
                     await wait_until(lambda p=proc: replaced(p), 20, f"writer {n + 2}")
                 kills.set()
 
-            watch = asyncio.ensure_future(watch_for_gaps(path, tids, done, gaps))
-            await asyncio.gather(*(appender(t) for t in tids), killer())
-            done.set()
-            await watch
-            assert gaps == []
+            assert await gaps_while(path, tids, asyncio.gather(*(appender(t) for t in tids), killer())) == []
             for tid in tids:
                 assert seqs(path, tid) == list(range(1, appended[tid] + 1))
             assert store.healthy

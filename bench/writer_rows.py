@@ -2,7 +2,8 @@
 that carries a batch to the writer process (pickle, as before, against marshal, now), the
 stored envelope built in the writer (one record at a time with ``record_envelope`` and
 ``stored_envelope``, as before, against ``sqlite_sql._insert_rows``, now), and the commit
-of the batch. One process, no daemon; the stages are interleaved round by round.
+of the batch (one INSERT a row, as before, against ``sqlite_sql.INSERT_CHUNK`` rows a
+statement, now). One process, no daemon; the stages are interleaved round by round.
 
     python -m bench.writer_rows            # a few seconds
     python -m bench.writer_rows --quick    # a smoke run; numbers are not meaningful
@@ -17,6 +18,7 @@ import argparse
 import marshal
 import pickle
 import shutil
+import sqlite3
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -55,6 +57,13 @@ def per_row_envelopes(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     return out
 
 
+def commit_row_by_row(db: sqlite3.Connection, item: sql._Append) -> None:
+    """An append committed as the writer did before: one INSERT executed once a row."""
+    db.execute("BEGIN IMMEDIATE")
+    db.executemany(sql.INSERT_EVENTS, sql._insert_rows(item.rows))
+    db.execute("COMMIT")
+
+
 def cpu_per_row(fn: Callable[[], object], rows: int) -> float:
     t0 = time.process_time()
     fn()
@@ -76,6 +85,8 @@ def measure(rounds: int, batch: int) -> dict[str, float]:
         for _ in range(rounds):
             rows = flood_rows(seq, batch)
             item = sql._Append(THREAD, rows, {}, None, (TS, seq + batch - 1, None))
+            seq += batch
+            other = sql._Append(THREAD, flood_rows(seq, batch), {}, None, (TS, seq + batch - 1, None))
             msg = ("b", 1, False, [sql.wire_item(item)], 0)
             pickled = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
             marshalled = marshal.dumps(msg)
@@ -86,7 +97,8 @@ def measure(rounds: int, batch: int) -> dict[str, float]:
                 "frame in, marshal": partial(marshal.loads, marshalled),
                 "envelopes, one record at a time": partial(per_row_envelopes, rows),
                 "envelopes, _insert_rows": partial(sql._insert_rows, rows),
-                "commit (envelopes and SQLite)": partial(sql._commit, db, [item]),
+                "commit, INSERT_CHUNK rows a statement": partial(sql._commit, db, [item]),
+                "commit, one INSERT a row": partial(commit_row_by_row, db, other),
             }
             for name, fn in stages.items():
                 best[name] = min(best.get(name, float("inf")), cpu_per_row(fn, batch))
@@ -102,6 +114,7 @@ def report(best: dict[str, float], rounds: int, batch: int) -> str:
         ("frame out, marshal", "frame out, pickle"),
         ("frame in, marshal", "frame in, pickle"),
         ("envelopes, _insert_rows", "envelopes, one record at a time"),
+        ("commit, INSERT_CHUNK rows a statement", "commit, one INSERT a row"),
     )
     out = [
         f"bench.writer_rows: batches of {batch} flood rows, minimum over {rounds} rounds (CPU µs per row)",
@@ -111,7 +124,6 @@ def report(best: dict[str, float], rounds: int, batch: int) -> str:
     ]
     for now, before in pairs:
         out.append(f"| {now} | {best[now]:.3f} | {best[before]:.3f} | {best[now] / best[before]:.2f}× |")
-    out.append(f"| commit (envelopes and SQLite) | {best['commit (envelopes and SQLite)']:.3f} | | |")
     return "\n".join(out)
 
 

@@ -1,0 +1,94 @@
+"""An append's rows go into SQLite INSERT_CHUNK at a time in one statement (issue #22). What
+is stored must be exactly what one statement a row stores, and a row SQLite refuses —
+wherever it sits, in a whole chunk or in the rest — must refuse its append alone while the
+rest of the batch commits. Real SQLite files, no daemon."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.store import sqlite_sql as sql
+
+pytestmark = pytest.mark.timeout(60)
+TS = "2026-12-05T00:00:00.000Z"
+SIZES = (1, sql.INSERT_CHUNK - 1, sql.INSERT_CHUNK, sql.INSERT_CHUNK + 1, 2 * sql.INSERT_CHUNK + 5)
+
+
+def db_at(path: Path) -> sqlite3.Connection:
+    db = sql.open_writer(path, 2000)
+    for tid in ("thr_a", "thr_b", "thr_c"):
+        sql.create_thread(
+            db,
+            {"id": tid, "agent": "a", "protocol": "stream-json", "cwd": "/", "title": "", "state": "idle"}
+            | {"turn_active": 0, "last_seq": 0, "created_at": TS, "updated_at": TS, "options": "{}"},
+        )
+    return db
+
+
+def rows(tid: str, first: int, n: int, client_at: int | None = None) -> list[tuple[Any, ...]]:
+    """n rows of thread tid from seq first; the row at index client_at carries client id "c"."""
+    return [
+        (
+            tid,
+            seq,
+            TS,
+            "agent",
+            "message",
+            f'{{"text":"{tid} {seq} é"}}',
+            None if seq % 3 else '{"x":1}',
+            seq % 2,
+            "c" if i == client_at else None,
+        )
+        for i, seq in enumerate(range(first, first + n))
+    ]
+
+
+def one_row_a_statement(db: sqlite3.Connection, batch: list[sql._Append]) -> None:
+    db.execute("BEGIN IMMEDIATE")
+    for item in batch:
+        db.executemany(sql.INSERT_EVENTS, sql._insert_rows(item.rows))
+    db.execute("COMMIT")
+
+
+def stored(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
+    return db.execute("SELECT * FROM events ORDER BY thread_id, seq").fetchall()
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_chunked_inserts_store_what_one_row_a_statement_stores(tmp_path: Path, n: int) -> None:
+    chunked, plain = db_at(tmp_path / "chunked.db"), db_at(tmp_path / "plain.db")
+    batch = [
+        sql._Append("thr_a", rows("thr_a", 1, n, client_at=n - 1), {}, None),
+        sql._Append("thr_b", rows("thr_b", 1, n + 3), {}, None),
+    ]
+    assert sql._commit(chunked, batch) == {}
+    one_row_a_statement(plain, batch)
+    got = stored(chunked)
+    assert len(got) == 2 * n + 3 and got == stored(plain)
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("where", ["first", "last"])
+def test_a_refused_row_anywhere_refuses_its_append_alone(tmp_path: Path, n: int, where: str) -> None:
+    db = db_at(tmp_path / "db.sqlite")
+    assert sql._commit(db, [sql._Append("thr_b", rows("thr_b", 1, 1, client_at=0), {}, None)]) == {}
+    # thr_b's second append repeats client id "c" in its first or last row: in the first
+    # whole chunk, or in the rows after the last one.
+    bad = rows("thr_b", 2, n, client_at=0 if where == "first" else n - 1)
+    batch = [
+        sql._Append("thr_a", rows("thr_a", 1, n), {}, None),
+        sql._Append("thr_b", bad, {}, None),
+        sql._Append("thr_c", rows("thr_c", 1, n), {}, None),
+    ]
+    failed = sql._commit(db, batch)
+    assert list(failed) == [1] and "UNIQUE" in failed[1]
+    seqs = db.execute("SELECT thread_id, count(*), max(seq) FROM events GROUP BY thread_id").fetchall()
+    assert seqs == [("thr_a", n, n), ("thr_b", 1, 1), ("thr_c", n, n)]
+    # Alone in its batch (no savepoint), the same append is rolled back whole too.
+    assert list(sql._commit(db, [sql._Append("thr_b", bad, {}, None)])) == [0]
+    assert db.execute("SELECT count(*) FROM events WHERE thread_id='thr_b'").fetchone() == (1,)
+    assert not db.in_transaction

@@ -521,12 +521,14 @@ OPS = {
 
 def item_of(wire: tuple[Any, ...]) -> _Append:
     """An append as shipped to the writer process (``wire_item``): no future."""
-    thread_id, rows, fields, touch, flush, fence = wire
-    return _Append(thread_id, rows, fields, None, touch, flush=flush, fence=fence)
+    thread_id, rows, fields, touch, flush, fence, size = wire
+    return _Append(thread_id, rows, fields, None, touch, flush=flush, fence=fence, size=size)
 
 
 def wire_item(item: _Append) -> tuple[Any, ...]:
-    return (item.thread_id, item.rows, item.fields, item.touch, item.flush, item.fence)
+    """An append for the writer process, with its text size if the store counted it (the
+    batch cap does), so the writer's checkpoint count does not count it again."""
+    return (item.thread_id, item.rows, item.fields, item.touch, item.flush, item.fence, item.size)
 
 
 def already_written(db: sqlite3.Connection, item: _Append) -> bool:

@@ -37,7 +37,7 @@ def wire_rows(tid: str, first: int, n: int) -> list[tuple[object, ...]]:
 
 
 def wire_item(tid: str, rows: list[tuple[object, ...]], fields: dict[str, object]) -> tuple[object, ...]:
-    return (tid, rows, fields, (TS, rows[-1][1] if rows else None, None), False, None)
+    return (tid, rows, fields, (TS, rows[-1][1] if rows else None, None), False, None, -1)
 
 
 async def gaps_while(path: Path, tids: list[str], work: Awaitable[Any]) -> list[tuple[str, list[int]]]:

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from support.stores import records, thread
 
 from bridge.errors import StoreError
-from bridge.store import sqlite_sql, wire, writer_client
+from bridge.store import sqlite_sql, wire, writer, writer_client
 from bridge.store.sqlite import SqliteStore
 
 TS = "2026-12-01T00:00:00.000Z"
@@ -314,6 +314,38 @@ async def test_both_writers_answer_every_write_alike(tmp_path: Path) -> None:
                 await store.close()
         assert answers[0] == answers[1]
         assert answers[1][:3] == [70, True, False] and answers[1][4] == [("k1", 1e12, "ann")]
+
+
+async def test_a_checkpoint_is_asked_for_by_the_bytes_that_came_in(tmp_path: Path) -> None:
+    """Twelve batches, far fewer than ``CHECKPOINT_EVERY`` commits: carrying more than
+    ``CHECKPOINT_BYTES`` of event text in all (each row's its own, though the frame holds
+    the string once), they make the writer process checkpoint; carrying little, they do
+    not. Half of them come with their size counted by the store, half without."""
+
+    async def checkpoints(db: str, row_bytes: int) -> int:
+        proc = writer_client.WriterProcess(tmp_path / db, 2000, lambda why: None)
+        await proc.start()
+        try:
+            await proc.call("create_thread", ({**thread("thr_a", TS), "options": "{}"},))
+            for b in range(12):
+                text = json.dumps("x" * row_bytes)
+                rows = [("thr_a", 10 * b + i, TS, "agent", "message", text, None, 0, None) for i in range(1, 11)]
+                item = sqlite_sql._Append("thr_a", rows, {}, None, (TS, rows[-1][1], None))
+                if b % 2:
+                    sqlite_sql.text_size(item)  # counted by the store (its batch cap) or not
+                assert await proc.batch([sqlite_sql.wire_item(item)], False) == {}
+            done = int((await proc.stats())["checkpoints"])
+            while row_bytes * 120 > writer.CHECKPOINT_BYTES and not done:  # (on its own thread)
+                await asyncio.sleep(0.01)
+                done = int((await proc.stats())["checkpoints"])
+            return done
+        finally:
+            await proc.close()
+
+    assert 12 < writer.CHECKPOINT_EVERY
+    async with asyncio.timeout(30):
+        assert await checkpoints("small.db", 100) == 0
+        assert await checkpoints("big.db", writer.CHECKPOINT_BYTES // 80) >= 1
 
 
 # A stand-in writer (the real one's first word, then one scripted answer to the first

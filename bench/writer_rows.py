@@ -1,6 +1,7 @@
 """What one flooded line costs on its way into SQLite, stage by stage (issue #22): the frame
-that carries a batch to the writer process (pickle, as before, against marshal, now), the
-stored envelope built in the writer (one record at a time with ``record_envelope`` and
+that carries a batch to the writer process (pickle against marshal, and marshal of a
+tuple a row, as before, against marshal of ``sqlite_sql.Rows``' columns, now), the stored
+envelope built in the writer (one record at a time with ``record_envelope`` and
 ``stored_envelope``, as before, against ``sqlite_sql._insert_rows``, now), and the commit
 of the batch (one INSERT a row, as before, against ``sqlite_sql.INSERT_CHUNK`` rows a
 statement, now). One process, no daemon; the stages are interleaved round by round.
@@ -38,14 +39,20 @@ LINE = (
 )
 
 
-def flood_rows(first: int, n: int) -> list[tuple[Any, ...]]:
-    """An append's rows as the store ships them, for n 200-byte ``stream_event`` deltas."""
-    rows = []
+def flood_records(first: int, n: int) -> list[Record]:
+    """n 200-byte ``stream_event`` deltas, as the daemon numbers them."""
+    records = []
     for seq in range(first, first + n):
         text = f"{seq:08d} " + "x" * 60
-        r = Record(seq, TS, "agent", "message.delta", {"text": text, "channel": "text"}, LINE % text, True)
-        rows.append((THREAD, r.seq, r.ts, r.source, r.kind, r.data_json, r.raw, 1, None))
-    return rows
+        records.append(Record(seq, TS, "agent", "message.delta", {"text": text, "channel": "text"}, LINE % text, True))
+    for r in records:
+        assert r.data_json  # (serialised once, as the daemon does before shipping them)
+    return records
+
+
+def tuple_rows(records: list[Record]) -> list[tuple[Any, ...]]:
+    """An append's rows as the store shipped them before: a tuple a row."""
+    return [(THREAD, r.seq, r.ts, r.source, r.kind, r.data_json, r.raw, int(r.relay), None) for r in records]
 
 
 def per_row_envelopes(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
@@ -60,7 +67,7 @@ def per_row_envelopes(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
 def commit_row_by_row(db: sqlite3.Connection, item: sql._Append) -> None:
     """An append committed as the writer did before: one INSERT executed once a row."""
     db.execute("BEGIN IMMEDIATE")
-    db.executemany(sql.INSERT_EVENTS, sql._insert_rows(item.rows))
+    db.executemany(sql.INSERT_EVENTS, sql._insert_rows(item.thread_id, item.rows))
     db.execute("COMMIT")
 
 
@@ -83,20 +90,29 @@ def measure(rounds: int, batch: int) -> dict[str, float]:
         best: dict[str, float] = {}
         seq = 1
         for _ in range(rounds):
-            rows = flood_rows(seq, batch)
+            records = flood_records(seq, batch)
+            rows = sql.rows_of(records, [None] * batch)
             item = sql._Append(THREAD, rows, {}, None, (TS, seq + batch - 1, None))
             seq += batch
-            other = sql._Append(THREAD, flood_rows(seq, batch), {}, None, (TS, seq + batch - 1, None))
+            other = sql._Append(THREAD, sql.rows_of(flood_records(seq, batch), [None] * batch), {}, None)
+            other.touch = (TS, seq + batch - 1, None)
             msg = ("b", 1, False, [sql.wire_item(item)], 0)
-            pickled = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+            # Before: the same append as a tuple a row (the records stay alive, as in the
+            # daemon, so marshal sees the strings shared and keeps a reference to each).
+            tuples = tuple_rows(records)
+            msg_before: tuple[Any, ...] = ("b", 1, False, [(THREAD, tuples, {}, item.touch, False, None, -1)], 0)
+            pickled = pickle.dumps(msg_before, protocol=pickle.HIGHEST_PROTOCOL)
             marshalled = marshal.dumps(msg)
+            marshalled_before = marshal.dumps(msg_before)
             stages: dict[str, Callable[[], object]] = {
-                "frame out, pickle": partial(pickle.dumps, msg, protocol=pickle.HIGHEST_PROTOCOL),
-                "frame out, marshal": partial(marshal.dumps, msg),
+                "frame out, pickle": partial(pickle.dumps, msg_before, protocol=pickle.HIGHEST_PROTOCOL),
+                "frame out, marshal, a tuple a row": partial(marshal.dumps, msg_before),
+                "frame out, marshal, columns": partial(marshal.dumps, msg),
                 "frame in, pickle": partial(pickle.loads, pickled),
-                "frame in, marshal": partial(marshal.loads, marshalled),
-                "envelopes, one record at a time": partial(per_row_envelopes, rows),
-                "envelopes, _insert_rows": partial(sql._insert_rows, rows),
+                "frame in, marshal, a tuple a row": partial(marshal.loads, marshalled_before),
+                "frame in, marshal, columns": partial(marshal.loads, marshalled),
+                "envelopes, one record at a time": partial(per_row_envelopes, tuples),
+                "envelopes, _insert_rows": partial(sql._insert_rows, THREAD, rows),
                 "commit, INSERT_CHUNK rows a statement": partial(sql._commit, db, [item]),
                 "commit, one INSERT a row": partial(commit_row_by_row, db, other),
             }
@@ -111,8 +127,10 @@ def measure(rounds: int, batch: int) -> dict[str, float]:
 
 def report(best: dict[str, float], rounds: int, batch: int) -> str:
     pairs = (
-        ("frame out, marshal", "frame out, pickle"),
-        ("frame in, marshal", "frame in, pickle"),
+        ("frame out, marshal, a tuple a row", "frame out, pickle"),
+        ("frame out, marshal, columns", "frame out, marshal, a tuple a row"),
+        ("frame in, marshal, a tuple a row", "frame in, pickle"),
+        ("frame in, marshal, columns", "frame in, marshal, a tuple a row"),
         ("envelopes, _insert_rows", "envelopes, one record at a time"),
         ("commit, INSERT_CHUNK rows a statement", "commit, one INSERT a row"),
     )

@@ -535,10 +535,7 @@ class SqliteStore(leases.SqliteLeases):
         the transaction first checks the lease in SQL (sqlite_leases.fence)."""
         # The envelopes are stored with the rows (migration 9), built where the write
         # connection is (sqlite_sql._insert_rows): in the writer process, off this loop.
-        rows = [
-            (thread_id, r.seq, r.ts, r.source, r.kind, r.data_json, r.raw, int(r.relay), cid)
-            for r, cid in zip(records, client_ids, strict=True)
-        ]
+        rows = sql.rows_of(records, client_ids)
         fields = leases.stamp(self._dump(thread_fields), self.replica_id)
         updated_at = fields.pop("updated_at", None)
         turn_active = fields.pop("turn_active", None)
@@ -578,7 +575,7 @@ class SqliteStore(leases.SqliteLeases):
         if (
             db is None
             or not self.healthy
-            or sum(len(item.rows) for item in batch) > INLINE_MAX_ROWS
+            or sum(sql.row_count(item.rows) for item in batch) > INLINE_MAX_ROWS
             or sum(map(sql.text_size, batch)) > INLINE_MAX_BYTES
         ):
             return None
@@ -604,7 +601,7 @@ class SqliteStore(leases.SqliteLeases):
                     item.done.set_exception(_refusal(failed[i]))
                 continue
             if item.touch is not None and not item.flush:
-                self.appended += len(item.rows)
+                self.appended += sql.row_count(item.rows)
                 old = self._dirty.get(item.thread_id)
                 new = item.touch
                 self._dirty[item.thread_id] = (
@@ -626,7 +623,7 @@ class SqliteStore(leases.SqliteLeases):
         Batches commit in order, so the last one done means every one is."""
         if not self._dirty or self._wake is None:
             return False
-        items = [_Append(tid, [], {}, None, touch, flush=True) for tid, touch in self._dirty.items()]
+        items = [_Append(tid, (), {}, None, touch, flush=True) for tid, touch in self._dirty.items()]
         self._dirty.clear()
         items[-1].done = done
         self._pending.extend(items)
@@ -774,7 +771,7 @@ class SqliteStore(leases.SqliteLeases):
         if proc is None or not proc.alive or len(flight) >= WRITER_DEPTH:
             return None
         batch = self._batch_at(sent)
-        if sum(len(item.rows) for item in batch) < PIPELINED_ROWS:
+        if sum(sql.row_count(item.rows) for item in batch) < PIPELINED_ROWS:
             return None
         behind = _Flight(batch, proc)
         self.pipelined += 1

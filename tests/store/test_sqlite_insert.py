@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from bridge.protocols.events import Record
 from bridge.store import sqlite_sql as sql
 
 pytestmark = pytest.mark.timeout(60)
@@ -29,28 +30,20 @@ def db_at(path: Path) -> sqlite3.Connection:
     return db
 
 
-def rows(tid: str, first: int, n: int, client_at: int | None = None) -> list[tuple[Any, ...]]:
-    """n rows of thread tid from seq first; the row at index client_at carries client id "c"."""
-    return [
-        (
-            tid,
-            seq,
-            TS,
-            "agent",
-            "message",
-            f'{{"text":"{tid} {seq} é"}}',
-            None if seq % 3 else '{"x":1}',
-            seq % 2,
-            "c" if i == client_at else None,
-        )
-        for i, seq in enumerate(range(first, first + n))
+def rows(tid: str, first: int, n: int, client_at: int | None = None) -> sql.Rows:
+    """n events of thread tid from seq first; the one at index client_at carries client id "c"."""
+    seqs = range(first, first + n)
+    records = [
+        Record(seq, TS, "agent", "message", {"text": f"{tid} {seq} é"}, None if seq % 3 else '{"x":1}', bool(seq % 2))
+        for seq in seqs
     ]
+    return sql.rows_of(records, ["c" if i == client_at else None for i in range(n)])
 
 
 def one_row_a_statement(db: sqlite3.Connection, batch: list[sql._Append]) -> None:
     db.execute("BEGIN IMMEDIATE")
     for item in batch:
-        db.executemany(sql.INSERT_EVENTS, sql._insert_rows(item.rows))
+        db.executemany(sql.INSERT_EVENTS, sql._insert_rows(item.thread_id, item.rows))
     db.execute("COMMIT")
 
 
@@ -92,3 +85,19 @@ def test_a_refused_row_anywhere_refuses_its_append_alone(tmp_path: Path, n: int,
     assert list(sql._commit(db, [sql._Append("thr_b", bad, {}, None)])) == [0]
     assert db.execute("SELECT count(*) FROM events WHERE thread_id='thr_b'").fetchone() == (1,)
     assert not db.in_transaction
+
+
+def test_columns_of_different_lengths_refuse_their_append_alone(tmp_path: Path) -> None:
+    """``Rows`` whose columns disagree (a bug, or a damaged frame) are never half-inserted."""
+    with pytest.raises(ValueError, match="2 records and 1 client ids"):
+        sql.rows_of(sql_records(2), [None])
+    db = db_at(tmp_path / "db.sqlite")
+    ragged = rows("thr_a", 1, 3)
+    ragged[sql.DATA].pop()
+    batch = [sql._Append("thr_a", ragged, {}, None), sql._Append("thr_b", rows("thr_b", 1, 3), {}, None)]
+    assert list(sql._commit(db, batch)) == [0]
+    assert db.execute("SELECT thread_id, count(*) FROM events GROUP BY thread_id").fetchall() == [("thr_b", 3)]
+
+
+def sql_records(n: int) -> list[Record]:
+    return [Record(seq, TS, "agent", "message", {}, None, False) for seq in range(1, n + 1)]

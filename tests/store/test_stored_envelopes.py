@@ -240,11 +240,14 @@ def test_the_writers_envelopes_are_record_envelopes_byte_for_byte(events: list[t
     ``ts``, a ``raw`` line or none; ``data`` and ``raw`` cut out of it are the event's own."""
     rows = []
     expected = []
+    records = []
     for seq, (ts, source, kind, data, raw) in enumerate(events, 1):
         rec = Record(seq, ts, source, kind, data, raw, False)
+        records.append(rec)
         rows.append(("thr_a", seq, ts, source, kind, rec.data_json, raw, 0, None))
         expected.append(("thr_a", seq, ts, source, kind, *stored_envelope(rec.envelope(), rec.data_json, raw), 0, None))
-    got = sql._insert_rows(rows)
+    columns = sql.rows_of(records, [None] * len(records))
+    got = sql._insert_rows("thr_a", columns)
     assert got == expected
     for (_, _, _, _, _, env, data_at, raw_at, _, _), (_, _, _, _, _, data_json, raw, _, _) in zip(
         got, rows, strict=True
@@ -253,5 +256,5 @@ def test_the_writers_envelopes_are_record_envelopes_byte_for_byte(events: list[t
         assert env[data_at:end].decode() == data_json
         assert (None if raw_at is None else env[raw_at:-1].decode()) == raw
     # The characters of text the batch cap counts: data and raw, whatever they hold.
-    item = sql._Append("thr_a", rows, {}, None)
+    item = sql._Append("thr_a", columns, {}, None)
     assert sql.text_size(item) == sum(len(r[5]) + len(r[6] or "") for r in rows)

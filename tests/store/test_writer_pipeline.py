@@ -20,7 +20,7 @@ from support.stores import records, thread
 from bridge.errors import StoreError
 from bridge.protocols.events import Record
 from bridge.store import sqlite as sqlite_store
-from bridge.store import wire
+from bridge.store import sqlite_sql, wire
 from bridge.store.sqlite import SqliteStore
 from bridge.store.writer_client import WriterProcess
 
@@ -32,12 +32,12 @@ def test_an_append_of_this_size_may_go_beside_another() -> None:
     assert PER >= sqlite_store.PIPELINED_ROWS and sqlite_store.WRITER_DEPTH >= 2
 
 
-def wire_rows(tid: str, first: int, n: int) -> list[tuple[object, ...]]:
-    return [(tid, r.seq, r.ts, r.source, r.kind, r.data_json, r.raw, 0, None) for r in records(first, n, TS)]
+def wire_rows(tid: str, first: int, n: int) -> sqlite_sql.Rows:
+    return sqlite_sql.rows_of(records(first, n, TS), [None] * n)
 
 
-def wire_item(tid: str, rows: list[tuple[object, ...]], fields: dict[str, object]) -> tuple[object, ...]:
-    return (tid, rows, fields, (TS, rows[-1][1] if rows else None, None), False, None, -1)
+def wire_item(tid: str, rows: sqlite_sql.Rows, fields: dict[str, object]) -> tuple[object, ...]:
+    return (tid, rows, fields, (TS, rows[sqlite_sql.SEQ][-1] if rows else None, None), False, None, -1)
 
 
 async def gaps_while(path: Path, tids: list[str], work: Awaitable[Any]) -> list[tuple[str, list[int]]]:

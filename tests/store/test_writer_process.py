@@ -123,7 +123,7 @@ def test_a_batch_sent_again_is_not_written_twice(tmp_path: Path) -> None:
             sqlite_sql.create_thread(db, {**thread(tid, TS), "options": "{}"})
 
         def item(tid: str, first: int) -> sqlite_sql._Append:
-            rows = [(tid, r.seq, r.ts, r.source, r.kind, r.data_json, r.raw, 0, None) for r in records(first, 2, TS)]
+            rows = sqlite_sql.rows_of(records(first, 2, TS), [None, None])
             return sqlite_sql._Append(tid, rows, {}, None, (TS, first + 1, None))
 
         assert sqlite_sql._commit(db, [item("t1", 1), item("t2", 1)]) == {}
@@ -132,7 +132,7 @@ def test_a_batch_sent_again_is_not_written_twice(tmp_path: Path) -> None:
         seqs = db.execute("SELECT thread_id, seq FROM events ORDER BY thread_id, seq").fetchall()
         assert seqs == [("t1", 1), ("t1", 2), ("t1", 3), ("t1", 4), ("t2", 1), ("t2", 2)]
         clash = item("t2", 2)  # seq 2 is there with other data: refused, as on a first try
-        clash.rows = [(*clash.rows[0][:5], '{"other":1}', *clash.rows[0][6:])]
+        clash.rows[sqlite_sql.DATA][0] = '{"other":1}'
         assert list(sqlite_sql.commit_again(db, [clash])) == [0]
     finally:
         db.close()
@@ -329,8 +329,9 @@ async def test_a_checkpoint_is_asked_for_by_the_bytes_that_came_in(tmp_path: Pat
             await proc.call("create_thread", ({**thread("thr_a", TS), "options": "{}"},))
             for b in range(12):
                 text = json.dumps("x" * row_bytes)
-                rows = [("thr_a", 10 * b + i, TS, "agent", "message", text, None, 0, None) for i in range(1, 11)]
-                item = sqlite_sql._Append("thr_a", rows, {}, None, (TS, rows[-1][1], None))
+                rows = (list(range(10 * b + 1, 10 * b + 11)), [TS] * 10, ["agent"] * 10, ["message"] * 10)
+                rows += ([text] * 10, [None] * 10, [0] * 10, [None] * 10)
+                item = sqlite_sql._Append("thr_a", rows, {}, None, (TS, 10 * b + 10, None))
                 if b % 2:
                     sqlite_sql.text_size(item)  # counted by the store (its batch cap) or not
                 assert await proc.batch([sqlite_sql.wire_item(item)], False) == {}

@@ -37,10 +37,15 @@ class WireError(Exception):
 
 def frame(*parts: bytes) -> bytes:
     """One frame whose payload is ``parts`` joined (copied once)."""
+    return b"".join(frame_parts(*parts))
+
+
+def frame_parts(*parts: bytes) -> tuple[bytes, ...]:
+    """One frame as its length and ``parts``, not joined (for a gathering send)."""
     size = sum(map(len, parts))
     if size > MAX_FRAME:
         raise WireError(f"frame of {size} bytes is over the {MAX_FRAME} limit")
-    return b"".join((_LEN.pack(size), *parts))
+    return (_LEN.pack(size), *parts)
 
 
 class FrameReader:
@@ -75,12 +80,18 @@ _MARSHAL = b"M"  # a pickle (protocol 2 and later) starts with 0x80
 
 
 def request(msg: tuple[Any, ...]) -> bytes:
-    """A daemon → writer frame (a batch's is a few hundred KiB: copied once, not per part)."""
+    """A daemon → writer frame."""
+    return b"".join(request_parts(msg))
+
+
+def request_parts(msg: tuple[Any, ...]) -> tuple[bytes, ...]:
+    """A daemon → writer frame in parts: a batch's is a few hundred KiB, sent as it is
+    (``socket.sendmsg``) rather than copied into one buffer first."""
     try:
         body = marshal.dumps(msg)
     except ValueError:  # a type marshal does not write (a subclass, say)
-        return frame(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
-    return frame(_MARSHAL, body)
+        return frame_parts(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
+    return frame_parts(_MARSHAL, body)
 
 
 def parse_request(payload: bytes) -> Any:

@@ -29,7 +29,7 @@ import structlog
 
 import bridge
 from bridge.errors import StoreError
-from bridge.store.wire import FrameReader, Reply, WireError, parse_reply, request
+from bridge.store.wire import FrameReader, Reply, WireError, parse_reply, request_parts
 
 log = structlog.get_logger("bridge.store")
 
@@ -251,21 +251,21 @@ class WriterProcess:
             raise unavailable("is not running")
         rid = self._next_id
         self._next_id += 1
-        data = request((msg[0], rid, *msg[1:]))
+        parts = request_parts((msg[0], rid, *msg[1:]))
         fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._waiting[rid] = fut
         if self._out:
-            self._out += data
+            self._out += b"".join(parts)
             return fut
         try:
-            sent = self._sock.send(data)
+            sent = self._sock.sendmsg(parts)
         except BlockingIOError:
             sent = 0
         except OSError as exc:
             self._lost(f"pipe failed: {exc}")
             return fut
-        if sent < len(data):
-            self._out += memoryview(data)[sent:]
+        if sent < sum(map(len, parts)):
+            self._out += memoryview(b"".join(parts))[sent:]
             asyncio.get_running_loop().add_writer(self._sock.fileno(), self._writable)
         return fut
 

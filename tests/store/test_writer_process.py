@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from support.stores import records, thread
 
 from bridge.errors import StoreError
+from bridge.protocols.events import Record
 from bridge.store import sqlite_sql, wire, writer, writer_client
 from bridge.store.sqlite import SqliteStore
 
@@ -314,6 +315,44 @@ async def test_both_writers_answer_every_write_alike(tmp_path: Path) -> None:
                 await store.close()
         assert answers[0] == answers[1]
         assert answers[1][:3] == [70, True, False] and answers[1][4] == [("k1", 1e12, "ann")]
+
+
+async def test_requests_the_pipe_cannot_take_at_once_arrive_whole_and_in_order(tmp_path: Path) -> None:
+    """The writer stopped (SIGSTOP) while batches of about 2 MB each pile up, far more than
+    the socket pair's buffers hold: the first is sent in part, the rest wait behind it;
+    once the writer runs again every batch commits, whole and in order."""
+    proc = writer_client.WriterProcess(tmp_path / "bridge.db", 2000, lambda why: None)
+    async with asyncio.timeout(60):
+        await proc.start()
+        pid = proc.pid
+        assert pid is not None
+        try:
+            await proc.call("create_thread", ({**thread("thr_a", TS), "options": "{}"},))
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                sent = []
+                for b in range(12):
+                    recs = [
+                        Record(s, TS, "agent", "message.delta", {"text": f"{s} " + "x" * 20_000}, None, False)
+                        for s in range(100 * b + 1, 100 * b + 101)
+                    ]
+                    item = sqlite_sql._Append("thr_a", sqlite_sql.rows_of(recs, [None] * 100), {}, None)
+                    item.touch = (TS, 100 * b + 100, None)
+                    sent.append(asyncio.ensure_future(proc.batch([sqlite_sql.wire_item(item)], False)))
+                await asyncio.sleep(0)
+                assert proc._out  # (the pipe is full: the rest waits in the daemon)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            assert await asyncio.gather(*sent) == [{}] * 12
+        finally:
+            await proc.close()
+    db = sqlite3.connect(tmp_path / "bridge.db")
+    try:
+        got = db.execute(f"SELECT seq, {sqlite_sql.DATA_SQL} FROM events ORDER BY seq").fetchall()
+    finally:
+        db.close()
+    assert [s for s, _ in got] == list(range(1, 1201))
+    assert all(json.loads(data)["text"] == f"{s} " + "x" * 20_000 for s, data in got)
 
 
 async def test_a_checkpoint_is_asked_for_by_the_bytes_that_came_in(tmp_path: Path) -> None:

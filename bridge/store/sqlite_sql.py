@@ -201,6 +201,9 @@ def rows_of(records: Sequence[Record], client_ids: Sequence[str | None]) -> Rows
         raise ValueError(f"{len(records)} records and {len(client_ids)} client ids")
     if not records:
         return ()
+    if len(records) == 1:  # (most of a chat's appends: half the time of the loops below)
+        r = records[0]
+        return ([r.seq], [r.ts], [r.source], [r.kind], [r.data_json], [r.raw], [int(r.relay)], [client_ids[0]])
     return (
         [r.seq for r in records],
         [r.ts for r in records],

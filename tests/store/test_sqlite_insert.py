@@ -101,3 +101,11 @@ def test_columns_of_different_lengths_refuse_their_append_alone(tmp_path: Path) 
 
 def sql_records(n: int) -> list[Record]:
     return [Record(seq, TS, "agent", "message", {}, None, False) for seq in range(1, n + 1)]
+
+
+def test_one_record_makes_the_columns_many_make() -> None:
+    """``rows_of`` builds one record's columns without its loops: the same columns."""
+    one, two = sql_records(2)
+    two.raw, two.relay = '{"x":1}', True
+    assert sql.rows_of([two], ["c"]) == tuple(col[1:] for col in sql.rows_of([one, two], [None, "c"]))
+    assert sql.rows_of([], []) == ()

@@ -158,7 +158,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.fake_model", description=__doc__.split("\n\n")[0])
     ap.add_argument("--port", type=int, default=0)
     args = ap.parse_args(argv)
-    sock = socket.socket()
+    # IPPROTO_TCP, not the default 0: asyncio sets TCP_NODELAY only on connections whose
+    # socket says it is TCP, and without it the first streamed chunk (a small write right
+    # after the headers) waited for the agent's delayed ACK, 40 ms, in some runs: a model
+    # API flushes its stream as it goes.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", args.port))
     config = uvicorn.Config(APP, log_level="warning", lifespan="off", access_log=False, timeout_graceful_shutdown=1)

@@ -307,8 +307,10 @@ class BridgePeer:
         env = fake.env(self.home)
         entry = [str(qwen_script("cli-entry.js")), "--acp", "--approval-mode", "default"]
         # What qwen serve runs for its own ACP child: cli.js itself (no cli-entry.js wrapper
-        # process) and QWEN_CODE_NO_RELAUNCH (no second cli.js with a bigger heap).
-        direct = ["--expose-gc", str(qwen_script("cli.js")), "--acp", "--approval-mode", "default"]
+        # process) and QWEN_CODE_NO_RELAUNCH (no second cli.js with a bigger heap); the
+        # heap limit given up front, as docs/agents.md's qwen-acp-lean preset does.
+        direct = ["--expose-gc", "--max-old-space-size=4096", str(qwen_script("cli.js")), "--acp"]
+        direct.extend(["--approval-mode", "default"])
         self.b.config.write_text(
             "[server]\nmax_conversations = 512\nidle_timeout_s = 3600\nstop_grace_s = 3\n\n"
             + self.profile("qwen", entry, env)

@@ -184,7 +184,10 @@ class FakeServer:
     # ------------------------------------------------------------------ life
 
     def start(self) -> None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP: asyncio sets TCP_NODELAY only on connections whose socket says it is
+        # TCP; without it a streamed reply's first small write could wait for the agent's
+        # delayed ACK (40 ms), which a real model API does not make it do.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

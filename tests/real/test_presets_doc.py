@@ -17,6 +17,7 @@ PRESETS = {
     "claude-acp",
     "qwen",
     "qwen-acp",
+    "qwen-acp-lean",
     "codebuddy",
     "gemini",
     "goose",

@@ -19,7 +19,7 @@ import pytest
 from conftest import new_thread
 from fake_openai import MODEL, FakeOpenAI, all_texts
 from fakeserver import CHAT_TEXT
-from realagents import PINS, Real, assert_gapless, fake_openai, node_script, world
+from realagents import PINS, Real, agent_text, assert_gapless, doc_preset, fake_openai, node_script, profile, world
 from scenarios import *  # noqa: F403 -- the scenarios every real CLI goes through
 from scenarios import Agent
 from scenarios import turn as scenarios_turn
@@ -132,3 +132,39 @@ async def test_the_profile_found_on_path_works_as_it_is(real: Real) -> None:
     assert end["data"]["status"] == "success", end
     assert [f["data"]["text"] for f in c.seen("message", role="assistant")] == [CHAT_TEXT]
     assert_gapless(c)
+
+
+async def test_the_one_process_acp_preset_streams_and_resumes(real: Real) -> None:
+    """docs/agents.md's ``qwen-acp-lean``: ``cli.js`` run directly, with the wrapper's and
+    the relaunch's Node flags given up front, is one process a thread (``cli-entry.js``
+    makes three), streams a turn, and resumes it after a daemon restart (session/load)."""
+    r = real
+    preset = doc_preset("qwen-acp-lean")
+    node, [script] = node_script(QWEN, "cli.js")
+    at = next(i for i, a in enumerate(preset["args"]) if a.endswith("/cli.js"))
+    assert preset["args"][at].endswith(script.split("node_modules", 1)[1]), preset
+    preset["args"][at] = script
+    preset["executable"] = node
+    preset["env"] = {**preset["env"], **r.env()}
+    del preset["remote_api_opt_in"]
+    cfg = r.config(profile("qwen-acp-lean", **preset))
+    d1 = await r.daemon(cfg)
+    thread = await new_thread(d1, "qwen-acp-lean", cwd=str(r.work))
+    c1 = await d1.ws(thread["id"])
+    end = await scenarios_turn(c1, "CHAT remember the word PINEAPPLE")
+    assert end["data"]["status"] == "success", end
+    assert agent_text(c1) == CHAT_TEXT
+    # (Qwen Code also runs a short-lived `ps` of its parent now and then.)
+    agents = [desc for _, desc in r.own_processes() if "@qwen-code/qwen-code/" in desc]
+    assert len(agents) == 1 and "/cli.js --acp" in agents[0], agents
+    native = c1.seen("session.started")[0]["data"]["native_session_id"]
+    assert await d1.stop() == 0
+
+    d2 = await r.daemon(cfg)
+    c2 = await d2.ws(thread["id"], after=0)
+    end = await scenarios_turn(c2, "CHAT which word?")
+    assert end["data"]["status"] == "success", end
+    assert c2.seen("session.started")[-1]["data"]["native_session_id"] == native
+    asked = [q for q in FakeOpenAI.model_requests(r.fake) if "which word?" in (all_texts(q.body) or [""])[-1]]
+    assert asked and any("remember the word PINEAPPLE" in t for t in all_texts(asked[-1].body)), asked
+    assert_gapless(c2)

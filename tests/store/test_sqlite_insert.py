@@ -6,6 +6,7 @@ rest of the batch commits. Real SQLite files, no daemon."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,21 @@ TS = "2026-12-05T00:00:00.000Z"
 SIZES = (1, sql.INSERT_CHUNK - 1, sql.INSERT_CHUNK, sql.INSERT_CHUNK + 1, 2 * sql.INSERT_CHUNK + 5)
 
 
-def db_at(path: Path) -> sqlite3.Connection:
+@pytest.fixture
+def db_at() -> Iterator[Callable[[Path], sqlite3.Connection]]:
+    """Opens write connections with three threads in their database; closes them after."""
+    opened: list[sqlite3.Connection] = []
+
+    def at(path: Path) -> sqlite3.Connection:
+        opened.append(_db(path))
+        return opened[-1]
+
+    yield at
+    for db in opened:
+        db.close()
+
+
+def _db(path: Path) -> sqlite3.Connection:
     db = sql.open_writer(path, 2000)
     for tid in ("thr_a", "thr_b", "thr_c"):
         sql.create_thread(
@@ -52,7 +67,9 @@ def stored(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
 
 
 @pytest.mark.parametrize("n", SIZES)
-def test_chunked_inserts_store_what_one_row_a_statement_stores(tmp_path: Path, n: int) -> None:
+def test_chunked_inserts_store_what_one_row_a_statement_stores(
+    db_at: Callable[[Path], sqlite3.Connection], tmp_path: Path, n: int
+) -> None:
     chunked, plain = db_at(tmp_path / "chunked.db"), db_at(tmp_path / "plain.db")
     batch = [
         sql._Append("thr_a", rows("thr_a", 1, n, client_at=n - 1), {}, None),
@@ -66,7 +83,9 @@ def test_chunked_inserts_store_what_one_row_a_statement_stores(tmp_path: Path, n
 
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("where", ["first", "last"])
-def test_a_refused_row_anywhere_refuses_its_append_alone(tmp_path: Path, n: int, where: str) -> None:
+def test_a_refused_row_anywhere_refuses_its_append_alone(
+    db_at: Callable[[Path], sqlite3.Connection], tmp_path: Path, n: int, where: str
+) -> None:
     db = db_at(tmp_path / "db.sqlite")
     assert sql._commit(db, [sql._Append("thr_b", rows("thr_b", 1, 1, client_at=0), {}, None)]) == {}
     # thr_b's second append repeats client id "c" in its first or last row: in the first
@@ -87,7 +106,9 @@ def test_a_refused_row_anywhere_refuses_its_append_alone(tmp_path: Path, n: int,
     assert not db.in_transaction
 
 
-def test_columns_of_different_lengths_refuse_their_append_alone(tmp_path: Path) -> None:
+def test_columns_of_different_lengths_refuse_their_append_alone(
+    db_at: Callable[[Path], sqlite3.Connection], tmp_path: Path
+) -> None:
     """``Rows`` whose columns disagree (a bug, or a damaged frame) are never half-inserted."""
     with pytest.raises(ValueError, match="2 records and 1 client ids"):
         sql.rows_of(sql_records(2), [None])

@@ -79,11 +79,6 @@ class FrameReader:
 _MARSHAL = b"M"  # a pickle (protocol 2 and later) starts with 0x80
 
 
-def request(msg: tuple[Any, ...]) -> bytes:
-    """A daemon → writer frame."""
-    return b"".join(request_parts(msg))
-
-
 def request_parts(msg: tuple[Any, ...]) -> tuple[bytes, ...]:
     """A daemon → writer frame in parts: a batch's is a few hundred KiB, sent as it is
     (``socket.sendmsg``) rather than copied into one buffer first."""

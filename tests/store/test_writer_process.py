@@ -246,7 +246,7 @@ def test_a_batch_request_comes_out_as_it_went_in(items: list[tuple[object, ...]]
     """Daemon → writer: a batch goes as marshal (``M``), and comes out equal, types kept
     (bool stays bool, bytes stay bytes)."""
     msg = ("b", 7, again, items, gen)
-    (payload,) = wire.FrameReader().feed(wire.request(msg))
+    (payload,) = wire.FrameReader().feed(b"".join(wire.request_parts(msg)))
     assert payload[:1] == b"M"
     out = wire.parse_request(payload)
     assert out == msg and [type(x) for x in out] == [type(x) for x in msg]
@@ -258,7 +258,7 @@ class Name(str):
 
 def test_what_marshal_cannot_write_goes_as_a_pickle() -> None:
     msg = ("c", 3, "create_thread", ({"id": Name("thr_a")},))
-    (payload,) = wire.FrameReader().feed(wire.request(msg))
+    (payload,) = wire.FrameReader().feed(b"".join(wire.request_parts(msg)))
     assert payload[:1] == b"\x80"
     out = wire.parse_request(payload)
     assert out == msg and type(out[3][0]["id"]) is Name

@@ -7,6 +7,7 @@ thread row. These are the seams a shared PostgreSQL store plugs into (docs/DESIG
   durable before it returns (and before anything is published); reads are by seq.
 * :class:`SessionStore` — browser sessions (hashed keys, their expiry and their user).
 * :class:`UserStore` — users and the hashes of their tokens (``[auth] mode = "users"``).
+* :class:`SecretStore` — per-user secrets for agent profiles, as ciphertext only.
 * :class:`ChangeStore` — the server-wide change log of thread rows (``GET /v1/events``):
   every write that changes a row as clients see it gives the row a new ``change_seq``
   from one store-wide counter that increases in commit order; a deleted thread leaves a
@@ -159,6 +160,38 @@ class UserStore(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class SecretRow:
+    """A user's secret for one agent profile (bridge/user_secrets.py): only its AES-GCM nonce
+    and ciphertext are stored, never the value."""
+
+    user: str
+    profile: str
+    key: str
+    nonce: bytes
+    ciphertext: bytes
+    updated_at: str
+
+
+class SecretStore(Protocol):
+    """Per-user secrets, encrypted by the caller (bridge/user_secrets.py), shared by every replica."""
+
+    async def put_secret(
+        self, user: str, profile: str, key: str, nonce: bytes, ciphertext: bytes, *, max_per_user: int
+    ) -> bool:
+        """Store (or replace) the secret; False when it is new and the user already holds
+        ``max_per_user`` secrets (nothing stored)."""
+        ...
+
+    async def list_secrets(self, user: str, profile: str | None = None) -> list[SecretRow]:
+        """The user's secrets (of one profile, or all), by profile then key."""
+        ...
+
+    async def delete_secret(self, user: str, profile: str, key: str) -> bool:
+        """False when there was no such secret."""
+        ...
+
+
 # The thread object clients see (docs/api.md §4.3), in its order; api/views.py shows these.
 PUBLIC_THREAD_FIELDS = (
     "id",
@@ -296,7 +329,7 @@ class LeaseStore(Protocol):
     async def list_replicas(self) -> list[Replica]: ...
 
 
-class Store(ThreadStore, TranscriptStore, SessionStore, UserStore, ChangeStore, LeaseStore, Protocol):
+class Store(ThreadStore, TranscriptStore, SessionStore, UserStore, SecretStore, ChangeStore, LeaseStore, Protocol):
     healthy: bool  # False while writes fail (they are retried; nothing acknowledged is lost)
     on_health: Callable[[bool, str | None], None] | None
     batches: int  # group commits so far (metrics)

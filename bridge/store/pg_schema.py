@@ -21,6 +21,7 @@ from bridge.errors import StoreError
 LOCK_CLASS = 0x61620000  # "ab\0\0"
 MIGRATE_LOCK = 1
 REPLICA_LOCK_CLASS = 0x61620001  # with hashtext(replica_id) as the second key
+SECRETS_LOCK_CLASS = 0x61620002  # with hashtext(user) as the second key: one user's secret writes in turn
 
 MIGRATIONS: list[str] = [
     # 1: everything SQLite's migrations 1-6 built: threads (with leases and the replica
@@ -126,6 +127,19 @@ MIGRATIONS: list[str] = [
     ALTER TABLE events ADD COLUMN env bytea;
     ALTER TABLE events ADD COLUMN data_at integer;
     ALTER TABLE events ADD COLUMN raw_at integer;
+    """,
+    # 5: per-user secrets (issue #32), SQLite's migration 10: a user's values for an agent
+    # profile as AES-GCM nonce and ciphertext only (bridge/user_secrets.py).
+    """
+    CREATE TABLE user_secrets (
+        user_name text NOT NULL,
+        profile text NOT NULL,
+        key text NOT NULL,
+        nonce bytea NOT NULL,
+        ciphertext bytea NOT NULL,
+        updated_at text NOT NULL,
+        PRIMARY KEY (user_name, profile, key)
+    );
     """,
 ]
 

@@ -71,6 +71,7 @@ from bridge.store.base import (
     ChangesPruned,
     Lease,
     Replica,
+    SecretRow,
     ThreadFields,
     ThreadRow,
     UserRow,
@@ -678,6 +679,56 @@ class PostgresStore:
                 )
                 await c.execute("DELETE FROM browser_sessions WHERE user_name = %s", (name,))
                 return cur.rowcount > 0
+
+        return bool(await self._write(do))
+
+    # ------------------------------------------------------------------ per-user secrets
+
+    async def put_secret(
+        self, user: str, profile: str, key: str, nonce: bytes, ciphertext: bytes, *, max_per_user: int
+    ) -> bool:
+        async def do(c: AsyncConnection[Any]) -> bool:
+            async with c.transaction():
+                # One user's puts in turn (the count below is then exact); other users' do not wait.
+                await c.execute(
+                    "SELECT pg_advisory_xact_lock(%s::int, hashtext(%s))", (pg_schema.SECRETS_LOCK_CLASS, user)
+                )
+                cur = await c.execute(
+                    "SELECT count(*), count(*) FILTER (WHERE profile = %s AND key = %s) "
+                    "FROM user_secrets WHERE user_name = %s",
+                    (profile, key, user),
+                )
+                row = await cur.fetchone()
+                held, there = (int(row[0]), int(row[1])) if row else (0, 0)
+                if not there and held >= max_per_user:
+                    return False
+                await c.execute(
+                    "INSERT INTO user_secrets (user_name, profile, key, nonce, ciphertext, updated_at) "
+                    "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (user_name, profile, key) DO UPDATE SET "
+                    "nonce = excluded.nonce, ciphertext = excluded.ciphertext, updated_at = excluded.updated_at",
+                    (user, profile, key, bytes(nonce), bytes(ciphertext), now_iso()),
+                )
+                return True
+
+        return bool(await self._write(do))
+
+    async def list_secrets(self, user: str, profile: str | None = None) -> list[SecretRow]:
+        async def do(c: AsyncConnection[Any]) -> list[SecretRow]:
+            cur = await c.execute(
+                "SELECT user_name, profile, key, nonce, ciphertext, updated_at FROM user_secrets "
+                "WHERE user_name = %s AND (%s::text IS NULL OR profile = %s) ORDER BY profile, key",
+                (user, profile, profile),
+            )
+            return [SecretRow(r[0], r[1], r[2], bytes(r[3]), bytes(r[4]), r[5]) for r in await cur.fetchall()]
+
+        return cast(list[SecretRow], await self._read(do))
+
+    async def delete_secret(self, user: str, profile: str, key: str) -> bool:
+        async def do(c: AsyncConnection[Any]) -> bool:
+            cur = await c.execute(
+                "DELETE FROM user_secrets WHERE user_name = %s AND profile = %s AND key = %s", (user, profile, key)
+            )
+            return cur.rowcount > 0
 
         return bool(await self._write(do))
 

@@ -72,6 +72,7 @@ from bridge.store.base import (
     TOMBSTONE_MAX_AGE_S,
     Change,
     ChangesPruned,
+    SecretRow,
     ThreadFields,
     ThreadRow,
     UserRow,
@@ -833,6 +834,31 @@ class SqliteStore(leases.SqliteLeases):
 
     async def revoke_user(self, name: str) -> bool:
         return bool(await self._run(sql.revoke_user, name, now_iso()))
+
+    # ------------------------------------------------------------------ per-user secrets
+
+    async def put_secret(
+        self, user: str, profile: str, key: str, nonce: bytes, ciphertext: bytes, *, max_per_user: int
+    ) -> bool:
+        return bool(
+            await self._run(
+                sql.put_secret, user, profile, key, bytes(nonce), bytes(ciphertext), now_iso(), max_per_user
+            )
+        )
+
+    async def list_secrets(self, user: str, profile: str | None = None) -> list[SecretRow]:
+        def do(db: sqlite3.Connection) -> list[SecretRow]:
+            rows = db.execute(
+                "SELECT user_name, profile, key, nonce, ciphertext, updated_at FROM user_secrets "
+                "WHERE user_name = ? AND (? IS NULL OR profile = ?) ORDER BY profile, key",
+                (user, profile, profile),
+            )
+            return [SecretRow(r[0], r[1], r[2], bytes(r[3]), bytes(r[4]), r[5]) for r in rows]
+
+        return await self._read(do)
+
+    async def delete_secret(self, user: str, profile: str, key: str) -> bool:
+        return bool(await self._run(sql.delete_secret, user, profile, key))
 
     async def read_events(self, thread_id: str, after: int, limit: int, *, with_raw: bool = True) -> list[Record]:
         raw_col = sql.RAW_SQL if with_raw else "NULL"

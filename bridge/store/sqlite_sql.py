@@ -161,6 +161,22 @@ _MIGRATIONS.append(
     """
 )
 
+# 10: per-user secrets (issue #32): a user's values for an agent profile, as AES-GCM nonce
+# and ciphertext only (bridge/user_secrets.py). The same as PostgreSQL's migration 5.
+_MIGRATIONS.append(
+    """
+    CREATE TABLE user_secrets (
+        user_name TEXT NOT NULL,
+        profile TEXT NOT NULL,
+        key TEXT NOT NULL,
+        nonce BLOB NOT NULL,
+        ciphertext BLOB NOT NULL,
+        updated_at TEXT NOT NULL,
+        PRIMARY KEY (user_name, profile, key)
+    ) WITHOUT ROWID;
+    """
+)
+
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 # An event's data and raw, from its envelope or (rows from before migration 9) its columns.
@@ -520,6 +536,41 @@ def revoke_user(db: sqlite3.Connection, name: str, revoked_at: str) -> bool:
     return cur.rowcount > 0
 
 
+def put_secret(
+    db: sqlite3.Connection,
+    user: str,
+    profile: str,
+    key: str,
+    nonce: bytes,
+    ciphertext: bytes,
+    updated_at: str,
+    max_per_user: int,
+) -> bool:
+    """Store or replace a secret; False (nothing written) when it is new and the user holds
+    ``max_per_user`` already."""
+    db.execute("BEGIN IMMEDIATE")
+    there = db.execute(
+        "SELECT 1 FROM user_secrets WHERE user_name = ? AND profile = ? AND key = ?", (user, profile, key)
+    ).fetchone()
+    held = db.execute("SELECT count(*) FROM user_secrets WHERE user_name = ?", (user,)).fetchone()[0]
+    if there is None and held >= max_per_user:
+        db.execute("ROLLBACK")
+        return False
+    db.execute(
+        "INSERT INTO user_secrets (user_name, profile, key, nonce, ciphertext, updated_at) VALUES (?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (user_name, profile, key) DO UPDATE SET nonce = excluded.nonce, "
+        "ciphertext = excluded.ciphertext, updated_at = excluded.updated_at",
+        (user, profile, key, nonce, ciphertext, updated_at),
+    )
+    db.execute("COMMIT")
+    return True
+
+
+def delete_secret(db: sqlite3.Connection, user: str, profile: str, key: str) -> bool:
+    cur = db.execute("DELETE FROM user_secrets WHERE user_name = ? AND profile = ? AND key = ?", (user, profile, key))
+    return cur.rowcount > 0
+
+
 def checkpoint(db: sqlite3.Connection) -> list[Any]:
     """PASSIVE: never blocks a writer or a reader; (busy, WAL frames, frames checkpointed)."""
     return list(db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone())
@@ -542,6 +593,8 @@ OPS = {
         delete_session,
         add_user,
         revoke_user,
+        put_secret,
+        delete_secret,
         checkpoint,
         execute,
         *leases.OPS,

@@ -655,6 +655,7 @@ def _where(rec: discovery.Record) -> str:
 
 def _status_json(data_dir: Path, found: discovery.Found) -> dict[str, Any]:
     out: dict[str, Any] = {"state": found.state, "running": found.state == "running", "data_dir": str(data_dir)}
+    out["throttled"], out["retry_after_s"] = found.retry_after_s is not None, found.retry_after_s
     if found.record is not None:
         out.update({k: v for k, v in found.record.as_dict().items() if k != "data_dir"})
     info = found.info or {}
@@ -691,10 +692,17 @@ def login_link(data_dir: Path) -> int:
         print(f"{rec.url}/")
         return 0
     try:
-        code, body = discovery.probe(rec, "POST", "/v1/login-codes", token=discovery.token_for(rec))
+        code, body, wait = discovery.exchange(rec, "POST", "/v1/login-codes", token=discovery.token_for(rec))
     except (OSError, http.client.HTTPException) as exc:
         print(f"agent-bridge: the daemon did not answer: {exc}", file=sys.stderr)
         return NOT_RUNNING
+    if code == 429:
+        where = rec.token_file or "AGENT_BRIDGE_TOKEN"
+        print(
+            f"agent-bridge: the daemon runs (pid {rec.pid}), {discovery.throttled_detail(where, wait)}",
+            file=sys.stderr,
+        )
+        return 2
     if code != 201 or not isinstance(body, dict) or not isinstance(body.get("code"), str):
         where = rec.token_file or "AGENT_BRIDGE_TOKEN"
         print(f"agent-bridge: the daemon refused the token from {where} ({code}); is it its own?", file=sys.stderr)

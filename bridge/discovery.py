@@ -79,6 +79,9 @@ class Found:
     record: Record | None
     detail: str = ""
     info: dict[str, Any] | None = None  # GET /v1/daemon's answer, when running
+    # Running, but it answered 429: the token read is wrong and too many wrong credentials
+    # came from this address (docs/security.md §1); seconds until it answers 401 again.
+    retry_after_s: int | None = None
 
 
 def path_of(data_dir: Path) -> Path:
@@ -167,14 +170,20 @@ def look(data_dir: Path, token: str | None = None, timeout: float = PROBE_TIMEOU
         status, body = probe(got, "GET", "/healthz", timeout=timeout)
         if status == 200 and got.auth and token is None:
             token = token_for(got)
+        wait = None
         if status == 200:
-            status, body = probe(got, "GET", "/v1/daemon", token=token, timeout=timeout)
+            status, body, wait = exchange(got, "GET", "/v1/daemon", token=token, timeout=timeout)
     except (OSError, http.client.HTTPException) as exc:
         return Found("unresponsive", got, f"pid {got.pid} is alive but does not answer: {exc}")
-    return _judge(got, status, body)
+    return _judge(got, status, body, wait)
 
 
-def _judge(got: Record, status: int, body: Any) -> Found:
+def _judge(got: Record, status: int, body: Any, wait: int | None = None) -> Found:
+    if status == 429:
+        # It answers, and throttles this address: the token we sent is wrong (a valid one
+        # always passes) and too many wrong ones came from here.
+        where = got.token_file or "AGENT_BRIDGE_TOKEN"
+        return Found("running", got, throttled_detail(where, wait), retry_after_s=wait)
     if status == 401:
         # It answers at its address, but the token we have is not its own: running, and
         # that is all we can tell.
@@ -199,6 +208,14 @@ def token_for(record: Record) -> str | None:
     return os.environ.get("AGENT_BRIDGE_TOKEN") or None
 
 
+def throttled_detail(where: str, wait: int | None) -> str:
+    after = "" if wait is None else f" for {wait} s more"
+    return (
+        f"throttled: it refused the token from {where} as wrong, and answers wrong credentials "
+        f"from this address with 429{after}"
+    )
+
+
 def probe(
     record: Record,
     method: str,
@@ -209,6 +226,21 @@ def probe(
     timeout: float = PROBE_TIMEOUT_S,
 ) -> tuple[int, Any]:
     """One request to the daemon the record names: (status, decoded JSON or None)."""
+    status, decoded, _ = exchange(record, method, path, token=token, body=body, timeout=timeout)
+    return status, decoded
+
+
+def exchange(
+    record: Record,
+    method: str,
+    path: str,
+    *,
+    token: str | None = None,
+    body: dict[str, Any] | None = None,
+    timeout: float = PROBE_TIMEOUT_S,
+) -> tuple[int, Any, int | None]:
+    """:func:`probe`, and the answer's ``Retry-After`` in seconds (None: absent or not a
+    number of seconds)."""
     conn = _connection(record, timeout)
     headers = {"Accept": "application/json"}
     if token:
@@ -223,10 +255,12 @@ def probe(
         raw = resp.read(MAX_BYTES + 1)
     finally:
         conn.close()
+    retry = (resp.getheader("Retry-After") or "").strip()
+    wait = int(retry) if retry.isdigit() and len(retry) < 10 else None
     try:
-        return resp.status, json.loads(raw) if raw else None
+        return resp.status, json.loads(raw) if raw else None, wait
     except ValueError:
-        return resp.status, None
+        return resp.status, None, wait
 
 
 def _connection(record: Record, timeout: float) -> http.client.HTTPConnection:

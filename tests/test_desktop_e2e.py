@@ -217,6 +217,8 @@ async def test_status_and_login_link_with_no_daemon_exit_3(tmp_path: Path) -> No
         "state": "not_running",
         "running": False,
         "data_dir": str(tmp_path / "nothing"),
+        "throttled": False,
+        "retry_after_s": None,
         "uptime_s": None,
         "live_agents": None,
         "loaded_threads": None,

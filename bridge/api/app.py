@@ -123,7 +123,7 @@ def create_app(
     app.state.token = token
     app.state.tls = tls
     app.state.login_codes = LoginCodes(server.login_code_ttl_s)
-    app.state.refusals = Refusals()
+    app.state.refusals = Refusals(trusted_proxies=settings.auth.proxy_trusted)
     app.state.users = None  # a UserDirectory in users mode, once the store is open
     app.state.streams = Streams()
     app.add_middleware(BodyLimit)

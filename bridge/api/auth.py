@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import json
 import math
 import os
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -269,16 +271,23 @@ class LoginCodes:
 
 
 class Refusals:
-    """Refused credentials, per peer address (Hardening II #9).
+    """Wrong credentials, counted per source (Hardening II #9; issue #32 B7).
 
-    * Logged: ``auth.refused`` with the peer, what was refused and how many times since the
-      peer's last line — at most one line per peer per ``log_every_s``; never the secret.
-    * Throttled: after ``max_failures`` wrong tokens or login codes within ``window_s``, the
-      peer's requests are refused with 429 and ``Retry-After`` until the window has passed,
-      without looking at what they carry — except a valid session cookie, which cannot be
-      guessed and keeps a signed-in browser working. Missing credentials are not counted
-      (a page whose session expired is not guessing).
-    Pure but for the log; the clock is injected. At most ``max_peers`` are remembered.
+    * The source is the socket peer, or, when that peer is a trusted proxy
+      (``[auth] proxy_trusted``), the client the proxy names in ``X-Forwarded-For``
+      (:meth:`source`). An IPv6 source counts as its /64 (one host holds a whole /64).
+    * Logged: ``auth.refused`` with the source, what was refused and how many times since the
+      source's last line — at most one line per source per ``log_every_s``; never the secret.
+    * Throttled: a source that sent ``max_failures`` wrong tokens or login codes within
+      ``window_s`` gets 429 and ``Retry-After`` for every further *wrong* one, until fewer
+      than ``max_failures`` of its wrong ones lie within the window (each one it sends while
+      throttled counts too). A valid credential is checked first and always passes, from
+      any source: the throttle is never the reason a valid token, cookie or code is
+      refused. Missing credentials and stale cookies are not counted (a page whose session
+      expired is not guessing).
+    Pure but for the log; the clock is injected. At most ``max_peers`` sources are
+    remembered, each with at most ``max_failures`` times (the one that failed least
+    recently goes first).
     """
 
     def __init__(
@@ -288,6 +297,7 @@ class Refusals:
         window_s: float = 60.0,
         log_every_s: float = 10.0,
         max_peers: int = 4096,
+        trusted_proxies: Iterable[str] = (),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.max_failures, self.window_s, self.log_every_s, self.max_peers = (
@@ -296,28 +306,69 @@ class Refusals:
             log_every_s,
             max_peers,
         )
+        self.proxies = [ipaddress.ip_network(c, strict=False) for c in trusted_proxies]
         self._clock = clock
-        self._failures: dict[str, list[float]] = {}
-        self._logged: dict[str, tuple[float, int]] = {}  # peer → (last line, refusals since)
+        # source → the times of its latest wrong credentials; least recently failed first
+        self._failures: dict[str, deque[float]] = {}
+        self._logged: dict[str, tuple[float, int]] = {}  # source → (last line, refusals since)
+
+    def source(self, peer: str, forwarded: Iterable[str] = ()) -> str:
+        """Whom a request's wrong credentials count against: the socket ``peer``; when that
+        peer is a trusted proxy, the right-most address in ``X-Forwarded-For`` (the header's
+        values, in order) that is not itself a trusted proxy. Entries left of it are written
+        by the client and are never believed; an entry that is not an address ends the walk
+        at the last address read."""
+        addr = _address(peer)
+        if addr is None:
+            return peer  # a Unix socket, or unknown: one source
+        if self.proxies and self._trusted(addr):
+            entries = [e for value in forwarded for e in value.split(",") if e.strip()]
+            for entry in reversed(entries[-MAX_FORWARDED_HOPS:]):
+                hop = _address(entry)
+                if hop is None:
+                    break
+                addr = hop
+                if not self._trusted(hop):
+                    break
+        return _bucket(addr)
+
+    def _trusted(self, addr: IPAddress) -> bool:
+        return any(addr in net for net in self.proxies)
 
     def retry_after(self, peer: str) -> int | None:
-        """Seconds until ``peer`` may try again, or None when it is not throttled."""
+        """Seconds until ``peer``'s wrong credentials are answered 401 again, or None when it
+        is not throttled."""
         now = self._clock()
-        times = [t for t in self._failures.get(peer, ()) if now - t < self.window_s]
-        if times:
-            self._failures[peer] = times
-        else:
-            self._failures.pop(peer, None)
+        times = self._failures.get(peer)
+        if times is None:
+            return None
+        while times and now - times[0] >= self.window_s:
+            times.popleft()
+        if not times:
+            del self._failures[peer]
+            return None
         if len(times) < self.max_failures:
             return None
         return max(1, math.ceil(times[0] + self.window_s - now))
 
+    def wrong(self, source: str, what: str) -> int | None:
+        """A wrong token or login code from ``source``: counted and logged. The seconds to
+        put in Retry-After when ``source`` was already throttled (the caller answers 429),
+        else None (401)."""
+        throttled = self.retry_after(source) is not None
+        self.refused(source, what, guess=True)
+        return self.retry_after(source) if throttled else None
+
     def refused(self, peer: str, what: str, *, guess: bool) -> None:
         now = self._clock()
         if guess:
-            if peer not in self._failures and len(self._failures) >= self.max_peers:
-                self._failures.pop(next(iter(self._failures)))
-            self._failures.setdefault(peer, []).append(now)
+            times = self._failures.pop(peer, None)
+            if times is None:
+                times = deque(maxlen=self.max_failures)
+                while len(self._failures) >= self.max_peers:
+                    self._failures.pop(next(iter(self._failures)))
+            times.append(now)
+            self._failures[peer] = times  # last: the most recent failure
         last, count = self._logged.get(peer, (-math.inf, 0))
         if now - last >= self.log_every_s:
             log.warning("auth.refused", peer=peer, refused=what, count=count + 1)
@@ -328,8 +379,47 @@ class Refusals:
             self._logged[peer] = (last, count + 1)
 
 
+MAX_FORWARDED_HOPS = 32  # X-Forwarded-For entries read, from the right
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def _address(text: str) -> IPAddress | None:
+    """An address as a peer or an X-Forwarded-For entry writes it (``[v6]:port`` and
+    ``v4:port`` too), or None."""
+    text = text.strip()
+    if text.startswith("["):
+        text = text[1:].partition("]")[0]
+    elif text.count(":") == 1:
+        text = text.partition(":")[0]
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+def _bucket(addr: IPAddress) -> str:
+    if isinstance(addr, ipaddress.IPv6Address):
+        if addr.ipv4_mapped is not None:
+            return str(addr.ipv4_mapped)
+        return str(ipaddress.IPv6Network((addr, 64), strict=False))
+    return str(addr)
+
+
 def _peer(scope_client: Any) -> str:
     return str(scope_client[0]) if scope_client else "unknown"
+
+
+def credential_source(conn: HTTPConnection) -> str:
+    """Whom this request's wrong credentials count against (:meth:`Refusals.source`)."""
+    refusals: Refusals = conn.app.state.refusals
+    return refusals.source(_peer(conn.client), conn.headers.getlist("x-forwarded-for"))
+
+
+def _wrong(state: Any, source: str, what: str) -> None:
+    """Count a wrong token or login code; 429 when ``source`` was already throttled."""
+    refusals: Refusals = state.refusals
+    if (wait := refusals.wrong(source, what)) is not None:
+        raise Throttled(f"too many wrong credentials from {source}; retry in {wait} s", retry_after_s=wait)
 
 
 async def authenticate(
@@ -339,26 +429,31 @@ async def authenticate(
     *,
     websocket: bool = False,
     peer: str = "unknown",
+    source: str | None = None,
 ) -> User | None:
     """The caller, or None: a trusted proxy's user header (users mode), a bearer token (header,
     or for a WebSocket the subprotocol) or a live session cookie. A token that is present
-    but wrong fails even beside a good cookie. Raises Throttled for a peer that sent too
-    many wrong ones (:class:`Refusals`)."""
+    but wrong fails even beside a good cookie. ``peer`` is the socket's peer (whom a proxy
+    header is believed from), ``source`` whom wrong credentials count against (default:
+    the peer). A valid credential always passes; a wrong token from a throttled source
+    raises Throttled (:class:`Refusals`)."""
     if state.token is None:
         return OPERATOR
+    source = peer if source is None else source
     directory: UserDirectory | None = state.users
     if directory is not None and (proxied := directory.proxy_name(headers, peer)) is not None:
-        return await _proxy_user(state, directory, proxied, peer)
+        return await _proxy_user(state, directory, proxied, source)
     given = given_token(headers, websocket=websocket)
-    if given is None and (user := await _session_user(state, cookies.get(COOKIE_NAME))) is not None:
-        return user
-    refusals: Refusals = state.refusals
-    if (wait := refusals.retry_after(peer)) is not None:
-        raise Throttled(f"too many wrong credentials from {peer}; retry in {wait} s", retry_after_s=wait)
     if given is not None:
-        return await _checked_token(state, given, peer)
-    refusals.refused(peer, "session cookie" if COOKIE_NAME in cookies else "no credentials", guess=False)
-    return None
+        user = await token_user(state, given)  # checked first: the throttle never refuses it
+        if user is None:
+            _wrong(state, source, "token")
+        return user
+    user = await _session_user(state, cookies.get(COOKIE_NAME))
+    if user is None:
+        what = "session cookie" if COOKIE_NAME in cookies else "no credentials"
+        state.refusals.refused(source, what, guess=False)
+    return user
 
 
 def given_token(headers: Mapping[str, str], *, websocket: bool) -> str | None:
@@ -367,14 +462,6 @@ def given_token(headers: Mapping[str, str], *, websocket: bool) -> str | None:
     if given is None and websocket:
         given = bearer_from_subprotocols(offered_subprotocols(headers))
     return given
-
-
-async def _checked_token(state: Any, given: str, peer: str) -> User | None:
-    """A bearer token's user; a wrong one counts against the peer (:class:`Refusals`)."""
-    user = await token_user(state, given)
-    if user is None:
-        state.refusals.refused(peer, "token", guess=True)
-    return user
 
 
 async def _proxy_user(state: Any, directory: UserDirectory, name: str, peer: str) -> User | None:
@@ -410,9 +497,16 @@ async def _session_user(state: Any, sid: str | None) -> User | None:
 async def resolve_user(conn: HTTPConnection) -> User | None:
     """The one resolver for every transport (REST, WebSocket, SSE, the ACP gateway): the
     caller of this request or upgrade, or None when its credentials are missing or wrong.
-    Raises Throttled (429) for a peer that sent too many wrong ones."""
+    Raises Throttled (429) for a wrong token from a source that sent too many."""
     websocket = conn.scope["type"] == "websocket"
-    return await authenticate(conn.app.state, conn.headers, conn.cookies, websocket=websocket, peer=_peer(conn.client))
+    return await authenticate(
+        conn.app.state,
+        conn.headers,
+        conn.cookies,
+        websocket=websocket,
+        peer=_peer(conn.client),
+        source=credential_source(conn),
+    )
 
 
 async def require_auth(request: Request) -> User:
@@ -433,9 +527,6 @@ async def login(request: Request) -> Response:
     ``{"code": …}``), for an HttpOnly session cookie."""
     state = request.app.state
     expected: str | None = state.token
-    peer, refusals = _peer(request.client), state.refusals
-    if expected is not None and (wait := refusals.retry_after(peer)) is not None:
-        raise Throttled(f"too many wrong credentials from {peer}; retry in {wait} s", retry_after_s=wait)
     given = bearer_from_header(request.headers.get("authorization"))
     user: User | None = OPERATOR
     if given is not None:
@@ -447,8 +538,9 @@ async def login(request: Request) -> Response:
         ok, name = codes.redeem_for(_code_from_body(await request.body()))
         user = OPERATOR if expected is None else await _code_user(state, name) if ok else None
         what = "login code"
+    # Checked first, counted after: a valid token or code signs in from any source.
     if user is None:
-        refusals.refused(peer, what, guess=True)
+        _wrong(state, credential_source(request), what)
         raise Unauthorized("POST /v1/session needs the token as Authorization: Bearer, or a valid one-time login code")
     sessions: Sessions = state.sessions
     sid = await sessions.create(user.owner)
@@ -464,7 +556,10 @@ async def new_login_code(request: Request) -> Response:
     given = bearer_from_header(request.headers.get("authorization"))
     user: User | None = OPERATOR
     if state.token is not None:
-        user = None if given is None else await authenticate(state, request.headers, {}, peer=_peer(request.client))
+        user = None
+        if given is not None:
+            peer, source = _peer(request.client), credential_source(request)
+            user = await authenticate(state, request.headers, {}, peer=peer, source=source)
     if user is None:
         raise Unauthorized("POST /v1/login-codes needs the token as Authorization: Bearer")
     codes: LoginCodes = state.login_codes

@@ -167,3 +167,25 @@ async def test_behind_the_trusted_proxy_each_forwarded_client_is_its_own_source(
         assert await flood(direct, **{"X-Forwarded-For": "198.51.100.20"}) == [401] * 20 + [429] * 5
         r = await direct.get("/v1/threads", headers={"Authorization": "Bearer x", "X-Forwarded-For": "198.51.100.21"})
         assert r.status_code == 429
+
+
+async def test_in_users_mode_a_users_token_and_the_proxys_user_pass_from_a_throttled_source(tmp_path: Path) -> None:
+    from bridge.api.users import new_token, token_hash
+
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('[auth]\nmode = "users"\nproxy_user_header = "X-User"\nproxy_trusted = ["10.9.0.1/32"]\n')
+    settings = load_settings(config=str(cfg), data_dir=str(tmp_path / "data"), token=TOKEN, port=8765)
+    application = create_app(settings)
+    async with application.router.lifespan_context(application):
+        alice = new_token()
+        assert await application.state.store.add_user("alice", token_hash(alice), admin=False)
+        async with client(application, "192.0.2.1") as c:
+            assert await flood(c) == [401] * 20 + [429] * 5
+            r = await c.get("/v1/me", headers={"Authorization": f"Bearer {alice}"})
+            assert r.status_code == 200 and r.json()["name"] == "alice"
+            assert (await c.get("/v1/me", headers={"Authorization": "Bearer abu_wrong"})).status_code == 429
+        async with client(application, "10.9.0.1") as proxy:
+            forwarded = {"X-Forwarded-For": "198.51.100.7"}
+            assert await flood(proxy, **forwarded) == [401] * 20 + [429] * 5
+            r = await proxy.get("/v1/me", headers={"X-User": "alice", **forwarded})
+            assert r.status_code == 200 and r.json()["name"] == "alice"

@@ -2,7 +2,8 @@
 ``proxy_trusted``, ignored and logged without its value from anyone else), constant-time
 token checks, and the token hash the store keeps. The app, its lifespan and the SQLite
 store are real; the peer address is the ASGI scope's client, which is what uvicorn gives
-(proxy_headers is off: X-Forwarded-For is never read)."""
+(proxy_headers is off: X-Forwarded-For never makes a peer trusted; it only names
+whom wrong credentials count against, tests/api/test_throttle.py)."""
 
 from __future__ import annotations
 

@@ -38,4 +38,7 @@ async def daemon_info(request: Request) -> dict[str, Any]:
         "live_agents": reg.live_count(),
         "loaded_threads": reg.loaded_count(),
         "subscribers": reg.subscriber_count(),
+        # The confinement in force for agents (docs/security.md "Confinement").
+        "sandbox": (box := state.settings.confinement()).mechanism,
+        "sandbox_detail": box.describe(),
     }

@@ -17,6 +17,7 @@ from bridge.errors import LaunchRefused
 from bridge.process.agent_io import ExitInfo
 from bridge.process.launch import LaunchSpec, exec_path, open_executable
 from bridge.process.reaper import child_setup, start_time
+from bridge.process.sandbox import Confined
 from bridge.process.subreaper import TRACKER
 from bridge.process.umask import agent_umask
 from bridge.protocols.framing import MAX_LINE_BYTES, LineFramer, LineTooLong
@@ -257,6 +258,7 @@ class AgentProcess:
         self.pid = popen.pid
         self.pgid = popen.pid  # start_new_session=True: the child leads its own group
         self.start_time = start_time(popen.pid)
+        self.confined: Confined | None = None
         self._max_line = max_line
         self._stdin_closed = False
 
@@ -265,25 +267,37 @@ class AgentProcess:
         # Checked again right before the spawn (the file may have changed since load), and
         # opened once: what runs is /proc/self/fd/N, the very file that was checked.
         fd = open_executable(spec.argv[0])
+        confined: Confined | None = None
         TRACKER.spawn_started()
         try:
-            popen = _popen(spec, fd)
+            # The sandbox's rules are made here, in the daemon; the child only applies them.
+            confined = Confined(spec.sandbox) if spec.sandbox is not None else None
+            popen = _popen(spec, fd, confined)
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             TRACKER.spawn_ended(None)
+            if confined is not None:
+                confined.cleanup()
             detail = getattr(exc, "strerror", None) or exc
             raise LaunchRefused(f"cannot start agent: {detail}", code="spawn_failed") from exc
         except BaseException:
             TRACKER.spawn_ended(None)
+            if confined is not None:
+                confined.cleanup()
             raise
         finally:
             if fd is not None:
                 os.close(fd)
+            if confined is not None:
+                confined.close()
         try:
             agent = await cls._connect(popen, spec, max_line)
         except BaseException:
             TRACKER.spawn_ended(None)
             _abandon(popen)
+            if confined is not None:
+                confined.cleanup()
             raise
+        agent.confined = confined
         TRACKER.spawn_ended(agent)
         return agent
 
@@ -400,6 +414,9 @@ class AgentProcess:
         else:
             self._exit.close()
         TRACKER.unregister(self)
+        if self.confined is not None:  # its private temp dir goes with it
+            self.confined.cleanup()
+            self.confined = None
 
     def signal_group(self, sig: int) -> bool:
         """Signal the whole process group, and every descendant that left it (setsid:
@@ -419,10 +436,16 @@ class AgentProcess:
         return await stop_process(self, grace_s, shutdown_line=shutdown_line)
 
 
-def _popen(spec: LaunchSpec, fd: int | None) -> subprocess.Popen[bytes]:
+def _popen(spec: LaunchSpec, fd: int | None, confined: Confined | None = None) -> subprocess.Popen[bytes]:
     """fork + exec in the event loop's thread, as asyncio's own subprocess support does:
     the exact argv, no shell, the environment given, every other descriptor closed, the
-    agent's umask, its own session and process group, and the reaper's child set-up."""
+    agent's umask, its own session and process group, the reaper's child set-up, and the
+    sandbox (process/sandbox.py) applied last before exec."""
+    env = dict(spec.env)
+    preexec = child_setup()
+    if confined is not None:
+        env.update(confined.env)
+        preexec = confined.preexec(preexec)
     return subprocess.Popen(
         spec.argv,
         executable=spec.argv[0] if fd is None else exec_path(fd),
@@ -431,12 +454,12 @@ def _popen(spec: LaunchSpec, fd: int | None) -> subprocess.Popen[bytes]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         bufsize=0,
-        env=dict(spec.env),
+        env=env,
         cwd=spec.cwd,
         start_new_session=True,
         close_fds=True,
         umask=agent_umask(),
-        preexec_fn=child_setup(),
+        preexec_fn=preexec,
     )
 
 

@@ -102,6 +102,11 @@ def redact(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+def passwords(url: str) -> list[str]:
+    """The URL's passwords as written and percent-decoded (for scrubbing)."""
+    return _passwords(url)
+
+
 def _passwords(url: str) -> list[str]:
     found: list[str] = []
     try:

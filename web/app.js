@@ -7,6 +7,7 @@ import { ThreadStream } from "./stream.js";
 import { SlashMenu, advertised } from "./commands.js";
 import { NewThreadDialog } from "./newthread.js";
 import { Notifier } from "./notify.js";
+import { SecretsPanel } from "./secrets.js";
 import { SHORTCUTS, shortcut } from "./shortcuts.js";
 import { renderTasks } from "./tasks.js";
 import { ThreadList } from "./threads.js";
@@ -143,6 +144,7 @@ class App {
     this.list.showOwners = Boolean(this.me && this.me.admin && this.me.mode === "users");
     // Users mode: an agent's own sessions are the whole daemon's, for admins only (§3.6).
     this.newThread.setAdopting(!(this.me && this.me.mode === "users" && !this.me.admin));
+    (this.secrets ||= new SecretsPanel()).setAgents(this.agents);
     this.list.start();
     const want = new URLSearchParams(location.hash.slice(1)).get("t");
     if (want && !(await this.openThread(want))) this.setHash(null);

@@ -156,7 +156,8 @@ class UserStore(Protocol):
 
     async def revoke_user(self, name: str) -> bool:
         """Forget the user's token hash, mark the user revoked and delete their browser
-        sessions, in one transaction; False when no active user has that name."""
+        sessions and their secrets, in one transaction; False when no active user has
+        that name."""
         ...
 
 

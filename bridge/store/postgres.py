@@ -678,6 +678,8 @@ class PostgresStore:
                     (now_iso(), name),
                 )
                 await c.execute("DELETE FROM browser_sessions WHERE user_name = %s", (name,))
+                if cur.rowcount > 0:
+                    await c.execute("DELETE FROM user_secrets WHERE user_name = %s", (name,))
                 return cur.rowcount > 0
 
         return bool(await self._write(do))

@@ -532,6 +532,8 @@ def revoke_user(db: sqlite3.Connection, name: str, revoked_at: str) -> bool:
         (revoked_at, name),
     )
     db.execute("DELETE FROM browser_sessions WHERE user_name = ?", (name,))
+    if cur.rowcount > 0:
+        db.execute("DELETE FROM user_secrets WHERE user_name = ?", (name,))
     db.execute("COMMIT")
     return cur.rowcount > 0
 

@@ -45,6 +45,16 @@ async def test_secrets_are_stored_replaced_listed_and_deleted_per_user(opened: S
         ]
 
 
+async def test_revoking_a_user_deletes_their_secrets(opened: StoreFactory) -> None:
+    async with opened() as store:
+        assert await store.add_user("alice", "h-alice", admin=False)
+        for user in ("alice", "bob"):
+            assert await store.put_secret(user, "p", "K", b"n" * 12, b"c", max_per_user=5)
+        assert await store.revoke_user("alice")
+        assert await store.list_secrets("alice") == []
+        assert [r.user for r in await store.list_secrets("bob")] == ["bob"]
+
+
 async def test_a_user_holds_at_most_max_per_user_secrets_but_may_replace_them(opened: StoreFactory) -> None:
     async with opened() as store:
         for key in ("A", "B"):

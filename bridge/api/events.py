@@ -37,7 +37,7 @@ from starlette.websockets import WebSocketState
 
 from bridge.api.auth import SUBPROTOCOL, require_auth
 from bridge.api.users import OPERATOR, Streams, User, current_user, visible
-from bridge.api.views import thread_view
+from bridge.api.views import AS_IS, Shown, shown_to, thread_view
 from bridge.api.ws import upgrade_user
 from bridge.api.ws_transport import SEND_TEXTS
 from bridge.errors import InvalidRequest, StoreError
@@ -68,11 +68,11 @@ def parse_cursor(value: str | None) -> int | None:
     return int(value)
 
 
-def change_frame(change: Change) -> dict[str, Any]:
+def change_frame(change: Change, view: Shown = AS_IS) -> dict[str, Any]:
     if change.thread is None:
         thread: dict[str, Any] = {"id": change.thread_id, "deleted_at": change.deleted_at}
     else:
-        thread = thread_view(change.thread)
+        thread = thread_view(change.thread, view)
     return {"cursor": change.cursor, "kind": change.kind, "thread": thread}
 
 
@@ -93,11 +93,11 @@ def change_owner(change: Change) -> str | None:
 
 
 async def change_frames(
-    store: Store, notifier: ChangeNotifier, since: int | None, user: User = OPERATOR
+    store: Store, notifier: ChangeNotifier, since: int | None, user: User = OPERATOR, view: Shown = AS_IS
 ) -> AsyncIterator[list[dict[str, Any]]]:
     """The stream's frames, a page at a time; an empty list when a slow poll found nothing
-    (a chance for a keep-alive), or when none of a page's changes is ``user``'s to see.
-    Ends when the notifier is closed."""
+    (a chance for a keep-alive), or when none of a page's changes is ``user``'s to see
+    (shown as ``view`` says). Ends when the notifier is closed."""
     first = await _first_frame(store, since)
     cursor = first["cursor"]
     yield [first]
@@ -115,7 +115,7 @@ async def change_frames(
             changes = []
         if changes:
             cursor = changes[-1].cursor
-            yield [change_frame(c) for c in changes if visible(user, change_owner(c))]
+            yield [change_frame(c, view) for c in changes if visible(user, change_owner(c))]
             if len(changes) == PAGE:
                 continue
         await notifier.wait(seen, POLL_S)
@@ -153,7 +153,8 @@ async def events(
             yield "retry: 2000\n\n"
             last_write = time.monotonic()
             with streams.held(user, revoked.set):
-                async for frames in until_set(change_frames(store, notifier, start, user), revoked):
+                view = shown_to(request.app.state.settings, user)
+                async for frames in until_set(change_frames(store, notifier, start, user, view), revoked):
                     if frames:
                         yield "".join(_sse(f) for f in frames)
                     elif time.monotonic() - last_write >= SSE_HEARTBEAT_S:
@@ -258,7 +259,7 @@ async def _serve_ws(ws: WebSocket, reg: Registry, since: int | None, user: User,
 
 async def _send_changes(ws: WebSocket, reg: Registry, since: int | None, deadline: float, user: User) -> None:
     send_texts = ws.scope.get("extensions", {}).get(SEND_TEXTS)
-    async for frames in change_frames(reg.store, reg.changes, since, user):
+    async for frames in change_frames(reg.store, reg.changes, since, user, shown_to(reg.settings, user)):
         if not frames:
             continue  # the WebSocket's own pings keep it alive
         texts = [dumps(f) for f in frames]

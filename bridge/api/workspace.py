@@ -16,7 +16,10 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request
 
 from bridge.api.auth import require_auth
+from bridge.api.users import current_user
+from bridge.api.views import AS_IS, Shown, shown_to
 from bridge.errors import BridgeError, InvalidRequest, NotFound
+from bridge.userdirs import given, picker_roots
 
 MAX_ENTRIES = 1000  # subdirectories listed at most (sorted by name; `truncated` says so)
 
@@ -63,33 +66,39 @@ def _resolve(path: str, roots: list[str]) -> tuple[str, str]:
     real = os.path.realpath(path)
     root = _root_of(real, roots)
     if root is None:
-        raise OutsideRoots("that directory is not inside the daemon's workspace roots")
+        raise OutsideRoots("that directory is not inside your workspace roots")
     if not os.path.isdir(real):
         raise NotFound("no such directory", code="not_found")
     return real, root
 
 
-def listing(roots: list[str], path: str | None) -> dict[str, Any]:
-    """What the route answers; raises the route's errors."""
+def listing(roots: list[str], path: str | None, view: Shown = AS_IS) -> dict[str, Any]:
+    """What the route answers, its paths as ``view`` shows them; raises the route's errors."""
     real_roots = [os.path.realpath(r) for r in roots if os.path.isdir(r)]
     if path is None:
-        dirs = [{"name": r, "path": r} for r in real_roots]
+        dirs = [{"name": view.path(r), "path": view.path(r)} for r in real_roots]
         return {"path": None, "parent": None, "dirs": dirs, "truncated": False}
     real, root = _resolve(path, real_roots)
     try:
         dirs, truncated = _subdirs(real, real_roots)
     except OSError as exc:
         raise NotFound(f"cannot list that directory: {exc.strerror or 'error'}", code="not_found") from None
-    parent = None if real == root else os.path.dirname(real)
-    return {"path": real, "parent": parent, "dirs": dirs, "truncated": truncated}
+    parent = None if real == root else view.path(os.path.dirname(real))
+    dirs = [{"name": d["name"], "path": view.path(d["path"])} for d in dirs]
+    return {"path": view.path(real), "parent": parent, "dirs": dirs, "truncated": truncated}
 
 
 @router.get("/workspace/dirs")
 async def workspace_dirs(
     request: Request, path: str | None = Query(None, max_length=4096, description="an absolute directory")
 ) -> dict[str, Any]:
-    roots: list[str] = request.app.state.settings.server.workspace_roots
-    return await asyncio.to_thread(listing, roots, path)
+    """The roots are the caller's (bridge/userdirs.py): in users mode a non-admin's own
+    workspace roots, where their threads' ``cwd`` must lie."""
+    settings = request.app.state.settings
+    user = current_user(request)
+    view = shown_to(settings, user)
+    roots = await asyncio.to_thread(picker_roots, settings, user.owner, user.admin)
+    return await asyncio.to_thread(listing, roots, None if path is None else given(settings, path), view)
 
 
 __all__ = ["listing", "router"]

@@ -170,21 +170,13 @@ async def test_each_users_threads_are_theirs_on_every_route_and_an_admin_sees_al
             assert r.json() == {"name": name, "admin": name == "root", "mode": "users"}, r.text
         r = await http.get("/v1/me", headers=d.headers)
         assert r.json() == {"name": "operator", "admin": True, "mode": "users"}
-        # What is about the daemon or its one shared HOME, not a user's own threads: admins only.
-        about_daemon = [
-            ("GET", "/v1/daemon", None),
-            ("GET", "/v1/cluster", None),
-            ("GET", f"/v1/agents/stream-json/sessions?cwd={tmp_path}", None),
-            ("POST", "/v1/threads", {"agent": "stream-json", "native_session_id": "someone-elses"}),
-        ]
-        for method, path, body in about_daemon:
-            r = await http.request(method, path, json=body, headers=bearer(tok["bob"]))
+        # What is about the daemon, not a user's own threads: admins only. (Native sessions
+        # are each user's own, in their own HOME: tests/test_userdirs_e2e.py.)
+        for path in ("/v1/daemon", "/v1/cluster"):
+            r = await http.get(path, headers=bearer(tok["bob"]))
             assert r.status_code == 403 and r.json()["error"]["code"] == "admin_required", (path, r.text)
-            if method == "GET":
-                r = await http.request(method, path, headers=bearer(tok["root"]))
-                assert r.status_code == 200, (path, r.text)
-        r = await http.get("/v1/threads", headers=bearer(tok["bob"]))
-        assert r.json()["threads"] == []  # the refused adoption created nothing
+            r = await http.get(path, headers=bearer(tok["root"]))
+            assert r.status_code == 200, (path, r.text)
 
         r = await http.post("/v1/threads", json={"agent": "stream-json"}, headers=bearer(tok["alice"]))
         assert r.status_code == 201 and r.json()["owner"] == "alice", r.text
@@ -429,15 +421,23 @@ async def test_the_acp_gateway_acts_as_its_user(
         for n, conn in conns.items():
             init = await acp_rpc(conn, 1, "initialize", {"protocolVersion": 1})
             assert init["result"]["protocolVersion"] == 1, (n, init)
-        made = await acp_rpc(conns["alice"], 2, "session/new", {"cwd": str(tmp_path), "mcpServers": []})
+        # Her own workspace root (docs/security.md "Users mode"), as she is shown it.
+        (d.data_dir / "workspaces" / "users" / "alice").mkdir(parents=True)
+        mine = "<data-dir>/workspaces/users/alice"
+        refused = await acp_rpc(conns["alice"], 4, "session/new", {"cwd": str(tmp_path), "mcpServers": []})
+        assert refused["error"]["data"]["code"] == "cwd_not_allowed", refused
+        made = await acp_rpc(conns["alice"], 2, "session/new", {"cwd": mine, "mcpServers": []})
         sid = made["result"]["sessionId"]
         async with httpx.AsyncClient(base_url=d.url, timeout=STEP_TIMEOUT) as http:
             r = await http.get(f"/v1/threads/{sid}", headers=bearer(tok["alice"]))
             assert r.status_code == 200 and r.json()["owner"] == "alice", r.text
         listed = {n: await acp_rpc(c, 3, "session/list", {}) for n, c in conns.items()}
-        assert [s["sessionId"] for s in listed["alice"]["result"]["sessions"]] == [sid]
+        assert [(s["sessionId"], s["cwd"]) for s in listed["alice"]["result"]["sessions"]] == [(sid, mine)]
         assert listed["bob"]["result"]["sessions"] == []
-        assert [s["sessionId"] for s in listed["root"]["result"]["sessions"]] == [sid]
+        real = os.path.realpath(d.data_dir / "workspaces" / "users" / "alice")
+        assert [(s["sessionId"], s["cwd"]) for s in listed["root"]["result"]["sessions"]] == [(sid, real)]
+        again = await acp_rpc(conns["alice"], 5, "session/list", {"cwd": mine})
+        assert [s["sessionId"] for s in again["result"]["sessions"]] == [sid]
         for k, method in enumerate(("session/load", "session/resume", "session/prompt")):
             params: dict[str, Any] = {"sessionId": sid, "cwd": str(tmp_path), "mcpServers": []}
             if method == "session/prompt":

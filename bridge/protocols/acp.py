@@ -257,6 +257,9 @@ class AcpCodec:
                 return self.encode_result(rid, {"outcome": {"outcome": "cancelled"}})
         return self.encode_result(rid, {"outcome": {"outcome": "selected", "optionId": option_id}})
 
+    def model_args(self, model: str) -> list[str]:
+        return []  # an ACP agent chooses its model from its own settings and environment
+
     def resume_args(self, session_id: str) -> list[str]:
         return []  # never on the command line: session/load or session/resume
 

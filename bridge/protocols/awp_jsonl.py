@@ -96,6 +96,12 @@ class AwpJsonlCodec(StreamJsonCodec):
     def launch_flags(self, options: Mapping[str, Any]) -> list[str]:
         return list(self._flags)  # no spawn options: the contract's argv is fixed
 
+    def model_args(self, model: str) -> list[str]:
+        # The contract: "--model <model>", two arguments; the reference adapter refuses
+        # "--model=M" as an unsupported argument. The launch rules refuse a model id that
+        # begins with "-" (process/launch.py), so it is never read as a flag.
+        return ["--model", model]
+
     def resume_args(self, session_id: str) -> list[str]:
         # The contract: "[--resume <native-session-id>]", two arguments; the reference adapter
         # refuses "--resume=ID" as an unsupported argument. The launch rules refuse an id that

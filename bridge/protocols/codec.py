@@ -140,6 +140,12 @@ class Codec(Protocol):
         """The flags this dialect adds to argv, given the thread's spawn options."""
         ...
 
+    def model_args(self, model: str) -> list[str]:
+        """The arguments that choose ``model`` on the command line, in this dialect's form
+        (stream-json ``--model=M``, awp-jsonl ``--model M``); empty when the model is not
+        on the command line (ACP). ``model`` is validated by the caller (launch.model_argv)."""
+        ...
+
     def resume_args(self, session_id: str) -> list[str]:
         """The arguments that resume ``session_id`` on the command line, in this dialect's
         form (stream-json ``--resume=ID``, awp-jsonl ``--resume ID``); empty when resume

@@ -203,6 +203,11 @@ class StreamJsonCodec:
     def launch_flags(self, options: Mapping[str, Any]) -> list[str]:
         return [*self._flags, *spawn_option_flags(options, self._prompt_flags)]
 
+    def model_args(self, model: str) -> list[str]:
+        # One argument with "=", as Claude Code, CodeBuddy and Qwen Code take it: with the
+        # validation (no leading "-"), a model id can never be read as a flag.
+        return [f"--model={model}"]
+
     def resume_args(self, session_id: str) -> list[str]:
         # One argument with "=", as Claude Code takes it: an id can never be read as a flag.
         return [f"--resume={session_id}"]

@@ -53,7 +53,8 @@ INTERRUPT_EXITS = frozenset({"interrupted", "interrupt_timeout"})
 
 
 def _by(data: dict[str, Any], by: str | None) -> dict[str, Any]:
-    """A client event's data with the user who sent it (users mode only)."""
+    """A client event's data with who sent it: a user's name, or "operator" (the daemon's
+    own token), in every auth mode. None: the bridge wrote it by itself (a timeout's answer)."""
     if by is not None:
         data["by"] = by
     return data
@@ -194,8 +195,8 @@ class ConversationCore(AgentOutput):
     ) -> tuple[Accepted, list[Action]]:
         """Accept one prompt: written now when nothing is ahead of it (the prompt and its
         turn.started share one transaction), else queued. The returned Accepted's seq is
-        filled in when the Emit is committed. ``by``: the user, recorded in its client
-        events (users mode)."""
+        filled in when the Emit is committed. ``by``: who sent it (a user's name or
+        "operator"), recorded in its client events."""
         codec = self.codec
         if codec is None:
             raise Conflict("the agent process ended before the prompt could be sent", code="agent_exited")
@@ -299,7 +300,8 @@ class ConversationCore(AgentOutput):
         user: str | None = None,
     ) -> tuple[dict[str, Any], list[Action]]:
         """One answer per request: the first wins; later ones are refused (409). ``by`` says
-        how it came (rest, a client id, raw, timeout); ``user`` who sent it (users mode)."""
+        how it came (rest, a client id, raw, timeout); ``user`` who sent it (a user's name or
+        "operator"; None for the bridge's own answer on timeout)."""
         pending = self.permissions.take(request_id, decision, by, option_id)
         data: dict[str, Any] = {"request_id": request_id, "decision": decision, "by": by}
         if option_id is not None:

@@ -224,8 +224,8 @@ _COMMANDS: dict[str, _Command] = {
 async def run_command(conv: Conversation, kind: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
     """A command from another replica's client, run here (the owner) as a local client's
     input is run — never forwarded again (a thread whose lease moved on meanwhile is
-    refused ``not_owner``, and the sender may retry). ``user``: who sent it (users mode),
-    recorded as ``by`` in its client events, as on the sender's replica."""
+    refused ``not_owner``, and the sender may retry). ``user``: who sent it (a user's name
+    or "operator"), recorded as ``by`` in its client events, as on the sender's replica."""
     try:
         user = _opt_str(body, "user")
         command = _COMMANDS.get(kind)

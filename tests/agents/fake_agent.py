@@ -99,8 +99,8 @@ def raw_out(data: str) -> None:
 
 
 def parse_args(argv: list[str]) -> dict[str, str | None]:
-    """stream-json: lenient, as before (``--resume=ID`` or ``--resume ID``; anything else
-    is ignored)."""
+    """stream-json: lenient, as before (``--model=M`` or ``--model M``, ``--resume=ID`` or
+    ``--resume ID``, both forms as the real CLIs take them; anything else is ignored)."""
     opts: dict[str, str | None] = {"dialect": "stream-json", "model": None, "resume": None}
     i = 0
     while i < len(argv):
@@ -111,6 +111,8 @@ def parse_args(argv: list[str]) -> dict[str, str | None]:
         elif a == "--model":
             opts["model"] = argv[i + 1]
             i += 1
+        elif a.startswith("--model="):
+            opts["model"] = a.split("=", 1)[1]
         elif a.startswith("--resume="):
             opts["resume"] = a.split("=", 1)[1]
         elif a == "--resume":

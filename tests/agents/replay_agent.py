@@ -2,7 +2,7 @@
 """Replay a recorded stream-json transcript against a live host. Standard library only.
 
 Run as ``python -I replay_agent.py --transcript PATH [flags] [any other args]``; other
-arguments (``--output-format stream-json --verbose --model M --resume=ID ...``) are accepted
+arguments (``--output-format stream-json --verbose --model=M --resume=ID ...``) are accepted
 and ignored, so the bridge can launch it with its usual argv. ``$REPLAY_TRANSCRIPT`` stands
 in for ``--transcript`` when that flag is absent.
 

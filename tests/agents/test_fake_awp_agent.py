@@ -38,6 +38,7 @@ def startup_error(reason: str) -> dict[str, Any]:
         (["--model", "m", "--exit-at-start"], "unsupported_argument:--exit-at-start"),  # the fake's own: prefix only
         # "=" is not among the characters the reference lets through as a public reason.
         (["--model", "m", "--resume=abc"], "provider_request_failed"),
+        (["--model=m"], "provider_request_failed"),  # the one-argument form stream-json CLIs take
         ([], "model_required"),
         (["--model"], "model_required"),
         (["--model", "m", "--resume", "a b"], "invalid_session_id"),

@@ -142,8 +142,9 @@ class App {
     this.me = await api("GET", "/v1/me").catch(() => null);
     $("#whoami").textContent = this.me ? `${this.me.name}${this.me.admin && this.me.mode === "users" ? " (admin)" : ""}` : "";
     this.list.showOwners = Boolean(this.me && this.me.admin && this.me.mode === "users");
-    // Users mode: an agent's own sessions are the whole daemon's, for admins only (§3.6).
-    this.newThread.setAdopting(!(this.me && this.me.mode === "users" && !this.me.admin));
+    // An agent's own sessions are offered to everyone: in users mode each user's are in
+    // their own home (docs/api.md §3.6).
+    this.newThread.setAdopting(true);
     (this.secrets ||= new SecretsPanel()).setAgents(this.agents);
     this.list.start();
     const want = new URLSearchParams(location.hash.slice(1)).get("t");

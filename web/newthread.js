@@ -35,7 +35,8 @@ export class NewThreadDialog {
         return;
       }
       const typed = $("#new-cwd").value.trim();
-      this.browse(typed.startsWith("/") ? typed : null);
+      // "<data-dir>/…": how the daemon shows a non-admin the paths in its data dir (users mode).
+      this.browse(typed.startsWith("/") || typed.startsWith("<data-dir>") ? typed : null);
     });
   }
 

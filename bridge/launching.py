@@ -47,6 +47,7 @@ def check_profile(
         profile,
         codec.launch_flags(options),
         model=model,
+        model_form=codec.model_args,
         mcp_config=mcp if isinstance(mcp, str) else None,
         check_executable=check_executable,
     )

@@ -108,6 +108,10 @@ async def test_a_client_on_the_other_replica_drives_the_thread_and_sees_what_the
     async with b.http() as http:  # and it is the stored one, read through B
         stored = (await http.get(f"/v1/threads/{tid}/events", params={"after": 0, "limit": 1000})).json()
     assert [(e["seq"], e["kind"]) for e in stored["events"] if e["seq"] <= end["seq"]] == [(s, k) for s, k, _ in seen_a]
+    # What B forwarded is recorded on A as its caller's, as a client's own input on A is.
+    by = [(e["kind"], e["data"].get("op"), e["data"].get("by")) for e in stored["events"] if e["source"] == "client"]
+    assert {("client.other", "interrupt"), ("client.other", "permission")} <= {(k, op) for k, op, _ in by}, by
+    assert {who for _, _, who in by} == {"operator"}, by
     assert (await get(b, f"/v1/threads/{tid}"))["last_seq"] >= end["seq"]
     assert await metric(b, "agent_bridge_forwarded_total") >= 6  # B's prompts, interrupt, answer
     assert await metric(b, "agent_bridge_followed_events_total") >= end["seq"]

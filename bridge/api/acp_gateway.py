@@ -24,10 +24,11 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse
 from starlette.websockets import WebSocketState
 
-from bridge import __version__
+from bridge import __version__, userdirs
 from bridge.api.auth import SUBPROTOCOL
 from bridge.api.content import normalize_prompt
 from bridge.api.users import Streams, User, check_owner
+from bridge.api.views import Shown, shown_to
 from bridge.api.ws import upgrade_user
 from bridge.errors import BridgeError, error_body
 from bridge.protocols.codecs import may_have_modes, prompt_capabilities
@@ -215,7 +216,7 @@ class _Attached:
             return
         decision, option_id = answer
         try:
-            await self.conv.answer_permission(rid, decision, by="acp", option_id=option_id, user=self.conn.user.owner)
+            await self.conv.answer_permission(rid, decision, by="acp", option_id=option_id, user=self.conn.user.name)
         except BridgeError as exc:
             log.info("acp.permission_answer_refused", thread_id=self.conv.id, request_id=rid, code=exc.code)
 
@@ -434,7 +435,9 @@ class AcpConnection:
             await self._error(rpc_id, exc)
             return
         except BridgeError as exc:
-            await self._error(rpc_id, _from_bridge(exc))
+            rpc = _from_bridge(exc)
+            rpc.message = shown_to(self.ws.app.state.settings, self.user).text(rpc.message)  # no data dir path
+            await self._error(rpc_id, rpc)
             return
         if result is not _LATER:
             await self._result(rpc_id, result)
@@ -447,7 +450,7 @@ class AcpConnection:
         att = self.sessions.get(sid) if isinstance(sid, str) else None
         if att is not None:
             with contextlib.suppress(BridgeError):
-                await att.conv.interrupt(by=self.user.owner)
+                await att.conv.interrupt(by=self.user.name)
 
     async def _response(self, msg: dict[str, Any]) -> None:
         rpc_id = msg["id"]
@@ -507,7 +510,13 @@ class AcpConnection:
             raise RpcError(INVALID_PARAMS, f"_meta.{META}.agent must be a profile name")
         self._room_for_session()
         conv = await self.registry.create(
-            agent=agent or self.agent, cwd=cwd, model=None, title=None, options=None, owner=self.user.owner
+            agent=agent or self.agent,
+            cwd=cwd,
+            model=None,
+            title=None,
+            options=None,
+            owner=self.user.owner,
+            admin=self.user.admin,
         )
         await _agent_session(conv)
         last = conv.core.last_seq
@@ -594,7 +603,7 @@ class AcpConnection:
             client_id = f"acp-{uuid.uuid4().hex}"
         att.by_client[client_id] = rpc_id
         try:
-            acc = await att.conv.submit(blocks, client_id, by=self.user.owner)
+            acc = await att.conv.submit(blocks, client_id, by=self.user.name)
         except BaseException:
             att.by_client.pop(client_id, None)
             raise
@@ -632,7 +641,7 @@ class AcpConnection:
         if not isinstance(mode_id, str) or not mode_id:
             raise RpcError(INVALID_PARAMS, "modeId must be a non-empty string")
         try:
-            await att.conv.set_mode(mode_id, by=self.user.owner)
+            await att.conv.set_mode(mode_id, by=self.user.name)
         except ModeRefused as exc:
             raise RpcError(exc.rpc["code"], exc.rpc["message"], exc.rpc.get("data")) from None
         except BridgeError as exc:
@@ -645,6 +654,10 @@ class AcpConnection:
         """Threads, newest activity first; with ``cwd``, those in it (the store pages are
         read until one has a match, at most LIST_SCAN_PAGES per answer)."""
         cwd, cursor = _optional_str(params, "cwd"), _optional_str(params, "cursor")
+        settings = self.ws.app.state.settings
+        view = shown_to(settings, self.user)
+        if cwd is not None:
+            cwd = userdirs.given(settings, cwd)  # "<data-dir>/…", as this caller was shown it
         found: list[dict[str, Any]] = []
         for _ in range(LIST_SCAN_PAGES):
             owner = None if self.user.admin else self.user.name
@@ -652,7 +665,7 @@ class AcpConnection:
                 limit=LIST_PAGE, cursor=cursor, agent=None, owner=owner
             )
             current = [self.registry.current(row) for row in rows]
-            found += [_session_info(row) for row in current if cwd is None or row["cwd"] == cwd]
+            found += [_session_info(row, view) for row in current if cwd is None or row["cwd"] == cwd]
             if cursor is None or found:
                 break
         return {"sessions": found} if cursor is None else {"sessions": found, "nextCursor": cursor}
@@ -665,8 +678,8 @@ def _optional_str(params: dict[str, Any], key: str) -> str | None:
     return value
 
 
-def _session_info(row: ThreadRow) -> dict[str, Any]:
-    info: dict[str, Any] = {"sessionId": row["id"], "cwd": row["cwd"], "updatedAt": row["updated_at"]}
+def _session_info(row: ThreadRow, view: Shown) -> dict[str, Any]:
+    info: dict[str, Any] = {"sessionId": row["id"], "cwd": view.path(row["cwd"]), "updatedAt": row["updated_at"]}
     if row.get("title"):
         info["title"] = row["title"]
     info["_meta"] = {META: {"agent": row["agent"], "state": row["state"], "last_seq": row["last_seq"]}}

@@ -23,6 +23,7 @@ from starlette.websockets import WebSocketState
 from bridge.api.auth import SUBPROTOCOL, resolve_user
 from bridge.api.schema import ModeIn, PermissionFrame, PromptIn, RawIn, frame_error_code
 from bridge.api.users import Streams, User, check_owner
+from bridge.api.views import shown_to
 from bridge.api.ws_coalesce import coalesce
 from bridge.api.ws_transport import RECEIVE, SEND_TEXTS, Inbox
 from bridge.clock import now_iso
@@ -109,7 +110,7 @@ class _Session:
         self.ws = ws
         self.conv = conv
         self.user = user
-        self.by = user.owner  # what this client's events record as ``by`` (users mode)
+        self.by = user.name  # what this client's events record as ``by`` (the operator's too)
         self.raw = raw
         # Envelopes without "raw" (null): a frame about half the size of a huge prompt's.
         # Replayed pages then come as records, each envelope built for this client.
@@ -279,7 +280,8 @@ class _Session:
             except ValidationError as exc:
                 raise InvalidRequest(_first_error(exc), code=frame_error_code(exc)) from None
         except BridgeError as exc:
-            await self._reject(op if isinstance(op, str) else None, exc.code, exc.message, **ids)
+            message = shown_to(self.ws.app.state.settings, self.user).text(exc.message)  # no data dir path
+            await self._reject(op if isinstance(op, str) else None, exc.code, message, **ids)
 
     async def _op_prompt(self, frame: dict[str, Any], ids: dict[str, str]) -> None:
         body: PromptIn = PromptIn.from_frame(frame)

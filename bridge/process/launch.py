@@ -11,14 +11,19 @@ import re
 import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 
 from bridge.errors import LaunchRefused
 from bridge.network import is_loopback_host
 
+if TYPE_CHECKING:
+    from bridge.process.sandbox import Plan
+
 # docs/api.md §2.5: opaque, but safe to put on a command line as one argument.
 SESSION_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,256}")
+# docs/api.md §2.2: a model id; never beginning with "-", so it can never read as a flag.
+MODEL_RE = re.compile(r"[A-Za-z0-9._:/@-]{1,200}")
 
 # The OS variables an agent may inherit from the daemon; everything else it gets comes
 # from its profile's ``env``. Tokens, cloud credentials and our own settings never leak.
@@ -67,6 +72,8 @@ class LaunchSpec:
     argv: tuple[str, ...]
     env: Mapping[str, str]
     cwd: str
+    # The agent's confinement (process/sandbox.py); None: it runs unconfined.
+    sandbox: Plan | None = None
 
 
 def valid_session_id(value: object) -> bool:
@@ -76,6 +83,29 @@ def valid_session_id(value: object) -> bool:
 def joined_resume(session_id: str) -> list[str]:
     """``--resume=ID``, one argument (the stream-json form, and the default)."""
     return [f"--resume={session_id}"]
+
+
+def model_problem(value: object) -> str | None:
+    """Why ``value`` may not be a model id (docs/api.md §2.2), or None."""
+    if isinstance(value, str) and value.startswith("-"):
+        return "a model id may not begin with '-' (it would read as a flag)"
+    if not isinstance(value, str) or MODEL_RE.fullmatch(value) is None:
+        return "a model id is 1-200 characters of letters, digits and . _ : / @ -"
+    return None
+
+
+def joined_model(model: str) -> list[str]:
+    """``--model=M``, one argument (the stream-json form, and the default)."""
+    return [f"--model={model}"]
+
+
+def model_argv(model: str, form: Callable[[str], Sequence[str]] = joined_model) -> list[str]:
+    """The model arguments for ``model`` in a dialect's ``form`` (its codec's
+    ``model_args``), checked first: raises LaunchRefused (``invalid_model``)."""
+    problem = model_problem(model)
+    if problem:
+        raise LaunchRefused(f"model {model[:80]!r}: {problem}", code="invalid_model")
+    return list(form(model))
 
 
 def resume_argv(session_id: str, form: Callable[[str], Sequence[str]] = joined_resume) -> list[str]:
@@ -275,6 +305,7 @@ def check_launch_rules(
     model: str | None = None,
     mcp_config: str | None = None,
     check_executable: bool = True,
+    model_form: Callable[[str], Sequence[str]] = joined_model,
 ) -> None:
     """The launch rules that depend only on the profile and the flags a thread's options
     give (the dialect's, from ``codec.launch_flags``; see bridge/launching.py): for thread
@@ -291,7 +322,7 @@ def check_launch_rules(
     argv = [*profile.args, *flags]
     chosen = model or profile.model
     if chosen:
-        argv += ["--model", chosen]
+        argv += model_argv(chosen, model_form)
     if mcp_config:
         argv += ["--mcp-config", mcp_config]
     if any("\x00" in a for a in argv):
@@ -317,15 +348,17 @@ def build_launch(
     model: str | None,
     resume_id: str | None,
     resume_form: Callable[[str], Sequence[str]] = joined_resume,
+    model_form: Callable[[str], Sequence[str]] = joined_model,
     extra_args: Sequence[str] = (),
     mcp_config: str | None = None,
     remote_api_opt_in: bool = False,
     daemon_env: Mapping[str, str] | None = None,
 ) -> LaunchSpec:
-    """argv = executable + args + protocol flags + extra + --model M [+ resume]
-    [+ --mcp-config F]; never a shell. The resume arguments are ``resume_form(id)`` (the
-    codec's ``resume_args``: ``--resume=ID`` or ``--resume ID``), see :func:`resume_argv`.
-    Raises LaunchRefused."""
+    """argv = executable + args + protocol flags + extra + model [+ resume]
+    [+ --mcp-config F]; never a shell. The model arguments are ``model_form(model)`` (the
+    codec's ``model_args``: ``--model=M``, ``--model M`` or none), see :func:`model_argv`;
+    the resume arguments ``resume_form(id)`` (the codec's ``resume_args``: ``--resume=ID``
+    or ``--resume ID``), see :func:`resume_argv`. Raises LaunchRefused."""
     problem = executable_problem(executable)
     if problem:
         raise LaunchRefused(problem, code="executable_unusable")
@@ -333,7 +366,7 @@ def build_launch(
         raise LaunchRefused(f"working directory must be an existing absolute directory: {cwd}", code="bad_cwd")
     argv = [executable, *args, *protocol_flags, *extra_args]
     if model:
-        argv += ["--model", model]
+        argv += model_argv(model, model_form)
     if resume_id is not None:
         argv += resume_argv(resume_id, resume_form)
     if mcp_config:

@@ -265,8 +265,7 @@ def test_build_launch_argv_order_and_resume_is_one_element(tmp_path: Path) -> No
         "stream-json",
         "--permission-mode",
         "plan",
-        "--model",
-        "m1",
+        "--model=m1",
         "--resume=-abc.1:2",
         "--mcp-config",
         mcp,
@@ -275,7 +274,7 @@ def test_build_launch_argv_order_and_resume_is_one_element(tmp_path: Path) -> No
     assert spec.env == {"PATH": "/usr/bin", "X": "1"}
     assert "--resume" not in spec.argv  # never split into a flag and a value
     no_resume = launch(tmp_path, model=None)
-    assert not any(a.startswith("--resume") or a == "--model" for a in no_resume.argv)
+    assert not any(a.startswith(("--resume", "--model")) for a in no_resume.argv)
 
 
 def test_build_launch_passes_shell_metacharacters_literally(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ def spawn_argv(tmp_path: Path, protocol: str, resume_id: str | None, **kw: objec
         model="m1",
         resume_id=resume_id if codec.resume_on_argv else None,
         resume_form=codec.resume_args,
+        model_form=codec.model_args,
         daemon_env={},
         **kw,  # type: ignore[arg-type]
     )

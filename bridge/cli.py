@@ -24,18 +24,20 @@ from typing import Any
 import structlog
 import uvicorn
 
-from bridge import __version__, datadir, discovery
-from bridge.config import Settings, default_data_dir, load_settings
+from bridge import __version__, datadir, discovery, secrets_cli
+from bridge.config import Settings, default_data_dir, load_settings, sandbox_refusal
 from bridge.connections import ConnectionGuard, connection_limit, guarded_protocol
 from bridge.errors import BridgeError
 from bridge.logs import configure_logging
 from bridge.network import is_loopback_host
 from bridge.process.launch import executable_problem
 from bridge.process.parent import ParentWatch, alive, quiet_broken_stdio
+from bridge.process.sandbox import harden_daemon, scrub_process
 from bridge.process.subreaper import TRACKER, reap_recorded
 from bridge.store import factory as store_factory
 from bridge.store import writer_client
 from bridge.store.urls import parse as parse_store_url
+from bridge.store.urls import passwords
 from bridge.tested_agents import TESTED, cli_version
 
 log = structlog.get_logger("bridge.cli")
@@ -96,6 +98,7 @@ def _users_commands(sub: Any, common: Callable[[argparse.ArgumentParser], None])
     for sp in (add, listing, revoke):
         common(sp)
         sp.add_argument("--store-url", help="store URL (env AGENT_BRIDGE_STORE_URL, [store] url)")
+    secrets_cli.add_commands(usub, common)
 
 
 def _desktop_serve_flags(serve: argparse.ArgumentParser) -> None:
@@ -187,6 +190,7 @@ def _agents(settings: Settings, *, as_json: bool) -> int:
                 "available": problem is None,
                 "problem": problem,
                 "default": name == settings.default_agent,
+                "sandbox": settings.confinement().for_profile(prof.sandbox).mechanism,
                 # the CLI's npm package and version, and whether tests/real runs that version
                 "cli": None if cli is None else {"package": cli.package, "version": cli.version, "tested": cli.tested},
             }
@@ -194,10 +198,13 @@ def _agents(settings: Settings, *, as_json: bool) -> int:
     if as_json:
         print(json.dumps(rows, indent=2))
         return 0
+    box = settings.confinement()
+    if not box.confined:
+        print(f"agents run unconfined: {box.problem or '[sandbox] mode = none'} (docs/security.md)")
     for r in rows:
         mark = "ok " if r["available"] else "-- "
         default = " (default)" if r["default"] else ""
-        print(f"{mark}{r['name']}{default}  [{r['protocol']}]  {r['executable']}")
+        print(f"{mark}{r['name']}{default}  [{r['protocol']}]  {r['executable']}  sandbox: {r['sandbox']}")
         if r["problem"]:
             print(f"     unusable: {r['problem']}")
         seen = r["cli"]
@@ -213,6 +220,8 @@ def _store_command(args: argparse.Namespace) -> int:
     url = args.store_url or settings.store_url
     if args.command == "migrate":
         return _migrate(url)
+    if args.users_command == "secret":  # the profiles as the daemon finds them (PATH too)
+        return asyncio.run(secrets_cli.run(args, load_settings(config=args.config, data_dir=args.data_dir), url))
     return asyncio.run(_users(args, url, settings.auth.mode))
 
 
@@ -305,6 +314,8 @@ def serve(
     configure_logging(settings.log_format)
     if secret_on_command_line:
         log.warning("auth.secret_on_command_line", hint=ON_COMMAND_LINE_HINT)
+    protect_secrets(settings)
+    _warn_unconfined(settings)
     # Private files, one daemon per data dir, and agents' escaped descendants found; the
     # lock is held before the store is opened and before any reaper runs (bridge/datadir.py).
     datadir.make_private(settings.data_dir)
@@ -375,9 +386,45 @@ def tune_gc() -> None:
     gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
 
 
+# Variables whose values are secrets the daemon itself (or libpq) reads.
+SECRET_VARIABLES = ("AGENT_BRIDGE_TOKEN", "AGENT_BRIDGE_SECRETS_KEY", "PGPASSWORD", "REDISCLI_AUTH")
+
+
+def protect_secrets(settings: Settings) -> None:
+    """No secret where an agent could read it (docs/security.md "Confinement"): the token
+    and the store's and bus's passwords are blanked in this process's command line and
+    initial environment (what /proc shows), after the variables that hold them are given a
+    copy of their own (C code such as libpq reads them with getenv); then the daemon is
+    made not dumpable, so its memory and environment are closed to other processes of its
+    user. Children it spawns (agents, the store's writer) start dumpable: the writer makes
+    itself not dumpable too."""
+    found = [settings.token or ""]
+    for url in (settings.store_url, settings.cluster.bus_url or ""):
+        found += passwords(url)
+    found += [os.environ.get(name, "") for name in SECRET_VARIABLES]
+    secrets = [x for x in dict.fromkeys(found) if x]
+    for name, value in list(os.environ.items()):
+        if any(x in value for x in secrets):
+            os.environ[name] = value  # a heap copy: the original bytes are blanked next
+    scrub_process(secrets)
+    if not harden_daemon():
+        log.warning("sandbox.daemon_dumpable", hint="prctl(PR_SET_DUMPABLE, 0) failed")
+
+
+def _warn_unconfined(settings: Settings) -> None:
+    box = settings.confinement()
+    if box.confined:
+        return
+    why = box.problem or '[sandbox] mode = "none"'
+    print(f"agent-bridge: warning: agents run unconfined ({why}); see docs/security.md", file=sys.stderr)
+    log.warning("sandbox.none", reason=why)
+
+
 def _serve_refusal(settings: Settings, parent_pid: int | None, *, unix_socket: bool) -> str | None:
     if settings.no_auth and not unix_socket and not is_loopback_host(settings.host):
         return "--no-auth is refused unless the bind address is loopback"
+    if problem := sandbox_refusal(settings):
+        return problem
     if parent_pid is not None and (parent_pid <= 0 or not alive(parent_pid)):
         return f"--parent-pid {parent_pid} is not a running process"
     return None

@@ -22,11 +22,14 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from bridge.errors import ConfigError, LaunchRefused
 from bridge.launching import check_profile, spawn_options
 from bridge.network import parse_host_port, parse_origin
+from bridge.process.launch import LaunchSpec, model_problem
+from bridge.process.sandbox import Sandbox, SandboxConfig, confine
+from bridge.process.sandbox import resolve as resolve_sandbox
 
 Protocol = Literal["stream-json", "awp-jsonl", "acp"]
 PermissionMode = Literal["default", "acceptEdits", "plan", "bypassPermissions", "dontAsk"]
@@ -72,6 +75,16 @@ class AgentProfile(BaseModel):
     # from the CLI (stream_json.launch_flags_for).
     protocol_flags: list[str] | None = None
     builtin: bool = False
+    # [sandbox] for this profile's agents (docs/security.md "Confinement"): its own mode,
+    # and paths added to the daemon-wide extra_read / extra_write.
+    sandbox: Literal["auto", "landlock", "none"] | None = None
+    sandbox_extra_read: list[str] = Field(default_factory=list, max_length=64)
+    sandbox_extra_write: list[str] = Field(default_factory=list, max_length=64)
+
+    @field_validator("sandbox_extra_read", "sandbox_extra_write")
+    @classmethod
+    def _sandbox_paths(cls, v: list[str]) -> list[str]:
+        return _absolute_paths(v, "sandbox paths")
 
     @field_validator("args")
     @classmethod
@@ -79,6 +92,13 @@ class AgentProfile(BaseModel):
         for a in v:
             if "\x00" in a:
                 raise ValueError("argument contains a NUL byte")
+        return v
+
+    @field_validator("model")
+    @classmethod
+    def _model_is_an_id(cls, v: str | None) -> str | None:
+        if v is not None and (problem := model_problem(v)):
+            raise ValueError(f"model {v[:80]!r}: {problem}")
         return v
 
     @field_validator("protocol_flags")
@@ -208,6 +228,23 @@ class AuthSettings(BaseModel):
     proxy_trusted: list[str] = Field(default_factory=list)
     # Agents one user may have running at once (users mode); None: only max_conversations.
     max_conversations_per_user: int | None = Field(None, ge=1)
+    # Users mode (bridge/userdirs.py): each user's HOME for their agents, "{user}" replaced by
+    # the name (default <data dir>/homes/{user}); and where a non-admin's thread cwd must lie
+    # (default <data dir>/workspaces/users/{user}).
+    user_home: str | None = Field(None, max_length=4096)
+    user_workspace_roots: list[str] | None = Field(None, max_length=64)
+
+    @field_validator("user_home")
+    @classmethod
+    def _home_template(cls, v: str | None) -> str | None:
+        if v is not None and "{user}" not in v:
+            raise ValueError('user_home must contain "{user}" (one home per user)')
+        return None if v is None else _user_templates([v], "user_home")[0]
+
+    @field_validator("user_workspace_roots")
+    @classmethod
+    def _root_templates(cls, v: list[str] | None) -> list[str] | None:
+        return None if v is None else _user_templates(v, "user_workspace_roots")
 
     @field_validator("proxy_trusted")
     @classmethod
@@ -225,6 +262,40 @@ class AuthSettings(BaseModel):
         return self
 
 
+def _absolute_paths(v: list[str], what: str) -> list[str]:
+    out = []
+    for entry in v:
+        path = os.path.expanduser(entry)
+        if not os.path.isabs(path) or "\x00" in path:
+            raise ValueError(f"{what} must be absolute paths: {entry!r}")
+        out.append(os.path.normpath(path))
+    return out
+
+
+class SandboxSettings(BaseModel):
+    """``[sandbox]``: how every agent process tree is confined (docs/security.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # auto: Landlock where the kernel has it, else none (token mode warns; users mode refuses
+    # to start unless "none" is written here).
+    mode: Literal["auto", "landlock", "none"] = "auto"
+    extra_read: list[str] = Field(default_factory=list, max_length=64)
+    extra_write: list[str] = Field(default_factory=list, max_length=64)
+
+    @field_validator("extra_read", "extra_write")
+    @classmethod
+    def _paths(cls, v: list[str]) -> list[str]:
+        return _absolute_paths(v, "[sandbox] paths")
+
+
+def _user_templates(v: list[str], what: str) -> list[str]:
+    for entry in v:
+        if "\x00" in entry or not os.path.isabs(os.path.expanduser(entry)):
+            raise ValueError(f"{what} must be absolute paths: {entry!r}")
+    return v
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -232,6 +303,7 @@ class Settings(BaseModel):
     auth: AuthSettings = Field(default_factory=lambda: AuthSettings())
     store: StoreSettings = Field(default_factory=lambda: StoreSettings())
     cluster: ClusterSettings = Field(default_factory=lambda: ClusterSettings())
+    sandbox: SandboxSettings = Field(default_factory=lambda: SandboxSettings())
     data_dir: Path
     token: str | None = None
     no_auth: bool = False
@@ -239,6 +311,7 @@ class Settings(BaseModel):
     agents: dict[str, AgentProfile] = Field(default_factory=dict)
     default_agent: str = DEMO_PROFILE
     config_file: Path | None = None
+    _confinement: Sandbox | None = PrivateAttr(default=None)
 
     @property
     def host(self) -> str:
@@ -248,11 +321,57 @@ class Settings(BaseModel):
     def port(self) -> int:
         return self.server.port
 
+    def confinement(self) -> Sandbox:
+        """The sandbox in force for this daemon's agents (probed once)."""
+        if self._confinement is None:
+            cfg = self.sandbox
+            deny = [str(self.data_dir)]
+            if self.config_file is not None:
+                deny.append(str(self.config_file))
+            self._confinement = resolve_sandbox(
+                SandboxConfig(cfg.mode, tuple(cfg.extra_read), tuple(cfg.extra_write)),
+                deny=deny,
+                agent_areas=[str(self.data_dir / "workspaces"), str(self.data_dir / "homes")],
+                allow=[str(self.data_dir / "demo-agent")],
+            )
+        return self._confinement
+
+    def confine(self, spec: LaunchSpec, profile: AgentProfile) -> LaunchSpec:
+        """``spec`` with the sandbox plan for ``profile``'s agent. Raises LaunchRefused."""
+        return confine(
+            spec,
+            self.confinement().for_profile(profile.sandbox),
+            extra_read=profile.sandbox_extra_read,
+            extra_write=profile.sandbox_extra_write,
+        )
+
     @property
     def store_url(self) -> str:
         """The store's URL (it may hold a password: show it only through
         bridge.store.urls.redact)."""
         return self.store.url or f"sqlite:///{self.data_dir / 'bridge.db'}"
+
+
+def sandbox_refusal(settings: Settings) -> str | None:
+    """Why the daemon may not start with its sandbox settings, or None: a mechanism asked
+    for by name that this host lacks (for the daemon or a profile), or users mode with
+    agents unconfined without ``[sandbox] mode = "none"`` written down."""
+    box = settings.confinement()
+    if settings.sandbox.mode == "landlock" and not box.confined:
+        return f'[sandbox] mode = "landlock", but {box.problem}'
+    for name, prof in settings.agents.items():
+        if prof.sandbox == "landlock" and not box.for_profile("landlock").confined:
+            return f'agent {name!r} asks for sandbox = "landlock", but {box.for_profile("landlock").problem}'
+    if settings.auth.mode == "users" and settings.sandbox.mode != "none":
+        if not box.confined:
+            return (
+                f"users mode refuses to run agents unconfined ({box.problem}); "
+                "write [sandbox] mode = \"none\" to accept that every user's agent can reach the others'"
+            )
+        loose = [n for n, p in settings.agents.items() if p.sandbox == "none"]
+        if loose:
+            return f'users mode: agent {loose[0]!r} has sandbox = "none"; write [sandbox] mode = "none" to allow it'
+    return None
 
 
 def default_data_dir(env: Mapping[str, str]) -> Path:
@@ -271,6 +390,9 @@ def demo_profile(data_dir: Path) -> AgentProfile:
         env={"DEMO_AGENT_STATE_DIR": str(data_dir / "demo-agent")},
         model="demo",
         builtin=True,
+        # Its histories (every demo thread's: it is a demo) are the one part of the data dir
+        # an agent may reach.
+        sandbox_extra_write=[str(data_dir / "demo-agent")],
     )
 
 
@@ -282,6 +404,9 @@ def _awp_profile(env: Mapping[str, str]) -> AgentProfile | None:
     protocol = env.get("AWP_AGENT_CLI_PROTOCOL") or "awp-jsonl"
     if protocol not in ("awp-jsonl", "stream-json"):
         raise ConfigError(f"AWP_AGENT_CLI_PROTOCOL must be awp-jsonl or stream-json, not {protocol!r}")
+    model = env.get("AWP_AGENT_DEFAULT_MODEL") or None
+    if model is not None and (problem := model_problem(model)):
+        raise ConfigError(f"AWP_AGENT_DEFAULT_MODEL: {problem}")
     try:
         return AgentProfile(
             name="awp",
@@ -289,7 +414,7 @@ def _awp_profile(env: Mapping[str, str]) -> AgentProfile | None:
             executable=exe,
             args=args,
             env=child_env,
-            model=env.get("AWP_AGENT_DEFAULT_MODEL") or None,
+            model=model,
             remote_api_opt_in=env.get("AWP_AGENT_REMOTE_API_OPT_IN") == "1",
         )
     except ValidationError as exc:
@@ -354,6 +479,7 @@ def load_settings(
     server_raw = _table(raw.pop("server", {}) or {}, "[server] must be a table")
     agents_raw = _table(raw.pop("agents", {}) or {}, "[agents] must be a table of profiles")
     store, cluster, auth = _store(raw, env), _cluster(raw, env), _auth(raw)
+    sandbox = _sandbox(raw, env)
     if raw:
         raise ConfigError(f"unknown config sections: {', '.join(sorted(raw))}")
     server = _server(server_raw, host or env.get("AGENT_BRIDGE_HOST"), _port(port, env), env)
@@ -364,6 +490,7 @@ def load_settings(
         store=store,
         cluster=cluster,
         auth=auth,
+        sandbox=sandbox,
         data_dir=ddir,
         token=token or env.get("AGENT_BRIDGE_TOKEN") or None,
         no_auth=no_auth,
@@ -451,6 +578,17 @@ def _auth(config: dict[str, Any]) -> AuthSettings:
         return AuthSettings(**raw)
     except ValidationError as exc:
         raise ConfigError(f"[auth]: {_errors(exc)}") from exc
+
+
+def _sandbox(config: dict[str, Any], env: Mapping[str, str]) -> SandboxSettings:
+    """``[sandbox]`` (taken out of ``config``) with its env twin for the mode."""
+    raw = _table(config.pop("sandbox", {}) or {}, "[sandbox] must be a table")
+    if env.get("AGENT_BRIDGE_SANDBOX"):
+        raw["mode"] = env["AGENT_BRIDGE_SANDBOX"]
+    try:
+        return SandboxSettings(**raw)
+    except ValidationError as exc:
+        raise ConfigError(f"[sandbox]: {_errors(exc)}") from exc
 
 
 def _cluster(config: dict[str, Any], env: Mapping[str, str]) -> ClusterSettings:

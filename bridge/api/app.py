@@ -16,11 +16,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from bridge import __version__
+from bridge import __version__, user_secrets
 from bridge.api.auth import LoginCodes, Refusals, Sessions, resolve_token, session_router
 from bridge.api.guard import PageHeaders, RequestGuard
 from bridge.api.limits import BodyLimit
 from bridge.api.users import Streams, UserDirectory, watch_revocations
+from bridge.api.views import shown_message
 from bridge.bus.base import Bus
 from bridge.bus.factory import make_bus
 from bridge.clock import now_iso
@@ -47,7 +48,7 @@ def create_app(
     """``bound_port``: the port actually listened on (``--port 0`` is only resolved once
     the socket is bound); the Host check needs it. Defaults to ``settings.port``.
     ``unix_socket``: the daemon listens on a Unix socket only (``--uds``, §3.3)."""
-    from bridge.api import acp_gateway, cluster, daemon, events, threads, web, workspace, ws
+    from bridge.api import acp_gateway, cluster, daemon, events, me_secrets, threads, web, workspace, ws
 
     if settings.no_auth and not unix_socket and not is_loopback_host(settings.host):
         raise ConfigError("--no-auth is refused unless the bind address is loopback or a Unix socket")
@@ -126,6 +127,7 @@ def create_app(
     app.state.refusals = Refusals(trusted_proxies=settings.auth.proxy_trusted)
     app.state.users = None  # a UserDirectory in users mode, once the store is open
     app.state.streams = Streams()
+    user_secrets.keyring(settings.data_dir)  # a malformed AGENT_BRIDGE_SECRETS_KEY stops the start here
     app.add_middleware(BodyLimit)
     app.add_middleware(
         RequestGuard,
@@ -140,9 +142,10 @@ def create_app(
     app.add_middleware(PageHeaders)  # outermost: refusals carry the headers too
 
     @app.exception_handler(BridgeError)
-    async def bridge_error(_: Request, exc: BridgeError) -> JSONResponse:
+    async def bridge_error(request: Request, exc: BridgeError) -> JSONResponse:
         headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Throttled) else None
-        return JSONResponse(error_body(exc.code, exc.message), status_code=exc.status, headers=headers)
+        message = shown_message(request, exc.message)  # never the data dir's path to a non-admin
+        return JSONResponse(error_body(exc.code, message), status_code=exc.status, headers=headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -211,6 +214,7 @@ def create_app(
 
     app.include_router(session_router)
     app.include_router(daemon.router)
+    app.include_router(me_secrets.router)
     app.include_router(cluster.router)
     app.include_router(threads.router)
     app.include_router(ws.router)

@@ -13,8 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bridge.api.auth import require_auth
 from bridge.api.schema import ModeIn, PermissionIn, PromptIn
-from bridge.api.users import Streams, check_owner, current_user, require_admin
-from bridge.api.views import thread_view
+from bridge.api.users import Streams, check_owner, current_user
+from bridge.api.views import Shown, shown_to, thread_view
 from bridge.errors import InvalidRequest
 from bridge.process.launch import executable_problem
 from bridge.protocols.events import Record
@@ -60,22 +60,35 @@ async def _conv(request: Request, thread_id: str) -> Conversation:
     return conv
 
 
-def _by(request: Request) -> str | None:
-    """What the client events of this request record as ``by`` (users mode: the user)."""
-    return current_user(request).owner
+def _shown(request: Request) -> Shown:
+    """How the caller is shown the daemon's paths (users mode: never the data dir's to a
+    non-admin, bridge/userdirs.py)."""
+    return shown_to(request.app.state.settings, current_user(request))
+
+
+def _view(request: Request, conv: Conversation) -> dict[str, Any]:
+    return thread_view(conv.thread, _shown(request))
+
+
+def _by(request: Request) -> str:
+    """What the client events of this request record as ``by``: the caller's name (a
+    user's, or "operator" for the daemon's own token, in token mode as in users mode)."""
+    return current_user(request).name
 
 
 @router.get("/agents")
 async def list_agents(request: Request) -> list[dict[str, Any]]:
     settings = request.app.state.settings
+    shown = _shown(request)
     return [
         {
             "name": name,
             "protocol": p.protocol,
             "model": p.model,
             "available": (problem := executable_problem(p.executable)) is None,
-            "problem": problem,
+            "problem": shown.text(problem) if problem else None,
             "default": name == settings.default_agent,
+            "sandbox": settings.confinement().for_profile(p.sandbox).mechanism,
         }
         for name, p in settings.agents.items()
     ]
@@ -83,8 +96,9 @@ async def list_agents(request: Request) -> list[dict[str, Any]]:
 
 @router.post("/threads", status_code=201)
 async def create_thread(body: CreateThread, request: Request) -> dict[str, Any]:
-    if body.native_session_id is not None:
-        require_admin(request)  # any session in the one shared HOME, whoever made it
+    # An adopted native session is looked for in the HOME the thread's agents get: in users
+    # mode the user's own (bridge/userdirs.py), so nobody adopts another user's session.
+    user = current_user(request)
     conv = await registry(request).create(
         agent=body.agent,
         cwd=body.cwd,
@@ -92,9 +106,10 @@ async def create_thread(body: CreateThread, request: Request) -> dict[str, Any]:
         title=body.title,
         options=body.options,
         native_session_id=body.native_session_id,
-        owner=current_user(request).owner,
+        owner=user.owner,
+        admin=user.admin,
     )
-    return thread_view(conv.thread)
+    return _view(request, conv)
 
 
 @router.get("/agents/{name}/sessions")
@@ -105,10 +120,17 @@ async def list_native_sessions(
     limit: int = Query(50, ge=1, le=200),
     cursor: str | None = Query(None, max_length=1024),
 ) -> dict[str, Any]:
-    """The sessions the agent itself keeps for ``cwd`` (docs/api.md §4.13)."""
-    require_admin(request)
+    """The sessions the agent itself keeps for ``cwd`` (docs/api.md §4.13), in the HOME the
+    caller's agents get (users mode: their own). ``cwd`` must be one the caller may start a
+    thread in: an ACP agent is started there to list."""
+    user = current_user(request)
+    reg = registry(request)
+    profile = reg.profile(name)
+    real = await reg.allowed_cwd(cwd, owner=user.owner, admin=user.admin)
     native: NativeSessions = request.app.state.native_sessions
-    return await native.list(registry(request).profile(name), cwd, limit, cursor)
+    out = await native.list(profile, real, limit, cursor, owner=user.owner)
+    shown = _shown(request)
+    return {**out, "cwd": shown.path(out["cwd"]), "detail": shown.text(out["detail"]) if out["detail"] else None}
 
 
 @router.get("/threads")
@@ -122,19 +144,20 @@ async def list_threads(
     user = current_user(request)
     owner = None if user.admin else user.name
     rows, next_cursor = await reg.store.list_threads(limit=limit, cursor=cursor, agent=agent, owner=owner)
-    return {"threads": [thread_view(reg.current(r)) for r in rows], "next_cursor": next_cursor}
+    shown = _shown(request)
+    return {"threads": [thread_view(reg.current(r), shown) for r in rows], "next_cursor": next_cursor}
 
 
 @router.get("/threads/{thread_id}")
 async def get_thread(thread_id: str, request: Request) -> dict[str, Any]:
-    return thread_view((await _conv(request, thread_id)).thread)
+    return _view(request, await _conv(request, thread_id))
 
 
 @router.patch("/threads/{thread_id}")
 async def patch_thread(thread_id: str, body: PatchThread, request: Request) -> dict[str, Any]:
     conv = await _conv(request, thread_id)
     await conv.set_fields({"title": body.title})
-    return thread_view(conv.thread)
+    return _view(request, conv)
 
 
 @router.delete("/threads/{thread_id}", status_code=204)
@@ -170,14 +193,14 @@ async def set_mode(thread_id: str, body: ModeIn, request: Request) -> dict[str, 
 async def resume(thread_id: str, request: Request) -> dict[str, Any]:
     conv = await _conv(request, thread_id)
     await conv.ensure_started()
-    return thread_view(conv.thread)
+    return _view(request, conv)
 
 
 @router.post("/threads/{thread_id}/stop", status_code=202)
 async def stop(thread_id: str, request: Request) -> dict[str, Any]:
     conv = await _conv(request, thread_id)
     await conv.stop("stopped")
-    return thread_view(conv.thread)
+    return _view(request, conv)
 
 
 @router.get("/threads/{thread_id}/permissions")

@@ -31,7 +31,7 @@ from typing import Any, cast
 
 import structlog
 
-from bridge import __version__
+from bridge import __version__, user_secrets
 from bridge.clock import now_iso
 from bridge.config import THREAD_OPTION_KEYS, AgentProfile, Settings
 from bridge.errors import (
@@ -74,6 +74,7 @@ from bridge.sessions.remote import ForwardFailed, OwnerGone, Owners, accepted_fr
 from bridge.sessions.scrub import Scrubber
 from bridge.sessions.tasks import TaskTable
 from bridge.store.base import Store, ThreadRow, apply_fields
+from bridge.userdirs import launch_for_thread
 
 log = structlog.get_logger("bridge.conversation")
 
@@ -93,6 +94,16 @@ HISTORY_KEEP_ITEMS = 20_000  # a compacted history larger than this is rebuilt p
 # (Conversation._emit_pipelined); at most PIPELINE_DEPTH such commits are in flight.
 PIPELINE_MIN_LINES = 16
 PIPELINE_DEPTH = 3
+# An append whose seqs the transcript already holds (rows this daemon did not write): the
+# seq is read again and the append numbered after it, at most this many times in a row.
+SEQ_RETAKES = 3
+
+
+class _Renumber(StoreError):
+    """The Emit names its own seqs (a prompt's ``turn.started`` its ``prompt_seq``): after
+    its seq was taken and read again, the caller asks the core for it anew."""
+
+    code = "seq_conflict"
 
 
 class _Ordered:
@@ -101,19 +112,20 @@ class _Ordered:
     the core's ``last_seq`` is the transcript's and whatever the holder emits comes after.
     ``undrained`` is the bare lock, for the stdout reader alone."""
 
-    __slots__ = ("_drain", "_pipe", "undrained")
+    __slots__ = ("_drain", "_pipe", "_refused", "undrained")
 
-    def __init__(self, pipe: deque[Any], drain: Callable[[], Awaitable[None]]) -> None:
+    def __init__(self, pipe: deque[Any], drain: Callable[[], Awaitable[None]], refused: list[Any]) -> None:
         self.undrained = asyncio.Lock()
         self._pipe = pipe
         self._drain = drain
+        self._refused = refused  # emits the store refused, committed again by the drain
 
     def locked(self) -> bool:
         return self.undrained.locked()
 
     async def __aenter__(self) -> None:
         await self.undrained.acquire()
-        if self._pipe:
+        if self._pipe or self._refused:
             try:
                 await self._drain()
             except BaseException:
@@ -122,6 +134,14 @@ class _Ordered:
 
     async def __aexit__(self, *exc: object) -> None:
         self.undrained.release()
+
+
+def _names_own_seq(records: list[Record]) -> bool:
+    """Whether an event of ``records`` names the seq of another of them (a prompt's
+    ``turn.started`` its ``prompt_seq``): they cannot simply be numbered again."""
+    first, last = records[0].seq, records[-1].seq
+    named = (r.data.get("prompt_seq") for r in records if r.kind == "turn.started")
+    return any(isinstance(seq, int) and first <= seq <= last for seq in named)
 
 
 def _options(profile: AgentProfile | None, thread: ThreadRow) -> dict[str, Any]:
@@ -168,7 +188,10 @@ class Conversation:
         self._pipe: deque[tuple[list[Record], dict[str, Any], asyncio.Task[None]]] = deque()
         self._numbered = self.core.last_seq
         self._pipe_error: BaseException | None = None
-        self._lock = _Ordered(self._pipe, self._drain)
+        # Pipelined emits the store refused, in order, until ``_drain`` finds out why
+        # (their seqs taken by rows this daemon did not write: committed again after them).
+        self._pipe_refused: list[tuple[list[Record], dict[str, Any], StoreError]] = []
+        self._lock = _Ordered(self._pipe, self._drain, self._pipe_refused)
         self._proc: AgentIO | None = None
         self.starting = False  # a start holds its place under max_conversations
         self._watcher: asyncio.Task[None] | None = None
@@ -180,6 +203,7 @@ class Conversation:
         self._raw_routes: dict[str, Subscriber] = {}  # raw-mode clients awaiting responses
         self._replies: dict[str, asyncio.Future[str]] = {}  # our own requests' routed answers (set_mode)
         self._scrub = Scrubber(profile.env if profile is not None else {})
+        self._secret_env: dict[str, str] = {}  # the owner's secrets for the profile, read at each start
         # Many replicas (docs/api.md §6): who else may own this thread, and who hears of
         # this replica's commits. None on a single daemon.
         self.owners: Owners | None = None
@@ -232,10 +256,54 @@ class Conversation:
     async def _emit(self, action: Emit) -> list[Record]:
         """Number, persist, then publish: durable before visible. Under ``_lock``."""
         epoch = await self._hold_locked()  # first: a takeover it triggers appends before these
-        records, thread_fields = self._number(action, self.core.last_seq)
-        await self._append(records, action.client_ids or [None] * len(records), thread_fields, epoch)
+        for retake in range(SEQ_RETAKES + 1):
+            records, thread_fields = self._number(action, self.core.last_seq)
+            try:
+                await self._append(records, action.client_ids or [None] * len(records), thread_fields, epoch)
+                break
+            except StoreError as exc:
+                if retake == SEQ_RETAKES or not await self._seq_taken(exc, records):
+                    raise
+                await self._retake_seq(records[0].seq, epoch)
+                if _names_own_seq(records):
+                    raise _Renumber(f"thread {self.id}: seq {records[0].seq} was taken; numbered again") from exc
         self._published(records, thread_fields)
         return records
+
+    async def _seq_taken(self, exc: StoreError, records: list[Record]) -> bool:
+        """Whether the store refused ``records`` because it already holds one of their seqs
+        (a row this daemon did not write: nothing of it is in flight when this is asked).
+        A fenced append (LeaseLost) or a store that cannot write is never this."""
+        if isinstance(exc, LeaseLost) or exc.code == "store_unavailable" or not records:
+            return False
+        first = await self.store.read_events(self.id, records[0].seq - 1, 1, with_raw=False)
+        return bool(first) and first[0].seq <= records[-1].seq
+
+    async def _retake_seq(self, taken: int, epoch: int | None) -> None:
+        """Seq ``taken`` of this thread is held by a row this daemon did not write: read the
+        transcript's newest seq again and record, after it, that this happened (a
+        ``notice`` ``seq_conflict``). The core's seq moves on to it; subscribers re-read
+        from the store what they were not sent (the rows found, then the notice)."""
+        for attempt in range(SEQ_RETAKES):
+            newest = taken - 1
+            while page := await self.store.read_events(self.id, newest, FOLLOW_PAGE, with_raw=False):
+                newest = page[-1].seq
+            ts = now_iso()
+            text = (
+                f"seq {taken} of this thread's transcript was already taken by a row this daemon did not write "
+                f"(rows up to seq {newest} were found); what it was recording follows this notice"
+            )
+            notice = Record(newest + 1, ts, "bridge", "notice", {"code": "seq_conflict", "text": text}, None, False)
+            try:
+                await self._append([notice], [None], {"updated_at": ts}, epoch)
+                break
+            except StoreError as exc:
+                if attempt + 1 == SEQ_RETAKES or not await self._seq_taken(exc, [notice]):
+                    raise
+        log.warning("thread.seq_conflict", thread_id=self.id, taken=taken, newest=newest)
+        self._history = None  # rebuilt from the store: it holds rows never published here
+        self.fanout.resync_all()
+        self._published([notice], {"updated_at": ts})
 
     def _number(self, action: Emit, after: int) -> tuple[list[Record], dict[str, Any]]:
         ts = now_iso()
@@ -280,6 +348,9 @@ class Conversation:
         one. Published in order once committed (``_settle``): durable before visible holds.
         Waits while PIPELINE_DEPTH emits are in flight; raises the first failure."""
         epoch = await self._hold_locked()
+        if self._pipe_refused:  # nothing more is numbered after what the store refused
+            await self._drain()
+            self._raise_pipe_error()
         after = self._numbered if self._pipe else self.core.last_seq
         records, fields = self._number(action, after)
         self._numbered = records[-1].seq if records else after
@@ -305,7 +376,7 @@ class Conversation:
         while self._pipe and self._pipe[0][2].done():
             records, fields, task = self._pipe.popleft()
             failure = task.exception() if not task.cancelled() else asyncio.CancelledError()
-            if failure is None and self._pipe_error is None:
+            if failure is None and self._pipe_error is None and not self._pipe_refused:
                 self._advance(records, fields)
                 ready += records
                 continue
@@ -314,6 +385,8 @@ class Conversation:
                     self.core.last_seq, records[-1].seq if records else 0
                 )
                 self.fanout.resync_all()
+            elif self._pipe_error is None and isinstance(failure, StoreError) and not isinstance(failure, LeaseLost):
+                self._pipe_refused.append((records, fields, failure))  # why: _drain finds out
             elif self._pipe_error is None:
                 self._pipe_error = failure
                 log.error("conversation.append_failed", thread_id=self.id, error=str(failure))
@@ -323,11 +396,43 @@ class Conversation:
             except Exception:  # a callback of the loop's: it must not stall the pipe
                 log.exception("conversation.publish_failed", thread_id=self.id)
                 self.fanout.resync_all()  # committed: subscribers read it from the store
+        if self._pipe_refused and not self._pipe:
+            # Not left until the agent's next output: the lock's entry drains, which
+            # commits the refused emits again (or keeps their failure for the reader).
+            self._owned.spawn(self._drained(), "recommit")
+
+    async def _drained(self) -> None:
+        async with self._lock:
+            pass
 
     async def _drain(self) -> None:
-        """Until nothing is in flight (``_lock``'s entry)."""
+        """Until nothing is in flight (``_lock``'s entry); then what the store refused is
+        committed again after the rows that took its seqs, or its failure kept for the
+        stdout reader."""
         while self._pipe:
             await asyncio.wait({self._pipe[-1][2]})
+        if self._pipe_refused:
+            await self._recommit_refused()
+
+    async def _recommit_refused(self) -> None:
+        refused = self._pipe_refused.copy()
+        self._pipe_refused.clear()  # (the list _lock watches)
+        first, _, exc = refused[0]
+        try:
+            if not await self._seq_taken(exc, first):
+                raise exc
+            await self._retake_seq(first[0].seq, await self._hold_locked())
+            fields: dict[str, Any] = {}
+            for _, more, _ in refused:
+                fields.update(more)
+            events = [
+                Event(cast(Any, r.source), r.kind, r.data, r.raw, r.relay) for recs, _, _ in refused for r in recs
+            ]
+            await self._emit(Emit(events, fields))
+        except BaseException as failure:
+            if self._pipe_error is None:
+                self._pipe_error = failure
+                log.error("conversation.append_failed", thread_id=self.id, error=str(failure))
 
     async def _drain_reader(self) -> None:
         """The stdout reader's drain: raises the first failure of what was in flight."""
@@ -631,14 +736,17 @@ class Conversation:
             executable=profile.executable,
             args=profile.args,
             protocol_flags=codec.launch_flags(opts),
-            profile_env=profile.env,
+            profile_env={**self._secret_env, **profile.env},
             cwd=self.thread["cwd"],
             model=self.thread.get("model"),
             resume_id=resume if codec.resume_on_argv else None,
             resume_form=codec.resume_args,
+            model_form=codec.model_args,
             mcp_config=opts.get("mcp_config"),
             remote_api_opt_in=profile.remote_api_opt_in,
         )
+        spec = launch_for_thread(spec, self.settings, self.thread)  # its cwd checked again; the owner's HOME
+        spec = self.settings.confine(spec, profile)
         return codec, spec
 
     async def _start(self) -> None:
@@ -654,6 +762,7 @@ class Conversation:
             # recorded.
             await self.claim()
             resume = self.core.native_session_id
+            await self._load_secrets(profile)
             codec, spec = self._launch(profile, resume)
             self._can_start(self)
             await self.set_fields({"state": "starting"})
@@ -682,6 +791,14 @@ class Conversation:
         errs = asyncio.create_task(proc.pump_stderr(self._on_stderr), name=f"stderr-{self.id}")
         self._watcher = asyncio.create_task(self._watch(proc, reader, errs), name=f"watch-{self.id}")
         await self._step(self.core.process_started(codec, proc.pid, proc.start_time, resume))
+
+    async def _load_secrets(self, profile: AgentProfile) -> None:
+        """The thread owner's secrets for the profile (bridge/user_secrets.py): given to the
+        agent at launch, and scrubbed from everything it writes, whatever their names."""
+        owner = user_secrets.owner_of(self.thread.get("owner"))
+        ring = user_secrets.keyring(self.settings.data_dir)
+        self._secret_env = await user_secrets.agent_env(self.store, ring, owner, profile)
+        self._scrub = Scrubber(profile.env, extra=self._secret_env.values())
 
     async def _on_stderr(self, text: str) -> None:
         text = self._scrub.text(text)
@@ -847,13 +964,20 @@ class Conversation:
             # Under the lock: a resent client_id can never race its twin.
             if client_id is not None and (dup := await self._duplicate(client_id)) is not None:
                 return dup
-            acc, actions = self.core.prompt(content, client_id, by)
-            try:
-                await self._perform(actions)
-            except BaseException:
-                self.core.prompt_failed(acc.turn_id)
-                raise
-            return acc
+            for retake in range(SEQ_RETAKES + 1):
+                acc, actions = self.core.prompt(content, client_id, by)
+                try:
+                    await self._perform(actions)
+                except _Renumber:
+                    self.core.prompt_failed(acc.turn_id)
+                    if retake == SEQ_RETAKES:
+                        raise
+                    continue  # its seq was taken and read again: numbered anew
+                except BaseException:
+                    self.core.prompt_failed(acc.turn_id)
+                    raise
+                return acc
+            raise AssertionError("unreachable")
 
     async def _duplicate(self, client_id: str) -> Accepted | None:
         seq = await self.store.find_client_event(self.id, client_id)

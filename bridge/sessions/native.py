@@ -51,6 +51,7 @@ from bridge.protocols.native_sessions import (
 )
 from bridge.protocols.session_list import AcpLister, Listed
 from bridge.sessions.scrub import Scrubber
+from bridge.userdirs import for_owner, home_env
 
 log = structlog.get_logger("bridge.native")
 
@@ -171,35 +172,43 @@ class NativeSessions:
         self._spawn = spawn
         self._slots = asyncio.Semaphore(MAX_LISTINGS)
 
-    async def list(self, profile: AgentProfile, cwd: str, limit: int, cursor: str | None) -> dict[str, Any]:
+    async def list(
+        self, profile: AgentProfile, cwd: str, limit: int, cursor: str | None, *, owner: str | None = None
+    ) -> dict[str, Any]:
+        """``owner``: whose agents' store to read (users mode: the user's own HOME,
+        bridge/userdirs.py); None: the daemon's."""
         if not os.path.isabs(cwd) or not os.path.isdir(cwd):
             raise InvalidRequest(f"cwd must be an existing absolute directory: {cwd}", code="bad_cwd")
         real = os.path.realpath(cwd)  # the CLIs key their stores by the real path
         store = store_of(profile.protocol, profile.executable, profile.args)
         try:
-            out = await self._list(store, profile, real, limit, cursor)
+            out = await self._list(store, profile, real, limit, cursor, owner)
         except BadCursor as exc:
             raise InvalidRequest(f"cursor: {exc}", code="invalid_cursor") from exc
         return {"agent": profile.name, "cwd": real, "store": store, **out}
 
     async def _list(
-        self, store: str | None, profile: AgentProfile, cwd: str, limit: int, cursor: str | None
+        self, store: str | None, profile: AgentProfile, cwd: str, limit: int, cursor: str | None, owner: str | None
     ) -> dict[str, Any]:
         if store == ACP:
             agent_cursor, skip = parse_acp_cursor(cursor) if cursor else (None, 0)
             async with self._slots:
-                listed = await self._acp_list(profile, cwd, agent_cursor)
+                listed = await self._acp_list(profile, cwd, agent_cursor, owner)
             return acp_page(listed, cwd, agent_cursor, skip, limit)
         if cursor is not None:
             parse_file_cursor(cursor)  # a bad cursor is the client's error, whatever the store holds
         if store is None:
             return _empty("no_store", "the bridge knows no session store of this agent")
-        directory = _files_dir(store, child_env(os.environ, profile.env), cwd)
+        try:
+            home = home_env(self.settings, owner)
+        except BridgeError as exc:
+            return _empty("store_unreadable", str(exc))
+        directory = _files_dir(store, {**child_env(os.environ, profile.env), **home}, cwd)
         if directory is None:
             return _empty("no_home", "the agent's environment has no HOME")
         return await asyncio.to_thread(list_files, store, directory, limit, cursor)
 
-    async def _acp_list(self, profile: AgentProfile, cwd: str, agent_cursor: str | None) -> Listed:
+    async def _acp_list(self, profile: AgentProfile, cwd: str, agent_cursor: str | None, owner: str | None) -> Listed:
         codec = make_codec(
             profile.protocol,
             cwd=cwd,
@@ -215,10 +224,13 @@ class NativeSessions:
                 profile_env=profile.env,
                 cwd=cwd,
                 model=profile.model,
+                model_form=codec.model_args,
                 resume_id=None,
                 mcp_config=profile.mcp_config,
                 remote_api_opt_in=profile.remote_api_opt_in,
             )
+            spec = for_owner(spec, self.settings, owner)  # the owner's HOME (users mode)
+            spec = self.settings.confine(spec, profile)
             proc = await self._spawn(spec)
         except BridgeError as exc:
             return Listed(reason="agent_unavailable", detail=str(exc))

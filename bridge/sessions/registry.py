@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +17,7 @@ from bridge.ids import new_id
 from bridge.launching import check_profile, spawn_options
 from bridge.process.agent_io import Spawn
 from bridge.process.agent_process import AgentProcess
-from bridge.process.launch import executable_problem, resume_argv
+from bridge.process.launch import executable_problem, model_problem, resume_argv
 from bridge.process.reaper import reap_group
 from bridge.protocols.codecs import make_codec
 from bridge.protocols.envelope import ephemeral
@@ -31,6 +30,7 @@ from bridge.sessions.remote import OwnerGone, Owners
 from bridge.sessions.samples import write_demo_samples
 from bridge.store.base import Store, ThreadRow
 from bridge.store.urls import parse as parse_store_url
+from bridge.userdirs import check_cwd
 
 log = structlog.get_logger("bridge.registry")
 
@@ -260,11 +260,15 @@ class Registry:
         options: dict[str, Any] | None,
         native_session_id: str | None = None,
         owner: str | None = None,
+        admin: bool = False,
     ) -> Conversation:
         self._refuse_if_draining()
         name = agent or self.settings.default_agent
         prof = self.profile(name)
         check_adopted_id(native_session_id, prof)
+        if model and (problem := model_problem(model)):
+            # Before anything else reads it: it goes on the agent's command line.
+            raise InvalidRequest(f"model: {problem}", code="invalid_model")
         problem = executable_problem(prof.executable)
         if problem:
             raise LaunchRefused(problem, code="executable_unusable")
@@ -284,8 +288,8 @@ class Registry:
         tid = new_id("thr")
         if cwd is None:
             cwd = self._fresh_workspace(tid, prof)
-        elif not os.path.isabs(cwd) or not os.path.isdir(cwd):
-            raise InvalidRequest(f"cwd must be an existing absolute directory: {cwd}", code="bad_cwd")
+        else:  # kept as its real path: what was checked is where the agent runs (bridge/userdirs.py)
+            cwd = await self.allowed_cwd(cwd, owner=owner, admin=admin)
         ts = now_iso()
         row: ThreadRow = {
             "id": tid,
@@ -310,6 +314,16 @@ class Registry:
         conv = self._make(row)
         log.info("thread.created", thread_id=tid, agent=name)
         return conv
+
+    async def allowed_cwd(self, cwd: str, *, owner: str | None, admin: bool) -> str:
+        """The real path of ``cwd`` if a caller whose threads record ``owner`` may run an
+        agent there (bridge/userdirs.py); raises ``bad_cwd`` or ``cwd_not_allowed``."""
+
+        async def thread_owner(tid: str) -> tuple[bool, str | None]:
+            row = await self.store.get_thread(tid)
+            return (False, None) if row is None else (True, row.get("owner"))
+
+        return await check_cwd(self.settings, cwd, owner=owner, admin=admin, thread_owner=thread_owner)
 
     def _make(self, row: ThreadRow) -> Conversation:
         conv = Conversation(

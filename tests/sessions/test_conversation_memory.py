@@ -617,3 +617,74 @@ async def test_a_publish_that_raises_does_not_stall_the_bursts_after_it(h: Harne
     h.spawner.agent.say(*[delta(f"c{i}") for i in range(20)])
     await wait_until(lambda: sum(calls) == 60, 3, "the next burst published")
     assert conv.core.last_seq == before + 60
+
+
+# ---------------------------------------------------------------------- a seq taken by someone else (issue #32 B8)
+
+
+def _foreign(seq: int) -> Any:
+    """A row this daemon did not write, at ``seq``."""
+    from bridge.protocols.events import Record
+
+    return Record(
+        seq, "2026-12-01T00:00:00.000Z", "agent", "message", {"role": "assistant", "text": "forged"}, None, False
+    )
+
+
+def _assert_dense(h: Harness, conv: Conversation) -> None:
+    seqs = [r.seq for r in h.store.events[conv.id]]
+    assert seqs == list(range(1, len(seqs) + 1)), "a gap or a duplicate seq"
+
+
+async def test_a_prompt_whose_seq_was_taken_reads_the_seq_again_and_is_accepted_after_a_notice(h: Harness) -> None:
+    conv = await h.thread()
+    await conv.submit(prompt("hello"), None)
+    await h.until(conv, "turn.ended")
+    taken = conv.core.last_seq + 1
+    h.store.events[conv.id].append(_foreign(taken))
+    acc = await conv.submit(prompt("again"), "c-again")
+    [notice] = h.events(conv, "notice")
+    assert notice.seq == taken + 1 and notice.source == "bridge" and notice.data["code"] == "seq_conflict"
+    assert "did not write" in notice.data["text"]
+    assert acc.seq == taken + 2 and not acc.queued and not acc.duplicate
+    [end] = (await h.until(conv, "turn.ended", 2))[1:]
+    assert end.data["turn_id"] == acc.turn_id and end.data["status"] == "success"
+    started = h.events(conv, "turn.started")[-1]
+    assert started.data["prompt_seq"] == acc.seq == h.events(conv, "message")[-2].seq
+    _assert_dense(h, conv)
+    assert conv.thread["last_seq"] == conv.core.last_seq == h.store.events[conv.id][-1].seq
+    # Written to the agent once; the client_id names the prompt that was stored.
+    assert sum("again" in line for line in h.spawner.agent.written) == 1
+    assert (await conv.submit(prompt("again"), "c-again")).seq == acc.seq
+
+
+async def test_agent_output_whose_seq_was_taken_is_committed_after_the_rows_found(h: Harness) -> None:
+    conv = await h.thread()
+    await conv.submit(prompt("silent"), None)
+    sub = conv.subscribe()
+    taken = conv.core.last_seq + 1
+    h.store.events[conv.id] += [_foreign(taken), _foreign(taken + 1)]
+    h.spawner.agent.say(assistant("late"))  # one line: an emit under the lock
+    [msg] = await h.until(conv, "message", text="late")
+    assert msg.seq == taken + 3 and h.events(conv, "notice")[0].seq == taken + 2
+    assert "rows up to seq" in h.events(conv, "notice")[0].data["text"]
+    _assert_dense(h, conv)
+    assert sub.lagging  # what it was not sent live (the rows found) it re-reads from the store
+
+
+async def test_a_burst_whose_seq_was_taken_is_committed_again_after_the_rows_found(h: Harness) -> None:
+    conv = await h.thread()
+    await conv.submit(prompt("silent"), None)
+    taken = conv.core.last_seq + 1
+    h.store.events[conv.id].append(_foreign(taken))
+    h.spawner.agent.say(*[delta(f"a{i}") for i in range(20)])  # pipelined: refused in flight
+    await h.until(conv, "message.delta", 20)
+    await wait_until(lambda: conv.core.last_seq == taken + 21, 3, "the burst published")
+    assert [r.kind for r in h.store.events[conv.id][taken - 1 : taken + 1]] == ["message", "notice"]
+    texts = [r.data["text"] for r in h.events(conv, "message.delta")]
+    assert texts == [f"a{i}" for i in range(20)]
+    _assert_dense(h, conv)
+    assert conv._pipe_error is None
+    h.spawner.agent.say(result())  # the reader goes on
+    await h.until(conv, "turn.ended")
+    _assert_dense(h, conv)

@@ -16,11 +16,13 @@ import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
+from bridge.errors import StoreError
 from bridge.process.agent_io import ExitInfo
 from bridge.process.launch import LaunchSpec
 from bridge.protocols.envelope import Frames
 from bridge.protocols.events import Record
 from bridge.protocols.framing import LineTooLong
+from bridge.store.base import SecretRow
 
 Script = Callable[["MemoryAgent", dict[str, Any]], None]
 
@@ -174,6 +176,7 @@ class MemoryStore:
         self.client_ids: dict[tuple[str, str], int] = {}
         self.sessions: dict[str, float] = {}
         self.session_users: dict[str, str | None] = {}
+        self.secrets: dict[tuple[str, str, str], SecretRow] = {}
         self.fail_appends: BaseException | None = None
         self.block_appends: asyncio.Event | None = None  # set: appends wait (a disk that is full)
         self.blocked = asyncio.Event()  # an append is waiting on block_appends
@@ -232,6 +235,9 @@ class MemoryStore:
             await self.block_appends.wait()
         if self.fail_appends is not None:
             raise self.fail_appends
+        held = {r.seq for r in self.events[thread_id]}
+        if any(rec.seq in held for rec in records):  # the primary key (thread_id, seq), as SQLite says it
+            raise StoreError("append refused: UNIQUE constraint failed: events.thread_id, events.seq")
         for rec, cid in zip(records, client_ids, strict=True):
             self.events[thread_id].append(rec)
             if cid is not None:
@@ -272,6 +278,26 @@ class MemoryStore:
 
     async def delete_session(self, key: str) -> None:
         self.sessions.pop(key, None)
+
+    # per-user secrets (ciphertext only, as the real stores keep them)
+    async def put_secret(
+        self, user: str, profile: str, key: str, nonce: bytes, ciphertext: bytes, *, max_per_user: int
+    ) -> bool:
+        held = [k for k in self.secrets if k[0] == user]
+        if (user, profile, key) not in self.secrets and len(held) >= max_per_user:
+            return False
+        self.secrets[(user, profile, key)] = SecretRow(
+            user, profile, key, nonce, ciphertext, "2026-01-01T00:00:00.000Z"
+        )
+        return True
+
+    async def list_secrets(self, user: str, profile: str | None = None) -> list[SecretRow]:
+        return [
+            row for (u, p, _), row in sorted(self.secrets.items()) if u == user and (profile is None or p == profile)
+        ]
+
+    async def delete_secret(self, user: str, profile: str, key: str) -> bool:
+        return self.secrets.pop((user, profile, key), None) is not None
 
     # for tests
     def kinds(self, thread_id: str) -> list[str]:

@@ -94,6 +94,16 @@ def profile_toml(
     return "\n".join(lines) + "\n"
 
 
+def test_sandbox(tmp: Path, config: str) -> str:
+    """The ``[sandbox]`` a test daemon runs its agents in, unless its config has its own:
+    confined (the default, as in production), with the fake agents' scripts readable and
+    the test's temp dir (where fakes keep their state and logs; the data dir in it stays
+    out of reach) writable."""
+    if "[sandbox]" in config:
+        return ""
+    return f"\n[sandbox]\nextra_read = [{json.dumps(str(ROOT / 'tests'))}]\nextra_write = [{json.dumps(str(tmp))}]\n"
+
+
 class Daemon:
     """A real ``python -m bridge serve`` on port 0."""
 
@@ -108,7 +118,7 @@ class Daemon:
         self.tmp = tmp
         self.data_dir = tmp / "data"
         self.config_path = tmp / "config.toml"
-        self.config_path.write_text(config)
+        self.config_path.write_text(config + test_sandbox(tmp, config))
         self.token = token
         self.extra_env = extra_env or {}
         self.extra_args = extra_args or []
@@ -136,8 +146,7 @@ class Daemon:
         if self.token:
             argv += ["--token", self.token]
         argv += self.extra_args
-        env = {**os.environ, **self.extra_env}
-        env.pop("AGENT_BRIDGE_TOKEN", None)
+        env = {**{k: v for k, v in os.environ.items() if k != "AGENT_BRIDGE_TOKEN"}, **self.extra_env}
         with self.stderr_path.open("ab") as err:
             self.proc = await asyncio.create_subprocess_exec(
                 *argv, stdout=asyncio.subprocess.PIPE, stderr=err, env=env, cwd=str(self.tmp)
@@ -285,6 +294,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def agent_env(tmp_path: Path) -> dict[str, str]:
     state = tmp_path / "agent-state"
     state.mkdir()
+    # Made here: a confined agent may write what it is granted, but not make new entries
+    # in the test's temp dir itself (it holds the data dir: docs/security.md).
+    (tmp_path / "agent.log").touch()
     return {"FAKE_AGENT_LOG": str(tmp_path / "agent.log"), "FAKE_AGENT_STATE": str(state)}
 
 

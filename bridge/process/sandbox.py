@@ -60,6 +60,8 @@ _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_DUMPABLE = 4
+_PR_CAPBSET_DROP = 24
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 
 EXECUTE = 1 << 0
 WRITE_FILE = 1 << 1
@@ -129,6 +131,14 @@ def landlock_abi() -> int:
         _libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
     )
     return max(version, 0)
+
+
+def _last_cap() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 40  # CAP_CHECKPOINT_RESTORE, the last one in Linux 6.x
 
 
 def harden_daemon() -> bool:
@@ -238,6 +248,7 @@ class Sandbox:
         cwd: str,
         env: Mapping[str, str],
         executable: str,
+        args: Sequence[str] = (),
         extra_write: Sequence[str] = (),
         extra_read: Sequence[str] = (),
     ) -> Plan | None:
@@ -266,6 +277,10 @@ class Sandbox:
             if self._may_own(real):
                 write.append(real)
         read = [*SYSTEM_READ, *install_dirs(executable), *_python_dirs(), *self.extra_read, *extra_read]
+        for arg in args:  # a script run by an interpreter (node cli.js), an --mcp-config file
+            path = arg.split("=", 1)[-1]
+            if os.path.isabs(path) and os.path.isfile(path):
+                read += install_dirs(path)
         return Plan(
             abi=self.abi,
             read=tuple(read),
@@ -383,10 +398,19 @@ class Confined:
         assert libc is not None
         fd = self.fd
         syscall, prctl = libc.syscall, libc.prctl
+        # A daemon run as root would hand its agents every capability: CAP_SYS_PTRACE reads
+        # its environment, CAP_SYS_MODULE loads code into the kernel. The bounding set is
+        # emptied, so the agent's exec gives it none.
+        caps = range(_last_cap() + 1) if os.geteuid() == 0 else range(0)
 
-        def setup() -> None:  # between fork and exec: two system calls, nothing else
+        def setup() -> None:  # between fork and exec: a few system calls, nothing else
             if before is not None:
                 before()
+            for cap in caps:
+                if prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+                    raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
+            if caps and prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0:
+                raise OSError(ctypes.get_errno(), "prctl(PR_CAP_AMBIENT_CLEAR_ALL) failed")
             if prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
                 raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
             if syscall(_SYS_RESTRICT_SELF, fd, 0) != 0:
@@ -506,7 +530,12 @@ def confine(
     """``spec`` with ``sandbox``'s plan for it (None where agents run unconfined). Raises
     LaunchRefused (``cwd_not_allowed``)."""
     plan = sandbox.plan(
-        cwd=spec.cwd, env=spec.env, executable=spec.argv[0], extra_read=extra_read, extra_write=extra_write
+        cwd=spec.cwd,
+        env=spec.env,
+        executable=spec.argv[0],
+        args=spec.argv[1:],
+        extra_read=extra_read,
+        extra_write=extra_write,
     )
     return replace(spec, sandbox=plan)
 

@@ -166,6 +166,9 @@ def test_image_serves_a_demo_chat_as_non_root_and_stops_cleanly(
             assert http.get("/v1/agents", headers={"Host": "bridge.example"}).status_code == 200
             r = http.get("/v1/agents", headers={"Host": "elsewhere.example"})
             assert r.status_code == 421, r.text
+            # Agents run confined in the image, unprivileged (docs/deploy.md "Confinement").
+            daemon = http.get("/v1/daemon").json()
+            assert daemon["sandbox"] == "landlock", daemon
             r = http.post("/v1/threads", json={"agent": "demo", "title": "in a container"})
             assert r.status_code == 201, r.text
             thread = r.json()["id"]

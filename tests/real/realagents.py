@@ -309,6 +309,7 @@ def strace_wrapped(executable: str, args: list[str], log: Path) -> tuple[str, li
     if strace is None:
         _unavailable("strace is not installed")
         raise AssertionError("unreachable")
+    log.touch()  # a confined agent writes what it is granted, and makes nothing new beside the data dir
     return os.path.realpath(strace), ["-f", "-qq", "-e", TRACED, "-o", str(log), executable, *args]
 
 

@@ -1,0 +1,209 @@
+"""process/sandbox.py: the rules an agent gets, checked by running real processes under them
+(the layout of a default install: the data dir inside HOME), and the daemon's own
+hardening (command line and environment scrubbed, not dumpable)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bridge.config import load_settings, sandbox_refusal
+from bridge.errors import LaunchRefused
+from bridge.process import sandbox as sb
+from bridge.process.launch import LaunchSpec
+
+pytestmark = pytest.mark.skipif(sb.landlock_abi() < sb.MIN_ABI, reason="this kernel has no Landlock")
+
+PROBE = r"""
+import json, os, sys
+out = {}
+def attempt(name, fn):
+    try:
+        out[name] = fn()
+    except PermissionError:
+        out[name] = "denied"
+    except OSError as exc:
+        out[name] = f"error:{exc.errno}"
+def write(p):
+    with open(p, "w") as f:
+        f.write("x")
+    return "ok"
+for name, path in json.loads(sys.argv[1]).items():
+    kind = name.split(":")[0]
+    if kind == "read":
+        attempt(name, lambda p=path: open(p).read())
+    elif kind == "write":
+        attempt(name, lambda p=path: write(p))
+    elif kind == "list":
+        attempt(name, lambda p=path: sorted(os.listdir(p)))
+    elif kind == "caps":
+        attempt(name, lambda: [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff")][0])
+out["tmpdir"] = os.environ.get("TMPDIR")
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    """HOME with the data dir inside it, an existing settings dir, and a symlink to the data dir."""
+    h = tmp_path / "home"
+    data = h / ".local" / "share" / "agent-bridge"
+    (data / "workspaces" / "thr_1").mkdir(parents=True)
+    (data / "workspaces" / "thr_2").mkdir(parents=True)
+    (data / "token").write_text("operator-token")
+    (data / "workspaces" / "thr_2" / "theirs.txt").write_text("another thread's")
+    (h / ".local" / "share" / "other-app").mkdir()
+    (h / ".claude").mkdir()
+    (h / ".claude.json").write_text("{}")
+    (h / "shortcut").symlink_to(data)
+    return h
+
+
+def box(home: Path, **kw: object) -> sb.Sandbox:
+    data = home / ".local" / "share" / "agent-bridge"
+    return sb.resolve(sb.SandboxConfig(), deny=[str(data)], agent_areas=[str(data / "workspaces")], **kw)  # type: ignore[arg-type]
+
+
+def run(plan: sb.Plan | None, cwd: Path, home: Path, targets: dict[str, str]) -> dict[str, object]:
+    assert plan is not None
+    confined = sb.Confined(plan)
+    try:
+        p = subprocess.run(
+            [sys.executable, "-I", "-c", PROBE, json.dumps(targets)],
+            cwd=cwd,
+            env={**confined.env, "HOME": str(home), "PATH": "/usr/bin:/bin"},
+            preexec_fn=confined.preexec(None),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    finally:
+        confined.close()
+    assert p.returncode == 0, p.stderr
+    report: dict[str, object] = json.loads(p.stdout)
+    tmpdir = str(report["tmpdir"])
+    assert Path(tmpdir).is_dir()
+    confined.cleanup()
+    assert not Path(tmpdir).exists()  # the private temp dir goes with the agent
+    return report
+
+
+def test_an_agent_owns_its_cwd_home_and_tmp_and_nothing_of_the_data_dir(home: Path) -> None:
+    data = home / ".local" / "share" / "agent-bridge"
+    cwd = data / "workspaces" / "thr_1"
+    plan = box(home).plan(cwd=str(cwd), env={"HOME": str(home)}, executable=sys.executable)
+    got = run(
+        plan,
+        cwd,
+        home,
+        {
+            "write:cwd": str(cwd / "a.txt"),
+            "write:home-existing-dir": str(home / ".claude" / "s.json"),
+            "write:home-existing-file": str(home / ".claude.json"),
+            "write:sibling-of-data": str(home / ".local" / "share" / "other-app" / "x"),
+            "read:token": str(data / "token"),
+            "read:through-symlink": str(home / "shortcut" / "token"),
+            "read:other-thread": str(data / "workspaces" / "thr_2" / "theirs.txt"),
+            "write:other-thread": str(data / "workspaces" / "thr_2" / "planted"),
+            "write:data": str(data / "planted"),
+            "list:data": str(data),
+            "write:tmp": "/tmp/agent-bridge-test-planted",
+            # The limit of a granted dir that holds the data dir: nothing new directly in it.
+            "write:home-new-entry": str(home / "new.txt"),
+            "caps:": "",
+        },
+    )
+    for key in ("write:cwd", "write:home-existing-dir", "write:home-existing-file", "write:sibling-of-data"):
+        assert got[key] == "ok", (key, got)
+    for key in (
+        "read:token",
+        "read:through-symlink",
+        "read:other-thread",
+        "write:other-thread",
+        "write:data",
+        "list:data",
+        "write:tmp",
+        "write:home-new-entry",
+    ):
+        assert got[key] == "denied", (key, got)
+    if os.geteuid() == 0:
+        assert got["caps:"] == "0000000000000000", got  # root's agents hold no capability
+
+
+def test_a_cwd_in_the_data_dir_outside_the_agent_areas_is_refused(home: Path) -> None:
+    data = home / ".local" / "share" / "agent-bridge"
+    for cwd in (data, data / "workspaces", home / "shortcut"):
+        with pytest.raises(LaunchRefused) as caught:
+            box(home).plan(cwd=str(cwd), env={"HOME": str(home)}, executable=sys.executable)
+        assert caught.value.code == "cwd_not_allowed"
+    # extra_write inside the data dir is dropped, unless the daemon allows that very path.
+    allowed = data / "demo-agent"
+    plan = box(home, allow=[str(allowed)]).plan(
+        cwd=str(data / "workspaces" / "thr_1"),
+        env={"HOME": str(home)},
+        executable=sys.executable,
+        extra_write=[str(data), str(allowed)],
+    )
+    assert plan is not None and str(data) not in plan.write and str(allowed) in plan.write
+    assert allowed.is_dir()
+
+
+def test_none_means_no_plan_and_the_spec_keeps_none(home: Path) -> None:
+    unconfined = sb.resolve(sb.SandboxConfig(mode="none"))
+    assert not unconfined.confined and unconfined.describe() == {"mechanism": "none", "requested": "none"}
+    spec = LaunchSpec((sys.executable,), {"HOME": str(home)}, str(home))
+    assert sb.confine(spec, unconfined).sandbox is None
+    assert sb.confine(spec, box(home)).sandbox is not None
+
+
+def test_install_dirs() -> None:
+    assert sb.install_dirs("/opt/x/node_modules/@a/b/cli.js") == ["/opt/x/node_modules"]
+    assert sb.install_dirs("/usr/local/bin/claude") == ["/usr/local/bin"]
+
+
+def test_users_mode_refuses_to_run_agents_unconfined(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[auth]\nmode = "users"\n')
+    settings = load_settings(config=str(cfg), data_dir=str(tmp_path / "d"), token="t" * 32)
+    assert sandbox_refusal(settings) is None  # Landlock is here
+    settings._confinement = sb.Sandbox(mechanism="none", requested="auto", abi=0, problem="no Landlock")
+    assert "users mode refuses" in str(sandbox_refusal(settings))
+    cfg.write_text('[auth]\nmode = "users"\n[sandbox]\nmode = "none"\n')
+    written = load_settings(config=str(cfg), data_dir=str(tmp_path / "d"), token="t" * 32)
+    assert sandbox_refusal(written) is None  # said in so many words
+    cfg.write_text('[sandbox]\nmode = "landlock"\n')
+    named = load_settings(config=str(cfg), data_dir=str(tmp_path / "d"), token="t" * 32)
+    named._confinement = sb.Sandbox(mechanism="none", requested="landlock", abi=0, problem="no Landlock")
+    assert "landlock" in str(sandbox_refusal(named))
+
+
+HARDEN = r"""
+import ctypes, sys
+sys.path.insert(0, sys.argv[1])
+from bridge.process.sandbox import harden_daemon, scrub_process
+print(scrub_process([sys.argv[2]]))
+print(harden_daemon())
+print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))  # PR_GET_DUMPABLE
+print(sys.argv[2] in open("/proc/self/cmdline").read(), sys.argv[2] in open("/proc/self/environ").read())
+"""
+
+
+def test_the_daemon_blanks_its_secrets_in_proc_and_is_not_dumpable() -> None:
+    secret = "s3cret-" + "x" * 40
+    root = str(Path(__file__).resolve().parents[2])
+    p = subprocess.run(
+        [sys.executable, "-c", HARDEN, root, secret],
+        env={**os.environ, "AGENT_BRIDGE_TOKEN": secret},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert p.returncode == 0, p.stderr
+    changed, hardened, dumpable, leaks = p.stdout.splitlines()
+    assert int(changed) == 2 * len(secret) and hardened == "True" and dumpable == "0"
+    assert leaks == "False False"

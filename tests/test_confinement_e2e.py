@@ -1,0 +1,175 @@
+"""Confinement end to end (issue #32): a hostile agent (tests/agents/hostile_agent.py) in a
+real daemon tries every escape the attack found — the token file, the database, the
+daemon's /proc, another thread's workspace, another user's home, writing outside what is
+its own, signalling the daemon, using the API with whatever credential it could find — in
+token mode and users mode, on SQLite and PostgreSQL. The data dir sits inside the agent's
+HOME, as in the default layout (``~/.local/share/agent-bridge``)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from conftest import PYTHON, ROOT, STEP_TIMEOUT, Daemon
+from support.postgres import PASSWORD
+
+pytestmark = pytest.mark.timeout(120)
+
+HOSTILE = ROOT / "tests" / "agents" / "hostile_agent.py"
+
+
+def hostile_config(extra: str = "", sandbox: str = "") -> str:
+    return (
+        "[server]\nstop_grace_s = 2\n\n"
+        "[agents.hostile]\n"
+        'protocol = "stream-json"\n'
+        f"executable = {json.dumps(PYTHON)}\n"
+        f"args = {json.dumps(['-I', str(HOSTILE)])}\n"
+        'protocol_flags = ["--output-format", "stream-json", "--input-format", "stream-json", "--verbose"]\n'
+        "\n[sandbox]\n"
+        f"extra_read = [{json.dumps(str(HOSTILE.parent))}]\n" + sandbox + extra
+    )
+
+
+def layout(tmp: Path) -> tuple[Path, Path]:
+    """HOME and, inside it, the data dir where the daemon puts it by default."""
+    home = tmp / "home"
+    (home / ".config").mkdir(parents=True)
+    return home, home / ".local" / "share" / "agent-bridge"
+
+
+async def start(
+    tmp: Path, config: str, home: Path, data: Path, env: dict[str, str] | None = None, token_from: str = "argv"
+) -> Daemon:
+    """A daemon whose token comes from ``token_from``: ``argv`` (--token), ``env``
+    (AGENT_BRIDGE_TOKEN) or ``file`` (generated in the data dir)."""
+    env = {"HOME": str(home), **(env or {})}
+    token = "t0ken-" + uuid.uuid4().hex + uuid.uuid4().hex
+    if token_from == "env":
+        env["AGENT_BRIDGE_TOKEN"] = token
+    d = Daemon(tmp, config, token=token if token_from == "argv" else None, extra_env=env)
+    d.data_dir = data
+    await d.start()
+    if token_from == "env":
+        d.token = token
+    elif token_from == "file":
+        d.token = (data / "token").read_text().strip()
+    return d
+
+
+async def attack(http: httpx.AsyncClient, thread: str, targets: dict[str, str]) -> dict[str, str]:
+    """One turn of the hostile agent; its report."""
+    r = await http.post(f"/v1/threads/{thread}/messages", json={"text": json.dumps(targets)})
+    assert r.status_code == 202, r.text
+    after = r.json()["seq"]
+    deadline = time.monotonic() + STEP_TIMEOUT * 2
+    while time.monotonic() < deadline:
+        r = await http.get(f"/v1/threads/{thread}/events", params={"after": after, "wait": 5})
+        assert r.status_code == 200, r.text
+        for e in r.json()["events"]:
+            after = e["seq"]
+            if e["kind"] == "message" and e["source"] == "agent":
+                return dict(json.loads(e["data"]["text"]))
+            if e["kind"] == "turn.ended" and e["data"]["status"] != "success":
+                raise AssertionError(f"the hostile turn failed: {e}")
+    raise AssertionError("no report from the hostile agent")
+
+
+async def new_thread(http: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
+    r = await http.post("/v1/threads", json={"agent": "hostile", **body})
+    assert r.status_code == 201, r.text
+    return dict(r.json())
+
+
+def escapes(d: Daemon, victim_cwd: str, own_cwd: str) -> dict[str, str]:
+    data = d.data_dir
+    return {
+        "read:token": str(data / "token"),
+        "read:db": str(data / "bridge.db"),
+        "read:daemon.json": str(data / "daemon.json"),
+        "read:config": str(d.config_path),
+        "read:victim": f"{victim_cwd}/secret.txt",
+        "list:data": str(data),
+        "list:workspaces": str(data / "workspaces"),
+        "write:data": str(data / "planted"),
+        "write:victim": f"{victim_cwd}/planted",
+        "write:tmp": f"/tmp/agent-bridge-planted-{uuid.uuid4().hex}",
+        "environ": "",
+        "mem": "",
+        "cmdline": "",
+        "signal": "",
+        "sqlite:db": str(data / "bridge.db"),
+        "api:own": f"{d.url}|{own_cwd}",
+        # What is its own: these must work.
+        "write:cwd": f"{own_cwd}/mine.txt",
+        "write:home": str(Path(d.extra_env["HOME"]) / ".config" / "mine.txt"),
+        "write:tmpdir": "",
+    }
+
+
+def check(report: dict[str, str], secrets: list[str]) -> None:
+    for key in ("write:cwd", "write:home"):
+        assert report[key] == "ok", (key, report)
+    for key, got in report.items():
+        if key in ("write:cwd", "write:home", "write:tmpdir", "cmdline"):
+            continue
+        # "absent": no such file (the token given by --token or the environment has none).
+        assert got in ("denied", "absent") or got.startswith("denied:"), (key, got)
+    # The daemon's command line is public (ps), so it must hold no secret.
+    assert report["cmdline"].startswith("ok:"), report["cmdline"]
+    for secret in secrets:
+        assert secret not in json.dumps(report), "a secret reached the hostile agent"
+
+
+@pytest.mark.parametrize(("store_kind", "token_from"), [("sqlite", "file"), ("sqlite", "env"), ("postgresql", "argv")])
+async def test_a_hostile_agent_reaches_nothing_but_its_own_in_token_mode(
+    tmp_path: Path, store_kind: str, token_from: str, request: pytest.FixtureRequest
+) -> None:
+    home, data = layout(tmp_path)
+    env: dict[str, str] = {}
+    if store_kind == "postgresql":
+        env["AGENT_BRIDGE_STORE_URL"] = str(request.getfixturevalue("pg_url"))  # with its password
+    d = await start(tmp_path, hostile_config(), home, data, env, token_from)
+    try:
+        async with d.http() as http:
+            info = (await http.get("/v1/daemon")).json()
+            assert info["sandbox"] == "landlock" and info["sandbox_detail"]["landlock_abi"] >= 2
+            agents = {a["name"]: a for a in (await http.get("/v1/agents")).json()}
+            assert agents["hostile"]["sandbox"] == "landlock"
+            victim = await new_thread(http)
+            Path(victim["cwd"], "secret.txt").write_text("the victim's secret\n")
+            own = await new_thread(http)
+            targets = escapes(d, victim["cwd"], own["cwd"])
+            targets["api:own"] = f"{d.url}|{own['id']}"
+            report = await attack(http, own["id"], targets)
+        secrets = [d.token or ""]
+        if store_kind == "postgresql":
+            secrets.append(PASSWORD)
+        check(report, [s for s in secrets if s])
+        assert not Path(victim["cwd"], "planted").exists() and not (data / "planted").exists()
+        assert Path(own["cwd"], "mine.txt").read_text().startswith("planted")
+    finally:
+        await d.stop()
+
+
+async def test_the_data_dir_is_no_agents_cwd(tmp_path: Path) -> None:
+    home, data = layout(tmp_path)
+    d = await start(tmp_path, hostile_config(), home, data)
+    try:
+        link = tmp_path / "innocent"
+        link.symlink_to(data)
+        async with d.http() as http:
+            await new_thread(http)  # the workspaces dir exists from now on
+            for cwd in (str(data), str(data / "workspaces"), str(link)):
+                r = await http.post("/v1/threads", json={"agent": "hostile", "cwd": cwd})
+                if r.status_code == 201:  # refused at the latest when the agent would start
+                    r = await http.post(f"/v1/threads/{r.json()['id']}/messages", json={"text": "{}"})
+                assert r.status_code in (400, 403, 422), (cwd, r.status_code, r.text)
+                assert r.json()["error"]["code"] == "cwd_not_allowed", r.text
+    finally:
+        await d.stop()

@@ -20,6 +20,7 @@ export class NewThreadDialog {
     $("#new-cancel").addEventListener("click", () => $("#new-dialog").close());
     $("#new-agent").addEventListener("change", () => {
       this.fillModel();
+      this.showSandbox();
       this.loadNativeSessions();
     });
     $("#new-model").addEventListener("input", () => {
@@ -57,6 +58,7 @@ export class NewThreadDialog {
     }
     this.modelEdited = false;
     this.fillModel();
+    this.showSandbox();
     $("#new-error").textContent = "";
     $("#new-dirs-box").hidden = true;
     $("#new-browse").setAttribute("aria-expanded", "false");
@@ -64,6 +66,21 @@ export class NewThreadDialog {
     sel.focus();
     this.loadNativeSessions();
     this.checkRoots();
+  }
+
+  // What the agent will be able to reach (GET /v1/agents "sandbox", docs/security.md §6).
+  showSandbox() {
+    const p = this.profile();
+    const box = $("#new-sandbox");
+    if (!p || !p.sandbox) {
+      box.textContent = "";
+      return;
+    }
+    box.textContent =
+      p.sandbox === "none"
+        ? "Unconfined: this agent can read and change everything the daemon's user can."
+        : `Confined (${p.sandbox}): the agent reaches its working directory, its home and a temp dir of its own.`;
+    box.classList.toggle("warn", p.sandbox === "none");
   }
 
   // The model field shows the profile's default until the user types their own.

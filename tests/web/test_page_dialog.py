@@ -44,6 +44,8 @@ async def test_pick_a_model_and_browse_to_a_working_directory(rooted: tuple[Sess
     await page.click("#new-thread")
     await page.select_option("#new-agent", "demo")
     await expect(page.locator("#new-model")).to_have_value("demo")  # the profile's default
+    # What the agent can reach is said before it is started (docs/security.md §6).
+    await expect(page.locator("#new-sandbox")).to_contain_text("Confined (landlock)")
     await page.select_option("#new-agent", "stream-json")
     await expect(page.locator("#new-model")).to_have_value("")  # this profile names none
     await page.fill("#new-model", "model-x")

@@ -179,3 +179,24 @@ def test_writer_rows_bench_prints_each_stage_now_and_before() -> None:
     for now, before, ratio in (r[1:] for r in rows[1:]):
         assert float(now) > 0 and float(before) > 0
         assert float(ratio.strip().rstrip("×")) == pytest.approx(float(now) / float(before), rel=0.05, abs=0.01)
+
+
+@pytest.mark.timeout(60)
+def test_sandbox_start_bench_prints_both_starts_and_their_ratio(tmp_path: Path) -> None:
+    """`python -m bench.sandbox_start --quick`: an agent's start unconfined and confined,
+    and the ratio of the two; structure only, never timing."""
+    out = tmp_path / "sandbox.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.sandbox_start", "--quick", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("agent-bridge bench.sandbox_start: 5 rounds"), proc.stdout
+    res = json.loads(out.read_text())
+    none, ll = res["none"]["median_ms"], res["landlock"]["median_ms"]
+    assert none > 0 and ll > 0 and res["rule_count"] > 10
+    assert res["ratio_median"] == pytest.approx(ll / none, rel=1e-6)
+    assert f"{res['ratio_median']:.3f}x" in proc.stdout

@@ -17,6 +17,7 @@ import httpx
 import pytest
 from conftest import PYTHON, ROOT, STEP_TIMEOUT, Daemon
 from support.postgres import PASSWORD
+from test_users_e2e import add_user, bearer
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -62,14 +63,16 @@ async def start(
     return d
 
 
-async def attack(http: httpx.AsyncClient, thread: str, targets: dict[str, str]) -> dict[str, str]:
+async def attack(
+    http: httpx.AsyncClient, thread: str, targets: dict[str, str], headers: dict[str, str] | None = None
+) -> dict[str, str]:
     """One turn of the hostile agent; its report."""
-    r = await http.post(f"/v1/threads/{thread}/messages", json={"text": json.dumps(targets)})
+    r = await http.post(f"/v1/threads/{thread}/messages", json={"text": json.dumps(targets)}, headers=headers)
     assert r.status_code == 202, r.text
     after = r.json()["seq"]
     deadline = time.monotonic() + STEP_TIMEOUT * 2
     while time.monotonic() < deadline:
-        r = await http.get(f"/v1/threads/{thread}/events", params={"after": after, "wait": 5})
+        r = await http.get(f"/v1/threads/{thread}/events", params={"after": after, "wait": 5}, headers=headers)
         assert r.status_code == 200, r.text
         for e in r.json()["events"]:
             after = e["seq"]
@@ -80,8 +83,8 @@ async def attack(http: httpx.AsyncClient, thread: str, targets: dict[str, str]) 
     raise AssertionError("no report from the hostile agent")
 
 
-async def new_thread(http: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
-    r = await http.post("/v1/threads", json={"agent": "hostile", **body})
+async def new_thread(http: httpx.AsyncClient, headers: dict[str, str] | None = None, **body: Any) -> dict[str, Any]:
+    r = await http.post("/v1/threads", json={"agent": "hostile", **body}, headers=headers)
     assert r.status_code == 201, r.text
     return dict(r.json())
 
@@ -171,5 +174,49 @@ async def test_the_data_dir_is_no_agents_cwd(tmp_path: Path) -> None:
                     r = await http.post(f"/v1/threads/{r.json()['id']}/messages", json={"text": "{}"})
                 assert r.status_code in (400, 403, 422), (cwd, r.status_code, r.text)
                 assert r.json()["error"]["code"] == "cwd_not_allowed", r.text
+    finally:
+        await d.stop()
+
+
+@pytest.mark.parametrize("store_kind", ["sqlite", "postgresql"])
+async def test_a_hostile_agent_of_one_user_reaches_nothing_of_another_in_users_mode(
+    tmp_path: Path, store_kind: str, request: pytest.FixtureRequest
+) -> None:
+    home, data = layout(tmp_path)
+    url = f"sqlite:///{data / 'bridge.db'}"
+    if store_kind == "postgresql":
+        url = str(request.getfixturevalue("pg_url"))
+    data.mkdir(parents=True)
+    alice_token, bob_token = await add_user(url, "alice"), await add_user(url, "bob")
+    config = hostile_config('\n[auth]\nmode = "users"\n') + f"\n[store]\nurl = {json.dumps(url)}\n"
+    d = await start(tmp_path, config, home, data, token_from="file")
+    try:
+        async with d.http() as http:
+            alice = await new_thread(http, headers=bearer(alice_token))
+            await attack(http, alice["id"], {}, headers=bearer(alice_token))  # her agent ran: her home exists
+            alice_home = data / "homes" / "alice"
+            (alice_home / "login.json").write_text("alice's CLI login\n")
+            # Her workspace, as the daemon shows it to her, and as it is on disk.
+            alice_cwd = data / "workspaces" / "users" / "alice"
+            Path(str(alice["cwd"]).replace("<data-dir>", str(data))).joinpath("secret.txt").write_text("hers\n")
+            bob = await new_thread(http, headers=bearer(bob_token))
+            bob_cwd = str(bob["cwd"]).replace("<data-dir>", str(data))
+            bob_home = data / "homes" / "bob"
+            targets = escapes(d, str(alice["cwd"]).replace("<data-dir>", str(data)), bob_cwd)
+            targets.update(
+                {
+                    "read:alice-home": str(alice_home / "login.json"),
+                    "list:alice-home": str(alice_home),
+                    "write:alice-home": str(alice_home / "planted"),
+                    "list:alice-roots": str(alice_cwd),
+                    "api:own": f"{d.url}|{bob['id']}",
+                    "write:home": str(bob_home / "mine.txt"),
+                }
+            )
+            report = await attack(http, bob["id"], targets, headers=bearer(bob_token))
+        secrets = [d.token or "", alice_token, bob_token] + ([PASSWORD] if store_kind == "postgresql" else [])
+        check(report, secrets)
+        assert not (alice_home / "planted").exists()
+        assert (bob_home / "mine.txt").is_file()
     finally:
         await d.stop()

@@ -37,6 +37,7 @@ PermissionMode = Literal["default", "acceptEdits", "plan", "bypassPermissions", 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 DEMO_PROFILE = "demo"
+ETC_DIR = "/etc/agent-bridge"  # where the deploy artefacts keep the config and the env file
 
 # Agent CLIs we look for on PATH when nothing is configured under that name.
 KNOWN_CLIS: tuple[tuple[str, str, Protocol], ...] = (
@@ -282,8 +283,12 @@ class SandboxSettings(BaseModel):
     mode: Literal["auto", "landlock", "none"] = "auto"
     extra_read: list[str] = Field(default_factory=list, max_length=64)
     extra_write: list[str] = Field(default_factory=list, max_length=64)
+    # Never reachable by any agent, whatever else grants them (secrets the daemon's
+    # environment or config is made from); the data dir, the config file and
+    # /etc/agent-bridge always are.
+    deny: list[str] = Field(default_factory=list, max_length=64)
 
-    @field_validator("extra_read", "extra_write")
+    @field_validator("extra_read", "extra_write", "deny")
     @classmethod
     def _paths(cls, v: list[str]) -> list[str]:
         return _absolute_paths(v, "[sandbox] paths")
@@ -325,7 +330,8 @@ class Settings(BaseModel):
         """The sandbox in force for this daemon's agents (probed once)."""
         if self._confinement is None:
             cfg = self.sandbox
-            deny = [str(self.data_dir)]
+            # The deploy artefacts keep the config and the token's env file in /etc/agent-bridge.
+            deny = [str(self.data_dir), ETC_DIR, *cfg.deny]
             if self.config_file is not None:
                 deny.append(str(self.config_file))
             self._confinement = resolve_sandbox(

@@ -207,3 +207,32 @@ def test_the_daemon_blanks_its_secrets_in_proc_and_is_not_dumpable() -> None:
     changed, hardened, dumpable, leaks = p.stdout.splitlines()
     assert int(changed) == 2 * len(secret) and hardened == "True" and dumpable == "0"
     assert leaks == "False False"
+
+
+def test_denied_paths_stay_out_of_reach_inside_a_granted_tree(tmp_path: Path) -> None:
+    """A readable tree (``extra_read``, like /etc) that holds a denied file (like
+    /etc/agent-bridge/agent-bridge.env with the token) is granted around it."""
+    conf = tmp_path / "etc"
+    (conf / "agent-bridge").mkdir(parents=True)
+    (conf / "agent-bridge" / "agent-bridge.env").write_text("AGENT_BRIDGE_TOKEN=secret")
+    (conf / "hosts").write_text("127.0.0.1 localhost")
+    work = tmp_path / "work"
+    work.mkdir()
+    sandbox = sb.resolve(sb.SandboxConfig(extra_read=(str(conf),)), deny=[str(conf / "agent-bridge")])
+    plan = sandbox.plan(cwd=str(work), env={"HOME": str(work)}, executable=sys.executable)
+    got = run(
+        plan,
+        work,
+        work,
+        {"read:hosts": str(conf / "hosts"), "read:env": str(conf / "agent-bridge" / "agent-bridge.env")},
+    )
+    assert got["read:hosts"] == "127.0.0.1 localhost" and got["read:env"] == "denied", got
+
+
+def test_the_daemon_denies_its_data_dir_config_and_etc_dir(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[sandbox]\ndeny = ["{tmp_path / "secrets"}"]\n')
+    settings = load_settings(config=str(cfg), data_dir=str(tmp_path / "d"), token="t" * 32)
+    deny = settings.confinement().deny
+    for path in (tmp_path / "d", cfg, Path("/etc/agent-bridge"), tmp_path / "secrets"):
+        assert os.path.realpath(path) in deny, (path, deny)

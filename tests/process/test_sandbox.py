@@ -236,3 +236,17 @@ def test_the_daemon_denies_its_data_dir_config_and_etc_dir(tmp_path: Path) -> No
     deny = settings.confinement().deny
     for path in (tmp_path / "d", cfg, Path("/etc/agent-bridge"), tmp_path / "secrets"):
         assert os.path.realpath(path) in deny, (path, deny)
+
+
+def test_the_store_writer_process_makes_itself_not_dumpable() -> None:
+    code = (
+        "import ctypes, sys; sys.path.insert(0, sys.argv[1]); from bridge.store import writer; "
+        "writer._not_dumpable(); print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code, str(Path(__file__).resolve().parents[2])],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert p.returncode == 0 and p.stdout.strip() == "0", (p.stdout, p.stderr)

@@ -220,3 +220,18 @@ async def test_a_hostile_agent_of_one_user_reaches_nothing_of_another_in_users_m
         assert (bob_home / "mine.txt").is_file()
     finally:
         await d.stop()
+
+
+async def test_unconfined_agents_are_said_everywhere(tmp_path: Path) -> None:
+    """``mode = "none"`` (here by its env twin): the daemon starts in token mode, warns on
+    stderr, and says "none" wherever the sandbox is shown."""
+    home, data = layout(tmp_path)
+    d = await start(tmp_path, hostile_config(), home, data, {"AGENT_BRIDGE_SANDBOX": "none"})
+    try:
+        async with d.http() as http:
+            info = (await http.get("/v1/daemon")).json()
+            assert info["sandbox"] == "none" and info["sandbox_detail"]["requested"] == "none", info
+            assert {a["sandbox"] for a in (await http.get("/v1/agents")).json()} == {"none"}
+        assert "agents run unconfined" in d.stderr()
+    finally:
+        await d.stop()

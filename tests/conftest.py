@@ -74,6 +74,17 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = STEP_TIMEOU
         await asyncio.sleep(0.02)
 
 
+def fake_grants(env: dict[str, str]) -> str:
+    """A fake's profile line for its sandbox: fakes run confined, as agents do in production,
+    and what their environment names for their log and state is theirs to write. The log
+    is made here: a confined agent makes nothing new directly in the test's temp dir, which
+    holds the data dir (docs/security.md §6)."""
+    log = env.get("FAKE_AGENT_LOG")
+    if log and os.path.isabs(log) and not os.path.exists(log):
+        Path(log).touch()
+    return f"sandbox_extra_write = {json.dumps([v for v in env.values() if os.path.isabs(v)])}"
+
+
 def profile_toml(
     name: str, dialect: str, env: dict[str, str], extra_args: list[str] | None = None, **fields: Any
 ) -> str:
@@ -88,6 +99,7 @@ def profile_toml(
         f"executable = {json.dumps(PYTHON)}",
         f"args = {json.dumps(args)}",
         "env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }",
+        fake_grants(env),
     ]
     for k, v in fields.items():
         lines.append(f"{k} = {json.dumps(v)}")
@@ -101,7 +113,7 @@ def test_sandbox(tmp: Path, config: str) -> str:
     out of reach) writable."""
     if "[sandbox]" in config:
         return ""
-    return f"\n[sandbox]\nextra_read = [{json.dumps(str(ROOT / 'tests'))}]\nextra_write = [{json.dumps(str(tmp))}]\n"
+    return sandbox_toml([str(tmp)])
 
 
 class Daemon:
@@ -312,6 +324,12 @@ def base_config(tmp_path: Path, agent_env: dict[str, str], *, server: str = "") 
     for dialect in DIALECTS:
         cfg += profile_toml(dialect, dialect, agent_env) + "\n"
     return cfg
+
+
+def sandbox_toml(writable: list[str]) -> str:
+    """Test agents run confined, as in production: the fakes' scripts readable, and what
+    their environment names for their logs and state writable."""
+    return f"\n[sandbox]\nextra_read = [{json.dumps(str(ROOT / 'tests'))}]\nextra_write = {json.dumps(writable)}\n"
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conftest import PYTHON, ROOT, agent_log, new_thread
+from conftest import PYTHON, ROOT, agent_log, fake_grants, new_thread
 
 FAKE_ACP = ROOT / "tests" / "agents" / "fake_acp_agent.py"
 SDK_AGENT = ROOT / "tests" / "agents" / "sdk_echo_agent.py"
@@ -24,6 +24,7 @@ def acp_profile(name: str, env: dict[str, str], *flags: str, **fields: Any) -> s
         f"executable = {json.dumps(PYTHON)}",
         f"args = {json.dumps(args)}",
         "env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }",
+        fake_grants(env),
     ]
     lines += [f"{k} = {json.dumps(v)}" for k, v in fields.items()]
     return "\n".join(lines) + "\n"

@@ -27,6 +27,7 @@ from conftest import PYTHON, STEP_TIMEOUT
 from bridge import __version__
 from bridge.config import DEFAULT_HOST, DEFAULT_PORT, load_settings
 from bridge.errors import ConfigError
+from bridge.process.sandbox import MIN_ABI, landlock_abi
 
 LISTENING_RE = re.compile(r"agent-bridge listening on http://127\.0\.0\.1:(\d+)")
 _serial = itertools.count()
@@ -482,6 +483,7 @@ def test_agents_with_nothing_configured_lists_the_demo_as_default(tmp_path: Path
         "available": True,
         "problem": None,
         "default": True,
+        "sandbox": "landlock" if landlock_abi() >= MIN_ABI else "none",
         "cli": None,
     }
     r = run_cli(tmp_path, "agents", "--data-dir", str(tmp_path / "d"))

@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
 import pytest
 
 from bridge.api.app import create_app
+from bridge.api.users import OPERATOR
 from bridge.api.ws import _Session
 from bridge.config import load_settings
 from bridge.errors import BridgeError
@@ -85,7 +87,9 @@ async def test_each_forwarded_op_holds_its_senders_events_until_its_answer_is_pu
 
     class Probe(_Session):
         def __init__(self) -> None:
-            self.conv, self._sub, self.by = conv, sub, None
+            self.conv, self._sub, self.by, self.user = conv, sub, OPERATOR.name, OPERATOR
+            # What a refusal's message is masked with (the daemon's settings, as a WebSocket's app has them).
+            self.ws = SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(settings=conv.settings)))  # type: ignore[assignment]
 
     for frame in FRAMES:
         await Probe()._op_frame(json.dumps(frame))

@@ -7,7 +7,8 @@ own ``AgentProcess.spawn``, unconfined and under the Landlock sandbox, alternate
 Each agent is ``python -I -c pass`` (an interpreter's start, about what a small CLI costs
 before its first line), spawned in a fresh workspace with a HOME that holds the data dir,
 as in the default layout; a sample is the time from the spawn call to the process's exit.
-Printed: the median and p90 of each, and the ratio confined/unconfined; and the cost of
+Printed: the median and p90 of each, and the ratio confined/unconfined; the same under
+bubblewrap where it is installed (``[sandbox] mode = "bubblewrap"``); and the cost of
 making the rules alone (``Confined``: the private temp dir and the ruleset).
 """
 
@@ -52,6 +53,7 @@ async def run(rounds: int) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as tmp:
         home, data, work = _layout(Path(tmp))
         box = resolve(SandboxConfig(), deny=[str(data)], agent_areas=[str(data / "workspaces")])
+        bw = resolve(SandboxConfig(mode="bubblewrap"), deny=[str(data)], agent_areas=[str(data / "workspaces")])
         plain = LaunchSpec(
             (os.path.realpath(sys.executable), "-I", "-c", "pass"),
             {"HOME": str(home), "PATH": "/usr/bin:/bin"},
@@ -59,11 +61,16 @@ async def run(rounds: int) -> dict[str, object]:
         )
         confined = confine(plain, box)
         assert confined.sandbox is not None
+        wrapped = confine(plain, bw) if bw.confined else None
         samples: dict[str, list[float]] = {"none": [], "landlock": []}
+        if wrapped is not None:
+            samples["bubblewrap"] = []
         await _one(plain)  # warm the page cache
         for _ in range(rounds):
             samples["none"].append(await _one(plain))
             samples["landlock"].append(await _one(confined))
+            if wrapped is not None:
+                samples["bubblewrap"].append(await _one(wrapped))
         rules: list[float] = []
         for _ in range(rounds):
             t0 = time.perf_counter()
@@ -77,6 +84,9 @@ async def run(rounds: int) -> dict[str, object]:
     none, ll = out["none"], out["landlock"]
     assert isinstance(none, dict) and isinstance(ll, dict)
     out["ratio_median"] = ll["median_ms"] / none["median_ms"]
+    bwr = out.get("bubblewrap")
+    if isinstance(bwr, dict):
+        out["bubblewrap_ratio_median"] = bwr["median_ms"] / none["median_ms"]
     out["rules_median_ms"] = statistics.median(rules) * 1e3
     return out
 
@@ -97,6 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  unconfined   median {none['median_ms']:.2f} ms   p90 {none['p90_ms']:.2f} ms")
     print(f"  landlock     median {ll['median_ms']:.2f} ms   p90 {ll['p90_ms']:.2f} ms")
     print(f"  ratio confined/unconfined (median): {res['ratio_median']:.3f}x")
+    bwr = res.get("bubblewrap")
+    if isinstance(bwr, dict):
+        print(f"  bubblewrap   median {bwr['median_ms']:.2f} ms   p90 {bwr['p90_ms']:.2f} ms")
+        print(f"  ratio bubblewrap/unconfined (median): {res['bubblewrap_ratio_median']:.3f}x")
+    else:
+        print("  bubblewrap   not measured (not installed, or no namespaces here)")
     print(f"  making the rules ({res['rule_count']} rules, temp dir): median {res['rules_median_ms']:.3f} ms")
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2))

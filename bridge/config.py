@@ -78,7 +78,7 @@ class AgentProfile(BaseModel):
     builtin: bool = False
     # [sandbox] for this profile's agents (docs/security.md "Confinement"): its own mode,
     # and paths added to the daemon-wide extra_read / extra_write.
-    sandbox: Literal["auto", "landlock", "none"] | None = None
+    sandbox: Literal["auto", "landlock", "bubblewrap", "none"] | None = None
     sandbox_extra_read: list[str] = Field(default_factory=list, max_length=64)
     sandbox_extra_write: list[str] = Field(default_factory=list, max_length=64)
 
@@ -280,7 +280,7 @@ class SandboxSettings(BaseModel):
 
     # auto: Landlock where the kernel has it, else none (token mode warns; users mode refuses
     # to start unless "none" is written here).
-    mode: Literal["auto", "landlock", "none"] = "auto"
+    mode: Literal["auto", "landlock", "bubblewrap", "none"] = "auto"
     extra_read: list[str] = Field(default_factory=list, max_length=64)
     extra_write: list[str] = Field(default_factory=list, max_length=64)
     # Never reachable by any agent, whatever else grants them (secrets the daemon's
@@ -363,11 +363,15 @@ def sandbox_refusal(settings: Settings) -> str | None:
     for by name that this host lacks (for the daemon or a profile), or users mode with
     agents unconfined without ``[sandbox] mode = "none"`` written down."""
     box = settings.confinement()
-    if settings.sandbox.mode == "landlock" and not box.confined:
-        return f'[sandbox] mode = "landlock", but {box.problem}'
+    named = settings.sandbox.mode
+    if named in ("landlock", "bubblewrap") and box.mechanism != named:
+        return f'[sandbox] mode = "{named}", but {box.problem}'
     for name, prof in settings.agents.items():
-        if prof.sandbox == "landlock" and not box.for_profile("landlock").confined:
-            return f'agent {name!r} asks for sandbox = "landlock", but {box.for_profile("landlock").problem}'
+        if (
+            prof.sandbox in ("landlock", "bubblewrap")
+            and (own := box.for_profile(prof.sandbox)).mechanism != prof.sandbox
+        ):
+            return f'agent {name!r} asks for sandbox = "{prof.sandbox}", but {own.problem}'
     if settings.auth.mode == "users" and settings.sandbox.mode != "none":
         if not box.confined:
             return (

@@ -177,6 +177,11 @@ class Daemon:
         self.url = self.first_line.removeprefix("agent-bridge listening on ")
 
     @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
     def ws_url(self) -> str:
         return self.url.replace("http://", "ws://", 1)
 

@@ -19,6 +19,8 @@ from conftest import PYTHON, ROOT, STEP_TIMEOUT, Daemon
 from support.postgres import PASSWORD
 from test_users_e2e import add_user, bearer
 
+from bridge.process import bwrap
+
 pytestmark = pytest.mark.timeout(120)
 
 HOSTILE = ROOT / "tests" / "agents" / "hostile_agent.py"
@@ -102,10 +104,10 @@ def escapes(d: Daemon, victim_cwd: str, own_cwd: str) -> dict[str, str]:
         "write:data": str(data / "planted"),
         "write:victim": f"{victim_cwd}/planted",
         "write:tmp": f"/tmp/agent-bridge-planted-{uuid.uuid4().hex}",
-        "environ": "",
-        "mem": "",
-        "cmdline": "",
-        "signal": "",
+        "environ": str(d.pid),
+        "mem": str(d.pid),
+        "cmdline": str(d.pid),
+        "signal": str(d.pid),
         "sqlite:db": str(data / "bridge.db"),
         "api:own": f"{d.url}|{own_cwd}",
         # What is its own: these must work.
@@ -115,45 +117,68 @@ def escapes(d: Daemon, victim_cwd: str, own_cwd: str) -> dict[str, str]:
     }
 
 
-def check(report: dict[str, str], secrets: list[str]) -> None:
+def check(report: dict[str, str], secrets: list[str], mechanism: str = "landlock", own_cwd: str = "") -> None:
     for key in ("write:cwd", "write:home"):
         assert report[key] == "ok", (key, report)
     for key, got in report.items():
         if key in ("write:cwd", "write:home", "write:tmpdir", "cmdline"):
             continue
-        # "absent": no such file (the token given by --token or the environment has none).
+        if mechanism == "bubblewrap" and key == "write:tmp":
+            continue  # its /tmp is its own private dir there (the caller checks the host's /tmp)
+        if mechanism == "bubblewrap" and key.startswith("list:") and got.startswith("ok:"):
+            # An empty tmpfs over the data dir, with only the way to its own workspace in it.
+            assert set(filter(None, got[3:].split(","))) <= set(Path(own_cwd).parts), (key, got)
+            continue
+        # "absent": no such file (the token given by --token or the environment has none),
+        # or a process out of its sight (bubblewrap: a pid namespace of its own).
         assert got in ("denied", "absent") or got.startswith("denied:"), (key, got)
-    # The daemon's command line is public (ps), so it must hold no secret.
-    assert report["cmdline"].startswith("ok:"), report["cmdline"]
+    # The daemon's command line is public (ps), so it must hold no secret (bubblewrap: not seen).
+    assert report["cmdline"].startswith("ok:" if mechanism == "landlock" else "absent"), report["cmdline"]
     for secret in secrets:
         assert secret not in json.dumps(report), "a secret reached the hostile agent"
 
 
-@pytest.mark.parametrize(("store_kind", "token_from"), [("sqlite", "file"), ("sqlite", "env"), ("postgresql", "argv")])
+@pytest.mark.parametrize(
+    ("store_kind", "token_from", "mechanism"),
+    [
+        ("sqlite", "file", "landlock"),
+        ("sqlite", "env", "landlock"),
+        ("postgresql", "argv", "landlock"),
+        ("sqlite", "file", "bubblewrap"),
+        ("postgresql", "argv", "bubblewrap"),
+    ],
+)
 async def test_a_hostile_agent_reaches_nothing_but_its_own_in_token_mode(
-    tmp_path: Path, store_kind: str, token_from: str, request: pytest.FixtureRequest
+    tmp_path: Path, store_kind: str, token_from: str, mechanism: str, request: pytest.FixtureRequest
 ) -> None:
+    if mechanism == "bubblewrap" and bwrap.find() is None:
+        pytest.skip("bubblewrap is not installed (apt-get install bubblewrap)")
     home, data = layout(tmp_path)
-    env: dict[str, str] = {}
+    env: dict[str, str] = {"AGENT_BRIDGE_SANDBOX": mechanism}
     if store_kind == "postgresql":
         env["AGENT_BRIDGE_STORE_URL"] = str(request.getfixturevalue("pg_url"))  # with its password
     d = await start(tmp_path, hostile_config(), home, data, env, token_from)
     try:
         async with d.http() as http:
             info = (await http.get("/v1/daemon")).json()
-            assert info["sandbox"] == "landlock" and info["sandbox_detail"]["landlock_abi"] >= 2
+            assert info["sandbox"] == mechanism, info
             agents = {a["name"]: a for a in (await http.get("/v1/agents")).json()}
-            assert agents["hostile"]["sandbox"] == "landlock"
+            assert agents["hostile"]["sandbox"] == mechanism
             victim = await new_thread(http)
             Path(victim["cwd"], "secret.txt").write_text("the victim's secret\n")
             own = await new_thread(http)
             targets = escapes(d, victim["cwd"], own["cwd"])
             targets["api:own"] = f"{d.url}|{own['id']}"
+            # Directly in a HOME that holds the data dir: bubblewrap's mounts allow it,
+            # Landlock's rules cannot (docs/security.md §6).
+            targets["write:home-top"] = str(home / f"new-{mechanism}.txt")
             report = await attack(http, own["id"], targets)
         secrets = [d.token or ""]
         if store_kind == "postgresql":
             secrets.append(PASSWORD)
-        check(report, [s for s in secrets if s])
+        assert report.pop("write:home-top") == ("ok" if mechanism == "bubblewrap" else "denied"), report
+        check(report, [s for s in secrets if s], mechanism, own["cwd"])
+        assert not Path(targets["write:tmp"]).exists()
         assert not Path(victim["cwd"], "planted").exists() and not (data / "planted").exists()
         assert Path(own["cwd"], "mine.txt").read_text().startswith("planted")
     finally:

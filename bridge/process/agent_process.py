@@ -443,12 +443,17 @@ def _popen(spec: LaunchSpec, fd: int | None, confined: Confined | None = None) -
     sandbox (process/sandbox.py) applied last before exec."""
     env = dict(spec.env)
     preexec = child_setup()
+    argv, executable = list(spec.argv), spec.argv[0] if fd is None else exec_path(fd)
     if confined is not None:
         env.update(confined.env)
         preexec = confined.preexec(preexec)
+        # bubblewrap: bwrap runs, and execs the checked file (still open on fd) inside.
+        wrapped = confined.command([executable, *spec.argv[1:]], spec.cwd)
+        if wrapped is not None:
+            executable, argv = wrapped
     return subprocess.Popen(
-        spec.argv,
-        executable=spec.argv[0] if fd is None else exec_path(fd),
+        argv,
+        executable=executable,
         pass_fds=() if fd is None else (fd,),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

@@ -47,12 +47,13 @@ from typing import Literal
 import structlog
 
 from bridge.errors import LaunchRefused
+from bridge.process import bwrap
 from bridge.process.launch import LaunchSpec
 
 log = structlog.get_logger(__name__)
 
-Mode = Literal["auto", "landlock", "none"]
-Mechanism = Literal["landlock", "none"]
+Mode = Literal["auto", "landlock", "bubblewrap", "none"]
+Mechanism = Literal["landlock", "bubblewrap", "none"]
 
 # linux/landlock.h (the syscall numbers are the same on every architecture).
 _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
@@ -218,6 +219,7 @@ class Sandbox:
     extra_read: tuple[str, ...] = ()
     extra_write: tuple[str, ...] = ()
     problem: str | None = None  # why the requested mechanism is not in force
+    bwrap: str | None = None  # bubblewrap's executable, where it is the mechanism
 
     @property
     def confined(self) -> bool:
@@ -282,6 +284,8 @@ class Sandbox:
             if os.path.isabs(path) and os.path.isfile(path):
                 read += install_dirs(path)
         return Plan(
+            mechanism=self.mechanism,
+            bwrap=self.bwrap,
             abi=self.abi,
             read=tuple(read),
             write=tuple(write),
@@ -312,7 +316,8 @@ def resolve(
     allow: Iterable[str] = (),
 ) -> Sandbox:
     """The mechanism ``config.mode`` gives on this host. ``auto``: Landlock when the kernel
-    has ABI ≥ 2, else none (with ``problem`` saying why). ``landlock`` without it: none,
+    has ABI ≥ 2, else bubblewrap where it is installed and may make its namespaces, else
+    none (with ``problem`` saying why). ``landlock`` or ``bubblewrap`` without it: none,
     with the problem (the caller refuses to start)."""
     deny_t = tuple(dict.fromkeys(os.path.realpath(p) for p in deny))
     areas = tuple(dict.fromkeys(os.path.realpath(p) for p in agent_areas))
@@ -327,13 +332,20 @@ def resolve(
     if config.mode == "none":
         return Sandbox(mechanism="none", abi=0, **common)  # type: ignore[arg-type]
     abi = landlock_abi()
-    if abi >= MIN_ABI:
+    if config.mode != "bubblewrap" and abi >= MIN_ABI:
         return Sandbox(mechanism="landlock", abi=abi, **common)  # type: ignore[arg-type]
-    problem = (
+    landlock_problem = (
         "this kernel has no Landlock (CONFIG_SECURITY_LANDLOCK, and 'landlock' in the lsm= boot list)"
         if abi == 0
         else f"this kernel's Landlock ABI {abi} is older than {MIN_ABI}"
     )
+    if config.mode == "landlock":
+        return Sandbox(mechanism="none", abi=abi, problem=landlock_problem, **common)  # type: ignore[arg-type]
+    path = bwrap.find()
+    bwrap_problem = bwrap.problem(path)
+    if bwrap_problem is None:
+        return Sandbox(mechanism="bubblewrap", abi=abi, bwrap=path, **common)  # type: ignore[arg-type]
+    problem = bwrap_problem if config.mode == "bubblewrap" else f"{landlock_problem}; and {bwrap_problem}"
     return Sandbox(mechanism="none", abi=abi, problem=problem, **common)  # type: ignore[arg-type]
 
 
@@ -364,6 +376,8 @@ def _within(path: str, root: str) -> bool:
 class Plan:
     """One agent process's rules, before they are made."""
 
+    mechanism: Mechanism
+    bwrap: str | None
     abi: int
     read: tuple[str, ...]
     write: tuple[str, ...]
@@ -383,6 +397,8 @@ class Confined:
         self.plan = plan
         self.tmpdir = tempfile.mkdtemp(prefix="agent-bridge-tmp-", dir=tmp_parent)
         self.fd = -1
+        if plan.mechanism != "landlock":
+            return  # bubblewrap: its command line is the sandbox (command())
         try:
             self.fd = _make_ruleset(plan, extra_write=(self.tmpdir,))
         except BaseException:
@@ -391,9 +407,27 @@ class Confined:
 
     @property
     def env(self) -> dict[str, str]:
-        return {"TMPDIR": self.tmpdir}
+        return {"TMPDIR": bwrap.AGENT_TMP if self.plan.mechanism == "bubblewrap" else self.tmpdir}
 
-    def preexec(self, before: Callable[[], None] | None) -> Callable[[], None]:
+    def command(self, program: Sequence[str], cwd: str) -> tuple[str, list[str]] | None:
+        """bubblewrap: (the executable to run, its argv) around ``program``; None for
+        Landlock, which runs ``program`` itself."""
+        plan, exe = self.plan, self.plan.bwrap
+        if plan.mechanism != "bubblewrap" or exe is None:
+            return None
+        return exe, bwrap.argv(
+            exe,
+            read=[*KERNEL_READ[1:], *plan.read],
+            write=plan.write,
+            deny=plan.deny,
+            tmpdir=self.tmpdir,
+            cwd=os.path.realpath(cwd),
+            program=program,
+        )
+
+    def preexec(self, before: Callable[[], None] | None) -> Callable[[], None] | None:
+        if self.plan.mechanism != "landlock":
+            return before  # bubblewrap drops the capabilities and sets no_new_privs itself
         libc = _libc
         assert libc is not None
         fd = self.fd

@@ -11,9 +11,9 @@ them and answers with one assistant message whose text is a JSON report
                     another user's home)
   list:<path>       list a directory (the data dir)
   write:<path>      create a file (outside what is its own, and inside: cwd, HOME, TMPDIR)
-  environ / mem     the daemon's (its parent's) /proc environ and memory
+  environ / mem     the daemon's /proc environ and memory (the pid given, else its parent's)
   cmdline           the daemon's command line (the report carries it: a test looks for the token)
-  signal            signal 0 to the daemon
+  signal            signal 0 to the daemon (the pid given, else its parent)
   sqlite:<path>     open the store's database and read the users table
   api:<url>         GET <url>/v1/threads with every credential found on the way (env
                     values, the daemon's command line and environment, files read), and
@@ -91,20 +91,24 @@ class Probe:
             return "denied"
         return "ok"
 
-    def proc(self, name: str) -> str:
+    def proc(self, name: str, pid: int) -> str:
         try:
-            with open(f"/proc/{self.daemon}/{name}", "rb") as f:
+            with open(f"/proc/{pid}/{name}", "rb") as f:
                 data = f.read(65536)
+        except FileNotFoundError:
+            return "absent"  # not in this process's view of /proc (a pid namespace of its own)
         except OSError:
             return "denied"
         self.harvest(data)
         return "ok:" + data.replace(b"\0", b" ").decode("utf-8", "replace")
 
-    def signal(self) -> str:
+    def signal(self, pid: int) -> str:
         try:
-            os.kill(self.daemon, 0)
+            os.kill(pid, 0)
         except PermissionError:
             return "denied"
+        except ProcessLookupError:
+            return "absent"
         except OSError as exc:
             return f"error:{exc.errno}"
         return "ok"
@@ -153,9 +157,9 @@ def attack(targets: dict[str, str]) -> dict[str, str]:
         elif kind == "write":
             report[key] = p.write(arg)
         elif kind in ("environ", "mem", "cmdline"):
-            report[key] = p.proc(kind)
+            report[key] = p.proc(kind, int(arg) if arg else p.daemon)
         elif kind == "signal":
-            report[key] = p.signal()
+            report[key] = p.signal(int(arg) if arg else p.daemon)
         elif kind == "sqlite":
             report[key] = p.sqlite(arg)
     for key, arg in targets.items():  # last: with every credential the others found

@@ -14,6 +14,7 @@ import pytest
 
 from bridge.config import load_settings, sandbox_refusal
 from bridge.errors import LaunchRefused
+from bridge.process import bwrap
 from bridge.process import sandbox as sb
 from bridge.process.launch import LaunchSpec
 
@@ -250,3 +251,87 @@ def test_the_store_writer_process_makes_itself_not_dumpable() -> None:
         timeout=30,
     )
     assert p.returncode == 0 and p.stdout.strip() == "0", (p.stdout, p.stderr)
+
+
+def test_bubblewrap_mounts_in_the_order_that_keeps_the_rules(tmp_path: Path) -> None:
+    """/tmp first (mounts under it stay visible), then what is granted, then a mask over each
+    denied path that shows through (a file: /dev/null), then what the agent owns inside
+    a mask, then the masks made read-only; missing paths are left out."""
+    home = tmp_path / "home"
+    data = home / "data"
+    ws = data / "workspaces" / "thr_1"
+    ws.mkdir(parents=True)
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("")
+    argv = bwrap.argv(
+        "/usr/bin/bwrap",
+        read=["/nonexistent/sdk"],
+        write=[str(home), str(ws), str(tmp_path)],
+        deny=[str(data), str(cfg)],
+        tmpdir="/tmp/private",
+        cwd=str(ws),
+        program=["/proc/self/fd/7", "--flag"],
+    )
+    text = " ".join(argv)
+    assert argv[-3:] == ["--", "/proc/self/fd/7", "--flag"]
+    assert "--unshare-pid" in argv and "--die-with-parent" in argv and "/nonexistent/sdk" not in text
+    order = [
+        "--bind /tmp/private /tmp",
+        f"--bind {home} {home}",
+        f"--tmpfs {data}",
+        f"--ro-bind /dev/null {cfg}",
+        f"--bind {ws} {ws}",
+        f"--remount-ro {data}",
+        f"--chdir {ws}",
+    ]
+    at = [text.index(part) for part in order]
+    assert at == sorted(at), list(zip(order, at, strict=True))
+
+
+@pytest.mark.skipif(bwrap.find() is None, reason="bubblewrap is not installed (apt-get install bubblewrap)")
+def test_under_bubblewrap_the_agent_may_make_new_entries_in_a_home_that_holds_the_data_dir(home: Path) -> None:
+    data = home / ".local" / "share" / "agent-bridge"
+    cwd = data / "workspaces" / "thr_1"
+    sandbox = sb.resolve(sb.SandboxConfig(mode="bubblewrap"), deny=[str(data)], agent_areas=[str(data / "workspaces")])
+    assert sandbox.mechanism == "bubblewrap", sandbox.problem
+    plan = sandbox.plan(cwd=str(cwd), env={"HOME": str(home)}, executable=sys.executable)
+    assert plan is not None
+    confined = sb.Confined(plan)
+    try:
+        command = confined.command(
+            [
+                sys.executable,
+                "-I",
+                "-c",
+                PROBE,
+                json.dumps(
+                    {
+                        "write:cwd": str(cwd / "a.txt"),
+                        "write:home-new-entry": str(home / "new.txt"),
+                        "read:token": str(data / "token"),
+                        "read:other-thread": str(data / "workspaces" / "thr_2" / "theirs.txt"),
+                        "write:data": str(data / "planted"),
+                    }
+                ),
+            ],
+            str(cwd),
+        )
+        assert command is not None
+        p = subprocess.run(
+            command[1],
+            executable=command[0],
+            cwd=cwd,
+            env={**confined.env, "HOME": str(home), "PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    finally:
+        confined.cleanup()
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+    assert got["write:cwd"] == "ok" and got["write:home-new-entry"] == "ok", got
+    assert got["read:token"] == "error:2" and got["read:other-thread"] == "error:2", got  # not there at all
+    assert got["write:data"] in ("denied", "error:30"), got  # EROFS: the mask is read-only
+    assert got["tmpdir"] == "/tmp"
+    assert (home / "new.txt").exists() and not (data / "planted").exists()

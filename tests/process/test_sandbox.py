@@ -71,11 +71,15 @@ def box(home: Path, **kw: object) -> sb.Sandbox:
 
 
 def run(plan: sb.Plan | None, cwd: Path, home: Path, targets: dict[str, str]) -> dict[str, object]:
+    """The probe under ``plan`` (Landlock's rules, or bubblewrap's command line)."""
     assert plan is not None
     confined = sb.Confined(plan)
+    program = [sys.executable, "-I", "-c", PROBE, json.dumps(targets)]
+    executable, argv = confined.command(program, str(cwd)) or (program[0], program)
     try:
         p = subprocess.run(
-            [sys.executable, "-I", "-c", PROBE, json.dumps(targets)],
+            argv,
+            executable=executable,
             cwd=cwd,
             env={**confined.env, "HOME": str(home), "PATH": "/usr/bin:/bin"},
             preexec_fn=confined.preexec(None),
@@ -87,10 +91,9 @@ def run(plan: sb.Plan | None, cwd: Path, home: Path, targets: dict[str, str]) ->
         confined.close()
     assert p.returncode == 0, p.stderr
     report: dict[str, object] = json.loads(p.stdout)
-    tmpdir = str(report["tmpdir"])
-    assert Path(tmpdir).is_dir()
+    assert report["tmpdir"] == confined.env["TMPDIR"] and Path(confined.tmpdir).is_dir()
     confined.cleanup()
-    assert not Path(tmpdir).exists()  # the private temp dir goes with the agent
+    assert not Path(confined.tmpdir).exists()  # the private temp dir goes with the agent
     return report
 
 
@@ -295,41 +298,18 @@ def test_under_bubblewrap_the_agent_may_make_new_entries_in_a_home_that_holds_th
     sandbox = sb.resolve(sb.SandboxConfig(mode="bubblewrap"), deny=[str(data)], agent_areas=[str(data / "workspaces")])
     assert sandbox.mechanism == "bubblewrap", sandbox.problem
     plan = sandbox.plan(cwd=str(cwd), env={"HOME": str(home)}, executable=sys.executable)
-    assert plan is not None
-    confined = sb.Confined(plan)
-    try:
-        command = confined.command(
-            [
-                sys.executable,
-                "-I",
-                "-c",
-                PROBE,
-                json.dumps(
-                    {
-                        "write:cwd": str(cwd / "a.txt"),
-                        "write:home-new-entry": str(home / "new.txt"),
-                        "read:token": str(data / "token"),
-                        "read:other-thread": str(data / "workspaces" / "thr_2" / "theirs.txt"),
-                        "write:data": str(data / "planted"),
-                    }
-                ),
-            ],
-            str(cwd),
-        )
-        assert command is not None
-        p = subprocess.run(
-            command[1],
-            executable=command[0],
-            cwd=cwd,
-            env={**confined.env, "HOME": str(home), "PATH": "/usr/bin:/bin"},
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    finally:
-        confined.cleanup()
-    assert p.returncode == 0, p.stderr
-    got = json.loads(p.stdout)
+    got = run(
+        plan,
+        cwd,
+        home,
+        {
+            "write:cwd": str(cwd / "a.txt"),
+            "write:home-new-entry": str(home / "new.txt"),
+            "read:token": str(data / "token"),
+            "read:other-thread": str(data / "workspaces" / "thr_2" / "theirs.txt"),
+            "write:data": str(data / "planted"),
+        },
+    )
     assert got["write:cwd"] == "ok" and got["write:home-new-entry"] == "ok", got
     assert got["read:token"] == "error:2" and got["read:other-thread"] == "error:2", got  # not there at all
     assert got["write:data"] in ("denied", "error:30"), got  # EROFS: the mask is read-only

@@ -264,19 +264,24 @@ class Sandbox:
             raise LaunchRefused(
                 "working directory lies in the daemon's data dir, which no agent may reach", code="cwd_not_allowed"
             )
+        if system_path(real_cwd):
+            raise LaunchRefused(
+                f"working directory {real_cwd} is, or holds, a system directory, which agents may only read",
+                code="cwd_not_allowed",
+            )
         write = [real_cwd]
         home = env.get("HOME")
         if home and os.path.isabs(home):
             real_home = os.path.realpath(home)
-            if self._may_own(real_home):
+            if self._may_own(real_home) and not system_path(real_home):
                 write.append(real_home)
             else:
-                log.warning("sandbox.home_not_granted", reason="HOME lies in the data dir")
+                log.warning("sandbox.home_not_granted", reason="HOME lies in the data dir or is a system directory")
         for p in (*self.extra_write, *extra_write):
             real = os.path.realpath(p)
             if real in self.allow:  # the daemon's own area for it (the demo's histories): made here
                 os.makedirs(real, mode=0o700, exist_ok=True)
-            if self._may_own(real):
+            if self._may_own(real) and not system_path(real):
                 write.append(real)
         read = [*SYSTEM_READ, *install_dirs(executable), *_python_dirs(), *self.extra_read, *extra_read]
         for arg in args:  # a script run by an interpreter (node cli.js), an --mcp-config file
@@ -347,6 +352,17 @@ def resolve(
         return Sandbox(mechanism="bubblewrap", abi=abi, bwrap=path, **common)  # type: ignore[arg-type]
     problem = bwrap_problem if config.mode == "bubblewrap" else f"{landlock_problem}; and {bwrap_problem}"
     return Sandbox(mechanism="none", abi=abi, problem=problem, **common)  # type: ignore[arg-type]
+
+
+# Never writable, whatever an agent's cwd, HOME or extra_write: a daemon run as root would
+# otherwise let its agent rewrite the system it and everyone else runs.
+# (/opt is left to the operator: projects live there too.)
+READ_ONLY = (*(d for d in SYSTEM_READ if d != "/opt"), *KERNEL_READ, "/dev", "/boot")
+
+
+def system_path(real: str) -> bool:
+    """``real`` is the root, or lies in (or is) a directory agents may only read."""
+    return real == "/" or any(_within(real, d) for d in READ_ONLY)
 
 
 def install_dirs(executable: str) -> list[str]:

@@ -315,3 +315,16 @@ def test_under_bubblewrap_the_agent_may_make_new_entries_in_a_home_that_holds_th
     assert got["write:data"] in ("denied", "error:30"), got  # EROFS: the mask is read-only
     assert got["tmpdir"] == "/tmp"
     assert (home / "new.txt").exists() and not (data / "planted").exists()
+
+
+def test_no_agent_writes_the_system(home: Path) -> None:
+    """A cwd of /, /usr or /etc is refused; a HOME or extra_write there is not granted."""
+    for cwd in ("/", "/usr", "/etc"):
+        with pytest.raises(LaunchRefused) as caught:
+            box(home).plan(cwd=cwd, env={"HOME": str(home)}, executable=sys.executable)
+        assert caught.value.code == "cwd_not_allowed"
+    data = home / ".local" / "share" / "agent-bridge"
+    plan = box(home).plan(
+        cwd=str(data / "workspaces" / "thr_1"), env={"HOME": "/"}, executable=sys.executable, extra_write=["/etc"]
+    )
+    assert plan is not None and plan.write == (str(data / "workspaces" / "thr_1"),)

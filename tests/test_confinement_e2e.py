@@ -260,3 +260,25 @@ async def test_unconfined_agents_are_said_everywhere(tmp_path: Path) -> None:
         assert "agents run unconfined" in d.stderr()
     finally:
         await d.stop()
+
+
+async def test_the_daemons_secrets_are_blanked_in_proc_and_libpq_still_reads_its_own(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The store's password given as PGPASSWORD (read by libpq with getenv) and the token
+    given as AGENT_BRIDGE_TOKEN: the daemon works with both, and neither is left in what
+    /proc shows of it (its command line and environment)."""
+    home, data = layout(tmp_path)
+    url = str(request.getfixturevalue("pg_url")).replace(f":{PASSWORD}@", "@")
+    env = {"AGENT_BRIDGE_STORE_URL": url, "PGPASSWORD": PASSWORD}
+    d = await start(tmp_path, hostile_config(), home, data, env, token_from="env")
+    try:
+        async with d.http() as http:
+            thread = await new_thread(http)  # the store answered: libpq had the password
+            report = await attack(http, thread["id"], {"write:cwd": f"{thread['cwd']}/x"})
+            assert report == {"write:cwd": "ok"}
+        shown = Path(f"/proc/{d.pid}/environ").read_bytes() + Path(f"/proc/{d.pid}/cmdline").read_bytes()
+        assert PASSWORD.encode() not in shown and (d.token or "").encode() not in shown
+        assert b"PGPASSWORD=" in shown  # the variable is there, its value blanked
+    finally:
+        await d.stop()

@@ -85,7 +85,7 @@ class AgentProfile(BaseModel):
     @field_validator("sandbox_extra_read", "sandbox_extra_write")
     @classmethod
     def _sandbox_paths(cls, v: list[str]) -> list[str]:
-        return _absolute_paths(v, "sandbox paths")
+        return _absolute_paths(v, "sandbox paths must be absolute")
 
     @field_validator("args")
     @classmethod
@@ -154,13 +154,7 @@ class ServerSettings(BaseModel):
     @field_validator("workspace_roots")
     @classmethod
     def _roots(cls, v: list[str]) -> list[str]:
-        out = []
-        for entry in v:
-            path = os.path.expanduser(entry)
-            if not os.path.isabs(path):
-                raise ValueError(f"workspace_roots entries must be absolute directories: {entry!r}")
-            out.append(os.path.normpath(path))
-        return out
+        return _absolute_paths(v, "workspace_roots entries must be absolute directories")
 
     @field_validator("allowed_hosts")
     @classmethod
@@ -263,12 +257,13 @@ class AuthSettings(BaseModel):
         return self
 
 
-def _absolute_paths(v: list[str], what: str) -> list[str]:
+def _absolute_paths(v: list[str], refusal: str) -> list[str]:
+    """Each entry, ``~`` expanded, absolute and normalized; ``refusal: entry`` otherwise."""
     out = []
     for entry in v:
         path = os.path.expanduser(entry)
         if not os.path.isabs(path) or "\x00" in path:
-            raise ValueError(f"{what} must be absolute paths: {entry!r}")
+            raise ValueError(f"{refusal}: {entry!r}")
         out.append(os.path.normpath(path))
     return out
 
@@ -291,7 +286,7 @@ class SandboxSettings(BaseModel):
     @field_validator("extra_read", "extra_write", "deny")
     @classmethod
     def _paths(cls, v: list[str]) -> list[str]:
-        return _absolute_paths(v, "[sandbox] paths")
+        return _absolute_paths(v, "[sandbox] paths must be absolute")
 
 
 def _user_templates(v: list[str], what: str) -> list[str]:

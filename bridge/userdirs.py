@@ -33,7 +33,7 @@ from typing import Any
 
 from bridge.config import Settings
 from bridge.errors import Forbidden, InvalidRequest, LaunchRefused
-from bridge.process.launch import LaunchSpec
+from bridge.process.launch import LaunchSpec, within
 
 DATA_DIR_MARK = "<data-dir>"  # what a non-admin sees in place of the data dir's path
 USER = "{user}"
@@ -54,10 +54,6 @@ def users_mode(settings: Settings) -> bool:
 
 def _data(settings: Settings) -> str:
     return os.path.realpath(settings.data_dir)
-
-
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def _fill(template: str, user: str) -> str:
@@ -116,7 +112,7 @@ def _in_data_roots(settings: Settings, real: str, user: str | None) -> bool:
     (only there may a root in the data dir open it to a user: never the token's folder)."""
     workspaces = os.path.join(_data(settings), WORKSPACES)
     return any(
-        _inside(real, root) and _inside(root, workspaces) and root != workspaces for root in _real_roots(settings, user)
+        within(real, root) and within(root, workspaces) and root != workspaces for root in _real_roots(settings, user)
     )
 
 
@@ -124,7 +120,7 @@ def thread_workspace(settings: Settings, real: str) -> str | None:
     """The id of the thread workspace (``<data dir>/workspaces/<thread id>``) that holds the
     real path ``real``, or None."""
     workspaces = os.path.join(_data(settings), WORKSPACES)
-    if not _inside(real, workspaces) or real == workspaces:
+    if not within(real, workspaces) or real == workspaces:
         return None
     first = os.path.relpath(real, workspaces).split(os.sep, 1)[0]
     return first if THREAD_ID.fullmatch(first) else None
@@ -150,7 +146,7 @@ async def check_cwd(settings: Settings, cwd: str, *, owner: str | None, admin: b
     if tid is not None:
         exists, tid_owner = await thread_owner(tid)
         own_workspace = exists and tid_owner == owner
-    if _inside(real, _data(settings)) and not (own_workspace or _in_data_roots(settings, real, owner)):
+    if within(real, _data(settings)) and not (own_workspace or _in_data_roots(settings, real, owner)):
         raise Forbidden(
             "cwd may not be the daemon's data dir or lie inside it, except in a workspace of your own "
             "(a thread workspace of yours, or your workspace roots)",
@@ -158,7 +154,7 @@ async def check_cwd(settings: Settings, cwd: str, *, owner: str | None, admin: b
         )
     if users_mode(settings) and not admin and not own_workspace:
         roots = _real_roots(settings, owner)
-        if not any(_inside(real, root) for root in roots):
+        if not any(within(real, root) for root in roots):
             raise Forbidden(
                 "cwd must lie under your workspace roots ([auth] user_workspace_roots; "
                 "GET /v1/workspace/dirs lists them) or in a thread workspace of yours",
@@ -180,10 +176,10 @@ def spawn_problem(settings: Settings, thread: Mapping[str, Any]) -> str | None:
     # Another thread's workspace was checked to be the owner's at creation; through a
     # symlink put there later, only this thread's own.
     workspace_ok = tid is not None and (tid == thread["id"] or not moved)
-    if _inside(real, _data(settings)) and not (workspace_ok or _in_data_roots(settings, real, owner)):
+    if within(real, _data(settings)) and not (workspace_ok or _in_data_roots(settings, real, owner)):
         return "the thread's cwd leads into the daemon's data dir, outside the workspaces of its owner"
     if moved and users_mode(settings) and owner is not None and not workspace_ok:
-        if not any(_inside(real, root) for root in _real_roots(settings, owner)):
+        if not any(within(real, root) for root in _real_roots(settings, owner)):
             return "the thread's cwd now leads (through a symlink) outside its owner's workspace roots"
     return None
 
@@ -228,7 +224,7 @@ def shown(settings: Settings, path: str, *, admin: bool) -> str:
     if not hides_paths(settings, admin):
         return path
     for data in dict.fromkeys((_data(settings), os.path.normpath(settings.data_dir))):
-        if _inside(path, data):
+        if within(path, data):
             return DATA_DIR_MARK + path[len(data.rstrip(os.sep)) :]
     return path
 

@@ -19,6 +19,7 @@ from bridge.api.auth import require_auth
 from bridge.api.users import current_user
 from bridge.api.views import AS_IS, Shown, shown_to
 from bridge.errors import BridgeError, InvalidRequest, NotFound
+from bridge.process.launch import within
 from bridge.userdirs import given, picker_roots
 
 MAX_ENTRIES = 1000  # subdirectories listed at most (sorted by name; `truncated` says so)
@@ -31,13 +32,9 @@ class OutsideRoots(BridgeError):
     status = 403
 
 
-def _inside(real: str, root: str) -> bool:
-    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
-
-
 def _root_of(real: str, roots: list[str]) -> str | None:
     """The (resolved) root that holds the resolved path ``real``, the deepest if several."""
-    holders = [r for r in roots if _inside(real, r)]
+    holders = [r for r in roots if within(real, r)]
     return max(holders, key=len) if holders else None
 
 

@@ -273,16 +273,13 @@ class AgentProcess:
             # The sandbox's rules are made here, in the daemon; the child only applies them.
             confined = Confined(spec.sandbox) if spec.sandbox is not None else None
             popen = _popen(spec, fd, confined)
-        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        except BaseException as exc:
             TRACKER.spawn_ended(None)
             if confined is not None:
                 confined.cleanup()
-            detail = getattr(exc, "strerror", None) or exc
-            raise LaunchRefused(f"cannot start agent: {detail}", code="spawn_failed") from exc
-        except BaseException:
-            TRACKER.spawn_ended(None)
-            if confined is not None:
-                confined.cleanup()
+            if isinstance(exc, (OSError, ValueError, subprocess.SubprocessError)):
+                detail = getattr(exc, "strerror", None) or exc
+                raise LaunchRefused(f"cannot start agent: {detail}", code="spawn_failed") from exc
             raise
         finally:
             if fd is not None:

@@ -23,8 +23,8 @@ import stat
 import subprocess
 from collections.abc import Sequence
 
-# What a root of the agent's own holds read-only besides its plan's read paths.
-SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/nix/store", "/sys")
+from bridge.process.launch import within
+
 # Where the agent's private temp dir is mounted in its root (its own: nobody else's /tmp).
 AGENT_TMP = "/tmp"  # noqa: S108
 # Where /etc/resolv.conf often points.
@@ -67,10 +67,6 @@ def problem(bwrap: str | None) -> str | None:
     return None
 
 
-def _within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
 def argv(
     bwrap: str,
     *,
@@ -82,7 +78,8 @@ def argv(
     program: Sequence[str],
 ) -> list[str]:
     """bwrap's command line for ``program`` (its first item the path to execute) under
-    these rules. Paths are real paths; those that do not exist are left out."""
+    these rules (``read``: everything mounted read-only, the system included). Paths are
+    real paths; those that do not exist are left out."""
     out = [
         bwrap,
         "--die-with-parent",
@@ -103,21 +100,21 @@ def argv(
     ]
     mounted: list[str] = []
     owned_in_denied: list[str] = []
-    for path in dict.fromkeys((*SYSTEM, *RESOLVER, *read)):
-        if os.path.exists(path) and not any(_within(os.path.realpath(path), d) for d in deny):
+    for path in dict.fromkeys((*RESOLVER, *read)):
+        if os.path.exists(path) and not any(within(os.path.realpath(path), d) for d in deny):
             out += ["--ro-bind", path, path]
             mounted.append(os.path.realpath(path))
     for path in dict.fromkeys(write):
         if not os.path.exists(path):
             continue
-        if any(_within(path, d) for d in deny):
+        if any(within(path, d) for d in deny):
             owned_in_denied.append(path)  # a workspace or a home in the data dir: after the masks
             continue
         out += ["--bind", path, path]
         mounted.append(path)
     masked: list[str] = []
     for d in deny:
-        if not os.path.exists(d) or not any(_within(d, m) for m in mounted):
+        if not os.path.exists(d) or not any(within(d, m) for m in mounted):
             continue  # not visible anyway
         if os.path.isdir(d):
             out += ["--tmpfs", d]

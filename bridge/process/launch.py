@@ -76,6 +76,12 @@ class LaunchSpec:
     sandbox: Plan | None = None
 
 
+def within(path: str, root: str) -> bool:
+    """``path`` is ``root`` or lies beneath it (both normalized, absolute; no file system
+    access: resolve symlinks first where that matters)."""
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
 def valid_session_id(value: object) -> bool:
     return isinstance(value, str) and SESSION_ID_RE.fullmatch(value) is not None
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import shutil
 import stat
@@ -41,14 +42,14 @@ import struct
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import structlog
 
 from bridge.errors import LaunchRefused
 from bridge.process import bwrap
-from bridge.process.launch import LaunchSpec
+from bridge.process.launch import LaunchSpec, within
 
 log = structlog.get_logger(__name__)
 
@@ -234,15 +235,11 @@ class Sandbox:
         return out
 
     def for_profile(self, mode: Mode | None) -> Sandbox:
-        """This sandbox as a profile with its own ``sandbox`` mode sees it."""
+        """This sandbox as a profile with its own ``sandbox`` mode sees it (resolved once
+        per mode: it is asked at every spawn and every listing of the profiles)."""
         if mode is None or mode == self.requested:
             return self
-        return resolve(
-            SandboxConfig(mode, self.extra_read, self.extra_write),
-            deny=self.deny,
-            agent_areas=self.agent_areas,
-            allow=self.allow,
-        )
+        return _for_mode(self, mode)
 
     def plan(
         self,
@@ -283,7 +280,8 @@ class Sandbox:
                 os.makedirs(real, mode=0o700, exist_ok=True)
             if self._may_own(real) and not system_path(real):
                 write.append(real)
-        read = [*SYSTEM_READ, *install_dirs(executable), *_python_dirs(), *self.extra_read, *extra_read]
+        # Besides the system (SYSTEM_READ), which every agent reads whatever its plan.
+        read = [*install_dirs(executable), *_python_dirs(), *self.extra_read, *extra_read]
         for arg in args:  # a script run by an interpreter (node cli.js), an --mcp-config file
             path = arg.split("=", 1)[-1]
             if os.path.isabs(path) and os.path.isfile(path):
@@ -300,16 +298,28 @@ class Sandbox:
         )
 
     def _may_own(self, real: str) -> bool:
-        return _may_own(real, self.deny, self.agent_areas) or real in self.allow
+        return _may_own(real, self.deny, self.agent_areas, self.allow)
 
 
-def _may_own(real: str, deny: Iterable[str], areas: Iterable[str]) -> bool:
+@functools.lru_cache(maxsize=16)
+def _for_mode(box: Sandbox, mode: Mode) -> Sandbox:
+    return resolve(
+        SandboxConfig(mode, box.extra_read, box.extra_write),
+        deny=box.deny,
+        agent_areas=box.agent_areas,
+        allow=box.allow,
+    )
+
+
+def _may_own(real: str, deny: Iterable[str], areas: Iterable[str], allow: Iterable[str]) -> bool:
     """May ``real`` be granted: not a denied path, and not inside one unless strictly inside
-    one of the agent areas. (An ancestor of a denied path is fine: the grant is split around
-    it.)"""
+    one of the agent areas, or one of the paths in ``allow`` itself. (An ancestor of a
+    denied path is fine: the grant is split around it.)"""
+    if real in allow:
+        return True
     for d in deny:
-        if _within(real, d):
-            return any(_within(real, a) and real != a for a in areas)
+        if within(real, d):
+            return any(within(real, a) and real != a for a in areas)
     return True
 
 
@@ -362,7 +372,7 @@ READ_ONLY = (*(d for d in SYSTEM_READ if d != "/opt"), *KERNEL_READ, "/dev", "/b
 
 def system_path(real: str) -> bool:
     """``real`` is the root, or lies in (or is) a directory agents may only read."""
-    return real == "/" or any(_within(real, d) for d in READ_ONLY)
+    return real == "/" or any(within(real, d) for d in READ_ONLY)
 
 
 def install_dirs(executable: str) -> list[str]:
@@ -384,10 +394,6 @@ def _bridge_dir() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
 @dataclass(slots=True)
 class Plan:
     """One agent process's rules, before they are made."""
@@ -401,7 +407,6 @@ class Plan:
     agent_areas: tuple[str, ...] = ()
     allow: tuple[str, ...] = ()
     rules: int = 0
-    skipped: list[str] = field(default_factory=list)
 
 
 class Confined:
@@ -433,7 +438,7 @@ class Confined:
             return None
         return exe, bwrap.argv(
             exe,
-            read=[*KERNEL_READ[1:], *plan.read],
+            read=[*SYSTEM_READ, *KERNEL_READ[1:], *plan.read],
             write=plan.write,
             deny=plan.deny,
             tmpdir=self.tmpdir,
@@ -537,9 +542,9 @@ class _Rules:
         contains one is granted entry by entry (symlinks skipped: a rule follows the
         inode, and the link's target has its own ancestors)."""
         real = os.path.realpath(path)
-        if not _may_own(real, self._plan.deny, self._plan.agent_areas) and real not in self._plan.allow:
+        if not _may_own(real, self._plan.deny, self._plan.agent_areas, self._plan.allow):
             return  # a denied path itself, or inside one outside the agent areas
-        inside = [d for d in self._plan.deny if _within(d, real)]
+        inside = [d for d in self._plan.deny if within(d, real)]
         if not inside:
             self._add(real, rights)
             return
@@ -567,7 +572,8 @@ class _Rules:
             attr = struct.pack("=Qi", allowed, pfd)
             buf = ctypes.create_string_buffer(attr, len(attr))
             if int(self._libc.syscall(_SYS_ADD_RULE, self._fd, _RULE_PATH_BENEATH, buf, ctypes.c_uint32(0))) != 0:
-                self._plan.skipped.append(f"{path}: {os.strerror(ctypes.get_errno())}")
+                # Fails closed: the path stays out of reach.
+                log.warning("sandbox.rule_refused", path=path, error=os.strerror(ctypes.get_errno()))
                 return
             self.count += 1
         finally:

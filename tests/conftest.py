@@ -106,14 +106,13 @@ def profile_toml(
     return "\n".join(lines) + "\n"
 
 
-def test_sandbox(tmp: Path, config: str) -> str:
+def daemon_sandbox(tmp: Path, config: str) -> str:
     """The ``[sandbox]`` a test daemon runs its agents in, unless its config has its own:
-    confined (the default, as in production), with the fake agents' scripts readable and
-    the test's temp dir (where fakes keep their state and logs; the data dir in it stays
-    out of reach) writable."""
+    confined (the default, as in production), with the test scripts readable and the
+    daemon's temp dir (the data dir in it stays out of reach) writable."""
     if "[sandbox]" in config:
         return ""
-    return sandbox_toml([str(tmp)])
+    return f"\n[sandbox]\nextra_read = [{json.dumps(str(ROOT / 'tests'))}]\nextra_write = [{json.dumps(str(tmp))}]\n"
 
 
 class Daemon:
@@ -130,7 +129,7 @@ class Daemon:
         self.tmp = tmp
         self.data_dir = tmp / "data"
         self.config_path = tmp / "config.toml"
-        self.config_path.write_text(config + test_sandbox(tmp, config))
+        self.config_path.write_text(config + daemon_sandbox(tmp, config))
         self.token = token
         self.extra_env = extra_env or {}
         self.extra_args = extra_args or []
@@ -329,12 +328,6 @@ def base_config(tmp_path: Path, agent_env: dict[str, str], *, server: str = "") 
     for dialect in DIALECTS:
         cfg += profile_toml(dialect, dialect, agent_env) + "\n"
     return cfg
-
-
-def sandbox_toml(writable: list[str]) -> str:
-    """Test agents run confined, as in production: the fakes' scripts readable, and what
-    their environment names for their logs and state writable."""
-    return f"\n[sandbox]\nextra_read = [{json.dumps(str(ROOT / 'tests'))}]\nextra_write = {json.dumps(writable)}\n"
 
 
 @pytest.fixture

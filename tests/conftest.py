@@ -106,6 +106,33 @@ def profile_toml(
     return "\n".join(lines) + "\n"
 
 
+async def bridge_cli(
+    *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None, timeout: float = STEP_TIMEOUT
+) -> tuple[int, str, str]:
+    """The real ``agent-bridge ARGS`` (``python -m bridge``), with none of this process's
+    ``AGENT_BRIDGE_*`` variables but ``env``'s, fed ``stdin``: (exit status, stdout,
+    stderr). Killed if it outlasts ``timeout``."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_BRIDGE_")}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bridge",
+        *args,
+        stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**clean, **(env or {})},
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
 def daemon_sandbox(tmp: Path, config: str) -> str:
     """The ``[sandbox]`` a test daemon runs its agents in, unless its config has its own:
     confined (the default, as in production), with the test scripts readable and the

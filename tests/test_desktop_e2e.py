@@ -28,6 +28,7 @@ from conftest import (
     STEP_TIMEOUT,
     Daemon,
     base_config,
+    bridge_cli,
     new_thread,
     processes_mentioning,
     processes_with_environ,
@@ -44,23 +45,7 @@ def clean_env() -> dict[str, str]:
 
 
 async def run_cli(*args: str, timeout: float = STEP_TIMEOUT) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bridge",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=clean_env(),
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return await bridge_cli(*args, timeout=timeout)
 
 
 async def status_json(data_dir: Path) -> tuple[int, dict[str, Any]]:

@@ -11,7 +11,6 @@ import asyncio
 import base64
 import json
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 import websockets
-from conftest import STEP_TIMEOUT, TOKEN, Daemon, base_config, new_thread
+from conftest import STEP_TIMEOUT, TOKEN, Daemon, base_config, bridge_cli, new_thread
 
 FLOOD = 25  # wrong tokens; the daemon throttles after 20 within 60 s
 
@@ -66,24 +65,7 @@ async def upgrade(d: Daemon, tid: str, token: str) -> tuple[int, dict[str, str]]
 
 
 async def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_BRIDGE_")}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bridge",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**clean, **(env or {})},
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), STEP_TIMEOUT)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return await bridge_cli(*args, env=env)
 
 
 @pytest.fixture

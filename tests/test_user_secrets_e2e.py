@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 import websockets
-from conftest import STEP_TIMEOUT, Client, Daemon, agent_log, base_config
+from conftest import STEP_TIMEOUT, Client, Daemon, agent_log, base_config, bridge_cli
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -29,20 +27,7 @@ OPERATOR_VALUE = "op-s3cret\nsecond line-9d2e"
 
 async def cli(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -> tuple[int, str, str]:
     """The real ``agent-bridge …`` with ``stdin``."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_BRIDGE_")}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bridge",
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**base, **(env or {})},
-    )
-    out, err = await asyncio.wait_for(proc.communicate(stdin), STEP_TIMEOUT * 2)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return await bridge_cli(*args, stdin=stdin, env=env, timeout=STEP_TIMEOUT * 2)
 
 
 def bearer(token: str) -> dict[str, str]:

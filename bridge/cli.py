@@ -19,7 +19,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 import uvicorn
@@ -39,6 +39,9 @@ from bridge.store import writer_client
 from bridge.store.urls import parse as parse_store_url
 from bridge.store.urls import passwords
 from bridge.tested_agents import TESTED, cli_version
+
+if TYPE_CHECKING:
+    from bridge.api.context import AppContext
 
 log = structlog.get_logger("bridge.cli")
 
@@ -287,9 +290,7 @@ def _check_store(settings: Settings) -> None:
     """A newer version's database is refused; a shared store is migrated here, under its
     advisory lock, and its replica_id checked, so a store that cannot be reached or an id
     in use is one clear line (exit 2) before anything listens."""
-    store_factory.check_schema(settings.store_url)
-    if not settings.store_url.startswith("sqlite:"):
-        asyncio.run(store_factory.migrate(settings.store_url, replica_id=settings.cluster.replica_id))
+    store_factory.check_before_serve(settings.store_url, replica_id=settings.cluster.replica_id)
 
 
 def ws_compression(settings: Settings, *, unix_socket: bool = False) -> bool:
@@ -331,13 +332,13 @@ def serve(
 
     def ready() -> None:
         # daemon.json first: a shell that has read the first line finds it (docs/desktop.md).
-        discovery.publish(settings.data_dir, _record(settings, listener, token_file, app.state.started_at))
+        discovery.publish(settings.data_dir, _record(settings, listener, token_file, app.context.running.started_at))
         # Scripts and tests parse exactly this first stdout line (docs/api.md §1.3).
         print(f"agent-bridge listening on {listener.shown}", flush=True)
         if listener.url is not None:
             # The second: a link that logs a browser in once (docs/security.md "One-time
             # link"). The code sits in the fragment, which browsers never send to a server.
-            print(f"open {page_link(listener.scheme, listener.host, listener.port, app.state)}", flush=True)
+            print(f"open {page_link(listener.scheme, listener.host, listener.port, app.context)}", flush=True)
         tune_gc()
 
     token_file = settings.data_dir / "token"
@@ -346,7 +347,7 @@ def serve(
     _log_token_source(settings, token_file, had_token_file)
     server = _Server(
         _uvicorn_config(settings, app, unix_socket=listener.uds is not None),
-        before_shutdown=lambda: _drain(app.state.registry),
+        before_shutdown=lambda: _drain(app.context.registry),
         parent_pid=parent_pid,
     )
     try:
@@ -470,15 +471,15 @@ def _log_token_source(settings: Settings, token_file: Path, had_token_file: bool
         log.info("auth.token", source=source, path=str(token_file), hint=f"read it with: cat {token_file}")
 
 
-def page_link(scheme: str, host: str, port: int, state: Any) -> str:
+def page_link(scheme: str, host: str, port: int, ctx: AppContext) -> str:
     """The web page's address; with auth on, carrying a fresh one-time login code."""
     if host in ("0.0.0.0", "::", ""):  # noqa: S104 -- a wildcard bind: loopback reaches it
         host = "127.0.0.1"
     shown = f"[{host}]" if ":" in host else host
     url = f"{scheme}://{shown}:{port}/"
-    if state.token is None:
+    if ctx.token is None:
         return url
-    return f"{url}#login={state.login_codes.issue()}"
+    return f"{url}#login={ctx.login_codes.issue()}"
 
 
 class _Server(uvicorn.Server):

@@ -219,8 +219,8 @@ async def test_get_daemon_names_this_process_for_an_authenticated_caller(
     assert r.status_code == 200
     info = r.json()
     assert info["pid"] == os.getpid() and info["version"] == __version__
-    assert info["started_at"] == app.state.started_at and info["uptime_s"] >= 0
-    assert info["data_dir"] == str(app.state.settings.data_dir)
+    assert info["started_at"] == app.context.running.started_at and info["uptime_s"] >= 0
+    assert info["data_dir"] == str(app.context.settings.data_dir)
     assert (info["live_agents"], info["loaded_threads"], info["subscribers"]) == (0, 0, 0)
 
 
@@ -247,5 +247,5 @@ def test_a_unix_socket_counts_as_local_for_no_auth_and_compression(tmp_path: Pat
     settings = load_settings(data_dir=str(tmp_path), host="0.0.0.0", no_auth=True, discover_path=False)
     with pytest.raises(ConfigError):
         create_app(settings)
-    assert create_app(settings, unix_socket=True).state.token is None
+    assert create_app(settings, unix_socket=True).context.token is None
     assert cli.ws_compression(settings) is True and cli.ws_compression(settings, unix_socket=True) is False

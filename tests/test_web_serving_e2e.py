@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 from conftest import ROOT, STEP_TIMEOUT, TOKEN, Daemon, base_config
 
-from bridge.api.auth import LoginCodes
+from bridge.api.login_codes import LoginCodes
 from bridge.cli import page_link
 
 CSP = (

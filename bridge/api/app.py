@@ -17,9 +17,14 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bridge import __version__, user_secrets
-from bridge.api.auth import LoginCodes, Refusals, Sessions, resolve_token, session_router
+from bridge.api import signin
+from bridge.api.browser_sessions import Sessions
+from bridge.api.context import AppContext, BridgeApp, Running, context
 from bridge.api.guard import PageHeaders, RequestGuard
 from bridge.api.limits import BodyLimit
+from bridge.api.login_codes import LoginCodes
+from bridge.api.throttle import Refusals
+from bridge.api.tokens import resolve_token
 from bridge.api.users import Streams, UserDirectory, watch_revocations
 from bridge.api.views import shown_message
 from bridge.bus.base import Bus
@@ -31,8 +36,7 @@ from bridge.network import is_loopback_host
 from bridge.sessions.cluster import ClusterLink
 from bridge.sessions.native import NativeSessions
 from bridge.sessions.registry import Registry
-from bridge.store.base import Store
-from bridge.store.factory import is_shared, open_store
+from bridge.store.factory import open_store
 from bridge.store.urls import redact
 
 log = structlog.get_logger("bridge.api")
@@ -44,7 +48,7 @@ def create_app(
     on_ready: Callable[[], None] | None = None,
     bound_port: int | None = None,
     unix_socket: bool = False,
-) -> FastAPI:
+) -> BridgeApp:
     """``bound_port``: the port actually listened on (``--port 0`` is only resolved once
     the socket is bound); the Host check needs it. Defaults to ``settings.port``.
     ``unix_socket``: the daemon listens on a Unix socket only (``--uds``, §3.3)."""
@@ -58,6 +62,15 @@ def create_app(
     server = settings.server
     tls = bool(server.tls_cert and server.tls_key)
 
+    ctx = AppContext(
+        settings=settings,
+        token=token,
+        tls=tls,
+        login_codes=LoginCodes(server.login_code_ttl_s),
+        refusals=Refusals(trusted_proxies=settings.auth.proxy_trusted),
+        streams=Streams(),
+    )
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = await open_store(
@@ -68,16 +81,12 @@ def create_app(
         except BaseException:
             await store.close()
             raise
-        app.state.sessions = Sessions(
-            server.session_ttl_s, server.max_sessions, secret=token, store=store, shared=is_shared(settings.store_url)
-        )
-        await app.state.sessions.load()
-        watcher = None
+        sessions = Sessions(server.session_ttl_s, server.max_sessions, secret=token, store=store, shared=store.shared)
+        await sessions.load()
+        users, watcher = None, None
         if settings.auth.mode == "users":
-            app.state.users = UserDirectory(store, settings.auth)
-            watcher = asyncio.create_task(
-                watch_revocations(store, app.state.streams, app.state.sessions.drop_user), name="revocations"
-            )
+            users = UserDirectory(store, settings.auth)
+            watcher = asyncio.create_task(watch_revocations(store, ctx.streams, sessions.drop_user), name="revocations")
         registry = Registry(settings, store)
         await registry.start()
         bus = make_bus(settings.cluster.bus_url, settings.cluster.replica_id, {"version": __version__})
@@ -90,12 +99,20 @@ def create_app(
             shared=settings.cluster.bus_url is not None,
         )
         await link.start()
-        app.state.store = store
-        app.state.registry = registry
-        app.state.bus = bus
-        app.state.cluster = link
-        app.state.native_sessions = NativeSessions(settings)
-        app.state.started_at, app.state.started_monotonic = now_iso(), time.monotonic()
+        ctx.start(
+            Running(
+                store=store,
+                registry=registry,
+                bus=bus,
+                cluster=link,
+                sessions=sessions,
+                users=users,
+                native_sessions=NativeSessions(settings),
+                started_at=now_iso(),
+                started_monotonic=time.monotonic(),
+            )
+        )
+        _mirror_to_state(app, ctx)
         log.info(
             "daemon.started",
             data_dir=str(settings.data_dir),
@@ -119,14 +136,8 @@ def create_app(
             await store.close()
             log.info("daemon.stopped")
 
-    app = FastAPI(title="agent-bridge", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
-    app.state.settings = settings
-    app.state.token = token
-    app.state.tls = tls
-    app.state.login_codes = LoginCodes(server.login_code_ttl_s)
-    app.state.refusals = Refusals(trusted_proxies=settings.auth.proxy_trusted)
-    app.state.users = None  # a UserDirectory in users mode, once the store is open
-    app.state.streams = Streams()
+    app = BridgeApp(ctx, title="agent-bridge", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
+    _mirror_to_state(app, ctx)
     user_secrets.keyring(settings.data_dir)  # a malformed AGENT_BRIDGE_SECRETS_KEY stops the start here
     app.add_middleware(BodyLimit)
     app.add_middleware(
@@ -173,11 +184,12 @@ def create_app(
         # The store is the truth: without it nothing is served (503). The bus only wakes:
         # without it every replica still serves (streams poll the store), so it is reported,
         # and /metrics has it, but readiness does not fail on it.
-        bus = "none" if request.app.state.settings.cluster.bus_url is None else "ok"
-        if bus == "ok" and not request.app.state.bus.healthy:
+        ctx = context(request)
+        bus = "none" if ctx.settings.cluster.bus_url is None else "ok"
+        if bus == "ok" and not ctx.bus.healthy:
             bus = "down"
         try:
-            await request.app.state.store.ping()
+            await ctx.store.ping()
         except BridgeError as exc:
             body = {"status": "unavailable", "error": exc.message, "store": "down", "bus": bus}
             return JSONResponse(body, status_code=503)
@@ -185,8 +197,8 @@ def create_app(
 
     @app.get("/metrics")
     async def metrics(request: Request) -> PlainTextResponse:
-        reg: Registry = request.app.state.registry
-        store: Store = request.app.state.store
+        ctx = context(request)
+        reg, store = ctx.registry, ctx.store
         live = reg.live_count()
         body = (
             "# HELP agent_bridge_live_agents Agent processes running now.\n"
@@ -206,13 +218,11 @@ def create_app(
             f"agent_bridge_store_batches_total {store.batches}\n"
             "# HELP agent_bridge_events_total Transcript events committed.\n"
             "# TYPE agent_bridge_events_total counter\n"
-            f"agent_bridge_events_total {store.appended}\n"
-            + lease_metrics(reg)
-            + bus_metrics(request.app.state.bus, request.app.state.cluster)
+            f"agent_bridge_events_total {store.appended}\n" + lease_metrics(reg) + bus_metrics(ctx.bus, ctx.cluster)
         )
         return PlainTextResponse(body, media_type="text/plain; version=0.0.4")
 
-    app.include_router(session_router)
+    app.include_router(signin.router)
     app.include_router(daemon.router)
     app.include_router(me_secrets.router)
     app.include_router(cluster.router)
@@ -265,3 +275,15 @@ def bus_metrics(bus: Bus, link: ClusterLink) -> str:
         name = f"agent_bridge_{key}" + ("_total" if kind == "counter" else "")
         out.append(f"# HELP {name} {text}.\n# TYPE {name} {kind}\n{name} {value:g}\n")
     return "".join(out)
+
+
+def _mirror_to_state(app: FastAPI, ctx: AppContext) -> None:
+    """TEMPORARY (issue #33 item 5, in progress): the context's attributes on ``app.state``
+    too, for the modules not yet reading ``context(conn)``. Goes once none reads app.state."""
+    for name in ("settings", "token", "tls", "login_codes", "refusals", "streams"):
+        setattr(app.state, name, getattr(ctx, name))
+    app.state.users = None
+    if ctx.started:
+        for name in ("store", "registry", "bus", "cluster", "sessions", "users", "native_sessions"):
+            setattr(app.state, name, getattr(ctx, name))
+        app.state.started_at, app.state.started_monotonic = ctx.running.started_at, ctx.running.started_monotonic

@@ -8,10 +8,9 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 
-from bridge.api.auth import require_auth
-from bridge.api.users import require_admin
-from bridge.bus.base import Bus, BusUnavailable
-from bridge.store.base import Store
+from bridge.api.auth import require_admin, require_auth
+from bridge.api.context import context
+from bridge.bus.base import BusUnavailable
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(require_auth)])
 
@@ -19,10 +18,9 @@ router = APIRouter(prefix="/v1", dependencies=[Depends(require_auth)])
 @router.get("/cluster")
 async def cluster(request: Request) -> dict[str, Any]:
     require_admin(request)
-    state = request.app.state
-    store: Store = state.store
-    bus: Bus = state.bus
-    configured = state.settings.cluster.bus_url is not None
+    ctx = context(request)
+    store, bus = ctx.store, ctx.bus
+    configured = ctx.settings.cluster.bus_url is not None
     on_bus: dict[str, Any] | None = None
     if configured:
         try:

@@ -11,9 +11,9 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 
 from bridge import __version__
-from bridge.api.auth import require_auth
-from bridge.api.users import current_user, me_view, require_admin
-from bridge.sessions.registry import Registry
+from bridge.api.auth import require_admin, require_auth
+from bridge.api.context import context
+from bridge.api.users import current_user, me_view
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(require_auth)])
 
@@ -21,24 +21,24 @@ router = APIRouter(prefix="/v1", dependencies=[Depends(require_auth)])
 @router.get("/me")
 async def me(request: Request) -> dict[str, Any]:
     """Who the caller is (docs/api.md §4.18): ``{"name", "admin", "mode"}``."""
-    return me_view(current_user(request), request.app.state.settings.auth.mode)
+    return me_view(current_user(request), context(request).settings.auth.mode)
 
 
 @router.get("/daemon")
 async def daemon_info(request: Request) -> dict[str, Any]:
     require_admin(request)
-    state = request.app.state
-    reg: Registry = state.registry
+    ctx = context(request)
+    reg = ctx.registry
     return {
         "pid": os.getpid(),
         "version": __version__,
-        "started_at": state.started_at,
-        "uptime_s": round(time.monotonic() - state.started_monotonic, 3),
-        "data_dir": str(state.settings.data_dir),
+        "started_at": ctx.running.started_at,
+        "uptime_s": round(time.monotonic() - ctx.running.started_monotonic, 3),
+        "data_dir": str(ctx.settings.data_dir),
         "live_agents": reg.live_count(),
         "loaded_threads": reg.loaded_count(),
         "subscribers": reg.subscriber_count(),
         # The confinement in force for agents (docs/security.md "Confinement").
-        "sandbox": (box := state.settings.confinement()).mechanism,
+        "sandbox": (box := ctx.settings.confinement()).mechanism,
         "sandbox_detail": box.describe(),
     }

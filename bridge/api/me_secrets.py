@@ -18,10 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bridge import user_secrets
 from bridge.api.auth import require_auth
+from bridge.api.context import Ctx
 from bridge.api.users import current_user
 from bridge.config import AgentProfile
 from bridge.errors import NotFound
-from bridge.store.base import Store
 
 router = APIRouter(prefix="/v1/me/secrets", dependencies=[Depends(require_auth)])
 
@@ -33,8 +33,8 @@ class SecretIn(BaseModel):
     value: str = Field(..., max_length=4 * user_secrets.MAX_VALUE_BYTES)
 
 
-def _profile(request: Request, name: str) -> AgentProfile:
-    prof: AgentProfile | None = request.app.state.settings.agents.get(name)
+def _profile(ctx: Ctx, name: str) -> AgentProfile:
+    prof = ctx.settings.agents.get(name)
     if prof is None:
         raise NotFound(f"no agent profile {name[:128]!r}", code="agent_not_found")
     return prof
@@ -45,21 +45,20 @@ def _owner(request: Request) -> str:
 
 
 @router.get("")
-async def list_secrets(request: Request) -> dict[str, Any]:
-    store: Store = request.app.state.store
-    return {"secrets": await user_secrets.names(store, _owner(request))}
+async def list_secrets(request: Request, ctx: Ctx) -> dict[str, Any]:
+    return {"secrets": await user_secrets.names(ctx.store, _owner(request))}
 
 
 @router.put("/{profile}/{key}", status_code=204)
-async def put_secret(request: Request, profile: str, key: str, body: SecretIn) -> Response:
-    ring = user_secrets.keyring(request.app.state.settings.data_dir)
-    await user_secrets.put(request.app.state.store, ring, _owner(request), _profile(request, profile), key, body.value)
+async def put_secret(request: Request, ctx: Ctx, profile: str, key: str, body: SecretIn) -> Response:
+    ring = user_secrets.keyring(ctx.settings.data_dir)
+    await user_secrets.put(ctx.store, ring, _owner(request), _profile(ctx, profile), key, body.value)
     return Response(status_code=204)
 
 
 @router.delete("/{profile}/{key}", status_code=204)
-async def delete_secret(request: Request, profile: str, key: str) -> Response:
+async def delete_secret(request: Request, ctx: Ctx, profile: str, key: str) -> Response:
     if not user_secrets.NAME_RE.fullmatch(key):
         raise NotFound(f"no secret {key[:128]!r}", code="secret_not_found")
-    await user_secrets.remove(request.app.state.store, _owner(request), profile, key)
+    await user_secrets.remove(ctx.store, _owner(request), profile, key)
     return Response(status_code=204)

@@ -41,7 +41,7 @@ import structlog
 from starlette.requests import HTTPConnection
 
 from bridge.config import AuthSettings
-from bridge.errors import Forbidden, NotFound
+from bridge.errors import NotFound
 from bridge.store.base import Store, UserRow
 
 log = structlog.get_logger("bridge.security")
@@ -144,13 +144,6 @@ def check_owner(user: User, thread_id: str, owner: str | None) -> None:
     may see the thread."""
     if not visible(user, owner):
         raise NotFound(f"no thread {thread_id}", code="thread_not_found")
-
-
-def require_admin(conn: HTTPConnection) -> None:
-    """Routes about the daemon or its one shared HOME rather than the caller's own threads
-    (docs/api.md §3.6): in users mode only admins (and the operator) may use them."""
-    if conn.app.state.settings.auth.mode == "users" and not current_user(conn).admin:
-        raise Forbidden("this needs an admin in users mode: it is about the daemon, not your threads")
 
 
 def current_user(conn: HTTPConnection) -> User:

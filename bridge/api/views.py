@@ -10,6 +10,7 @@ from typing import Any
 
 from starlette.requests import HTTPConnection
 
+from bridge.api.context import context
 from bridge.api.users import User
 from bridge.config import Settings
 from bridge.store.base import PUBLIC_THREAD_FIELDS, ThreadRow
@@ -43,7 +44,7 @@ def shown_to(settings: Settings, user: User) -> Shown:
 def shown_message(conn: HTTPConnection, text: str) -> str:
     """An error message as the caller of ``conn`` may read it: in users mode, anyone but an
     admin (a caller not yet known included) reads ``<data-dir>`` for the data dir's path."""
-    settings: Settings = conn.app.state.settings
+    settings = context(conn).settings
     user = getattr(conn.state, "user", None)
     if not users_mode(settings) or (isinstance(user, User) and user.admin):
         return text

@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request
 
 from bridge.api.auth import require_auth
+from bridge.api.context import Ctx
 from bridge.api.users import current_user
 from bridge.api.views import AS_IS, Shown, shown_to
 from bridge.errors import BridgeError, InvalidRequest, NotFound
@@ -87,11 +88,11 @@ def listing(roots: list[str], path: str | None, view: Shown = AS_IS) -> dict[str
 
 @router.get("/workspace/dirs")
 async def workspace_dirs(
-    request: Request, path: str | None = Query(None, max_length=4096, description="an absolute directory")
+    request: Request, ctx: Ctx, path: str | None = Query(None, max_length=4096, description="an absolute directory")
 ) -> dict[str, Any]:
     """The roots are the caller's (bridge/userdirs.py): in users mode a non-admin's own
     workspace roots, where their threads' ``cwd`` must lie."""
-    settings = request.app.state.settings
+    settings = ctx.settings
     user = current_user(request)
     view = shown_to(settings, user)
     roots = await asyncio.to_thread(picker_roots, settings, user.owner, user.admin)

@@ -39,7 +39,7 @@ class Feed:
     """change_frames, read frame by frame under a deadline."""
 
     def __init__(self, app: Any, since: int | None) -> None:
-        reg = app.state.registry
+        reg = app.context.registry
         self._gen = change_frames(reg.store, reg.changes, since)
         self._ready: list[dict[str, Any]] = []
 
@@ -77,7 +77,7 @@ async def test_a_feed_tells_creation_update_and_deletion_with_the_thread_object(
 
 async def test_a_cursor_outside_the_log_gets_one_resync_then_the_stream_goes_on(app_client: Any) -> None:
     app, client = app_client
-    store = app.state.registry.store
+    store = app.context.registry.store
     for title in ("a", "b"):
         await client.post("/v1/threads", json={"agent": "demo", "title": title})
     latest = await store.latest_change()
@@ -111,7 +111,7 @@ async def test_a_missed_wake_up_loses_nothing_the_slow_poll_reads_it(
 ) -> None:
     app, client = app_client
     monkeypatch.setattr(events_mod, "POLL_S", 0.05)
-    app.state.registry.store.on_change = None  # no wake-ups at all
+    app.context.registry.store.listeners.change.clear()  # no wake-ups at all
     feed = Feed(app, None)
     try:
         await feed.next()
@@ -129,7 +129,7 @@ async def test_a_client_behind_is_caught_up_from_the_store_a_page_at_a_time(
 ) -> None:
     app, client = app_client
     monkeypatch.setattr(events_mod, "PAGE", 3)
-    reg = app.state.registry
+    reg = app.context.registry
     gen = change_frames(reg.store, reg.changes, 0)
     try:
         assert await asyncio.wait_for(anext(gen), STEP) == [{"cursor": 0, "kind": "ready"}]
@@ -151,7 +151,7 @@ async def test_a_client_behind_is_caught_up_from_the_store_a_page_at_a_time(
 async def test_a_closed_notifier_ends_every_feed_at_once(app_client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     app, _ = app_client
     monkeypatch.setattr(events_mod, "POLL_S", 60.0)  # only the close can end the wait in time
-    notifier = app.state.registry.changes
+    notifier = app.context.registry.changes
     feed = Feed(app, None)
     await feed.next()
     waiting = asyncio.ensure_future(feed.next(timeout=STEP))

@@ -77,7 +77,7 @@ async def test_a_raw_frame_with_an_infinite_number_never_reaches_the_agent(clien
     from bridge.api.ws import _Session  # the frame handler, without a socket
 
     thread = (await client.post("/v1/threads", json={"agent": "demo"})).json()
-    registry = client._transport.app.state.registry  # type: ignore[attr-defined]
+    registry = client._transport.app.context.registry  # type: ignore[attr-defined]
     conv = await registry.get(thread["id"])
     rejected: list[tuple[str | None, str]] = []
 
@@ -94,7 +94,7 @@ async def test_a_raw_frame_with_an_infinite_number_never_reaches_the_agent(clien
 
 
 def test_refusals_are_throttled_per_peer_and_logged_at_a_bounded_rate(capsys: pytest.CaptureFixture[str]) -> None:
-    from bridge.api.auth import Refusals
+    from bridge.api.throttle import Refusals
 
     now = [0.0]
     r = Refusals(max_failures=3, window_s=60, log_every_s=10, clock=lambda: now[0])

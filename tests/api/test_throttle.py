@@ -14,7 +14,7 @@ import pytest
 from fastapi import FastAPI
 
 from bridge.api.app import create_app
-from bridge.api.auth import Refusals
+from bridge.api.throttle import Refusals
 from bridge.config import load_settings
 
 pytestmark = pytest.mark.timeout(30)
@@ -178,7 +178,7 @@ async def test_in_users_mode_a_users_token_and_the_proxys_user_pass_from_a_throt
     application = create_app(settings)
     async with application.router.lifespan_context(application):
         alice = new_token()
-        assert await application.state.store.add_user("alice", token_hash(alice), admin=False)
+        assert await application.context.store.add_user("alice", token_hash(alice), admin=False)
         async with client(application, "192.0.2.1") as c:
             assert await flood(c) == [401] * 20 + [429] * 5
             r = await c.get("/v1/me", headers={"Authorization": f"Bearer {alice}"})

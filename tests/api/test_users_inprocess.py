@@ -45,7 +45,7 @@ async def users_app(tmp_path: Path) -> AsyncIterator[tuple[FastAPI, dict[str, st
         tokens = {}
         for name in ("alice", "bob"):
             tokens[name] = new_token()
-            assert await app.state.store.add_user(name, token_hash(tokens[name]), admin=False)
+            assert await app.context.store.add_user(name, token_hash(tokens[name]), admin=False)
         yield app, tokens
 
 
@@ -69,7 +69,7 @@ async def test_the_proxy_header_is_honoured_only_from_a_trusted_peer(tmp_path: P
             # A name the store does not know (or no longer knows) is no one.
             status, body = await me(proxy, **{"X-Forwarded-User": "mallory"})
             assert status == 401 and body["error"]["code"] == "unauthorized"
-            assert await app.state.store.revoke_user("bob")
+            assert await app.context.store.revoke_user("bob")
             status, _ = await me(proxy, **{"X-Forwarded-User": "bob"})
             assert status == 401
         spoof = "spoofed-admin-7f3a"
@@ -121,7 +121,7 @@ async def test_tokens_are_compared_in_constant_time_and_only_their_hash_is_store
             assert calls == [(OPERATOR_TOKEN.encode(), OPERATOR_TOKEN.encode())]
             status, _ = await me(c, Authorization="Bearer abu_" + "x" * 43)
             assert status == 401
-        found = await app.state.store.user_by_token(stored)
+        found = await app.context.store.user_by_token(stored)
         assert found is not None and found[0].name == "alice"
     db = (tmp_path / "data" / "bridge.db").read_bytes() + b"".join(
         p.read_bytes() for p in (tmp_path / "data").glob("bridge.db-*")

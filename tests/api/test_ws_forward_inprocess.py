@@ -72,7 +72,7 @@ async def conv(tmp_path: Path) -> AsyncIterator[Conversation]:
         headers = {"Authorization": f"Bearer {TOKEN}"}
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8765", headers=headers) as c:
             thread = (await c.post("/v1/threads", json={"agent": "demo"})).json()
-        yield await app.state.registry.get(thread["id"])
+        yield await app.context.registry.get(thread["id"])
 
 
 @pytest.mark.parametrize("refuse", [False, True])

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bridge.api.auth import RELOAD_S, Sessions
+from bridge.api.browser_sessions import RELOAD_S, Sessions
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -13,13 +13,13 @@ from contextlib import asynccontextmanager
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bridge import __version__, user_secrets
-from bridge.api import signin
+from bridge.api import health, signin
 from bridge.api.browser_sessions import Sessions
-from bridge.api.context import AppContext, BridgeApp, Running, context
+from bridge.api.context import AppContext, BridgeApp, Running
 from bridge.api.guard import PageHeaders, RequestGuard
 from bridge.api.limits import BodyLimit
 from bridge.api.login_codes import LoginCodes
@@ -27,7 +27,6 @@ from bridge.api.throttle import Refusals
 from bridge.api.tokens import resolve_token
 from bridge.api.users import Streams, UserDirectory, watch_revocations
 from bridge.api.views import shown_message
-from bridge.bus.base import Bus
 from bridge.bus.factory import make_bus
 from bridge.clock import now_iso
 from bridge.config import Settings
@@ -175,53 +174,7 @@ def create_app(
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
         return JSONResponse(error_body("invalid_request", f"{where}: {first.get('msg', 'invalid')}"), status_code=400)
 
-    @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.get("/readyz")
-    async def readyz(request: Request) -> JSONResponse:
-        # The store is the truth: without it nothing is served (503). The bus only wakes:
-        # without it every replica still serves (streams poll the store), so it is reported,
-        # and /metrics has it, but readiness does not fail on it.
-        ctx = context(request)
-        bus = "none" if ctx.settings.cluster.bus_url is None else "ok"
-        if bus == "ok" and not ctx.bus.healthy:
-            bus = "down"
-        try:
-            await ctx.store.ping()
-        except BridgeError as exc:
-            body = {"status": "unavailable", "error": exc.message, "store": "down", "bus": bus}
-            return JSONResponse(body, status_code=503)
-        return JSONResponse({"status": "ok", "store": "ok", "bus": bus})
-
-    @app.get("/metrics")
-    async def metrics(request: Request) -> PlainTextResponse:
-        ctx = context(request)
-        reg, store = ctx.registry, ctx.store
-        live = reg.live_count()
-        body = (
-            "# HELP agent_bridge_live_agents Agent processes running now.\n"
-            "# TYPE agent_bridge_live_agents gauge\n"
-            f"agent_bridge_live_agents {live}\n"
-            "# HELP agent_bridge_loaded_threads Threads loaded in memory.\n"
-            "# TYPE agent_bridge_loaded_threads gauge\n"
-            f"agent_bridge_loaded_threads {reg.loaded_count()}\n"
-            "# HELP agent_bridge_subscribers Live WebSocket and SSE subscribers.\n"
-            "# TYPE agent_bridge_subscribers gauge\n"
-            f"agent_bridge_subscribers {reg.subscriber_count()}\n"
-            "# HELP agent_bridge_store_healthy 1 while the transcript store accepts writes.\n"
-            "# TYPE agent_bridge_store_healthy gauge\n"
-            f"agent_bridge_store_healthy {int(store.healthy)}\n"
-            "# HELP agent_bridge_store_batches_total Group commits of transcript events.\n"
-            "# TYPE agent_bridge_store_batches_total counter\n"
-            f"agent_bridge_store_batches_total {store.batches}\n"
-            "# HELP agent_bridge_events_total Transcript events committed.\n"
-            "# TYPE agent_bridge_events_total counter\n"
-            f"agent_bridge_events_total {store.appended}\n" + lease_metrics(reg) + bus_metrics(ctx.bus, ctx.cluster)
-        )
-        return PlainTextResponse(body, media_type="text/plain; version=0.0.4")
-
+    app.include_router(health.router)
     app.include_router(signin.router)
     app.include_router(daemon.router)
     app.include_router(me_secrets.router)
@@ -234,47 +187,6 @@ def create_app(
     app.include_router(workspace.router)
     app.include_router(web.make_router())
     return app
-
-
-_BUS_METRICS = {
-    "bus_healthy": ("gauge", "1 while the bus between replicas is connected"),
-    "bus_lag_ms": ("gauge", "From another replica's announcement to its arrival here, the last one (same-host clocks)"),
-    "bus_received": ("counter", "Announcements received from other replicas"),
-    "bus_dropped": ("counter", "Announcements and commands dropped (bus down, or expired)"),
-    "bus_malformed": ("counter", "Messages from the bus that were not well-formed"),
-    "bus_reconnects": ("counter", "Reconnections to the bus"),
-    "forwarded": ("counter", "Client inputs this replica sent to the replica that runs the thread"),
-    "followed_events": ("counter", "Events another replica committed, read from the store for clients here"),
-}
-
-
-def lease_metrics(reg: Registry) -> str:
-    """Leases held by this replica (0 with no shared store) and the store's commit latency."""
-    own = reg.ownership
-    held = 0 if own is None else own.count()
-    lost = 0 if own is None else own.lost_total
-    return (
-        "# HELP agent_bridge_leases_held Thread leases this replica holds now.\n"
-        "# TYPE agent_bridge_leases_held gauge\n"
-        f"agent_bridge_leases_held {held}\n"
-        "# HELP agent_bridge_leases_lost_total Leases this replica lost (not renewed in time, or refused).\n"
-        "# TYPE agent_bridge_leases_lost_total counter\n"
-        f"agent_bridge_leases_lost_total {lost}\n"
-        + reg.commits.exposition(
-            "agent_bridge_store_commit_seconds",
-            "From a transcript append to its durable commit (group commit included).",
-        )
-    )
-
-
-def bus_metrics(bus: Bus, link: ClusterLink) -> str:
-    """The bus's gauges and counters, and what crossed it (none with no bus configured)."""
-    out = []
-    for key, value in {**bus.stats(), **link.stats()}.items():
-        kind, text = _BUS_METRICS.get(key, ("gauge", key))
-        name = f"agent_bridge_{key}" + ("_total" if kind == "counter" else "")
-        out.append(f"# HELP {name} {text}.\n# TYPE {name} {kind}\n{name} {value:g}\n")
-    return "".join(out)
 
 
 def _mirror_to_state(app: FastAPI, ctx: AppContext) -> None:

@@ -36,6 +36,8 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from bridge import discovery
+from bridge.protocols import jsonrpc
+from bridge.protocols.jsonrpc import Notification, Request, Response, RpcError
 
 DEFAULT_URL = "http://127.0.0.1:8765"
 META = "agent-bridge"
@@ -90,8 +92,10 @@ class Relay:
     sessions: dict[str, _Session] = field(default_factory=dict)
     waiting: dict[Any, dict[str, Any]] = field(default_factory=dict)  # editor's requests in flight
     _ws: ClientConnection | None = None
-    _own: dict[str, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
-    _next: int = 0
+    # The relay's own requests (ids of a prefix no editor uses), each with its answer to come.
+    _own: jsonrpc.Pending[asyncio.Future[dict[str, Any]]] = field(
+        default_factory=lambda: jsonrpc.Pending(first=1, prefix=OWN_PREFIX)
+    )
     _up: asyncio.Event = field(default_factory=asyncio.Event)
 
     # ------------------------------------------------------------------ editor → daemon
@@ -106,8 +110,8 @@ class Relay:
             msg = json.loads(text)
         except ValueError:
             return text, None  # the gateway answers it (parse error)
-        if not isinstance(msg, dict) or "method" not in msg or not _hashable(msg.get("id")):
-            return text, None
+        if not isinstance(jsonrpc.classify(msg), Request):
+            return text, None  # a notification or a response; anything invalid the gateway answers
         params = msg.get("params")
         if not isinstance(params, dict):
             return text, msg
@@ -127,24 +131,23 @@ class Relay:
             msg = json.loads(text)
         except ValueError:
             return True
-        if not isinstance(msg, dict):
+        kind = jsonrpc.classify(msg)
+        if isinstance(kind, Notification) and kind.method == "session/update" and isinstance(kind.params, dict):
+            self._seen(kind.params.get("sessionId"), _ours(kind.params).get("seq"))
+        if not isinstance(kind, Response) or kind.id is None:
             return True
-        if "method" in msg:
-            if msg["method"] == "session/update" and isinstance(msg.get("params"), dict):
-                self._seen(msg["params"].get("sessionId"), _ours(msg["params"]).get("seq"))
-            return True
-        rid = msg.get("id")
-        if isinstance(rid, str) and rid in self._own:
-            self._own_answered(rid, msg)
+        if (fut := self._own.take(kind.id)) is not None:
+            if not fut.done():
+                fut.set_result(msg)
             return False
-        if _hashable(rid) and rid in self.waiting:
-            self._answered(self.waiting.pop(rid), msg)
+        if kind.id in self.waiting:
+            self._answered(self.waiting.pop(kind.id), msg)
         return True
 
-    def _own_answered(self, rid: str, msg: dict[str, Any]) -> None:
-        fut = self._own.pop(rid)
-        if not fut.done():
-            fut.set_result(msg)
+    def reserve(self) -> tuple[jsonrpc.Id, asyncio.Future[dict[str, Any]]]:
+        """An id for a request of the relay's own, and the future its answer settles."""
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        return self._own.add(fut), fut
 
     def _seen(self, sid: Any, seq: Any) -> None:
         sess = self.sessions.get(sid) if isinstance(sid, str) else None
@@ -173,12 +176,12 @@ class Relay:
         )
 
     async def _own_request(self, ws: ClientConnection, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        self._next += 1
-        rid = f"{OWN_PREFIX}{self._next}"
-        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._own[rid] = fut
-        await ws.send(json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params}))
-        return await asyncio.wait_for(fut, CONNECT_TIMEOUT_S)
+        rid, fut = self.reserve()
+        try:
+            await ws.send(json.dumps(jsonrpc.request(rid, method, params)))
+            return await asyncio.wait_for(fut, CONNECT_TIMEOUT_S)
+        finally:
+            self._own.drop(rid)
 
     async def _restore(self, ws: ClientConnection) -> None:
         """After a reconnection: initialize (the editor's own request again if it had no
@@ -196,7 +199,7 @@ class Relay:
                 await ws.send(json.dumps(request, separators=(",", ":")))
             elif request.get("method") != "initialize":
                 self.waiting.pop(rid)
-                self._write({"jsonrpc": "2.0", "id": rid, "error": {"code": -32603, "message": "connection lost"}})
+                self._write(jsonrpc.error(rid, RpcError.internal("connection lost")))
 
     async def _load_all(self, ws: ClientConnection) -> None:
         """Every session the editor had, loaded from the last seq relayed to it; one the
@@ -215,10 +218,16 @@ class Relay:
         self.out.flush()
 
     async def _pump_daemon(self, ws: ClientConnection) -> None:
-        async for frame in ws:
-            text = frame if isinstance(frame, str) else frame.decode("utf-8", errors="replace")
-            if self.from_daemon(text):
-                self._write(text)
+        try:
+            async for frame in ws:
+                text = frame if isinstance(frame, str) else frame.decode("utf-8", errors="replace")
+                if self.from_daemon(text):
+                    self._write(text)
+        finally:
+            # The connection is gone: the relay's own requests on it will get no answer.
+            for _, fut in self._own.fail_all():
+                if not fut.done():
+                    fut.set_exception(ConnectionError("the connection closed"))
 
     async def _linked(self, first: bool) -> ClientConnection:
         """A connection, with backoff; raises ConnectionError after RECONNECT_FOR_S."""
@@ -312,10 +321,6 @@ def _ours(params: dict[str, Any], *, create: bool = False) -> dict[str, Any]:
         return {}
     ours = meta.setdefault(META, {}) if create else meta.get(META)
     return ours if isinstance(ours, dict) else {}
-
-
-def _hashable(value: Any) -> bool:
-    return isinstance(value, (str, int)) and not isinstance(value, bool)
 
 
 async def _stdin_reader() -> asyncio.StreamReader:

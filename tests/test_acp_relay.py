@@ -61,8 +61,8 @@ def test_answers_to_the_relays_own_requests_are_not_passed_on() -> None:
 
     async def go() -> None:
         relay = Relay("ws://x/v1/acp", None, out=io.BytesIO())
-        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        relay._own["agent-bridge-relay-1"] = fut
+        rid, fut = relay.reserve()
+        assert rid == "agent-bridge-relay-1"
         assert not relay.from_daemon(json.dumps({"jsonrpc": "2.0", "id": "agent-bridge-relay-1", "result": {}}))
         assert fut.result() == {"jsonrpc": "2.0", "id": "agent-bridge-relay-1", "result": {}}
         assert relay.from_daemon(json.dumps({"jsonrpc": "2.0", "id": "agent-bridge-relay-2", "result": {}}))

@@ -1,147 +1,71 @@
 """Agent Client Protocol (ACP) v1: the bridge as the JSON-RPC *client* (docs/api.md §7.3).
 
-A sans-I/O state machine. It owns the request ids, the pending requests and the
-handshake (``initialize`` → [``authenticate``] → ``session/new`` | ``session/load`` |
-``session/resume``), and turns every line the agent writes into normalized events plus the
-lines the bridge must write back. Anything that needs I/O — reading or writing a file for
-``fs/*`` — is handed to the caller as an :class:`AgentRequest`, answered later with
-:meth:`AcpCodec.encode_result` / :meth:`AcpCodec.encode_error`.
+A sans-I/O state machine. It owns the handshake (``initialize`` → [``authenticate``] →
+``session/new`` | ``session/load`` | ``session/resume``) and turns every line the agent
+writes into normalized events plus the lines the bridge must write back. Anything that
+needs I/O — reading or writing a file for ``fs/*`` — is handed to the caller as an
+:class:`AgentRequest`, answered later with :meth:`AcpCodec.encode_result` /
+:meth:`AcpCodec.encode_error`.
 
-Responses are matched by id in any order. Ids are per direction (JSON-RPC 2.0; docs/api.md §7.3): the agent's own
-requests may reuse numbers we use, so a line is a response only if it has no ``method``.
-Malformed lines and invalid JSON-RPC become ``diagnostic`` events, never exceptions.
+JSON-RPC itself (what a line is, ids, the requests waiting for an answer, error codes,
+envelopes) is protocols/jsonrpc.py; ACP's data (updates as events, content blocks, modes)
+is protocols/acp_updates.py. Ids are per direction (JSON-RPC 2.0; docs/api.md §7.3): the
+agent's own requests may reuse numbers we use, so a line is a response only if it has no
+``method``. Malformed lines and invalid JSON-RPC become ``diagnostic`` events, never
+exceptions.
 """
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from bridge.protocols import jsonrpc
+from bridge.protocols.acp_updates import (
+    CLIENT_CAPABILITIES,
+    MAX_MODE_TEXT,
+    MAX_MODES,
+    MAX_TOOL_NAMES,
+    PROTOCOL_VERSION,
+    ToolNames,
+    content_refusal,
+    initialize_params,
+    mode_in,
+    session_modes,
+    to_acp_blocks,
+    update_events,
+)
+from bridge.protocols.acp_updates import d as _d
+from bridge.protocols.acp_updates import items as _l
+from bridge.protocols.acp_updates import s as _s
 from bridge.protocols.codec import AgentInfo, AgentRequest, Decoded, Fatal, RawRefused, Ready, RoutedReply
 from bridge.protocols.events import INTERRUPTED, Event
 from bridge.protocols.jsonline import dumps, parse_object
+from bridge.protocols.jsonrpc import Invalid, Notification, Request, Response, RpcError
 
 PROTOCOL = "acp"
-PROTOCOL_VERSION = 1
 
-# JSON-RPC / ACP error codes (docs/api.md §7.3)
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-REQUEST_CANCELLED = -32800
-AUTH_REQUIRED = -32000
+# The codes this dialect reads or answers with, under the names its callers and tests know.
+INVALID_REQUEST = jsonrpc.INVALID_REQUEST
+METHOD_NOT_FOUND = jsonrpc.METHOD_NOT_FOUND
+REQUEST_CANCELLED = jsonrpc.REQUEST_CANCELLED
+AUTH_REQUIRED = jsonrpc.AUTH_REQUIRED
 
-# What the bridge implements, and so all it declares (issue #4: never claim more).
-CLIENT_CAPABILITIES: dict[str, Any] = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": False}
 FS_METHODS = frozenset({"fs/read_text_file", "fs/write_text_file"})
 STOP_REASONS = frozenset({"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"})
+CANCELLED = {"outcome": {"outcome": "cancelled"}}
 
 
-def _s(v: Any) -> str | None:
-    return v if isinstance(v, str) else None
+def _diagnostic(text: str, raw: str | None) -> Event:
+    return Event("agent", "diagnostic", {"stream": "protocol", "text": text}, raw)
 
 
-def _d(v: Any) -> dict[str, Any]:
-    return v if isinstance(v, dict) else {}
-
-
-def _l(v: Any) -> list[Any]:
-    return v if isinstance(v, list) else []
-
-
-def _valid_id(v: Any) -> bool:
-    return (isinstance(v, str) or isinstance(v, int)) and not isinstance(v, bool)
-
-
-def _content_text(block: Any) -> str:
-    block = _d(block)
-    if block.get("type") == "text" and isinstance(block.get("text"), str):
-        return str(block["text"])
-    if block.get("type") == "resource_link":
-        return f"[{block.get('name') or block.get('uri')}]({block.get('uri')})"
-    return ""
-
-
-def _plain_text(source: dict[str, Any]) -> str | None:
-    try:
-        return base64.b64decode(str(source.get("data")), validate=True).decode("utf-8")
-    except (ValueError, UnicodeDecodeError):
-        return None
-
-
-def to_acp_blocks(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Bridge (Anthropic-shaped) content blocks → ACP ContentBlocks (docs/api.md §7.3)."""
-    out: list[dict[str, Any]] = []
-    for b in content:
-        if b.get("type") == "text":
-            out.append({"type": "text", "text": b.get("text", "")})
-        elif b.get("type") == "image":
-            src = _d(b.get("source"))
-            out.append({"type": "image", "mimeType": src.get("media_type"), "data": src.get("data")})
-        elif b.get("type") == "document":
-            src = _d(b.get("source"))
-            resource: dict[str, Any] = {"uri": "attachment:document", "mimeType": src.get("media_type")}
-            text = _plain_text(src) if src.get("media_type") == "text/plain" else None
-            if text is not None:
-                resource["text"] = text  # an embedded text resource, as agents expect for text
-            else:
-                resource["blob"] = src.get("data")
-            out.append({"type": "resource", "resource": resource})
-    return out
-
-
-def content_refusal(content: list[dict[str, Any]], capabilities: Any) -> str | None:
-    """Why an agent with these ``agentCapabilities`` cannot take ``content``, or None.
-    Text is baseline; images need ``promptCapabilities.image`` and documents (sent as
-    embedded resources) ``promptCapabilities.embeddedContext`` (docs/api.md §7.3). Refused, never
-    silently dropped or turned into something else."""
-    caps = _d(_d(capabilities).get("promptCapabilities"))
-    for b in content:
-        if b.get("type") == "image" and caps.get("image") is not True:
-            return "this agent does not accept images (its promptCapabilities.image is not true)"
-        if b.get("type") == "document" and caps.get("embeddedContext") is not True:
-            return "this agent does not accept documents (its promptCapabilities.embeddedContext is not true)"
-    return None
-
-
-MAX_TOOL_NAMES = 1024  # tool call ids whose names are remembered for permission requests
-MAX_MODES = 64  # session modes kept from an agent's answer
-MAX_MODE_TEXT = 1024  # characters of a mode's id, name or description
-
-
-def _mode_text(v: Any) -> str | None:
-    return v if isinstance(v, str) and 0 < len(v) <= MAX_MODE_TEXT else None
-
-
-def session_modes(value: Any) -> dict[str, Any] | None:
-    """An agent's ``modes`` (ACP ``SessionModeState``: ``currentModeId`` and
-    ``availableModes`` of ``{id, name, description?}``), the well-formed part, or None."""
-    value = _d(value)
-    current = _mode_text(value.get("currentModeId"))
-    available = []
-    for m in _l(value.get("availableModes"))[:MAX_MODES]:
-        mid, name = _mode_text(_d(m).get("id")), _mode_text(_d(m).get("name"))
-        if mid is None or name is None:
-            continue
-        mode: dict[str, Any] = {"id": mid, "name": name}
-        if (text := _mode_text(m.get("description"))) is not None:
-            mode["description"] = text
-        available.append(mode)
-    if current is None or not available:
-        return None
-    return {"currentModeId": current, "availableModes": available}
-
-
-def _meta_tool_name(obj: dict[str, Any]) -> str | None:
-    """The agent's stable tool name, if it gives one: claude-agent-acp's
-    ``_meta.claudeCode.toolName``, Qwen Code's ``_meta.toolName``."""
-    meta = _d(obj.get("_meta"))
-    return _s(_d(meta.get("claudeCode")).get("toolName")) or _s(meta.get("toolName"))
-
-
-def initialize_params(client_info: dict[str, Any]) -> dict[str, Any]:
-    """What the bridge says about itself in ``initialize``, as a client of an ACP agent."""
-    return {"protocolVersion": PROTOCOL_VERSION, "clientCapabilities": CLIENT_CAPABILITIES, "clientInfo": client_info}
+def _permission_key(rid: jsonrpc.Id) -> str:
+    """The agent's request id as a permission ``request_id`` (a string): a string as it is,
+    an integer (or a string that reads as one) as JSON, so 0 and "0" stay two keys."""
+    if isinstance(rid, str) and not rid.lstrip("-").isdigit():
+        return rid
+    return dumps(rid)
 
 
 class AcpCodec:
@@ -165,8 +89,8 @@ class AcpCodec:
         self.resume_id = resume_id
         self.auth_method = auth_method
         self.client_info = {"name": client_name, "title": "agent-bridge", "version": client_version}
-        self._next_id = 0
-        self._pending: dict[int, tuple[str, dict[str, Any]]] = {}
+        # our requests: id → (method, context for its answer)
+        self._pending: jsonrpc.Pending[tuple[str, dict[str, Any]]] = jsonrpc.Pending()
         self.session_id: str | None = None
         self.ready = False
         self.agent_capabilities: dict[str, Any] = {}
@@ -179,33 +103,26 @@ class AcpCodec:
         self._replayed = 0
         self._cancel_sent = False  # session/cancel sent for the prompt in flight
         # permission request_id (str) → the agent's JSON-RPC id, as it sent it
-        self._permissions: dict[str, int | str] = {}
-        # toolCallId → the stable tool name the agent gave for it (bounded, oldest dropped),
-        # so a permission request, whose toolCall has only a title, names the tool too.
-        self._tool_names: dict[str, str] = {}
+        self._permissions: dict[str, jsonrpc.Id] = {}
+        self._tool_names = ToolNames()
 
     # ------------------------------------------------------------------ requests we send
 
     def _request(self, method: str, params: dict[str, Any], ctx: dict[str, Any] | None = None) -> str:
-        rid = self._next_id
-        self._next_id += 1
-        self._pending[rid] = (method, ctx or {})
-        return dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        rid = self._pending.add((method, ctx or {}))
+        return dumps(jsonrpc.request(rid, method, params))
 
     @staticmethod
     def _notify(method: str, params: dict[str, Any]) -> str:
-        return dumps({"jsonrpc": "2.0", "method": method, "params": params})
+        return dumps(jsonrpc.notification(method, params))
 
     @staticmethod
-    def encode_result(rid: int | str, result: Any) -> str:
-        return dumps({"jsonrpc": "2.0", "id": rid, "result": result})
+    def encode_result(rid: jsonrpc.Id, result: Any) -> str:
+        return dumps(jsonrpc.result(rid, result))
 
     @staticmethod
-    def encode_error(rid: int | str | None, code: int, message: str, data: Any = None) -> str:
-        err: dict[str, Any] = {"code": code, "message": message}
-        if data is not None:
-            err["data"] = data
-        return dumps({"jsonrpc": "2.0", "id": rid, "error": err})
+    def encode_error(rid: jsonrpc.Id | None, code: int, message: str, data: Any = None) -> str:
+        return dumps(jsonrpc.error(rid, RpcError(code, message, data)))
 
     def start(self) -> list[str]:
         return [self._request("initialize", initialize_params(self.client_info))]
@@ -223,10 +140,10 @@ class AcpCodec:
             return []
         # Only a prompt still in flight is being cancelled: a late cancel must not turn the
         # next prompt's error into a cancellation.
-        self._cancel_sent = any(m == "session/prompt" for m, _ in self._pending.values())
+        self._cancel_sent = any(m == "session/prompt" for m, _ in self._pending.contexts())
         lines = [self._notify("session/cancel", {"sessionId": self.session_id})]
         for rid in list(self._permissions.values()):
-            lines.append(self.encode_result(rid, {"outcome": {"outcome": "cancelled"}}))
+            lines.append(self.encode_result(rid, CANCELLED))
         self._permissions.clear()
         return lines
 
@@ -248,13 +165,11 @@ class AcpCodec:
         rid = self._permissions.pop(request_id, None)
         if rid is None:
             return None
-        if decision == "cancel" or (option_id is None and not options):
-            return self.encode_result(rid, {"outcome": {"outcome": "cancelled"}})
-        if option_id is None:
+        if decision != "cancel" and option_id is None:
             kinds = ("allow_once", "allow_always") if decision == "allow" else ("reject_once", "reject_always")
-            option_id = next((o.get("optionId") for k in kinds for o in options or [] if o.get("kind") == k), None)
-            if option_id is None:
-                return self.encode_result(rid, {"outcome": {"outcome": "cancelled"}})
+            option_id = next((o.get("optionId") for k in kinds for o in options or () if o.get("kind") == k), None)
+        if decision == "cancel" or option_id is None:
+            return self.encode_result(rid, CANCELLED)
         return self.encode_result(rid, {"outcome": {"outcome": "selected", "optionId": option_id}})
 
     def model_args(self, model: str) -> list[str]:
@@ -297,38 +212,6 @@ class AcpCodec:
     def pending_permissions(self) -> list[str]:
         return list(self._permissions)
 
-    # ------------------------------------------------------------------ decoding
-
-    def decode_many(self, lines: Sequence[bytes]) -> list[Decoded]:
-        return [self.decode(line) for line in lines]
-
-    def decode(self, line: bytes) -> Decoded:
-        out = Decoded()
-        obj, text, problem = parse_object(line)
-        if obj is None:
-            out.events.append(Event("agent", "diagnostic", {"stream": "protocol", "text": f"{problem}: {text[:512]}"}))
-            return out
-        if obj.get("jsonrpc") != "2.0":
-            out.events.append(
-                Event("agent", "diagnostic", {"stream": "protocol", "text": "not a JSON-RPC 2.0 message"}, text)
-            )
-        elif isinstance(obj.get("method"), str):
-            if "id" in obj:
-                self._on_request(obj, text, out)
-            else:
-                self._on_notification(obj, text, out)
-                # Raw-mode clients see the agent's notifications as they are (issue #4.6);
-                # responses and agent requests are the bridge's business, or routed.
-                if out.events:
-                    out.events[0].relay = True
-        elif "id" in obj and ("result" in obj or "error" in obj):
-            self._on_response(obj, text, out)
-        else:
-            out.events.append(
-                Event("agent", "diagnostic", {"stream": "protocol", "text": "invalid JSON-RPC message"}, text)
-            )
-        return out
-
     def forward_raw(self, message: dict[str, Any], route: str) -> str:
         """A raw client's notification unchanged; its request with the id replaced by one of
         ours, so it can never collide with the bridge's requests or another client's (the
@@ -340,55 +223,85 @@ class AcpCodec:
             )
         if "id" not in message:
             return dumps(message)
-        rid = self._next_id
-        self._next_id += 1
-        self._pending[rid] = ("raw", {"route": route, "id": message.get("id")})
+        rid = self._pending.add(("raw", {"route": route, "id": message.get("id")}))
         return dumps({**message, "id": rid})
+
+    # ------------------------------------------------------------------ decoding
+
+    def decode_many(self, lines: Sequence[bytes]) -> list[Decoded]:
+        return [self.decode(line) for line in lines]
+
+    def decode(self, line: bytes) -> Decoded:
+        out = Decoded()
+        obj, text, problem = parse_object(line)
+        if obj is None:
+            out.events.append(_diagnostic(f"{problem}: {text[:512]}", None))
+            return out
+        msg = jsonrpc.classify(obj)
+        if isinstance(msg, Request):
+            self._on_request(msg, text, out)
+        elif isinstance(msg, Notification):
+            self._on_notification(msg, _d(msg.params), text, out)
+            # Raw-mode clients see the agent's notifications as they are (issue #4.6);
+            # responses and agent requests are the bridge's business, or routed.
+            if out.events:
+                out.events[0].relay = True
+        elif isinstance(msg, Response):
+            self._on_response(obj, msg.id, msg.result, msg.error, text, out)
+        else:
+            self._on_invalid(obj, msg, text, out)
+        return out
+
+    def _on_invalid(self, obj: dict[str, Any], msg: Invalid, raw: str, out: Decoded) -> None:
+        if msg.reason == jsonrpc.BAD_RESPONSE_ID:  # an id we never use: no request of ours
+            out.events.append(_diagnostic(f"response to unknown request id {obj.get('id')!r} ({msg.reason})", raw))
+            return
+        out.events.append(_diagnostic(msg.reason, raw))
+        if msg.reason == jsonrpc.BAD_REQUEST_ID:
+            out.replies.append(self.encode_error(None, INVALID_REQUEST, "Invalid request: bad id"))
+        elif msg.reply_to in self._pending:
+            # A broken answer to one of our requests fails that request: waiting on would
+            # hang it (a prompt's turn would never end).
+            self._on_response(None, msg.reply_to, None, msg.error(), raw, out)
 
     # -- responses to our requests
 
-    def _on_response(self, obj: dict[str, Any], raw: str, out: Decoded) -> None:
-        rid = obj.get("id")
-        pending = self._pending.pop(rid, None) if isinstance(rid, int) and not isinstance(rid, bool) else None
+    def _on_response(
+        self, obj: dict[str, Any] | None, rid: Any, result: Any, error: RpcError | None, raw: str, out: Decoded
+    ) -> None:
+        """The answer to one of our requests; ``obj`` is the agent's message, None when it
+        was too broken to pass on (``error`` says why)."""
+        pending = self._pending.take(rid)
         if pending is None:
-            out.events.append(
-                Event(
-                    "agent",
-                    "diagnostic",
-                    {"stream": "protocol", "text": f"response to unknown request id {rid!r}"},
-                    raw,
-                )
-            )
+            out.events.append(_diagnostic(f"response to unknown request id {rid!r}", raw))
             return
         method, ctx = pending
+        # What goes back to whoever asked, for a routed request: the agent's answer as it
+        # came (a raw client's with its own id again).
+        answer = obj if obj is not None else jsonrpc.error(rid, error or RpcError.internal("no answer"))
         if method == "raw":
-            out.control.append(RoutedReply(ctx["route"], dumps({**obj, "id": ctx["id"]})))
+            out.control.append(RoutedReply(ctx["route"], dumps({**answer, "id": ctx["id"]})))
             out.events.append(Event("agent", "agent.other", {"routed_response": True}, raw))
-            return
-        if method == "session/set_mode":
-            self._mode_answered(obj, ctx, raw, out)
-            return
-        error = obj.get("error")
-        if error is not None:
-            err = _d(error)
-            self._on_error(method, err.get("code"), _s(err.get("message")) or "error", err, raw, out)
-            return
-        result = obj.get("result")
-        handler = getattr(self, "_result_" + method.replace("/", "_"), None)
-        if handler is None:
-            out.events.append(Event("agent", "agent.other", {"method": method}, raw))
+        elif method == "session/set_mode":
+            out.control.append(RoutedReply(ctx["route"], dumps(answer)))
+            self._mode_answered(error, ctx, raw, out)
+        elif error is not None:
+            self._on_error(method, error, raw, out)
         else:
-            handler(_d(result), raw, out)
+            handler = getattr(self, "_result_" + method.replace("/", "_"), None)
+            if handler is None:
+                out.events.append(Event("agent", "agent.other", {"method": method}, raw))
+            else:
+                handler(_d(result), raw, out)
 
-    def _mode_answered(self, obj: dict[str, Any], ctx: dict[str, Any], raw: str, out: Decoded) -> None:
+    def _mode_answered(self, error: RpcError | None, ctx: dict[str, Any], raw: str, out: Decoded) -> None:
         """The agent's answer to our ``session/set_mode``: on success the mode is the one
         asked for (agents need not send ``current_mode_update`` for a change the client
-        made); the answer itself goes back to whoever asked."""
-        out.control.append(RoutedReply(ctx["route"], dumps(obj)))
-        error = obj.get("error")
+        made)."""
         if error is not None:
-            message = _s(_d(error).get("message")) or "error"
-            out.events.append(Event("agent", "agent.other", {"method": "session/set_mode", "error": message}, raw))
+            out.events.append(
+                Event("agent", "agent.other", {"method": "session/set_mode", "error": error.message}, raw)
+            )
             return
         mode = str(ctx["mode"])
         out.events.append(Event("agent", "agent.status", {"status": "mode_changed", "mode": mode}, raw))
@@ -400,33 +313,23 @@ class AcpCodec:
         if raw is not None:
             out.events.insert(0, Event("agent", "agent.other", {"error": message}, raw))
 
-    def _on_error(self, method: str, code: Any, message: str, err: dict[str, Any], raw: str, out: Decoded) -> None:
+    def _on_error(self, method: str, err: RpcError, raw: str, out: Decoded) -> None:
+        code, message = err.code, err.message or "error"
         if method == "session/prompt":
-            self._end_prompt(
-                out, raw, status="cancelled" if self._cancel_sent else "error", error=f"{message} ({code})", code=code
-            )
+            status = "cancelled" if self._cancel_sent else "error"
+            self._end_prompt(out, raw, status=status, error=f"{message} ({code})", code=code)
         elif code == AUTH_REQUIRED:
-            self._fail(
-                out,
-                "auth_required",
-                f"the agent needs authentication ({message}); set auth_method in its profile "
-                f"to one of {[m.get('id') for m in self.auth_methods]}",
-                raw,
-            )
+            offered = [m.get("id") for m in self.auth_methods]
+            text = f"the agent needs authentication ({message}); set auth_method in its profile to one of {offered}"
+            self._fail(out, "auth_required", text, raw)
         elif method in ("session/load", "session/resume"):
             # The old session is gone or cannot be restored: start afresh, and say so.
             out.events.append(Event("agent", "agent.other", {"method": method, "error": message}, raw))
-            out.events.append(
-                Event(
-                    "bridge",
-                    "notice",
-                    {
-                        "code": "history_not_restored",
-                        "text": f"the agent could not restore session {self.resume_id} ({message}); "
-                        "a new session was started and its history is not available to the agent",
-                    },
-                )
+            text = (
+                f"the agent could not restore session {self.resume_id} ({message}); "
+                "a new session was started and its history is not available to the agent"
             )
+            out.events.append(Event("bridge", "notice", {"code": "history_not_restored", "text": text}))
             self._loading = False
             out.replies.append(self._new_session())
         elif method in ("initialize", "authenticate", "session/new"):
@@ -450,26 +353,17 @@ class AcpCodec:
         out.control.append(AgentInfo(info))
         out.events.append(Event("agent", "agent.other", {"method": "initialize", **info}, raw))
         if version != PROTOCOL_VERSION:
-            self._fail(
-                out,
-                "protocol_version",
-                f"the agent speaks ACP protocol version {version!r}; the bridge speaks {PROTOCOL_VERSION}",
-                None,
-            )
+            text = f"the agent speaks ACP protocol version {version!r}; the bridge speaks {PROTOCOL_VERSION}"
+            self._fail(out, "protocol_version", text, None)
             return
         ids = [m.get("id") for m in self.auth_methods]
-        if self.auth_method is not None:
-            if self.auth_method not in ids:
-                self._fail(
-                    out,
-                    "auth_required",
-                    f"auth_method {self.auth_method!r} is not offered by the agent (it offers {ids})",
-                    None,
-                )
-                return
+        if self.auth_method is None:
+            out.replies.append(self._open_session(out))
+        elif self.auth_method not in ids:
+            text = f"auth_method {self.auth_method!r} is not offered by the agent (it offers {ids})"
+            self._fail(out, "auth_required", text, None)
+        else:
             out.replies.append(self._request("authenticate", {"methodId": self.auth_method}))
-            return
-        out.replies.append(self._open_session(out))
 
     def _result_authenticate(self, result: dict[str, Any], raw: str, out: Decoded) -> None:
         out.events.append(Event("agent", "agent.other", {"method": "authenticate"}, raw))
@@ -489,17 +383,11 @@ class AcpCodec:
             return self._request("session/load", params)
         if isinstance(_d(self.agent_capabilities.get("sessionCapabilities")).get("resume"), dict):
             return self._request("session/resume", params)
-        out.events.append(
-            Event(
-                "bridge",
-                "notice",
-                {
-                    "code": "history_not_restored",
-                    "text": "the agent can neither load nor resume sessions; a new session was started and "
-                    "the earlier conversation is not available to it",
-                },
-            )
+        text = (
+            "the agent can neither load nor resume sessions; a new session was started and "
+            "the earlier conversation is not available to it"
         )
+        out.events.append(Event("bridge", "notice", {"code": "history_not_restored", "text": text}))
         return self._new_session()
 
     def _session_ready(self, sid: str | None, raw: str, out: Decoded, how: str, result: dict[str, Any]) -> None:
@@ -563,66 +451,44 @@ class AcpCodec:
 
     # -- agent → client requests
 
-    def _on_request(self, obj: dict[str, Any], raw: str, out: Decoded) -> None:
-        method, params = obj["method"], _d(obj.get("params"))
-        if not _valid_id(obj.get("id")):
+    def _on_request(self, req: Request, raw: str, out: Decoded) -> None:
+        params = _d(req.params)
+        if req.method == "session/request_permission":
+            self._permission_requested(req.id, params, raw, out)
+        elif req.method in FS_METHODS:
             out.events.append(
-                Event("agent", "diagnostic", {"stream": "protocol", "text": f"request {method} has an invalid id"}, raw)
+                Event("agent", "agent.other", {"method": req.method, "path": _s(params.get("path"))}, raw)
             )
-            out.replies.append(self.encode_error(None, INVALID_REQUEST, "Invalid request: bad id"))
-            return
-        rid: int | str = obj["id"]
-        if method == "session/request_permission":
-            key = rid if isinstance(rid, str) else dumps(rid)  # 0 and "0" stay distinct keys
-            if isinstance(rid, str) and rid.lstrip("-").isdigit():
-                key = dumps(rid)
-            self._permissions[key] = rid
-            call = _d(params.get("toolCall"))
-            options = [o for o in _l(params.get("options")) if isinstance(o, dict)]
-            tcid = _s(call.get("toolCallId"))
-            # The tool's name as tool.call reported it (claude-agent-acp: "Bash"), as on
-            # stream-json; the human title only when the agent never named the tool.
-            name = _meta_tool_name(call) or (self._tool_names.get(tcid) if tcid else None)
-            data: dict[str, Any] = {
-                "request_id": key,
-                "tool": name or _s(call.get("title")) or _s(call.get("kind")),
-                "input": call.get("rawInput") if isinstance(call.get("rawInput"), dict) else {},
-                "options": options,
-                "tool_call_id": tcid,
-            }
-            if _s(call.get("title")) is not None:
-                data["title"] = call["title"]
-            out.events.append(Event("agent", "permission.requested", data, raw))
-        elif method in FS_METHODS:
-            out.events.append(Event("agent", "agent.other", {"method": method, "path": _s(params.get("path"))}, raw))
-            out.control.append(AgentRequest(rid, method, params))
+            out.control.append(AgentRequest(req.id, req.method, params))
         else:
-            out.events.append(Event("agent", "agent.other", {"method": method}, raw))
-            out.replies.append(self.encode_error(rid, METHOD_NOT_FOUND, "Method not found", {"method": method}))
+            out.events.append(Event("agent", "agent.other", {"method": req.method}, raw))
+            err = RpcError.method_not_found(data={"method": req.method})
+            out.replies.append(dumps(jsonrpc.error(req.id, err)))
+
+    def _permission_requested(self, rid: jsonrpc.Id, params: dict[str, Any], raw: str, out: Decoded) -> None:
+        key = _permission_key(rid)
+        self._permissions[key] = rid
+        call = _d(params.get("toolCall"))
+        # The tool's name as tool.call reported it (claude-agent-acp: "Bash"), as on
+        # stream-json; the human title only when the agent never named the tool.
+        data: dict[str, Any] = {
+            "request_id": key,
+            "tool": self._tool_names.of(call) or _s(call.get("title")) or _s(call.get("kind")),
+            "input": call.get("rawInput") if isinstance(call.get("rawInput"), dict) else {},
+            "options": [o for o in _l(params.get("options")) if isinstance(o, dict)],
+            "tool_call_id": _s(call.get("toolCallId")),
+        }
+        if _s(call.get("title")) is not None:
+            data["title"] = call["title"]
+        out.events.append(Event("agent", "permission.requested", data, raw))
 
     # -- notifications
 
-    def _on_notification(self, obj: dict[str, Any], raw: str, out: Decoded) -> None:
-        method, params = obj["method"], _d(obj.get("params"))
-        if method == "$/cancel_request":
-            # The agent withdrew one of its requests (docs/api.md §6.5): a pending permission
-            # request is resolved as cancelled and answered with -32800.
-            target = params.get("requestId")
-            key = None
-            for k, v in self._permissions.items():
-                if v == target and type(v) is type(target):
-                    key = k
-            if key is not None:
-                rid = self._permissions.pop(key)
-                out.events.append(
-                    Event(
-                        "agent", "permission.resolved", {"request_id": key, "decision": "cancelled", "by": "agent"}, raw
-                    )
-                )
-                out.replies.append(self.encode_error(rid, REQUEST_CANCELLED, "Request cancelled"))
-                return
-        if method != "session/update":
-            out.events.append(Event("agent", "agent.other", {"method": method}, raw))
+    def _on_notification(self, msg: Notification, params: dict[str, Any], raw: str, out: Decoded) -> None:
+        if msg.method == "$/cancel_request" and self._withdrawn(params.get("requestId"), raw, out):
+            return
+        if msg.method != "session/update":
+            out.events.append(Event("agent", "agent.other", {"method": msg.method}, raw))
             return
         sid = _s(params.get("sessionId"))
         if self._loading and (sid is None or sid == self.resume_id):
@@ -634,75 +500,40 @@ class AcpCodec:
         if self.session_id is not None and sid is not None and sid != self.session_id:
             out.events.append(Event("agent", "agent.other", {"session_update": kind, "foreign_session": sid}, raw))
             return
-        self._session_update(kind, update, raw, out)
-
-    def _session_update(self, kind: str, update: dict[str, Any], raw: str, out: Decoded) -> None:
-        out.events.extend(self._update_events(kind, update, raw))
+        out.events.extend(update_events(kind, update, raw, self._tool_names))
         if kind == "current_mode_update":
-            self._mode_now(_s(update.get("currentModeId")) or _s(update.get("modeId")), out)
+            self._mode_now(mode_in(update), out)
 
-    def _update_events(self, kind: str, u: dict[str, Any], raw: str) -> list[Event]:
-        mid = _s(u.get("messageId"))
-        if kind in ("agent_message_chunk", "agent_thought_chunk"):
-            text = _content_text(u.get("content"))
-            channel = "text" if kind == "agent_message_chunk" else "thought"
-            return [Event("agent", "message.delta", {"text": text, "channel": channel, "message_id": mid}, raw)]
-        if kind == "user_message_chunk":
-            return [
-                Event("agent", "agent.other", {"session_update": kind, "text": _content_text(u.get("content"))}, raw)
-            ]
-        if kind in ("tool_call", "tool_call_update"):
-            tcid, name = _s(u.get("toolCallId")), _meta_tool_name(u)
-            if tcid and name:
-                self._tool_names.pop(tcid, None)
-                self._tool_names[tcid] = name
-                while len(self._tool_names) > MAX_TOOL_NAMES:
-                    del self._tool_names[next(iter(self._tool_names))]
-            return [self._tool_event(kind, u, raw)]
-        if kind == "plan":
-            entries = [e for e in _l(u.get("entries")) if isinstance(e, dict)]
-            return [Event("agent", "plan", {"entries": entries}, raw)]
-        if kind == "current_mode_update":
-            return [
-                Event(
-                    "agent",
-                    "agent.status",
-                    {"status": "mode_changed", "mode": _s(u.get("currentModeId")) or _s(u.get("modeId"))},
-                    raw,
-                )
-            ]
-        return [Event("agent", "agent.other", {"session_update": kind}, raw)]
+    def _withdrawn(self, target: Any, raw: str, out: Decoded) -> bool:
+        """The agent withdrew one of its requests (docs/api.md §6.5): a pending permission
+        request is resolved as cancelled and answered with -32800."""
+        if not jsonrpc.is_id(target):
+            return False
+        key = next((k for k, v in self._permissions.items() if jsonrpc.id_key(v) == jsonrpc.id_key(target)), None)
+        if key is None:
+            return False
+        rid = self._permissions.pop(key)
+        data = {"request_id": key, "decision": "cancelled", "by": "agent"}
+        out.events.append(Event("agent", "permission.resolved", data, raw))
+        out.replies.append(dumps(jsonrpc.error(rid, RpcError.cancelled())))
+        return True
 
-    @staticmethod
-    def _tool_event(kind: str, u: dict[str, Any], raw: str) -> Event:
-        tcid = _s(u.get("toolCallId"))
-        status = _s(u.get("status"))
-        if kind == "tool_call_update" and status in ("completed", "failed"):
-            output: Any = u.get("rawOutput")
-            if output is None:
-                output = "".join(_content_text(_d(c).get("content")) for c in _l(u.get("content")))
-            return Event(
-                "agent", "tool.result", {"tool_call_id": tcid, "output": output, "is_error": status == "failed"}, raw
-            )
-        # A stable tool name when the agent gives one (claude-agent-acp: _meta.claudeCode.toolName);
-        # the title is a human label that changes during the call.
-        meta_name = _meta_tool_name(u)
-        data: dict[str, Any] = {"tool_call_id": tcid}
-        if kind == "tool_call":
-            data.update(
-                name=meta_name or _s(u.get("title")) or _s(u.get("kind")),
-                input=u.get("rawInput"),
-                title=_s(u.get("title")),
-                kind=_s(u.get("kind")),
-                status=status or "pending",
-            )
-            return Event("agent", "tool.call", data, raw)
-        # tool_call_update patches the call: only the fields present (an absent field is
-        # unchanged, not cleared).
-        data["update"] = True
-        if meta_name:
-            data["name"] = meta_name
-        for src, dst in (("rawInput", "input"), ("title", "title"), ("kind", "kind"), ("status", "status")):
-            if src in u:
-                data[dst] = u[src]
-        return Event("agent", "tool.call", data, raw)
+
+__all__ = [
+    "AUTH_REQUIRED",
+    "CLIENT_CAPABILITIES",
+    "FS_METHODS",
+    "INVALID_REQUEST",
+    "MAX_MODES",
+    "MAX_MODE_TEXT",
+    "MAX_TOOL_NAMES",
+    "METHOD_NOT_FOUND",
+    "PROTOCOL",
+    "PROTOCOL_VERSION",
+    "REQUEST_CANCELLED",
+    "AcpCodec",
+    "content_refusal",
+    "initialize_params",
+    "session_modes",
+    "to_acp_blocks",
+]

@@ -13,8 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from bridge.protocols.acp import METHOD_NOT_FOUND, initialize_params
+from bridge.protocols import jsonrpc
+from bridge.protocols.acp_updates import initialize_params
 from bridge.protocols.jsonline import dumps, parse_object
+from bridge.protocols.jsonrpc import Invalid, Request, Response, RpcError
 
 MAX_ERROR = 300
 
@@ -40,14 +42,10 @@ class AcpLister:
         self.cursor = cursor
         self.auth_method = auth_method
         self.client_info = {"name": "agent-bridge", "title": "agent-bridge", "version": client_version}
-        self._pending: dict[int, str] = {}
-        self._next = 0
+        self._pending: jsonrpc.Pending[str] = jsonrpc.Pending()  # id → the method asked
 
     def _request(self, method: str, params: dict[str, Any]) -> str:
-        rid = self._next
-        self._next += 1
-        self._pending[rid] = method
-        return dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        return dumps(jsonrpc.request(self._pending.add(method), method, params))
 
     def start(self) -> list[str]:
         return [self._request("initialize", initialize_params(self.client_info))]
@@ -63,21 +61,20 @@ class AcpLister:
         parsed, _, _ = parse_object(line)
         if parsed is None:
             return [], None  # noise on stdout is not our business here
-        obj: dict[str, Any] = parsed
-        if "method" in obj:
-            if "id" in obj:  # a request to us
-                err = {"code": METHOD_NOT_FOUND, "message": "agent-bridge is only listing sessions"}
-                return [dumps({"jsonrpc": "2.0", "id": obj["id"], "error": err})], None
-            return [], None
-        rid = obj.get("id")
-        method = self._pending.pop(rid, None) if isinstance(rid, int) else None
-        if method is None:
-            return [], None
-        if "error" in obj or not isinstance(obj.get("result"), dict):
-            message = _d(obj.get("error")).get("message")
-            detail = f"{method}: {message if isinstance(message, str) else 'no result'}"[:MAX_ERROR]
+        msg = jsonrpc.classify(parsed)
+        if isinstance(msg, Request):
+            err = RpcError.method_not_found("agent-bridge is only listing sessions")
+            return [dumps(jsonrpc.error(msg.id, err))], None
+        if isinstance(msg, Invalid) and msg.reply_to is not None:
+            msg = Response(msg.reply_to, error=msg.error())  # a broken answer fails its request
+        method = self._pending.take(msg.id) if isinstance(msg, Response) else None
+        if method is None or not isinstance(msg, Response):
+            return [], None  # a notification, or an answer to nothing we asked
+        result, error = msg.result, msg.error
+        if error is not None or not isinstance(result, dict):
+            detail = f"{method}: {error.message if error is not None else 'no result'}"[:MAX_ERROR]
             return [], Listed(reason="agent_error", detail=detail)
-        return self._result(method, obj["result"])
+        return self._result(method, result)
 
     def _result(self, method: str, result: dict[str, Any]) -> tuple[list[str], Listed | None]:
         if method == "initialize":

@@ -12,17 +12,17 @@ import asyncio
 import os
 from typing import Any
 
+from bridge.protocols.jsonrpc import ACCESS_DENIED, INVALID_PARAMS, RESOURCE_NOT_FOUND, RpcError
+
 MAX_FILE_BYTES = 16 * 1024 * 1024
-INVALID_PARAMS = -32602  # JSON-RPC 2.0
-RESOURCE_NOT_FOUND = -32002  # ACP
-ACCESS_DENIED = -32001  # implementation-defined (JSON-RPC "server error" range; docs/api.md §7.3)
 
 
-class FsError(Exception):
+class FsError(RpcError):
+    """A refusal the agent is answered with: a JSON-RPC error (invalid params, resource not
+    found, or access denied for a path outside the working directory; docs/api.md §7.3)."""
+
     def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+        super().__init__(code, message)
 
 
 def _inside(root: str, path: Any) -> str:

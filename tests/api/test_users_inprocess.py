@@ -20,6 +20,7 @@ from fastapi import FastAPI
 from structlog.testing import capture_logs
 
 from bridge.api.app import create_app
+from bridge.api.context import BridgeApp
 from bridge.api.users import new_token, token_hash
 from bridge.config import load_settings
 from bridge.errors import ConfigError
@@ -36,7 +37,7 @@ proxy_trusted = ["10.1.2.0/24"]
 
 
 @asynccontextmanager
-async def users_app(tmp_path: Path) -> AsyncIterator[tuple[FastAPI, dict[str, str]]]:
+async def users_app(tmp_path: Path) -> AsyncIterator[tuple[BridgeApp, dict[str, str]]]:
     cfg = tmp_path / "config.toml"
     cfg.write_text(CONFIG)
     settings = load_settings(config=str(cfg), data_dir=str(tmp_path / "data"), token=OPERATOR_TOKEN, port=8765)

@@ -1,0 +1,119 @@
+"""One thread's lease, as its conversation holds it (docs/DESIGN.md "Ownership").
+
+:class:`~bridge.sessions.ownership.Ownership` keeps every lease this replica holds
+(acquire, renew, self-fence, release); a :class:`ThreadLease` is one thread's view of it,
+with the four things a conversation does with its lease:
+
+* :meth:`ThreadLease.hold` — the epoch for the next append, acquired if needed. A new
+  epoch is *adopted* first: the row is read again and a life the previous owner left open
+  is closed (:meth:`_adopt`), before anything of this replica's is appended;
+* :meth:`ThreadLease.lose` — the store refused an append for its epoch, or the lease could
+  not be renewed in time: the object is finished, every later hold refused;
+* :meth:`ThreadLease.release` — the agent exited: any replica may run the thread next.
+
+With no :class:`Ownership` (SQLite: one daemon, nothing to contend for) every hold is None
+and appends carry no epoch, exactly as before leases existed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import structlog
+
+from bridge.errors import LeaseLost, NotFound, NotOwner
+from bridge.sessions.journal import Journal
+from bridge.sessions.ownership import TAIL_EVENTS, Ownership, needs_takeover, open_turn, queued_turns, takeover_events
+from bridge.store.base import ThreadRow
+
+log = structlog.get_logger("bridge.lease")
+
+# The row read again under a new epoch: the holder refreshes what it keeps from it.
+Refresh = Callable[[ThreadRow], None]
+
+
+def _nothing() -> None:
+    return None
+
+
+class ThreadLease:
+    def __init__(
+        self,
+        journal: Journal,
+        ownership: Ownership | None,
+        *,
+        refresh: Refresh | None = None,
+        on_lost: Callable[[], None] = _nothing,
+    ) -> None:
+        """``refresh``: called with the row read again when a new epoch is adopted.
+        ``on_lost``: the holder's reaction when this lease turns out lost while held."""
+        self.id = journal.id
+        self.journal = journal
+        self.store = journal.store
+        self.ownership = ownership
+        self._refresh = refresh
+        self._on_lost = on_lost
+        self.epoch: int | None = None
+        self.lost = False  # the lease was lost: the holder is finished (the registry drops it)
+
+    @property
+    def held(self) -> bool:
+        """An append needs no statement to hold the lease first (no leases, or one held)."""
+        return self.ownership is None or self.epoch is not None
+
+    async def hold(self, reason: str = "owner_lost") -> int | None:
+        """This thread's epoch (acquired if needed), None with no leases. A new epoch over
+        a row that says a process or a turn was live closes that life's books first
+        (``reason``). Raises NotOwner while another replica owns it, LeaseLost once lost.
+        The caller holds the journal's lock."""
+        if self.ownership is None:
+            return None
+        if self.lost:
+            raise LeaseLost(f"thread {self.id}: this replica lost its lease")
+        try:
+            epoch = await self.ownership.ensure(self.id)
+        except NotOwner:
+            if self.epoch is not None:  # it was ours: taken over while this replica could not renew
+                self._on_lost()
+            raise
+        if self.epoch is not None and epoch != self.epoch:
+            # Our lease lapsed and was granted again: whatever ran meanwhile is not ours to trust.
+            self._on_lost()
+            raise LeaseLost(f"thread {self.id}: this replica's lease lapsed")
+        if epoch != self.epoch:
+            await self._adopt(epoch, reason)
+            self.epoch = epoch
+        return epoch
+
+    async def _adopt(self, epoch: int, reason: str) -> None:
+        """A new epoch: the row is read again (another replica may have written since this
+        object last looked), and a life the previous owner left open is closed."""
+        fresh = await self.store.get_thread(self.id)
+        if fresh is None:
+            raise NotFound(f"no thread {self.id}", code="thread_not_found")
+        if self._refresh is not None:
+            self._refresh(fresh)
+        if not needs_takeover(fresh):
+            return
+        tail = await self.store.read_events(self.id, max(0, fresh["last_seq"] - TAIL_EVENTS), TAIL_EVENTS)
+        turn_id = open_turn(tail)
+        events, fields = takeover_events(fresh, reason, turn_id, queued_turns(tail))
+        await self.journal.commit(events, fields, None, epoch)
+        log.warning("thread.taken_over", thread_id=self.id, epoch=epoch, reason=reason, turn_id=turn_id)
+
+    def lose(self) -> bool:
+        """Mark the lease lost (the store refused an append for its epoch, or it could not
+        be renewed in time). True the first time: the caller then stops what runs."""
+        if self.lost:
+            return False
+        self.lost = True
+        if self.ownership is not None:
+            self.ownership.forget(self.id)
+        return True
+
+    async def release(self) -> None:
+        """Give the lease back (the agent exited), so any replica may run the thread next."""
+        if self.ownership is None or self.lost:
+            return
+        self.epoch = None
+        await self.ownership.release(self.id)

@@ -35,6 +35,7 @@ from bridge.protocols.codecs import may_have_modes, prompt_capabilities
 from bridge.protocols.events import Record
 from bridge.protocols.jsonline import dumps, loads_strict
 from bridge.sessions import acp_session as mapping
+from bridge.sessions.commands import AnswerPermission, Interrupt, Prompt, SetMode
 from bridge.sessions.conversation import Conversation
 from bridge.sessions.fanout import Subscriber, deliver
 from bridge.sessions.modes import ModeRefused, modes_of
@@ -216,7 +217,10 @@ class _Attached:
             return
         decision, option_id = answer
         try:
-            await self.conv.answer_permission(rid, decision, by="acp", option_id=option_id, user=self.conn.user.name)
+            command = AnswerPermission(
+                request_id=rid, decision=decision, channel="acp", option_id=option_id, actor=self.conn.user.name
+            )
+            await self.conn.registry.port(self.conv).run(command)
         except BridgeError as exc:
             log.info("acp.permission_answer_refused", thread_id=self.conv.id, request_id=rid, code=exc.code)
 
@@ -450,7 +454,7 @@ class AcpConnection:
         att = self.sessions.get(sid) if isinstance(sid, str) else None
         if att is not None:
             with contextlib.suppress(BridgeError):
-                await att.conv.interrupt(by=self.user.name)
+                await self.registry.port(att.conv).run(Interrupt(actor=self.user.name))
 
     async def _response(self, msg: dict[str, Any]) -> None:
         rpc_id = msg["id"]
@@ -603,7 +607,8 @@ class AcpConnection:
             client_id = f"acp-{uuid.uuid4().hex}"
         att.by_client[client_id] = rpc_id
         try:
-            acc = await att.conv.submit(blocks, client_id, by=self.user.name)
+            prompt = Prompt(content=blocks, client_id=client_id, actor=self.user.name)
+            acc = await self.registry.port(att.conv).run(prompt)
         except BaseException:
             att.by_client.pop(client_id, None)
             raise
@@ -641,7 +646,7 @@ class AcpConnection:
         if not isinstance(mode_id, str) or not mode_id:
             raise RpcError(INVALID_PARAMS, "modeId must be a non-empty string")
         try:
-            await att.conv.set_mode(mode_id, by=self.user.name)
+            await self.registry.port(att.conv).run(SetMode(mode_id=mode_id, actor=self.user.name))
         except ModeRefused as exc:
             raise RpcError(exc.rpc["code"], exc.rpc["message"], exc.rpc.get("data")) from None
         except BridgeError as exc:

@@ -8,10 +8,11 @@ import binascii
 from typing import Any
 
 from bridge.errors import InvalidRequest
+from bridge.sessions.commands import BOUNDS
 
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 DOCUMENT_TYPES = frozenset({"application/pdf", "text/plain"})
-MAX_BLOCKS = 64
+MAX_BLOCKS = BOUNDS.content_blocks  # (the one table of a command's bounds)
 
 
 def _bad(msg: str) -> InvalidRequest:

@@ -1,5 +1,7 @@
 """Client input, one schema for every transport: a REST body and a WebSocket frame that
-mean the same thing are validated by the same model (docs/api.md §4.6, §5.3).
+mean the same thing are validated by the same model (docs/api.md §4.6, §5.3), and each
+model makes the one command it stands for (sessions/commands.py), with the bounds of that
+module's one table.
 
 A malformed field is a pydantic ValidationError, which each transport answers in its own
 words (REST: 400 ``invalid_request``; a frame: ``client.rejected`` ``invalid_frame``, or
@@ -14,8 +16,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from bridge.api.content import normalize_prompt
+from bridge.sessions.commands import BOUNDS, AnswerPermission, Prompt, Raw, SetMode
 
-MAX_CLIENT_ID = 128
+MAX_CLIENT_ID = BOUNDS.client_id
 
 
 def _utf8(text: str) -> bool:
@@ -57,30 +60,46 @@ class PromptIn(_In):
             data = {**data, "content": normalize_prompt(data.get("text"), data.get("content")), "text": None}
         return data
 
-    @property
-    def blocks(self) -> list[dict[str, Any]]:
+    def command(self, actor: str) -> Prompt:
         assert self.content is not None
-        return self.content
+        return Prompt(content=self.content, client_id=self.client_id, actor=actor)
 
 
 class PermissionIn(_In):
-    decision: str = Field(..., max_length=16)  # allow | deny, checked by the conversation
-    option_id: str | None = Field(None, min_length=1, max_length=256)
-    message: str | None = Field(None, max_length=4096)
+    decision: str = Field(..., max_length=BOUNDS.decision)  # allow | deny, checked by the conversation
+    option_id: str | None = Field(None, min_length=1, max_length=BOUNDS.option_id)
+    message: str | None = Field(None, max_length=BOUNDS.permission_message)
+
+    def command(self, request_id: str, actor: str, channel: str) -> AnswerPermission:
+        """``channel``: how the answer came, recorded as ``permission.resolved``'s ``by``."""
+        return AnswerPermission(
+            request_id=request_id,
+            decision=self.decision,
+            channel=channel,
+            option_id=self.option_id,
+            message=self.message,
+            actor=actor,
+        )
 
 
 class PermissionFrame(PermissionIn):
-    request_id: str = Field(..., min_length=1, max_length=256)
+    request_id: str = Field(..., min_length=1, max_length=BOUNDS.request_id)
 
 
 class RawIn(_In):
     message: dict[str, Any]
 
+    def command(self, actor: str) -> Raw:
+        return Raw(message=self.message, actor=actor)
+
 
 class ModeIn(_In):
     """``POST …/mode`` and the ``set_mode`` frame (docs/api.md §4.19)."""
 
-    mode_id: str = Field(..., min_length=1, max_length=256)
+    mode_id: str = Field(..., min_length=1, max_length=BOUNDS.mode_id)
+
+    def command(self, actor: str) -> SetMode:
+        return SetMode(mode_id=self.mode_id, actor=actor)
 
 
 def frame_error_code(exc: ValidationError) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
@@ -19,6 +19,7 @@ from bridge.errors import InvalidRequest
 from bridge.process.launch import executable_problem
 from bridge.protocols.events import Record
 from bridge.protocols.jsonline import dumps
+from bridge.sessions.commands import Command, Interrupt
 from bridge.sessions.conversation import Conversation
 from bridge.sessions.fanout import deliver
 from bridge.sessions.native import NativeSessions
@@ -27,6 +28,7 @@ from bridge.sessions.registry import Registry
 MAX_PAGE = 1000
 MAX_WAIT_S = 60.0
 MAX_SEQ = 2**53  # seqs are SQLite integers; anything larger is not a seq
+A = TypeVar("A")  # a command's answer
 
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(require_auth)])
@@ -70,10 +72,16 @@ def _view(request: Request, conv: Conversation) -> dict[str, Any]:
     return thread_view(conv.thread, _shown(request))
 
 
-def _by(request: Request) -> str:
-    """What the client events of this request record as ``by``: the caller's name (a
-    user's, or "operator" for the daemon's own token, in token mode as in users mode)."""
+def _actor(request: Request) -> str:
+    """Who sends this request's command, recorded as ``by`` in its client events: the
+    caller's name (a user's, or "operator" for the daemon's own token, in token mode as in
+    users mode)."""
     return current_user(request).name
+
+
+async def _run(request: Request, conv: Conversation, command: Command[A]) -> A:
+    """A client's command, run where the thread runs (this replica or its owner)."""
+    return await registry(request).port(conv).run(command)
 
 
 @router.get("/agents")
@@ -170,23 +178,24 @@ async def delete_thread(thread_id: str, request: Request) -> Response:
 @router.post("/threads/{thread_id}/messages", status_code=202)
 async def post_message(thread_id: str, body: PromptIn, request: Request, response: Response) -> dict[str, Any]:
     conv = await _conv(request, thread_id)
-    acc = await conv.submit(body.blocks, body.client_id, by=_by(request))
+    command = body.command(_actor(request))
+    acc = await _run(request, conv, command)
     if acc.duplicate:
         response.status_code = 200
-    return {"seq": acc.seq, "turn_id": acc.turn_id, "duplicate": acc.duplicate, "queued": acc.queued}
+    return command.answer_to_wire(acc)
 
 
 @router.post("/threads/{thread_id}/interrupt", status_code=202)
 async def interrupt(thread_id: str, request: Request) -> dict[str, Any]:
     conv = await _conv(request, thread_id)
-    return {"interrupted": await conv.interrupt(by=_by(request))}
+    return {"interrupted": await _run(request, conv, Interrupt(actor=_actor(request)))}
 
 
 @router.post("/threads/{thread_id}/mode")
 async def set_mode(thread_id: str, body: ModeIn, request: Request) -> dict[str, Any]:
     """The agent's session mode (ACP ``session/set_mode``, docs/api.md §4.19)."""
     conv = await _conv(request, thread_id)
-    return await conv.set_mode(body.mode_id, by=_by(request))
+    return await _run(request, conv, body.command(_actor(request)))
 
 
 @router.post("/threads/{thread_id}/resume", status_code=202)
@@ -212,9 +221,7 @@ async def list_permissions(thread_id: str, request: Request) -> dict[str, Any]:
 @router.post("/threads/{thread_id}/permissions/{request_id}")
 async def answer_permission(thread_id: str, request_id: str, body: PermissionIn, request: Request) -> dict[str, Any]:
     conv = await _conv(request, thread_id)
-    return await conv.answer_permission(
-        request_id, body.decision, by="rest", option_id=body.option_id, message=body.message, user=_by(request)
-    )
+    return await _run(request, conv, body.command(request_id, _actor(request), channel="rest"))
 
 
 @router.get("/threads/{thread_id}/tasks")

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -31,6 +32,7 @@ from bridge.errors import BridgeError, InvalidRequest, Throttled, error_body
 from bridge.protocols.envelope import ephemeral
 from bridge.protocols.events import Record
 from bridge.protocols.jsonline import loads_strict
+from bridge.sessions.commands import BOUNDS, Command, Interrupt, Raw, ThreadPort
 from bridge.sessions.conversation import Conversation
 from bridge.sessions.fanout import Subscriber, deliver
 from bridge.sessions.modes import MODE_TIMEOUT_S
@@ -41,7 +43,7 @@ log = structlog.get_logger("bridge.ws")
 router = APIRouter()
 
 CLOSE_CODES = {"daemon_shutdown": 1001, "deleted": 4410, "owner_lost": 1012, "user_revoked": 4401}
-MAX_FRAME_BYTES = 8 * 1024 * 1024
+MAX_FRAME_BYTES = BOUNDS.message_chars  # characters of one text frame
 
 
 async def upgrade_user(ws: WebSocket) -> User | JSONResponse:
@@ -83,7 +85,9 @@ async def thread_ws(ws: WebSocket, thread_id: str) -> None:
     except BridgeError as exc:
         await _close_quietly(ws, 4404, exc.code)
         return
-    session = _Session(ws, conv, user, raw=(mode == "raw"), omit_raw=omit_raw == "1" and mode == "events")
+    session = _Session(
+        ws, conv, reg.port(conv), user, raw=(mode == "raw"), omit_raw=omit_raw == "1" and mode == "events"
+    )
     session.coalesce = coalesced == "1"
     await session.run(int(after_raw))
 
@@ -106,11 +110,14 @@ async def _close_quietly(ws: WebSocket, code: int, reason: str) -> None:
 
 
 class _Session:
-    def __init__(self, ws: WebSocket, conv: Conversation, user: User, *, raw: bool, omit_raw: bool = False) -> None:
+    def __init__(
+        self, ws: WebSocket, conv: Conversation, port: ThreadPort, user: User, *, raw: bool, omit_raw: bool = False
+    ) -> None:
         self.ws = ws
         self.conv = conv
+        self.port = port  # where this client's commands run (Registry.port)
         self.user = user
-        self.by = user.name  # what this client's events record as ``by`` (the operator's too)
+        self.actor = user.name  # who sends this client's commands: ``by`` in their events (the operator's too)
         self.raw = raw
         # Envelopes without "raw" (null): a frame about half the size of a huge prompt's.
         # Replayed pages then come as records, each envelope built for this client.
@@ -238,7 +245,7 @@ class _Session:
         if not isinstance(obj, dict):
             return False
         try:
-            await self.conv.write_raw(obj, self._sub, by=self.by)
+            await self.port.run(Raw(message=obj, routed=True, actor=self.actor), answer_to=self._sub)
         except BridgeError as exc:
             log.info("ws.raw_refused", thread_id=self.conv.id, code=exc.code)
         return True
@@ -271,55 +278,24 @@ class _Session:
         op = frame.get("op")
         client_id = frame.get("client_id")
         ids = {"client_id": client_id} if isinstance(client_id, str) else {}
-        handler = _OPS.get(op) if isinstance(op, str) else None
+        spec = _OPS.get(op) if isinstance(op, str) else None
         try:
-            if handler is None:
+            if spec is None:
                 raise InvalidRequest(f"unknown op {op!r}", code="unknown_op")
             try:
-                await handler(self, frame, ids)
+                command = spec.parse(frame, self.actor, ids.get("client_id") or "websocket")
             except ValidationError as exc:
                 raise InvalidRequest(_first_error(exc), code=frame_error_code(exc)) from None
+            if spec.hold_s and self._sub is not None:
+                # Run here too, the command's events may be recorded before its answer: they
+                # wait for it, as a forwarded frame's do (released by _reply, or at the bound).
+                self._sub.hold(spec.hold_s)
+            answer = await self.port.run(command, answer_to=self._sub)
         except BridgeError as exc:
             message = shown_to(self.ws.app.state.settings, self.user).text(exc.message)  # no data dir path
             await self._reject(op if isinstance(op, str) else None, exc.code, message, **ids)
-
-    async def _op_prompt(self, frame: dict[str, Any], ids: dict[str, str]) -> None:
-        body: PromptIn = PromptIn.from_frame(frame)
-        acc = await self.conv.submit(body.blocks, body.client_id, by=self.by, answer_to=self._sub)
-        await self._accept(
-            "prompt", seq=acc.seq, turn_id=acc.turn_id, duplicate=acc.duplicate, queued=acc.queued, **ids
-        )
-
-    async def _op_interrupt(self, frame: dict[str, Any], ids: dict[str, str]) -> None:
-        active = await self.conv.interrupt(by=self.by, answer_to=self._sub)
-        await self._accept("interrupt", active=active, **ids)
-
-    async def _op_raw(self, frame: dict[str, Any], ids: dict[str, str]) -> None:
-        body: RawIn = RawIn.from_frame(frame)
-        seq = await self.conv.write_raw(body.message, by=self.by, answer_to=self._sub)
-        await self._accept("raw", seq=seq, **ids)
-
-    async def _op_permission(self, frame: dict[str, Any], ids: dict[str, str]) -> None:
-        body: PermissionFrame = PermissionFrame.from_frame(frame)
-        resolved = await self.conv.answer_permission(
-            body.request_id,
-            body.decision,
-            by=ids.get("client_id", "websocket"),
-            option_id=body.option_id,
-            message=body.message,
-            user=self.by,
-            answer_to=self._sub,
-        )
-        await self._accept("permission", **resolved)
-
-    async def _op_set_mode(self, frame: dict[str, Any], ids: dict[str, str]) -> None:
-        body: ModeIn = ModeIn.from_frame(frame)
-        if self._sub is not None:
-            # Run here too, the switch is recorded before the agent is asked: its events wait
-            # for the answer, as a forwarded frame's do (released by _reply, or at the bound).
-            self._sub.hold(MODE_TIMEOUT_S + 1.0)
-        answer = await self.conv.set_mode(body.mode_id, by=self.by, answer_to=self._sub)
-        await self._accept("set_mode", **answer, **ids)
+            return
+        await self._accept(str(op), **command.answer_to_wire(answer), **(ids if spec.echo_client_id else {}))
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -328,11 +304,24 @@ def _first_error(exc: ValidationError) -> str:
     return f"{where}: {err.get('msg')}" if where else str(err.get("msg"))
 
 
-_Op = Callable[[_Session, dict[str, Any], dict[str, str]], Awaitable[None]]
+@dataclass(frozen=True)
+class _Op:
+    """A client frame's op (docs/api.md §5.3): the command it makes from the frame, the
+    sender (``actor``) and the frame's ``client_id`` (or "websocket"); its answer is the
+    command's answer as the bus carries it (§5.4)."""
+
+    parse: Callable[[dict[str, Any], str, str], Command[Any]]
+    echo_client_id: bool = True  # a permission's answer names it as ``by`` instead
+    hold_s: float = 0.0  # events held for the answer even when run here (set_mode)
+
+
 _OPS: dict[str, _Op] = {
-    "prompt": _Session._op_prompt,
-    "interrupt": _Session._op_interrupt,
-    "raw": _Session._op_raw,
-    "permission": _Session._op_permission,
-    "set_mode": _Session._op_set_mode,
+    "prompt": _Op(lambda frame, actor, _cid: PromptIn.from_frame(frame).command(actor)),
+    "interrupt": _Op(lambda _frame, actor, _cid: Interrupt(actor=actor)),
+    "raw": _Op(lambda frame, actor, _cid: RawIn.from_frame(frame).command(actor)),
+    "permission": _Op(
+        lambda frame, actor, cid: (body := PermissionFrame.from_frame(frame)).command(body.request_id, actor, cid),
+        echo_client_id=False,
+    ),
+    "set_mode": _Op(lambda frame, actor, _cid: ModeIn.from_frame(frame).command(actor), hold_s=MODE_TIMEOUT_S + 1.0),
 }

@@ -7,8 +7,9 @@ A bus carries three things, none of which is ever the only copy of anything:
   committed records from the store themselves; an announcement may be dropped or arrive
   twice, so a listener treats it as "look at the store now". When the bus was down or has
   just reconnected, :meth:`Listener.resync` says "anything may have been missed".
-* **commands to a thread's owner** — a prompt, interrupt, permission answer or raw frame a
-  client sent to another replica: :meth:`Bus.request` delivers it to the owner's inbox and
+* **commands to a thread's owner** — a client's command (sessions/commands.py: a prompt,
+  interrupt, permission answer, mode switch, raw frame) sent to another replica, as its
+  wire form ``(kind, body)``: :meth:`Bus.request` delivers it to the owner's inbox and
   returns the owner's answer (the ``client.accepted`` / ``client.rejected`` the client gets).
   A command whose answer does not arrive in time raises :class:`NoReply`; the client's
   ``client_id`` makes a retry safe.
@@ -33,7 +34,10 @@ from bridge.protocols import jsonline
 MAX_MESSAGE_BYTES = 20 * 1024 * 1024
 # Identifiers on the bus: replica ids, thread ids, command ids.
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
-COMMAND_KINDS = frozenset({"prompt", "interrupt", "permission", "raw", "stop", "mode"})
+# A command's kind is only shaped here: which kinds exist, and what each carries, is the
+# receiver's to check (sessions/commands.py ``from_wire``, and ``stop`` in
+# sessions/cluster.py), so an unknown kind is answered with a refusal, not dropped.
+_KIND = re.compile(r"[a-z][a-z_]{0,31}")
 
 
 class BusUnavailable(Exception):
@@ -54,7 +58,7 @@ class Command:
 
     id: str
     sender: str  # the replica the answer goes back to
-    kind: str  # one of COMMAND_KINDS
+    kind: str  # what the body is: a client command's KIND (sessions/commands.py), or "stop"
     thread_id: str
     body: Mapping[str, Any] = field(default_factory=dict)
     deadline: float = math.inf  # the sender's wall clock: after this nobody waits for the answer
@@ -112,7 +116,8 @@ def _parse_command(obj: dict[str, Any]) -> Command | None:
         return None
     if not (valid_id(obj.get("id")) and valid_id(obj.get("sender")) and valid_id(obj.get("thread"))):
         return None
-    if obj.get("kind") not in COMMAND_KINDS or not isinstance(body, dict) or not _finite(deadline):
+    kind = obj.get("kind")
+    if not (isinstance(kind, str) and _KIND.fullmatch(kind)) or not isinstance(body, dict) or not _finite(deadline):
         return None
     return Command(obj["id"], obj["sender"], obj["kind"], obj["thread"], body, float(deadline))
 

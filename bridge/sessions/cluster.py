@@ -6,8 +6,9 @@ brings for threads this replica owns, and the replica's heartbeat in the store.
   store and publishes them to its own subscribers (:meth:`Conversation.follow`). Followed
   threads are also read every second while the bus is down, and every few seconds
   regardless (an announcement may be dropped), so nothing is lost without the bus.
-* A client's input for a thread another replica runs is forwarded to that replica's inbox
-  (sessions/remote.py); commands arriving here are run as a local client's would be.
+* A client's command for a thread another replica runs is forwarded to that replica's
+  inbox (sessions/forwarding.py, sessions/remote.py); commands arriving here are run as a
+  local client's would be (:func:`~bridge.sessions.remote.serve`).
 * Changes to thread rows wake the server-wide change streams of every replica.
 * The replica's row in the store is kept alive (``GET /v1/cluster``).
 """
@@ -25,7 +26,7 @@ from bridge.bus.base import Bus, Command
 from bridge.errors import BridgeError
 from bridge.sessions.conversation import Conversation
 from bridge.sessions.registry import Registry
-from bridge.sessions.remote import Owners, refused, run_command
+from bridge.sessions.remote import Owners, refused, serve
 from bridge.store.base import Store
 
 log = structlog.get_logger("bridge.cluster")
@@ -140,7 +141,7 @@ class ClusterLink:
             conv = await self.registry.get(cmd.thread_id)
         except BridgeError as exc:
             raise refused(exc) from exc
-        return await run_command(conv, cmd.kind, cmd.body)
+        return await serve(conv, cmd.kind, cmd.body)  # never forwarded again: the conversation runs it
 
     async def _heartbeat(self) -> None:
         while True:

@@ -26,8 +26,8 @@ import contextlib
 import signal
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar, cast
 
 import structlog
 
@@ -56,6 +56,7 @@ from bridge.protocols.framing import LineTooLong
 from bridge.sessions import acp_fs
 from bridge.sessions.actions import Accepted, Action, ArmTimer, CancelTimer, Emit, Limits, Route, Serve, Stop, Write
 from bridge.sessions.announce import Announcer
+from bridge.sessions.commands import AnswerPermission, Command, Interrupt, Prompt, Raw, SetMode
 from bridge.sessions.core import ConversationCore
 from bridge.sessions.fanout import Fanout, Subscriber
 from bridge.sessions.history import Compactor, Item, committed
@@ -70,13 +71,14 @@ from bridge.sessions.ownership import (
     queued_turns,
     takeover_events,
 )
-from bridge.sessions.remote import ForwardFailed, OwnerGone, Owners, accepted_from
 from bridge.sessions.scrub import Scrubber
 from bridge.sessions.tasks import TaskTable
 from bridge.store.base import Store, ThreadRow, apply_fields
 from bridge.userdirs import launch_for_thread
 
 log = structlog.get_logger("bridge.conversation")
+
+A = TypeVar("A")  # a command's answer (Conversation.run)
 
 # After the process exits, its pipes get this long to drain before they are abandoned
 # (a grandchild may hold them open).
@@ -85,7 +87,6 @@ DRAIN_TIMEOUT_S = 2.0
 STOP_RECORD_WAIT_S = 1.0
 # A follower reads what the owner committed in pages of this many records.
 FOLLOW_PAGE = 1000
-ROUTE_ATTEMPTS = 3  # owners tried for one input when each dies before answering
 HISTORY_PAGE = 5000
 HISTORY_KEEP_ITEMS = 20_000  # a compacted history larger than this is rebuilt per request
 
@@ -204,9 +205,8 @@ class Conversation:
         self._replies: dict[str, asyncio.Future[str]] = {}  # our own requests' routed answers (set_mode)
         self._scrub = Scrubber(profile.env if profile is not None else {})
         self._secret_env: dict[str, str] = {}  # the owner's secrets for the profile, read at each start
-        # Many replicas (docs/api.md §6): who else may own this thread, and who hears of
-        # this replica's commits. None on a single daemon.
-        self.owners: Owners | None = None
+        # Many replicas (docs/api.md §6): who hears of this replica's commits. None on a
+        # single daemon.
         self.on_committed: Callable[[str, int], None] | None = None
         # The compacted history so far (GET …/history), kept up to date at commit: from the
         # start for a new thread, from the first history read for a loaded one.
@@ -910,49 +910,22 @@ class Conversation:
 
     # ------------------------------------------------------------------ client operations
 
-    async def _routed(
-        self, forward: bool, kind: str, body: dict[str, Any], answer_to: Subscriber | None = None
-    ) -> Mapping[str, Any] | None:
-        """With ``forward``, when another replica runs this thread: its answer to the input
-        (sessions/remote.py). None: the input is this replica's to run. ``answer_to``: the
-        sender's subscription, held until its answer is pushed (Owners.forward)."""
-        if not forward or self.owners is None or self._proc is not None:
-            return None
-        for _ in range(ROUTE_ATTEMPTS):
-            owner = await self.owners.elsewhere(self.id)
-            if owner is None:
-                return None
-            self.touch()
-            log.info("thread.forwarded", thread_id=self.id, owner=owner, kind=kind)
-            try:
-                return await self.owners.forward(owner, kind, self.id, body, answer_to=answer_to)
-            except OwnerGone:  # it died or was cut off before answering: route again
-                log.warning("thread.owner_gone", thread_id=self.id, owner=owner, kind=kind)
-        raise ForwardFailed("the replica running this thread keeps changing; retry")
+    async def run(self, command: Command[A], *, answer_to: Subscriber | None = None) -> A:
+        """:class:`~bridge.sessions.commands.ThreadPort` on this replica: the command runs
+        here and is never forwarded (whether another replica runs the thread is the
+        forwarding port's question, sessions/forwarding.py; a command another replica
+        forwarded runs here too, sessions/remote.py). Each operation is one entry of
+        ``_LOCAL`` (at the end of this module) calling one of the methods below."""
+        handler = _LOCAL.get(type(command))
+        if handler is None:
+            raise InvalidRequest(f"{command.KIND!r} is not an operation this thread runs")
+        return cast(A, await handler(self, command, answer_to))
 
     async def submit(
-        self,
-        content: list[dict[str, Any]],
-        client_id: str | None,
-        *,
-        forward: bool = True,
-        by: str | None = None,
-        answer_to: Subscriber | None = None,
+        self, content: list[dict[str, Any]], client_id: str | None, *, actor: str | None = None
     ) -> Accepted:
-        """A prompt; with ``forward``, run by the thread's owner when that is another replica.
-        ``by``: the user (users mode), recorded in its client events there too.
-        ``answer_to``: the sender's subscription, when the answer goes to it (_routed)."""
-        body = {"content": content, "client_id": client_id, "user": by}
-        if (answer := await self._routed(forward, "prompt", body, answer_to)) is not None:
-            return accepted_from(answer)
-        try:
-            return await self._submit_here(content, client_id, by)
-        except NotOwner:  # another replica took the lease first
-            if (answer := await self._routed(forward, "prompt", body, answer_to)) is None:
-                raise
-            return accepted_from(answer)
-
-    async def _submit_here(self, content: list[dict[str, Any]], client_id: str | None, by: str | None) -> Accepted:
+        """A prompt (:class:`~bridge.sessions.commands.Prompt`), run here. ``actor``: who
+        sent it, recorded as ``by`` in its client events."""
         if not self.store.healthy:
             raise StoreError("the transcript store cannot be written right now; retry later", code="store_unavailable")
         if client_id is not None and (dup := await self._duplicate(client_id)) is not None:
@@ -965,7 +938,7 @@ class Conversation:
             if client_id is not None and (dup := await self._duplicate(client_id)) is not None:
                 return dup
             for retake in range(SEQ_RETAKES + 1):
-                acc, actions = self.core.prompt(content, client_id, by)
+                acc, actions = self.core.prompt(content, client_id, actor)
                 try:
                     await self._perform(actions)
                 except _Renumber:
@@ -989,14 +962,10 @@ class Conversation:
             if reason is not None:
                 raise InvalidRequest(reason, code="unsupported_content")
 
-    async def interrupt(
-        self, *, forward: bool = True, by: str | None = None, answer_to: Subscriber | None = None
-    ) -> bool:
+    async def interrupt(self, *, actor: str | None = None) -> bool:
         """Cancel the active turn. Idempotent; False when no turn is active."""
-        if (answer := await self._routed(forward, "interrupt", {"user": by}, answer_to)) is not None:
-            return answer.get("active") is True
         async with self._lock:
-            active, actions = self.core.interrupt(by)
+            active, actions = self.core.interrupt(actor)
             await self._perform(actions)
             return active
 
@@ -1005,34 +974,27 @@ class Conversation:
         request_id: str,
         decision: str,
         *,
-        by: str,
+        channel: str,
         option_id: str | None = None,
         message: str | None = None,
-        forward: bool = True,
-        user: str | None = None,
-        answer_to: Subscriber | None = None,
+        actor: str | None = None,
     ) -> dict[str, Any]:
-        """One answer per request: the first wins; later ones are refused (409)."""
-        body = {"request_id": request_id, "decision": decision, "by": by, "option_id": option_id, "user": user}
-        if (answer := await self._routed(forward, "permission", {**body, "message": message}, answer_to)) is not None:
-            return dict(answer)
+        """One answer per request: the first wins; later ones are refused (409).
+        ``channel``: how it came, recorded as ``permission.resolved``'s ``by``; ``actor``:
+        who sent it, recorded as ``by`` in the client event of the answer written."""
         async with self._lock:
             data, actions = self.core.answer(
-                request_id, decision, by=by, option_id=option_id, message=message, user=user
+                request_id, decision, by=channel, option_id=option_id, message=message, user=actor
             )
             await self._perform(actions)
             return data
 
-    async def set_mode(
-        self, mode_id: str, *, forward: bool = True, by: str | None = None, answer_to: Subscriber | None = None
-    ) -> dict[str, Any]:
+    async def set_mode(self, mode_id: str, *, actor: str | None = None) -> dict[str, Any]:
         """Switch the agent's session mode (sessions/modes.py), starting the agent first
         when it is not running; answers once the agent accepted it, else raises its refusal."""
         check_mode_id(mode_id)
         if self.profile is not None and not may_have_modes(self.profile.protocol):
             raise InvalidRequest("this thread's agent has no session modes", code="modes_not_supported")
-        if (answer := await self._routed(forward, "mode", {"mode_id": mode_id, "user": by}, answer_to)) is not None:
-            return dict(answer)
         self._require_writable()
         await self.ensure_started()
         route = f"mode-{id(self)}-{time.monotonic_ns()}"
@@ -1042,7 +1004,7 @@ class Conversation:
                 await self.until_ready()
                 async with self._lock:
                     self._replies[route] = reply
-                    await self._perform(self.core.set_mode(mode_id, route, by))
+                    await self._perform(self.core.set_mode(mode_id, route, actor))
                 text = await reply
         except TimeoutError:
             raise ModeTimeout(f"the agent did not answer session/set_mode within {MODE_TIMEOUT_S:g} s") from None
@@ -1063,28 +1025,32 @@ class Conversation:
             pass
 
     async def write_raw(
-        self,
-        message: dict[str, Any],
-        sub: Subscriber | None = None,
-        *,
-        forward: bool = True,
-        by: str | None = None,
-        answer_to: Subscriber | None = None,
+        self, message: dict[str, Any], sub: Subscriber | None = None, *, actor: str | None = None
     ) -> int:
         """The ``raw`` op / raw mode: write a client's JSON object to stdin, as the dialect
-        says (the codec may route a response back to ``sub`` only; not when another
-        replica runs the agent: the line is written there, its response is not routed).
-        ``answer_to``: the ``raw`` op's sender, whose answer is the seq (raw mode has none)."""
-        if (answer := await self._routed(forward, "raw", {"message": message, "user": by}, answer_to)) is not None:
-            seq = answer.get("seq")
-            return seq if isinstance(seq, int) and not isinstance(seq, bool) else self.core.last_seq
+        says; the codec may route the agent's response back to ``sub`` (a raw-mode client)
+        only. Answers the newest seq (the write's record)."""
         await self.ensure_started()
         route = f"r{id(sub)}" if sub is not None else ""
         async with self._lock:
             if self._proc is None:
                 raise Conflict("the agent process is not running", code="agent_exited")
-            actions = self.core.raw(message, route, by)
+            actions = self.core.raw(message, route, actor)
             if sub is not None:
                 self._raw_routes[route] = sub
             await self._perform(actions)
             return self.core.last_seq
+
+
+# What each command runs here (Conversation.run). A new operation is one line: its command
+# type (sessions/commands.py) and the method of the conversation that performs it.
+_Local = Callable[[Conversation, Any, "Subscriber | None"], Awaitable[Any]]
+_LOCAL: dict[type[Command[Any]], _Local] = {
+    Prompt: lambda conv, c, _to: conv.submit(c.content, c.client_id, actor=c.actor),
+    Interrupt: lambda conv, c, _to: conv.interrupt(actor=c.actor),
+    AnswerPermission: lambda conv, c, _to: conv.answer_permission(
+        c.request_id, c.decision, channel=c.channel, option_id=c.option_id, message=c.message, actor=c.actor
+    ),
+    SetMode: lambda conv, c, _to: conv.set_mode(c.mode_id, actor=c.actor),
+    Raw: lambda conv, c, to: conv.write_raw(c.message, to if c.routed else None, actor=c.actor),
+}

@@ -14,11 +14,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from bridge.errors import BridgeError, InvalidRequest
+from bridge.sessions.commands import BOUNDS
 
 # A switch waits this long for the agent: its start and handshake when it was not running
 # (a prompt would start it too), then its answer.
 MODE_TIMEOUT_S = 30.0
-MAX_MODE_ID = 256
+MAX_MODE_ID = BOUNDS.mode_id
 MAX_TEXT = 4096  # characters of the agent's refusal passed on
 
 

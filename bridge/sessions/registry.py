@@ -23,7 +23,9 @@ from bridge.protocols.codecs import make_codec
 from bridge.protocols.envelope import ephemeral
 from bridge.protocols.events import Event
 from bridge.sessions.changes import ChangeNotifier
+from bridge.sessions.commands import ThreadPort
 from bridge.sessions.conversation import Conversation
+from bridge.sessions.forwarding import Forwarding
 from bridge.sessions.latency import Latency
 from bridge.sessions.ownership import Ownership
 from bridge.sessions.remote import OwnerGone, Owners
@@ -81,7 +83,13 @@ class Registry:
         self.owners = owners
         self.on_committed = on_committed
         for conv in self._convs.values():
-            conv.owners, conv.on_committed = owners, on_committed
+            conv.on_committed = on_committed
+
+    def port(self, conv: Conversation) -> ThreadPort:
+        """Where a client's commands for ``conv`` go (sessions/commands.py): the
+        conversation itself on a single daemon; among replicas, a port that forwards them
+        to the replica running the thread (sessions/forwarding.py)."""
+        return conv if self.owners is None else Forwarding(conv, self.owners)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -337,7 +345,7 @@ class Registry:
             on_lost=self._conv_lost,
             commits=self.commits,
         )
-        conv.owners, conv.on_committed = self.owners, self.on_committed
+        conv.on_committed = self.on_committed
         self._convs[row["id"]] = conv
         return conv
 

@@ -1,41 +1,38 @@
 """Threads another replica owns (docs/DESIGN.md "Bus"): who the owner is, how a client's
-input reaches it, and what comes back.
+command reaches it, and what comes back — the bus side of forwarding.
 
-A conversation asks :class:`Owners` before it acts on a client's input while it has no
-agent process of its own: when another replica holds the thread's live lease, the input
-goes to that replica's inbox on the bus (:meth:`Owners.forward`) and the owner's answer —
-the same body a local client would have been given, or the same refusal — comes back to
-the client that sent it. The owner runs the command exactly as it runs a local client's
-(:func:`run_command`), so ``client_id`` idempotency holds across replicas: the owner looks
-the id up in the shared store.
+The forwarding port (sessions/forwarding.py) asks :class:`Owners` who holds a thread's
+live lease; when it is another replica, the command's wire form goes to that replica's
+inbox on the bus (:meth:`Owners.forward`) and the owner's answer — the same body a local
+client would have been given, or the same refusal (:func:`refusal`) — comes back. The
+owner runs the command exactly as it runs a local client's (:func:`serve`), so
+``client_id`` idempotency holds across replicas: the owner looks the id up in the shared
+store.
 
-The answer comes back over the bus while the events the input caused come through the
+The answer comes back over the bus while the events the command caused come through the
 store (a commit announcement, then a read), so either can arrive first. The client's own
 subscription (``answer_to``) is held while the answer is awaited (sessions/fanout.py), and
 its transport releases it once the answer is pushed: the answer first, as on the owner.
 
-Everything in a command comes from another process and is checked here before it is used.
+Everything in a command comes from another process and is checked before it is used
+(:func:`~bridge.sessions.commands.from_wire`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 from bridge.bus.base import Bus, BusUnavailable, CommandRefused, NoReply, valid_id
-from bridge.errors import BridgeError, InvalidRequest
-from bridge.sessions.actions import Accepted
+from bridge.errors import BridgeError
+from bridge.sessions.commands import ThreadPort, from_wire
 from bridge.sessions.fanout import Subscriber
 from bridge.store.base import Store
-
-if TYPE_CHECKING:
-    from bridge.sessions.conversation import Conversation
 
 # How long a client's input may wait for the owner's answer: a first prompt there may
 # spawn the agent and run its handshake.
 FORWARD_TIMEOUT_S = 30.0
-MAX_BLOCKS = 1000  # a prompt's content blocks, as the API bounds them
 
 
 class OwnerGone(Exception):
@@ -142,95 +139,14 @@ def refused(exc: BridgeError) -> CommandRefused:
     return CommandRefused({"code": exc.code, "message": exc.message, "status": exc.status})
 
 
-def accepted_body(acc: Accepted) -> dict[str, Any]:
-    return {"seq": acc.seq, "turn_id": acc.turn_id, "duplicate": acc.duplicate, "queued": acc.queued}
-
-
-def accepted_from(body: Mapping[str, Any]) -> Accepted:
-    seq, turn_id = body.get("seq"), body.get("turn_id")
-    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
-        raise ForwardFailed("the owner's answer is not well-formed", code="owner_unreachable")
-    return Accepted(
-        seq=seq,
-        turn_id=turn_id if isinstance(turn_id, str) else None,
-        duplicate=body.get("duplicate") is True,
-        queued=body.get("queued") is True,
-    )
-
-
-def _opt_str(body: Mapping[str, Any], key: str, limit: int = 256) -> str | None:
-    value = body.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str) or len(value) > limit:
-        raise InvalidRequest(f"{key} must be a string of at most {limit} characters")
-    return value
-
-
-def _content(body: Mapping[str, Any]) -> list[dict[str, Any]]:
-    content = body.get("content")
-    if not isinstance(content, list) or not content or len(content) > MAX_BLOCKS:
-        raise InvalidRequest("content must be a non-empty list of content blocks")
-    if not all(isinstance(b, dict) and isinstance(b.get("type"), str) for b in content):
-        raise InvalidRequest("every content block must be an object with a type")
-    return content
-
-
-async def _prompt(conv: Conversation, body: Mapping[str, Any], user: str | None) -> Mapping[str, Any]:
-    acc = await conv.submit(_content(body), _opt_str(body, "client_id"), forward=False, by=user)
-    return accepted_body(acc)
-
-
-async def _interrupt(conv: Conversation, body: Mapping[str, Any], user: str | None) -> Mapping[str, Any]:
-    return {"active": await conv.interrupt(forward=False, by=user)}
-
-
-async def _permission(conv: Conversation, body: Mapping[str, Any], user: str | None) -> Mapping[str, Any]:
-    request_id, decision = _opt_str(body, "request_id"), _opt_str(body, "decision")
-    if request_id is None or decision is None:
-        raise InvalidRequest("request_id and decision are required")
-    return await conv.answer_permission(
-        request_id,
-        decision,
-        by=_opt_str(body, "by") or "websocket",
-        option_id=_opt_str(body, "option_id"),
-        message=_opt_str(body, "message", 10_000),
-        forward=False,
-        user=user,
-    )
-
-
-async def _mode(conv: Conversation, body: Mapping[str, Any], user: str | None) -> Mapping[str, Any]:
-    return await conv.set_mode(_opt_str(body, "mode_id") or "", forward=False, by=user)
-
-
-async def _raw(conv: Conversation, body: Mapping[str, Any], user: str | None) -> Mapping[str, Any]:
-    message = body.get("message")
-    if not isinstance(message, dict):
-        raise InvalidRequest("message must be a JSON object")
-    return {"seq": await conv.write_raw(message, forward=False, by=user)}
-
-
-_Command = Callable[["Conversation", Mapping[str, Any], "str | None"], Awaitable[Mapping[str, Any]]]
-_COMMANDS: dict[str, _Command] = {
-    "prompt": _prompt,
-    "interrupt": _interrupt,
-    "permission": _permission,
-    "mode": _mode,
-    "raw": _raw,
-}
-
-
-async def run_command(conv: Conversation, kind: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+async def serve(port: ThreadPort, kind: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
     """A command from another replica's client, run here (the owner) as a local client's
-    input is run — never forwarded again (a thread whose lease moved on meanwhile is
-    refused ``not_owner``, and the sender may retry). ``user``: who sent it (a user's name
-    or "operator"), recorded as ``by`` in its client events, as on the sender's replica."""
+    is run — on ``port``, this replica's own conversation, so never forwarded again (a
+    thread whose lease moved on meanwhile is refused ``not_owner``, and the sender may
+    retry). The command is read strictly first (:func:`~bridge.sessions.commands.from_wire`):
+    a malformed one is refused ``invalid_request`` and nothing is done."""
     try:
-        user = _opt_str(body, "user")
-        command = _COMMANDS.get(kind)
-        if command is None:
-            raise InvalidRequest(f"unknown command {kind!r}")
-        return await command(conv, body, user)
+        command = from_wire(kind, body)
+        return command.answer_to_wire(await port.run(command))
     except BridgeError as exc:
         raise refused(exc) from exc

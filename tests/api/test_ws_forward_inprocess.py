@@ -21,6 +21,7 @@ from bridge.config import load_settings
 from bridge.errors import BridgeError
 from bridge.sessions.conversation import Conversation
 from bridge.sessions.fanout import Subscriber
+from bridge.sessions.forwarding import Forwarding
 
 pytestmark = pytest.mark.timeout(30)
 TOKEN = "t" * 32
@@ -80,14 +81,14 @@ async def test_each_forwarded_op_holds_its_senders_events_until_its_answer_is_pu
     conv: Conversation, refuse: bool
 ) -> None:
     owner = Owner(refuse)
-    conv.owners = owner  # type: ignore[assignment]
+    port = Forwarding(conv, owner)  # type: ignore[arg-type]  # what Registry.port hands out among replicas
     assert conv.profile is not None  # an agent with session modes, so set_mode is forwarded too
     conv.profile = conv.profile.model_copy(update={"protocol": "acp"})
     sub = conv.subscribe()
 
     class Probe(_Session):
         def __init__(self) -> None:
-            self.conv, self._sub, self.by, self.user = conv, sub, OPERATOR.name, OPERATOR
+            self.conv, self.port, self._sub, self.actor, self.user = conv, port, sub, OPERATOR.name, OPERATOR
             # What a refusal's message is masked with (the daemon's settings, as a WebSocket's app has them).
             self.ws = SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(settings=conv.settings)))  # type: ignore[assignment]
 

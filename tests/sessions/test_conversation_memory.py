@@ -210,8 +210,8 @@ async def test_two_answers_racing_get_one_acceptance_and_one_write(tmp_path: Pat
     assert [p["request_id"] for p in conv.pending_permissions()] == [rid]
     assert conv.pending_permissions()[0]["seq"] == asked.seq
     results = await asyncio.gather(
-        conv.answer_permission(rid, "allow", by="a"),
-        conv.answer_permission(rid, "deny", by="b"),
+        conv.answer_permission(rid, "allow", channel="a"),
+        conv.answer_permission(rid, "deny", channel="b"),
         return_exceptions=True,
     )
     assert sum(isinstance(r, dict) for r in results) == 1
@@ -222,9 +222,9 @@ async def test_two_answers_racing_get_one_acceptance_and_one_write(tmp_path: Pat
     await h.until(conv, "turn.ended")
     assert conv.pending_permissions() == []
     with pytest.raises(NotFound):
-        await conv.answer_permission("nope", "allow", by="a")
+        await conv.answer_permission("nope", "allow", channel="a")
     with pytest.raises(InvalidRequest):
-        await conv.answer_permission(rid, "maybe", by="a")
+        await conv.answer_permission(rid, "maybe", channel="a")
 
 
 async def test_the_thread_row_counts_pending_permissions_as_they_open_and_close(tmp_path: Path) -> None:
@@ -241,7 +241,7 @@ async def test_the_thread_row_counts_pending_permissions_as_they_open_and_close(
         assert row["pending_permissions"] == 1 == conv.thread["pending_permissions"], close
         rid = asked.data["request_id"]
         if close == "answer":
-            await conv.answer_permission(rid, "allow", by="a")
+            await conv.answer_permission(rid, "allow", channel="a")
         elif close == "withdraw":
             await conv.interrupt()
             h.spawner.agent.say({"type": "control_cancel_request", "request_id": rid})
@@ -265,7 +265,7 @@ async def test_unanswered_prompt_is_denied_by_the_timeout(tmp_path: Path) -> Non
         "message": "No answer to the permission request in time",
     }
     with pytest.raises(Conflict):
-        await conv.answer_permission(resolved.data["request_id"], "allow", by="late")
+        await conv.answer_permission(resolved.data["request_id"], "allow", channel="late")
 
 
 async def test_prompts_off_means_denied_by_policy_at_once(h: Harness) -> None:
@@ -291,7 +291,7 @@ async def test_interrupt_while_a_prompt_is_pending_writes_no_answer(tmp_path: Pa
     assert end.data["status"] == "cancelled"
     assert not any("control_response" in x for x in h.spawner.agent.written)
     with pytest.raises(Conflict, match="already resolved"):
-        await conv.answer_permission(asked.data["request_id"], "allow", by="late")
+        await conv.answer_permission(asked.data["request_id"], "allow", channel="late")
 
 
 async def test_a_raw_control_response_takes_the_permission_flow(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Input forwarded between replicas (sessions/remote.py), in-process: a command from
+"""Commands forwarded between replicas (sessions/remote.py), in-process: a command from
 another replica is checked before it is used, an owner's refusal comes back as the error a
 local client would have got, and a malformed answer is never taken for an acceptance."""
 
@@ -12,68 +12,71 @@ import pytest
 from bridge.bus.base import CommandRefused, LocalBus, Reply
 from bridge.errors import BridgeError, NotFound
 from bridge.sessions.actions import Accepted
+from bridge.sessions.commands import AnswerPermission, Command, Interrupt, MalformedAnswer, Prompt, Raw, SetMode
 from bridge.sessions.fanout import Fanout, Subscriber
 from bridge.sessions.modes import ModeRefused
-from bridge.sessions.remote import ForwardFailed, Owners, accepted_body, accepted_from, refusal, run_command
+from bridge.sessions.remote import ForwardFailed, Owners, refusal, serve
 
 pytestmark = pytest.mark.timeout(10)
 
 
-class FakeConv:
-    """Records what the owner was asked to do."""
+class FakePort:
+    """The owner's own conversation: records each command it was given to run here."""
 
     def __init__(self) -> None:
-        self.calls: list[tuple[str, Any]] = []
-        self.users: list[str | None] = []  # the ``by`` (users mode) each call carried
+        self.commands: list[Command[Any]] = []
 
-    async def submit(
-        self, content: list[dict[str, Any]], client_id: str | None, *, forward: bool, by: str | None = None
-    ) -> Accepted:
-        self.calls.append(("submit", (content, client_id, forward)))
-        self.users.append(by)
-        return Accepted(seq=7, turn_id="turn_1")
+    @property
+    def users(self) -> list[str | None]:
+        return [c.actor for c in self.commands]  # who sent each (users mode)
 
-    async def interrupt(self, *, forward: bool, by: str | None = None) -> bool:
-        self.calls.append(("interrupt", forward))
-        self.users.append(by)
-        return True
-
-    async def answer_permission(self, request_id: str, decision: str, **kw: Any) -> dict[str, Any]:
-        self.users.append(kw.pop("user", None))
-        self.calls.append(("permission", (request_id, decision, kw)))
-        if request_id == "gone":
-            raise NotFound("no pending permission request gone", code="permission_not_found")
-        return {"request_id": request_id, "decision": decision}
-
-    async def set_mode(self, mode_id: str, *, forward: bool, by: str | None = None) -> dict[str, Any]:
-        self.calls.append(("mode", (mode_id, forward)))
-        self.users.append(by)
-        if mode_id == "yolo":
-            raise ModeRefused("the agent refused mode 'yolo': Internal error (-32603)", {"code": -32603})
-        return {"mode_id": mode_id}
-
-    async def write_raw(self, message: dict[str, Any], *, forward: bool, by: str | None = None) -> int:
-        self.calls.append(("raw", (message, forward)))
-        self.users.append(by)
+    async def run(self, command: Command[Any], *, answer_to: Subscriber | None = None) -> Any:
+        self.commands.append(command)
+        if isinstance(command, Prompt):
+            return Accepted(seq=7, turn_id="turn_1")
+        if isinstance(command, Interrupt):
+            return True
+        if isinstance(command, AnswerPermission):
+            if command.request_id == "gone":
+                raise NotFound("no pending permission request gone", code="permission_not_found")
+            return {"request_id": command.request_id, "decision": command.decision}
+        if isinstance(command, SetMode):
+            if command.mode_id == "yolo":
+                raise ModeRefused("the agent refused mode 'yolo': Internal error (-32603)", {"code": -32603})
+            return {"mode_id": command.mode_id}
+        assert isinstance(command, Raw)
         return 9
 
 
-async def run(kind: str, body: Mapping[str, Any]) -> tuple[FakeConv, Mapping[str, Any]]:
-    conv = FakeConv()
-    return conv, await run_command(conv, kind, body)  # type: ignore[arg-type]
+async def run(kind: str, body: Mapping[str, Any]) -> tuple[FakePort, Mapping[str, Any]]:
+    port = FakePort()
+    return port, await serve(port, kind, body)
 
 
 async def test_each_command_runs_on_the_owner_and_is_never_forwarded_again() -> None:
+    # serve() is given the owner's conversation itself, never a forwarding port.
     conv, out = await run("prompt", {"content": [{"type": "text", "text": "hi"}], "client_id": "c1"})
     assert out == {"seq": 7, "turn_id": "turn_1", "duplicate": False, "queued": False}
-    assert conv.calls == [("submit", ([{"type": "text", "text": "hi"}], "c1", False))]
+    assert conv.commands == [Prompt(content=[{"type": "text", "text": "hi"}], client_id="c1")]
     conv, out = await run("interrupt", {})
-    assert out == {"active": True} and conv.calls == [("interrupt", False)]
+    assert out == {"active": True} and conv.commands == [Interrupt()]
     conv, out = await run("raw", {"message": {"jsonrpc": "2.0"}})
-    assert out == {"seq": 9} and conv.calls == [("raw", ({"jsonrpc": "2.0"}, False))]
+    assert out == {"seq": 9} and conv.commands == [Raw(message={"jsonrpc": "2.0"})]
     conv, out = await run("permission", {"request_id": "r1", "decision": "allow", "by": "web-1"})
     assert out == {"request_id": "r1", "decision": "allow"}
-    assert conv.calls[0][1][2] == {"by": "web-1", "option_id": None, "message": None, "forward": False}
+    assert conv.commands == [AnswerPermission(request_id="r1", decision="allow", channel="web-1")]
+
+
+async def test_what_a_replica_sends_is_what_the_owner_runs() -> None:
+    for command in (
+        Prompt(content=[{"type": "text", "text": "hi"}], client_id="c1", actor="alice"),
+        Interrupt(actor="alice"),
+        AnswerPermission(request_id="r1", decision="deny", channel="acp", option_id="o", message="no", actor="a"),
+        SetMode(mode_id="plan", actor="ann"),
+        Raw(message={"jsonrpc": "2.0"}, actor="bob"),
+    ):
+        conv, _ = await run(*command.to_wire())
+        assert conv.commands == [command]
 
 
 async def test_the_user_who_sent_a_command_crosses_with_it() -> None:
@@ -105,17 +108,18 @@ async def test_the_user_who_sent_a_command_crosses_with_it() -> None:
         ("permission", {"decision": "allow"}),
         ("permission", {"request_id": "r", "decision": ["allow"]}),
         ("raw", {"message": [1]}),
+        ("raw", {"message": {}, "routed": True}),  # a field no replica sends
         ("shell", {}),
     ],
 )
 async def test_a_malformed_command_from_another_replica_is_refused_without_acting(
     kind: str, body: dict[str, Any]
 ) -> None:
-    conv = FakeConv()
+    conv = FakePort()
     with pytest.raises(CommandRefused) as caught:
-        await run_command(conv, kind, body)  # type: ignore[arg-type]
+        await serve(conv, kind, body)
     assert caught.value.body["code"] == "invalid_request" and caught.value.body["status"] == 400
-    assert conv.calls == []
+    assert conv.commands == []
 
 
 async def test_the_owners_refusal_keeps_its_code_and_status() -> None:
@@ -137,13 +141,17 @@ def test_a_refusal_that_is_not_well_formed_reads_as_a_refusal_never_a_success(bo
 
 @pytest.mark.parametrize("body", [{}, {"seq": "7"}, {"seq": -1}, {"seq": True}])
 def test_an_answer_without_a_seq_is_not_an_acceptance(body: dict[str, Any]) -> None:
-    with pytest.raises(ForwardFailed):
-        accepted_from(body)
+    prompt = Prompt(content=[{"type": "text", "text": "x"}])
+    with pytest.raises(MalformedAnswer):
+        prompt.answer_from_wire(body)
+    with pytest.raises(MalformedAnswer):
+        Raw(message={}).answer_from_wire(body)
 
 
 def test_an_acceptance_crosses_as_it_was() -> None:
     acc = Accepted(seq=3, turn_id=None, duplicate=True, queued=True)
-    assert accepted_from(accepted_body(acc)) == acc
+    prompt = Prompt(content=[{"type": "text", "text": "x"}])
+    assert prompt.answer_from_wire(prompt.answer_to_wire(acc)) == acc
 
 
 async def test_without_a_bus_input_for_another_replica_is_refused_clearly() -> None:
@@ -156,7 +164,7 @@ async def test_without_a_bus_input_for_another_replica_is_refused_clearly() -> N
 
 async def test_set_mode_runs_on_the_owner_and_its_refusal_comes_back() -> None:
     conv, out = await run("mode", {"mode_id": "plan", "user": "ann"})
-    assert out == {"mode_id": "plan"} and conv.calls == [("mode", ("plan", False))] and conv.users == ["ann"]
+    assert out == {"mode_id": "plan"} and conv.commands == [SetMode(mode_id="plan", actor="ann")]
     with pytest.raises(CommandRefused) as info:
         await run("mode", {"mode_id": "yolo"})
     assert refusal(info.value.body).code == "mode_refused" and refusal(info.value.body).status == 400

@@ -1,0 +1,90 @@
+"""The thread port of a replica among others (docs/api.md §1.2 "any replica serves any
+thread"): a client's command runs where the thread's agent runs.
+
+:class:`Forwarding` wraps this replica's conversation. While the agent runs here, the
+command runs here. Otherwise the store says who holds the thread's live lease: another
+replica gets the command in its inbox (sessions/remote.py) and its answer — or its refusal,
+as the error a local client would have been given — comes back typed; nobody, and it runs
+here (which may start the agent, and take the lease). The registry hands this port out
+when a bus joins the replicas (``Registry.port``); a single daemon's port is the
+conversation itself.
+
+Races are settled by the lease, not here: an owner that dies before answering
+(:class:`~bridge.sessions.remote.OwnerGone`) is routed around, at most
+:data:`ROUTE_ATTEMPTS` times; a replica that took the lease between the look-up and the
+local start (:class:`~bridge.errors.NotOwner`, raised before anything was done here) gets
+the command forwarded instead. A prompt's ``client_id`` keeps a retry from running twice:
+the owner looks it up in the shared store.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, TypeVar
+
+import structlog
+
+from bridge.errors import NotOwner
+from bridge.sessions.commands import Command, MalformedAnswer, ThreadPort
+from bridge.sessions.fanout import Subscriber
+from bridge.sessions.remote import ForwardFailed, OwnerGone, Owners
+
+log = structlog.get_logger("bridge.forwarding")
+
+A = TypeVar("A")
+
+ROUTE_ATTEMPTS = 3  # owners tried for one command when each dies before answering
+
+
+class LocalThread(ThreadPort, Protocol):
+    """What forwarding needs of this replica's conversation (sessions/conversation.py)."""
+
+    id: str
+
+    @property
+    def running(self) -> bool: ...
+
+    def touch(self) -> None: ...
+
+
+class Forwarding:
+    """:class:`~bridge.sessions.commands.ThreadPort` for a thread any replica may run."""
+
+    def __init__(self, local: LocalThread, owners: Owners) -> None:
+        self.local = local
+        self.owners = owners
+
+    async def run(self, command: Command[A], *, answer_to: Subscriber | None = None) -> A:
+        if self.local.running:
+            return await self.local.run(command, answer_to=answer_to)
+        if (forwarded := await self._elsewhere(command, answer_to)) is not None:
+            return forwarded[0]
+        try:
+            return await self.local.run(command, answer_to=answer_to)
+        except NotOwner:  # another replica took the lease first: it runs the command
+            if (forwarded := await self._elsewhere(command, answer_to)) is None:
+                raise
+            return forwarded[0]
+
+    async def _elsewhere(self, command: Command[A], answer_to: Subscriber | None) -> tuple[A] | None:
+        """The owner's answer, when another replica runs the thread; None when nobody does
+        (the command is this replica's to run)."""
+        thread_id = self.local.id
+        kind, body = command.to_wire()
+        for _ in range(ROUTE_ATTEMPTS):
+            owner = await self.owners.elsewhere(thread_id)
+            if owner is None:
+                return None
+            self.local.touch()
+            log.info("thread.forwarded", thread_id=thread_id, owner=owner, kind=kind)
+            try:
+                reply = await self.owners.forward(
+                    owner, kind, thread_id, body, answer_to=answer_to if command.answered else None
+                )
+            except OwnerGone:  # it died or was cut off before answering: route again
+                log.warning("thread.owner_gone", thread_id=thread_id, owner=owner, kind=kind)
+                continue
+            try:
+                return (command.answer_from_wire(reply),)
+            except MalformedAnswer as exc:
+                raise ForwardFailed("the owner's answer is not well-formed") from exc
+        raise ForwardFailed("the replica running this thread keeps changing; retry")

@@ -146,12 +146,15 @@ class Invalid:
     """Not a JSON-RPC 2.0 message, and why. ``answer_id`` is the id an error answering it
     may carry: the message's id when it was a request with a readable id, else None (an id
     in a broken *response* is the peer's answer to one of ours: echoing it back would look
-    like an answer to one of theirs). ``reply_to`` is that id of a broken response, so the
-    request it was meant to answer can be failed instead of waiting forever."""
+    like an answer to one of theirs). ``response``: it has an id and no method, so it meant
+    to answer, and is never answered back (two peers would argue forever); ``reply_to`` is
+    its id when readable, so the request it was meant to answer can be failed instead of
+    waiting forever."""
 
     reason: str
     answer_id: Id | None = None
     reply_to: Id | None = None
+    response: bool = False
 
     def error(self) -> RpcError:
         return RpcError.invalid_request(self.reason)
@@ -201,18 +204,18 @@ def _response(obj: dict[str, Any]) -> Message:
     rid = obj["id"]
     readable = rid if is_id(rid) else None
     if ("result" in obj) == ("error" in obj):
-        return Invalid(RESULT_XOR_ERROR, reply_to=readable)
+        return Invalid(RESULT_XOR_ERROR, reply_to=readable, response=True)
     if "result" in obj:
         if readable is None:
-            return Invalid(BAD_RESPONSE_ID)
+            return Invalid(BAD_RESPONSE_ID, response=True)
         return Response(readable, result=obj["result"])
     if readable is None and rid is not None:
-        return Invalid(BAD_RESPONSE_ID)
+        return Invalid(BAD_RESPONSE_ID, response=True)
     err = obj["error"]
     code = err.get("code") if isinstance(err, dict) else None
     message = err.get("message") if isinstance(err, dict) else None
     if not isinstance(code, int) or isinstance(code, bool) or not isinstance(message, str):
-        return Invalid(BAD_ERROR, reply_to=readable)
+        return Invalid(BAD_ERROR, reply_to=readable, response=True)
     assert isinstance(err, dict)
     return Response(readable, error=RpcError(code, message, err.get("data")))
 

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 import orjson
 
+from bridge.protocols import jsonrpc
 from bridge.protocols import stream_json_fast as fast
 from bridge.protocols import stream_json_map as smap
 from bridge.protocols.codec import AgentRequest, Decoded, RawAnswer
@@ -510,15 +511,10 @@ class StreamJsonCodec:
         if sub == "mcp_message":
             # The bridge hosts no SDK MCP servers: answer the JSON-RPC inside with an error.
             msg = _d(req.get("message"))
-            if "id" not in msg:
-                return {"mcp_response": {"jsonrpc": "2.0", "result": {}}}
-            return {
-                "mcp_response": {
-                    "jsonrpc": "2.0",
-                    "id": msg.get("id"),
-                    "error": {"code": -32601, "message": f"no MCP server {req.get('server_name')!r} in this host"},
-                }
-            }
+            if "id" not in msg:  # a notification: no error to give, but the control request wants its answer
+                return {"mcp_response": {"jsonrpc": jsonrpc.VERSION, "result": {}}}
+            err = jsonrpc.RpcError.method_not_found(f"no MCP server {req.get('server_name')!r} in this host")
+            return {"mcp_response": jsonrpc.error(msg.get("id"), err)}
         return None
 
     def _control_cancel(self, obj: dict[str, Any], raw: str, out: Decoded) -> list[Event]:

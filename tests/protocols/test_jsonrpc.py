@@ -98,7 +98,8 @@ def test_what_json_rpc_2_rejects_is_invalid_with_its_reason(
     obj: Any, reason: str, answer_id: Any, reply_to: Any
 ) -> None:
     got = classify(obj)
-    assert got == Invalid(reason, answer_id, reply_to)
+    response = reason in (jsonrpc.RESULT_XOR_ERROR, jsonrpc.BAD_RESPONSE_ID, jsonrpc.BAD_ERROR)
+    assert got == Invalid(reason, answer_id, reply_to, response)
     err = got.error()
     assert err.code == jsonrpc.INVALID_REQUEST and err.message == reason
 
@@ -232,7 +233,8 @@ def test_classify_never_raises_and_agrees_with_the_specification(obj: Any) -> No
     if isinstance(msg, Invalid):
         assert msg.reason and msg.error().code == jsonrpc.INVALID_REQUEST
         assert msg.answer_id is None or (jsonrpc.is_id(msg.answer_id) and "method" in obj)
-        assert msg.reply_to is None or (jsonrpc.is_id(msg.reply_to) and "method" not in obj)
+        assert msg.reply_to is None or (jsonrpc.is_id(msg.reply_to) and msg.response)
+        assert not msg.response or ("method" not in obj and "id" in obj and msg.answer_id is None)
         dumps(jsonrpc.error(msg.answer_id, msg.error()))
     if isinstance(msg, Request | Response) and msg.id is not None:
         assert jsonrpc.is_id(msg.id) and msg.id == obj["id"] and type(msg.id) is type(obj["id"])
@@ -269,7 +271,7 @@ class PendingTable(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.table: Pending[int] = Pending()
-        self.model: dict[int, int] = {}
+        self.model: dict[Any, int] = {}
         self.seen: set[Any] = set()
         self.n = 0
 

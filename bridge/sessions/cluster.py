@@ -55,14 +55,9 @@ class ClusterLink:
         self.shared = shared  # other replicas may run this store's threads (a bus is configured)
 
     async def start(self) -> None:
-        local = self.store.on_change
-
-        def on_change() -> None:  # a local commit changed a thread row: here, then everywhere
-            if local is not None:
-                local()
-            self.bus.announce_changes()
-
-        self.store.on_change = on_change
+        # A local commit changed a thread row: the registry's listener wakes the streams
+        # here, this one every other replica.
+        self.store.listeners.add(change=self.bus.announce_changes)
         if self.shared:
             self.registry.join_cluster(self.owners, self.bus.announce_commit)
         await self.bus.start(self, self.run)

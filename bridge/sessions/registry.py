@@ -31,7 +31,6 @@ from bridge.sessions.ownership import Ownership
 from bridge.sessions.remote import OwnerGone, Owners
 from bridge.sessions.samples import write_demo_samples
 from bridge.store.base import Store, ThreadRow
-from bridge.store.urls import parse as parse_store_url
 from bridge.userdirs import check_cwd
 
 log = structlog.get_logger("bridge.registry")
@@ -68,9 +67,10 @@ class Registry:
         # Leases only on a shared store: a SQLite file is one daemon's (its data dir is
         # locked), so nothing else could ever run its threads (docs/DESIGN.md "Ownership").
         cluster = settings.cluster
-        shared = parse_store_url(settings.store_url).kind != "sqlite"
         self.ownership = (
-            Ownership(store, cluster.replica_id, cluster.lease_ttl_s, on_lost=self._leases_lost) if shared else None
+            Ownership(store, cluster.replica_id, cluster.lease_ttl_s, on_lost=self._leases_lost)
+            if store.shared
+            else None
         )
         self._leases: asyncio.Task[None] | None = None
         self._closing: set[asyncio.Task[None]] = set()  # conversations closed after a lost lease
@@ -94,8 +94,7 @@ class Registry:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        self.store.on_health = self._on_store_health
-        self.store.on_change = self.changes.notify
+        self.store.listeners.add(health=self._on_store_health, change=self.changes.notify)
         if self.ownership is not None:
             self._leases = asyncio.create_task(self.ownership.run(), name="lease-renewal")
         await self._recover()

@@ -251,12 +251,50 @@ class ChangesPruned(Exception):
         self.horizon = horizon
 
 
-class ChangeStore(Protocol):
-    # Called on the event loop after a commit of this store that gave some row a new
-    # change_seq (a wake-up only; it must not block). Commits by other processes on a shared
-    # store do not call it: a cross-replica bus wakes those readers.
-    on_change: Callable[[], None] | None
+class StoreListeners:
+    """Who hears of a store's health and of its row changes. A store is given one at
+    construction (``make_store(..., listeners=…)``; it makes its own otherwise) and calls
+    it; each party that cares subscribes its own callback with :meth:`add` (the registry,
+    the cluster link), so none replaces or wraps another's. Callbacks run on the event
+    loop, in the order they were added, and must not block.
 
+    * ``change``: after a commit of this store that gave some row a new change_seq (a
+      wake-up only). Commits by other processes on a shared store do not call it: a
+      cross-replica bus wakes those readers.
+    * ``health``: ``(healthy, error)`` when the store starts or stops being writable."""
+
+    __slots__ = ("change", "health")
+
+    def __init__(
+        self,
+        *,
+        change: Sequence[Callable[[], None]] = (),
+        health: Sequence[Callable[[bool, str | None], None]] = (),
+    ) -> None:
+        self.change: list[Callable[[], None]] = list(change)
+        self.health: list[Callable[[bool, str | None], None]] = list(health)
+
+    def add(
+        self,
+        *,
+        change: Callable[[], None] | None = None,
+        health: Callable[[bool, str | None], None] | None = None,
+    ) -> None:
+        if change is not None:
+            self.change.append(change)
+        if health is not None:
+            self.health.append(health)
+
+    def changed(self) -> None:
+        for listener in self.change:
+            listener()
+
+    def health_changed(self, healthy: bool, error: str | None) -> None:
+        for listener in self.health:
+            listener(healthy, error)
+
+
+class ChangeStore(Protocol):
     async def read_changes(self, after: int, limit: int) -> list[Change]:
         """Rows with change_seq > ``after`` (``thread.created`` when created_seq > after,
         else ``thread.updated``) and tombstones > ``after`` (``thread.deleted``), in cursor
@@ -331,11 +369,20 @@ class LeaseStore(Protocol):
 
 
 class Store(ThreadStore, TranscriptStore, SessionStore, UserStore, SecretStore, ChangeStore, LeaseStore, Protocol):
+    @property
+    def shared(self) -> bool:
+        """Whether other replicas may use this store at once (PostgreSQL): leases, the
+        replica lock and cross-replica wake-ups matter only then. A SQLite file is one
+        daemon's (its data dir is locked)."""
+        ...
+
     healthy: bool  # False while writes fail (they are retried; nothing acknowledged is lost)
-    on_health: Callable[[bool, str | None], None] | None
+    listeners: StoreListeners  # told of health and row changes (given at construction)
     batches: int  # group commits so far (metrics)
     appended: int  # events committed so far (metrics)
 
     async def open(self) -> None: ...
     async def close(self) -> None: ...
-    async def ping(self) -> None: ...
+    async def ping(self) -> None:
+        """Raise StoreError ``store_unavailable`` when the store cannot be read or written."""
+        ...

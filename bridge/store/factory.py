@@ -7,43 +7,66 @@ extra, imported only when such a URL is used.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import structlog
 
 from bridge.errors import StoreError
 from bridge.store import urls
-from bridge.store.base import Store
+from bridge.store.base import Store, StoreListeners
 
 log = structlog.get_logger("bridge.store")
 
 
-def make_store(url: str, *, replica_id: str = "local", writer: str = "process") -> Store:
+def make_store(
+    url: str, *, replica_id: str = "local", writer: str = "process", listeners: StoreListeners | None = None
+) -> Store:
     """The store the URL names, not yet opened (ConfigError ``invalid_store_url``).
-    ``writer``: SQLite's write connection in a writer process or on a thread."""
+    ``writer``: SQLite's write connection in a writer process or on a thread;
+    ``listeners``: who hears of its health and row changes (the store makes its own
+    otherwise; more can subscribe later with ``store.listeners.add``)."""
     parsed = urls.parse(url)
     if parsed.kind == "sqlite":
-        from bridge.store.sqlite import SqliteStore
+        from bridge.store.sqlite import SqliteStore, WriterMode
 
         assert parsed.path is not None
-        return SqliteStore(parsed.path, replica_id=replica_id, writer="thread" if writer == "thread" else "process")
+        mode: WriterMode = "thread" if writer == "thread" else "process"
+        return SqliteStore(parsed.path, replica_id=replica_id, writer=mode, listeners=listeners)
     from bridge.store.postgres import PostgresStore
 
-    return PostgresStore(parsed, replica_id=replica_id)
+    return PostgresStore(parsed, replica_id=replica_id, listeners=listeners)
 
 
-async def open_store(url: str, *, replica_id: str = "local", writer: str = "process") -> Store:
+async def open_store(
+    url: str, *, replica_id: str = "local", writer: str = "process", listeners: StoreListeners | None = None
+) -> Store:
     """Made and opened: the schema checked and migrated (PostgreSQL: under the migration
     advisory lock, so of several replicas starting at once exactly one migrates)."""
-    store = make_store(url, replica_id=replica_id, writer=writer)
+    store = make_store(url, replica_id=replica_id, writer=writer, listeners=listeners)
     await store.open()
     return store
 
 
-def is_shared(url: str) -> bool:
-    """Whether the store the URL names can be shared by several replicas (PostgreSQL; a
-    SQLite file belongs to one daemon, under its data-dir lock)."""
-    return urls.parse(url).kind != "sqlite"
+def _shared(parsed: urls.StoreUrl) -> bool:
+    """The ``shared`` capability of the store a URL names, asked of its class (not made)."""
+    if parsed.kind == "sqlite":
+        from bridge.store.sqlite import SqliteStore
+
+        return SqliteStore.shared
+    from bridge.store.postgres import PostgresStore
+
+    return PostgresStore.shared
+
+
+def check_before_serve(url: str, *, replica_id: str) -> None:
+    """``serve``, before anything listens: a newer version's database is refused; a shared
+    store is migrated here, under its advisory lock, and its replica_id checked, so a
+    store that cannot be reached or an id in use is one clear line. (A SQLite store
+    migrates itself when it opens.)"""
+    check_schema(url)
+    if _shared(urls.parse(url)):
+        asyncio.run(migrate(url, replica_id=replica_id))
 
 
 def check_schema(url: str) -> None:

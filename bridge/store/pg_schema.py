@@ -141,6 +141,12 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (user_name, profile, key)
     );
     """,
+    # 6: the version of each stored envelope's format (bridge/store/rows.py WIRE_VERSION),
+    # SQLite's migration 11; rows written before stay NULL, read as version 1. Adding a
+    # column with no default rewrites nothing.
+    """
+    ALTER TABLE events ADD COLUMN wire smallint;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

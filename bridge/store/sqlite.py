@@ -40,52 +40,45 @@ as the row's ``change_seq``. The lazy columns above are changes too, so a thread
 ``last_seq``/``updated_at``/``turn_active`` reach the log when its row is flushed (within
 ``TOUCH_FLUSH_S``), one change per thread per flush, never one per event. A deleted thread
 leaves a tombstone in ``thread_tombstones``; pruning old ones raises ``change_log.horizon``.
+
+The rows, their encoding, the shared reads, health and ``ping`` are the PostgreSQL store's
+too (bridge/store/common.py, rows.py); the transcript pages are read in sqlite_reads.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import json
-import operator
 import sqlite3
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, ClassVar, Literal, TypeVar
 
 import structlog
 
 from bridge.clock import now_iso
-from bridge.errors import LeaseLost, StoreError
-from bridge.protocols.envelope import CorruptEvent, Frames, checked_envelopes, checked_lines, stored_envelopes
+from bridge.errors import StoreError
+from bridge.protocols.envelope import Frames
 from bridge.protocols.events import Record
+from bridge.store import rows
 from bridge.store import sqlite_leases as leases
+from bridge.store import sqlite_reads as reads
 from bridge.store import sqlite_sql as sql
 from bridge.store.base import (
     CHANGE_COLUMNS,
-    PAGE_BYTES,
     TOMBSTONE_KEEP,
     TOMBSTONE_MAX_AGE_S,
-    Change,
-    ChangesPruned,
-    SecretRow,
+    StoreListeners,
     ThreadFields,
     ThreadRow,
-    UserRow,
 )
+from bridge.store.common import CommonStore
 from bridge.store.event_rows import corrupt_rows
-from bridge.store.sqlite_sql import (
-    _JSON_COLUMNS,
-    _MIGRATIONS,
-    _THREAD_COLUMNS,
-    SCHEMA_VERSION,
-    _Append,
-    _commit,
-)
+from bridge.store.sqlite_accounts import SqliteAccounts
+from bridge.store.sqlite_sql import _MIGRATIONS, SCHEMA_VERSION, _Append, _commit, check_schema, schema_too_new
 from bridge.store.writer_client import WriterProcess
 
 __all__ = ["SCHEMA_VERSION", "_MIGRATIONS", "SqliteStore", "WriterMode", "check_schema", "schema_too_new"]
@@ -109,32 +102,8 @@ WRITER_DEPTH = 3
 PIPELINED_ROWS = 256
 
 
-def schema_too_new(path: Path, version: int) -> str:
-    return (
-        f"database {path} has schema version {version}, newer than this agent-bridge's "
-        f"({SCHEMA_VERSION}): it was written by a newer version; run that version, or use another data dir"
-    )
-
-
-def check_schema(path: Path) -> None:
-    """Refuse (StoreError) a database a newer agent-bridge wrote, before anything opens
-    it for writing; a missing file is fine (it is created at open)."""
-    if not path.exists():
-        return
-    try:
-        db = sqlite3.connect(path)  # reads only: nothing is written before the check
-        try:
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-        finally:
-            db.close()
-    except sqlite3.Error as exc:
-        raise StoreError(f"cannot read database {path}: {exc}") from exc
-    if version > SCHEMA_VERSION:
-        raise StoreError(schema_too_new(path, version), code="schema_too_new")
-
-
-def _later(a: Any, b: Any) -> Any:
-    return b if a is None else a if b is None else max(a, b)
+_later = rows.later
+_refusal = rows.refusal  # (an append refused alone: LeaseLost for a fence)
 
 
 def _loop_idle(loop: asyncio.AbstractEventLoop) -> bool:
@@ -157,7 +126,10 @@ class _Flight:
         self.answer: asyncio.Future[dict[int, str]] | None = None
 
 
-class SqliteStore(leases.SqliteLeases):
+class SqliteStore(leases.SqliteLeases, SqliteAccounts, CommonStore):
+    shared: ClassVar[bool] = False  # the file is one daemon's (its data dir is locked)
+    _BOOL_AS_INT: ClassVar[bool] = True
+
     def __init__(
         self,
         path: Path,
@@ -165,9 +137,10 @@ class SqliteStore(leases.SqliteLeases):
         busy_timeout_ms: int = 2000,
         replica_id: str = "local",
         writer: WriterMode = "process",
+        listeners: StoreListeners | None = None,
     ) -> None:
+        super().__init__(replica_id, listeners)
         self.path = path
-        self.replica_id = replica_id
         self.busy_timeout_ms = busy_timeout_ms
         self.writer_mode: WriterMode = writer
         self._proc: WriterProcess | None = None  # writer = "process"
@@ -189,13 +162,7 @@ class SqliteStore(leases.SqliteLeases):
         self._wake: asyncio.Event | None = None
         self._writer: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()  # set whenever nothing waits to be written
-        self.healthy = True
-        self.last_error: str | None = None
-        self.on_health: Callable[[bool, str | None], None] | None = None
-        self.on_change: Callable[[], None] | None = None
-        self.batches = 0
         self.pipelined = 0  # batches sent to the writer process behind one in flight
-        self.appended = 0
         self.checkpoint_stats = (0, 0.0, 0.0)  # checkpoints asked for here: count, total ms, max ms
 
     # ------------------------------------------------------------------ plumbing
@@ -269,6 +236,22 @@ class SqliteStore(leases.SqliteLeases):
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return await self._call(self._rexec, "_rdb", fn)
+
+    async def _fetch(self, statement: str, params: Sequence[Any]) -> list[Any]:
+        return await self._read(lambda db: db.execute(statement, params).fetchall())
+
+    async def _snapshot(self, queries: list[tuple[str, tuple[Any, ...]]]) -> list[list[Any]]:
+        def do(db: sqlite3.Connection) -> list[list[Any]]:
+            db.execute("BEGIN")  # one snapshot for all of them
+            try:
+                return [db.execute(statement, params).fetchall() for statement, params in queries]
+            finally:
+                db.execute("COMMIT")
+
+        return await self._read(do)
+
+    async def _rows_settled(self) -> None:
+        await self._flush_touches()
 
     async def open(self) -> None:
         def do_open() -> None:
@@ -363,92 +346,14 @@ class SqliteStore(leases.SqliteLeases):
     async def _drained(self) -> None:
         await self._idle.wait()
 
-    async def ping(self) -> None:
-        await self._read(lambda db: db.execute("SELECT 1").fetchone())
-        if not self.healthy:
-            raise StoreError(f"store cannot be written: {self.last_error}")
-
-    def _set_health(self, healthy: bool, error: str | None) -> None:
-        if healthy == self.healthy:
-            self.last_error = error or self.last_error
-            return
-        self.healthy, self.last_error = healthy, error
-        if self.on_health is not None:
-            self.on_health(healthy, error)
-
     # ------------------------------------------------------------------ threads
 
-    @staticmethod
-    def _row(row: sqlite3.Row | tuple[Any, ...]) -> ThreadRow:
-        out = dict(zip(_THREAD_COLUMNS, row, strict=True))
-        for col in _JSON_COLUMNS:
-            out[col] = json.loads(out[col]) if out[col] is not None else None
-        out["turn_active"] = bool(out["turn_active"])
-        return cast(ThreadRow, out)
-
-    @staticmethod
-    def _dump(fields: ThreadFields) -> dict[str, Any]:
-        out = dict(fields)
-        for col in _JSON_COLUMNS:
-            if col in out and out[col] is not None:
-                out[col] = json.dumps(out[col])
-        if "turn_active" in out:
-            out["turn_active"] = int(bool(out["turn_active"]))
-        unknown = set(out) - set(_THREAD_COLUMNS)
-        if unknown:
-            raise ValueError(f"unknown thread columns {unknown}")
-        return out
-
     async def create_thread(self, thread: ThreadRow) -> None:
-        row = leases.stamp(self._dump({k: thread.get(k) for k in _THREAD_COLUMNS if k in thread}), self.replica_id)
-        await self._run(sql.create_thread, row)
+        await self._run(sql.create_thread, self._new_row(thread))
         self._changed()
 
-    async def get_thread(self, thread_id: str) -> ThreadRow | None:
-        await self._flush_touches()
-
-        def do(db: sqlite3.Connection) -> ThreadRow | None:
-            row = db.execute(
-                f"SELECT {','.join(_THREAD_COLUMNS)} FROM threads WHERE id=?",  # noqa: S608
-                (thread_id,),
-            ).fetchone()
-            return self._row(row) if row else None
-
-        return await self._read(do)
-
-    async def list_threads(
-        self, *, limit: int, cursor: str | None, agent: str | None, owner: str | None = None
-    ) -> tuple[list[ThreadRow], str | None]:
-        where, params = [], []
-        if owner is not None:
-            where.append("owner = ?")
-            params.append(owner)
-        if cursor:
-            updated_at, tid = decode_cursor(cursor)
-            where.append("(updated_at < ? OR (updated_at = ? AND id < ?))")
-            params += [updated_at, updated_at, tid]
-        if agent:
-            where.append("agent = ?")
-            params.append(agent)
-        sql = (
-            f"SELECT {','.join(_THREAD_COLUMNS)} FROM threads "  # noqa: S608
-            f"{'WHERE ' + ' AND '.join(where) if where else ''} "
-            "ORDER BY updated_at DESC, id DESC LIMIT ?"
-        )
-
-        def do(db: sqlite3.Connection) -> list[ThreadRow]:
-            return [self._row(r) for r in db.execute(sql, (*params, limit + 1)).fetchall()]
-
-        await self._flush_touches()  # the order is by updated_at
-        rows = await self._read(do)
-        next_cursor = None
-        if len(rows) > limit:
-            rows = rows[:limit]
-            next_cursor = encode_cursor(rows[-1]["updated_at"], rows[-1]["id"])
-        return rows, next_cursor
-
     async def update_thread(self, thread_id: str, fields: ThreadFields) -> None:
-        row = leases.stamp(self._dump(fields), self.replica_id)
+        row = self._dump(fields)
         if not row:
             return
         visible = not CHANGE_COLUMNS.isdisjoint(row)
@@ -458,7 +363,7 @@ class SqliteStore(leases.SqliteLeases):
 
     async def delete_thread(self, thread_id: str) -> bool:
         self._dirty.pop(thread_id, None)
-        prune_before = sql._iso_before(TOMBSTONE_MAX_AGE_S)
+        prune_before = rows.iso_before(TOMBSTONE_MAX_AGE_S)
         found = bool(await self._run(sql.delete_thread, thread_id, now_iso(), prune_before, TOMBSTONE_KEEP))
         if found:
             self._changed()
@@ -469,55 +374,14 @@ class SqliteStore(leases.SqliteLeases):
         a SQLite file is only ever one replica's (its data dir is locked), whatever
         ``replica_id`` that replica had before (the default changes with the pid)."""
         await self._flush_touches()
-        return [self._row(r) for r in await self._run(sql.live_threads)]
+        return [rows.thread_row(r) for r in await self._run(sql.live_threads)]
 
     # ------------------------------------------------------------------ change log
-
-    def _changed(self) -> None:
-        if self.on_change is not None:
-            self.on_change()
 
     def _batch_changed(self, batch: list[_Append], failed: dict[int, str]) -> None:
         """One wake-up for a committed batch that gave some row a new change_seq."""
         if any(item.changed for i, item in enumerate(batch) if i not in failed):
             self._changed()
-
-    async def read_changes(self, after: int, limit: int) -> list[Change]:
-        cols = ",".join(_THREAD_COLUMNS)
-
-        def do(db: sqlite3.Connection) -> list[Change]:
-            db.execute("BEGIN")  # one snapshot for the three reads
-            try:
-                (horizon,) = db.execute("SELECT horizon FROM change_log").fetchone()
-                if after < horizon:
-                    raise ChangesPruned(after, horizon)
-                rows = db.execute(
-                    f"SELECT change_seq,created_seq,{cols} FROM threads "  # noqa: S608
-                    "WHERE change_seq > ? ORDER BY change_seq LIMIT ?",
-                    (after, limit),
-                ).fetchall()
-                gone = db.execute(
-                    "SELECT change_seq,thread_id,deleted_at,owner FROM thread_tombstones "
-                    "WHERE change_seq > ? ORDER BY change_seq LIMIT ?",
-                    (after, limit),
-                ).fetchall()
-            finally:
-                db.execute("COMMIT")
-            out = [
-                Change(r[0], "thread.created" if r[1] > after else "thread.updated", r[2], self._row(r[2:]))
-                for r in rows
-            ]
-            out += [Change(seq, "thread.deleted", tid, None, at, owner) for seq, tid, at, owner in gone]
-            out.sort(key=lambda c: c.cursor)
-            return out[:limit]
-
-        return await self._read(do)
-
-    async def latest_change(self) -> int:
-        return int(await self._read(lambda db: db.execute("SELECT latest FROM change_log").fetchone()[0]))
-
-    async def change_horizon(self) -> int:
-        return int(await self._read(lambda db: db.execute("SELECT horizon FROM change_log").fetchone()[0]))
 
     # ------------------------------------------------------------------ transcript
 
@@ -789,235 +653,14 @@ class SqliteStore(leases.SqliteLeases):
                     await f.answer
         flight.clear()
 
-    # ------------------------------------------------------------------ browser sessions
-
-    async def load_sessions(self, now: float) -> list[tuple[str, float, str | None]]:
-        """Unexpired browser sessions, oldest first (expired ones are deleted)."""
-        return [(str(k), float(e), u) for k, e, u in await self._run(sql.load_sessions, float(now))]
-
-    async def save_session(
-        self, key: str, expires_at: float, evicted: Sequence[str] = (), *, user: str | None = None
-    ) -> None:
-        await self._run(sql.save_session, key, float(expires_at), list(evicted), user)
-
-    async def delete_session(self, key: str) -> None:
-        await self._run(sql.delete_session, key)
-
-    # ------------------------------------------------------------------ users
-
-    async def add_user(self, name: str, token_hash: str, *, admin: bool) -> bool:
-        return bool(await self._run(sql.add_user, name, token_hash, bool(admin), now_iso()))
-
-    async def user_by_token(self, token_hash: str) -> tuple[UserRow, str] | None:
-        def do(db: sqlite3.Connection) -> tuple[UserRow, str] | None:
-            row = db.execute(
-                "SELECT name, admin, created_at, revoked_at, token_hash FROM users "
-                "WHERE token_hash = ? AND revoked_at IS NULL",
-                (token_hash,),
-            ).fetchone()
-            return None if row is None else (_user(row), row[4])
-
-        return await self._read(do)
-
-    async def get_user(self, name: str) -> UserRow | None:
-        def do(db: sqlite3.Connection) -> UserRow | None:
-            row = db.execute("SELECT name, admin, created_at, revoked_at FROM users WHERE name = ?", (name,)).fetchone()
-            return None if row is None else _user(row)
-
-        return await self._read(do)
-
-    async def list_users(self) -> list[UserRow]:
-        def do(db: sqlite3.Connection) -> list[UserRow]:
-            return [_user(r) for r in db.execute("SELECT name, admin, created_at, revoked_at FROM users ORDER BY name")]
-
-        return await self._read(do)
-
-    async def revoke_user(self, name: str) -> bool:
-        return bool(await self._run(sql.revoke_user, name, now_iso()))
-
-    # ------------------------------------------------------------------ per-user secrets
-
-    async def put_secret(
-        self, user: str, profile: str, key: str, nonce: bytes, ciphertext: bytes, *, max_per_user: int
-    ) -> bool:
-        return bool(
-            await self._run(
-                sql.put_secret, user, profile, key, bytes(nonce), bytes(ciphertext), now_iso(), max_per_user
-            )
-        )
-
-    async def list_secrets(self, user: str, profile: str | None = None) -> list[SecretRow]:
-        def do(db: sqlite3.Connection) -> list[SecretRow]:
-            rows = db.execute(
-                "SELECT user_name, profile, key, nonce, ciphertext, updated_at FROM user_secrets "
-                "WHERE user_name = ? AND (? IS NULL OR profile = ?) ORDER BY profile, key",
-                (user, profile, profile),
-            )
-            return [SecretRow(r[0], r[1], r[2], bytes(r[3]), bytes(r[4]), r[5]) for r in rows]
-
-        return await self._read(do)
-
-    async def delete_secret(self, user: str, profile: str, key: str) -> bool:
-        return bool(await self._run(sql.delete_secret, user, profile, key))
+    # ------------------------------------------------------------------ transcript reads
 
     async def read_events(self, thread_id: str, after: int, limit: int, *, with_raw: bool = True) -> list[Record]:
-        raw_col = sql.RAW_SQL if with_raw else "NULL"
-
-        def do(db: sqlite3.Connection) -> list[Record]:
-            cur = db.execute(
-                f"SELECT seq,ts,source,kind,{sql.DATA_SQL},{raw_col},relay FROM events"  # noqa: S608
-                " WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
-                (thread_id, after, limit),
-            )
-            # The stored text is kept as it is: a replay relays it without parsing it.
-            # (Assembling the whole envelope in SQL instead was measured slower.)
-            return [
-                Record(seq, ts, source, kind, None, raw, relay == 1, data)
-                for seq, ts, source, kind, data, raw, relay in _bounded(cur, lambda r: len(r[4]) + len(r[5] or ""))
-            ]
-
-        return await self._read(do)
+        return await self._read(lambda db: reads.events_page(db, thread_id, after, limit, with_raw))
 
     async def read_frames(self, thread_id: str, after: int, limit: int, *, raw: bool) -> Frames:
         def do(db: sqlite3.Connection) -> Frames:
-            # Read as UTF-8 bytes: the frames are sent without decoding or encoding any
-            # text, and without a Record per row (issue #8); in events mode each row is its
-            # stored envelope, one column (issue #22).
-            db.text_factory = bytes
-            try:
-                with corrupt_rows(thread_id):
-                    return (_raw_page if raw else _envelope_page)(db, thread_id, after, limit)
-            finally:
-                db.text_factory = str
+            with corrupt_rows(thread_id):
+                return reads.frames_page(db, thread_id, after, limit, raw)
 
         return await self._read(do)
-
-    async def find_client_event(self, thread_id: str, client_id: str) -> int | None:
-        def do(db: sqlite3.Connection) -> int | None:
-            row = db.execute(
-                "SELECT seq FROM events WHERE thread_id=? AND client_id=?", (thread_id, client_id)
-            ).fetchone()
-            return int(row[0]) if row else None
-
-        return await self._read(do)
-
-
-def _raw_page(db: sqlite3.Connection, thread_id: str, after: int, limit: int) -> Frames:
-    """Raw mode relays the agent's own lines, one per stdout line (``relay``)."""
-    cur = db.execute(
-        "SELECT seq,CASE WHEN source='agent' AND relay=1 THEN"
-        " coalesce(substr(env,raw_at+1,length(env)-raw_at-1),raw) END FROM events"
-        " WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
-        (thread_id, after, limit),
-    )
-    rows: list[tuple[int, bytes | None]] = _bounded(cur, lambda r: len(r[1] or b""))
-    return Frames(checked_lines(rows), len(rows), rows[-1][0] if rows else after)
-
-
-def _envelope_page(db: sqlite3.Connection, thread_id: str, after: int, limit: int) -> Frames:
-    """Each row's stored envelope, one column (issue #22). A page that may hold rows from
-    before migration 9 (the transcript is gapless, so its seqs are ``after+1 ..
-    after+limit``; the partial index ``events_without_env`` answers) is read with their
-    columns too, and theirs are built from those, as before."""
-    old = db.execute(
-        "SELECT 1 FROM events INDEXED BY events_without_env"
-        " WHERE thread_id=? AND seq>? AND seq<=? AND env IS NULL LIMIT 1",
-        (thread_id, after, after + limit),
-    ).fetchone()
-    rows = None
-    if old is None:
-        cur = db.execute(
-            "SELECT seq,env FROM events WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?", (thread_id, after, limit)
-        )
-        rows = _envelope_rows(cur)
-    if rows is None:
-        rows = _with_legacy(db, thread_id, after, limit)
-    return Frames(checked_envelopes(rows), len(rows), rows[-1][0] if rows else after)
-
-
-_SECOND = operator.itemgetter(1)
-
-
-def _envelope_rows(cur: sqlite3.Cursor, max_bytes: int = PAGE_BYTES) -> list[tuple[int, bytes]] | None:
-    """``_bounded`` for ``(seq, env)`` rows, a chunk at a time while no row of it can
-    reach the bound (the sizes summed in C). None at a row from before migration 9 (no
-    envelope: the page is read again with its columns); CorruptEvent at an envelope that
-    is not bytes."""
-    rows: list[tuple[int, bytes]] = []
-    total = 0
-    while total < max_bytes and (chunk := cur.fetchmany(128)):
-        try:
-            size = sum(map(len, map(_SECOND, chunk)))
-        except TypeError:  # not bytes
-            size = max_bytes
-        if total + size < max_bytes:
-            rows += chunk
-            total += size
-            continue
-        for row in chunk:
-            if row[1] is None:
-                return None
-            if row[1].__class__ is not bytes:
-                raise CorruptEvent(row[0])
-            rows.append(row)
-            total += len(row[1])
-            if total >= max_bytes:
-                break
-    return rows
-
-
-def _with_legacy(db: sqlite3.Connection, thread_id: str, after: int, limit: int) -> list[tuple[int, bytes]]:
-    """A page that holds rows from before migration 9, read as before (``stored_envelopes``
-    of their columns; the new rows' ``data`` and ``raw`` cut out of their envelopes, which
-    joins them back byte for byte). A row whose data cannot be had: CorruptEvent."""
-    cur = db.execute(
-        f"SELECT seq,ts,source,kind,{sql.DATA_SQL},{sql.RAW_SQL} FROM events"  # noqa: S608
-        " WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
-        (thread_id, after, limit),
-    )
-    rows = _bounded(cur, lambda r: len(r[4] or b"") + len(r[5] or b""))
-    try:
-        return list(zip([r[0] for r in rows], stored_envelopes(rows), strict=True))
-    except TypeError:  # a NULL where data must be
-        raise CorruptEvent(next(r[0] for r in rows if not isinstance(r[4], bytes))) from None
-
-
-def _user(row: Sequence[Any]) -> UserRow:
-    return UserRow(str(row[0]), bool(row[1]), str(row[2]), row[3])
-
-
-def _bounded(cur: sqlite3.Cursor, size: Callable[[Any], int], max_bytes: int = PAGE_BYTES) -> list[Any]:
-    """The cursor's rows, stopping after the row that brings the page to ``max_bytes``
-    (so a page holds at least one row, and at most max_bytes plus one row's worth)."""
-    rows: list[Any] = []
-    total = 0
-    while total < max_bytes and (chunk := cur.fetchmany(64)):
-        for row in chunk:
-            rows.append(row)
-            total += size(row)
-            if total >= max_bytes:
-                break
-    return rows
-
-
-def _refusal(reason: str) -> StoreError:
-    if reason.startswith(leases.LEASE_LOST):
-        return LeaseLost(reason)
-    return StoreError(f"append refused: {reason}")
-
-
-def encode_cursor(updated_at: str, thread_id: str) -> str:
-    return base64.urlsafe_b64encode(json.dumps([updated_at, thread_id]).encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[str, str]:
-    from bridge.errors import InvalidRequest
-
-    try:
-        pad = "=" * (-len(cursor) % 4)
-        value = json.loads(base64.urlsafe_b64decode(cursor + pad))
-        if isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value):
-            return value[0], value[1]
-    except (ValueError, UnicodeDecodeError):
-        pass
-    raise InvalidRequest("cursor is not valid", code="invalid_cursor")

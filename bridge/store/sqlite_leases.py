@@ -14,25 +14,17 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from bridge.store.base import Lease, Replica
+from bridge.store.rows import LEASE_LOST, stamp
 
+__all__ = ["LEASE_LOST", "OPS", "Fenced", "SqliteLeases", "fence", "fence_of", "stamp"]
 T = TypeVar("T")
 
 # Seconds since the epoch on the database's clock.
 NOW = "((julianday('now') - 2440587.5) * 86400.0)"
-LEASE_LOST = "lease lost: "
-# A write of these columns records which replica wrote it: the process belongs to it.
-STAMPED = frozenset({"state", "pid"})
 
 
 class Fenced(Exception):
     """This append's lease is not the live one (the append alone is rolled back)."""
-
-
-def stamp(fields: dict[str, Any], replica_id: str) -> dict[str, Any]:
-    """``fields`` with ``replica_id`` added when they record a process or its state."""
-    if STAMPED & fields.keys():
-        fields["replica_id"] = replica_id
-    return fields
 
 
 def fence_of(replica_id: str, epoch: int | None) -> tuple[str, int] | None:

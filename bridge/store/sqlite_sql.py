@@ -8,9 +8,7 @@ arguments, so it can cross the pipe) or a batch of appends (``commit``).
 from __future__ import annotations
 
 import sqlite3
-import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,9 +19,11 @@ if TYPE_CHECKING:
 
     from bridge.protocols.events import Record
 
+from bridge.errors import StoreError
 from bridge.protocols.envelope import json_name, json_ts
 from bridge.store import sqlite_leases as leases
-from bridge.store.base import CHANGE_COLUMNS, ROW_COLUMNS, TOMBSTONE_KEEP
+from bridge.store.base import CHANGE_COLUMNS, TOMBSTONE_KEEP
+from bridge.store.rows import COLUMNS_SQL, WIRE_VERSION
 
 _MIGRATIONS: list[str] = [
     # 1: threads and their transcripts
@@ -177,6 +177,15 @@ _MIGRATIONS.append(
     """
 )
 
+# 11: the version of each stored envelope's format (bridge/store/rows.py WIRE_VERSION), so
+# that a change of the wire format is a branch of the read path, not a rewrite of the rows.
+# Rows written before stay NULL: they are version 1. The same as PostgreSQL's migration 6.
+_MIGRATIONS.append(
+    """
+    ALTER TABLE events ADD COLUMN wire INTEGER;
+    """
+)
+
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 # An event's data and raw, from its envelope or (rows from before migration 9) its columns.
@@ -186,20 +195,18 @@ DATA_SQL = (
 )
 RAW_SQL = "CASE WHEN env IS NULL THEN raw ELSE CAST(substr(env,raw_at+1,length(env)-raw_at-1) AS TEXT) END"
 # An append's row as inserted (``_insert_rows``).
+# The version marker is a constant of the statement: no work a row.
+_WIRE = f"'',{int(WIRE_VERSION)}"
 INSERT_EVENTS = (
-    "INSERT INTO events (thread_id,seq,ts,source,kind,env,data_at,raw_at,relay,client_id,data)"
-    " VALUES (?,?,?,?,?,?,?,?,?,?,'')"
+    "INSERT INTO events (thread_id,seq,ts,source,kind,env,data_at,raw_at,relay,client_id,data,wire)"  # noqa: S608
+    f" VALUES (?,?,?,?,?,?,?,?,?,?,{_WIRE})"
 )
 # A flood's rows go in INSERT_CHUNK at a time, in one statement (issue #22): a statement
 # executed once for 64 rows costs SQLite and the sqlite3 module about 0.75 µs a row less
 # than one executed 64 times (python -m bench.writer_rows). One fixed size, so one
 # prepared statement; the rest of an append (and every small one) row by row.
 INSERT_CHUNK = 64
-INSERT_EVENTS_CHUNK = INSERT_EVENTS + ",(?,?,?,?,?,?,?,?,?,?,'')" * (INSERT_CHUNK - 1)
-
-
-_THREAD_COLUMNS = ROW_COLUMNS  # both stores: the same columns, in the same order
-_JSON_COLUMNS = ("last_exit", "options", "agent_info")
+INSERT_EVENTS_CHUNK = INSERT_EVENTS + f",(?,?,?,?,?,?,?,?,?,?,{_WIRE})" * (INSERT_CHUNK - 1)
 
 
 # An append's events on their way to the write connection, a list a column: seq, ts,
@@ -275,11 +282,6 @@ _REPAIR = (
     "WHERE thread_id = threads.id AND kind IN ('turn.started', 'turn.ended') ORDER BY seq DESC LIMIT 1), 0) "
     "WHERE state IN ('starting', 'running', 'stopping') OR turn_active = 1 RETURNING id",
 )
-
-
-def _iso_before(seconds: float) -> str:
-    """The wall-clock time ``seconds`` ago, in the transcript's format (so it compares as text)."""
-    return datetime.fromtimestamp(time.time() - seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
 
 
 def _prune_tombstones(db: sqlite3.Connection, older_than: str, keep: int = TOMBSTONE_KEEP) -> None:
@@ -423,6 +425,30 @@ class SchemaTooNew(Exception):
         self.version = version
 
 
+def schema_too_new(path: Path, version: int) -> str:
+    return (
+        f"database {path} has schema version {version}, newer than this agent-bridge's "
+        f"({SCHEMA_VERSION}): it was written by a newer version; run that version, or use another data dir"
+    )
+
+
+def check_schema(path: Path) -> None:
+    """Refuse (StoreError) a database a newer agent-bridge wrote, before anything opens
+    it for writing; a missing file is fine (it is created at open)."""
+    if not path.exists():
+        return
+    try:
+        db = sqlite3.connect(path)  # reads only: nothing is written before the check
+        try:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot read database {path}: {exc}") from exc
+    if version > SCHEMA_VERSION:
+        raise StoreError(schema_too_new(path, version), code="schema_too_new")
+
+
 def open_writer(path: Path, busy_timeout_ms: int) -> sqlite3.Connection:
     """The write connection: WAL, migrated, the derived columns repaired (SchemaTooNew
     for a newer version's file, which is then left untouched)."""
@@ -491,7 +517,7 @@ def delete_thread(db: sqlite3.Connection, thread_id: str, deleted_at: str, older
 
 def live_threads(db: sqlite3.Connection) -> list[Any]:
     return db.execute(
-        f"SELECT {','.join(_THREAD_COLUMNS)} FROM threads "  # noqa: S608
+        f"SELECT {COLUMNS_SQL} FROM threads "  # noqa: S608
         "WHERE state IN ('starting','running','stopping') OR turn_active=1"
     ).fetchall()
 

@@ -21,7 +21,7 @@ import bridge.store.postgres as pg_store
 import bridge.store.sqlite as sqlite_store
 from bridge.protocols.events import Record
 from bridge.store import pg_schema
-from bridge.store.base import Change, ChangesPruned, Store, ThreadRow
+from bridge.store.base import Change, ChangesPruned, Store, StoreListeners, ThreadRow
 from bridge.store.sqlite import SqliteStore
 
 pytestmark = pytest.mark.timeout(60)
@@ -37,19 +37,18 @@ def recs(first: int, n: int, ts: str = "2026-11-30T00:00:01.000Z") -> list[Recor
 
 @contextlib.asynccontextmanager
 async def watched(opened: StoreFactory, replica_id: str = "local") -> AsyncIterator[tuple[Store, list[int]]]:
-    """A store and the list its on_change hook appends to (one item per wake-up)."""
+    """A store and the list its change listener appends to (one item per wake-up)."""
     async with opened(replica_id=replica_id) as store:
         wakes: list[int] = []
-        store.on_change = lambda: wakes.append(1)
+        store.listeners.add(change=lambda: wakes.append(1))
         yield store, wakes
 
 
 @contextlib.asynccontextmanager
 async def sqlite_opened(path: Path) -> AsyncIterator[tuple[SqliteStore, list[int]]]:
-    store = SqliteStore(path)
-    await store.open()
     wakes: list[int] = []
-    store.on_change = lambda: wakes.append(1)
+    store = SqliteStore(path, listeners=StoreListeners(change=[lambda: wakes.append(1)]))
+    await store.open()
     try:
         yield store, wakes
     finally:

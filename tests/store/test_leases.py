@@ -193,18 +193,15 @@ async def test_client_ids_are_unique_per_thread_and_a_bad_append_is_refused_alon
         assert await s.find_client_event("thr_1", "c2") == 3
 
 
-async def test_a_nul_in_a_thread_title_is_refused_or_kept_never_a_store_failure(
-    opened: StoreFactory, store_kind: str
-) -> None:
-    """PostgreSQL text cannot hold a NUL: that store refuses it as a bad request (400), and
-    the store stays healthy; SQLite keeps it. Event text is JSON, escaped, on both."""
+async def test_a_nul_in_a_thread_title_is_refused_never_a_store_failure(opened: StoreFactory) -> None:
+    """PostgreSQL text cannot hold a NUL, so neither store keeps one in a thread column
+    (bridge/store/rows.py refuse_nul): refused as a bad request (400), and the store stays
+    healthy. Event text is JSON, escaped, on both."""
     async with asyncio.timeout(30), opened() as s:
         await s.create_thread(thread("thr_1"))  # type: ignore[arg-type]
-        if store_kind == "postgresql":
-            with pytest.raises(InvalidRequest):
-                await s.update_thread("thr_1", {"title": "a\x00b"})
-        else:
+        with pytest.raises(InvalidRequest) as refused:
             await s.update_thread("thr_1", {"title": "a\x00b"})
+        assert refused.value.code == "invalid_request"
         nul = Record(1, "2026-11-30T00:00:01.000Z", "agent", "message", {"text": "a\x00b"}, None, False)
         await s.append("thr_1", [nul], [None], {})
         (got,) = await s.read_events("thr_1", 0, 10)

@@ -1,5 +1,5 @@
 """The PostgreSQL server stops under the store and comes back (issue #18): appends wait
-(retried with backoff, ``healthy`` False, ``on_health`` told, nothing acknowledged before
+(retried with backoff, ``healthy`` False, its health listeners told, nothing acknowledged before
 COMMIT), reads and ping fail with ``store_unavailable``; when it is back everything waiting
 commits once, in order, and the store is healthy again. Its own server: it is stopped."""
 
@@ -37,7 +37,7 @@ async def test_appends_wait_out_an_outage_and_lose_nothing(own_postgres: Any) ->
             if not ok:
                 unhealthy.set()
 
-        store.on_health = told
+        store.listeners.add(health=told)
         await store.create_thread(thread("thr_1"))  # type: ignore[arg-type]
         await store.append("thr_1", records(1, 1), [None], {})
         await asyncio.to_thread(own_postgres.stop)

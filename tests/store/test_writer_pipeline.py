@@ -114,7 +114,7 @@ async def test_pipelined_appends_commit_in_order_and_survive_a_locked_database(t
         path = tmp_path / "bridge.db"
         store = SqliteStore(path, busy_timeout_ms=50)
         health: list[bool] = []
-        store.on_health = lambda ok, _err: health.append(ok)
+        store.listeners.add(health=lambda ok, _err: health.append(ok))
         await store.open()
         tids = ["thr_a", "thr_b"]
         rounds = 12

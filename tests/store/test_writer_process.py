@@ -41,7 +41,7 @@ async def test_the_writer_killed_mid_stream_loses_nothing_acknowledged(tmp_path:
     async with asyncio.timeout(45):
         store = SqliteStore(tmp_path / "bridge.db")
         health: list[bool] = []
-        store.on_health = lambda ok, _err: health.append(ok)
+        store.listeners.add(health=lambda ok, _err: health.append(ok))
         await store.open()
         try:
             tids = [f"thr_{i}" for i in range(4)]

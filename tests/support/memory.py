@@ -22,7 +22,7 @@ from bridge.process.launch import LaunchSpec
 from bridge.protocols.envelope import Frames
 from bridge.protocols.events import Record
 from bridge.protocols.framing import LineTooLong
-from bridge.store.base import SecretRow
+from bridge.store.base import SecretRow, StoreListeners
 
 Script = Callable[["MemoryAgent", dict[str, Any]], None]
 
@@ -170,7 +170,8 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self.healthy = True
-        self.on_health: Callable[[bool, str | None], None] | None = None
+        self.shared = False
+        self.listeners = StoreListeners()
         self.threads: dict[str, dict[str, Any]] = {}
         self.events: dict[str, list[Record]] = {}
         self.client_ids: dict[tuple[str, str], int] = {}

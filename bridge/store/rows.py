@@ -1,0 +1,216 @@
+"""The rules both stores keep, written once: a thread row's columns and how each is
+encoded, what text a row may hold (the NUL policy), the thread list's cursor and order,
+the shared read queries, how a change-log page is assembled, and the version of a stored
+envelope. Pure: no database driver, no asyncio (the SQLite writer process imports it).
+
+Queries are written with ``?`` placeholders; PostgreSQL's store turns them into ``%s``
+(:func:`pg`). Only what is the same statement on both databases lives here; what differs
+(locking, the group commit, the change counter in a batch) stays with each store.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from bridge.errors import InvalidRequest, LeaseLost, StoreError
+from bridge.store.base import ROW_COLUMNS, Change, ChangesPruned, ThreadFields, ThreadRow, UserRow
+
+# ---------------------------------------------------------------------- rows and columns
+
+THREAD_COLUMNS = ROW_COLUMNS  # both stores: the same columns, in the same order
+JSON_COLUMNS = ("last_exit", "options", "agent_info")  # stored as JSON text
+COLUMNS_SQL = ",".join(THREAD_COLUMNS)
+_KNOWN = frozenset(THREAD_COLUMNS)
+
+# A write of these columns records which replica wrote it: the process belongs to it.
+STAMPED = frozenset({"state", "pid"})
+# The reason an append refused by its lease fence starts with (both stores' fences).
+LEASE_LOST = "lease lost: "
+
+
+def thread_row(values: Sequence[Any]) -> ThreadRow:
+    """A stored row (``THREAD_COLUMNS``, in order) as a ThreadRow."""
+    out = dict(zip(THREAD_COLUMNS, values, strict=True))
+    for col in JSON_COLUMNS:
+        if out[col] is not None:
+            out[col] = json.loads(out[col])
+    out["turn_active"] = bool(out["turn_active"])
+    return cast(ThreadRow, out)
+
+
+def encode_fields(fields: ThreadFields, *, bool_as_int: bool) -> dict[str, Any]:
+    """Columns as a store writes them: JSON columns as text, ``turn_active`` as the
+    database's boolean (SQLite's 0/1 with ``bool_as_int``, else a bool). ValueError for a
+    column no thread has; InvalidRequest (``invalid_request``) for text holding a NUL."""
+    out = dict(fields)
+    unknown = out.keys() - _KNOWN
+    if unknown:
+        raise ValueError(f"unknown thread columns {unknown}")
+    for col in JSON_COLUMNS:
+        if out.get(col) is not None:
+            out[col] = json.dumps(out[col])  # a NUL in JSON is escaped: never refused
+    if "turn_active" in out:
+        active = bool(out["turn_active"])
+        out["turn_active"] = int(active) if bool_as_int else active
+    refuse_nul(out)
+    return out
+
+
+def refuse_nul(columns: dict[str, Any]) -> None:
+    """The NUL policy, one for both stores: PostgreSQL text cannot hold a NUL, so no store
+    keeps one in a thread column (a row must read the same on either, and a SQLite file can
+    be moved to a shared store). Refused as the client's bad request, not a store failure."""
+    nul = [k for k, v in columns.items() if isinstance(v, str) and "\x00" in v]
+    if nul:
+        raise InvalidRequest(f"{', '.join(nul)} cannot contain a NUL character", code="invalid_request")
+
+
+def stamp(fields: dict[str, Any], replica_id: str) -> dict[str, Any]:
+    """``fields`` with ``replica_id`` added when they record a process or its state."""
+    if STAMPED & fields.keys():
+        fields["replica_id"] = replica_id
+    return fields
+
+
+def refusal(reason: str) -> StoreError:
+    """The error an append refused alone is raised with: LeaseLost for a fence."""
+    if reason.startswith(LEASE_LOST):
+        return LeaseLost(reason)
+    return StoreError(f"append refused: {reason}")
+
+
+def later(a: Any, b: Any) -> Any:
+    """The larger of two values where None means "not known"."""
+    return b if a is None else a if b is None else max(a, b)
+
+
+def iso_before(seconds: float) -> str:
+    """The wall-clock time ``seconds`` ago, in the transcript's format (so it compares as text)."""
+    return datetime.fromtimestamp(time.time() - seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+
+def user_row(row: Sequence[Any]) -> UserRow:
+    return UserRow(str(row[0]), bool(row[1]), str(row[2]), row[3])
+
+
+# ---------------------------------------------------------------------- the thread list
+
+# Newest activity first; the cursor is the last row's (updated_at, id), opaque to clients.
+_LIST_ORDER = "ORDER BY updated_at DESC, id DESC LIMIT ?"
+
+
+def encode_cursor(updated_at: str, thread_id: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps([updated_at, thread_id]).encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[str, str]:
+    try:
+        pad = "=" * (-len(cursor) % 4)
+        value = json.loads(base64.urlsafe_b64decode(cursor + pad))
+        if isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value):
+            return value[0], value[1]
+    except (ValueError, UnicodeDecodeError):
+        pass
+    raise InvalidRequest("cursor is not valid", code="invalid_cursor")
+
+
+def list_query(limit: int, cursor: str | None, agent: str | None, owner: str | None) -> tuple[str, list[Any]]:
+    """The statement of one page of the thread list (one row more than ``limit``: whether
+    there is a next page) and its parameters."""
+    where: list[str] = []
+    params: list[Any] = []
+    if owner is not None:
+        where.append("owner = ?")
+        params.append(owner)
+    if cursor:
+        updated_at, tid = decode_cursor(cursor)
+        where.append("(updated_at < ? OR (updated_at = ? AND id < ?))")
+        params += [updated_at, updated_at, tid]
+    if agent:
+        where.append("agent = ?")
+        params.append(agent)
+    clause = f"WHERE {' AND '.join(where)} " if where else ""
+    return f"SELECT {COLUMNS_SQL} FROM threads {clause}{_LIST_ORDER}", [*params, limit + 1]  # noqa: S608
+
+
+def list_page(rows: list[ThreadRow], limit: int) -> tuple[list[ThreadRow], str | None]:
+    """The page and the cursor of the next one (None: this was the last)."""
+    if len(rows) <= limit:
+        return rows, None
+    rows = rows[:limit]
+    return rows, encode_cursor(rows[-1]["updated_at"], rows[-1]["id"])
+
+
+# ---------------------------------------------------------------------- shared reads
+
+GET_THREAD = f"SELECT {COLUMNS_SQL} FROM threads WHERE id = ?"  # noqa: S608
+FIND_CLIENT_EVENT = "SELECT seq FROM events WHERE thread_id = ? AND client_id = ?"
+_USER_COLS = "name, admin, created_at, revoked_at"
+USER_BY_TOKEN = f"SELECT {_USER_COLS}, token_hash FROM users WHERE token_hash = ? AND revoked_at IS NULL"  # noqa: S608
+GET_USER = f"SELECT {_USER_COLS} FROM users WHERE name = ?"  # noqa: S608
+LIST_USERS = f"SELECT {_USER_COLS} FROM users ORDER BY name"  # noqa: S608
+LIST_SECRETS = (
+    "SELECT user_name, profile, key, nonce, ciphertext, updated_at FROM user_secrets "
+    "WHERE user_name = ? AND (CAST(? AS TEXT) IS NULL OR profile = ?) ORDER BY profile, key"
+)
+LATEST_CHANGE = "SELECT latest FROM change_log"
+CHANGE_HORIZON = "SELECT horizon FROM change_log"
+
+# ---------------------------------------------------------------------- the change log
+
+CHANGED_THREADS = (
+    f"SELECT change_seq, created_seq, {COLUMNS_SQL} FROM threads "  # noqa: S608
+    "WHERE change_seq > ? ORDER BY change_seq LIMIT ?"
+)
+TOMBSTONES = (
+    "SELECT change_seq, thread_id, deleted_at, owner FROM thread_tombstones "
+    "WHERE change_seq > ? ORDER BY change_seq LIMIT ?"
+)
+
+
+def changes_queries(after: int, limit: int) -> list[tuple[str, tuple[Any, ...]]]:
+    """The three reads of ``read_changes``, to run in one snapshot (:func:`changes`)."""
+    return [(CHANGE_HORIZON, ()), (CHANGED_THREADS, (after, limit)), (TOMBSTONES, (after, limit))]
+
+
+def changes(results: list[list[Any]], after: int, limit: int) -> list[Change]:
+    """The change-log page from the three reads of :func:`changes_queries` (ChangesPruned
+    when ``after`` is below the horizon): rows and tombstones merged in cursor order."""
+    horizon_rows, rows, gone = results
+    horizon = int(horizon_rows[0][0]) if horizon_rows else 0
+    if after < horizon:
+        raise ChangesPruned(after, horizon)
+    out = [
+        Change(int(r[0]), "thread.created" if r[1] > after else "thread.updated", r[2], thread_row(r[2:])) for r in rows
+    ]
+    out += [Change(int(seq), "thread.deleted", tid, None, at, owner) for seq, tid, at, owner in gone]
+    out.sort(key=lambda c: c.cursor)
+    return out[:limit]
+
+
+# ---------------------------------------------------------------------- the stored envelope
+
+# The version of the stored envelope's format (``events.wire``). A row is written with the
+# version of the daemon that wrote it; a row written before the column existed (NULL) is
+# version 1, the format of issue #22. A replay page reads ``env`` only from rows of the
+# current version (``ENV_SQL``): any other row comes back without it and is rebuilt from
+# its parts (its data and raw, cut out of its envelope by their offsets), so a change of
+# the wire format is a branch of the read path, never a rewrite of stored rows.
+WIRE_VERSION = 1
+UNMARKED_WIRE = 1  # what a row without a marker is
+ENV_SQL = f"CASE WHEN coalesce(wire, {UNMARKED_WIRE}) = {WIRE_VERSION} THEN env END"
+# A row whose ``env`` a replay cannot send as it is: none (rows from before the stored
+# envelope), or one of another version.
+NOT_CURRENT_SQL = f"(env IS NULL OR coalesce(wire, {UNMARKED_WIRE}) <> {WIRE_VERSION})"
+
+
+@functools.cache
+def pg(statement: str) -> str:
+    """A statement of this module with PostgreSQL's placeholders."""
+    return statement.replace("?", "%s")

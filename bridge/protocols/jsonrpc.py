@@ -211,13 +211,20 @@ def _response(obj: dict[str, Any]) -> Message:
         return Response(readable, result=obj["result"])
     if readable is None and rid is not None:
         return Invalid(BAD_RESPONSE_ID, response=True)
-    err = obj["error"]
-    code = err.get("code") if isinstance(err, dict) else None
-    message = err.get("message") if isinstance(err, dict) else None
-    if not isinstance(code, int) or isinstance(code, bool) or not isinstance(message, str):
+    err = _error_object(obj["error"])
+    if err is None:
         return Invalid(BAD_ERROR, reply_to=readable, response=True)
-    assert isinstance(err, dict)
-    return Response(readable, error=RpcError(code, message, err.get("data")))
+    return Response(readable, error=err)
+
+
+def _error_object(err: Any) -> RpcError | None:
+    """A response's ``error`` member, when it is one: an integer code, a string message."""
+    if not isinstance(err, dict):
+        return None
+    code, message = err.get("code"), err.get("message")
+    if not isinstance(code, int) or isinstance(code, bool) or not isinstance(message, str):
+        return None
+    return RpcError(code, message, err.get("data"))
 
 
 # ---------------------------------------------------------------------- envelopes

@@ -123,3 +123,45 @@ def test_the_conversation_core_is_pure(module: str, imports: set[str]) -> None:
         or i.startswith(("bridge.process.agent_process", "bridge.store", "bridge.api"))
     }
     assert not bad, f"{module} imports {bad}"
+
+
+def _sessions_graph() -> dict[str, set[str]]:
+    """bridge/sessions modules → the sessions modules each imports (a TYPE_CHECKING import
+    counts: it is a cycle all the same, one that only moved out of sight)."""
+    names = {m for m, _ in modules() if m.startswith("bridge.sessions.")}
+    graph: dict[str, set[str]] = {}
+    for module, imports in modules():
+        if module in names:
+            graph[module] = {i for i in imports if i in names and i != module}
+    for path in sorted(BRIDGE.joinpath("sessions").glob("*.py")):  # `from bridge.sessions import x`
+        module = f"bridge.sessions.{path.stem}"
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "bridge.sessions":
+                graph[module] |= {f"bridge.sessions.{a.name}" for a in node.names} & names
+    return graph
+
+
+def test_no_sessions_module_imports_one_that_imports_it_back() -> None:
+    """The conversation and the forwarding of its commands once imported each other
+    (issue #33): a client's command now reaches either through sessions/commands.py."""
+    graph = _sessions_graph()
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph.get(todo.pop(), ()):
+                if nxt == goal:
+                    return True
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return False
+
+    cycles = sorted(m for m in graph if reaches(m, m))
+    assert not cycles, f"import cycle through {cycles}"
+
+
+def test_the_commands_are_pure_data() -> None:
+    [(_, imports)] = [m for m in modules() if m[0] == "bridge.sessions.commands"]
+    allowed = {"__future__", "collections.abc", "dataclasses", "typing", "bridge.errors", "bridge.sessions.actions"}
+    assert imports - allowed <= {"bridge.sessions.fanout"}, imports  # (fanout: a type, for ThreadPort)

@@ -267,25 +267,18 @@ class _Session:
         await self._reply(ephemeral("client.accepted", now_iso(), op=op, **extra))
 
     async def _op_frame(self, text: str) -> None:
-        try:
-            frame = loads_strict(text)
-        except (ValueError, RecursionError):
-            await self._reject(None, "invalid_json", "frame is not JSON")
-            return
-        if not isinstance(frame, dict):
-            await self._reject(None, "invalid_frame", "frame must be a JSON object")
+        frame = await self._frame(text)
+        if frame is None:
             return
         op = frame.get("op")
+        name = op if isinstance(op, str) else None
         client_id = frame.get("client_id")
         ids = {"client_id": client_id} if isinstance(client_id, str) else {}
-        spec = _OPS.get(op) if isinstance(op, str) else None
         try:
-            if spec is None:
+            spec = _OPS.get(name or "")
+            if name is None or spec is None:
                 raise InvalidRequest(f"unknown op {op!r}", code="unknown_op")
-            try:
-                command = spec.parse(frame, self.actor, ids.get("client_id") or "websocket")
-            except ValidationError as exc:
-                raise InvalidRequest(_first_error(exc), code=frame_error_code(exc)) from None
+            command = spec.command(frame, self.actor, ids.get("client_id") or "websocket")
             if spec.hold_s and self._sub is not None:
                 # Run here too, the command's events may be recorded before its answer: they
                 # wait for it, as a forwarded frame's do (released by _reply, or at the bound).
@@ -293,9 +286,21 @@ class _Session:
             answer = await self.port.run(command, answer_to=self._sub)
         except BridgeError as exc:
             message = shown_to(self.ws.app.state.settings, self.user).text(exc.message)  # no data dir path
-            await self._reject(op if isinstance(op, str) else None, exc.code, message, **ids)
+            await self._reject(name, exc.code, message, **ids)
             return
-        await self._accept(str(op), **command.answer_to_wire(answer), **(ids if spec.echo_client_id else {}))
+        await self._accept(name, **command.answer_to_wire(answer), **(ids if spec.echo_client_id else {}))
+
+    async def _frame(self, text: str) -> dict[str, Any] | None:
+        """The frame's object, or None once the client was told why it is not one."""
+        try:
+            frame = loads_strict(text)
+        except (ValueError, RecursionError):
+            await self._reject(None, "invalid_json", "frame is not JSON")
+            return None
+        if not isinstance(frame, dict):
+            await self._reject(None, "invalid_frame", "frame must be a JSON object")
+            return None
+        return frame
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -313,6 +318,13 @@ class _Op:
     parse: Callable[[dict[str, Any], str, str], Command[Any]]
     echo_client_id: bool = True  # a permission's answer names it as ``by`` instead
     hold_s: float = 0.0  # events held for the answer even when run here (set_mode)
+
+    def command(self, frame: dict[str, Any], actor: str, channel: str) -> Command[Any]:
+        """The frame's command; a field the schema refuses is the frame's error (§5.4)."""
+        try:
+            return self.parse(frame, actor, channel)
+        except ValidationError as exc:
+            raise InvalidRequest(_first_error(exc), code=frame_error_code(exc)) from None
 
 
 _OPS: dict[str, _Op] = {

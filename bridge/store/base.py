@@ -15,9 +15,12 @@ thread row. These are the seams a shared PostgreSQL store plugs into (docs/DESIG
 * :class:`LeaseStore` — who owns a live thread (replica, epoch, expiry on the database's
   clock), and the replicas sharing the store (docs/DESIGN.md "Leases and fencing").
 
-:class:`Store` is all of them plus a lifecycle and health; the embedded implementation is
+:class:`Store` is all of them plus a lifecycle, health, its :class:`StoreListeners` and the
+``shared`` capability; the embedded implementation is
 :class:`~bridge.store.sqlite.SqliteStore`, the shared one
-:class:`~bridge.store.postgres.PostgresStore` (``bridge.store.factory.open_store``).
+:class:`~bridge.store.postgres.PostgresStore` (``bridge.store.factory.open_store``). What
+both do the same way is written once in bridge/store/common.py and rows.py, and
+tests/store/test_conformance.py holds every store to the same behaviour.
 """
 
 from __future__ import annotations

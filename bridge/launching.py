@@ -1,20 +1,48 @@
-"""A profile and a thread's options, checked against the launch rules before anything is
-spawned: at profile load (config) and at thread creation (registry). The dialect's flags
-come from its codec, so the rules see exactly the argv a spawn would build."""
+"""How a thread's agent is launched, in one pass.
+
+A profile and a thread's options, cwd and model give the dialect's codec, and the codec
+gives what the launch rules judge: the flags those options become, the model's and the
+resume id's forms on the command line. The rules themselves live once, in
+process/launch.py (``agent_args``); this module walks them with the codec:
+
+- at profile load (config): :func:`check_profile`, a profile alone;
+- at thread creation (registry): :meth:`ThreadLaunch.checked`, which makes the one codec
+  of the creation and keeps it for the thread's first process;
+- at each spawn (conversation): :meth:`ThreadLaunch.start`, the codec and the argv of one
+  process, the rules run again on what is actually spawned.
+
+process/ may not import the codecs (tests/test_layering.py), which is why this walk sits
+above both.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from bridge.errors import LaunchRefused
-from bridge.process.launch import ProfileLike, check_launch_rules
+from bridge import __version__
+from bridge.errors import InvalidRequest, LaunchRefused
+from bridge.process.launch import (
+    LaunchSpec,
+    ProfileLike,
+    build_launch,
+    check_executable_usable,
+    check_launch_rules,
+    model_problem,
+    resume_argv,
+    valid_session_id,
+)
+from bridge.protocols.codec import Codec
 from bridge.protocols.codecs import make_codec
 
 
 class Profile(ProfileLike, Protocol):
     @property
     def protocol(self) -> str: ...
+    @property
+    def auth_method(self) -> str | None: ...
+    @property
+    def protocol_flags(self) -> Sequence[str] | None: ...
 
     def model_dump(self, *, include: set[str] | None = None) -> dict[str, Any]: ...
 
@@ -24,6 +52,20 @@ def spawn_options(profile: Profile, overrides: Mapping[str, Any] | None, keys: f
     return {**profile.model_dump(include=set(keys)), **(overrides or {})}
 
 
+def codec_for(profile: Profile, *, cwd: str = "/", resume: str | None = None) -> Codec:
+    """A fresh codec of ``profile``'s dialect, for one process run in ``cwd``."""
+    return make_codec(
+        profile.protocol,
+        cwd=cwd,
+        resume_id=resume,
+        auth_method=profile.auth_method,
+        client_version=__version__,
+        executable=profile.executable,
+        args=profile.args,
+        protocol_flags=profile.protocol_flags,
+    )
+
+
 def check_profile(
     profile: Profile,
     options: Mapping[str, Any],
@@ -31,12 +73,16 @@ def check_profile(
     model: str | None = None,
     check_executable: bool = True,
     for_thread: bool = False,
+    codec: Codec | None = None,
 ) -> None:
     """Raise LaunchRefused when a thread with ``options`` could never be spawned.
     ``for_thread``: a thread's own check at creation (``model`` is its model), where a
     dialect whose command line needs a model and has none from the thread or the profile is
-    refused; a profile alone (at load) may leave the model to its threads."""
-    codec = make_codec(profile.protocol, executable=profile.executable)
+    refused; a profile alone (at load) may leave the model to its threads. ``codec``: the
+    dialect's, when the caller has one already."""
+    if check_executable:
+        check_executable_usable(profile.executable)
+    codec = codec or codec_for(profile)
     if for_thread and codec.requires_model and not (model or profile.model):
         raise LaunchRefused(
             f"{profile.protocol} agents are started with --model: give the thread a model, or set the profile's model",
@@ -49,5 +95,80 @@ def check_profile(
         model=model,
         model_form=codec.model_args,
         mcp_config=mcp if isinstance(mcp, str) else None,
-        check_executable=check_executable,
+        check_executable=False,
     )
+
+
+class ThreadLaunch:
+    """How one thread's agent is started: its profile, its spawn options (the profile's
+    overridden by the thread's), its cwd and its model (the thread's, else the profile's).
+    The registry makes it at creation (:meth:`checked`) and hands it to the conversation,
+    which asks it for each process (:meth:`start`); a thread loaded from the store gets one
+    at its first start."""
+
+    def __init__(self, profile: Profile, options: Mapping[str, Any], *, cwd: str, model: str | None) -> None:
+        self.profile = profile
+        self.options = dict(options)
+        self.cwd = cwd
+        self.model = model
+        # The codec made at creation, and the resume id it was made for: the first
+        # process's, so creating and starting a thread make one codec, not two.
+        self._ready: tuple[str | None, Codec] | None = None
+
+    @classmethod
+    def checked(
+        cls,
+        profile: Profile,
+        options: Mapping[str, Any],
+        *,
+        cwd: str,
+        model: str | None,
+        native_session_id: str | None = None,
+    ) -> ThreadLaunch:
+        """A new thread's launch, refused now if it could never be spawned: an adopted
+        session id this dialect cannot be given (docs/api.md §2.5) or a malformed model
+        (InvalidRequest: the request is wrong), an unusable executable, a missing model the
+        dialect needs, or any launch rule its profile and options break (LaunchRefused).
+        ``model``: the thread's own, or None for the profile's."""
+        launch = cls(profile, options, cwd=cwd, model=model or profile.model)
+        codec = codec_for(profile, cwd=cwd, resume=native_session_id)
+        if native_session_id is not None:
+            try:
+                resume_argv(native_session_id, codec.resume_args)
+            except LaunchRefused as exc:
+                raise InvalidRequest(f"native_session_id: {exc}", code="invalid_session_id") from exc
+        if model and (problem := model_problem(model)):
+            # Before the rules below read it: it goes on the agent's command line.
+            raise InvalidRequest(f"model: {problem}", code="invalid_model")
+        check_profile(profile, options, model=model, for_thread=True, codec=codec)
+        launch._ready = (native_session_id, codec)
+        return launch
+
+    def start(self, resume: str | None, env: Mapping[str, str]) -> tuple[Codec, LaunchSpec]:
+        """The codec and the launch of one process, resuming the agent's session ``resume``
+        (if any), with ``env`` on top of the allowed part of the daemon's (its profile's and
+        its owner's secrets). Every rule is checked again on this argv. Raises
+        LaunchRefused."""
+        if resume is not None and not valid_session_id(resume):
+            raise LaunchRefused("native session id is not valid; refusing to pass it on", code="invalid_session_id")
+        ready, self._ready = self._ready, None
+        codec = (
+            ready[1]
+            if ready is not None and ready[0] == resume
+            else codec_for(self.profile, cwd=self.cwd, resume=resume)
+        )
+        profile = self.profile
+        spec = build_launch(
+            executable=profile.executable,
+            args=profile.args,
+            protocol_flags=codec.launch_flags(self.options),
+            profile_env=env,
+            cwd=self.cwd,
+            model=self.model,
+            resume_id=resume if codec.resume_on_argv else None,
+            resume_form=codec.resume_args,
+            model_form=codec.model_args,
+            mcp_config=self.options.get("mcp_config"),
+            remote_api_opt_in=profile.remote_api_opt_in,
+        )
+        return codec, spec

@@ -316,26 +316,60 @@ def check_launch_rules(
     """The launch rules that depend only on the profile and the flags a thread's options
     give (the dialect's, from ``codec.launch_flags``; see bridge/launching.py): for thread
     creation and profile load, so a thread that could never be spawned is refused up
-    front. Spawn-time checks (cwd, resume id, the executable again) stay in
-    :func:`build_launch`. Pure apart from inspecting the executable (skipped with
-    ``check_executable=False``: at load, an unusable executable is listed, not fatal);
-    raises LaunchRefused."""
-    problem = executable_problem(profile.executable) if check_executable else None
+    front. The same rules (:func:`agent_args`) run again in :func:`build_launch`, which
+    adds what only a spawn knows (the cwd, the resume id). Pure apart from inspecting the
+    executable (skipped with ``check_executable=False``: at load, an unusable executable is
+    listed, not fatal); raises LaunchRefused."""
+    if check_executable:
+        check_executable_usable(profile.executable)
+    agent_args(
+        [*profile.args, *flags],
+        profile.env,
+        model=model or profile.model,
+        model_form=model_form,
+        mcp_config=mcp_config,
+        remote_api_opt_in=profile.remote_api_opt_in,
+    )
+
+
+def check_executable_usable(path: str) -> None:
+    """Raise LaunchRefused (``executable_unusable``) where :func:`executable_problem` finds one."""
+    problem = executable_problem(path)
     if problem:
         raise LaunchRefused(problem, code="executable_unusable")
+
+
+def agent_args(
+    args: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    model: str | None,
+    model_form: Callable[[str], Sequence[str]] = joined_model,
+    resume_id: str | None = None,
+    resume_form: Callable[[str], Sequence[str]] = joined_resume,
+    mcp_config: str | None = None,
+    remote_api_opt_in: bool = False,
+) -> list[str]:
+    """The agent's arguments after its executable, ``args`` + model [+ resume]
+    [+ --mcp-config F], with every rule on them checked: the one place those rules live,
+    run at profile load and thread creation (:func:`check_launch_rules`, without a resume
+    id) and at each spawn (:func:`build_launch`). ``env``: what the agent's environment
+    will hold, for the remote-URL rule. Raises LaunchRefused."""
     if mcp_config and not os.path.isabs(mcp_config):
         raise LaunchRefused("mcp_config must be an absolute path", code="bad_mcp_config")
-    argv = [*profile.args, *flags]
-    chosen = model or profile.model
-    if chosen:
-        argv += model_argv(chosen, model_form)
+    argv = list(args)
+    if model:
+        argv += model_argv(model, model_form)
+    if resume_id is not None:
+        argv += resume_argv(resume_id, resume_form)
     if mcp_config:
         argv += ["--mcp-config", mcp_config]
     if any("\x00" in a for a in argv):
         raise LaunchRefused("argument contains a NUL byte", code="bad_argument")
-    problem = url_problem(endpoint_values(argv, profile.env), opt_in=profile.remote_api_opt_in)
+    problem = url_problem(endpoint_values(argv, env), opt_in=remote_api_opt_in)
     if problem:
         raise LaunchRefused(problem, code="remote_url_refused")
+    return argv
 
 
 def child_env(daemon_env: Mapping[str, str], profile_env: Mapping[str, str]) -> dict[str, str]:
@@ -365,25 +399,21 @@ def build_launch(
     codec's ``model_args``: ``--model=M``, ``--model M`` or none), see :func:`model_argv`;
     the resume arguments ``resume_form(id)`` (the codec's ``resume_args``: ``--resume=ID``
     or ``--resume ID``), see :func:`resume_argv`. Raises LaunchRefused."""
-    problem = executable_problem(executable)
-    if problem:
-        raise LaunchRefused(problem, code="executable_unusable")
+    check_executable_usable(executable)
     if not os.path.isabs(cwd) or not os.path.isdir(cwd):
         raise LaunchRefused(f"working directory must be an existing absolute directory: {cwd}", code="bad_cwd")
-    argv = [executable, *args, *protocol_flags, *extra_args]
-    if model:
-        argv += model_argv(model, model_form)
-    if resume_id is not None:
-        argv += resume_argv(resume_id, resume_form)
-    if mcp_config:
-        if not os.path.isabs(mcp_config):
-            raise LaunchRefused("mcp_config must be an absolute path", code="bad_mcp_config")
-        argv += ["--mcp-config", mcp_config]
-    for a in argv:
-        if "\x00" in a:
-            raise LaunchRefused("argument contains a NUL byte", code="bad_argument")
-    problem = url_problem(endpoint_values(argv[1:], profile_env), opt_in=remote_api_opt_in)
-    if problem:
-        raise LaunchRefused(problem, code="remote_url_refused")
+    argv = [
+        executable,
+        *agent_args(
+            [*args, *protocol_flags, *extra_args],
+            profile_env,
+            model=model,
+            model_form=model_form,
+            resume_id=resume_id,
+            resume_form=resume_form,
+            mcp_config=mcp_config,
+            remote_api_opt_in=remote_api_opt_in,
+        ),
+    ]
     env = child_env(os.environ if daemon_env is None else daemon_env, profile_env)
     return LaunchSpec(tuple(argv), env, cwd)

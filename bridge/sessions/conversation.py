@@ -31,7 +31,7 @@ from typing import Any, TypeVar, cast
 
 import structlog
 
-from bridge import __version__, user_secrets
+from bridge import user_secrets
 from bridge.clock import now_iso
 from bridge.config import THREAD_OPTION_KEYS, AgentProfile, Settings
 from bridge.errors import (
@@ -44,12 +44,12 @@ from bridge.errors import (
     NotOwner,
     StoreError,
 )
-from bridge.launching import spawn_options
+from bridge.launching import ThreadLaunch, spawn_options
 from bridge.process.agent_io import AgentIO, ExitInfo, Spawn
 from bridge.process.agent_process import AgentProcess
-from bridge.process.launch import LaunchSpec, build_launch, valid_session_id
+from bridge.process.launch import LaunchSpec
 from bridge.protocols.codec import Codec
-from bridge.protocols.codecs import make_codec, may_have_modes, stored_content_refusal
+from bridge.protocols.codecs import may_have_modes, stored_content_refusal
 from bridge.protocols.envelope import Frames, ephemeral
 from bridge.protocols.events import Event, Record
 from bridge.protocols.framing import LineTooLong
@@ -205,6 +205,9 @@ class Conversation:
         self._replies: dict[str, asyncio.Future[str]] = {}  # our own requests' routed answers (set_mode)
         self._scrub = Scrubber(profile.env if profile is not None else {})
         self._secret_env: dict[str, str] = {}  # the owner's secrets for the profile, read at each start
+        # How its agent is started (bridge/launching.py): the registry's, checked at creation;
+        # made at the first start of a thread loaded from the store.
+        self.launch: ThreadLaunch | None = None
         # Many replicas (docs/api.md §6): who hears of this replica's commits. None on a
         # single daemon.
         self.on_committed: Callable[[str, int], None] | None = None
@@ -719,32 +722,10 @@ class Conversation:
             await self._start()
 
     def _launch(self, profile: AgentProfile, resume: str | None) -> tuple[Codec, LaunchSpec]:
-        if resume is not None and not valid_session_id(resume):
-            raise LaunchRefused("native session id is not valid; refusing to pass it on", code="invalid_session_id")
-        codec = make_codec(
-            profile.protocol,
-            cwd=self.thread["cwd"],
-            resume_id=resume,
-            auth_method=profile.auth_method,
-            client_version=__version__,
-            executable=profile.executable,
-            args=profile.args,
-            protocol_flags=profile.protocol_flags,
-        )
-        opts = self.core.options
-        spec = build_launch(
-            executable=profile.executable,
-            args=profile.args,
-            protocol_flags=codec.launch_flags(opts),
-            profile_env={**self._secret_env, **profile.env},
-            cwd=self.thread["cwd"],
-            model=self.thread.get("model"),
-            resume_id=resume if codec.resume_on_argv else None,
-            resume_form=codec.resume_args,
-            model_form=codec.model_args,
-            mcp_config=opts.get("mcp_config"),
-            remote_api_opt_in=profile.remote_api_opt_in,
-        )
+        if self.launch is None:
+            thread = self.thread
+            self.launch = ThreadLaunch(profile, self.core.options, cwd=thread["cwd"], model=thread.get("model"))
+        codec, spec = self.launch.start(resume, {**self._secret_env, **profile.env})
         spec = launch_for_thread(spec, self.settings, self.thread)  # its cwd checked again; the owner's HOME
         spec = self.settings.confine(spec, profile)
         return codec, spec

@@ -12,14 +12,12 @@ import structlog
 
 from bridge.clock import now_iso
 from bridge.config import DEMO_PROFILE, THREAD_OPTION_KEYS, AgentProfile, Settings
-from bridge.errors import Busy, Capacity, Draining, InvalidRequest, LaunchRefused, NotFound, NotOwner
+from bridge.errors import Busy, Capacity, Draining, InvalidRequest, NotFound, NotOwner
 from bridge.ids import new_id
-from bridge.launching import check_profile, spawn_options
+from bridge.launching import ThreadLaunch, spawn_options
 from bridge.process.agent_io import Spawn
 from bridge.process.agent_process import AgentProcess
-from bridge.process.launch import executable_problem, model_problem, resume_argv
 from bridge.process.reaper import reap_group
-from bridge.protocols.codecs import make_codec
 from bridge.protocols.envelope import ephemeral
 from bridge.protocols.events import Event
 from bridge.sessions.changes import ChangeNotifier
@@ -37,20 +35,6 @@ log = structlog.get_logger("bridge.registry")
 
 IDLE_SCAN_S = 1.0
 FOLLOW_RECENT_S = 60.0  # a thread used here this recently is followed without a subscriber
-
-
-def check_adopted_id(native_session_id: str | None, prof: AgentProfile) -> None:
-    """A session started elsewhere, adopted by a new thread: its id goes on a command line
-    or into session/load, so it must be one this agent can be given (docs/api.md §2.5; an id
-    beginning with "-" where the dialect passes it as an argument of its own) before the
-    thread exists."""
-    if native_session_id is None:
-        return
-    codec = make_codec(prof.protocol, executable=prof.executable, args=prof.args, protocol_flags=prof.protocol_flags)
-    try:
-        resume_argv(native_session_id, codec.resume_args)
-    except LaunchRefused as exc:
-        raise InvalidRequest(f"native_session_id: {exc}", code="invalid_session_id") from exc
 
 
 class Registry:
@@ -248,14 +232,13 @@ class Registry:
                 code="user_conversation_limit",
             )
 
-    def _fresh_workspace(self, tid: str, prof: AgentProfile) -> str:
-        """The directory of a thread created without a cwd; the bundled demo's holds a few
-        sample files, so that its "list files" shows something."""
+    def _fresh_workspace(self, tid: str, prof: AgentProfile) -> None:
+        """Make the directory of a thread created without a cwd, once the thread is accepted;
+        the bundled demo's holds a few sample files, so that its "list files" shows something."""
         path = self.settings.data_dir / "workspaces" / tid
         path.mkdir(parents=True, exist_ok=True)
         if prof.builtin and prof.name == DEMO_PROFILE:
             write_demo_samples(path)
-        return str(path)
 
     async def create(
         self,
@@ -272,13 +255,6 @@ class Registry:
         self._refuse_if_draining()
         name = agent or self.settings.default_agent
         prof = self.profile(name)
-        check_adopted_id(native_session_id, prof)
-        if model and (problem := model_problem(model)):
-            # Before anything else reads it: it goes on the agent's command line.
-            raise InvalidRequest(f"model: {problem}", code="invalid_model")
-        problem = executable_problem(prof.executable)
-        if problem:
-            raise LaunchRefused(problem, code="executable_unusable")
         options = dict(options or {})
         unknown = set(options) - THREAD_OPTION_KEYS
         if unknown:
@@ -287,16 +263,24 @@ class Registry:
             AgentProfile.model_validate({**prof.model_dump(), **options})
         except ValueError as exc:
             raise InvalidRequest(f"invalid options: {exc}", code="invalid_option") from exc
-        # Every launch rule that depends only on the profile and these options: a thread
-        # that could never be spawned is refused now, not at its first prompt.
-        check_profile(
-            prof, spawn_options(prof, options, THREAD_OPTION_KEYS), model=model, check_executable=False, for_thread=True
-        )
         tid = new_id("thr")
+        fresh = cwd is None
         if cwd is None:
-            cwd = self._fresh_workspace(tid, prof)
+            cwd = str(self.settings.data_dir / "workspaces" / tid)  # made once the thread is accepted
         else:  # kept as its real path: what was checked is where the agent runs (bridge/userdirs.py)
             cwd = await self.allowed_cwd(cwd, owner=owner, admin=admin)
+        # Every launch rule that depends on the profile and this thread: one that could
+        # never be spawned is refused now, not at its first prompt. Its codec starts the
+        # thread's first process (bridge/launching.py).
+        launch = ThreadLaunch.checked(
+            prof,
+            spawn_options(prof, options, THREAD_OPTION_KEYS),
+            cwd=cwd,
+            model=model,
+            native_session_id=native_session_id,
+        )
+        if fresh:
+            self._fresh_workspace(tid, prof)
         ts = now_iso()
         row: ThreadRow = {
             "id": tid,
@@ -319,6 +303,7 @@ class Registry:
         }
         await self.store.create_thread(row)
         conv = self._make(row)
+        conv.launch = launch
         log.info("thread.created", thread_id=tid, agent=name)
         return conv
 

@@ -1,4 +1,5 @@
-"""An adopted session id is checked at thread creation by the dialect's own resume form:
+"""An adopted session id is checked at thread creation (bridge/launching.py,
+``ThreadLaunch.checked``) by the dialect's own resume form:
 awp-jsonl passes it as an argument of its own (``--resume ID``), so an id beginning with
 "-" is refused there (it would read as a flag), while stream-json's ``--resume=ID`` and
 ACP's session/load take it."""
@@ -9,11 +10,17 @@ import pytest
 
 from bridge.config import AgentProfile
 from bridge.errors import InvalidRequest
-from bridge.sessions.registry import check_adopted_id
+from bridge.launching import ThreadLaunch
 
 
 def profile(protocol: str) -> AgentProfile:
     return AgentProfile(name="p", protocol=protocol, executable="/usr/bin/true")  # type: ignore[arg-type]
+
+
+def check_adopted_id(native_session_id: str | None, prof: AgentProfile) -> None:
+    """What creating a thread that adopts ``native_session_id`` checks (with a model, which
+    awp-jsonl needs anyway)."""
+    ThreadLaunch.checked(prof, {}, cwd="/", model="m", native_session_id=native_session_id)
 
 
 @pytest.mark.parametrize("protocol", ["stream-json", "awp-jsonl", "acp"])

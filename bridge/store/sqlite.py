@@ -51,7 +51,6 @@ import asyncio
 import contextlib
 import sqlite3
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -96,10 +95,6 @@ INLINE_MAX_BYTES = 128 * 1024
 TOUCH_FLUSH_S = 0.5  # owed updated_at/last_seq/turn_active are written within this long
 CHECKPOINT_EVERY = 1024  # inline commits between WAL checkpoints (about 4000 WAL pages)
 MAX_BACKOFF_S = 2.0
-# The writer process takes up to WRITER_DEPTH batches at once (``_write_loop``): one in
-# flight beside another only when it holds at least PIPELINED_ROWS events (a flood's).
-WRITER_DEPTH = 3
-PIPELINED_ROWS = 256
 
 
 _later = rows.later
@@ -112,18 +107,6 @@ def _loop_idle(loop: asyncio.AbstractEventLoop) -> bool:
     False, i.e. always group, on a loop without one)."""
     ready = getattr(loop, "_ready", None)
     return ready is not None and not ready
-
-
-class _Flight:
-    """A batch handed to the writer (``_write_loop``), and the process it was sent to, once
-    it was."""
-
-    __slots__ = ("answer", "batch", "proc")
-
-    def __init__(self, batch: list[_Append], proc: WriterProcess | None = None) -> None:
-        self.batch = batch
-        self.proc = proc
-        self.answer: asyncio.Future[dict[int, str]] | None = None
 
 
 class SqliteStore(leases.SqliteLeases, SqliteAccounts, CommonStore):
@@ -155,14 +138,13 @@ class SqliteStore(leases.SqliteLeases, SqliteAccounts, CommonStore):
         self._inline_commits = 0
         self._checkpoint: asyncio.Task[None] | None = None
         self._pending: list[_Append] = []
-        self._generation = 0  # of the batches sent to the writer process (_abandon)
+        self._generation = 0  # of the batches sent to the writer process (a failed one's retry: the next)
         # thread → what its row owes: (updated_at, last_seq, turn_active)
         self._dirty: dict[str, tuple[str | None, int | None, int | None]] = {}
         self._touch_timer: asyncio.TimerHandle | None = None
         self._wake: asyncio.Event | None = None
         self._writer: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()  # set whenever nothing waits to be written
-        self.pipelined = 0  # batches sent to the writer process behind one in flight
         self.checkpoint_stats = (0, 0.0, 0.0)  # checkpoints asked for here: count, total ms, max ms
 
     # ------------------------------------------------------------------ plumbing
@@ -340,7 +322,7 @@ class SqliteStore(leases.SqliteLeases, SqliteAccounts, CommonStore):
         if proc.alive:
             with contextlib.suppress(StoreError, TimeoutError):
                 stats = await asyncio.wait_for(proc.stats(), 5.0)
-                log.info("store.writer_stats", pid=proc.pid, pipelined=self.pipelined, **stats)
+                log.info("store.writer_stats", pid=proc.pid, **stats)
         await proc.close()
 
     async def _drained(self) -> None:
@@ -524,20 +506,16 @@ class SqliteStore(leases.SqliteLeases, SqliteAccounts, CommonStore):
 
         self._checkpoint = asyncio.create_task(run(), name="store-checkpoint")
 
-    async def _commit_batch(self, batch: list[_Append], again: bool, flight: _Flight | None = None) -> dict[int, str]:
+    async def _commit_batch(self, batch: list[_Append], again: bool) -> dict[int, str]:
         """One transaction: inline or on the writer thread, or in the writer process (the
         batch as plain tuples; ``again``: the writer that had it may have committed it
-        before it died, so what is already there is not written twice). ``flight``: the
-        write loop's record of it, told which writer process it was sent to."""
+        before it died, so what is already there is not written twice)."""
         inline = self._commit_inline(batch)
         if inline is not None:
             return inline
         if self.writer_mode == "process":
             proc = await self._writer_proc()
-            sent = proc.batch(self._wire(batch), again, self._generation)
-            if flight is not None:
-                flight.proc = proc
-            return await sent
+            return await proc.batch(self._wire(batch), again, self._generation)
         result: dict[int, str] = await self._call(self._wexec, "_wdb", lambda db: _commit(db, batch))
         return result
 
@@ -547,71 +525,43 @@ class SqliteStore(leases.SqliteLeases, SqliteAccounts, CommonStore):
         return [sql.wire_item(item) for item in batch]
 
     async def _write_loop(self) -> None:
-        """Commit what is pending, in order, a batch at a time; in the writer process up to
-        WRITER_DEPTH batches at once (``_send_behind``), so that it starts the next one as
-        soon as it has answered one, not once this loop has taken the answer. Batches are
-        settled in the order they were sent. After a failure nothing sent behind it is
-        written (the writer refuses the rest of that generation) and everything not settled
-        is sent again, in order, marked ``again``."""
+        """Commit what is pending, in order, one batch at a time. There is one commit
+        pipeline in the daemon, the conversation's (sessions/journal.py): it keeps several
+        appends of a busy thread pending here, so the next batch is ready when the writer
+        answers one (docs/DESIGN.md "Journal" has the measurements behind the choice)."""
         assert self._wake is not None
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                batch = self._batch_at(0)
+                failed = await self._commit_until_done(batch)
+                del self._pending[: len(batch)]
+                self._settled(batch, failed)
+            self._idle.set()
+
+    async def _commit_until_done(self, batch: list[_Append]) -> dict[int, str]:
+        """Commit ``batch``, retrying with backoff (``healthy`` False meanwhile) until it
+        commits: locked, full or broken, nothing in it is acknowledged before. A retry is
+        marked ``again`` (the writer process that had it may have committed it before it
+        died) and goes under a new generation (the writer refuses the rest of a failed one)."""
         backoff = 0.05
-        again = False  # the batch failed before: its writer may have committed it (process)
-        flight: deque[_Flight] = deque()
-        woken: asyncio.Task[Any] | None = None
-        try:
-            while True:
-                await self._wake.wait()
-                self._wake.clear()
-                sent = 0  # of _pending, the items in flight
-                while self._pending:
-                    if not flight:
-                        batch = self._batch_at(0)
-                        head = _Flight(batch)
-                        head.answer = asyncio.ensure_future(self._commit_batch(batch, again, head))
-                        flight.append(head)
-                        sent = len(batch)
-                    while sent < len(self._pending) and (behind := self._send_behind(flight, sent, again)):
-                        flight.append(behind)
-                        sent += len(behind.batch)
-                    head = flight[0]
-                    assert head.answer is not None
-                    if not head.answer.done() and len(flight) < WRITER_DEPTH:
-                        # The head's answer, or appends that may go beside it, whichever first.
-                        if woken is None or woken.done():
-                            self._wake.clear()
-                            woken = asyncio.ensure_future(self._wake.wait())
-                        await asyncio.wait((head.answer, woken), return_when=asyncio.FIRST_COMPLETED)
-                        continue
-                    try:
-                        failed = await head.answer
-                    except StoreError as exc:
-                        again = True
-                        await self._abandon(flight)
-                        sent = 0
-                        # Locked, full or broken: nothing in the batch is acknowledged; try again.
-                        self._set_health(False, exc.message)
-                        log.error(
-                            "store.write_failed", error=exc.message, pending=len(self._pending), retry_in_s=backoff
-                        )
-                        await asyncio.sleep(backoff)
-                        backoff = min(backoff * 2, MAX_BACKOFF_S)
-                        continue
-                    flight.popleft()
-                    backoff = 0.05
-                    again = again and bool(flight)
-                    if not self.healthy:
-                        log.info("store.recovered")
-                    self._set_health(True, None)
-                    del self._pending[: len(head.batch)]
-                    sent -= len(head.batch)
-                    self._settled(head.batch, failed)
-                self._idle.set()
-        finally:
-            if woken is not None:
-                woken.cancel()
-            for f in flight:
-                if f.answer is not None:
-                    f.answer.cancel()
+        again = False
+        while True:
+            try:
+                failed = await self._commit_batch(batch, again)
+            except StoreError as exc:
+                again = True
+                self._generation += 1
+                self._set_health(False, exc.message)
+                log.error("store.write_failed", error=exc.message, pending=len(self._pending), retry_in_s=backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+                continue
+            if not self.healthy:
+                log.info("store.recovered")
+            self._set_health(True, None)
+            return failed
 
     def _batch_at(self, start: int) -> list[_Append]:
         """The pending appends from ``start`` that go in one batch: at most MAX_BATCH, and
@@ -625,33 +575,6 @@ class SqliteStore(leases.SqliteLeases, SqliteAccounts, CommonStore):
             if text > MAX_BATCH_TEXT and i > start:
                 return pending[start:i]
         return pending[start:end]
-
-    def _send_behind(self, flight: deque[_Flight], sent: int, again: bool) -> _Flight | None:
-        """The next batch, sent now to the writer process that has the last one in flight,
-        or None: only once that one was sent there (and the process still runs),
-        WRITER_DEPTH batches in flight at most, and only a batch of at least PIPELINED_ROWS
-        events (small appends wait and commit together, one transaction for many, as
-        before)."""
-        proc = flight[-1].proc
-        if proc is None or not proc.alive or len(flight) >= WRITER_DEPTH:
-            return None
-        batch = self._batch_at(sent)
-        if sum(sql.row_count(item.rows) for item in batch) < PIPELINED_ROWS:
-            return None
-        behind = _Flight(batch, proc)
-        self.pipelined += 1
-        behind.answer = asyncio.ensure_future(proc.batch(self._wire(batch), again, self._generation))
-        return behind
-
-    async def _abandon(self, flight: deque[_Flight]) -> None:
-        """A batch failed: what was sent behind it is refused by the writer (or died with it);
-        its answers are awaited and dropped, and the next generation sends it all again."""
-        self._generation += 1
-        for f in flight:
-            if f.answer is not None:
-                with contextlib.suppress(StoreError, asyncio.CancelledError):
-                    await f.answer
-        flight.clear()
 
     # ------------------------------------------------------------------ transcript reads
 

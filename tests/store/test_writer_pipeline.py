@@ -1,9 +1,9 @@
-"""The SQLite store keeps up to two batches in flight in its writer process (issue #22:
-the writer starts the next batch as soon as it has answered one, not once the event loop
-has taken the answer), and that changes nothing a reader or a caller can see: batches
-commit in the order they were sent, a failure lets nothing sent behind it commit (the
-writer refuses the rest of that generation), and everything not acknowledged is sent
-again, in order, until it commits."""
+"""Appends issued the way the conversation pipelines them (sessions/journal.py: each one
+before the previous one is acknowledged) to the SQLite store and its writer process: batches
+commit in the order the appends were issued, a failure lets nothing sent behind it commit
+(the writer refuses the rest of that generation), and everything not acknowledged is sent
+again, in order, until it commits. (The store itself has one batch at a time in flight:
+the one commit pipeline is the journal's, issue #33.)"""
 
 from __future__ import annotations
 
@@ -13,23 +13,17 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
-import pytest
 from conftest import wait_until
 from support.stores import records, thread
 
 from bridge.errors import StoreError
 from bridge.protocols.events import Record
-from bridge.store import sqlite as sqlite_store
 from bridge.store import sqlite_sql, wire
 from bridge.store.sqlite import SqliteStore
 from bridge.store.writer_client import WriterProcess
 
 TS = "2026-12-05T00:00:00.000Z"
-PER = 300  # records per append: over PIPELINED_ROWS, so a second batch goes beside the first
-
-
-def test_an_append_of_this_size_may_go_beside_another() -> None:
-    assert PER >= sqlite_store.PIPELINED_ROWS and sqlite_store.WRITER_DEPTH >= 2
+PER = 300  # records per append: a flood's burst
 
 
 def wire_rows(tid: str, first: int, n: int) -> sqlite_sql.Rows:
@@ -108,12 +102,11 @@ async def test_pipelined_appends_commit_in_order_and_survive_a_locked_database(t
     before the previous one is acknowledged), appends of 300 events, while another
     connection holds the write lock for a while: every append returns once committed, a
     reader polling all along never sees a gap (a batch committed ahead of one that failed
-    would show one), each transcript ends exactly 1..n, health went False and back, and
-    batches did go to the writer beside one in flight."""
+    would show one), each transcript ends exactly 1..n, and health went False and back."""
     async with asyncio.timeout(60):
         path = tmp_path / "bridge.db"
-        store = SqliteStore(path, busy_timeout_ms=50)
         health: list[bool] = []
+        store = SqliteStore(path, busy_timeout_ms=50)
         store.listeners.add(health=lambda ok, _err: health.append(ok))
         await store.open()
         tids = ["thr_a", "thr_b"]
@@ -147,16 +140,14 @@ async def test_pipelined_appends_commit_in_order_and_survive_a_locked_database(t
             assert await gaps_while(path, tids, asyncio.gather(*(appender(t) for t in tids), unlock())) == []
             for tid in tids:
                 assert seqs(path, tid) == list(range(1, rounds * PER + 1))
-            assert store.pipelined > 0
             assert False in health and health[-1] is True
         finally:
             await store.close()
 
 
-@pytest.mark.parametrize("depth", [1, 2])
-async def test_the_order_of_acknowledgements_is_the_order_of_appends(tmp_path: Path, depth: int) -> None:
+async def test_the_order_of_acknowledgements_is_the_order_of_appends(tmp_path: Path) -> None:
     """Each append is acknowledged only after every append issued before it (its batch
-    was sent after theirs and is answered after theirs), whatever WRITER_DEPTH allows."""
+    was sent after theirs and is answered after theirs)."""
     async with asyncio.timeout(30):
         store = SqliteStore(tmp_path / "bridge.db")
         await store.open()
@@ -168,25 +159,22 @@ async def test_the_order_of_acknowledgements_is_the_order_of_appends(tmp_path: P
                 await store.append("thr_a", records(first, PER, TS), [None] * PER, {})
                 acked.append(first)
 
-            with pytest.MonkeyPatch.context() as mp:
-                mp.setattr(sqlite_store, "WRITER_DEPTH", depth)
-                issued = []
-                for i in range(8):
-                    issued.append(asyncio.ensure_future(one(i * PER + 1)))
-                    for _ in range(5):  # the write loop sends it before the next is issued
-                        await asyncio.sleep(0)
-                await asyncio.gather(*issued)
+            issued = []
+            for i in range(8):
+                issued.append(asyncio.ensure_future(one(i * PER + 1)))
+                for _ in range(5):  # the write loop sends it before the next is issued
+                    await asyncio.sleep(0)
+            await asyncio.gather(*issued)
             assert acked == [i * PER + 1 for i in range(8)]
-            assert (store.pipelined > 0) == (depth > 1)
         finally:
             await store.close()
 
 
-async def test_the_writer_killed_with_two_batches_in_flight_loses_and_reorders_nothing(tmp_path: Path) -> None:
+async def test_the_writer_killed_with_appends_in_flight_loses_and_reorders_nothing(tmp_path: Path) -> None:
     """Pipelined appends of 300 events from two threads while the writer process is
-    SIGKILLed three times, each time once batches went beside one in flight: every append
-    returns, a reader never sees a gap, and each transcript ends exactly 1..n (what the
-    dead writer committed before answering is not written twice)."""
+    SIGKILLed three times, each time once more batches committed: every append returns, a
+    reader never sees a gap, and each transcript ends exactly 1..n (what the dead writer
+    committed before answering is not written twice)."""
     async with asyncio.timeout(60):
         path = tmp_path / "bridge.db"
         store = SqliteStore(path)
@@ -221,8 +209,8 @@ async def test_the_writer_killed_with_two_batches_in_flight_loses_and_reorders_n
 
             async def killer() -> None:
                 for n in range(3):
-                    seen = store.pipelined
-                    await wait_until(lambda s=seen: store.pipelined > s, 20, "a batch sent beside another")
+                    seen = store.batches
+                    await wait_until(lambda s=seen: store.batches > s + 1, 20, "batches committed")
                     proc = store._proc
                     assert proc is not None
                     proc.kill()

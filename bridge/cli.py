@@ -1,5 +1,7 @@
 """Command line (docs/api.md §1.1): ``serve``, ``agents``, ``migrate``, ``users``, ``status``, ``login-link``,
-``--version``."""
+``--version``. The read-only questions (``agents``, ``status``, ``login-link``) are answered
+in bridge/cli_status.py; ``serve`` (the daemon's start and stop), ``migrate`` and ``users``
+here."""
 
 from __future__ import annotations
 
@@ -7,7 +9,6 @@ import argparse
 import asyncio
 import contextlib
 import gc
-import http.client
 import json
 import logging
 import os
@@ -24,13 +25,12 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import uvicorn
 
-from bridge import __version__, datadir, discovery, secrets_cli
-from bridge.config import Settings, default_data_dir, load_settings, sandbox_refusal
+from bridge import __version__, cli_status, datadir, discovery, secrets_cli
+from bridge.config import Settings, load_settings, sandbox_refusal
 from bridge.connections import ConnectionGuard, connection_limit, guarded_protocol
 from bridge.errors import BridgeError
 from bridge.logs import configure_logging
 from bridge.network import is_loopback_host
-from bridge.process.launch import executable_problem
 from bridge.process.parent import ParentWatch, alive, quiet_broken_stdio
 from bridge.process.sandbox import harden_daemon, scrub_process
 from bridge.process.subreaper import TRACKER, reap_recorded
@@ -38,12 +38,14 @@ from bridge.store import factory as store_factory
 from bridge.store import writer_client
 from bridge.store.urls import parse as parse_store_url
 from bridge.store.urls import passwords
-from bridge.tested_agents import TESTED, cli_version
 
 if TYPE_CHECKING:
     from bridge.api.context import AppContext
 
 log = structlog.get_logger("bridge.cli")
+
+# The exit code of status and login-link when no daemon serves the data dir (docs/api.md §1.1).
+NOT_RUNNING = cli_status.NOT_RUNNING
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -128,15 +130,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "agents":
             settings = load_settings(config=args.config, data_dir=args.data_dir)
-            return _agents(settings, as_json=args.json)
+            return cli_status.agents(settings, as_json=args.json)
         if args.command == "status":
-            return status(_data_dir(args.data_dir), as_json=args.json)
+            return cli_status.status(cli_status.data_dir(args.data_dir), as_json=args.json)
         if args.command == "login-link":
-            return login_link(_data_dir(args.data_dir))
+            return cli_status.login_link(cli_status.data_dir(args.data_dir))
         if args.command == "acp":
             from bridge import acp_adapter
 
-            return acp_adapter.run(args.url, args.token, args.agent, _data_dir(args.data_dir))
+            return acp_adapter.run(args.url, args.token, args.agent, cli_status.data_dir(args.data_dir))
         if args.command in ("users", "migrate"):
             return _store_command(args)
         if args.uds and (args.host or args.port is not None):
@@ -177,44 +179,6 @@ def raise_fd_limit() -> None:
 
 # With no hard limit, the soft one goes this high (select()-free, so any number works).
 FD_LIMIT_CAP = 1 << 20
-
-
-def _agents(settings: Settings, *, as_json: bool) -> int:
-    rows: list[dict[str, Any]] = []
-    for name, prof in settings.agents.items():
-        problem = executable_problem(prof.executable)
-        cli = None if problem or prof.builtin else cli_version(prof.executable, prof.args)
-        rows.append(
-            {
-                "name": name,
-                "protocol": prof.protocol,
-                "model": prof.model,
-                "executable": prof.executable,
-                "available": problem is None,
-                "problem": problem,
-                "default": name == settings.default_agent,
-                "sandbox": settings.confinement().for_profile(prof.sandbox).mechanism,
-                # the CLI's npm package and version, and whether tests/real runs that version
-                "cli": None if cli is None else {"package": cli.package, "version": cli.version, "tested": cli.tested},
-            }
-        )
-    if as_json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    box = settings.confinement()
-    if not box.confined:
-        print(f"agents run unconfined: {box.problem or '[sandbox] mode = none'} (docs/security.md)")
-    for r in rows:
-        mark = "ok " if r["available"] else "-- "
-        default = " (default)" if r["default"] else ""
-        print(f"{mark}{r['name']}{default}  [{r['protocol']}]  {r['executable']}  sandbox: {r['sandbox']}")
-        if r["problem"]:
-            print(f"     unusable: {r['problem']}")
-        seen = r["cli"]
-        if seen and not seen["tested"]:
-            tested = ", ".join(sorted(TESTED[seen["package"]]))
-            print(f"     untested version: {seen['package']} {seen['version']} (tested: {tested}; docs/agents.md)")
-    return 0
 
 
 def _store_command(args: argparse.Namespace) -> int:
@@ -665,98 +629,6 @@ def _record(settings: Settings, listener: _Listener, token_file: Path, started_a
         data_dir=str(settings.data_dir),
         auth=not settings.no_auth,
     )
-
-
-# --------------------------------------------------------------------------- status, login-link
-
-NOT_RUNNING = 3  # status and login-link: no daemon serves that data dir (docs/api.md §1.1)
-
-
-def _data_dir(flag: str | None) -> Path:
-    """The data dir as serve resolves it (docs/api.md §1.2): flag, env twin, default."""
-    return Path(flag or os.environ.get("AGENT_BRIDGE_DATA_DIR") or default_data_dir(os.environ)).expanduser().absolute()
-
-
-def status(data_dir: Path, *, as_json: bool) -> int:
-    found = discovery.look(data_dir)
-    if as_json:
-        print(json.dumps(_status_json(data_dir, found), indent=2))
-    elif found.state == "running" and found.info is None:
-        assert found.record is not None
-        print(f"running: pid {found.record.pid}, {_where(found.record)} ({found.detail})")
-    elif found.state == "running":
-        assert found.record is not None and found.info is not None
-        rec, info = found.record, found.info
-        print(
-            f"running: pid {rec.pid}, {_where(rec)}, version {info.get('version')}, "
-            f"up {_duration(info.get('uptime_s'))}, {info.get('live_agents')} live agent(s), "
-            f"{info.get('loaded_threads')} loaded thread(s)"
-        )
-    else:
-        print(f"{found.state.replace('_', ' ')}: {found.detail}")
-    return 0 if found.state == "running" else NOT_RUNNING
-
-
-def _where(rec: discovery.Record) -> str:
-    return rec.url or f"unix:{rec.uds}"
-
-
-def _status_json(data_dir: Path, found: discovery.Found) -> dict[str, Any]:
-    out: dict[str, Any] = {"state": found.state, "running": found.state == "running", "data_dir": str(data_dir)}
-    out["throttled"], out["retry_after_s"] = found.retry_after_s is not None, found.retry_after_s
-    if found.record is not None:
-        out.update({k: v for k, v in found.record.as_dict().items() if k != "data_dir"})
-    info = found.info or {}
-    for key in ("uptime_s", "live_agents", "loaded_threads", "subscribers"):
-        out[key] = info.get(key)
-    out["detail"] = found.detail
-    return out
-
-
-def _duration(seconds: object) -> str:
-    if not isinstance(seconds, (int, float)):
-        return "?"
-    s = int(seconds)
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
-
-def login_link(data_dir: Path) -> int:
-    """A fresh one-time sign-in link from the running daemon (``POST /v1/login-codes``)."""
-    found = discovery.look(data_dir)
-    rec = found.record
-    if found.state != "running" or rec is None:
-        print(
-            f"agent-bridge: no daemon serves {data_dir} ({found.state.replace('_', ' ')}: {found.detail})",
-            file=sys.stderr,
-        )
-        return NOT_RUNNING
-    if rec.url is None:
-        print(
-            f"agent-bridge: the daemon listens on the Unix socket {rec.uds} only; no browser can reach it",
-            file=sys.stderr,
-        )
-        return 2
-    if not rec.auth:
-        print(f"{rec.url}/")
-        return 0
-    try:
-        code, body, wait = discovery.exchange(rec, "POST", "/v1/login-codes", token=discovery.token_for(rec))
-    except (OSError, http.client.HTTPException) as exc:
-        print(f"agent-bridge: the daemon did not answer: {exc}", file=sys.stderr)
-        return NOT_RUNNING
-    if code == 429:
-        where = rec.token_file or "AGENT_BRIDGE_TOKEN"
-        print(
-            f"agent-bridge: the daemon runs (pid {rec.pid}), {discovery.throttled_detail(where, wait)}",
-            file=sys.stderr,
-        )
-        return 2
-    if code != 201 or not isinstance(body, dict) or not isinstance(body.get("code"), str):
-        where = rec.token_file or "AGENT_BRIDGE_TOKEN"
-        print(f"agent-bridge: the daemon refused the token from {where} ({code}); is it its own?", file=sys.stderr)
-        return 2
-    print(f"{rec.url}/#login={body['code']}")
-    return 0
 
 
 __all__ = ["main", "serve"]

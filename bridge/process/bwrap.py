@@ -98,20 +98,35 @@ def argv(
         tmpdir,
         AGENT_TMP,
     ]
-    mounted: list[str] = []
+    mounted: list[str] = []  # real paths, as the masks below compare them
     owned_in_denied: list[str] = []
     for path in dict.fromkeys((*RESOLVER, *read)):
-        if os.path.exists(path) and not any(within(os.path.realpath(path), d) for d in deny):
+        if os.path.exists(path) and not _denied(os.path.realpath(path), deny):
             out += ["--ro-bind", path, path]
             mounted.append(os.path.realpath(path))
     for path in dict.fromkeys(write):
         if not os.path.exists(path):
             continue
-        if any(within(path, d) for d in deny):
+        if _denied(path, deny):
             owned_in_denied.append(path)  # a workspace or a home in the data dir: after the masks
             continue
         out += ["--bind", path, path]
         mounted.append(path)
+    out += _masks(deny, mounted, owned_in_denied)
+    out += ["--chdir", cwd, "--", *program]
+    return out
+
+
+def _denied(path: str, deny: Sequence[str]) -> bool:
+    return any(within(path, d) for d in deny)
+
+
+def _masks(deny: Sequence[str], mounted: Sequence[str], owned_in_denied: Sequence[str]) -> list[str]:
+    """What hides the denied paths that a mount made visible (an empty tmpfs over a
+    directory, /dev/null over a file), then the agent's own places inside them bound again,
+    then the masks made read-only: nothing can be put in a mask, while what is mounted in
+    it stays writable."""
+    out: list[str] = []
     masked: list[str] = []
     for d in deny:
         if not os.path.exists(d) or not any(within(d, m) for m in mounted):
@@ -123,7 +138,6 @@ def argv(
             out += ["--ro-bind", "/dev/null", d]
     for path in owned_in_denied:
         out += ["--bind", path, path]
-    for d in masked:  # nothing can be put in a mask (what is mounted in it stays writable)
+    for d in masked:
         out += ["--remount-ro", d]
-    out += ["--chdir", cwd, "--", *program]
     return out

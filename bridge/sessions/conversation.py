@@ -1,18 +1,20 @@
 """One thread's live conversation: the asyncio shell around the pure
 :class:`~bridge.sessions.core.ConversationCore`.
 
-The shell owns the I/O: the agent process (an :class:`~bridge.process.agent_io.AgentIO`),
-the store, the fan-out, timers and background tasks. Every input is fed to the core and
-the actions it returns are performed in order, under one lock.
+The shell owns the agent process (an :class:`~bridge.process.agent_io.AgentIO`), its
+timers and background tasks. Every input is fed to the core and the actions it returns
+are performed in order, under one lock. What it writes goes through the thread's
+:class:`~bridge.sessions.journal.Journal` (seqs, commits, the pipeline, publishing), under
+its :class:`~bridge.sessions.lease.ThreadLease` on a shared store.
 
 Locks, always taken in this order (never the other way round):
 
 1. ``_life`` — start, stop, close (a process comes and goes under it);
-2. ``_lock`` — the core's state, the transcript's seq, and the agent's stdin: every input
-   to the core and every action it returns, every emit. Whoever takes it finds no emit in
-   flight (:class:`_Ordered`), except the stdout reader: a burst of agent output is
-   submitted to the store before the previous one is committed, and each is published
-   once it is, in order (``_emit_pipelined``).
+2. ``_lock`` (the journal's :class:`~bridge.sessions.journal.Ordered`) — the core's
+   state, the transcript's seq, and the agent's stdin: every input to the core and every
+   action it returns, every emit. Whoever takes it finds no emit in flight, except the
+   stdout reader: a burst of agent output is submitted to the store before the previous
+   one is committed (``Journal.submit``).
 
 Nothing awaits ``_life`` while holding ``_lock``: an action that stops the process runs
 as a task of the conversation's own (created, cancelled and awaited by it), and so does
@@ -25,7 +27,6 @@ import asyncio
 import contextlib
 import signal
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar, cast
 
@@ -40,8 +41,6 @@ from bridge.errors import (
     InvalidRequest,
     LaunchRefused,
     LeaseLost,
-    NotFound,
-    NotOwner,
     StoreError,
 )
 from bridge.launching import ThreadLaunch, spawn_options
@@ -59,18 +58,13 @@ from bridge.sessions.announce import Announcer
 from bridge.sessions.commands import AnswerPermission, Command, Interrupt, Prompt, Raw, SetMode
 from bridge.sessions.core import ConversationCore
 from bridge.sessions.fanout import Fanout, Subscriber
-from bridge.sessions.history import Compactor, Item, committed
+from bridge.sessions.history import Item
+from bridge.sessions.journal import PIPELINE_MIN_LINES, SEQ_RETAKES, Journal, Renumber
 from bridge.sessions.latency import Latency
+from bridge.sessions.lease import ThreadLease
 from bridge.sessions.modes import MODE_TIMEOUT_S, ModeTimeout, check_mode_id, mode_answer
 from bridge.sessions.owned import Owned
-from bridge.sessions.ownership import (
-    TAIL_EVENTS,
-    Ownership,
-    needs_takeover,
-    open_turn,
-    queued_turns,
-    takeover_events,
-)
+from bridge.sessions.ownership import Ownership
 from bridge.sessions.scrub import Scrubber
 from bridge.sessions.tasks import TaskTable
 from bridge.store.base import Store, ThreadRow, apply_fields
@@ -85,64 +79,7 @@ A = TypeVar("A")  # a command's answer (Conversation.run)
 DRAIN_TIMEOUT_S = 2.0
 # A stop while the store cannot write waits this long for the exit to be recorded.
 STOP_RECORD_WAIT_S = 1.0
-# A follower reads what the owner committed in pages of this many records.
-FOLLOW_PAGE = 1000
-HISTORY_PAGE = 5000
-HISTORY_KEEP_ITEMS = 20_000  # a compacted history larger than this is rebuilt per request
-
-
-# A read of stdout with at least this many lines is committed while the next is decoded
-# (Conversation._emit_pipelined); at most PIPELINE_DEPTH such commits are in flight.
-PIPELINE_MIN_LINES = 16
-PIPELINE_DEPTH = 3
-# An append whose seqs the transcript already holds (rows this daemon did not write): the
-# seq is read again and the append numbered after it, at most this many times in a row.
-SEQ_RETAKES = 3
-
-
-class _Renumber(StoreError):
-    """The Emit names its own seqs (a prompt's ``turn.started`` its ``prompt_seq``): after
-    its seq was taken and read again, the caller asks the core for it anew."""
-
-    code = "seq_conflict"
-
-
-class _Ordered:
-    """The conversation's ``_lock``: an asyncio.Lock whose holder finds nothing in flight —
-    entering waits until every pipelined emit is committed and published (or failed), so
-    the core's ``last_seq`` is the transcript's and whatever the holder emits comes after.
-    ``undrained`` is the bare lock, for the stdout reader alone."""
-
-    __slots__ = ("_drain", "_pipe", "_refused", "undrained")
-
-    def __init__(self, pipe: deque[Any], drain: Callable[[], Awaitable[None]], refused: list[Any]) -> None:
-        self.undrained = asyncio.Lock()
-        self._pipe = pipe
-        self._drain = drain
-        self._refused = refused  # emits the store refused, committed again by the drain
-
-    def locked(self) -> bool:
-        return self.undrained.locked()
-
-    async def __aenter__(self) -> None:
-        await self.undrained.acquire()
-        if self._pipe or self._refused:
-            try:
-                await self._drain()
-            except BaseException:
-                self.undrained.release()
-                raise
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.undrained.release()
-
-
-def _names_own_seq(records: list[Record]) -> bool:
-    """Whether an event of ``records`` names the seq of another of them (a prompt's
-    ``turn.started`` its ``prompt_seq``): they cannot simply be numbered again."""
-    first, last = records[0].seq, records[-1].seq
-    named = (r.data.get("prompt_seq") for r in records if r.kind == "turn.started")
-    return any(isinstance(seq, int) and first <= seq <= last for seq in named)
+_Renumber = Renumber  # (the client operations' name for it)
 
 
 def _options(profile: AgentProfile | None, thread: ThreadRow) -> dict[str, Any]:
@@ -172,35 +109,28 @@ class Conversation:
         self.settings = settings
         self.store = store
         self.fanout = Fanout()
-        self._announce: Announcer = announcer if announcer is not None else self.fanout
         self._can_start = can_start
         self._spawn = spawn
-        # A shared store: the agent runs and appends only under this replica's lease, every
-        # append fenced by its epoch (sessions/ownership.py). None: one daemon, no leases.
-        self._ownership = ownership
         self._on_lost = on_lost
-        self._commits = commits
-        self._epoch: int | None = None
-        self.lost = False  # the lease was lost: this object is finished (the registry drops it)
+        self._owned = Owned(self.id, self._timer_fired)
+        self.journal = Journal(
+            thread, store, self.fanout, hold=lambda: self.lease.hold(), on_fenced=self.lease_lost,
+            on_published=self.touch, spawn=self._owned.spawn, commits=commits,
+        )  # fmt: skip
+        if announcer is not None:
+            self.journal.announcer = announcer
+        self._lock = self.journal.lock
+        # A shared store: the agent runs and appends only under this replica's lease, every
+        # append fenced by its epoch (sessions/lease.py). No ownership: one daemon, no leases.
+        self.lease = ThreadLease(self.journal, ownership, refresh=self._refresh, on_lost=self.lease_lost)
         self.core = self._new_core(thread)
         self._life = asyncio.Lock()
-        # Pipelined emits (records, thread fields, their append), oldest first; the newest
-        # numbered seq; the first failure among them, for the stdout reader.
-        self._pipe: deque[tuple[list[Record], dict[str, Any], asyncio.Task[None]]] = deque()
-        self._numbered = self.core.last_seq
-        self._pipe_error: BaseException | None = None
-        # Pipelined emits the store refused, in order, until ``_drain`` finds out why
-        # (their seqs taken by rows this daemon did not write: committed again after them).
-        self._pipe_refused: list[tuple[list[Record], dict[str, Any], StoreError]] = []
-        self._lock = _Ordered(self._pipe, self._drain, self._pipe_refused)
         self._proc: AgentIO | None = None
         self.starting = False  # a start holds its place under max_conversations
         self._watcher: asyncio.Task[None] | None = None
-        self._owned = Owned(self.id, self._timer_fired)
         self.last_activity = time.monotonic()
         self.last_watched = self.last_activity  # a long-poll's last wait (it is no activity)
         self.deleted = False
-        self._appended = asyncio.Event()  # replaced on every append; wakes long-polls
         self._raw_routes: dict[str, Subscriber] = {}  # raw-mode clients awaiting responses
         self._replies: dict[str, asyncio.Future[str]] = {}  # our own requests' routed answers (set_mode)
         self._scrub = Scrubber(profile.env if profile is not None else {})
@@ -208,23 +138,19 @@ class Conversation:
         # How its agent is started (bridge/launching.py): the registry's, checked at creation;
         # made at the first start of a thread loaded from the store.
         self.launch: ThreadLaunch | None = None
-        # Many replicas (docs/api.md §6): who hears of this replica's commits. None on a
-        # single daemon.
-        self.on_committed: Callable[[str, int], None] | None = None
-        # The compacted history so far (GET …/history), kept up to date at commit: from the
-        # start for a new thread, from the first history read for a loaded one.
-        self._history: Compactor | None = Compactor() if thread["last_seq"] == 0 else None
-        self._history_lock = asyncio.Lock()
 
     def _new_core(self, thread: ThreadRow) -> ConversationCore:
+        """A core for ``thread``'s row, numbering prompts from the journal's seq."""
         srv = self.settings.server
-        return ConversationCore(
+        core = ConversationCore(
             last_seq=thread["last_seq"],
             native_session_id=thread.get("native_session_id"),
             options=_options(self.profile, thread),
             limits=Limits(srv.max_pending_prompts, srv.interrupt_timeout_s, srv.permission_timeout_s, srv.stop_grace_s),
             tasks=TaskTable.from_json(saved) if (saved := thread.get("tasks")) else None,
         )
+        self.journal.mirror = core
+        return core
 
     # ------------------------------------------------------------------ state
 
@@ -250,323 +176,80 @@ class Conversation:
     def pending_permissions(self) -> list[dict[str, Any]]:
         return self.core.permissions.views()
 
+    @property
+    def requests_in_flight(self) -> int:
+        """The daemon's own requests to the agent (a mode switch) still awaiting its answer."""
+        return len(self._replies)
+
     # ------------------------------------------------------------------ transcript
 
+    @property
+    def on_committed(self) -> Callable[[str, int], None] | None:
+        """Told ``(thread, last_seq)`` after each commit (the bus, to other replicas)."""
+        return self.journal.on_committed
+
+    @on_committed.setter
+    def on_committed(self, hook: Callable[[str, int], None] | None) -> None:
+        self.journal.on_committed = hook
+
     async def emit(self, events: Sequence[Event], *, fields: dict[str, Any] | None = None) -> list[Record]:
+        """Number, persist, then publish events of the daemon's own (Journal.emit)."""
         async with self._lock:
-            return await self._emit(Emit(list(events), fields or {}))
+            return await self.journal.emit(events, self._fields(Emit(list(events), fields or {})))
 
-    async def _emit(self, action: Emit) -> list[Record]:
-        """Number, persist, then publish: durable before visible. Under ``_lock``."""
-        epoch = await self._hold_locked()  # first: a takeover it triggers appends before these
-        for retake in range(SEQ_RETAKES + 1):
-            records, thread_fields = self._number(action, self.core.last_seq)
-            try:
-                await self._append(records, action.client_ids or [None] * len(records), thread_fields, epoch)
-                break
-            except StoreError as exc:
-                if retake == SEQ_RETAKES or not await self._seq_taken(exc, records):
-                    raise
-                await self._retake_seq(records[0].seq, epoch)
-                if _names_own_seq(records):
-                    raise _Renumber(f"thread {self.id}: seq {records[0].seq} was taken; numbered again") from exc
-        self._published(records, thread_fields)
-        return records
-
-    async def _seq_taken(self, exc: StoreError, records: list[Record]) -> bool:
-        """Whether the store refused ``records`` because it already holds one of their seqs
-        (a row this daemon did not write: nothing of it is in flight when this is asked).
-        A fenced append (LeaseLost) or a store that cannot write is never this."""
-        if isinstance(exc, LeaseLost) or exc.code == "store_unavailable" or not records:
-            return False
-        first = await self.store.read_events(self.id, records[0].seq - 1, 1, with_raw=False)
-        return bool(first) and first[0].seq <= records[-1].seq
-
-    async def _retake_seq(self, taken: int, epoch: int | None) -> None:
-        """Seq ``taken`` of this thread is held by a row this daemon did not write: read the
-        transcript's newest seq again and record, after it, that this happened (a
-        ``notice`` ``seq_conflict``). The core's seq moves on to it; subscribers re-read
-        from the store what they were not sent (the rows found, then the notice)."""
-        for attempt in range(SEQ_RETAKES):
-            newest = taken - 1
-            while page := await self.store.read_events(self.id, newest, FOLLOW_PAGE, with_raw=False):
-                newest = page[-1].seq
-            ts = now_iso()
-            text = (
-                f"seq {taken} of this thread's transcript was already taken by a row this daemon did not write "
-                f"(rows up to seq {newest} were found); what it was recording follows this notice"
-            )
-            notice = Record(newest + 1, ts, "bridge", "notice", {"code": "seq_conflict", "text": text}, None, False)
-            try:
-                await self._append([notice], [None], {"updated_at": ts}, epoch)
-                break
-            except StoreError as exc:
-                if attempt + 1 == SEQ_RETAKES or not await self._seq_taken(exc, [notice]):
-                    raise
-        log.warning("thread.seq_conflict", thread_id=self.id, taken=taken, newest=newest)
-        self._history = None  # rebuilt from the store: it holds rows never published here
-        self.fanout.resync_all()
-        self._published([notice], {"updated_at": ts})
-
-    def _number(self, action: Emit, after: int) -> tuple[list[Record], dict[str, Any]]:
-        ts = now_iso()
-        seq = after
-        records = []
-        for ev in action.events:
-            seq += 1
-            records.append(Record(seq, ts, ev.source, ev.kind, ev.data, ev.raw, ev.relay))
-        thread_fields = {"updated_at": ts, **action.fields}
+    def _fields(self, action: Emit) -> dict[str, Any]:
+        """The thread fields an Emit writes, with the pending permissions' count when the
+        core's differs from the row's."""
+        fields = action.fields
         pending = len(self.core.permissions)
-        if "pending_permissions" not in thread_fields and pending != self.thread.get("pending_permissions", 0):
+        if "pending_permissions" not in fields and pending != self.thread.get("pending_permissions", 0):
             # An answer, a withdrawal, an interrupt or an exit changed it before this Emit:
             # the row's count changes in the commit that records why (server-wide changes).
-            thread_fields["pending_permissions"] = pending
-        return records, thread_fields
-
-    def _published(self, records: list[Record], thread_fields: dict[str, Any]) -> None:
-        """Committed: now visible (the fan-out, the history, the other replicas, long-polls)."""
-        self._advance(records, thread_fields)
-        self._visible(records, self.core.last_seq)
-
-    def _advance(self, records: list[Record], thread_fields: dict[str, Any]) -> None:
-        """Committed: the seq and the thread row move on."""
-        if records:
-            self.core.last_seq = records[-1].seq
-        apply_fields(self.thread, thread_fields)
-        self.thread["last_seq"] = self.core.last_seq
-
-    def _visible(self, records: list[Record], seq: int) -> None:
-        self._announce.committed(records)
-        if self._history is not None:
-            self._history = committed(self._history, records, HISTORY_KEEP_ITEMS)
-        if self.on_committed is not None:
-            self.on_committed(self.id, seq)
-        self._wake_polls()
-        self.touch()
-
-    async def _emit_pipelined(self, action: Emit) -> None:
-        """The stdout reader's emit of a burst (issue #22): numbered after whatever is still
-        in flight and handed to the store without waiting for its commit, so that the next
-        read is decoded while the store (its writer process, on the other core) commits this
-        one. Published in order once committed (``_settle``): durable before visible holds.
-        Waits while PIPELINE_DEPTH emits are in flight; raises the first failure."""
-        epoch = await self._hold_locked()
-        if self._pipe_refused:  # nothing more is numbered after what the store refused
-            await self._drain()
-            self._raise_pipe_error()
-        after = self._numbered if self._pipe else self.core.last_seq
-        records, fields = self._number(action, after)
-        self._numbered = records[-1].seq if records else after
-        task = asyncio.ensure_future(self._append(records, [None] * len(records), fields, epoch))
-        self._pipe.append((records, fields, task))
-        task.add_done_callback(self._settle)
-        while len(self._pipe) > PIPELINE_DEPTH:
-            await asyncio.wait({self._pipe[0][2]})
-        # A read of stdout that finds data buffered does not suspend, so without this the
-        # reader could decode burst after burst while the subscribers' senders and the store
-        # never ran; they get their turn once per burst.
-        await asyncio.sleep(0)
-        self._raise_pipe_error()
-
-    def _settle(self, _task: asyncio.Task[None]) -> None:
-        """Publish every committed emit at the head of the pipe, in order. After a failure
-        nothing more is published live (it would leave a gap): what still commits moves the
-        seq on, and subscribers re-read from the store."""
-        # Emits committed together are published as one batch: a subscriber's buffer takes
-        # one batch whole (fanout.Subscriber.push), where two bursts back to back would make
-        # a subscriber that has not yet taken the first one re-read them from the store.
-        ready: list[Record] = []
-        while self._pipe and self._pipe[0][2].done():
-            records, fields, task = self._pipe.popleft()
-            failure = task.exception() if not task.cancelled() else asyncio.CancelledError()
-            if failure is None and self._pipe_error is None and not self._pipe_refused:
-                self._advance(records, fields)
-                ready += records
-                continue
-            if failure is None:  # committed after an earlier one failed
-                self.core.last_seq = self.thread["last_seq"] = max(
-                    self.core.last_seq, records[-1].seq if records else 0
-                )
-                self.fanout.resync_all()
-            elif self._pipe_error is None and isinstance(failure, StoreError) and not isinstance(failure, LeaseLost):
-                self._pipe_refused.append((records, fields, failure))  # why: _drain finds out
-            elif self._pipe_error is None:
-                self._pipe_error = failure
-                log.error("conversation.append_failed", thread_id=self.id, error=str(failure))
-        if ready:
-            try:
-                self._visible(ready, ready[-1].seq)
-            except Exception:  # a callback of the loop's: it must not stall the pipe
-                log.exception("conversation.publish_failed", thread_id=self.id)
-                self.fanout.resync_all()  # committed: subscribers read it from the store
-        if self._pipe_refused and not self._pipe:
-            # Not left until the agent's next output: the lock's entry drains, which
-            # commits the refused emits again (or keeps their failure for the reader).
-            self._owned.spawn(self._drained(), "recommit")
-
-    async def _drained(self) -> None:
-        async with self._lock:
-            pass
-
-    async def _drain(self) -> None:
-        """Until nothing is in flight (``_lock``'s entry); then what the store refused is
-        committed again after the rows that took its seqs, or its failure kept for the
-        stdout reader."""
-        while self._pipe:
-            await asyncio.wait({self._pipe[-1][2]})
-        if self._pipe_refused:
-            await self._recommit_refused()
-
-    async def _recommit_refused(self) -> None:
-        refused = self._pipe_refused.copy()
-        self._pipe_refused.clear()  # (the list _lock watches)
-        first, _, exc = refused[0]
-        try:
-            if not await self._seq_taken(exc, first):
-                raise exc
-            await self._retake_seq(first[0].seq, await self._hold_locked())
-            fields: dict[str, Any] = {}
-            for _, more, _ in refused:
-                fields.update(more)
-            events = [
-                Event(cast(Any, r.source), r.kind, r.data, r.raw, r.relay) for recs, _, _ in refused for r in recs
-            ]
-            await self._emit(Emit(events, fields))
-        except BaseException as failure:
-            if self._pipe_error is None:
-                self._pipe_error = failure
-                log.error("conversation.append_failed", thread_id=self.id, error=str(failure))
-
-    async def _drain_reader(self) -> None:
-        """The stdout reader's drain: raises the first failure of what was in flight."""
-        await self._drain()
-        self._raise_pipe_error()
-
-    def _raise_pipe_error(self) -> None:
-        if (failure := self._pipe_error) is not None:
-            self._pipe_error = None
-            raise failure
-
-    def _wake_polls(self) -> None:
-        self._appended.set()
-        self._appended = asyncio.Event()
+            fields = {**fields, "pending_permissions": pending}
+        return fields
 
     async def follow(self) -> int:
         """Another replica runs this thread: publish to this replica's subscribers what it
-        has committed since this replica last looked (the store is the truth; the bus only
-        said "look"), and refresh the thread row. Returns how many records were new."""
+        has committed since this replica last looked (Journal.follow). Returns how many
+        records were new."""
         if self._proc is not None:
             return 0
-        new = 0
         async with self._lock:
-            if self._proc is not None:
-                return 0
-            while True:
-                records = await self.store.read_events(self.id, self.core.last_seq, FOLLOW_PAGE)
-                if not records:
-                    break
-                self.core.last_seq = records[-1].seq
-                self.fanout.publish(records)
-                new += len(records)
-                if len(records) < FOLLOW_PAGE:
-                    break
-            row = await self.store.get_thread(self.id)
-            if row is not None:
-                row["last_seq"] = max(row.get("last_seq", 0), self.core.last_seq)
-                self.thread.update(row)
-            else:
-                self.thread["last_seq"] = self.core.last_seq
-        if new:
-            self._wake_polls()
-        return new
-
-    async def _append(
-        self, records: list[Record], client_ids: Sequence[str | None], fields: dict[str, Any], epoch: int | None
-    ) -> None:
-        started = time.monotonic()
-        try:
-            if epoch is None:
-                await self.store.append(self.id, records, client_ids, fields)
-            else:
-                await self.store.append(self.id, records, client_ids, fields, epoch=epoch)
-        except LeaseLost:
-            self.lease_lost()
-            raise
-        if self._commits is not None:
-            self._commits.observe(time.monotonic() - started)
+            return 0 if self._proc is not None else await self.journal.follow()
 
     # ------------------------------------------------------------------ ownership
+
+    @property
+    def lost(self) -> bool:
+        """The lease was lost: this object is finished (the registry drops it)."""
+        return self.lease.lost
 
     async def claim(self, *, reason: str = "owner_lost") -> int | None:
         """Hold this thread's lease (acquire it if needed): its epoch, None with no
         leases. A new epoch over a row that says a process or a turn was live closes that
         life's books first (``reason``). Raises NotOwner while another replica owns it."""
         async with self._lock:
-            return await self._hold_locked(reason)
+            return await self.lease.hold(reason)
 
-    async def _hold_locked(self, reason: str = "owner_lost") -> int | None:
-        if self._ownership is None:
-            return None
-        if self.lost:
-            raise LeaseLost(f"thread {self.id}: this replica lost its lease")
-        try:
-            epoch = await self._ownership.ensure(self.id)
-        except NotOwner:
-            if self._epoch is not None:  # it was ours: taken over while this replica could not renew
-                self.lease_lost()
-            raise
-        if self._epoch is not None and epoch != self._epoch:
-            # Our lease lapsed and was granted again: whatever ran meanwhile is not ours to trust.
-            self.lease_lost()
-            raise LeaseLost(f"thread {self.id}: this replica's lease lapsed")
-        if epoch != self._epoch:
-            await self._adopt(epoch, reason)
-            self._epoch = epoch
-        return epoch
-
-    async def _adopt(self, epoch: int, reason: str) -> None:
-        """A new epoch: the row is read again (another replica may have written since this
-        object last looked), and a life the previous owner left open is closed."""
-        fresh = await self.store.get_thread(self.id)
-        if fresh is None:
-            raise NotFound(f"no thread {self.id}", code="thread_not_found")
-        if self._proc is None:  # nothing runs here: the row is the truth (native session, tasks, seq)
-            behind = fresh["last_seq"] != self.core.last_seq
-            cast(dict[str, Any], self.thread).clear()
-            apply_fields(self.thread, fresh)
-            self.core = self._new_core(self.thread)
-            if behind:
-                self.fanout.resync_all()  # what another replica appended reaches our clients
-        if not needs_takeover(fresh):
+    def _refresh(self, fresh: ThreadRow) -> None:
+        """A new epoch read the row again: with no process running here, the row is the
+        truth (native session, tasks, seq), and a stale core is rebuilt from it."""
+        if self._proc is not None:
             return
-        tail = await self.store.read_events(self.id, max(0, fresh["last_seq"] - TAIL_EVENTS), TAIL_EVENTS)
-        turn_id = open_turn(tail)
-        events, fields = takeover_events(fresh, reason, turn_id, queued_turns(tail))
-        ts = now_iso()
-        seq = self.core.last_seq
-        records = [
-            Record(seq + i + 1, ts, ev.source, ev.kind, ev.data, ev.raw, ev.relay) for i, ev in enumerate(events)
-        ]
-        fields = {"updated_at": ts, **fields}
-        await self._append(records, [None] * len(records), fields, epoch)
-        self.core.last_seq = records[-1].seq
-        apply_fields(self.thread, fields)
-        self.thread["last_seq"] = self.core.last_seq
-        self._announce.committed(records)
-        if self.on_committed is not None:
-            self.on_committed(self.id, self.core.last_seq)
-        self._wake_polls()
-        log.warning("thread.taken_over", thread_id=self.id, epoch=epoch, reason=reason, turn_id=turn_id)
+        behind = fresh["last_seq"] != self.journal.last_seq
+        cast(dict[str, Any], self.thread).clear()
+        apply_fields(self.thread, fresh)
+        self.core = self._new_core(self.thread)
+        self.journal.reset(self.thread["last_seq"])
+        if behind:
+            self.fanout.resync_all()  # what another replica appended reaches our clients
 
     def lease_lost(self) -> None:
         """The lease is gone (the store refused an append, or it could not be renewed in
         time): the agent is killed now, clients are told and disconnected (they reconnect,
         anywhere, with ``after=``), and the registry drops this object."""
-        if self.lost:
+        if not self.lease.lose():
             return
-        self.lost = True
-        if self._ownership is not None:
-            self._ownership.forget(self.id)
         proc = self._proc
         if proc is not None:
             self.core.stopping("owner_lost")
@@ -588,20 +271,14 @@ class Conversation:
         """After the agent exited: the lease goes back at once (unless a new start is
         already under way), so any replica may run the thread next."""
         async with self._lock:
-            if self._ownership is None or self.lost or self._proc is not None or self.starting:
-                return
-            self._epoch = None
-            await self._ownership.release(self.id)
+            if self._proc is None and not self.starting:
+                await self.lease.release()
 
     async def wait_beyond(self, seq: int, timeout: float) -> None:
         """Return once the transcript has an event after ``seq``, or after ``timeout``.
         A long-poll is not a subscriber: it does not keep an idle agent alive."""
-        loop = asyncio.get_running_loop()
-        end = loop.time() + timeout
         self.last_watched = time.monotonic()
-        while self.core.last_seq <= seq and (left := end - loop.time()) > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._appended.wait(), left)
+        await self.journal.wait_beyond(seq, timeout)
 
     async def set_fields(self, fields: dict[str, Any]) -> None:
         self._require_writable()
@@ -617,17 +294,7 @@ class Conversation:
             raise StoreError("the transcript store cannot be written right now; retry later", code="store_unavailable")
 
     async def history(self) -> tuple[list[Item], int]:
-        """The compacted history (sessions/history.py) and the last seq it covers: what was
-        compacted before is kept, only newer records are read."""
-        async with self._history_lock:
-            comp = self._history or Compactor()
-            while True:
-                page = await self.store.read_events(self.id, comp.last_seq, HISTORY_PAGE, with_raw=False)
-                comp.feed(page)
-                if len(page) < HISTORY_PAGE:
-                    break
-            self._history = comp if len(comp.items) <= HISTORY_KEEP_ITEMS else None
-            return comp.snapshot(), comp.last_seq
+        return await self.journal.history()
 
     async def read_page(self, after: int, limit: int) -> list[Record]:
         return await self.store.read_events(self.id, after, limit)
@@ -653,7 +320,7 @@ class Conversation:
         while todo:
             action = todo.pop(0)
             if isinstance(action, Emit):
-                records = await self._emit(action)
+                records = await self.journal.emit(action.events, self._fields(action), action.client_ids)
                 stored += records
                 if action.committed is not None:
                     todo[0:0] = action.committed(records)
@@ -786,7 +453,7 @@ class Conversation:
         await self.emit([Event("agent", "diagnostic", {"stream": "stderr", "text": text})])
 
     async def _read_stdout(self, proc: AgentIO) -> None:
-        self._pipe_error = None  # (a previous life's reader may have been cancelled before it saw one)
+        self.journal.clear_failure()  # (a previous life's reader may have been cancelled before it saw one)
         try:
             async for lines in proc.stdout_batches():
                 # Everything one read brought is decoded, stored and published together:
@@ -798,12 +465,13 @@ class Conversation:
                         return
                     actions = self.core.agent_output(codec.decode_many(lines))
                     if self._pipelined(actions, len(lines)):
-                        await self._emit_pipelined(cast(Emit, actions[0]))
+                        emit = cast(Emit, actions[0])
+                        await self.journal.submit(emit.events, self._fields(emit))
                         continue
-                    await self._drain_reader()
+                    await self.journal.drain_reader()
                     await self._perform(actions)
             async with self._lock.undrained:
-                await self._drain_reader()
+                await self.journal.drain_reader()
         except LineTooLong as exc:
             log.warning("agent.line_too_long", thread_id=self.id, pid=proc.pid)
             await self._step(self.core.line_too_long(str(exc)))
@@ -825,8 +493,8 @@ class Conversation:
             len(actions) == 1
             and isinstance(action := actions[0], Emit)
             and action.committed is None
-            and (lines >= PIPELINE_MIN_LINES or bool(self._pipe))
-            and (self._ownership is None or self._epoch is not None)
+            and (lines >= PIPELINE_MIN_LINES or self.journal.in_flight > 0)
+            and self.lease.held
         )
 
     async def _watch(self, proc: AgentIO, reader: asyncio.Task[None], errs: asyncio.Task[None]) -> None:

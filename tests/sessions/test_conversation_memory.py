@@ -411,7 +411,7 @@ async def test_stop_works_while_the_store_cannot_write_and_is_recorded_after(h: 
     h.spawner.agent.say(assistant("this append waits for the disk"))
     async with asyncio.timeout(1):
         await h.store.blocked.wait()  # the reader is inside a blocked append, holding the lock
-    assert conv._lock.locked()
+    assert conv.journal.lock.locked()
     async with asyncio.timeout(3):
         await conv.stop()
     assert not h.spawner.agent.alive
@@ -487,7 +487,7 @@ async def test_set_mode_starts_the_agent_waits_for_its_session_and_records_the_s
         assert conv.thread["agent_info"]["modes"]["currentModeId"] == "plan"
         with pytest.raises(Conflict) as exited:
             await asyncio.wait_for(conv.set_mode("die"), 5)  # the process ends: no 30 s wait
-        assert exited.value.code == "agent_exited" and not conv._replies
+        assert exited.value.code == "agent_exited" and conv.requests_in_flight == 0
     finally:
         await h.registry.shutdown()
 
@@ -512,15 +512,16 @@ def delta(text: str) -> dict[str, Any]:
 def _published_after_commit(h: Harness, conv: Conversation) -> list[int]:
     """Every record the conversation publishes, checked to be in the store already."""
     seen: list[int] = []
-    publish = conv._announce.committed
+    announcer = conv.journal.announcer
 
-    def check(records: Any) -> None:
-        stored = {r.seq for r in h.store.events[conv.id]}
-        assert all(r.seq in stored for r in records), "published before it was committed"
-        seen.extend(r.seq for r in records)
-        publish(records)
+    class Checking:
+        def committed(self, records: Any) -> None:
+            stored = {r.seq for r in h.store.events[conv.id]}
+            assert all(r.seq in stored for r in records), "published before it was committed"
+            seen.extend(r.seq for r in records)
+            announcer.committed(records)
 
-    conv._announce.committed = check  # type: ignore[method-assign]
+    conv.journal.announcer = Checking()
     return seen
 
 
@@ -535,8 +536,8 @@ async def test_a_burst_is_decoded_while_the_one_before_commits_and_both_are_publ
     h.spawner.agent.say(*[delta(f"a{i}") for i in range(20)])
     h.spawner.agent.say(*[delta(f"b{i}") for i in range(20)])
     # Both bursts are decoded, numbered and handed to the store while neither is committed.
-    await wait_until(lambda: len(conv._pipe) == 2, 3, "two bursts in flight")
-    assert seen == [] and conv.core.last_seq == first and conv._numbered == first + 40
+    await wait_until(lambda: conv.journal.in_flight == 2, 3, "two bursts in flight")
+    assert seen == [] and conv.core.last_seq == first and conv.journal.numbered == first + 40
     h.store.block_appends.set()
     await h.until(conv, "message.delta", 40)
     await wait_until(lambda: len(seen) == 40, 3, "both bursts published")
@@ -551,8 +552,8 @@ async def test_a_prompt_during_bursts_in_flight_is_numbered_and_published_after_
     seen = _published_after_commit(h, conv)
     h.store.block_appends = asyncio.Event()
     h.spawner.agent.say(*[delta(f"a{i}") for i in range(20)])
-    await wait_until(lambda: len(conv._pipe) == 1, 3, "a burst in flight")
-    burst_last = conv._numbered
+    await wait_until(lambda: conv.journal.in_flight == 1, 3, "a burst in flight")
+    burst_last = conv.journal.numbered
     sent = asyncio.create_task(conv.submit(prompt("next"), None))
     await asyncio.sleep(0)
     h.store.block_appends.set()
@@ -585,7 +586,7 @@ async def test_after_a_burst_fails_to_commit_nothing_later_is_published_live(h: 
     h.spawner.agent.say(*[delta(f"b{i}") for i in range(20)])
     await wait_until(lambda: len(calls) == 2, 3, "two bursts handed to the store")
     gate.set()
-    await wait_until(lambda: not conv._pipe, 3, "both settled")
+    await wait_until(lambda: not conv.journal.in_flight, 3, "both settled")
     # The first burst is not in the store and was never shown; the second committed, but
     # publishing it live would show a gap: the seq moves past it and subscribers re-read.
     assert [r.seq for r in h.store.events[conv.id] if r.seq > before] == list(range(before + 21, before + 41))
@@ -596,22 +597,23 @@ async def test_a_publish_that_raises_does_not_stall_the_bursts_after_it(h: Harne
     conv = await h.thread()
     await conv.submit(prompt("silent"), None)
     before = conv.core.last_seq
-    publish, calls = conv._announce.committed, []
+    announcer, calls = conv.journal.announcer, []
 
-    def flaky(records: Any) -> None:
-        calls.append(len(records))
-        if len(calls) == 1:
-            raise RuntimeError("a subscriber's bug")
-        publish(records)
+    class Flaky:
+        def committed(self, records: Any) -> None:
+            calls.append(len(records))
+            if len(calls) == 1:
+                raise RuntimeError("a subscriber's bug")
+            announcer.committed(records)
 
-    conv._announce.committed = flaky  # type: ignore[method-assign]
+    conv.journal.announcer = Flaky()
     h.store.block_appends = asyncio.Event()
     h.spawner.agent.say(*[delta(f"a{i}") for i in range(20)])
     h.spawner.agent.say(*[delta(f"b{i}") for i in range(20)])
-    await wait_until(lambda: len(conv._pipe) == 2, 3, "two bursts in flight")
+    await wait_until(lambda: conv.journal.in_flight == 2, 3, "two bursts in flight")
     h.store.block_appends.set()
     # (Committed together, the two bursts are published as one batch: one call, or two.)
-    await wait_until(lambda: sum(calls) == 40 and not conv._pipe, 3, "both settled")
+    await wait_until(lambda: sum(calls) == 40 and not conv.journal.in_flight, 3, "both settled")
     assert conv.core.last_seq == before + 40
     # The pipe goes on: the next burst is published too.
     h.spawner.agent.say(*[delta(f"c{i}") for i in range(20)])
@@ -684,7 +686,7 @@ async def test_a_burst_whose_seq_was_taken_is_committed_again_after_the_rows_fou
     texts = [r.data["text"] for r in h.events(conv, "message.delta")]
     assert texts == [f"a{i}" for i in range(20)]
     _assert_dense(h, conv)
-    assert conv._pipe_error is None
+    assert conv.journal.failure is None
     h.spawner.agent.say(result())  # the reader goes on
     await h.until(conv, "turn.ended")
     _assert_dense(h, conv)

@@ -169,3 +169,15 @@ async def test_following_publishes_what_another_writer_committed(store: SqliteSt
         assert await journal.follow() == 3
         assert await journal.follow() == 0
     assert buffered(sub) == [1, 2, 3] and journal.last_seq == 3
+
+
+async def test_a_burst_refused_for_a_taken_seq_is_committed_again_after_the_rows_found(store: SqliteStore) -> None:
+    journal = await journal_of(store)
+    foreign = Record(1, TS, "agent", "message", {"role": "assistant", "text": "forged"}, None, False)
+    await store.append(TID, [foreign], [None], {})
+    async with journal.lock.undrained:
+        await journal.submit(deltas(20), {})  # numbered 1..20: refused in flight
+    async with journal.lock:  # entering drains: the refused burst is committed again
+        assert journal.settled and journal.failure is None
+    kinds = [r.kind for r in await stored(store)]
+    assert kinds == ["message", "notice", *["message.delta"] * 20] and journal.last_seq == 22

@@ -118,20 +118,25 @@ class RpcError(Exception):
 # ---------------------------------------------------------------------- messages
 
 
-@dataclass(frozen=True, slots=True)
+# Messages are values: never changed once made. Not frozen only because a frozen
+# dataclass's __init__ costs about twice as much, and one is made for every line an agent
+# writes (measured: 500 ns against 270 ns).
+
+
+@dataclass(slots=True)
 class Request:
     id: Id
     method: str
     params: Any  # as sent; None when absent
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Notification:
     method: str
     params: Any
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Response:
     """An answer: ``error`` is None on success. ``id`` is None only in an error answering a
     message whose id could not be read."""
@@ -141,7 +146,7 @@ class Response:
     error: RpcError | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Invalid:
     """Not a JSON-RPC 2.0 message, and why. ``answer_id`` is the id an error answering it
     may carry: the message's id when it was a request with a readable id, else None (an id
@@ -176,26 +181,23 @@ BAD_ERROR = "error must be an object with an integer code and a string message"
 
 def classify(obj: Any) -> Message:
     """What one decoded JSON value is, as JSON-RPC 2.0 (JSON that did not parse is the
-    caller's: :meth:`RpcError.parse_error`)."""
+    caller's: :meth:`RpcError.parse_error`). On every line an agent writes, so the common
+    case (a well-formed notification or request) is tested first."""
+    if isinstance(obj, dict) and obj.get("jsonrpc") == VERSION:
+        method = obj.get("method")
+        if isinstance(method, str):
+            if "id" not in obj:
+                return Notification(method, obj.get("params"))
+            rid = obj["id"]
+            return Request(rid, method, obj.get("params")) if is_id(rid) else Invalid(BAD_REQUEST_ID)
+        if "method" not in obj:
+            return _response(obj)
+        rid = obj.get("id")
+        return Invalid(BAD_METHOD, rid if is_id(rid) else None)
     if isinstance(obj, list):
         return Invalid(BATCH)
-    if not isinstance(obj, dict) or obj.get("jsonrpc") != VERSION:
-        request_id = obj.get("id") if isinstance(obj, dict) and "method" in obj else None
-        return Invalid(NOT_JSONRPC, request_id if is_id(request_id) else None)
-    if "method" in obj:
-        return _call(obj)
-    return _response(obj)
-
-
-def _call(obj: dict[str, Any]) -> Message:
-    method, has_id, rid = obj["method"], "id" in obj, obj.get("id")
-    if not isinstance(method, str):
-        return Invalid(BAD_METHOD, rid if is_id(rid) else None)
-    if not has_id:
-        return Notification(method, obj.get("params"))
-    if not is_id(rid):
-        return Invalid(BAD_REQUEST_ID)
-    return Request(rid, method, obj.get("params"))
+    request_id = obj.get("id") if isinstance(obj, dict) and "method" in obj else None
+    return Invalid(NOT_JSONRPC, request_id if is_id(request_id) else None)
 
 
 def _response(obj: dict[str, Any]) -> Message:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bridge.errors import BridgeError, InvalidRequest
+from bridge.protocols.jsonrpc import INTERNAL_ERROR
 from bridge.sessions.commands import BOUNDS
 
 # A switch waits this long for the agent: its start and handshake when it was not running
@@ -65,7 +66,7 @@ def mode_answer(text: str, mode_id: str) -> dict[str, Any]:
     if error is None:
         return {"mode_id": mode_id}
     err = error if isinstance(error, dict) else {}
-    code = err.get("code") if isinstance(err.get("code"), int) and not isinstance(err.get("code"), bool) else -32603
+    code = err["code"] if isinstance(err.get("code"), int) and not isinstance(err["code"], bool) else INTERNAL_ERROR
     message = err["message"][:MAX_TEXT] if isinstance(err.get("message"), str) else "error"
     rpc: dict[str, Any] = {"code": code, "message": message}
     if err.get("data") is not None and len(json.dumps(err["data"])) <= MAX_TEXT:

@@ -395,3 +395,11 @@ class Registry:
         """A listed row, or the live copy when the thread is loaded."""
         conv = self._convs.get(row["id"])
         return conv.thread if conv is not None else row
+
+    async def list_threads(
+        self, *, limit: int, cursor: str | None, agent: str | None, owner: str | None
+    ) -> tuple[list[ThreadRow], str | None]:
+        """One page of threads, newest activity first, each as it is now (:meth:`current`):
+        for a surface that lists threads without reaching into the store."""
+        rows, next_cursor = await self.store.list_threads(limit=limit, cursor=cursor, agent=agent, owner=owner)
+        return [self.current(row) for row in rows], next_cursor

@@ -1,0 +1,299 @@
+"""The ACP agent of the gateway (api/acp_agent.py) in process, through its two seams: JSON
+values in and an Outbox out (what the WebSocket gives it), and the threads it reaches only
+as api/acp_threads.py's AcpThreads — here a fake that records the commands it is asked to
+run. No daemon, no socket: what the agent answers, and what it asks of a thread."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bridge.api.acp_agent import AcpAgent
+from bridge.api.acp_threads import AcpThread
+from bridge.api.users import User
+from bridge.config import load_settings
+from bridge.errors import NotFound
+from bridge.protocols import jsonrpc
+from bridge.protocols.envelope import Frames
+from bridge.protocols.events import Record
+from bridge.protocols.jsonline import dumps
+from bridge.protocols.jsonrpc import Notification, Request, Response
+from bridge.sessions.actions import Accepted
+from bridge.sessions.commands import AnswerPermission, Command, Interrupt, Prompt
+from bridge.sessions.fanout import Subscriber
+from bridge.store.base import ThreadRow
+
+USER = User("ann", admin=False, owner="ann")
+V = "2.0"
+
+
+class Outbox:
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+        self.closed: tuple[int, str] | None = None
+        self.failed = False
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.sent.append(json.loads(dumps(message)))  # as the client reads it
+
+    def fail(self) -> None:
+        self.failed = True
+
+    def close(self, code: int, reason: str) -> None:
+        self.closed = (code, reason)
+
+
+class FakeThread:
+    def __init__(self, tid: str, owner: str | None = "ann") -> None:
+        self.id = tid
+        self.owner = owner
+        self.records: list[Record] = []
+        self.pending: list[dict[str, Any]] = []
+        self.commands: list[Command[Any]] = []
+        self.subs: list[Subscriber] = []
+
+    @property
+    def last_seq(self) -> int:
+        return self.records[-1].seq if self.records else 0
+
+    def modes(self) -> dict[str, Any] | None:
+        return None
+
+    def pending_permissions(self) -> list[dict[str, Any]]:
+        return list(self.pending)
+
+    def is_pending(self, request_id: str) -> bool:
+        return any(p["request_id"] == request_id for p in self.pending)
+
+    def subscribe(self) -> Subscriber:
+        sub = Subscriber()
+        self.subs.append(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscriber) -> None:
+        sub.close("unsubscribed")
+        self.subs.remove(sub)
+
+    async def read_page(self, after: int, limit: int) -> list[Record]:
+        return [r for r in self.records if r.seq > after][:limit]
+
+    async def read_frames(self, after: int, limit: int, *, raw: bool) -> Frames:
+        raise AssertionError("the ACP agent reads records")
+
+    async def run(self, command: Command[Any]) -> Any:
+        self.commands.append(command)
+        if isinstance(command, Prompt):
+            self.emit("client", "message", {"text": "hi", "client_id": command.client_id, "turn_id": "t1"})
+            return Accepted(seq=self.last_seq, turn_id="t1")
+        return None
+
+    async def start_agent(self, wait_s: float) -> None:
+        return None
+
+    def emit(self, source: str, kind: str, data: dict[str, Any]) -> None:
+        rec = Record(self.last_seq + 1, "2026-01-01T00:00:00Z", source, kind, data, None, False)
+        self.records.append(rec)
+        for sub in self.subs:
+            sub.push([rec])
+
+
+class FakeThreads:
+    def __init__(self) -> None:
+        self.threads: dict[str, FakeThread] = {}
+
+    async def create(self, *, agent: str | None, cwd: str, owner: str | None, admin: bool) -> AcpThread:
+        thread = FakeThread(f"thr_{len(self.threads)}", owner)
+        self.threads[thread.id] = thread
+        return thread
+
+    async def get(self, thread_id: str) -> AcpThread:
+        if thread_id not in self.threads:
+            raise NotFound(f"no thread {thread_id}", code="thread_not_found")
+        return self.threads[thread_id]
+
+    async def list(self, *, limit: int, cursor: str | None, owner: str | None) -> tuple[list[ThreadRow], str | None]:
+        rows = [
+            {"id": t.id, "cwd": "/w", "updated_at": "x", "agent": "demo", "state": "idle", "last_seq": t.last_seq}
+            for t in self.threads.values()
+        ]
+        return rows, None  # type: ignore[return-value]
+
+
+async def settle() -> None:
+    for _ in range(30):
+        await asyncio.sleep(0)
+
+
+def run(tmp_path: Path, body: Callable[[AcpAgent, Outbox, FakeThreads], Awaitable[None]]) -> None:
+    async def go() -> None:
+        out, threads = Outbox(), FakeThreads()
+        conf = load_settings(data_dir=str(tmp_path), env={}, discover_path=False)
+        agent = AcpAgent(out, threads, conf, USER, None, "conn-1")
+        try:
+            await body(agent, out, threads)
+        finally:
+            await agent.close()
+
+    asyncio.run(go())
+
+
+async def call(agent: AcpAgent, out: Outbox, rid: Any, method: str, params: Any = None) -> dict[str, Any]:
+    msg: dict[str, Any] = {"jsonrpc": V, "id": rid, "method": method}
+    if params is not None:
+        msg["params"] = params
+    await agent.message(msg)
+    await settle()
+    answers = [m for m in out.sent if "method" not in m and m.get("id") == rid]
+    assert len(answers) == 1, out.sent
+    return answers[0]
+
+
+def test_what_is_not_a_request_it_can_serve_is_answered_with_the_code_json_rpc_gives(tmp_path: Path) -> None:
+    async def body(agent: AcpAgent, out: Outbox, threads: FakeThreads) -> None:
+        assert (await call(agent, out, 1, "session/list", {}))["error"]["code"] == jsonrpc.INVALID_REQUEST
+        await agent.message([{"jsonrpc": V, "id": 2, "method": "initialize"}])
+        assert out.sent[-1] == {"jsonrpc": V, "id": None, "error": {"code": -32600, "message": jsonrpc.BATCH}}
+        await agent.message({"id": 3, "method": "initialize"})
+        assert out.sent[-1]["id"] == 3 and out.sent[-1]["error"]["code"] == -32600
+        await agent.message({"jsonrpc": V, "id": True, "method": "initialize"})
+        assert out.sent[-1]["id"] is None and out.sent[-1]["error"]["code"] == -32600
+        init = await call(agent, out, "a", "initialize", {"protocolVersion": 1})
+        assert init["result"]["protocolVersion"] == 1 and init["result"]["agentCapabilities"]["loadSession"]
+        assert (await call(agent, out, 4, "session/fork", {}))["error"]["code"] == jsonrpc.METHOD_NOT_FOUND
+        assert (await call(agent, out, 5, "session/new", [1]))["error"]["code"] == jsonrpc.INVALID_PARAMS
+        assert (await call(agent, out, 6, "session/load", {"sessionId": "x"}))["error"]["code"] == -32002
+        assert (await call(agent, out, 7, "session/list"))["result"] == {"sessions": []}  # params may be left out
+        # A broken response, an answer to nothing, a notification: never answered back.
+        n = len(out.sent)
+        for msg in (
+            {"jsonrpc": V, "id": 8},
+            {"jsonrpc": V, "id": 8, "result": {}, "error": {"code": 1, "message": "m"}},
+            {"jsonrpc": V, "id": 99, "result": {}},
+            {"jsonrpc": V, "method": "no/such"},
+        ):
+            await agent.message(msg)
+        await settle()
+        assert len(out.sent) == n
+
+    run(tmp_path, body)
+
+
+def test_a_prompt_is_a_prompt_command_and_is_answered_at_its_turns_end(tmp_path: Path) -> None:
+    async def body(agent: AcpAgent, out: Outbox, threads: FakeThreads) -> None:
+        await call(agent, out, 0, "initialize", {"protocolVersion": 1})
+        sid = (await call(agent, out, 1, "session/new", {"cwd": "/w", "mcpServers": []}))["result"]["sessionId"]
+        thread = threads.threads[sid]
+        prompt = {
+            "sessionId": sid,
+            "prompt": [{"type": "text", "text": "hi"}],
+            "_meta": {"agent-bridge": {"client_id": "c1"}},
+        }
+        await agent.message({"jsonrpc": V, "id": 2, "method": "session/prompt", "params": prompt})
+        await settle()
+        [command] = thread.commands
+        assert command == Prompt(content=[{"type": "text", "text": "hi"}], client_id="c1", actor="ann")
+        thread.emit("agent", "message.delta", {"text": "hello"})
+        thread.emit("agent", "turn.ended", {"turn_id": "t1", "status": "success", "stop_reason": "end_turn"})
+        await settle()
+        updates = [m["params"]["update"] for m in out.sent if m.get("method") == "session/update"]
+        assert updates == [{"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hello"}}]
+        assert out.sent[-1] == {"jsonrpc": V, "id": 2, "result": {"stopReason": "end_turn"}}
+        await agent.message({"jsonrpc": V, "method": "session/cancel", "params": {"sessionId": sid}})
+        await settle()
+        assert thread.commands[-1] == Interrupt(actor="ann")
+
+    run(tmp_path, body)
+
+
+def test_permission_answers_are_commands_and_a_broken_answer_is_a_denial(tmp_path: Path) -> None:
+    async def body(agent: AcpAgent, out: Outbox, threads: FakeThreads) -> None:
+        await call(agent, out, 0, "initialize", {"protocolVersion": 1})
+        sid = (await call(agent, out, 1, "session/new", {"cwd": "/w", "mcpServers": []}))["result"]["sessionId"]
+        thread = threads.threads[sid]
+        for rid in ("p1", "p2"):
+            thread.pending.append({"request_id": rid})
+            thread.emit("agent", "permission.requested", {"request_id": rid, "tool": "Bash", "input": {}})
+        await settle()
+        asks = [m for m in out.sent if m.get("method") == "session/request_permission"]
+        assert [type(a["id"]) for a in asks] == [int, int] and asks[0]["id"] != asks[1]["id"]
+        n = len(out.sent)
+        selected = {"outcome": {"outcome": "selected", "optionId": "allow"}}
+        await agent.message({"jsonrpc": V, "id": asks[0]["id"], "result": selected})
+        await agent.message({"jsonrpc": V, "id": str(asks[1]["id"]), "result": selected})  # not our id: "1" is not 1
+        await agent.message(
+            {"jsonrpc": V, "id": asks[1]["id"], "result": selected, "error": {"code": 1, "message": "x"}}
+        )
+        await settle()
+        assert thread.commands == [
+            AnswerPermission(request_id="p1", decision="allow", channel="acp", actor="ann"),
+            AnswerPermission(request_id="p2", decision="deny", channel="acp", actor="ann"),
+        ]
+        assert len(out.sent) == n  # nothing said back to answers
+
+    run(tmp_path, body)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=6),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3),
+    max_leaves=8,
+)
+METHODS = ["initialize", "session/new", "session/load", "session/resume", "session/prompt", "session/list",
+           "session/set_mode", "session/cancel", "x"]  # fmt: skip
+messages = st.fixed_dictionaries(
+    {"jsonrpc": st.just(V)},
+    optional={
+        "id": st.integers(-2, 3) | st.text(max_size=2) | json_values,
+        "method": st.sampled_from(METHODS) | json_values,
+        "params": st.fixed_dictionaries(
+            {},
+            optional={
+                "protocolVersion": st.just(1) | json_values,
+                "sessionId": st.sampled_from(["thr_0", "x"]) | json_values,
+                "cwd": st.just("/w") | json_values,
+                "prompt": json_values,
+                "cursor": json_values,
+            },
+        )
+        | json_values,
+        "result": json_values,
+        "error": json_values,
+    },
+)
+
+
+@settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(messages | json_values, min_size=1, max_size=6))
+def test_whatever_a_client_sends_every_message_back_is_json_rpc_and_each_request_is_answered_once(
+    tmp_path_factory: pytest.TempPathFactory, sent: list[Any]
+) -> None:
+    tmp = tmp_path_factory.mktemp("acp")
+
+    async def body(agent: AcpAgent, out: Outbox, threads: FakeThreads) -> None:
+        await call(agent, out, "init", "initialize", {"protocolVersion": 1})
+        for value in sent:
+            await agent.message(value)
+        await settle()
+        # a request, or an invalid one whose id could be read
+        ids = [m.id if isinstance(m, Request) else getattr(m, "answer_id", None) for m in map(jsonrpc.classify, sent)]
+        asked = Counter(jsonrpc.id_key(i) for i in ids if i is not None)
+        asked[jsonrpc.id_key("init")] += 1
+        answered: Counter[Any] = Counter()
+        for msg in out.sent:
+            got = jsonrpc.classify(msg)
+            assert isinstance(got, Request | Notification | Response), msg  # never an invalid message
+            if isinstance(got, Response) and got.id is not None:
+                answered[jsonrpc.id_key(got.id)] += 1
+        # at most one answer per request, and none to what was not a request
+        assert all(n <= asked[key] for key, n in answered.items()), (sent, out.sent)
+        assert not out.failed
+
+    run(tmp, body)

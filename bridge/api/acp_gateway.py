@@ -28,7 +28,8 @@ from starlette.websockets import WebSocketState
 
 from bridge.api.acp_agent import AcpAgent
 from bridge.api.acp_threads import RegistryThreads
-from bridge.api.auth import SUBPROTOCOL
+from bridge.api.context import context
+from bridge.api.tokens import SUBPROTOCOL
 from bridge.api.users import Streams, User
 from bridge.api.ws import upgrade_user
 from bridge.config import Settings
@@ -53,7 +54,8 @@ async def acp_ws(ws: WebSocket, agent: str | None = None) -> None:
     if not isinstance(user, User):
         await ws.send_denial_response(user)
         return
-    settings: Settings = ws.app.state.settings
+    ctx = context(ws)
+    settings = ctx.settings
     if agent is not None and agent not in settings.agents:
         body = error_body("agent_not_found", f"no agent profile named {agent!r}")
         await ws.send_denial_response(JSONResponse(body, status_code=404))
@@ -65,9 +67,7 @@ async def acp_ws(ws: WebSocket, agent: str | None = None) -> None:
         headers=[(b"acp-connection-id", conn_id.encode())],
     )
     log.info("acp.connected", connection_id=conn_id, agent=agent)
-    registry: Registry = ws.app.state.registry
-    streams: Streams = ws.app.state.streams
-    await AcpConnection(ws, settings, registry, streams, agent, conn_id, user).run()
+    await AcpConnection(ws, settings, ctx.registry, ctx.streams, agent, conn_id, user).run()
 
 
 class AcpConnection:

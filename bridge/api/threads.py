@@ -151,9 +151,9 @@ async def list_threads(
     reg = registry(request)
     user = current_user(request)
     owner = None if user.admin else user.name
-    rows, next_cursor = await reg.store.list_threads(limit=limit, cursor=cursor, agent=agent, owner=owner)
+    rows, next_cursor = await reg.list_threads(limit=limit, cursor=cursor, agent=agent, owner=owner)
     shown = _shown(request)
-    return {"threads": [thread_view(reg.current(r), shown) for r in rows], "next_cursor": next_cursor}
+    return {"threads": [thread_view(r, shown) for r in rows], "next_cursor": next_cursor}
 
 
 @router.get("/threads/{thread_id}")

@@ -83,7 +83,7 @@ class Turn:
     # The exact line, when the codec could encode it at acceptance; ACP prompts need the
     # session id, so before the handshake completes they are encoded when written.
     line: str | None
-    by: str | None = None  # who sent it (a user's name or "operator"), recorded in its client events
+    actor: str | None = None  # who sent it (a user's name or "operator"), recorded as ``by`` in its client events
 
 
 @dataclass(slots=True)

@@ -633,7 +633,7 @@ class Conversation:
         who sent it, recorded as ``by`` in the client event of the answer written."""
         async with self._lock:
             data, actions = self.core.answer(
-                request_id, decision, by=channel, option_id=option_id, message=message, user=actor
+                request_id, decision, channel=channel, option_id=option_id, message=message, actor=actor
             )
             await self._perform(actions)
             return data

@@ -52,11 +52,12 @@ from bridge.sessions.tasks import TaskTable
 INTERRUPT_EXITS = frozenset({"interrupted", "interrupt_timeout"})
 
 
-def _by(data: dict[str, Any], by: str | None) -> dict[str, Any]:
-    """A client event's data with who sent it: a user's name, or "operator" (the daemon's
-    own token), in every auth mode. None: the bridge wrote it by itself (a timeout's answer)."""
-    if by is not None:
-        data["by"] = by
+def _by(data: dict[str, Any], actor: str | None) -> dict[str, Any]:
+    """A client event's data with who sent it (its ``by``): a user's name, or "operator"
+    (the daemon's own token), in every auth mode. None: the bridge wrote it by itself (a
+    timeout's answer)."""
+    if actor is not None:
+        data["by"] = actor
     return data
 
 
@@ -191,12 +192,12 @@ class ConversationCore(AgentOutput):
             raise Busy(f"a turn is in progress and {len(self.queue)} prompts are queued", code="busy")
 
     def prompt(
-        self, content: list[dict[str, Any]], client_id: str | None, by: str | None = None
+        self, content: list[dict[str, Any]], client_id: str | None, actor: str | None = None
     ) -> tuple[Accepted, list[Action]]:
         """Accept one prompt: written now when nothing is ahead of it (the prompt and its
         turn.started share one transaction), else queued. The returned Accepted's seq is
-        filled in when the Emit is committed. ``by``: who sent it (a user's name or
-        "operator"), recorded in its client events."""
+        filled in when the Emit is committed. ``actor``: who sent it (a user's name or
+        "operator"), recorded as ``by`` in its client events."""
         codec = self.codec
         if codec is None:
             raise Conflict("the agent process ended before the prompt could be sent", code="agent_exited")
@@ -205,8 +206,8 @@ class ConversationCore(AgentOutput):
         if refusal is not None:
             raise InvalidRequest(refusal, code="unsupported_content")
         line = codec.encode_prompt(content) if codec.ready else None
-        turn = Turn(new_id("turn"), content, self.last_seq + 1, line, by)
-        message = Event("client", "message", _by(prompt_event_data(content, turn.turn_id, client_id), by), line)
+        turn = Turn(new_id("turn"), content, self.last_seq + 1, line, actor)
+        message = Event("client", "message", _by(prompt_event_data(content, turn.turn_id, client_id), actor), line)
         acc = Accepted(seq=turn.prompt_seq, turn_id=turn.turn_id, queued=self.busy)
         if acc.queued or line is None:
             self.queue.append(turn)
@@ -252,7 +253,7 @@ class ConversationCore(AgentOutput):
             line = turn.line
             if line is None:
                 line = codec.encode_prompt(turn.content)
-                data = _by({"op": "prompt", "turn_id": turn.turn_id}, turn.by)
+                data = _by({"op": "prompt", "turn_id": turn.turn_id}, turn.actor)
                 events.append(Event("client", "client.other", data, line))
             actions += [Emit(events, {"turn_active": True}), Write(line)]
         return actions
@@ -265,7 +266,7 @@ class ConversationCore(AgentOutput):
 
     # ------------------------------------------------------------------ client operations
 
-    def interrupt(self, by: str | None = None) -> tuple[bool, list[Action]]:
+    def interrupt(self, actor: str | None = None) -> tuple[bool, list[Action]]:
         """Cancel the active turn. Idempotent; False when no turn is active."""
         codec = self.codec
         if self.active is None or codec is None:
@@ -283,7 +284,7 @@ class ConversationCore(AgentOutput):
         if lines is None:
             # The dialect has no interrupt message: stopping the process ends the turn.
             return True, [*actions, Stop("interrupted")]
-        actions += self._record_and_write(lines, _by({"op": "interrupt"}, by))
+        actions += self._record_and_write(lines, _by({"op": "interrupt"}, actor))
         # If the agent does not end the turn in time, the process is stopped and the turn
         # ends ``cancelled`` (server.interrupt_timeout_s).
         actions.append(ArmTimer(INTERRUPT_TIMER, self.limits.interrupt_timeout_s))
@@ -294,16 +295,17 @@ class ConversationCore(AgentOutput):
         request_id: str,
         decision: str,
         *,
-        by: str,
+        channel: str,
         option_id: str | None = None,
         message: str | None = None,
-        user: str | None = None,
+        actor: str | None = None,
     ) -> tuple[dict[str, Any], list[Action]]:
-        """One answer per request: the first wins; later ones are refused (409). ``by`` says
-        how it came (rest, a client id, raw, timeout); ``user`` who sent it (a user's name or
-        "operator"; None for the bridge's own answer on timeout)."""
-        pending = self.permissions.take(request_id, decision, by, option_id)
-        data: dict[str, Any] = {"request_id": request_id, "decision": decision, "by": by}
+        """One answer per request: the first wins; later ones are refused (409).
+        ``channel``: how it came (rest, a client id, raw, timeout), ``permission.resolved``'s
+        ``by``; ``actor``: who sent it (a user's name or "operator"; None for the bridge's
+        own answer on timeout), ``by`` in the client event of the answer written."""
+        pending = self.permissions.take(request_id, decision, channel, option_id)
+        data: dict[str, Any] = {"request_id": request_id, "decision": decision, "by": channel}
         if option_id is not None:
             data["option_id"] = option_id
         events = [Event("bridge", "permission.resolved", data)]
@@ -319,13 +321,13 @@ class ConversationCore(AgentOutput):
                 message=message or ("Denied by the user" if decision == "deny" else ""),
             )
             if line is not None:
-                events.append(Event("client", "client.other", _by({"op": "permission"}, user), line))
+                events.append(Event("client", "client.other", _by({"op": "permission"}, actor), line))
         actions.append(Emit(events))
         if line is not None:
             actions.append(Write(line))
         return data, actions
 
-    def set_mode(self, mode_id: str, route: str, by: str | None = None) -> list[Action]:
+    def set_mode(self, mode_id: str, route: str, actor: str | None = None) -> list[Action]:
         """Ask the agent to switch its session mode (ACP ``session/set_mode``); its answer
         is routed to ``route``. Raises Conflict (no process) / InvalidRequest (no modes)."""
         codec = self.codec
@@ -334,10 +336,10 @@ class ConversationCore(AgentOutput):
         line = codec.set_mode(mode_id, route) if isinstance(codec, ModeSetter) else None
         if line is None:
             raise InvalidRequest("this thread's agent reports no session modes", code="modes_not_supported")
-        event = Event("client", "client.other", _by({"op": "set_mode", "mode_id": mode_id}, by), line)
+        event = Event("client", "client.other", _by({"op": "set_mode", "mode_id": mode_id}, actor), line)
         return [Emit([event]), Write(line, required=True)]
 
-    def raw(self, message: dict[str, Any], route: str, by: str | None = None) -> list[Action]:
+    def raw(self, message: dict[str, Any], route: str, actor: str | None = None) -> list[Action]:
         """A client's raw message: a permission answer takes the permission flow (the first
         answer still wins and is recorded once); anything else is written as the dialect
         says. Raises InvalidRequest / Conflict."""
@@ -347,14 +349,14 @@ class ConversationCore(AgentOutput):
         ans = codec.raw_permission_answer(message)
         if ans is not None:
             if ans.request_id in self.permissions:
-                return self.answer(ans.request_id, ans.decision, by="raw", message=ans.message, user=by)[1]
+                return self.answer(ans.request_id, ans.decision, channel="raw", message=ans.message, actor=actor)[1]
             if self.permissions.was_resolved(ans.request_id):
                 raise Conflict(f"permission request {ans.request_id} was already resolved", code="already_resolved")
         try:
             line = codec.forward_raw(message, route)
         except RawRefused as exc:
             raise InvalidRequest(str(exc), code=exc.code) from exc
-        return [Emit([Event("client", "client.other", _by({"op": "raw"}, by), line)]), Write(line, required=True)]
+        return [Emit([Event("client", "client.other", _by({"op": "raw"}, actor), line)]), Write(line, required=True)]
 
     def timer_fired(self, key: str) -> list[Action]:
         if key == INTERRUPT_TIMER:
@@ -372,7 +374,7 @@ class ConversationCore(AgentOutput):
         rid = key.removeprefix("permission:")
         if not self.permissions.expired(rid, self.clock()):
             return []
-        return self.answer(rid, "deny", by="timeout", message="No answer to the permission request in time")[1]
+        return self.answer(rid, "deny", channel="timeout", message="No answer to the permission request in time")[1]
 
     def served(self, request: AgentRequest, result: Any = None, error: tuple[int, str] | None = None) -> list[Action]:
         """The answer to an agent request the shell served (ACP fs/*)."""

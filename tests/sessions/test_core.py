@@ -119,7 +119,7 @@ def test_a_permission_deadline_is_armed_on_commit_and_denies_once_expired() -> N
     assert ("emit", ["permission.resolved", "client.other"]) in out
     assert json.loads(next(a for a in out if isinstance(a, Write)).line)["response"]["response"]["behavior"] == "deny"
     with pytest.raises(Conflict):
-        core.answer("p1", "allow", by="late")
+        core.answer("p1", "allow", channel="late")
 
 
 def test_an_interrupt_is_idempotent_and_its_timeout_stops_the_process() -> None:

@@ -534,7 +534,7 @@ class SqliteStore(leases.SqliteLeases, SqliteAccounts, CommonStore):
             await self._wake.wait()
             self._wake.clear()
             while self._pending:
-                batch = self._batch_at(0)
+                batch = self._next_batch()
                 failed = await self._commit_until_done(batch)
                 del self._pending[: len(batch)]
                 self._settled(batch, failed)
@@ -563,18 +563,16 @@ class SqliteStore(leases.SqliteLeases, SqliteAccounts, CommonStore):
             self._set_health(True, None)
             return failed
 
-    def _batch_at(self, start: int) -> list[_Append]:
-        """The pending appends from ``start`` that go in one batch: at most MAX_BATCH, and
-        no more than MAX_BATCH_TEXT characters of event text unless one append alone holds
-        more."""
+    def _next_batch(self) -> list[_Append]:
+        """The oldest pending appends that go in one batch: at most MAX_BATCH, and no more
+        than MAX_BATCH_TEXT characters of event text unless one append alone holds more."""
         pending = self._pending
-        end = min(len(pending), start + MAX_BATCH)
         text = 0
-        for i in range(start, end):
+        for i in range(min(len(pending), MAX_BATCH)):
             text += sql.text_size(pending[i])
-            if text > MAX_BATCH_TEXT and i > start:
-                return pending[start:i]
-        return pending[start:end]
+            if text > MAX_BATCH_TEXT and i > 0:
+                return pending[:i]
+        return pending[:MAX_BATCH]
 
     # ------------------------------------------------------------------ transcript reads
 

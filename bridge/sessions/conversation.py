@@ -183,15 +183,6 @@ class Conversation:
 
     # ------------------------------------------------------------------ transcript
 
-    @property
-    def on_committed(self) -> Callable[[str, int], None] | None:
-        """Told ``(thread, last_seq)`` after each commit (the bus, to other replicas)."""
-        return self.journal.on_committed
-
-    @on_committed.setter
-    def on_committed(self, hook: Callable[[str, int], None] | None) -> None:
-        self.journal.on_committed = hook
-
     async def emit(self, events: Sequence[Event], *, fields: dict[str, Any] | None = None) -> list[Record]:
         """Number, persist, then publish events of the daemon's own (Journal.emit)."""
         async with self._lock:
@@ -218,11 +209,6 @@ class Conversation:
             return 0 if self._proc is not None else await self.journal.follow()
 
     # ------------------------------------------------------------------ ownership
-
-    @property
-    def lost(self) -> bool:
-        """The lease was lost: this object is finished (the registry drops it)."""
-        return self.lease.lost
 
     async def claim(self, *, reason: str = "owner_lost") -> int | None:
         """Hold this thread's lease (acquire it if needed): its epoch, None with no
@@ -254,14 +240,8 @@ class Conversation:
         if proc is not None:
             self.core.stopping("owner_lost")
             proc.signal_group(signal.SIGKILL)  # never two replicas running one native session
-        self.fanout.broadcast_side(
-            ephemeral(
-                "notice",
-                now_iso(),
-                code="owner_lost",
-                text="this replica lost its ownership of the thread; reconnect with after= to follow it",
-            )
-        )
+        text = "this replica lost its ownership of the thread; reconnect with after= to follow it"
+        self.fanout.broadcast_side(ephemeral("notice", now_iso(), code="owner_lost", text=text))
         self.fanout.close_all("owner_lost")
         log.warning("thread.owner_lost", thread_id=self.id, pid=None if proc is None else proc.pid)
         if self._on_lost is not None:
@@ -517,7 +497,7 @@ class Conversation:
             for reply in self._replies.values():  # our requests die with the process
                 if not reply.done():
                     reply.set_exception(Conflict("the agent process exited before it answered", code="agent_exited"))
-            if self.lost:
+            if self.lease.lost:
                 return  # its books are closed by the replica that takes the thread over
             with contextlib.suppress(LeaseLost):  # lost just now: the same
                 await self._perform(actions)
@@ -535,7 +515,7 @@ class Conversation:
         # A stop never waits for the store (Hardening II #5): with appends blocked (a full
         # disk) the process is still stopped at once, and its exit recorded when the store
         # can write again.
-        if self.lost:
+        if self.lease.lost:
             pass  # the row is the next owner's now
         elif self.store.healthy and not self._lock.locked():
             await self.set_fields({"state": "stopping"})

@@ -67,7 +67,7 @@ class Registry:
         self.owners = owners
         self.on_committed = on_committed
         for conv in self._convs.values():
-            conv.on_committed = on_committed
+            conv.journal.on_committed = on_committed
 
     def port(self, conv: Conversation) -> ThreadPort:
         """Where a client's commands for ``conv`` go (sessions/commands.py): the
@@ -329,7 +329,7 @@ class Registry:
             on_lost=self._conv_lost,
             commits=self.commits,
         )
-        conv.on_committed = self.on_committed
+        conv.journal.on_committed = self.on_committed
         self._convs[row["id"]] = conv
         return conv
 

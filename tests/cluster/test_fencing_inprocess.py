@@ -106,7 +106,7 @@ async def test_a_stale_owner_is_refused_by_the_database_and_stops_its_agent(
         )
         await asyncio.wait_for(agents_a.agent.wait(), 5)
         assert 9 in agents_a.agent.signals  # SIGKILL, at once
-        assert conv.lost and tid not in reg_a._convs
+        assert conv.lease.lost and tid not in reg_a._convs
         with pytest.raises(LeaseLost):
             await conv.emit([])
         assert sub.closed and sub.close_reason == "owner_lost"

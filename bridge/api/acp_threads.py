@@ -133,10 +133,10 @@ class ConversationThread:
         self._conv.unsubscribe(sub)
 
     async def read_page(self, after: int, limit: int) -> list[Record]:
-        return await self._conv.read_page(after, limit)
+        return await self._conv.journal.read_page(after, limit)
 
     async def read_frames(self, after: int, limit: int, *, raw: bool) -> Frames:
-        return await self._conv.read_frames(after, limit, raw=raw)
+        return await self._conv.journal.read_frames(after, limit, raw=raw)
 
     async def run(self, command: Command[A]) -> A:
         # Asked of the registry at each command: the thread may have moved to another replica.

@@ -234,7 +234,7 @@ async def list_tasks(thread_id: str, request: Request) -> dict[str, Any]:
 async def history(thread_id: str, request: Request) -> Response:
     """The compacted history (docs/api.md §4.16): messages merged, tools joined."""
     conv = await _conv(request, thread_id)
-    items, last_seq = await conv.history()
+    items, last_seq = await conv.journal.history()
     return Response(dumps({"items": items, "last_seq": last_seq}), media_type="application/json")
 
 
@@ -247,10 +247,10 @@ async def events(
     wait: float = Query(0, ge=0, le=MAX_WAIT_S, allow_inf_nan=False),
 ) -> Response:
     conv = await _conv(request, thread_id)
-    page = await conv.read_page(after, limit)
+    page = await conv.journal.read_page(after, limit)
     if not page and wait > 0:
         await conv.wait_beyond(after, wait)
-        page = await conv.read_page(after, limit)
+        page = await conv.journal.read_page(after, limit)
     # The page may already hold events whose commit has not reached the in-memory counter.
     last_seq = max(conv.thread["last_seq"], page[-1].seq if page else 0)
     # Our own JSON writer: agent text may hold lone surrogates, which plain UTF-8 cannot carry.
@@ -275,7 +275,7 @@ async def events_stream(thread_id: str, request: Request, after: int = Query(0, 
 
     async def pump() -> None:
         try:
-            reason = await deliver(sub, after, conv, _SseSink(queue))
+            reason = await deliver(sub, after, conv.journal, _SseSink(queue))
             await queue.put(f"event: close\ndata: {dumps({'reason': reason})}\n\n")
         finally:
             await queue.put(None)

@@ -172,7 +172,7 @@ class _Session:
             await self._serve(sub, after)
 
     async def _serve(self, sub: Subscriber, after: int) -> None:
-        sender = asyncio.create_task(deliver(sub, after, self.conv, self))
+        sender = asyncio.create_task(deliver(sub, after, self.conv.journal, self))
         receiver = asyncio.create_task(self._receive())
         close_code, reason = 1000, ""
         try:

@@ -49,7 +49,7 @@ from bridge.process.agent_process import AgentProcess
 from bridge.process.launch import LaunchSpec
 from bridge.protocols.codec import Codec
 from bridge.protocols.codecs import may_have_modes, stored_content_refusal
-from bridge.protocols.envelope import Frames, ephemeral
+from bridge.protocols.envelope import ephemeral
 from bridge.protocols.events import Event, Record
 from bridge.protocols.framing import LineTooLong
 from bridge.sessions import acp_fs
@@ -58,7 +58,6 @@ from bridge.sessions.announce import Announcer
 from bridge.sessions.commands import AnswerPermission, Command, Interrupt, Prompt, Raw, SetMode
 from bridge.sessions.core import ConversationCore
 from bridge.sessions.fanout import Fanout, Subscriber
-from bridge.sessions.history import Item
 from bridge.sessions.journal import PIPELINE_MIN_LINES, SEQ_RETAKES, Journal, Renumber
 from bridge.sessions.latency import Latency
 from bridge.sessions.lease import ThreadLease
@@ -272,15 +271,6 @@ class Conversation:
         that wait for the store (a full disk)."""
         if not self.store.healthy:
             raise StoreError("the transcript store cannot be written right now; retry later", code="store_unavailable")
-
-    async def history(self) -> tuple[list[Item], int]:
-        return await self.journal.history()
-
-    async def read_page(self, after: int, limit: int) -> list[Record]:
-        return await self.store.read_events(self.id, after, limit)
-
-    async def read_frames(self, after: int, limit: int, *, raw: bool) -> Frames:
-        return await self.store.read_frames(self.id, after, limit, raw=raw)
 
     def subscribe(self, *, raw: bool = False) -> Subscriber:
         self.touch()

@@ -174,7 +174,7 @@ class Fanout:
 
 
 class Transcript(Protocol):
-    """Where a subscriber's missed records are read from (a Conversation)."""
+    """Where a subscriber's missed records are read from (a thread's Journal)."""
 
     async def read_page(self, after: int, limit: int) -> list[Record]: ...
     async def read_frames(self, after: int, limit: int, *, raw: bool) -> Frames: ...

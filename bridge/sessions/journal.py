@@ -41,6 +41,7 @@ import structlog
 
 from bridge.clock import now_iso
 from bridge.errors import LeaseLost, StoreError
+from bridge.protocols.envelope import Frames
 from bridge.protocols.events import Event, Record
 from bridge.sessions.announce import Announcer
 from bridge.sessions.fanout import Fanout
@@ -469,6 +470,14 @@ class Journal:
         if new:
             self._wake_polls()
         return new
+
+    async def read_page(self, after: int, limit: int) -> list[Record]:
+        """Records after ``after``, from the store (fanout.Transcript: a subscriber's replay)."""
+        return await self.store.read_events(self.id, after, limit)
+
+    async def read_frames(self, after: int, limit: int, *, raw: bool) -> Frames:
+        """The same page as the frames a client is sent, joined from the stored rows."""
+        return await self.store.read_frames(self.id, after, limit, raw=raw)
 
     async def history(self) -> tuple[list[Item], int]:
         """The compacted history (sessions/history.py) and the last seq it covers: what was

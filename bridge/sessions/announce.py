@@ -21,6 +21,5 @@ from bridge.protocols.events import Record
 
 class Announcer(Protocol):
     def committed(self, records: Sequence[Record]) -> None:
-        """``records`` (in seq order, following on from the last call's) are durable: tell
-        whoever listens."""
+        """``records`` (in seq order) are durable: tell whoever listens."""
         ...

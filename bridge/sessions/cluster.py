@@ -25,6 +25,7 @@ import structlog
 from bridge.bus.base import Bus, Command
 from bridge.errors import BridgeError
 from bridge.sessions.conversation import Conversation
+from bridge.sessions.local_port import LocalPort
 from bridge.sessions.registry import Registry
 from bridge.sessions.remote import Owners, refused, serve
 from bridge.store.base import Store
@@ -136,7 +137,7 @@ class ClusterLink:
             conv = await self.registry.get(cmd.thread_id)
         except BridgeError as exc:
             raise refused(exc) from exc
-        return await serve(conv, cmd.kind, cmd.body)  # never forwarded again: the conversation runs it
+        return await serve(LocalPort(conv), cmd.kind, cmd.body)  # never forwarded again: it runs here
 
     async def _heartbeat(self) -> None:
         while True:

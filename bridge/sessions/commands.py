@@ -5,7 +5,7 @@ Every surface produces these and nothing else — a REST body (api/threads.py), 
 frame (api/ws.py), an ACP JSON-RPC method (api/acp_gateway.py), a command another replica
 forwarded (sessions/remote.py, :func:`from_wire`) — and hands them to one entry point,
 :meth:`ThreadPort.run`. The registry gives out the port (``Registry.port(conv)``): the
-conversation itself on a single daemon, a forwarding port in a cluster
+local port on a single daemon (sessions/local_port.py), a forwarding port in a cluster
 (sessions/forwarding.py), which sends the command to the replica that runs the thread and
 brings its answer back typed. So a surface never knows where a thread runs::
 
@@ -29,10 +29,11 @@ command writes; :class:`AnswerPermission`'s ``channel`` is how the answer came (
 dataclass subclassing ``Command[Answer]`` with its ``KIND``, its fields and their checks
 in ``__post_init__`` (bounds in :class:`Bounds`), its answer's wire form
 (``answer_to_wire``/``answer_from_wire``) and one line in :data:`KINDS`; then the local
-implementation (one handler in sessions/conversation.py's ``_LOCAL`` table) and the
-surface that offers it (a REST route, a row of ws.py's ``_OPS``, an ACP method). The bus,
-the forwarding port and the owner's side need nothing: they carry any command in
-:data:`KINDS`. See the "next operations" comment at the end of the command types.
+implementation (a method of sessions/local_port.py's ``LocalPort`` and one line of its
+``_LOCAL`` table) and the surface that offers it (a REST route, a row of ws.py's
+``_OPS``, an ACP method). The bus, the forwarding port and the owner's side need nothing:
+they carry any command in :data:`KINDS`. See the "next operations" comment at the end of
+the command types.
 """
 
 from __future__ import annotations
@@ -295,7 +296,8 @@ def from_wire(kind: str, body: Mapping[str, Any]) -> Command[Any]:
 
 class ThreadPort(Protocol):
     """The one way to run a client's command on a thread, wherever it runs. Implemented
-    by the conversation (here) and by the forwarding port (another replica runs it)."""
+    by the local port (sessions/local_port.py: the command runs here) and by the
+    forwarding port (sessions/forwarding.py: another replica may run it)."""
 
     async def run(self, command: Command[A], *, answer_to: Subscriber | None = None) -> A:
         """Run ``command``; its answer, or the refusal (a BridgeError) a client is given.

@@ -1,13 +1,13 @@
 """The thread port of a replica among others (docs/api.md §1.2 "any replica serves any
 thread"): a client's command runs where the thread's agent runs.
 
-:class:`Forwarding` wraps this replica's conversation. While the agent runs here, the
+:class:`Forwarding` wraps this replica's local port. While the agent runs here, the
 command runs here. Otherwise the store says who holds the thread's live lease: another
 replica gets the command in its inbox (sessions/remote.py) and its answer — or its refusal,
 as the error a local client would have been given — comes back typed; nobody, and it runs
 here (which may start the agent, and take the lease). The registry hands this port out
-when a bus joins the replicas (``Registry.port``); a single daemon's port is the
-conversation itself.
+when a bus joins the replicas (``Registry.port``); a single daemon's port is the local
+one (sessions/local_port.py).
 
 Races are settled by the lease, not here: an owner that dies before answering
 (:class:`~bridge.sessions.remote.OwnerGone`) is routed around, at most
@@ -36,7 +36,7 @@ ROUTE_ATTEMPTS = 3  # owners tried for one command when each dies before answeri
 
 
 class LocalThread(ThreadPort, Protocol):
-    """What forwarding needs of this replica's conversation (sessions/conversation.py)."""
+    """What forwarding needs of this replica's own port (sessions/local_port.py)."""
 
     id: str
 

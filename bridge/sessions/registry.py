@@ -25,6 +25,7 @@ from bridge.sessions.commands import ThreadPort
 from bridge.sessions.conversation import Conversation
 from bridge.sessions.forwarding import Forwarding
 from bridge.sessions.latency import Latency
+from bridge.sessions.local_port import LocalPort
 from bridge.sessions.ownership import Ownership
 from bridge.sessions.remote import OwnerGone, Owners
 from bridge.sessions.samples import write_demo_samples
@@ -70,10 +71,11 @@ class Registry:
             conv.journal.on_committed = on_committed
 
     def port(self, conv: Conversation) -> ThreadPort:
-        """Where a client's commands for ``conv`` go (sessions/commands.py): the
-        conversation itself on a single daemon; among replicas, a port that forwards them
+        """Where a client's commands for ``conv`` go (sessions/commands.py): run here on a
+        single daemon (sessions/local_port.py); among replicas, a port that forwards them
         to the replica running the thread (sessions/forwarding.py)."""
-        return conv if self.owners is None else Forwarding(conv, self.owners)
+        local = LocalPort(conv)
+        return local if self.owners is None else Forwarding(local, self.owners)
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -141,7 +141,7 @@ def refused(exc: BridgeError) -> CommandRefused:
 
 async def serve(port: ThreadPort, kind: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
     """A command from another replica's client, run here (the owner) as a local client's
-    is run — on ``port``, this replica's own conversation, so never forwarded again (a
+    is run — on ``port``, this replica's local port, so never forwarded again (a
     thread whose lease moved on meanwhile is refused ``not_owner``, and the sender may
     retry). The command is read strictly first (:func:`~bridge.sessions.commands.from_wire`):
     a malformed one is refused ``invalid_request`` and nothing is done."""

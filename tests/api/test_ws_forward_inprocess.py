@@ -22,6 +22,7 @@ from bridge.errors import BridgeError
 from bridge.sessions.conversation import Conversation
 from bridge.sessions.fanout import Subscriber
 from bridge.sessions.forwarding import Forwarding
+from bridge.sessions.local_port import LocalPort
 
 pytestmark = pytest.mark.timeout(30)
 TOKEN = "t" * 32
@@ -81,7 +82,7 @@ async def test_each_forwarded_op_holds_its_senders_events_until_its_answer_is_pu
     conv: Conversation, refuse: bool
 ) -> None:
     owner = Owner(refuse)
-    port = Forwarding(conv, owner)  # type: ignore[arg-type]  # what Registry.port hands out among replicas
+    port = Forwarding(LocalPort(conv), owner)  # type: ignore[arg-type]  # what Registry.port hands out among replicas
     assert conv.profile is not None  # an agent with session modes, so set_mode is forwarded too
     conv.profile = conv.profile.model_copy(update={"protocol": "acp"})
     sub = conv.subscribe()

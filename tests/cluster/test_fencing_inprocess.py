@@ -20,6 +20,7 @@ from support.stores import opened_at, thread
 
 from bridge.config import AgentProfile, ServerSettings, Settings
 from bridge.errors import Draining, LeaseLost, NotOwner
+from bridge.sessions.local_port import LocalPort
 from bridge.sessions.ownership import Ownership
 from bridge.sessions.registry import Registry
 from bridge.store.base import Store
@@ -76,20 +77,20 @@ async def test_a_stale_owner_is_refused_by_the_database_and_stops_its_agent(
     try:
         conv = await reg_a.create(agent="fake", cwd=None, model=None, title=None, options=None)
         tid = conv.id
-        await conv.submit(prompt("hello"), None)  # a turn that ends: native session sess-1
+        await LocalPort(conv).submit(prompt("hello"), None)  # a turn that ends: native session sess-1
         async with asyncio.timeout(5):
             while conv.turn_active or conv.thread.get("native_session_id") is None:
                 await conv.wait_beyond(conv.core.last_seq, 0.5)
-        acc = await conv.submit(prompt("slow"), None)  # a turn under way on a
+        acc = await LocalPort(conv).submit(prompt("slow"), None)  # a turn under way on a
         assert reg_a.ownership is not None and reg_a.ownership.epoch(tid) == 1
         sub = conv.subscribe()
 
         # b cannot take it while a's lease lives
         with pytest.raises(NotOwner):
-            await (await reg_b.get(tid)).submit(prompt("too early"), None)
+            await LocalPort(await reg_b.get(tid)).submit(prompt("too early"), None)
         await expired(sa, tid)  # a stopped renewing (its clock says it need not)
         conv_b = await reg_b.get(tid)
-        acc_b = await conv_b.submit(prompt("after takeover"), "cb-1")
+        acc_b = await LocalPort(conv_b).submit(prompt("after takeover"), "cb-1")
         stored = await sb.read_events(tid, 0, 1000)
         assert [r.seq for r in stored] == list(range(1, len(stored) + 1))
         ends = [r for r in stored if r.kind == "turn.ended" and r.data.get("turn_id") == acc.turn_id]

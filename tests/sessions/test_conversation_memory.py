@@ -18,6 +18,7 @@ from bridge.config import AgentProfile, ServerSettings, Settings
 from bridge.errors import Busy, Conflict, InvalidRequest, NotFound
 from bridge.sessions.conversation import Conversation
 from bridge.sessions.history import Compactor
+from bridge.sessions.local_port import LocalPort
 from bridge.sessions.modes import ModeRefused
 from bridge.sessions.registry import Registry
 
@@ -102,7 +103,7 @@ def prompt(text: str) -> list[dict[str, Any]]:
 
 async def test_a_turn_is_written_once_and_ends_once_with_the_agents_result(h: Harness) -> None:
     conv = await h.thread()
-    acc = await conv.submit(prompt("hello"), None)
+    acc = await LocalPort(conv).submit(prompt("hello"), None)
     [end] = await h.until(conv, "turn.ended")
     assert end.data["turn_id"] == acc.turn_id and end.data["status"] == "success"
     started = h.events(conv, "turn.started")[0]
@@ -113,12 +114,12 @@ async def test_a_turn_is_written_once_and_ends_once_with_the_agents_result(h: Ha
 
 async def test_prompts_during_a_turn_are_queued_in_order_then_refused_when_full(h: Harness) -> None:
     conv = await h.thread()
-    first = await conv.submit(prompt("slow"), None)
-    queued = [await conv.submit(prompt(f"queued {i}"), None) for i in range(5)]
+    first = await LocalPort(conv).submit(prompt("slow"), None)
+    queued = [await LocalPort(conv).submit(prompt(f"queued {i}"), None) for i in range(5)]
     assert all(q.queued for q in queued)
     with pytest.raises(Busy):
-        await conv.submit(prompt("one too many"), None)
-    assert await conv.interrupt() is True
+        await LocalPort(conv).submit(prompt("one too many"), None)
+    assert await LocalPort(conv).interrupt() is True
     await h.until(conv, "turn.ended", turn_id=first.turn_id)
     ends = await h.until(conv, "turn.ended", 6)
     assert [e.data["turn_id"] for e in ends[1:]] == [q.turn_id for q in queued]
@@ -129,11 +130,13 @@ async def test_prompts_during_a_turn_are_queued_in_order_then_refused_when_full(
 
 async def test_client_id_makes_a_prompt_idempotent(h: Harness) -> None:
     conv = await h.thread()
-    first = await conv.submit(prompt("only once"), "c-1")
+    first = await LocalPort(conv).submit(prompt("only once"), "c-1")
     await h.until(conv, "turn.ended")
-    again = await conv.submit(prompt("only once"), "c-1")
+    again = await LocalPort(conv).submit(prompt("only once"), "c-1")
     assert again.duplicate and again.seq == first.seq
-    twins = await asyncio.gather(conv.submit(prompt("twin"), "c-2"), conv.submit(prompt("twin"), "c-2"))
+    twins = await asyncio.gather(
+        LocalPort(conv).submit(prompt("twin"), "c-2"), LocalPort(conv).submit(prompt("twin"), "c-2")
+    )
     assert sorted(t.duplicate for t in twins) == [False, True] and twins[0].seq == twins[1].seq
     written = [x for x in h.spawner.agent.written if "only once" in x or "twin" in x]
     assert len(written) == 2
@@ -141,12 +144,12 @@ async def test_client_id_makes_a_prompt_idempotent(h: Harness) -> None:
 
 async def test_terminal_line_with_no_turn_pending_is_recorded_not_assigned(h: Harness) -> None:
     conv = await h.thread()
-    await conv.submit(prompt("hello"), None)
+    await LocalPort(conv).submit(prompt("hello"), None)
     await h.until(conv, "turn.ended")
     h.spawner.agent.say(result())  # after a background task: no turn is pending
     [stray] = await h.until(conv, "agent.other")
     assert stray.data["unsolicited"] == "turn.ended" and json.loads(stray.raw)["type"] == "result"
-    acc = await conv.submit(prompt("next one"), None)
+    acc = await LocalPort(conv).submit(prompt("next one"), None)
     ends = await h.until(conv, "turn.ended", 2)
     assert ends[1].data["turn_id"] == acc.turn_id
     assert [r.data["text"] for r in h.events(conv, "message") if r.source == "agent"][-1] == "echo: next one"
@@ -154,8 +157,8 @@ async def test_terminal_line_with_no_turn_pending_is_recorded_not_assigned(h: Ha
 
 async def test_agent_exit_mid_turn_ends_active_and_queued_turns_once_each(h: Harness) -> None:
     conv = await h.thread()
-    first = await conv.submit(prompt("silent"), None)
-    second = await conv.submit(prompt("never written"), None)
+    first = await LocalPort(conv).submit(prompt("silent"), None)
+    second = await LocalPort(conv).submit(prompt("never written"), None)
     assert second.queued
     h.spawner.agent.say({"type": "system", "subtype": "init", "session_id": "sess-1"})
     h.spawner.agent.say_stderr("crashing on purpose")
@@ -168,7 +171,7 @@ async def test_agent_exit_mid_turn_ends_active_and_queued_turns_once_each(h: Har
     assert any("crashing on purpose" in r.data["text"] for r in h.events(conv, "diagnostic"))
     assert not any("never written" in x for x in h.spawner.agents[0].written)
     # The next prompt starts the agent again, resuming its session.
-    await conv.submit(prompt("again"), None)
+    await LocalPort(conv).submit(prompt("again"), None)
     await h.until(conv, "turn.ended", 3)
     assert len(h.spawner.agents) == 2 and "--resume=sess-1" in h.spawner.agent.spec.argv
 
@@ -177,8 +180,8 @@ async def test_interrupt_that_the_agent_ignores_stops_it_after_the_timeout(tmp_p
     h = Harness(tmp_path, server={"interrupt_timeout_s": 0.05})
     h.spawner.script = lambda agent, msg: None  # an agent that never answers
     conv = await h.thread()
-    acc = await conv.submit(prompt("anything"), None)
-    assert await conv.interrupt() is True and await conv.interrupt() is True  # idempotent
+    acc = await LocalPort(conv).submit(prompt("anything"), None)
+    assert await LocalPort(conv).interrupt() is True and await LocalPort(conv).interrupt() is True  # idempotent
     [end] = await h.until(conv, "turn.ended")
     assert end.data["turn_id"] == acc.turn_id and end.data["status"] == "cancelled"
     assert [r.data["code"] for r in h.events(conv, "notice")] == ["interrupt_timeout"]
@@ -190,9 +193,9 @@ async def test_interrupt_that_the_agent_ignores_stops_it_after_the_timeout(tmp_p
 
 async def test_interrupt_without_a_turn_is_false_and_writes_nothing(h: Harness) -> None:
     conv = await h.thread()
-    await conv.submit(prompt("hello"), None)
+    await LocalPort(conv).submit(prompt("hello"), None)
     await h.until(conv, "turn.ended")
-    assert await conv.interrupt() is False
+    assert await LocalPort(conv).interrupt() is False
     assert len(h.spawner.agent.written) == 1
 
 
@@ -202,7 +205,7 @@ async def test_interrupt_without_a_turn_is_false_and_writes_nothing(h: Harness) 
 async def test_two_answers_racing_get_one_acceptance_and_one_write(tmp_path: Path) -> None:
     h = Harness(tmp_path, permission_prompts=True)
     conv = await h.thread()
-    await conv.submit(prompt("ask"), None)
+    await LocalPort(conv).submit(prompt("ask"), None)
     [asked] = await h.until(conv, "permission.requested")
     rid = asked.data["request_id"]
     argv = h.spawner.agent.spec.argv
@@ -210,8 +213,8 @@ async def test_two_answers_racing_get_one_acceptance_and_one_write(tmp_path: Pat
     assert [p["request_id"] for p in conv.pending_permissions()] == [rid]
     assert conv.pending_permissions()[0]["seq"] == asked.seq
     results = await asyncio.gather(
-        conv.answer_permission(rid, "allow", channel="a"),
-        conv.answer_permission(rid, "deny", channel="b"),
+        LocalPort(conv).answer_permission(rid, "allow", channel="a"),
+        LocalPort(conv).answer_permission(rid, "deny", channel="b"),
         return_exceptions=True,
     )
     assert sum(isinstance(r, dict) for r in results) == 1
@@ -222,9 +225,9 @@ async def test_two_answers_racing_get_one_acceptance_and_one_write(tmp_path: Pat
     await h.until(conv, "turn.ended")
     assert conv.pending_permissions() == []
     with pytest.raises(NotFound):
-        await conv.answer_permission("nope", "allow", channel="a")
+        await LocalPort(conv).answer_permission("nope", "allow", channel="a")
     with pytest.raises(InvalidRequest):
-        await conv.answer_permission(rid, "maybe", channel="a")
+        await LocalPort(conv).answer_permission(rid, "maybe", channel="a")
 
 
 async def test_the_thread_row_counts_pending_permissions_as_they_open_and_close(tmp_path: Path) -> None:
@@ -236,14 +239,14 @@ async def test_the_thread_row_counts_pending_permissions_as_they_open_and_close(
     assert row["pending_permissions"] == 0
     for close in ("answer", "timeout", "withdraw", "exit"):
         n = len(h.events(conv, "permission.requested"))
-        await conv.submit(prompt("ask"), None)
+        await LocalPort(conv).submit(prompt("ask"), None)
         [*_, asked] = await h.until(conv, "permission.requested", count=n + 1)
         assert row["pending_permissions"] == 1 == conv.thread["pending_permissions"], close
         rid = asked.data["request_id"]
         if close == "answer":
-            await conv.answer_permission(rid, "allow", channel="a")
+            await LocalPort(conv).answer_permission(rid, "allow", channel="a")
         elif close == "withdraw":
-            await conv.interrupt()
+            await LocalPort(conv).interrupt()
             h.spawner.agent.say({"type": "control_cancel_request", "request_id": rid})
         elif close == "exit":
             h.spawner.agent.exit(1)
@@ -256,7 +259,7 @@ async def test_the_thread_row_counts_pending_permissions_as_they_open_and_close(
 async def test_unanswered_prompt_is_denied_by_the_timeout(tmp_path: Path) -> None:
     h = Harness(tmp_path, server={"permission_timeout_s": 0.05}, permission_prompts=True)
     conv = await h.thread()
-    await conv.submit(prompt("ask"), None)
+    await LocalPort(conv).submit(prompt("ask"), None)
     [resolved] = await h.until(conv, "permission.resolved")
     assert resolved.data["decision"] == "deny" and resolved.data["by"] == "timeout"
     answer = json.loads(next(x for x in h.spawner.agent.written if "control_response" in x))
@@ -265,12 +268,12 @@ async def test_unanswered_prompt_is_denied_by_the_timeout(tmp_path: Path) -> Non
         "message": "No answer to the permission request in time",
     }
     with pytest.raises(Conflict):
-        await conv.answer_permission(resolved.data["request_id"], "allow", channel="late")
+        await LocalPort(conv).answer_permission(resolved.data["request_id"], "allow", channel="late")
 
 
 async def test_prompts_off_means_denied_by_policy_at_once(h: Harness) -> None:
     conv = await h.thread()
-    await conv.submit(prompt("ask"), None)
+    await LocalPort(conv).submit(prompt("ask"), None)
     [resolved] = await h.until(conv, "permission.resolved")
     assert resolved.data["by"] == "policy" and conv.pending_permissions() == []
     await h.until(conv, "turn.ended")
@@ -280,9 +283,9 @@ async def test_prompts_off_means_denied_by_policy_at_once(h: Harness) -> None:
 async def test_interrupt_while_a_prompt_is_pending_writes_no_answer(tmp_path: Path) -> None:
     h = Harness(tmp_path, permission_prompts=True)
     conv = await h.thread()
-    await conv.submit(prompt("ask"), None)
+    await LocalPort(conv).submit(prompt("ask"), None)
     [asked] = await h.until(conv, "permission.requested")
-    await conv.interrupt()
+    await LocalPort(conv).interrupt()
     # stream-json: the agent withdraws its own request (control_cancel_request)
     h.spawner.agent.say({"type": "control_cancel_request", "request_id": asked.data["request_id"]})
     [resolved] = await h.until(conv, "permission.resolved")
@@ -291,24 +294,24 @@ async def test_interrupt_while_a_prompt_is_pending_writes_no_answer(tmp_path: Pa
     assert end.data["status"] == "cancelled"
     assert not any("control_response" in x for x in h.spawner.agent.written)
     with pytest.raises(Conflict, match="already resolved"):
-        await conv.answer_permission(asked.data["request_id"], "allow", channel="late")
+        await LocalPort(conv).answer_permission(asked.data["request_id"], "allow", channel="late")
 
 
 async def test_a_raw_control_response_takes_the_permission_flow(tmp_path: Path) -> None:
     h = Harness(tmp_path, permission_prompts=True)
     conv = await h.thread()
-    await conv.submit(prompt("ask"), None)
+    await LocalPort(conv).submit(prompt("ask"), None)
     [asked] = await h.until(conv, "permission.requested")
     rid = asked.data["request_id"]
     raw = {
         "type": "control_response",
         "response": {"subtype": "success", "request_id": rid, "response": {"behavior": "deny", "message": "no"}},
     }
-    await conv.write_raw(raw)
+    await LocalPort(conv).write_raw(raw)
     [resolved] = await h.until(conv, "permission.resolved")
     assert resolved.data["by"] == "raw" and resolved.data["decision"] == "deny"
     with pytest.raises(Conflict):
-        await conv.write_raw(raw)
+        await LocalPort(conv).write_raw(raw)
     assert sum("control_response" in x for x in h.spawner.agent.written) == 1
 
 
@@ -317,7 +320,7 @@ async def test_a_raw_control_response_takes_the_permission_flow(tmp_path: Path) 
 
 async def test_task_events_build_the_task_table_and_late_ones_are_ignored(h: Harness) -> None:
     conv = await h.thread()
-    await conv.submit(prompt("silent"), None)
+    await LocalPort(conv).submit(prompt("silent"), None)
     agent = h.spawner.agent
     agent.say({"type": "system", "subtype": "task_started", "task_id": "t1", "description": "sub"})
     agent.say({"type": "system", "subtype": "task_notification", "task_id": "t1", "status": "completed"})
@@ -333,7 +336,7 @@ async def test_task_events_build_the_task_table_and_late_ones_are_ignored(h: Har
 async def test_profile_secrets_never_reach_the_transcript(tmp_path: Path) -> None:
     h = Harness(tmp_path, env={"MY_API_KEY": "s3cr3t-value"})
     conv = await h.thread()
-    await conv.submit(prompt("silent"), None)
+    await LocalPort(conv).submit(prompt("silent"), None)
     h.spawner.agent.say(assistant("the key is s3cr3t-value"))
     h.spawner.agent.say_stderr("stderr has s3cr3t-value too")
     await h.until(conv, "diagnostic")
@@ -344,9 +347,9 @@ async def test_profile_secrets_never_reach_the_transcript(tmp_path: Path) -> Non
 async def test_capacity_check_refuses_a_start_beyond_max_conversations(tmp_path: Path) -> None:
     h = Harness(tmp_path, server={"max_conversations": 1})
     one, two = await h.thread(), await h.thread()
-    await one.submit(prompt("hello"), None)
+    await LocalPort(one).submit(prompt("hello"), None)
     with pytest.raises(Exception, match="max_conversations"):
-        await two.submit(prompt("hello"), None)
+        await LocalPort(two).submit(prompt("hello"), None)
     assert len(h.spawner.agents) == 1
     await h.registry.shutdown()
 
@@ -356,20 +359,20 @@ async def test_a_store_that_refuses_the_prompt_leaves_no_turn_behind(h: Harness)
     await conv.ensure_started()
     h.store.fail_appends = OSError("disk full")
     with pytest.raises(OSError):
-        await conv.submit(prompt("hello"), None)
+        await LocalPort(conv).submit(prompt("hello"), None)
     assert not conv.busy
     h.store.fail_appends = None
-    await conv.submit(prompt("hello"), None)
+    await LocalPort(conv).submit(prompt("hello"), None)
     await h.until(conv, "turn.ended")
 
 
 async def test_stop_ends_the_process_and_the_thread_resumes(h: Harness) -> None:
     conv = await h.thread()
-    await conv.submit(prompt("hello"), None)
+    await LocalPort(conv).submit(prompt("hello"), None)
     await h.until(conv, "turn.ended")
     await conv.stop()
     assert not conv.running and conv.thread["last_exit"]["reason"] == "stopped"
-    await conv.submit(prompt("hello"), None)
+    await LocalPort(conv).submit(prompt("hello"), None)
     await h.until(conv, "turn.ended", 2)
     assert "--resume=sess-1" in h.spawner.agent.spec.argv
 
@@ -378,7 +381,9 @@ async def test_max_conversations_holds_under_concurrent_starts(tmp_path: Path) -
     """Hardening II #2: the capacity check and the spawn are one step (was 50 of 50 spawned)."""
     h = Harness(tmp_path, server={"max_conversations": 3})
     threads = [await h.thread() for _ in range(12)]
-    results = await asyncio.gather(*(t.submit(prompt("hello"), None) for t in threads), return_exceptions=True)
+    results = await asyncio.gather(
+        *(LocalPort(t).submit(prompt("hello"), None) for t in threads), return_exceptions=True
+    )
     refused = [r for r in results if isinstance(r, Exception)]
     assert len(h.spawner.agents) == 3 and len(refused) == 9
     assert all(getattr(r, "code", None) == "capacity" for r in refused)
@@ -390,8 +395,8 @@ async def test_an_agent_that_closes_stdout_but_keeps_running_is_stopped_and_its_
     h = Harness(tmp_path, server={"stop_grace_s": 0.05})
     h.spawner.kw = {"exit_on_eof": False}
     conv = await h.thread()
-    acc = await conv.submit(prompt("silent"), None)
-    queued = await conv.submit(prompt("after"), None)
+    acc = await LocalPort(conv).submit(prompt("silent"), None)
+    queued = await LocalPort(conv).submit(prompt("after"), None)
     h.spawner.agent.close_stdout()  # and keeps running
     ends = await h.until(conv, "turn.ended", 2)
     assert [e.data["turn_id"] for e in ends] == [acc.turn_id, queued.turn_id]
@@ -405,7 +410,7 @@ async def test_stop_works_while_the_store_cannot_write_and_is_recorded_after(h: 
     from bridge.errors import StoreError
 
     conv = await h.thread()
-    await conv.submit(prompt("silent"), None)
+    await LocalPort(conv).submit(prompt("silent"), None)
     h.store.block_appends = asyncio.Event()
     h.store.healthy = False
     h.spawner.agent.say(assistant("this append waits for the disk"))
@@ -428,7 +433,7 @@ async def test_stop_works_while_the_store_cannot_write_and_is_recorded_after(h: 
 async def test_the_history_is_kept_at_commit_so_a_first_read_reads_no_transcript(h: Harness) -> None:
     conv = await h.thread()
     for text in ("one", "two"):
-        await conv.submit(prompt(text), None)
+        await LocalPort(conv).submit(prompt(text), None)
         await h.until(conv, "turn.ended", count=1 if text == "one" else 2)
     reads: list[int] = []
     read = h.store.read_events
@@ -476,18 +481,18 @@ async def test_set_mode_starts_the_agent_waits_for_its_session_and_records_the_s
     h.spawner.script = acp_agent
     try:
         conv = await h.thread()
-        assert await conv.set_mode("plan") == {"mode_id": "plan"}
+        assert await LocalPort(conv).set_mode("plan") == {"mode_id": "plan"}
         assert conv.thread["agent_info"]["modes"]["currentModeId"] == "plan"
         [switch] = [r for r in h.events(conv, "client.other") if r.data.get("op") == "set_mode"]
         [changed] = h.events(conv, "agent.status")
         assert switch.data["mode_id"] == "plan" and changed.seq > switch.seq  # recorded before it was written
         with pytest.raises(ModeRefused) as info:
-            await conv.set_mode("yolo")
+            await LocalPort(conv).set_mode("yolo")
         assert info.value.rpc == {"code": -32603, "message": "Internal error", "data": {"details": "Invalid Mode"}}
         assert conv.thread["agent_info"]["modes"]["currentModeId"] == "plan"
         with pytest.raises(Conflict) as exited:
-            await asyncio.wait_for(conv.set_mode("die"), 5)  # the process ends: no 30 s wait
-        assert exited.value.code == "agent_exited" and conv.requests_in_flight == 0
+            await asyncio.wait_for(LocalPort(conv).set_mode("die"), 5)  # the process ends: no 30 s wait
+        assert exited.value.code == "agent_exited" and len(conv.routes) == 0
     finally:
         await h.registry.shutdown()
 
@@ -495,7 +500,7 @@ async def test_set_mode_starts_the_agent_waits_for_its_session_and_records_the_s
 async def test_set_mode_for_an_agent_without_modes_is_refused_without_starting_it(h: Harness) -> None:
     conv = await h.thread()
     with pytest.raises(InvalidRequest) as info:
-        await conv.set_mode("plan")
+        await LocalPort(conv).set_mode("plan")
     assert info.value.code == "modes_not_supported" and h.spawner.agents == []
 
 
@@ -529,7 +534,7 @@ async def test_a_burst_is_decoded_while_the_one_before_commits_and_both_are_publ
     h: Harness,
 ) -> None:
     conv = await h.thread()
-    await conv.submit(prompt("silent"), None)
+    await LocalPort(conv).submit(prompt("silent"), None)
     first = conv.core.last_seq
     seen = _published_after_commit(h, conv)
     h.store.block_appends = asyncio.Event()  # the store takes its time over each commit
@@ -548,13 +553,13 @@ async def test_a_burst_is_decoded_while_the_one_before_commits_and_both_are_publ
 
 async def test_a_prompt_during_bursts_in_flight_is_numbered_and_published_after_them(h: Harness) -> None:
     conv = await h.thread()
-    await conv.submit(prompt("silent"), None)
+    await LocalPort(conv).submit(prompt("silent"), None)
     seen = _published_after_commit(h, conv)
     h.store.block_appends = asyncio.Event()
     h.spawner.agent.say(*[delta(f"a{i}") for i in range(20)])
     await wait_until(lambda: conv.journal.in_flight == 1, 3, "a burst in flight")
     burst_last = conv.journal.numbered
-    sent = asyncio.create_task(conv.submit(prompt("next"), None))
+    sent = asyncio.create_task(LocalPort(conv).submit(prompt("next"), None))
     await asyncio.sleep(0)
     h.store.block_appends.set()
     async with asyncio.timeout(3):
@@ -567,7 +572,7 @@ async def test_after_a_burst_fails_to_commit_nothing_later_is_published_live(h: 
     from bridge.errors import StoreError
 
     conv = await h.thread()
-    await conv.submit(prompt("silent"), None)
+    await LocalPort(conv).submit(prompt("silent"), None)
     seen = _published_after_commit(h, conv)
     before = conv.core.last_seq
     append, calls = h.store.append, []
@@ -595,7 +600,7 @@ async def test_after_a_burst_fails_to_commit_nothing_later_is_published_live(h: 
 
 async def test_a_publish_that_raises_does_not_stall_the_bursts_after_it(h: Harness) -> None:
     conv = await h.thread()
-    await conv.submit(prompt("silent"), None)
+    await LocalPort(conv).submit(prompt("silent"), None)
     before = conv.core.last_seq
     announcer, calls = conv.journal.announcer, []
 
@@ -640,11 +645,11 @@ def _assert_dense(h: Harness, conv: Conversation) -> None:
 
 async def test_a_prompt_whose_seq_was_taken_reads_the_seq_again_and_is_accepted_after_a_notice(h: Harness) -> None:
     conv = await h.thread()
-    await conv.submit(prompt("hello"), None)
+    await LocalPort(conv).submit(prompt("hello"), None)
     await h.until(conv, "turn.ended")
     taken = conv.core.last_seq + 1
     h.store.events[conv.id].append(_foreign(taken))
-    acc = await conv.submit(prompt("again"), "c-again")
+    acc = await LocalPort(conv).submit(prompt("again"), "c-again")
     [notice] = h.events(conv, "notice")
     assert notice.seq == taken + 1 and notice.source == "bridge" and notice.data["code"] == "seq_conflict"
     assert "did not write" in notice.data["text"]
@@ -657,12 +662,12 @@ async def test_a_prompt_whose_seq_was_taken_reads_the_seq_again_and_is_accepted_
     assert conv.thread["last_seq"] == conv.core.last_seq == h.store.events[conv.id][-1].seq
     # Written to the agent once; the client_id names the prompt that was stored.
     assert sum("again" in line for line in h.spawner.agent.written) == 1
-    assert (await conv.submit(prompt("again"), "c-again")).seq == acc.seq
+    assert (await LocalPort(conv).submit(prompt("again"), "c-again")).seq == acc.seq
 
 
 async def test_agent_output_whose_seq_was_taken_is_committed_after_the_rows_found(h: Harness) -> None:
     conv = await h.thread()
-    await conv.submit(prompt("silent"), None)
+    await LocalPort(conv).submit(prompt("silent"), None)
     sub = conv.subscribe()
     taken = conv.core.last_seq + 1
     h.store.events[conv.id] += [_foreign(taken), _foreign(taken + 1)]
@@ -676,7 +681,7 @@ async def test_agent_output_whose_seq_was_taken_is_committed_after_the_rows_foun
 
 async def test_a_burst_whose_seq_was_taken_is_committed_again_after_the_rows_found(h: Harness) -> None:
     conv = await h.thread()
-    await conv.submit(prompt("silent"), None)
+    await LocalPort(conv).submit(prompt("silent"), None)
     taken = conv.core.last_seq + 1
     h.store.events[conv.id].append(_foreign(taken))
     h.spawner.agent.say(*[delta(f"a{i}") for i in range(20)])  # pipelined: refused in flight

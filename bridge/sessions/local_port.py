@@ -1,0 +1,178 @@
+""":class:`~bridge.sessions.commands.ThreadPort` on this replica: a client's command run
+against this replica's conversation, never forwarded.
+
+Whether another replica runs the thread is the forwarding port's question
+(sessions/forwarding.py, which wraps this one); a command another replica forwarded runs
+here too (sessions/remote.py). The registry hands out one or the other (``Registry.port``).
+
+Each operation takes what it needs of the conversation's public pieces — its core (the
+decisions), ``journal.lock`` (held while the core is asked and its actions performed),
+:meth:`~bridge.sessions.conversation.Conversation.perform`, ``ensure_started`` and its
+:class:`~bridge.sessions.routes.Routes` — and the conversation knows nothing of commands.
+
+**Adding an operation**: its command type in sessions/commands.py, then one method here
+and one line in :data:`_LOCAL` naming it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, cast
+
+from bridge.errors import Conflict, InvalidRequest, StoreError
+from bridge.protocols.codecs import may_have_modes, stored_content_refusal
+from bridge.sessions.actions import Accepted
+from bridge.sessions.commands import AnswerPermission, Command, Interrupt, Prompt, Raw, SetMode
+from bridge.sessions.conversation import Conversation
+from bridge.sessions.fanout import Subscriber
+from bridge.sessions.journal import SEQ_RETAKES, Renumber
+from bridge.sessions.modes import MODE_TIMEOUT_S, ModeTimeout, check_mode_id, mode_answer
+
+A = TypeVar("A")  # a command's answer
+
+
+class LocalPort:
+    def __init__(self, conv: Conversation) -> None:
+        self.conv = conv
+        self.id = conv.id
+
+    @property
+    def running(self) -> bool:
+        """Whether this replica runs the thread's agent (the forwarding port asks)."""
+        return self.conv.running
+
+    def touch(self) -> None:
+        self.conv.touch()
+
+    async def run(self, command: Command[A], *, answer_to: Subscriber | None = None) -> A:
+        handler = _LOCAL.get(type(command))
+        if handler is None:
+            raise InvalidRequest(f"{command.KIND!r} is not an operation this thread runs")
+        return cast(A, await handler(self, command, answer_to))
+
+    async def submit(
+        self, content: list[dict[str, Any]], client_id: str | None, *, actor: str | None = None
+    ) -> Accepted:
+        """A prompt (:class:`~bridge.sessions.commands.Prompt`). ``actor``: who sent it,
+        recorded as ``by`` in its client events."""
+        conv = self.conv
+        if not conv.store.healthy:
+            raise StoreError("the transcript store cannot be written right now; retry later", code="store_unavailable")
+        if client_id is not None and (dup := await self._duplicate(client_id)) is not None:
+            return dup
+        conv.core.check_room()
+        self._refuse_stored(content)  # what the agent said it takes last time
+        await conv.ensure_started()
+        async with conv.journal.lock:
+            # Under the lock: a resent client_id can never race its twin.
+            if client_id is not None and (dup := await self._duplicate(client_id)) is not None:
+                return dup
+            for retake in range(SEQ_RETAKES + 1):
+                acc, actions = conv.core.prompt(content, client_id, actor)
+                try:
+                    await conv.perform(actions)
+                except Renumber:
+                    conv.core.prompt_failed(acc.turn_id)
+                    if retake == SEQ_RETAKES:
+                        raise
+                    continue  # its seq was taken and read again: numbered anew
+                except BaseException:
+                    conv.core.prompt_failed(acc.turn_id)
+                    raise
+                return acc
+            raise AssertionError("unreachable")
+
+    async def _duplicate(self, client_id: str) -> Accepted | None:
+        seq = await self.conv.store.find_client_event(self.id, client_id)
+        return None if seq is None else Accepted(seq=seq, turn_id=None, duplicate=True)
+
+    def _refuse_stored(self, content: list[dict[str, Any]]) -> None:
+        conv = self.conv
+        if conv.core.codec is None:
+            reason = stored_content_refusal(conv.thread.get("protocol") or "", conv.thread.get("agent_info"), content)
+            if reason is not None:
+                raise InvalidRequest(reason, code="unsupported_content")
+
+    async def interrupt(self, *, actor: str | None = None) -> bool:
+        """Cancel the active turn. Idempotent; False when no turn is active."""
+        async with self.conv.journal.lock:
+            active, actions = self.conv.core.interrupt(actor)
+            await self.conv.perform(actions)
+            return active
+
+    async def answer_permission(
+        self,
+        request_id: str,
+        decision: str,
+        *,
+        channel: str,
+        option_id: str | None = None,
+        message: str | None = None,
+        actor: str | None = None,
+    ) -> dict[str, Any]:
+        """One answer per request: the first wins; later ones are refused (409).
+        ``channel``: how it came, recorded as ``permission.resolved``'s ``by``; ``actor``:
+        who sent it, recorded as ``by`` in the client event of the answer written."""
+        async with self.conv.journal.lock:
+            data, actions = self.conv.core.answer(
+                request_id, decision, channel=channel, option_id=option_id, message=message, actor=actor
+            )
+            await self.conv.perform(actions)
+            return data
+
+    async def set_mode(self, mode_id: str, *, actor: str | None = None) -> dict[str, Any]:
+        """Switch the agent's session mode (sessions/modes.py), starting the agent first
+        when it is not running; answers once the agent accepted it, else raises its refusal."""
+        conv = self.conv
+        check_mode_id(mode_id)
+        if conv.profile is not None and not may_have_modes(conv.profile.protocol):
+            raise InvalidRequest("this thread's agent has no session modes", code="modes_not_supported")
+        conv.require_writable()
+        await conv.ensure_started()
+        route = f"mode-{id(conv)}-{time.monotonic_ns()}"
+        try:
+            async with asyncio.timeout(MODE_TIMEOUT_S):
+                await conv.until_ready()
+                async with conv.journal.lock:
+                    reply = conv.routes.expect(route)
+                    await conv.perform(conv.core.set_mode(mode_id, route, actor))
+                text = await reply
+        except TimeoutError:
+            raise ModeTimeout(f"the agent did not answer session/set_mode within {MODE_TIMEOUT_S:g} s") from None
+        finally:
+            conv.routes.forget(route)
+        return mode_answer(text, mode_id)
+
+    async def write_raw(
+        self, message: dict[str, Any], sub: Subscriber | None = None, *, actor: str | None = None
+    ) -> int:
+        """The ``raw`` op / raw mode: write a client's JSON object to stdin, as the dialect
+        says; the codec may route the agent's response back to ``sub`` (a raw-mode client)
+        only. Answers the newest seq (the write's record)."""
+        conv = self.conv
+        await conv.ensure_started()
+        route = f"r{id(sub)}" if sub is not None else ""
+        async with conv.journal.lock:
+            if not conv.running:
+                raise Conflict("the agent process is not running", code="agent_exited")
+            actions = conv.core.raw(message, route, actor)
+            if sub is not None:
+                conv.routes.to_client(route, sub)
+            await conv.perform(actions)
+            return conv.core.last_seq
+
+
+# What each command runs here (LocalPort.run). A new operation is one line: its command
+# type (sessions/commands.py) and the method above that performs it.
+_Local = Callable[[LocalPort, Any, "Subscriber | None"], Awaitable[Any]]
+_LOCAL: dict[type[Command[Any]], _Local] = {
+    Prompt: lambda port, c, _to: port.submit(c.content, c.client_id, actor=c.actor),
+    Interrupt: lambda port, c, _to: port.interrupt(actor=c.actor),
+    AnswerPermission: lambda port, c, _to: port.answer_permission(
+        c.request_id, c.decision, channel=c.channel, option_id=c.option_id, message=c.message, actor=c.actor
+    ),
+    SetMode: lambda port, c, _to: port.set_mode(c.mode_id, actor=c.actor),
+    Raw: lambda port, c, to: port.write_raw(c.message, to if c.routed else None, actor=c.actor),
+}

@@ -111,7 +111,6 @@ def create_app(
                 started_monotonic=time.monotonic(),
             )
         )
-        _mirror_to_state(app, ctx)
         log.info(
             "daemon.started",
             data_dir=str(settings.data_dir),
@@ -136,7 +135,6 @@ def create_app(
             log.info("daemon.stopped")
 
     app = BridgeApp(ctx, title="agent-bridge", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
-    _mirror_to_state(app, ctx)
     user_secrets.keyring(settings.data_dir)  # a malformed AGENT_BRIDGE_SECRETS_KEY stops the start here
     app.add_middleware(BodyLimit)
     app.add_middleware(
@@ -187,15 +185,3 @@ def create_app(
     app.include_router(workspace.router)
     app.include_router(web.make_router())
     return app
-
-
-def _mirror_to_state(app: FastAPI, ctx: AppContext) -> None:
-    """TEMPORARY (issue #33 item 5, in progress): the context's attributes on ``app.state``
-    too, for the modules not yet reading ``context(conn)``. Goes once none reads app.state."""
-    for name in ("settings", "token", "tls", "login_codes", "refusals", "streams"):
-        setattr(app.state, name, getattr(ctx, name))
-    app.state.users = None
-    if ctx.started:
-        for name in ("store", "registry", "bus", "cluster", "sessions", "users", "native_sessions"):
-            setattr(app.state, name, getattr(ctx, name))
-        app.state.started_at, app.state.started_monotonic = ctx.running.started_at, ctx.running.started_monotonic

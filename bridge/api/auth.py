@@ -19,7 +19,6 @@ from starlette.requests import HTTPConnection
 
 from bridge.api.browser_sessions import COOKIE_NAME
 from bridge.api.context import AppContext, context
-from bridge.api.tokens import SUBPROTOCOL as SUBPROTOCOL  # for ws, events, acp_gateway until they import tokens
 from bridge.api.tokens import given_token, token_matches
 from bridge.api.users import OPERATOR, User, UserDirectory, current_user
 from bridge.errors import Forbidden, Throttled, Unauthorized

@@ -35,8 +35,10 @@ from fastapi import APIRouter, Depends, Query, Request, WebSocket, WebSocketDisc
 from fastapi.responses import StreamingResponse
 from starlette.websockets import WebSocketState
 
-from bridge.api.auth import SUBPROTOCOL, require_auth
-from bridge.api.users import OPERATOR, Streams, User, current_user, visible
+from bridge.api.auth import require_auth
+from bridge.api.context import context
+from bridge.api.tokens import SUBPROTOCOL
+from bridge.api.users import OPERATOR, User, current_user, visible
 from bridge.api.views import AS_IS, Shown, shown_to, thread_view
 from bridge.api.ws import upgrade_user
 from bridge.api.ws_transport import SEND_TEXTS
@@ -123,11 +125,6 @@ async def change_frames(
             yield []
 
 
-def _registry(app_state: Any) -> Registry:
-    reg: Registry = app_state.registry
-    return reg
-
-
 # --------------------------------------------------------------------------- SSE
 
 
@@ -141,10 +138,11 @@ async def events(
 ) -> StreamingResponse:
     """``Last-Event-ID`` (an EventSource reconnecting) wins over ``since``."""
     start = parse_cursor(request.headers.get("last-event-id") or since)
-    reg = _registry(request.app.state)
+    ctx = context(request)
+    reg = ctx.registry
     store, notifier = reg.store, reg.changes
     user = current_user(request)
-    streams: Streams = request.app.state.streams
+    streams = ctx.streams
 
     async def body() -> AsyncIterator[str]:
         notifier.attach()
@@ -153,7 +151,7 @@ async def events(
             yield "retry: 2000\n\n"
             last_write = time.monotonic()
             with streams.held(user, revoked.set):
-                view = shown_to(request.app.state.settings, user)
+                view = shown_to(ctx.settings, user)
                 async for frames in until_set(change_frames(store, notifier, start, user, view), revoked):
                     if frames:
                         yield "".join(_sse(f) for f in frames)
@@ -224,14 +222,14 @@ async def changes_ws(ws: WebSocket) -> None:
         with contextlib.suppress(Exception):
             await ws.close(code=4400, reason=exc.message)
         return
-    streams: Streams = ws.app.state.streams
+    ctx = context(ws)
     revoked = asyncio.Event()
-    with streams.held(user, revoked.set):
-        await _serve_ws(ws, _registry(ws.app.state), since, user, revoked)
+    with ctx.streams.held(user, revoked.set):
+        await _serve_ws(ws, ctx.registry, since, user, revoked)
 
 
 async def _serve_ws(ws: WebSocket, reg: Registry, since: int | None, user: User, revoked: asyncio.Event) -> None:
-    server = ws.app.state.settings.server
+    server = context(ws).settings.server
     # A peer that takes no frame for a whole ping round is gone (see ws._Session).
     deadline = server.ws_ping_interval_s + server.ws_ping_timeout_s
     reg.changes.attach()

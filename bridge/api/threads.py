@@ -12,8 +12,9 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from bridge.api.auth import require_auth
+from bridge.api.context import context
 from bridge.api.schema import ModeIn, PermissionIn, PromptIn
-from bridge.api.users import Streams, check_owner, current_user
+from bridge.api.users import check_owner, current_user
 from bridge.api.views import Shown, shown_to, thread_view
 from bridge.errors import InvalidRequest
 from bridge.process.launch import executable_problem
@@ -22,7 +23,6 @@ from bridge.protocols.jsonline import dumps
 from bridge.sessions.commands import Command, Interrupt
 from bridge.sessions.conversation import Conversation
 from bridge.sessions.fanout import deliver
-from bridge.sessions.native import NativeSessions
 from bridge.sessions.registry import Registry
 
 MAX_PAGE = 1000
@@ -35,8 +35,7 @@ router = APIRouter(prefix="/v1", dependencies=[Depends(require_auth)])
 
 
 def registry(request: Request) -> Registry:
-    reg: Registry = request.app.state.registry
-    return reg
+    return context(request).registry
 
 
 class CreateThread(BaseModel):
@@ -65,7 +64,7 @@ async def _conv(request: Request, thread_id: str) -> Conversation:
 def _shown(request: Request) -> Shown:
     """How the caller is shown the daemon's paths (users mode: never the data dir's to a
     non-admin, bridge/userdirs.py)."""
-    return shown_to(request.app.state.settings, current_user(request))
+    return shown_to(context(request).settings, current_user(request))
 
 
 def _view(request: Request, conv: Conversation) -> dict[str, Any]:
@@ -80,13 +79,14 @@ def _actor(request: Request) -> str:
 
 
 async def _run(request: Request, conv: Conversation, command: Command[A]) -> A:
-    """A client's command, run where the thread runs (this replica or its owner)."""
+    """A client's command, run where the thread runs (this replica, or the one holding its
+    lease)."""
     return await registry(request).port(conv).run(command)
 
 
 @router.get("/agents")
 async def list_agents(request: Request) -> list[dict[str, Any]]:
-    settings = request.app.state.settings
+    settings = context(request).settings
     shown = _shown(request)
     return [
         {
@@ -135,8 +135,7 @@ async def list_native_sessions(
     reg = registry(request)
     profile = reg.profile(name)
     real = await reg.allowed_cwd(cwd, owner=user.owner, admin=user.admin)
-    native: NativeSessions = request.app.state.native_sessions
-    out = await native.list(profile, real, limit, cursor, owner=user.owner)
+    out = await context(request).native_sessions.list(profile, real, limit, cursor, owner=user.owner)
     shown = _shown(request)
     return {**out, "cwd": shown.path(out["cwd"]), "detail": shown.text(out["detail"]) if out["detail"] else None}
 
@@ -282,7 +281,7 @@ async def events_stream(thread_id: str, request: Request, after: int = Query(0, 
 
     async def body() -> AsyncIterator[str]:
         task = asyncio.create_task(pump())
-        streams: Streams = request.app.state.streams
+        streams = context(request).streams
         try:
             with streams.held(user, lambda: sub.close("user_revoked")):
                 async for item in _sse_items(queue):

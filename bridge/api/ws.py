@@ -21,9 +21,11 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.websockets import WebSocketState
 
-from bridge.api.auth import SUBPROTOCOL, resolve_user
+from bridge.api.auth import resolve_user
+from bridge.api.context import context
 from bridge.api.schema import ModeIn, PermissionFrame, PromptIn, RawIn, frame_error_code
-from bridge.api.users import Streams, User, check_owner
+from bridge.api.tokens import SUBPROTOCOL
+from bridge.api.users import User, check_owner
 from bridge.api.views import shown_to
 from bridge.api.ws_coalesce import coalesce
 from bridge.api.ws_transport import RECEIVE, SEND_TEXTS, Inbox
@@ -36,7 +38,6 @@ from bridge.sessions.commands import BOUNDS, Command, Interrupt, Raw, ThreadPort
 from bridge.sessions.conversation import Conversation
 from bridge.sessions.fanout import Subscriber, deliver
 from bridge.sessions.modes import MODE_TIMEOUT_S
-from bridge.sessions.registry import Registry
 
 log = structlog.get_logger("bridge.ws")
 
@@ -78,7 +79,7 @@ async def thread_ws(ws: WebSocket, thread_id: str) -> None:
             ws, 4400, "mode must be events|raw, after a non-negative integer, omit_raw and coalesce 0|1"
         )
         return
-    reg: Registry = ws.app.state.registry
+    reg = context(ws).registry
     try:
         conv = await reg.get(thread_id)
         check_owner(user, thread_id, conv.thread.get("owner"))
@@ -131,7 +132,7 @@ class _Session:
         # has failed keepalive. uvicorn then closes the transport gracefully, which waits
         # forever to flush to a peer that never reads, so no disconnect ever reaches us:
         # bound every send (and the final close) ourselves, or the subscriber leaks.
-        server = ws.app.state.settings.server
+        server = context(ws).settings.server
         self._send_deadline = server.ws_ping_interval_s + server.ws_ping_timeout_s
 
     # -- fanout.Sink: what deliver() sends this client
@@ -167,7 +168,7 @@ class _Session:
     async def run(self, after: int) -> None:
         sub = self.conv.subscribe(raw=self.raw)
         self._sub = sub
-        streams: Streams = self.ws.app.state.streams
+        streams = context(self.ws).streams
         with streams.held(self.user, lambda: sub.close("user_revoked")):
             await self._serve(sub, after)
 
@@ -285,7 +286,7 @@ class _Session:
                 self._sub.hold(spec.hold_s)
             answer = await self.port.run(command, answer_to=self._sub)
         except BridgeError as exc:
-            message = shown_to(self.ws.app.state.settings, self.user).text(exc.message)  # no data dir path
+            message = shown_to(context(self.ws).settings, self.user).text(exc.message)  # no data dir path
             await self._reject(name, exc.code, message, **ids)
             return
         await self._accept(name, **command.answer_to_wire(answer), **(ids if spec.echo_client_id else {}))

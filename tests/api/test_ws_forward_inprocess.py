@@ -91,7 +91,7 @@ async def test_each_forwarded_op_holds_its_senders_events_until_its_answer_is_pu
         def __init__(self) -> None:
             self.conv, self.port, self._sub, self.actor, self.user = conv, port, sub, OPERATOR.name, OPERATOR
             # What a refusal's message is masked with (the daemon's settings, as a WebSocket's app has them).
-            self.ws = SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(settings=conv.settings)))  # type: ignore[assignment]
+            self.ws = SimpleNamespace(app=create_app(conv.settings))  # type: ignore[assignment]
 
     for frame in FRAMES:
         await Probe()._op_frame(json.dumps(frame))

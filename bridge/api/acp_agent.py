@@ -401,7 +401,7 @@ class AcpAgent:
         return _LATER
 
     async def _set_mode(self, rpc_id: jsonrpc.Id, params: dict[str, Any]) -> dict[str, Any]:
-        """``session/set_mode``: the agent's own, through the thread (and its owner replica);
+        """``session/set_mode``: the agent's own, through the thread (and the replica holding its lease);
         the agent's refusal is passed on as it gave it."""
         att = self._attached(params)
         mode_id = params.get("modeId")

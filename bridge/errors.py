@@ -10,7 +10,7 @@
     ├── Busy                         too many queued prompts on one thread
     ├── Capacity                     max_conversations agents are already running
     ├── Conflict                     the thread is not in a state that allows this
-    │   └── NotOwner                 another replica holds the thread's live lease
+    │   └── HeldElsewhere            another replica holds the thread's live lease
     ├── Draining                     the daemon is stopping (SIGTERM): no new threads
     └── StoreError                   the store failed; nothing acknowledged was lost
         └── LeaseLost                an append under an epoch that is no longer the live lease
@@ -112,15 +112,15 @@ class LeaseLost(StoreError):
     status = 409
 
 
-class NotOwner(Conflict):
-    """Another replica holds this thread's live lease (``owner``): only it may run the
+class HeldElsewhere(Conflict):
+    """Another replica (``holder``) holds this thread's live lease: only it may run the
     agent and append (docs/DESIGN.md "Ownership")."""
 
-    code = "not_owner"
+    code = "not_owner"  # wire codes keep their historical names (docs/api.md): not_owner, owner_*
 
-    def __init__(self, owner: str, thread_id: str = "") -> None:
-        super().__init__(f"thread {thread_id or '?'} is owned by replica {owner!r}")
-        self.owner = owner
+    def __init__(self, holder: str, thread_id: str = "") -> None:
+        super().__init__(f"thread {thread_id or '?'} is held by replica {holder!r}")
+        self.holder = holder
         self.thread_id = thread_id
 
 

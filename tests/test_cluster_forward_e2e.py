@@ -1,10 +1,10 @@
 """Any replica serves any thread (docs/api.md §6): two daemons sharing one PostgreSQL and
 one Redis. A client on the replica that does not run a thread's agent prompts,
-interrupts, answers permissions and deletes it — its input reaches the owner through the
+interrupts, answers permissions and deletes it — its input reaches the holder through the
 bus, the answer comes back to that client — and it sees the same events, with the same
-seq, in the same order, as a client on the owner. ``client_id`` holds across replicas.
+seq, in the same order, as a client on the holder. ``client_id`` holds across replicas.
 With Redis down, events still reach the other replica (it reads the shared store), input
-for the owner is refused with a clear error, and it all comes back with Redis."""
+for the holder is refused with a clear error, and it all comes back with Redis."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ async def rejected(c: Client, op: str) -> dict[str, Any]:
     return await c.next(lambda f: f.get("kind") == "client.rejected" and f["data"].get("op") == op)
 
 
-async def test_a_client_on_the_other_replica_drives_the_thread_and_sees_what_the_owner_sees(
+async def test_a_client_on_the_other_replica_drives_the_thread_and_sees_what_the_holder_sees(
     pair: tuple[Daemon, Daemon],
 ) -> None:
     a, b = pair
@@ -70,7 +70,7 @@ async def test_a_client_on_the_other_replica_drives_the_thread_and_sees_what_the
     assert end["data"]["status"] == "success"
     await on_a.upto(end["seq"])
     assert any("echo: second" in str(f.get("data")) for f in on_b.frames)
-    # The same client_id again, through the owner and through B: accepted once.
+    # The same client_id again, through the holder and through B: accepted once.
     for c in (on_a, on_b):
         again = await c.prompt("second", client_id="twice")
         assert again["kind"] == "client.accepted" and again["data"]["duplicate"] is True, again
@@ -126,7 +126,7 @@ async def test_a_client_on_the_other_replica_drives_the_thread_and_sees_what_the
             assert (await http.get(f"/v1/threads/{tid}")).status_code == 404
 
 
-async def test_without_the_bus_events_still_cross_and_input_for_the_owner_is_refused_clearly(
+async def test_without_the_bus_events_still_cross_and_input_for_the_holder_is_refused_clearly(
     pair: tuple[Daemon, Daemon], redis_server: RedisServer
 ) -> None:
     a, b = pair
@@ -136,7 +136,7 @@ async def test_without_the_bus_events_still_cross_and_input_for_the_owner_is_ref
     redis_server.stop()
     for d in (a, b):
         await wait_until_bus(d, "down")
-    # The owner's turn still reaches B's clients — WebSocket, SSE and a long-poll — as B
+    # The holder's turn still reaches B's clients — WebSocket, SSE and a long-poll — as B
     # reads the shared store while the bus is away.
     async with b.http() as http, sse(http, tid, after=0) as stream:
         before = (await get(b, f"/v1/threads/{tid}"))["last_seq"]
@@ -149,7 +149,7 @@ async def test_without_the_bus_events_still_cross_and_input_for_the_owner_is_ref
         polled = (await poll).json()["events"]
         assert polled and polled[0]["seq"] == before + 1
     assert stream.ids() == list(range(1, end["seq"] + 1))
-    # Input for the owner cannot travel without the bus: refused, and nothing is recorded.
+    # Input for the holder cannot travel without the bus: refused, and nothing is recorded.
     await on_b.send(op="prompt", text="lost?", client_id="no-bus")
     refused = await rejected(on_b, "prompt")
     assert refused["data"]["code"] == "bus_unavailable", refused
@@ -219,13 +219,13 @@ async def test_load_a_hundred_threads_across_two_replicas_each_watched_from_both
     Every pair of clients receives exactly the same events in the same order."""
     a, b = pair
     made = await asyncio.gather(*(new_thread(a if i % 2 else b, "sj") for i in range(LOAD_THREADS)))
-    owners = [a if i % 2 else b for i in range(LOAD_THREADS)]
+    holders = [a if i % 2 else b for i in range(LOAD_THREADS)]
     clients = await asyncio.gather(*(d.ws(t["id"]) for t in made for d in (a, b)))
     pairs = [(clients[2 * i], clients[2 * i + 1]) for i in range(LOAD_THREADS)]
 
     async def drive(i: int) -> None:
         on_a, on_b = pairs[i]
-        here, there = (on_a, on_b) if owners[i] is a else (on_b, on_a)
+        here, there = (on_a, on_b) if holders[i] is a else (on_b, on_a)
         first = await here.turn(f"first {i}")  # started by the replica that made it
         await there.upto(first["seq"])
         end = await there.turn(f"second {i}")  # forwarded to it

@@ -1,5 +1,5 @@
 """A mode switch on the replica that does not run the thread's agent (docs/api.md §4.19,
-§6): it reaches the owner through the bus, the owner's agent switches, and the answer — or
+§6): it reaches the holder through the bus, the holder's agent switches, and the answer — or
 the agent's refusal — comes back to the client that asked. Two daemons sharing one
 PostgreSQL and one Redis, an ACP fake agent with modes."""
 
@@ -27,7 +27,7 @@ async def pair(pg_url: str, redis_server: RedisServer, tmp_path: Path) -> AsyncI
         yield both
 
 
-async def test_set_mode_on_the_other_replica_is_run_by_the_owner(pair: tuple[Daemon, Daemon]) -> None:
+async def test_set_mode_on_the_other_replica_is_run_by_the_holder(pair: tuple[Daemon, Daemon]) -> None:
     a, b = pair
     tid = (await new_thread(a, "moded", title="shared"))["id"]
     on_a = await a.ws(tid)
@@ -38,7 +38,7 @@ async def test_set_mode_on_the_other_replica_is_run_by_the_owner(pair: tuple[Dae
         refused = await http.post(f"/v1/threads/{tid}/mode", json={"mode_id": "yolo"})
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "mode_refused"
     assert await metric(b, "agent_bridge_forwarded_total") >= 2
-    end = await on_a.turn("whatmode")  # the owner's agent itself is in plan mode now
+    end = await on_a.turn("whatmode")  # the holder's agent itself is in plan mode now
     said = [f["data"]["text"] for f in on_a.seen("message.delta") if f["seq"] < end["seq"]]
     assert said[-1] == "mode: plan"
     row = await get(a, f"/v1/threads/{tid}")

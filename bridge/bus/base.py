@@ -2,15 +2,15 @@
 
 A bus carries three things, none of which is ever the only copy of anything:
 
-* **wake-ups** — after a commit, the owner of a thread announces ``(thread_id, last_seq)``,
+* **wake-ups** — after a commit, the replica holding a thread's lease announces ``(thread_id, last_seq)``,
   and after a change to a thread row the store's change cursor. Other replicas read the
   committed records from the store themselves; an announcement may be dropped or arrive
   twice, so a listener treats it as "look at the store now". When the bus was down or has
   just reconnected, :meth:`Listener.resync` says "anything may have been missed".
-* **commands to a thread's owner** — a client's command (sessions/commands.py: a prompt,
+* **commands to a thread's lease holder** — a client's command (sessions/commands.py: a prompt,
   interrupt, permission answer, mode switch, raw frame) sent to another replica, as its
-  wire form ``(kind, body)``: :meth:`Bus.request` delivers it to the owner's inbox and
-  returns the owner's answer (the ``client.accepted`` / ``client.rejected`` the client gets).
+  wire form ``(kind, body)``: :meth:`Bus.request` delivers it to the holder's inbox and
+  returns the holder's answer (the ``client.accepted`` / ``client.rejected`` the client gets).
   A command whose answer does not arrive in time raises :class:`NoReply`; the client's
   ``client_id`` makes a retry safe.
 * **heartbeats** — which replicas are alive, for ``/v1/cluster`` and for routing.
@@ -45,7 +45,7 @@ class BusUnavailable(Exception):
 
 
 class NoReply(Exception):
-    """A command reached no owner, or its answer did not come back in time."""
+    """A command reached no holder, or its answer did not come back in time."""
 
 
 def valid_id(value: object) -> bool:
@@ -54,7 +54,7 @@ def valid_id(value: object) -> bool:
 
 @dataclass(frozen=True)
 class Command:
-    """A client's input for a thread another replica owns."""
+    """A client's input for a thread whose lease another replica holds."""
 
     id: str
     sender: str  # the replica the answer goes back to
@@ -176,7 +176,7 @@ class Listener(Protocol):
 
 
 Handler = Callable[[Command], Awaitable[Mapping[str, Any]]]
-"""Runs a command on this replica (the owner); its result is the reply's body. Raising
+"""Runs a command on this replica (the lease holder); its result is the reply's body. Raising
 :class:`CommandRefused` answers ``ok: false`` with the exception's body."""
 
 

@@ -5,7 +5,7 @@ Keys (``prefix`` defaults to ``agent-bridge:``, so several deployments can share
 
 * ``{prefix}commits`` and ``{prefix}changes`` — channels every replica subscribes to;
 * ``{prefix}reply:{replica}`` — the channel a replica's command answers come back on;
-* ``{prefix}inbox:{replica}`` — a list: commands for threads that replica owns (BLPOP);
+* ``{prefix}inbox:{replica}`` — a list: commands for threads whose lease that replica holds (BLPOP);
 * ``{prefix}replica:{replica}`` — its heartbeat, a JSON object that expires after
   ``3 × heartbeat_s`` without renewal.
 
@@ -50,7 +50,7 @@ log = structlog.get_logger("bridge.bus")
 
 BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 2.0
-# A command is dropped by its owner when its sender's deadline passed this long ago: the
+# A command is dropped by the lease holder when its sender's deadline passed this long ago: the
 # sender no longer waits, and a late interrupt must not hit a later turn. Covers the wall
 # clocks of two hosts disagreeing by up to this much.
 CLOCK_SKEW_S = 5.0
@@ -294,7 +294,7 @@ class RedisBus:
                 pipe.rpush(inbox, data)
                 pipe.expire(inbox, max(1, math.ceil(timeout + CLOCK_SKEW_S)))
                 await pipe.execute()
-        except (RedisError, OSError) as exc:  # a socket timeout here is the bus failing, not the owner
+        except (RedisError, OSError) as exc:  # a socket timeout here is the bus failing, not the holder
             raise BusUnavailable(f"the bus failed: {type(exc).__name__}") from exc
 
     async def _inbox_loop(self) -> None:
@@ -329,7 +329,7 @@ class RedisBus:
             reply = Reply(cmd.id, False, exc.body)
         except Exception:
             log.exception("bus.command_failed", kind=cmd.kind, thread_id=cmd.thread_id)
-            reply = Reply(cmd.id, False, {"code": "internal_error", "message": "the owner failed to run it"})
+            reply = Reply(cmd.id, False, {"code": "internal_error", "message": "the lease holder failed to run it"})
         try:
             await self._redis().publish(self._key("reply", cmd.sender), jsonline.dumps(reply.to_json()))
         except (RedisError, OSError) as exc:

@@ -1,5 +1,5 @@
 """This replica among others (docs/DESIGN.md "Bus"): what the bus wakes, the commands it
-brings for threads this replica owns, and the replica's heartbeat in the store.
+brings for threads whose lease this replica holds, and the replica's heartbeat in the store.
 
 * Commits here are announced (thread, last seq); a commit announced by another replica
   wakes this replica's copy of the thread, which reads the new records from the shared
@@ -27,7 +27,7 @@ from bridge.errors import BridgeError
 from bridge.sessions.conversation import Conversation
 from bridge.sessions.local_port import LocalPort
 from bridge.sessions.registry import Registry
-from bridge.sessions.remote import Owners, refused, serve
+from bridge.sessions.remote import LeaseHolders, refused, serve
 from bridge.store.base import Store
 
 log = structlog.get_logger("bridge.cluster")
@@ -48,7 +48,7 @@ class ClusterLink:
         self.registry = registry
         self.changes = registry.changes
         self.heartbeat_s = heartbeat_s
-        self.owners = Owners(store, bus, bus.replica_id, lease_ttl_s=lease_ttl_s)
+        self.holders = LeaseHolders(store, bus, bus.replica_id, lease_ttl_s=lease_ttl_s)
         self._tasks: list[asyncio.Task[None]] = []
         self._following: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
@@ -60,7 +60,7 @@ class ClusterLink:
         # here, this one every other replica.
         self.store.listeners.add(change=self.bus.announce_changes)
         if self.shared:
-            self.registry.join_cluster(self.owners, self.bus.announce_commit)
+            self.registry.join_cluster(self.holders, self.bus.announce_commit)
         await self.bus.start(self, self.run)
         self._tasks = [
             asyncio.create_task(self._heartbeat(), name="replica-heartbeat"),
@@ -80,7 +80,7 @@ class ClusterLink:
         """What crossed replicas here (nothing on a single daemon)."""
         if not self.shared:
             return {}
-        return {"forwarded": self.owners.forwarded, "followed_events": self.followed_records}
+        return {"forwarded": self.holders.forwarded, "followed_events": self.followed_records}
 
     # Listener
     def committed(self, thread_id: str, last_seq: int) -> None:

@@ -31,7 +31,7 @@ in ``__post_init__`` (bounds in :class:`Bounds`), its answer's wire form
 (``answer_to_wire``/``answer_from_wire``) and one line in :data:`KINDS`; then the local
 implementation (a method of sessions/local_port.py's ``LocalPort`` and one line of its
 ``_LOCAL`` table) and the surface that offers it (a REST route, a row of ws.py's
-``_OPS``, an ACP method). The bus, the forwarding port and the owner's side need nothing:
+``_OPS``, an ACP method). The bus, the forwarding port and the holder's side need nothing:
 they carry any command in :data:`KINDS`. See the "next operations" comment at the end of
 the command types.
 """
@@ -123,16 +123,16 @@ class Command(Generic[A]):
         return self.KIND, body
 
     def answer_to_wire(self, answer: A) -> dict[str, Any]:
-        """The answer as the owner sends it back (and as REST and WebSocket show it)."""
+        """The answer as the holder sends it back (and as REST and WebSocket show it)."""
         raise NotImplementedError
 
     def answer_from_wire(self, body: Mapping[str, Any]) -> A:
-        """The owner's answer, read back strictly (raises :class:`MalformedAnswer`)."""
+        """The holder's answer, read back strictly (raises :class:`MalformedAnswer`)."""
         raise NotImplementedError
 
 
 class MalformedAnswer(ValueError):
-    """An owner's answer that is not what the command answers: never taken for a success."""
+    """A holder's answer that is not what the command answers: never taken for a success."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,7 +158,7 @@ class Prompt(Command[Accepted]):
     def answer_from_wire(self, body: Mapping[str, Any]) -> Accepted:
         seq, turn_id = body.get("seq"), body.get("turn_id")
         if not _seq(seq):
-            raise MalformedAnswer("the owner's answer to a prompt has no seq")
+            raise MalformedAnswer("the holder's answer to a prompt has no seq")
         return Accepted(
             seq=seq,
             turn_id=turn_id if isinstance(turn_id, str) else None,
@@ -189,7 +189,7 @@ class AnswerPermission(Command[dict[str, Any]]):
     request_id: str
     decision: str
     # How it came: "rest", "acp", a frame's client_id, or "websocket" for a frame without
-    # one (§6.4's ``by``; also what an owner takes when a sender left it out).
+    # one (§6.4's ``by``; also what a holder takes when a sender left it out).
     channel: str = "websocket"
     option_id: str | None = None
     message: str | None = None
@@ -250,7 +250,7 @@ class Raw(Command[int]):
     def answer_from_wire(self, body: Mapping[str, Any]) -> int:
         seq = body.get("seq")
         if not _seq(seq):
-            raise MalformedAnswer("the owner's answer to a raw write has no seq")
+            raise MalformedAnswer("the holder's answer to a raw write has no seq")
         return seq
 
 

@@ -186,12 +186,12 @@ class Conversation:
         async with self._lock:
             return 0 if self._run is not None else await self.journal.follow()
 
-    # ------------------------------------------------------------------ ownership
+    # ------------------------------------------------------------------ lease
 
     async def claim(self, *, reason: str = "owner_lost") -> int | None:
         """Hold this thread's lease (acquire it if needed): its epoch, None with no
         leases. A new epoch over a row that says a process or a turn was live closes that
-        life's books first (``reason``). Raises NotOwner while another replica owns it."""
+        life's books first (``reason``). Raises HeldElsewhere while another replica holds it."""
         async with self._lock:
             return await self.lease.hold(reason)
 
@@ -218,7 +218,7 @@ class Conversation:
         if run is not None:
             self.core.stopping("owner_lost")
             run.kill()  # never two replicas running one native session
-        text = "this replica lost its ownership of the thread; reconnect with after= to follow it"
+        text = "this replica lost the thread's lease; reconnect with after= to follow it"
         self.fanout.broadcast_side(ephemeral("notice", now_iso(), code="owner_lost", text=text))
         self.fanout.close_all("owner_lost")
         log.warning("thread.owner_lost", thread_id=self.id, pid=None if run is None else run.pid)
@@ -358,8 +358,8 @@ class Conversation:
             )
         self.starting = True  # holds its place under max_conversations, and the lease from release
         try:
-            # This replica's lease first (NotOwner while another holds it): taking it over
-            # reads the row again, so the launch below resumes the session the last owner
+            # This replica's lease first (HeldElsewhere while another holds it): taking it over
+            # reads the row again, so the launch below resumes the session the last holder
             # recorded.
             await self.claim()
             resume = self.core.native_session_id
@@ -427,7 +427,7 @@ class Conversation:
         # disk) the process is still stopped at once, and its exit recorded when the store
         # can write again.
         if self.lease.lost:
-            pass  # the row is the next owner's now
+            pass  # the row is the next lease holder's now
         elif self.store.healthy and not self._lock.locked():
             await self.set_fields({"state": "stopping"})
         else:

@@ -108,7 +108,7 @@ class Subscriber:
     def hold(self, seconds: float) -> None:
         """The client's own frame went to another replica: send it nothing until
         :meth:`release` (its answer was pushed), for at most ``seconds`` from the first
-        hold (a frame routed again after its owner died does not extend it)."""
+        hold (a frame routed again after its lease holder died does not extend it)."""
         if not self.held_until:
             self.held_until = time.monotonic() + seconds
 

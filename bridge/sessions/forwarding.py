@@ -9,12 +9,12 @@ here (which may start the agent, and take the lease). The registry hands this po
 when a bus joins the replicas (``Registry.port``); a single daemon's port is the local
 one (sessions/local_port.py).
 
-Races are settled by the lease, not here: an owner that dies before answering
-(:class:`~bridge.sessions.remote.OwnerGone`) is routed around, at most
+Races are settled by the lease, not here: a holder that dies before answering
+(:class:`~bridge.sessions.remote.HolderGone`) is routed around, at most
 :data:`ROUTE_ATTEMPTS` times; a replica that took the lease between the look-up and the
-local start (:class:`~bridge.errors.NotOwner`, raised before anything was done here) gets
+local start (:class:`~bridge.errors.HeldElsewhere`, raised before anything was done here) gets
 the command forwarded instead. A prompt's ``client_id`` keeps a retry from running twice:
-the owner looks it up in the shared store.
+the holder looks it up in the shared store.
 """
 
 from __future__ import annotations
@@ -23,16 +23,16 @@ from typing import Protocol, TypeVar
 
 import structlog
 
-from bridge.errors import NotOwner
+from bridge.errors import HeldElsewhere
 from bridge.sessions.commands import Command, MalformedAnswer, ThreadPort
 from bridge.sessions.fanout import Subscriber
-from bridge.sessions.remote import ForwardFailed, OwnerGone, Owners
+from bridge.sessions.remote import ForwardFailed, HolderGone, LeaseHolders
 
 log = structlog.get_logger("bridge.forwarding")
 
 A = TypeVar("A")
 
-ROUTE_ATTEMPTS = 3  # owners tried for one command when each dies before answering
+ROUTE_ATTEMPTS = 3  # holders tried for one command when each dies before answering
 
 
 class LocalThread(ThreadPort, Protocol):
@@ -49,9 +49,9 @@ class LocalThread(ThreadPort, Protocol):
 class Forwarding:
     """:class:`~bridge.sessions.commands.ThreadPort` for a thread any replica may run."""
 
-    def __init__(self, local: LocalThread, owners: Owners) -> None:
+    def __init__(self, local: LocalThread, holders: LeaseHolders) -> None:
         self.local = local
-        self.owners = owners
+        self.holders = holders
 
     async def run(self, command: Command[A], *, answer_to: Subscriber | None = None) -> A:
         if self.local.running:
@@ -60,31 +60,31 @@ class Forwarding:
             return forwarded[0]
         try:
             return await self.local.run(command, answer_to=answer_to)
-        except NotOwner:  # another replica took the lease first: it runs the command
+        except HeldElsewhere:  # another replica took the lease first: it runs the command
             if (forwarded := await self._elsewhere(command, answer_to)) is None:
                 raise
             return forwarded[0]
 
     async def _elsewhere(self, command: Command[A], answer_to: Subscriber | None) -> tuple[A] | None:
-        """The owner's answer, when another replica runs the thread; None when nobody does
+        """The holder's answer, when another replica runs the thread; None when nobody does
         (the command is this replica's to run)."""
         thread_id = self.local.id
         kind, body = command.to_wire()
         for _ in range(ROUTE_ATTEMPTS):
-            owner = await self.owners.elsewhere(thread_id)
-            if owner is None:
+            holder = await self.holders.elsewhere(thread_id)
+            if holder is None:
                 return None
             self.local.touch()
-            log.info("thread.forwarded", thread_id=thread_id, owner=owner, kind=kind)
+            log.info("thread.forwarded", thread_id=thread_id, holder=holder, kind=kind)
             try:
-                reply = await self.owners.forward(
-                    owner, kind, thread_id, body, answer_to=answer_to if command.answered else None
+                reply = await self.holders.forward(
+                    holder, kind, thread_id, body, answer_to=answer_to if command.answered else None
                 )
-            except OwnerGone:  # it died or was cut off before answering: route again
-                log.warning("thread.owner_gone", thread_id=thread_id, owner=owner, kind=kind)
+            except HolderGone:  # it died or was cut off before answering: route again
+                log.warning("thread.holder_gone", thread_id=thread_id, holder=holder, kind=kind)
                 continue
             try:
                 return (command.answer_from_wire(reply),)
             except MalformedAnswer as exc:
-                raise ForwardFailed("the owner's answer is not well-formed") from exc
+                raise ForwardFailed("the holder's answer is not well-formed") from exc
         raise ForwardFailed("the replica running this thread keeps changing; retry")

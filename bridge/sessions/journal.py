@@ -162,7 +162,7 @@ class Journal:
         reads). ``hold``: the lease's epoch for the next append (None: no leases), called
         before anything is numbered, since taking a thread over appends first.
         ``on_fenced``: the store refused an append for its epoch (the lease is lost).
-        ``spawn``: runs a task its owner cancels on close (re-committing refused emits)."""
+        ``spawn``: runs a task the conversation cancels on close (re-committing refused emits)."""
         self.id: str = thread["id"]
         self.thread = thread
         self.store = store

@@ -5,7 +5,7 @@
 with the four things a conversation does with its lease:
 
 * :meth:`ThreadLease.hold` — the epoch for the next append, acquired if needed. A new
-  epoch is *adopted* first: the row is read again and a life the previous owner left open
+  epoch is *adopted* first: the row is read again and a life the previous holder left open
   is closed (:meth:`_adopt`), before anything of this replica's is appended;
 * :meth:`ThreadLease.lose` — the store refused an append for its epoch, or the lease could
   not be renewed in time: the object is finished, every later hold refused;
@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import structlog
 
-from bridge.errors import LeaseLost, NotFound, NotOwner
+from bridge.errors import HeldElsewhere, LeaseLost, NotFound
 from bridge.sessions.journal import Journal
 from bridge.sessions.ownership import TAIL_EVENTS, Ownership, needs_takeover, open_turn, queued_turns, takeover_events
 from bridge.store.base import ThreadRow
@@ -64,7 +64,7 @@ class ThreadLease:
     async def hold(self, reason: str = "owner_lost") -> int | None:
         """This thread's epoch (acquired if needed), None with no leases. A new epoch over
         a row that says a process or a turn was live closes that life's books first
-        (``reason``). Raises NotOwner while another replica owns it, LeaseLost once lost.
+        (``reason``). Raises HeldElsewhere while another replica holds it, LeaseLost once lost.
         The caller holds the journal's lock."""
         if self.ownership is None:
             return None
@@ -72,7 +72,7 @@ class ThreadLease:
             raise LeaseLost(f"thread {self.id}: this replica lost its lease")
         try:
             epoch = await self.ownership.ensure(self.id)
-        except NotOwner:
+        except HeldElsewhere:
             if self.epoch is not None:  # it was ours: taken over while this replica could not renew
                 self._on_lost()
             raise
@@ -87,7 +87,7 @@ class ThreadLease:
 
     async def _adopt(self, epoch: int, reason: str) -> None:
         """A new epoch: the row is read again (another replica may have written since this
-        object last looked), and a life the previous owner left open is closed."""
+        object last looked), and a life the previous holder left open is closed."""
         fresh = await self.store.get_thread(self.id)
         if fresh is None:
             raise NotFound(f"no thread {self.id}", code="thread_not_found")

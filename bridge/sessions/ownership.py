@@ -6,7 +6,7 @@ makes carries the lease's epoch, which the database checks (``LeaseStore``). Thi
 keeps the leases this replica holds:
 
 * :meth:`Ownership.ensure` acquires (or confirms) a lease and answers its epoch, or raises
-  :class:`~bridge.errors.NotOwner` naming the replica that holds it live;
+  :class:`~bridge.errors.HeldElsewhere` naming the replica that holds it live;
 * :meth:`Ownership.run` renews every lease in one statement every ``ttl / 3``;
 * **self-fencing**: a lease is counted lost once ``ttl - margin`` (margin ``ttl / 5``) has
   passed since the START of the last statement that extended it (its acquire or a renew),
@@ -28,25 +28,25 @@ from typing import Any
 
 import structlog
 
-from bridge.errors import BridgeError, NotFound, NotOwner
+from bridge.errors import BridgeError, HeldElsewhere, NotFound
 from bridge.protocols.events import Event, Record
 from bridge.store.base import LeaseStore, ThreadRow
 
 log = structlog.get_logger("bridge.ownership")
 
-__all__ = ["NotOwner", "Ownership", "needs_takeover", "open_turn", "queued_turns", "takeover_events"]
+__all__ = ["HeldElsewhere", "Ownership", "needs_takeover", "open_turn", "queued_turns", "takeover_events"]
 
 # A thread another replica released between our refused acquire and the lease_of that
-# follows it is tried again this many times before NotOwner.
+# follows it is tried again this many times before HeldElsewhere.
 ACQUIRE_TRIES = 3
-# How far back a takeover looks for the turn the previous owner left open.
+# How far back a takeover looks for the turn the previous holder left open.
 TAIL_EVENTS = 200
 RETRY_S = 0.2  # a failed renew is tried again this soon (or ttl/10, whichever is less)
 LIVE_STATES = ("starting", "running", "stopping")
 
 
 def needs_takeover(row: ThreadRow) -> bool:
-    """The row says a process or a turn was live: its owner died or was cut off."""
+    """The row says a process or a turn was live: its holder died or was cut off."""
     return row.get("state") in LIVE_STATES or bool(row.get("turn_active"))
 
 
@@ -83,7 +83,7 @@ def queued_turns(tail: Sequence[Record]) -> list[str]:
 def takeover_events(
     row: ThreadRow, reason: str, turn_id: str | None, queued: Sequence[str] = ()
 ) -> tuple[list[Event], dict[str, Any]]:
-    """What a new owner appends over a life the old one left open: the process's end,
+    """What a new holder appends over a life the old one left open: the process's end,
     the interrupted turn's one terminal event, and the row made consistent."""
     last_exit = {"code": None, "signal": None, "reason": reason}
     events = []
@@ -148,7 +148,7 @@ class Ownership:
 
     async def ensure(self, thread_id: str) -> int:
         """The epoch this replica holds on ``thread_id``: the one held while it is fresh,
-        else acquired (a new epoch when the thread had no live owner). Raises NotOwner
+        else acquired (a new epoch when the thread had no live holder). Raises HeldElsewhere
         while another replica holds it live, NotFound when there is no such thread."""
         held = self._held.get(thread_id)
         if held is not None and self._fresh(thread_id):
@@ -173,9 +173,9 @@ class Ownership:
             lease = await self.store.lease_of(thread_id)
             if lease is None:
                 raise NotFound(f"no thread {thread_id}", code="thread_not_found")
-            if lease.live and lease.owner is not None and lease.owner != self.replica_id:
-                raise NotOwner(lease.owner, thread_id)
-        raise NotOwner("unknown", thread_id)
+            if lease.live and lease.holder is not None and lease.holder != self.replica_id:
+                raise HeldElsewhere(lease.holder, thread_id)
+        raise HeldElsewhere("unknown", thread_id)
 
     def forget(self, thread_id: str) -> None:
         """This replica gave the thread up without the store (a refused append)."""

@@ -68,22 +68,22 @@ class PermissionTable:
     def was_resolved(self, request_id: str) -> str | None:
         return self._resolved.get(request_id)
 
-    def _forget(self, request_id: str, by: str) -> None:
-        self._resolved[request_id] = by
+    def _forget(self, request_id: str, channel: str) -> None:
+        self._resolved[request_id] = channel  # how it was answered: the event's ``by``
         while len(self._resolved) > RESOLVED_MEMORY:
             self._resolved.pop(next(iter(self._resolved)))
 
-    def take(self, request_id: str, decision: str, by: str, option_id: str | None) -> Pending:
+    def take(self, request_id: str, decision: str, channel: str, option_id: str | None) -> Pending:
         """The request a client answers, removed: the first answer wins. Raises the
         error the client gets otherwise."""
         if decision not in DECISIONS:
             raise InvalidRequest("decision must be 'allow' or 'deny'", code="invalid_decision")
         pending = self._pending.get(request_id)
         if pending is None:
-            who = self._resolved.get(request_id)
-            if who is not None:
+            earlier = self._resolved.get(request_id)
+            if earlier is not None:
                 raise Conflict(
-                    f"permission request {request_id} was already resolved (by {who})", code="already_resolved"
+                    f"permission request {request_id} was already resolved (by {earlier})", code="already_resolved"
                 )
             raise NotFound(f"no pending permission request {request_id}", code="permission_not_found")
         if (
@@ -95,7 +95,7 @@ class PermissionTable:
                 f"option_id {option_id!r} is not one of the request's options", code="invalid_option_id"
             )
         del self._pending[request_id]
-        self._forget(request_id, by)
+        self._forget(request_id, channel)
         return pending
 
     def withdraw(self, request_id: str) -> bool:
@@ -105,15 +105,15 @@ class PermissionTable:
         self._forget(request_id, "agent")
         return True
 
-    def drop_all(self, by: str) -> tuple[list[str], list[Event]]:
+    def drop_all(self, channel: str) -> tuple[list[str], list[Event]]:
         """Every pending request ends (interrupt, process exit): resolved as cancelled.
         Returns their ids and the events that say so."""
         ids = list(self._pending)
         events: list[Event] = []
         for rid in ids:
-            self._forget(rid, by)
+            self._forget(rid, channel)
             events.append(
-                Event("bridge", "permission.resolved", {"request_id": rid, "decision": "cancelled", "by": by})
+                Event("bridge", "permission.resolved", {"request_id": rid, "decision": "cancelled", "by": channel})
             )
         self._pending.clear()
         return ids, events

@@ -12,7 +12,7 @@ import structlog
 
 from bridge.clock import now_iso
 from bridge.config import DEMO_PROFILE, THREAD_OPTION_KEYS, AgentProfile, Settings
-from bridge.errors import Busy, Capacity, Draining, InvalidRequest, NotFound, NotOwner
+from bridge.errors import Busy, Capacity, Draining, HeldElsewhere, InvalidRequest, NotFound
 from bridge.ids import new_id
 from bridge.launching import ThreadLaunch, spawn_options
 from bridge.process.agent_io import Spawn
@@ -27,7 +27,7 @@ from bridge.sessions.forwarding import Forwarding
 from bridge.sessions.latency import Latency
 from bridge.sessions.local_port import LocalPort
 from bridge.sessions.ownership import Ownership
-from bridge.sessions.remote import OwnerGone, Owners
+from bridge.sessions.remote import HolderGone, LeaseHolders
 from bridge.sessions.samples import write_demo_samples
 from bridge.store.base import Store, ThreadRow
 from bridge.userdirs import check_cwd
@@ -59,13 +59,13 @@ class Registry:
         )
         self._leases: asyncio.Task[None] | None = None
         self._closing: set[asyncio.Task[None]] = set()  # conversations closed after a lost lease
-        # Many replicas (sessions/cluster.py): who owns a thread elsewhere, and who hears of
+        # Many replicas (sessions/cluster.py): who holds a thread's lease elsewhere, and who hears of
         # this replica's commits.
-        self.owners: Owners | None = None
+        self.holders: LeaseHolders | None = None
         self.on_committed: Callable[[str, int], None] | None = None
 
-    def join_cluster(self, owners: Owners, on_committed: Callable[[str, int], None]) -> None:
-        self.owners = owners
+    def join_cluster(self, holders: LeaseHolders, on_committed: Callable[[str, int], None]) -> None:
+        self.holders = holders
         self.on_committed = on_committed
         for conv in self._convs.values():
             conv.journal.on_committed = on_committed
@@ -75,7 +75,7 @@ class Registry:
         single daemon (sessions/local_port.py); among replicas, a port that forwards them
         to the replica running the thread (sessions/forwarding.py)."""
         local = LocalPort(conv)
-        return local if self.owners is None else Forwarding(local, self.owners)
+        return local if self.holders is None else Forwarding(local, self.holders)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -90,10 +90,10 @@ class Registry:
         """A previous daemon died with processes or turns in flight: close their books so
         every accepted turn still ends exactly once and the thread is resumable. On a shared
         store only this replica's rows are listed, and each is first leased: one another
-        live replica owns now is left alone (its process is not ours to reap)."""
+        live replica holds now is left alone (its process is not ours to reap)."""
         for row in await self.store.live_threads():
             if self.ownership is not None:
-                await self._recover_owned(row)
+                await self._recover_leased(row)
                 continue
             pid, pid_start = row.get("pid"), row.get("pid_start")
             if pid and pid_start is not None:
@@ -121,12 +121,12 @@ class Registry:
             )
             log.info("thread.recovered", thread_id=row["id"])
 
-    async def _recover_owned(self, row: ThreadRow) -> None:
+    async def _recover_leased(self, row: ThreadRow) -> None:
         conv = await self.get(row["id"])
         try:
             await conv.claim(reason="daemon_stopped")  # closes the books under the lease
-        except NotOwner as exc:
-            log.info("thread.recovery_skipped", thread_id=row["id"], owner=exc.owner)
+        except HeldElsewhere as exc:
+            log.info("thread.recovery_skipped", thread_id=row["id"], holder=exc.holder)
             self._convs.pop(row["id"], None)
             return
         pid, pid_start = row.get("pid"), row.get("pid_start")
@@ -194,7 +194,7 @@ class Registry:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._leases
         if self.ownership is not None:
-            await self.ownership.release_all()  # the next owner need not wait for expiry
+            await self.ownership.release_all()  # the next holder need not wait for expiry
 
     async def _reap_idle(self) -> None:
         idle_s = self.settings.server.idle_timeout_s
@@ -363,11 +363,11 @@ class Registry:
 
     async def delete(self, thread_id: str, *, forward: bool = True) -> None:
         conv = await self.get(thread_id)
-        if forward and self.owners is not None and not conv.running:
-            owner = await self.owners.elsewhere(thread_id)
-            if owner is not None:  # its agent runs there: stopped there, before the row goes
-                with contextlib.suppress(OwnerGone):  # it died meanwhile: nothing runs there now
-                    await self.owners.forward(owner, "stop", thread_id, {"reason": "deleted"})
+        if forward and self.holders is not None and not conv.running:
+            holder = await self.holders.elsewhere(thread_id)
+            if holder is not None:  # its agent runs there: stopped there, before the row goes
+                with contextlib.suppress(HolderGone):  # it died meanwhile: nothing runs there now
+                    await self.holders.forward(holder, "stop", thread_id, {"reason": "deleted"})
         await conv.close("deleted")
         await self.store.delete_thread(thread_id)
         self._convs.pop(thread_id, None)

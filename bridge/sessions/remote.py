@@ -1,18 +1,18 @@
-"""Threads another replica owns (docs/DESIGN.md "Bus"): who the owner is, how a client's
+"""Threads whose lease another replica holds (docs/DESIGN.md "Bus"): who the holder is, how a client's
 command reaches it, and what comes back — the bus side of forwarding.
 
-The forwarding port (sessions/forwarding.py) asks :class:`Owners` who holds a thread's
+The forwarding port (sessions/forwarding.py) asks :class:`LeaseHolders` who holds a thread's
 live lease; when it is another replica, the command's wire form goes to that replica's
-inbox on the bus (:meth:`Owners.forward`) and the owner's answer — the same body a local
+inbox on the bus (:meth:`LeaseHolders.forward`) and the holder's answer — the same body a local
 client would have been given, or the same refusal (:func:`refusal`) — comes back. The
-owner runs the command exactly as it runs a local client's (:func:`serve`), so
-``client_id`` idempotency holds across replicas: the owner looks the id up in the shared
+holder runs the command exactly as it runs a local client's (:func:`serve`), so
+``client_id`` idempotency holds across replicas: the holder looks the id up in the shared
 store.
 
 The answer comes back over the bus while the events the command caused come through the
 store (a commit announcement, then a read), so either can arrive first. The client's own
 subscription (``answer_to``) is held while the answer is awaited (sessions/fanout.py), and
-its transport releases it once the answer is pushed: the answer first, as on the owner.
+its transport releases it once the answer is pushed: the answer first, as on the holder.
 
 Everything in a command comes from another process and is checked before it is used
 (:func:`~bridge.sessions.commands.from_wire`).
@@ -30,26 +30,26 @@ from bridge.sessions.commands import ThreadPort, from_wire
 from bridge.sessions.fanout import Subscriber
 from bridge.store.base import Store
 
-# How long a client's input may wait for the owner's answer: a first prompt there may
+# How long a client's input may wait for the holder's answer: a first prompt there may
 # spawn the agent and run its handshake.
 FORWARD_TIMEOUT_S = 30.0
 
 
-class OwnerGone(Exception):
+class HolderGone(Exception):
     """The replica a command was sent to no longer holds the thread's lease (it died or
     was cut off, and its lease expired): route the input again."""
 
 
 class ForwardFailed(BridgeError):
-    """The owner could not be reached; the input was not acted on, or its answer was lost
+    """The holder could not be reached; the input was not acted on, or its answer was lost
     (a retry with the same ``client_id`` is safe)."""
 
-    code = "owner_unreachable"
+    code = "owner_unreachable"  # the wire code keeps its historical name (docs/api.md)
     status = 503
 
 
-class Owners:
-    """This replica's view of who owns which thread, and its way to their inboxes."""
+class LeaseHolders:
+    """This replica's view of who holds which thread's lease, and its way to their inboxes."""
 
     def __init__(
         self, store: Store, bus: Bus, replica_id: str, *, lease_ttl_s: float, timeout_s: float = FORWARD_TIMEOUT_S
@@ -58,7 +58,7 @@ class Owners:
         self.bus = bus
         self.replica_id = replica_id
         self.timeout_s = timeout_s
-        # While waiting for an answer, the owner's lease is looked at this often: an owner
+        # While waiting for an answer, the holder's lease is looked at this often: a holder
         # that died is given up on once its lease has expired, not after the whole timeout.
         self.check_s = max(0.1, min(2.0, lease_ttl_s / 4))
         self.forwarded = 0
@@ -66,43 +66,43 @@ class Owners:
     async def elsewhere(self, thread_id: str) -> str | None:
         """The replica that holds the thread's live lease, when it is not this one."""
         lease = await self.store.lease_of(thread_id)
-        if lease is None or not lease.live or lease.owner is None or lease.owner == self.replica_id:
+        if lease is None or not lease.live or lease.holder is None or lease.holder == self.replica_id:
             return None
-        return lease.owner
+        return lease.holder
 
     async def forward(
         self,
-        owner: str,
+        holder: str,
         kind: str,
         thread_id: str,
         body: Mapping[str, Any],
         *,
         answer_to: Subscriber | None = None,
     ) -> Mapping[str, Any]:
-        """Run a client's input on ``owner``; its answer body, or its refusal re-raised.
-        Raises :class:`OwnerGone` when the owner's lease ends before it answers.
+        """Run a client's input on ``holder``; its answer body, or its refusal re-raised.
+        Raises :class:`HolderGone` when the holder's lease ends before it answers.
         ``answer_to``: the sending client's subscription, held from before the command is
-        sent (the owner may commit at once) for at most the timeout; whoever pushes the
+        sent (the holder may commit at once) for at most the timeout; whoever pushes the
         answer to it releases it, whatever the outcome."""
         if answer_to is not None:
             answer_to.hold(self.timeout_s)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout_s
-        request = asyncio.ensure_future(self.bus.request(owner, kind, thread_id, body, self.timeout_s))
+        request = asyncio.ensure_future(self.bus.request(holder, kind, thread_id, body, self.timeout_s))
         try:
             while not request.done():
                 await asyncio.wait({request}, timeout=self.check_s)
-                if not request.done() and await self.elsewhere(thread_id) != owner:
-                    raise OwnerGone(owner)  # it lost the thread while we waited (its answer, if any, is moot)
+                if not request.done() and await self.elsewhere(thread_id) != holder:
+                    raise HolderGone(holder)  # it lost the thread while we waited (its answer, if any, is moot)
             try:
                 reply = request.result()
             except BusUnavailable as exc:
                 raise ForwardFailed(
-                    f"replica {owner} runs this thread and the bus to it is down; retry later", code="bus_unavailable"
+                    f"replica {holder} runs this thread and the bus to it is down; retry later", code="bus_unavailable"
                 ) from exc
             except NoReply as exc:
-                await self._until_gone(owner, thread_id, deadline)
-                raise ForwardFailed(f"no answer from replica {owner}, which runs this thread: {exc}") from exc
+                await self._until_gone(holder, thread_id, deadline)
+                raise ForwardFailed(f"no answer from replica {holder}, which runs this thread: {exc}") from exc
         finally:
             if not request.done():
                 request.cancel()
@@ -111,23 +111,23 @@ class Owners:
             raise refusal(reply.body)
         return reply.body
 
-    async def _until_gone(self, owner: str, thread_id: str, deadline: float) -> None:
-        """The owner did not answer (no heartbeat, or no reply): wait, until the deadline,
-        for its lease to end — then :class:`OwnerGone` — or return (it is alive but silent)."""
+    async def _until_gone(self, holder: str, thread_id: str, deadline: float) -> None:
+        """The holder did not answer (no heartbeat, or no reply): wait, until the deadline,
+        for its lease to end — then :class:`HolderGone` — or return (it is alive but silent)."""
         loop = asyncio.get_running_loop()
         while loop.time() < deadline:
             lease = await self.store.lease_of(thread_id)
-            if lease is None or not lease.live or lease.owner != owner:
-                raise OwnerGone(owner)
+            if lease is None or not lease.live or lease.holder != holder:
+                raise HolderGone(holder)
             left = lease.expires_in_s if lease.expires_in_s is not None else self.check_s
             await asyncio.sleep(max(0.05, min(self.check_s, left + 0.05, deadline - loop.time())))
 
 
 def refusal(body: Mapping[str, Any]) -> BridgeError:
-    """The owner's refusal, as the error a local client would have been given."""
+    """The holder's refusal, as the error a local client would have been given."""
     code, message, status = body.get("code"), body.get("message"), body.get("status")
     err = BridgeError(
-        message if isinstance(message, str) else "refused by the thread's owner",
+        message if isinstance(message, str) else "refused by the replica holding the thread",
         code=code if valid_id(code) else "refused",
     )
     if isinstance(status, int) and not isinstance(status, bool) and 400 <= status <= 599:
@@ -140,7 +140,7 @@ def refused(exc: BridgeError) -> CommandRefused:
 
 
 async def serve(port: ThreadPort, kind: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A command from another replica's client, run here (the owner) as a local client's
+    """A command from another replica's client, run here (the lease holder) as a local client's
     is run — on ``port``, this replica's local port, so never forwarded again (a
     thread whose lease moved on meanwhile is refused ``not_owner``, and the sender may
     retry). The command is read strictly first (:func:`~bridge.sessions.commands.from_wire`):

@@ -99,8 +99,8 @@ def restore_index(index: Any, tasks: Mapping[str, Task]) -> dict[str, str]:
     out: dict[str, str] = {}
     if isinstance(index, Mapping):
         for tool_use_id, task_id in index.items():
-            owner = tasks.get(task_id) if isinstance(task_id, str) else None
-            if owner is not None and owner.tool_use_id == tool_use_id:
+            found = tasks.get(task_id) if isinstance(task_id, str) else None
+            if found is not None and found.tool_use_id == tool_use_id:
                 out[tool_use_id] = task_id
     for task in tasks.values():
         if task.tool_use_id is not None and task.tool_use_id not in out:

@@ -137,7 +137,7 @@ Getter = Callable[[str], Any]
 
 
 class TaskTable:
-    """All tasks of one thread. Not thread-safe; one owner (the conversation) calls it."""
+    """All tasks of one thread. Not thread-safe; one caller (the conversation) uses it."""
 
     def __init__(
         self,

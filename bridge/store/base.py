@@ -12,7 +12,7 @@ thread row. These are the seams a shared PostgreSQL store plugs into (docs/DESIG
   every write that changes a row as clients see it gives the row a new ``change_seq``
   from one store-wide counter that increases in commit order; a deleted thread leaves a
   tombstone. Exact semantics in docs/DESIGN.md ("The change log").
-* :class:`LeaseStore` — who owns a live thread (replica, epoch, expiry on the database's
+* :class:`LeaseStore` — which replica holds a live thread's lease (epoch, expiry on the database's
   clock), and the replicas sharing the store (docs/DESIGN.md "Leases and fencing").
 
 :class:`Store` is all of them plus a lifecycle, health, its :class:`StoreListeners` and the
@@ -320,9 +320,9 @@ class Lease:
     """A thread's lease as the database sees it now: ``live`` and ``expires_in_s`` are
     computed on the database's clock, never a replica's."""
 
-    owner: str | None
+    holder: str | None  # the replica holding it (the column lease_owner)
     epoch: int  # the last epoch granted (0: never leased); kept when the lease is released
-    expires_in_s: float | None  # None: no owner; negative: expired
+    expires_in_s: float | None  # None: no holder; negative: expired
     live: bool
 
 
@@ -337,7 +337,7 @@ class Replica:
 
 
 class LeaseStore(Protocol):
-    """Ownership of live threads, fenced by epochs. Every expiry is decided by the
+    """Leases on live threads (which replica runs each), fenced by epochs. Every expiry is decided by the
     database's clock (``now()`` there), so replicas' clocks may disagree freely.
 
     ``replica_id`` is the replica this store instance acts for (it is given to the store
@@ -346,7 +346,7 @@ class LeaseStore(Protocol):
     replica_id: str
 
     async def acquire_lease(self, thread_id: str, replica_id: str, ttl_s: float) -> int | None:
-        """The epoch now held: a new one (last + 1) when the thread had no owner or its
+        """The epoch now held: a new one (last + 1) when the thread had no holder or its
         lease had expired, the same one (renewed) when ``replica_id`` already holds it live;
         None when another replica holds it live, or there is no such thread."""
         ...

@@ -31,8 +31,8 @@ UPDATE threads t SET
     updated_at = greatest(t.updated_at, coalesce(v.updated_at, t.updated_at)),
     turn_active = coalesce(v.turn_active, t.turn_active)
 FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::boolean[], %s::text[], %s::bigint[])
-    AS v(id, last_seq, updated_at, turn_active, owner, epoch)
-WHERE t.id = v.id AND (v.epoch IS NULL OR (t.lease_owner = v.owner AND t.lease_epoch = v.epoch
+    AS v(id, last_seq, updated_at, turn_active, holder, epoch)
+WHERE t.id = v.id AND (v.epoch IS NULL OR (t.lease_owner = v.holder AND t.lease_epoch = v.epoch
     AND t.lease_expires > clock_timestamp()))
 RETURNING t.id
 """
@@ -116,7 +116,7 @@ def _fences_agree(items: Any) -> bool:
 
 def _touches(todo: list[tuple[int, Append]]) -> dict[str, list[Any]]:
     """One row of the fence-and-touch statement per thread: [last_seq, updated_at,
-    turn_active, owner, epoch] (the newest of each; the last turn_active; the fence)."""
+    turn_active, holder, epoch] (the newest of each; the last turn_active; the fence)."""
     touches: dict[str, list[Any]] = {}
     for _, item in todo:
         updated_at, last_seq, turn_active = item.touch
@@ -131,8 +131,8 @@ def _touches(todo: list[tuple[int, Append]]) -> dict[str, list[Any]]:
 
 
 def _lease_lost(item: Append) -> str:
-    owner, epoch = item.fence or ("", 0)
-    return f"{LEASE_LOST}thread {item.thread_id} is no longer leased to {owner} with epoch {epoch}"
+    holder, epoch = item.fence or ("", 0)
+    return f"{LEASE_LOST}thread {item.thread_id} is no longer leased to {holder} with epoch {epoch}"
 
 
 async def _write(conn: AsyncConnection[Any], todo: list[tuple[int, Append]]) -> tuple[dict[int, str], list[str]]:

@@ -93,9 +93,9 @@ class PgLeases:
             row = await cur.fetchone()
             if row is None:
                 return None
-            owner, epoch, left = row
-            live = owner is not None and left is not None and left > 0
-            return Lease(owner, int(epoch), None if owner is None else float(left), live)
+            holder, epoch, left = row
+            live = holder is not None and left is not None and left > 0
+            return Lease(holder, int(epoch), None if holder is None else float(left), live)
 
         return cast(Lease | None, await self._read(do))  # a read: any reader connection
 

@@ -130,9 +130,9 @@ class SqliteLeases:
         row = await self._run(lease_row, thread_id)
         if row is None:
             return None
-        owner, epoch, left = row
-        live = owner is not None and left is not None and left > 0
-        return Lease(owner, int(epoch), None if owner is None else float(left), live)
+        holder, epoch, left = row
+        live = holder is not None and left is not None and left > 0
+        return Lease(holder, int(epoch), None if holder is None else float(left), live)
 
     async def register_replica(self, instance: str, url: str | None) -> None:
         """The data-dir lock already keeps a second process off this file: recorded only."""

@@ -1,7 +1,7 @@
 """The WebSocket's frames on a replica that does not run the thread (docs/api.md §5.4):
 every op that is forwarded holds the sender's subscription from before the command leaves
 until its answer is pushed — accepted or refused — so the answer goes out first. In-process:
-the frame handler without a socket, the owner replaced by a stand-in for the bus."""
+the frame handler without a socket, the holder replaced by a stand-in for the bus."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ FRAMES = [
 KINDS = {"set_mode": "mode"}  # the bus command each op is forwarded as, where it differs
 
 
-class Owner:
+class Holder:
     """Another replica runs the thread: each command's answer (or refusal), noting whether
     the sender's subscription was held when it was sent."""
 
@@ -56,13 +56,13 @@ class Owner:
         return "b"
 
     async def forward(
-        self, owner: str, kind: str, thread_id: str, body: Mapping[str, Any], *, answer_to: Subscriber | None = None
+        self, holder: str, kind: str, thread_id: str, body: Mapping[str, Any], *, answer_to: Subscriber | None = None
     ) -> Mapping[str, Any]:
         assert answer_to is not None
-        answer_to.hold(30)  # as Owners.forward does
+        answer_to.hold(30)  # as LeaseHolders.forward does
         self.held.append((kind, answer_to.held_until > 0))
         if self.refuse:
-            raise BridgeError("busy on the owner", code="busy")
+            raise BridgeError("busy on the holder", code="busy")
         return ANSWERS[kind]
 
 
@@ -81,8 +81,8 @@ async def conv(tmp_path: Path) -> AsyncIterator[Conversation]:
 async def test_each_forwarded_op_holds_its_senders_events_until_its_answer_is_pushed(
     conv: Conversation, refuse: bool
 ) -> None:
-    owner = Owner(refuse)
-    port = Forwarding(LocalPort(conv), owner)  # type: ignore[arg-type]  # what Registry.port hands out among replicas
+    holder = Holder(refuse)
+    port = Forwarding(LocalPort(conv), holder)  # type: ignore[arg-type]  # what Registry.port hands out among replicas
     assert conv.profile is not None  # an agent with session modes, so set_mode is forwarded too
     conv.profile = conv.profile.model_copy(update={"protocol": "acp"})
     sub = conv.subscribe()
@@ -99,5 +99,5 @@ async def test_each_forwarded_op_holds_its_senders_events_until_its_answer_is_pu
         answer = json.loads(sub.replies.pop())
         assert answer["kind"] == ("client.rejected" if refuse else "client.accepted"), answer
         assert answer["data"]["op"] == frame["op"]
-    assert owner.held == [(KINDS.get(f["op"], f["op"]), True) for f in FRAMES]
+    assert holder.held == [(KINDS.get(f["op"], f["op"]), True) for f in FRAMES]
     assert not conv.running  # nothing ran here

@@ -1,5 +1,5 @@
 """The Redis bus between two replicas, against a real redis-server on a free port: wake-ups
-cross, commands reach the owner and their answers come back to the sender, heartbeats
+cross, commands reach the holder and their answers come back to the sender, heartbeats
 show who is alive, and Redis going down and coming back is survived with a resync."""
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ async def test_a_commit_announced_on_one_replica_wakes_the_other_and_not_itself(
     assert b.stats()["bus_lag_ms"] >= 0 and b.stats()["bus_received"] >= 2
 
 
-async def test_a_command_reaches_the_owner_and_its_answer_comes_back_to_the_sender(pair: Any) -> None:
+async def test_a_command_reaches_the_holder_and_its_answer_comes_back_to_the_sender(pair: Any) -> None:
     a, _, b, _ = pair
     reply = await a.request("b", "prompt", "thr_9", {"text": "hello", "client_id": "c1"}, timeout=STEP)
     assert reply.ok and reply.body == {
@@ -112,7 +112,7 @@ async def test_a_command_to_a_replica_without_a_heartbeat_fails_at_once(pair: An
         await a.request("gone", "prompt", "thr_1", {}, timeout=STEP)
 
 
-async def test_an_owner_that_does_not_answer_in_time_is_a_no_reply(redis_server: RedisServer) -> None:
+async def test_a_holder_that_does_not_answer_in_time_is_a_no_reply(redis_server: RedisServer) -> None:
     release = asyncio.Event()
 
     async def slow(cmd: Command) -> Mapping[str, Any]:

@@ -19,7 +19,7 @@ from support.memory import MemoryStore, Spawner
 from support.stores import opened_at, thread
 
 from bridge.config import AgentProfile, ServerSettings, Settings
-from bridge.errors import Draining, LeaseLost, NotOwner
+from bridge.errors import Draining, HeldElsewhere, LeaseLost
 from bridge.sessions.local_port import LocalPort
 from bridge.sessions.ownership import Ownership
 from bridge.sessions.registry import Registry
@@ -68,7 +68,7 @@ async def stores(pg_url: str) -> AsyncIterator[tuple[Store, Store]]:
         yield a, b
 
 
-async def test_a_stale_owner_is_refused_by_the_database_and_stops_its_agent(
+async def test_a_stale_holder_is_refused_by_the_database_and_stops_its_agent(
     tmp_path: Path, stores: tuple[Store, Store]
 ) -> None:
     sa, sb = stores
@@ -86,7 +86,7 @@ async def test_a_stale_owner_is_refused_by_the_database_and_stops_its_agent(
         sub = conv.subscribe()
 
         # b cannot take it while a's lease lives
-        with pytest.raises(NotOwner):
+        with pytest.raises(HeldElsewhere):
             await LocalPort(await reg_b.get(tid)).submit(prompt("too early"), None)
         await expired(sa, tid)  # a stopped renewing (its clock says it need not)
         conv_b = await reg_b.get(tid)

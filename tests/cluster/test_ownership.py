@@ -1,4 +1,4 @@
-"""sessions/ownership.py in-process: acquire, NotOwner, renew, self-fencing on a fake
+"""sessions/ownership.py in-process: acquire, HeldElsewhere, renew, self-fencing on a fake
 clock (the fence is decided from the START of the last statement that extended a lease),
 leases missing from a renew, strays released, release_all; then the same against a real
 SQLite store, two Ownerships on one file standing for two replicas (the database's clock
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from support.stores import opened_at, thread
 
-from bridge.errors import NotFound, NotOwner, StoreError
+from bridge.errors import HeldElsewhere, NotFound, StoreError
 from bridge.protocols.events import Record
 from bridge.sessions.ownership import Ownership, open_turn, takeover_events
 from bridge.store.base import Lease
@@ -38,7 +38,7 @@ class FakeLeases:
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
-        self.rows: dict[str, tuple[str | None, int, float]] = {}  # thread -> owner, epoch, expires
+        self.rows: dict[str, tuple[str | None, int, float]] = {}  # thread -> holder, epoch, expires
         self.fail: Exception | None = None
         self.gate: asyncio.Event | None = None
         self.released: list[tuple[str, str, int]] = []
@@ -54,9 +54,9 @@ class FakeLeases:
         self._check()
         if thread_id not in self.rows:
             return None
-        owner, epoch, expires = self.rows[thread_id]
-        live = owner is not None and expires > self.clock.now
-        if live and owner != replica_id:
+        holder, epoch, expires = self.rows[thread_id]
+        live = holder is not None and expires > self.clock.now
+        if live and holder != replica_id:
             return None
         epoch = epoch if live else epoch + 1
         self.rows[thread_id] = (replica_id, epoch, self.clock.now + ttl_s)
@@ -67,17 +67,17 @@ class FakeLeases:
         if self.gate is not None:
             await self.gate.wait()
         out = {}
-        for tid, (owner, epoch, expires) in self.rows.items():
-            if owner == replica_id and expires > self.clock.now:
-                self.rows[tid] = (owner, epoch, self.clock.now + ttl_s)
+        for tid, (holder, epoch, expires) in self.rows.items():
+            if holder == replica_id and expires > self.clock.now:
+                self.rows[tid] = (holder, epoch, self.clock.now + ttl_s)
                 out[tid] = epoch
         return out
 
     async def release_lease(self, thread_id: str, replica_id: str, epoch: int) -> bool:
         self._check()
         self.released.append((thread_id, replica_id, epoch))
-        owner, held, _ = self.rows.get(thread_id, (None, 0, 0.0))
-        if owner == replica_id and held == epoch:
+        holder, held, _ = self.rows.get(thread_id, (None, 0, 0.0))
+        if holder == replica_id and held == epoch:
             self.rows[thread_id] = (None, epoch, 0.0)
             return True
         return False
@@ -86,9 +86,9 @@ class FakeLeases:
         self._check()
         if thread_id not in self.rows:
             return None
-        owner, epoch, expires = self.rows[thread_id]
+        holder, epoch, expires = self.rows[thread_id]
         left = expires - self.clock.now
-        return Lease(owner, epoch, None if owner is None else left, owner is not None and left > 0)
+        return Lease(holder, epoch, None if holder is None else left, holder is not None and left > 0)
 
 
 def make(leases: FakeLeases, clock: Clock, replica: str = "a") -> tuple[Ownership, list[list[str]]]:
@@ -119,13 +119,13 @@ async def test_ensure_acquires_once_and_holds(leases: FakeLeases, clock: Clock) 
     assert (a.holds("t1"), a.epoch("t1"), a.count()) == (True, 1, 1)
 
 
-async def test_another_live_owner_is_named_and_a_missing_thread_is_not_found(leases: FakeLeases, clock: Clock) -> None:
+async def test_another_live_holder_is_named_and_a_missing_thread_is_not_found(leases: FakeLeases, clock: Clock) -> None:
     a, _ = make(leases, clock, "a")
     b, _ = make(leases, clock, "b")
     await a.ensure("t1")
-    with pytest.raises(NotOwner) as caught:
+    with pytest.raises(HeldElsewhere) as caught:
         await b.ensure("t1")
-    assert (caught.value.owner, caught.value.code, caught.value.status) == ("a", "not_owner", 409)
+    assert (caught.value.holder, caught.value.code, caught.value.status) == ("a", "not_owner", 409)
     assert not b.holds("t1")
     with pytest.raises(NotFound):
         await b.ensure("nope")
@@ -279,7 +279,7 @@ async def test_two_replicas_on_a_real_sqlite_store(tmp_path: Path) -> None:
         a = Ownership(store, "a", 0.3)
         b = Ownership(store, "b", 0.3)
         assert await a.ensure("thr_1") == 1
-        with pytest.raises(NotOwner):
+        with pytest.raises(HeldElsewhere):
             await b.ensure("thr_1")
         assert await store.renew_leases("a", 0.3) == {"thr_1": 1}
         await asyncio.sleep(0.35)  # a stops renewing: expired on the database's clock
@@ -287,4 +287,4 @@ async def test_two_replicas_on_a_real_sqlite_store(tmp_path: Path) -> None:
         assert await a.renew_once() and not a.holds("thr_1")  # a learns it lost it
         await b.release("thr_1")
         lease = await store.lease_of("thr_1")
-        assert lease is not None and lease.owner is None and lease.epoch == 2
+        assert lease is not None and lease.holder is None and lease.epoch == 2

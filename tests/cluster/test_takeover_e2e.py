@@ -2,17 +2,17 @@
 PostgreSQL and one Redis, with a 3 s lease. The fake agent keeps its history on disk in a
 state dir both replicas' agents share (standing for a shared HOME) and honours --resume.
 
-* SIGKILL the owner mid-turn: a prompt sent to the survivor while the owner lived was
+* SIGKILL the holder mid-turn: a prompt sent to the survivor while the holder lived was
   forwarded to it and queued; the survivor takes the thread within the lease ttl (plus the
-  agent's start) — a prompt sent to it meanwhile waits for the dead owner's lease to end,
+  agent's start) — a prompt sent to it meanwhile waits for the dead holder's lease to end,
   then runs there — the interrupted turn and the queued one each have exactly one terminal
   event (owner_lost), the transcript is gapless and keeps every event a client saw with
   its seq, the resumed agent has its history, and no agent process of the dead replica is
   left.
-* SIGSTOP the owner past its lease, another takes over, SIGCONT: the stale owner's appends
+* SIGSTOP the holder past its lease, another takes over, SIGCONT: the stale holder's appends
   are refused, it kills its agent, its clients are told (owner_lost, close 1012), and the
   transcript is one consistent sequence.
-* SIGTERM drains: the owner's leases are released at once, so the other replica runs the
+* SIGTERM drains: the holder's leases are released at once, so the other replica runs the
   thread immediately (no wait for expiry).
 * Start-up: a replica restarted while another owns its old thread leaves it alone."""
 
@@ -104,7 +104,7 @@ async def post_prompt(d: Daemon, tid: str, text: str, client_id: str) -> httpx.R
 
 
 async def take_over(d: Daemon, tid: str, text: str, client_id: str, within: float) -> tuple[dict[str, Any], float]:
-    """Prompt ``d`` until it accepts (a prompt waits, forwarded, for a dead owner's lease
+    """Prompt ``d`` until it accepts (a prompt waits, forwarded, for a dead holder's lease
     to end; it may be refused not_owner or owner_unreachable meanwhile); the answer and
     how long it took."""
     loop = asyncio.get_running_loop()
@@ -160,7 +160,7 @@ async def recall_on(d: Daemon, tid: str, after: int, turn_id: str) -> str:
     return str([f for f in c.seen("message") if f["source"] == "agent"][-1]["data"]["text"])
 
 
-async def test_sigkill_owner_mid_turn_survivor_takes_over_and_resumes(cluster: Cluster, tmp_path: Path) -> None:
+async def test_sigkill_holder_mid_turn_survivor_takes_over_and_resumes(cluster: Cluster, tmp_path: Path) -> None:
     a = await cluster.start("a")
     b = await cluster.start("b")
     thread = await new_thread(a, "stream-json")
@@ -199,7 +199,7 @@ async def test_sigkill_owner_mid_turn_survivor_takes_over_and_resumes(cluster: C
     assert got == [(e["seq"], e["kind"]) for e in stored[: len(got)]] and got[-1][0] >= ended["seq"]
 
 
-async def test_sigstop_owner_is_fenced_out_and_stops_its_agent_on_sigcont(cluster: Cluster, tmp_path: Path) -> None:
+async def test_sigstop_holder_is_fenced_out_and_stops_its_agent_on_sigcont(cluster: Cluster, tmp_path: Path) -> None:
     a = await cluster.start("a")
     b = await cluster.start("b")
     tid = (await new_thread(a, "stream-json"))["id"]
@@ -215,7 +215,7 @@ async def test_sigstop_owner_is_fenced_out_and_stops_its_agent_on_sigcont(cluste
     finally:
         a.proc.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
     # a wakes up: it knows its lease is gone, kills its agent, tells its client and closes it
-    await wait_until(lambda: not alive(old_agent), what="the stale owner to kill its agent")
+    await wait_until(lambda: not alive(old_agent), what="the stale holder to kill its agent")
     notice = await c.next(lambda f: f.get("kind") == "notice" and f["data"].get("code") == "owner_lost")
     assert notice.get("seq") is None  # a notice, not a transcript event
     with pytest.raises(websockets.ConnectionClosed) as closed:
@@ -231,7 +231,7 @@ async def test_sigstop_owner_is_fenced_out_and_stops_its_agent_on_sigcont(cluste
     assert ended["data"]["reason"] == "owner_lost"
     # one transcript whichever replica is asked
     assert await transcript(a, tid) == stored
-    # a serves the thread again, as a follower: its clients' input runs on b, the owner
+    # a serves the thread again, as a follower: its clients' input runs on b, the holder
     r = await post_prompt(a, tid, "hello", "on-a")
     assert r.status_code == 202, r.text
     assert await metric(a, "agent_bridge_leases_held") == 0 and await metric(b, "agent_bridge_leases_held") == 1

@@ -242,7 +242,7 @@ async def test_a_held_subscriber_sends_its_answer_first_then_what_waited_in_one_
 
 
 async def test_a_hold_ends_by_itself_at_its_deadline() -> None:
-    # An owner that never answers: the events go out once the hold's time is up (the
+    # A holder that never answers: the events go out once the hold's time is up (the
     # forward's own timeout then refuses the frame), and a later release changes nothing.
     fan = Fanout()
     sub = fan.subscribe()

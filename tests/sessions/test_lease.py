@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from support.stores import thread
 
-from bridge.errors import LeaseLost, NotOwner
+from bridge.errors import HeldElsewhere, LeaseLost
 from bridge.protocols.events import Event, Record
 from bridge.sessions.fanout import Fanout
 from bridge.sessions.journal import Journal
@@ -80,7 +80,7 @@ async def test_a_first_hold_adopts_the_epoch_once_and_appends_under_it(store: Sq
     assert h.journal.last_seq == 1
 
 
-async def test_adopting_a_thread_whose_owner_died_mid_turn_closes_its_books(store: SqliteStore) -> None:
+async def test_adopting_a_thread_whose_holder_died_mid_turn_closes_its_books(store: SqliteStore) -> None:
     h = await holder(store, state="running", turn_active=True, pid=4242)
     opened = [
         Record(1, TS, "client", "message", {"role": "user", "text": "hi", "turn_id": "t1"}, None, False),
@@ -101,7 +101,7 @@ async def test_a_thread_another_replica_holds_is_refused_and_nothing_is_lost(sto
     row = await store.get_thread(TID)
     assert row is not None
     h = Holder(row, store, Ownership(store, "local", 30.0))
-    with pytest.raises(NotOwner):
+    with pytest.raises(HeldElsewhere):
         await h.lease.hold()
     assert h.lost == 0 and not h.lease.lost
 

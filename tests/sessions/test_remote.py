@@ -1,5 +1,5 @@
 """Commands forwarded between replicas (sessions/remote.py), in-process: a command from
-another replica is checked before it is used, an owner's refusal comes back as the error a
+another replica is checked before it is used, a holder's refusal comes back as the error a
 local client would have got, and a malformed answer is never taken for an acceptance."""
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from bridge.sessions.actions import Accepted
 from bridge.sessions.commands import AnswerPermission, Command, Interrupt, MalformedAnswer, Prompt, Raw, SetMode
 from bridge.sessions.fanout import Fanout, Subscriber
 from bridge.sessions.modes import ModeRefused
-from bridge.sessions.remote import ForwardFailed, Owners, refusal, serve
+from bridge.sessions.remote import ForwardFailed, LeaseHolders, refusal, serve
 
 pytestmark = pytest.mark.timeout(10)
 
 
 class FakePort:
-    """The owner's own conversation: records each command it was given to run here."""
+    """The holder's own conversation: records each command it was given to run here."""
 
     def __init__(self) -> None:
         self.commands: list[Command[Any]] = []
@@ -53,8 +53,8 @@ async def run(kind: str, body: Mapping[str, Any]) -> tuple[FakePort, Mapping[str
     return port, await serve(port, kind, body)
 
 
-async def test_each_command_runs_on_the_owner_and_is_never_forwarded_again() -> None:
-    # serve() is given the owner's conversation itself, never a forwarding port.
+async def test_each_command_runs_on_the_holder_and_is_never_forwarded_again() -> None:
+    # serve() is given the holder's conversation itself, never a forwarding port.
     conv, out = await run("prompt", {"content": [{"type": "text", "text": "hi"}], "client_id": "c1"})
     assert out == {"seq": 7, "turn_id": "turn_1", "duplicate": False, "queued": False}
     assert conv.commands == [Prompt(content=[{"type": "text", "text": "hi"}], client_id="c1")]
@@ -67,7 +67,7 @@ async def test_each_command_runs_on_the_owner_and_is_never_forwarded_again() -> 
     assert conv.commands == [AnswerPermission(request_id="r1", decision="allow", channel="web-1")]
 
 
-async def test_what_a_replica_sends_is_what_the_owner_runs() -> None:
+async def test_what_a_replica_sends_is_what_the_holder_runs() -> None:
     for command in (
         Prompt(content=[{"type": "text", "text": "hi"}], client_id="c1", actor="alice"),
         Interrupt(actor="alice"),
@@ -80,7 +80,7 @@ async def test_what_a_replica_sends_is_what_the_owner_runs() -> None:
 
 
 async def test_the_user_who_sent_a_command_crosses_with_it() -> None:
-    """Users mode: the owner records the sender's user as ``by``, as the sender's replica would."""
+    """Users mode: the holder records the sender's user as ``by``, as the sender's replica would."""
     for kind, body in (
         ("prompt", {"content": [{"type": "text", "text": "hi"}]}),
         ("interrupt", {}),
@@ -122,7 +122,7 @@ async def test_a_malformed_command_from_another_replica_is_refused_without_actin
     assert conv.commands == []
 
 
-async def test_the_owners_refusal_keeps_its_code_and_status() -> None:
+async def test_the_holders_refusal_keeps_its_code_and_status() -> None:
     with pytest.raises(CommandRefused) as caught:
         await run("permission", {"request_id": "gone", "decision": "allow"})
     err = refusal(caught.value.body)
@@ -155,14 +155,14 @@ def test_an_acceptance_crosses_as_it_was() -> None:
 
 
 async def test_without_a_bus_input_for_another_replica_is_refused_clearly() -> None:
-    owners = Owners(None, LocalBus("a"), "a", lease_ttl_s=15)  # type: ignore[arg-type]
+    holders = LeaseHolders(None, LocalBus("a"), "a", lease_ttl_s=15)  # type: ignore[arg-type]
     with pytest.raises(ForwardFailed) as caught:
-        await owners.forward("b", "prompt", "thr_1", {})
+        await holders.forward("b", "prompt", "thr_1", {})
     assert caught.value.code == "bus_unavailable" and caught.value.status == 503
     assert "retry" in caught.value.message
 
 
-async def test_set_mode_runs_on_the_owner_and_its_refusal_comes_back() -> None:
+async def test_set_mode_runs_on_the_holder_and_its_refusal_comes_back() -> None:
     conv, out = await run("mode", {"mode_id": "plan", "user": "ann"})
     assert out == {"mode_id": "plan"} and conv.commands == [SetMode(mode_id="plan", actor="ann")]
     with pytest.raises(CommandRefused) as info:
@@ -173,8 +173,8 @@ async def test_set_mode_runs_on_the_owner_and_its_refusal_comes_back() -> None:
 
 
 class AnsweringBus(LocalBus):
-    """A bus whose owner answers at once, noting whether the sender's subscription was
-    held when the command left (the owner may commit events before its answer arrives)."""
+    """A bus whose holder answers at once, noting whether the sender's subscription was
+    held when the command left (the holder may commit events before its answer arrives)."""
 
     def __init__(self, sub: Subscriber, reply: Reply) -> None:
         super().__init__("a")
@@ -194,17 +194,17 @@ async def test_the_senders_subscription_is_held_from_before_the_command_leaves()
     for ok in (True, False):
         sub = Fanout().subscribe()
         bus = AnsweringBus(sub, Reply("x", ok, {"seq": 4} if ok else {"code": "busy", "message": "busy"}))
-        owners = Owners(None, bus, "a", lease_ttl_s=15)  # type: ignore[arg-type]
+        holders = LeaseHolders(None, bus, "a", lease_ttl_s=15)  # type: ignore[arg-type]
         if ok:
-            assert await owners.forward("b", "prompt", "thr_1", {}, answer_to=sub) == {"seq": 4}
+            assert await holders.forward("b", "prompt", "thr_1", {}, answer_to=sub) == {"seq": 4}
         else:
             with pytest.raises(BridgeError) as refused:
-                await owners.forward("b", "prompt", "thr_1", {}, answer_to=sub)
+                await holders.forward("b", "prompt", "thr_1", {}, answer_to=sub)
             assert refused.value.code == "busy"
         assert bus.held_at_send == [True] and sub.held_until > 0
         sub.release()
         assert sub.held_until == 0.0 and sub.wake.is_set()
     unheld = Fanout().subscribe()  # a frame not forwarded: nothing is held
     bus = AnsweringBus(unheld, Reply("x", True, {}))
-    await Owners(None, bus, "a", lease_ttl_s=15).forward("b", "raw", "thr_1", {})  # type: ignore[arg-type]
+    await LeaseHolders(None, bus, "a", lease_ttl_s=15).forward("b", "raw", "thr_1", {})  # type: ignore[arg-type]
     assert bus.held_at_send == [False]

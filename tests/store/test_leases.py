@@ -24,12 +24,12 @@ async def seqs(store: Store, tid: str) -> list[int]:
     return out
 
 
-async def expire(store: Store, tid: str, owner: str) -> None:
-    """Wait (on the database's clock) until ``owner``'s lease on ``tid`` has expired."""
+async def expire(store: Store, tid: str, holder: str) -> None:
+    """Wait (on the database's clock) until ``holder``'s lease on ``tid`` has expired."""
     async with asyncio.timeout(10):
         while True:
             lease = await store.lease_of(tid)
-            if lease is None or lease.owner != owner or not lease.live:
+            if lease is None or lease.holder != holder or not lease.live:
                 return
             await asyncio.sleep(0.02)
 
@@ -38,16 +38,16 @@ async def test_acquire_renew_release(opened: StoreFactory) -> None:
     async with asyncio.timeout(30), opened(replica_id="a") as a:
         await a.create_thread(thread("thr_1"))  # type: ignore[arg-type]
         lease = await a.lease_of("thr_1")
-        assert lease is not None and (lease.owner, lease.epoch, lease.live) == (None, 0, False)
+        assert lease is not None and (lease.holder, lease.epoch, lease.live) == (None, 0, False)
         assert await a.lease_of("thr_missing") is None
         assert await a.acquire_lease("thr_missing", "a", 5) is None
 
         assert await a.acquire_lease("thr_1", "a", 5) == 1
         assert await a.acquire_lease("thr_1", "a", 5) == 1  # mine: renewed, same epoch
         lease = await a.lease_of("thr_1")
-        assert lease is not None and lease.owner == "a" and lease.live
+        assert lease is not None and lease.holder == "a" and lease.live
         assert lease.expires_in_s is not None and 0 < lease.expires_in_s <= 5
-        assert await a.acquire_lease("thr_1", "b", 5) is None  # another live owner
+        assert await a.acquire_lease("thr_1", "b", 5) is None  # another live holder
 
         assert await a.renew_leases("a", 30) == {"thr_1": 1}
         lease = await a.lease_of("thr_1")
@@ -55,15 +55,15 @@ async def test_acquire_renew_release(opened: StoreFactory) -> None:
         assert await a.renew_leases("b", 30) == {}
 
         assert not await a.release_lease("thr_1", "a", 2)  # not that epoch
-        assert not await a.release_lease("thr_1", "b", 1)  # not that owner
+        assert not await a.release_lease("thr_1", "b", 1)  # not that holder
         assert await a.release_lease("thr_1", "a", 1)
         lease = await a.lease_of("thr_1")
-        assert lease is not None and (lease.owner, lease.epoch, lease.live) == (None, 1, False)
-        # Released: the next owner, whoever it is, gets a new epoch at once.
+        assert lease is not None and (lease.holder, lease.epoch, lease.live) == (None, 1, False)
+        # Released: the next holder, whoever it is, gets a new epoch at once.
         assert await a.acquire_lease("thr_1", "b", 5) == 2
 
 
-async def test_takeover_after_expiry_fences_the_stale_owner(opened: StoreFactory) -> None:
+async def test_takeover_after_expiry_fences_the_stale_holder(opened: StoreFactory) -> None:
     async with asyncio.timeout(30), opened(replica_id="a") as a, opened(replica_id="b") as b:
         await a.create_thread(thread("thr_1"))  # type: ignore[arg-type]
         epoch_a = await a.acquire_lease("thr_1", "a", 0.3)
@@ -79,7 +79,7 @@ async def test_takeover_after_expiry_fences_the_stale_owner(opened: StoreFactory
         epoch_b = await b.acquire_lease("thr_1", "b", 5)
         assert epoch_b == 2
         await b.append("thr_1", records(3, 2), [None, None], {"state": "running"}, epoch=epoch_b)
-        # The stale owner's append is refused by the database, and leaves nothing behind:
+        # The stale holder's append is refused by the database, and leaves nothing behind:
         # not its events, not its thread fields.
         with pytest.raises(LeaseLost):
             await a.append("thr_1", records(5, 1), [None], {"title": "stale"}, epoch=epoch_a)
@@ -88,7 +88,7 @@ async def test_takeover_after_expiry_fences_the_stale_owner(opened: StoreFactory
         row = await b.get_thread("thr_1")
         assert row is not None and row["title"] == "" and row["last_seq"] == 4
         lease = await a.lease_of("thr_1")
-        assert lease is not None and (lease.owner, lease.epoch, lease.live) == ("b", 2, True)
+        assert lease is not None and (lease.holder, lease.epoch, lease.live) == ("b", 2, True)
 
 
 async def test_a_fence_refuses_one_append_and_the_rest_of_the_batch_commits(opened: StoreFactory) -> None:
@@ -109,7 +109,7 @@ async def test_a_fence_refuses_one_append_and_the_rest_of_the_batch_commits(open
         assert await seqs(a, "thr_1") == [1] and await seqs(a, "thr_2") == [] and await seqs(a, "thr_3") == [1]
 
 
-async def test_racing_owners_never_both_append(opened: StoreFactory) -> None:
+async def test_racing_holders_never_both_append(opened: StoreFactory) -> None:
     """Two replicas believe they own a thread (one stale, one after takeover) and append
     the same seqs at once, many times: every time exactly one wins, and the transcript is
     the winner's, gapless."""
@@ -131,16 +131,16 @@ async def test_racing_owners_never_both_append(opened: StoreFactory) -> None:
 
 
 async def test_takeover_racing_appends_serialises(opened: StoreFactory) -> None:
-    """While the owner appends as fast as it can, another replica takes the lease the moment
+    """While the holder appends as fast as it can, another replica takes the lease the moment
     it expires: every append either committed before the takeover (under the old epoch) or
-    was refused; after the first refusal none of the old owner's appends succeeds."""
+    was refused; after the first refusal none of the old holder's appends succeeds."""
     async with asyncio.timeout(45), opened(replica_id="a") as a, opened(replica_id="b") as b:
         await a.create_thread(thread("thr_1"))  # type: ignore[arg-type]
         epoch = await a.acquire_lease("thr_1", "a", 0.5)
         assert epoch is not None
         outcomes: list[bool] = []
 
-        async def owner() -> None:
+        async def holder() -> None:
             seq = 1
             while True:  # until refused (the test's timeout bounds it)
                 try:
@@ -160,11 +160,11 @@ async def test_takeover_racing_appends_serialises(opened: StoreFactory) -> None:
                     return got
                 await asyncio.sleep(0.01)
 
-        _, new_epoch = await asyncio.gather(owner(), taker())
+        _, new_epoch = await asyncio.gather(holder(), taker())
         assert new_epoch == epoch + 1
         first_refusal = outcomes.index(False)
         assert all(outcomes[:first_refusal]) and not any(outcomes[first_refusal:])
-        # What the old owner committed is all there, gapless, and b continues after it.
+        # What the old holder committed is all there, gapless, and b continues after it.
         committed = await seqs(b, "thr_1")
         assert committed == list(range(1, first_refusal + 1))
         await b.append("thr_1", records(first_refusal + 1, 1), [None], {}, epoch=new_epoch)

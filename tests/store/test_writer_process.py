@@ -293,7 +293,7 @@ async def every_write(store: SqliteStore) -> list[object]:
     out.append(await store.acquire_lease("thr_a", "r2", 30.0))
     out.append(await store.renew_leases("r1", 30.0))
     lease = await store.lease_of("thr_a")
-    out.append(lease is not None and (lease.owner, lease.epoch, lease.live))
+    out.append(lease is not None and (lease.holder, lease.epoch, lease.live))
     out.append(await store.release_lease("thr_a", "r1", epoch or 0))
     await store.register_replica("inst", "http://x")
     await store.heartbeat()

@@ -21,8 +21,10 @@ class Refusals:
     * The source is the socket peer, or, when that peer is a trusted proxy
       (``[auth] proxy_trusted``), the client the proxy names in ``X-Forwarded-For``
       (:meth:`source`). An IPv6 source counts as its /64 (one host holds a whole /64).
-    * Logged: ``auth.refused`` with the source, what was refused and how many times since the
-      source's last line — at most one line per source per ``log_every_s``; never the secret.
+    * Logged: ``auth.refused`` with the source, what was refused and how many of that kind
+      since the source's last line of it — at most one line per source and kind per
+      ``log_every_s``, so a burst of one kind never hides the first of another (issue #34);
+      never the secret.
     * Throttled: a source that sent ``max_failures`` wrong tokens or login codes within
       ``window_s`` gets 429 and ``Retry-After`` for every further *wrong* one, until fewer
       than ``max_failures`` of its wrong ones lie within the window (each one it sends while
@@ -55,7 +57,8 @@ class Refusals:
         self._clock = clock
         # source → the times of its latest wrong credentials; least recently failed first
         self._failures: dict[str, deque[float]] = {}
-        self._logged: dict[str, tuple[float, int]] = {}  # source → (last line, refusals since)
+        # (source, kind) → (its last line, refusals of that kind since): at most five kinds
+        self._logged: dict[tuple[str, str], tuple[float, int]] = {}
 
     def source(self, peer: str, forwarded: Iterable[str] = ()) -> str:
         """Whom a request's wrong credentials count against: the socket ``peer``; when that
@@ -114,14 +117,15 @@ class Refusals:
                     self._failures.pop(next(iter(self._failures)))
             times.append(now)
             self._failures[peer] = times  # last: the most recent failure
-        last, count = self._logged.get(peer, (-math.inf, 0))
+        key = (peer, what)
+        last, count = self._logged.get(key, (-math.inf, 0))
         if now - last >= self.log_every_s:
             log.warning("auth.refused", peer=peer, refused=what, count=count + 1)
-            if peer not in self._logged and len(self._logged) >= self.max_peers:
+            if key not in self._logged and len(self._logged) >= self.max_peers:
                 self._logged.pop(next(iter(self._logged)))
-            self._logged[peer] = (now, 0)
+            self._logged[key] = (now, 0)
         else:
-            self._logged[peer] = (last, count + 1)
+            self._logged[key] = (last, count + 1)
 
 
 MAX_FORWARDED_HOPS = 32  # X-Forwarded-For entries read, from the right

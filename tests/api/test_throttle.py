@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi import FastAPI
+from structlog.testing import capture_logs
 
 from bridge.api.app import create_app
 from bridge.api.throttle import Refusals
@@ -26,6 +27,25 @@ def refusals(now: list[float], **kw: object) -> Refusals:
 
 
 # --------------------------------------------------------------------------- Refusals
+
+
+def test_a_burst_of_one_kind_never_hides_the_first_of_another_in_the_log() -> None:
+    """Issue #34: wrong login codes right after wrong tokens from the same source logged no
+    line; the log's limit is per source and kind, and each line counts its own kind."""
+    now = [0.0]
+    r = Refusals(max_failures=1000, window_s=60, log_every_s=10, clock=lambda: now[0])
+    with capture_logs() as logs:
+        for _ in range(5):
+            r.wrong("10.0.0.1", "token")
+        now[0] = 1.0
+        for _ in range(3):
+            r.wrong("10.0.0.1", "login code")
+        r.refused("10.0.0.1", "no credentials", guess=False)
+        now[0] = 11.0
+        r.wrong("10.0.0.1", "token")
+    lines = [(e["refused"], e["count"]) for e in logs if e["event"] == "auth.refused"]
+    # the first of each kind at once; the next token line counts the 4 held back and itself
+    assert lines == [("token", 1), ("login code", 1), ("no credentials", 1), ("token", 5)]
 
 
 def test_wrong_ones_are_401_until_the_limit_then_429_for_as_long_as_they_keep_coming() -> None:

@@ -23,6 +23,7 @@ from bridge.api.context import AppContext, BridgeApp, Running
 from bridge.api.guard import PageHeaders, RequestGuard
 from bridge.api.limits import BodyLimit
 from bridge.api.login_codes import LoginCodes
+from bridge.api.schema import plain_error
 from bridge.api.throttle import Refusals
 from bridge.api.tokens import resolve_token
 from bridge.api.users import Streams, UserDirectory, watch_revocations
@@ -169,8 +170,7 @@ def create_app(
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-        return JSONResponse(error_body("invalid_request", f"{where}: {first.get('msg', 'invalid')}"), status_code=400)
+        return JSONResponse(error_body("invalid_request", plain_error(first, skip=("body",))), status_code=400)
 
     app.include_router(health.router)
     app.include_router(signin.router)

@@ -11,6 +11,7 @@ as ``invalid_content`` by :func:`~bridge.api.content.normalize_prompt` in both.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -102,10 +103,56 @@ class ModeIn(_In):
         return SetMode(mode_id=self.mode_id, actor=actor)
 
 
+# pydantic's error types, said as a person would (issue #34: "Input should be a valid
+# dictionary or object to extract fields from" names a library, not what to send).
+_PLAIN: dict[str, str] = {
+    "missing": "is required",
+    "extra_forbidden": "is not a field this request takes",
+    "dict_type": "must be a JSON object",
+    "model_type": "must be a JSON object",
+    "model_attributes_type": "must be a JSON object",
+    "string_type": "must be a string",
+    "int_type": "must be an integer",
+    "int_parsing": "must be an integer",
+    "int_from_float": "must be a whole number",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "list_type": "must be a list",
+    "json_invalid": "is not valid JSON",
+    "greater_than_equal": "must be at least {ge}",
+    "greater_than": "must be more than {gt}",
+    "less_than_equal": "must be at most {le}",
+    "less_than": "must be less than {lt}",
+    "string_too_short": "must be at least {min_length} character(s) long",
+    "string_too_long": "must be at most {max_length} characters long",
+    "too_short": "must hold at least {min_length} item(s)",
+    "too_long": "must hold at most {max_length} items",
+    "literal_error": "must be one of {expected}",
+    "enum": "must be one of {expected}",
+}
+
+
+def plain_error(err: Mapping[str, Any], *, skip: Sequence[str] = ()) -> str:
+    """One validation error as ``<where>: <what is wrong>`` in plain words; ``where`` is the
+    field's path (``query.limit``, ``content.0.text``) without the ``skip`` parts, or
+    ``the request body`` when the body itself is wrong."""
+    where = ".".join(str(p) for p in err.get("loc", ()) if p not in skip) or "the request body"
+    kind = str(err.get("type", ""))
+    template = _PLAIN.get(kind)
+    if template is None:
+        what = str(err.get("msg", "is invalid"))
+        what = what.removeprefix("Value error, ")  # a validator of ours: already in words
+        return f"{where}: {what}"
+    try:
+        return f"{where}: {template.format(**(err.get('ctx') or {}))}"
+    except (KeyError, IndexError):
+        return f"{where}: {err.get('msg', 'is invalid')}"
+
+
 def frame_error_code(exc: ValidationError) -> str:
     """The code a frame's ValidationError is answered with."""
     fields = {str(e["loc"][0]) for e in exc.errors() if e.get("loc")}
     return "invalid_client_id" if fields == {"client_id"} else "invalid_frame"
 
 
-__all__ = ["ModeIn", "PermissionFrame", "PermissionIn", "PromptIn", "RawIn", "frame_error_code"]
+__all__ = ["ModeIn", "PermissionFrame", "PermissionIn", "PromptIn", "RawIn", "frame_error_code", "plain_error"]

@@ -23,7 +23,7 @@ from starlette.websockets import WebSocketState
 
 from bridge.api.auth import resolve_user
 from bridge.api.context import context
-from bridge.api.schema import ModeIn, PermissionFrame, PromptIn, RawIn, frame_error_code
+from bridge.api.schema import ModeIn, PermissionFrame, PromptIn, RawIn, frame_error_code, plain_error
 from bridge.api.tokens import SUBPROTOCOL
 from bridge.api.users import User, check_owner
 from bridge.api.views import shown_to
@@ -305,9 +305,7 @@ class _Session:
 
 
 def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(x) for x in err.get("loc", ()))
-    return f"{where}: {err.get('msg')}" if where else str(err.get("msg"))
+    return plain_error(exc.errors()[0])
 
 
 @dataclass(frozen=True)

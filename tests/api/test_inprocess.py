@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -42,6 +43,25 @@ async def test_a_prompt_body_and_a_frame_are_validated_by_the_same_schema(client
     assert r.status_code == 202 and r.json()["queued"] is False
     again = await client.post(url, json={"text": "hello", "client_id": "c1"})
     assert again.status_code == 200 and again.json()["duplicate"] is True and again.json()["seq"] == r.json()["seq"]
+
+
+async def test_a_refused_body_or_query_is_explained_in_plain_words(client: httpx.AsyncClient) -> None:
+    """Issue #34: messages named the validation library ("Input should be a valid
+    dictionary or object to extract fields from"), not what to send."""
+    thread = (await client.post("/v1/threads", json={"agent": "demo"})).json()
+    url = f"/v1/threads/{thread['id']}/messages"
+    events = f"/v1/threads/{thread['id']}/events"
+    cases: list[tuple[str, str, Any, dict[str, Any] | None, str]] = [
+        ("POST", url, ["hi"], None, "the request body: must be a JSON object"),
+        ("POST", url, {"text": "hi", "surprise": 1}, None, "surprise: is not a field this request takes"),
+        ("POST", f"/v1/threads/{thread['id']}/mode", {"mode_id": 5}, None, "mode_id: must be a string"),
+        ("POST", url, {"text": "hi", "client_id": ""}, None, "client_id: must be at least 1 character(s) long"),
+        ("GET", events, None, {"limit": 0}, "query.limit: must be at least 1"),
+    ]
+    for method, path, body, params, message in cases:
+        r = await client.request(method, path, json=body, params=params)
+        assert r.status_code == 400, r.text
+        assert r.json()["error"] == {"code": "invalid_request", "message": message}
 
 
 async def test_every_refusal_has_the_one_error_body(client: httpx.AsyncClient) -> None:

@@ -47,7 +47,7 @@ def _agent_row(settings: Settings, name: str, prof: AgentProfile) -> dict[str, A
         "executable": prof.executable,
         "available": problem is None,
         "problem": problem,
-        "default": name == settings.default_agent,
+        "default": name == settings.default_profile(),
         "sandbox": settings.confinement().for_profile(prof.sandbox).mechanism,
         # the CLI's npm package and version, and whether tests/real runs that version
         "cli": None if cli is None else {"package": cli.package, "version": cli.version, "tested": cli.tested},

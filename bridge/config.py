@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from bridge.errors import ConfigError, LaunchRefused
 from bridge.launching import check_profile, spawn_options
 from bridge.network import parse_host_port, parse_origin
-from bridge.process.launch import LaunchSpec, model_problem
+from bridge.process.launch import LaunchSpec, executable_problem, model_problem
 from bridge.process.sandbox import Sandbox, SandboxConfig, confine
 from bridge.process.sandbox import resolve as resolve_sandbox
 
@@ -310,8 +310,21 @@ class Settings(BaseModel):
     log_format: Literal["json", "console"] = "console"
     agents: dict[str, AgentProfile] = Field(default_factory=dict)
     default_agent: str = DEMO_PROFILE
+    # Who may be the default, in order: the configured profiles, then the demo (issue #34:
+    # the first of them that can run, not the first whatever its state).
+    default_order: list[str] = Field(default_factory=list)
     config_file: Path | None = None
     _confinement: Sandbox | None = PrivateAttr(default=None)
+
+    def default_profile(self) -> str:
+        """The profile a thread created without ``agent`` runs: the first of
+        ``default_order`` whose executable is usable now (a CLI installed after start
+        counts), else ``default_agent``, whose refusal then says what is wrong."""
+        for name in self.default_order:
+            prof = self.agents.get(name)
+            if prof is not None and executable_problem(prof.executable) is None:
+                return name
+        return self.default_agent
 
     @property
     def host(self) -> str:
@@ -489,7 +502,7 @@ def load_settings(
         raise ConfigError(f"unknown config sections: {', '.join(sorted(raw))}")
     server = _server(server_raw, host or env.get("AGENT_BRIDGE_HOST"), _port(port, env), env)
     ddir = Path(data_dir or env.get("AGENT_BRIDGE_DATA_DIR") or default_data_dir(env)).expanduser().absolute()
-    agents, default = _all_profiles(agents_raw, env, ddir, discover_path=discover_path)
+    agents, default, order = _all_profiles(agents_raw, env, ddir, discover_path=discover_path)
     return Settings(
         server=server,
         store=store,
@@ -502,15 +515,17 @@ def load_settings(
         log_format=_log_format(log_format or env.get("AGENT_BRIDGE_LOG_FORMAT") or "console"),
         agents=agents,
         default_agent=default,
+        default_order=order,
         config_file=Path(config).absolute() if config else None,
     )
 
 
 def _all_profiles(
     agents_raw: dict[str, Any], env: Mapping[str, str], ddir: Path, *, discover_path: bool
-) -> tuple[dict[str, AgentProfile], str]:
-    """Every profile — configured, the AWP variables', found on PATH, the demo — and the
-    default one (the first configured, else the demo)."""
+) -> tuple[dict[str, AgentProfile], str, list[str]]:
+    """Every profile — configured, the AWP variables', found on PATH, the demo — the
+    preferred default (the first configured, else the demo), and who may be the default
+    in order (the configured ones, then the demo; never one found on PATH)."""
     agents = _profiles(agents_raw)
     configured = list(agents)
     awp = _awp_profile(env)
@@ -528,7 +543,7 @@ def _all_profiles(
             check_profile(prof, spawn_options(prof, None, THREAD_OPTION_KEYS), check_executable=False)
         except LaunchRefused as exc:
             raise ConfigError(f"agent profile {name!r}: {exc.message}") from exc
-    return agents, configured[0] if configured else DEMO_PROFILE
+    return agents, configured[0] if configured else DEMO_PROFILE, [*configured, DEMO_PROFILE]
 
 
 def _table(value: Any, problem: str) -> dict[str, Any]:

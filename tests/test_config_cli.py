@@ -637,3 +637,25 @@ def test_tune_gc_freezes_what_start_up_built_and_raises_the_young_threshold() ->
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+def test_the_default_profile_is_the_first_configured_one_that_can_run(tmp_path: Path) -> None:
+    """Issue #34: a thread created without ``agent`` took the first configured profile even
+    when its executable was missing (422), while a usable one was configured next."""
+    good = tmp_path / "good-agent"
+    good.write_text("#!/bin/sh\n")
+    good.chmod(0o755)
+    missing = tmp_path / "not-installed"
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        f'[agents.broken]\nprotocol = "stream-json"\nexecutable = "{missing}"\n\n'
+        f'[agents.works]\nprotocol = "stream-json"\nexecutable = "{good}"\n'
+    )
+    s = load_settings(config=str(cfg), data_dir=str(tmp_path / "data"))
+    assert s.default_agent == "broken"  # the preference, as configured
+    assert s.default_profile() == "works"  # what a thread without ``agent`` runs
+    good.unlink()
+    assert s.default_profile() == "demo"  # decided when asked: neither configured one runs
+    missing.write_text("#!/bin/sh\n")
+    missing.chmod(0o755)
+    assert s.default_profile() == "broken"  # installed after start: first again

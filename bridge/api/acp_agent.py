@@ -324,7 +324,7 @@ class AcpAgent:
         if not isinstance(params.get("protocolVersion"), int) or isinstance(params.get("protocolVersion"), bool):
             raise RpcError.invalid_params("protocolVersion must be an integer")
         self.initialized = True
-        profile = self.settings.agents.get(self.agent or self.settings.default_agent)
+        profile = self.settings.agents.get(self.agent or self.settings.default_profile())
         prompts = prompt_capabilities(profile.protocol if profile is not None else "")
         return {
             # The one version spoken here; a client asking for another decides (ACP initialization).

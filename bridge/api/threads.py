@@ -88,6 +88,7 @@ async def _run(request: Request, conv: Conversation, command: Command[A]) -> A:
 async def list_agents(request: Request) -> list[dict[str, Any]]:
     settings = context(request).settings
     shown = _shown(request)
+    default = settings.default_profile()
     return [
         {
             "name": name,
@@ -95,7 +96,7 @@ async def list_agents(request: Request) -> list[dict[str, Any]]:
             "model": p.model,
             "available": (problem := executable_problem(p.executable)) is None,
             "problem": shown.text(problem) if problem else None,
-            "default": name == settings.default_agent,
+            "default": name == default,
             "sandbox": settings.confinement().for_profile(p.sandbox).mechanism,
         }
         for name, p in settings.agents.items()

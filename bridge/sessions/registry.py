@@ -255,7 +255,7 @@ class Registry:
         admin: bool = False,
     ) -> Conversation:
         self._refuse_if_draining()
-        name = agent or self.settings.default_agent
+        name = agent or self.settings.default_profile()
         prof = self.profile(name)
         options = dict(options or {})
         unknown = set(options) - THREAD_OPTION_KEYS

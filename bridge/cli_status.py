@@ -25,7 +25,8 @@ NOT_RUNNING = 3  # status and login-link: no daemon serves that data dir (docs/a
 
 
 def agents(settings: Settings, *, as_json: bool) -> int:
-    rows = [_agent_row(settings, name, prof) for name, prof in settings.agents.items()]
+    default = settings.default_profile()  # once: it checks executables
+    rows = [_agent_row(settings, name, prof, default) for name, prof in settings.agents.items()]
     if as_json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -37,7 +38,7 @@ def agents(settings: Settings, *, as_json: bool) -> int:
     return 0
 
 
-def _agent_row(settings: Settings, name: str, prof: AgentProfile) -> dict[str, Any]:
+def _agent_row(settings: Settings, name: str, prof: AgentProfile, default: str) -> dict[str, Any]:
     problem = executable_problem(prof.executable)
     cli = None if problem or prof.builtin else cli_version(prof.executable, prof.args)
     return {
@@ -47,7 +48,7 @@ def _agent_row(settings: Settings, name: str, prof: AgentProfile) -> dict[str, A
         "executable": prof.executable,
         "available": problem is None,
         "problem": problem,
-        "default": name == settings.default_profile(),
+        "default": name == default,
         "sandbox": settings.confinement().for_profile(prof.sandbox).mechanism,
         # the CLI's npm package and version, and whether tests/real runs that version
         "cli": None if cli is None else {"package": cli.package, "version": cli.version, "tested": cli.tested},

@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from bridge.api.schema import ModeIn, PermissionFrame, PermissionIn, PromptIn
@@ -129,3 +131,31 @@ def test_every_kind_round_trips_with_its_answer() -> None:
         assert from_wire(*command.to_wire()) == command
     assert samples["interrupt"].answer_from_wire(samples["interrupt"].answer_to_wire(True)) is True
     assert samples["raw"].answer_from_wire({"seq": 5}) == 5
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=20,
+)
+_fields = st.sampled_from(
+    ["content", "client_id", "user", "by", "request_id", "decision", "option_id", "message", "mode_id", "x"]
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kind=st.sampled_from([*KINDS, "", "Prompt", "delete", "x" * 40]) | st.text(max_size=20),
+    body=st.dictionaries(_fields | st.text(max_size=8), _json, max_size=6),
+)
+def test_whatever_another_replica_sends_is_a_valid_command_or_invalid_request(kind: str, body: dict[str, Any]) -> None:
+    """A replica's bus message is untrusted input: any kind and body either makes a command
+    that passes its own bounds and survives its wire form unchanged, or is refused with
+    invalid_request — never another exception."""
+    try:
+        command = from_wire(kind, body)
+    except InvalidRequest as exc:
+        assert exc.code == "invalid_request"
+        return
+    command.check()
+    assert from_wire(*command.to_wire()) == command

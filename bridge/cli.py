@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import uvicorn
 
-from bridge import __version__, cli_status, datadir, discovery, secrets_cli
+from bridge import __version__, cli_help, cli_status, datadir, discovery, secrets_cli
 from bridge.config import Settings, load_settings, sandbox_refusal
 from bridge.connections import ConnectionGuard, connection_limit, guarded_protocol
 from bridge.errors import BridgeError
@@ -48,44 +48,69 @@ log = structlog.get_logger("bridge.cli")
 NOT_RUNNING = cli_status.NOT_RUNNING
 
 
+# The help of options several commands share (bridge/cli_help.py has the rest of the words).
+DATA_DIR_HELP = (
+    "data directory (default: AGENT_BRIDGE_DATA_DIR, else $XDG_DATA_HOME/agent-bridge, "
+    "else ~/.local/share/agent-bridge)"
+)
+JSON_HELP = "print JSON for programs (default: lines for people)"
+STORE_URL_HELP = (
+    "the store: sqlite:///PATH or postgresql://… "
+    "(default: AGENT_BRIDGE_STORE_URL, else [store] url, else sqlite:///<data-dir>/bridge.db)"
+)
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="agent-bridge", description=__doc__)
+    p = argparse.ArgumentParser(prog="agent-bridge")
     p.add_argument("--version", action="version", version=f"agent-bridge {__version__}")
-    sub = p.add_subparsers(dest="command")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     def common(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--config", help="TOML config file (env AGENT_BRIDGE_CONFIG)")
-        sp.add_argument("--data-dir", help="data directory (env AGENT_BRIDGE_DATA_DIR)")
+        sp.add_argument("--config", metavar="FILE", help="TOML config file (default: AGENT_BRIDGE_CONFIG, else none)")
+        sp.add_argument("--data-dir", metavar="DIR", help=DATA_DIR_HELP)
 
     serve = sub.add_parser("serve", help="run the daemon")
     common(serve)
-    serve.add_argument("--host", help="bind address (env AGENT_BRIDGE_HOST, default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port, 0 = any free one (env AGENT_BRIDGE_PORT)")
+    serve.add_argument("--host", help="bind address (default: AGENT_BRIDGE_HOST, else [server] host, else 127.0.0.1)")
+    serve.add_argument(
+        "--port",
+        type=int,
+        help="port; 0 picks a free one (default: AGENT_BRIDGE_PORT, else [server] port, else 8765)",
+    )
     auth = serve.add_mutually_exclusive_group()
     auth.add_argument(
         "--token",
-        help="auth token; visible to every local user in ps, so prefer the env twin "
-        "AGENT_BRIDGE_TOKEN or the token file <data-dir>/token",
+        help="auth token, visible to every local user in ps: prefer AGENT_BRIDGE_TOKEN "
+        "(default: AGENT_BRIDGE_TOKEN, else the file <data-dir>/token, made at the first start)",
     )
-    auth.add_argument("--no-auth", action="store_true", help="no token (loopback only)")
-    serve.add_argument("--log-format", choices=["json", "console"])
+    auth.add_argument(
+        "--no-auth", action="store_true", help="no token; loopback or --uds only (default: a token is needed)"
+    )
+    serve.add_argument(
+        "--log-format",
+        choices=["json", "console"],
+        help="log lines as JSON objects or for a terminal (default: AGENT_BRIDGE_LOG_FORMAT, else console)",
+    )
     _desktop_serve_flags(serve)
 
-    agents = sub.add_parser("agents", help="list agent profiles and whether each is usable")
+    agents = sub.add_parser("agents", help="list the agent profiles, whether each can run, and the default")
     common(agents)
-    agents.add_argument("--json", action="store_true", help="machine-readable output")
+    agents.add_argument("--json", action="store_true", help=JSON_HELP)
     _desktop_commands(sub)
 
-    acp = sub.add_parser("acp", help="a stdio ACP agent relaying to a daemon's ACP gateway (for editors)")
-    acp.add_argument("--url", help="the daemon's URL (default: the local daemon of --data-dir)")
-    acp.add_argument("--token", help="auth token (default: AGENT_BRIDGE_TOKEN, else the local daemon's token file)")
-    acp.add_argument("--agent", help="the agent profile for new sessions (default: the daemon's default)")
-    acp.add_argument("--data-dir", help="data directory of the local daemon (env AGENT_BRIDGE_DATA_DIR)")
+    acp = sub.add_parser("acp", help="an ACP agent on stdio, relayed to a daemon (for editors)")
+    acp.add_argument("--url", help="the daemon's address (default: the daemon serving --data-dir)")
+    acp.add_argument("--token", help="auth token (default: AGENT_BRIDGE_TOKEN, else that daemon's token file)")
+    acp.add_argument(
+        "--agent", metavar="NAME", help="the agent profile of new sessions (default: the daemon's default)"
+    )
+    acp.add_argument("--data-dir", metavar="DIR", help=DATA_DIR_HELP)
 
     migrate = sub.add_parser("migrate", help="create or upgrade the store's schema, then exit")
     common(migrate)
-    migrate.add_argument("--store-url", help="store URL (env AGENT_BRIDGE_STORE_URL, [store] url)")
+    migrate.add_argument("--store-url", metavar="URL", help=STORE_URL_HELP)
     _users_commands(sub, common)
+    cli_help.finish(p)
     return p
 
 
@@ -95,31 +120,40 @@ def _users_commands(sub: Any, common: Callable[[argparse.ArgumentParser], None])
     usub = users.add_subparsers(dest="users_command", required=True)
     add = usub.add_parser("add", help="add a user (or give a revoked one a new token); prints the token once")
     add.add_argument("name")
-    add.add_argument("--admin", action="store_true", help="the user sees and may act on every thread")
+    add.add_argument(
+        "--admin", action="store_true", help="the user sees and may act on every thread (default: only their own)"
+    )
     listing = usub.add_parser("list", help="list users")
-    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    listing.add_argument("--json", action="store_true", help=JSON_HELP)
     revoke = usub.add_parser("revoke", help="revoke a user: their token, sessions and open streams end")
     revoke.add_argument("name")
     for sp in (add, listing, revoke):
         common(sp)
-        sp.add_argument("--store-url", help="store URL (env AGENT_BRIDGE_STORE_URL, [store] url)")
+        sp.add_argument("--store-url", metavar="URL", help=STORE_URL_HELP)
     secrets_cli.add_commands(usub, common)
 
 
 def _desktop_serve_flags(serve: argparse.ArgumentParser) -> None:
     """Flags for desktop shells (docs/desktop.md)."""
-    serve.add_argument("--uds", metavar="PATH", help="listen on this Unix socket (created 0600) instead of a TCP port")
     serve.add_argument(
-        "--parent-pid", type=int, metavar="PID", help="exit cleanly when this process exits (sidecar mode)"
+        "--uds",
+        metavar="PATH",
+        help="listen on this Unix socket (made 0600) instead of a TCP port (default: TCP)",
+    )
+    serve.add_argument(
+        "--parent-pid",
+        type=int,
+        metavar="PID",
+        help="stop cleanly when this process exits, for desktop shells (default: run until signalled)",
     )
 
 
 def _desktop_commands(sub: Any) -> None:
-    status = sub.add_parser("status", help="whether a daemon serves the data dir (exit 0 running, 3 not)")
-    status.add_argument("--data-dir", help="data directory (env AGENT_BRIDGE_DATA_DIR)")
-    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status = sub.add_parser("status", help="does a daemon serve the data dir? (exit 0 yes, 3 no)")
+    status.add_argument("--data-dir", metavar="DIR", help=DATA_DIR_HELP)
+    status.add_argument("--json", action="store_true", help=JSON_HELP)
     link = sub.add_parser("login-link", help="print a fresh one-time sign-in link for the running daemon")
-    link.add_argument("--data-dir", help="data directory (env AGENT_BRIDGE_DATA_DIR)")
+    link.add_argument("--data-dir", metavar="DIR", help=DATA_DIR_HELP)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -281,6 +315,7 @@ def serve(
         log.warning("auth.secret_on_command_line", hint=ON_COMMAND_LINE_HINT)
     protect_secrets(settings)
     _warn_unconfined(settings)
+    _log_unusable(settings)
     # Private files, one daemon per data dir, and agents' escaped descendants found; the
     # lock is held before the store is opened and before any reaper runs (bridge/datadir.py).
     datadir.make_private(settings.data_dir)
@@ -383,6 +418,14 @@ def _warn_unconfined(settings: Settings) -> None:
     why = box.problem or '[sandbox] mode = "none"'
     print(f"agent-bridge: warning: agents run unconfined ({why}); see docs/security.md", file=sys.stderr)
     log.warning("sandbox.none", reason=why)
+
+
+def _log_unusable(settings: Settings) -> None:
+    """Once at start: the profiles that cannot run and why (the reasons carry no URL's
+    userinfo or query: bridge/config_sources.py). The daemon serves the others."""
+    unusable = {name: problem for name in settings.agents if (problem := settings.profile_problem(name))}
+    if unusable:
+        log.warning("agents.unusable", profiles=unusable, default=settings.default_profile())
 
 
 def _serve_refusal(settings: Settings, parent_pid: int | None, *, unix_socket: bool) -> str | None:

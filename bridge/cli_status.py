@@ -15,7 +15,6 @@ from typing import Any
 
 from bridge import discovery
 from bridge.config import AgentProfile, Settings, default_data_dir
-from bridge.process.launch import executable_problem
 from bridge.tested_agents import TESTED, cli_version
 
 NOT_RUNNING = 3  # status and login-link: no daemon serves that data dir (docs/api.md §1.1)
@@ -39,7 +38,7 @@ def agents(settings: Settings, *, as_json: bool) -> int:
 
 
 def _agent_row(settings: Settings, name: str, prof: AgentProfile, default: str) -> dict[str, Any]:
-    problem = executable_problem(prof.executable)
+    problem = settings.profile_problem(name)  # a launch rule its settings break, or its executable's
     cli = None if problem or prof.builtin else cli_version(prof.executable, prof.args)
     return {
         "name": name,

@@ -3,14 +3,17 @@
 Agent profiles come from, in order: the ``[agents.*]`` tables of the config file, the AWP
 launch variables (profile ``awp``), real agent CLIs found on ``PATH`` (``claude``,
 ``qwen``, ``codebuddy``/``cbc``), and the bundled ``demo`` agent, which needs no API key
-and is always present. A profile whose executable is unusable is still listed, with the
-reason (``agent-bridge agents``, ``GET /v1/agents``); it is simply refused at launch.
+and is always present. A profile that cannot run (its executable is unusable, or its own
+settings break a launch rule: a remote URL without the opt-in, a relative ``mcp_config``)
+is still listed, with the reason and the fix (``agent-bridge agents``, ``GET /v1/agents``),
+never the default, and refused at launch; the daemon starts all the same. A config that is
+malformed (TOML syntax, an unknown key, a wrong type) stops the start, naming the file,
+the section and the key (bridge/config_sources.py).
 """
 
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import re
 import shutil
@@ -19,11 +22,21 @@ import sys
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from bridge.config_sources import (
+    Sources,
+    awp_json,
+    port_given,
+    profile_refusal,
+    server_env_twins,
+    toml_error,
+    twins,
+    unknown_section,
+)
 from bridge.errors import ConfigError, LaunchRefused
 from bridge.launching import check_profile, spawn_options
 from bridge.network import parse_host_port, parse_origin
@@ -31,6 +44,7 @@ from bridge.process.launch import LaunchSpec, executable_problem, model_problem
 from bridge.process.sandbox import Sandbox, SandboxConfig, confine
 from bridge.process.sandbox import resolve as resolve_sandbox
 
+_M = TypeVar("_M", bound=BaseModel)
 Protocol = Literal["stream-json", "awp-jsonl", "acp"]
 PermissionMode = Literal["default", "acceptEdits", "plan", "bypassPermissions", "dontAsk"]
 
@@ -313,18 +327,35 @@ class Settings(BaseModel):
     # Who may be the default, in order: the configured profiles, then the demo (issue #34:
     # the first of them that can run, not the first whatever its state).
     default_order: list[str] = Field(default_factory=list)
+    # Profiles whose own settings break a launch rule, found at load: name → (the rule's
+    # code, why and how to fix it). They are listed and refused, never the default.
+    refused_profiles: dict[str, tuple[str, str]] = Field(default_factory=dict)
     config_file: Path | None = None
     _confinement: Sandbox | None = PrivateAttr(default=None)
 
     def default_profile(self) -> str:
         """The profile a thread created without ``agent`` runs: the first of
-        ``default_order`` whose executable is usable now (a CLI installed after start
-        counts), else ``default_agent``, whose refusal then says what is wrong."""
+        ``default_order`` that can run now (a CLI installed after start counts), else
+        ``default_agent``, whose refusal then says what is wrong."""
         for name in self.default_order:
-            prof = self.agents.get(name)
-            if prof is not None and executable_problem(prof.executable) is None:
+            if name in self.agents and self.profile_problem(name) is None:
                 return name
         return self.default_agent
+
+    def profile_problem(self, name: str) -> str | None:
+        """Why the profile ``name`` cannot run now, or None: a launch rule its settings break
+        (said with the fix), else its executable's problem (checked now)."""
+        refused = self.refused_profiles.get(name)
+        if refused is not None:
+            return refused[1]
+        return executable_problem(self.agents[name].executable)
+
+    def check_runnable(self, name: str) -> None:
+        """Raise LaunchRefused (the rule's code, 422) for a profile whose own settings break
+        a launch rule; an unusable executable is refused by the launch rules themselves."""
+        refused = self.refused_profiles.get(name)
+        if refused is not None:
+            raise LaunchRefused(f"agent profile {name!r} cannot run: {refused[1]}", code=refused[0])
 
     @property
     def host(self) -> str:
@@ -408,6 +439,8 @@ def demo_profile(data_dir: Path) -> AgentProfile:
         env={"DEMO_AGENT_STATE_DIR": str(data_dir / "demo-agent")},
         model="demo",
         builtin=True,
+        # Its "edit" and "tour" ask before they change a file: the page shows the prompt.
+        permission_prompts=True,
         # Its histories (every demo thread's: it is a demo) are the one part of the data dir
         # an agent may reach.
         sandbox_extra_write=[str(data_dir / "demo-agent")],
@@ -418,7 +451,7 @@ def _awp_profile(env: Mapping[str, str]) -> AgentProfile | None:
     exe = env.get("AWP_AGENT_CLI_EXECUTABLE")
     if not exe:
         return None
-    args, child_env = _awp_json(env)
+    args, child_env = awp_json(env)
     protocol = env.get("AWP_AGENT_CLI_PROTOCOL") or "awp-jsonl"
     if protocol not in ("awp-jsonl", "stream-json"):
         raise ConfigError(f"AWP_AGENT_CLI_PROTOCOL must be awp-jsonl or stream-json, not {protocol!r}")
@@ -436,24 +469,7 @@ def _awp_profile(env: Mapping[str, str]) -> AgentProfile | None:
             remote_api_opt_in=env.get("AWP_AGENT_REMOTE_API_OPT_IN") == "1",
         )
     except ValidationError as exc:
-        raise ConfigError(f"AWP_AGENT_CLI_* variables: {exc}") from exc
-
-
-def _awp_json(env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
-    """AWP_AGENT_CLI_ARGS_JSON (an array of strings) and AWP_AGENT_CLI_ENV_JSON (an object
-    of strings)."""
-    try:
-        args = json.loads(env.get("AWP_AGENT_CLI_ARGS_JSON") or "[]")
-        child_env = json.loads(env.get("AWP_AGENT_CLI_ENV_JSON") or "{}")
-    except ValueError as exc:
-        raise ConfigError(f"AWP_AGENT_CLI_ARGS_JSON / AWP_AGENT_CLI_ENV_JSON is not JSON: {exc}") from exc
-    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-        raise ConfigError("AWP_AGENT_CLI_ARGS_JSON must be a JSON array of strings")
-    if not isinstance(child_env, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in child_env.items()
-    ):
-        raise ConfigError("AWP_AGENT_CLI_ENV_JSON must be a JSON object of strings")
-    return args, child_env
+        raise Sources().invalid(exc, AgentProfile, "agents", "the AWP_AGENT_CLI_* variables:") from exc
 
 
 def _path_profiles(env: Mapping[str, str], taken: set[str]) -> dict[str, AgentProfile]:
@@ -474,8 +490,20 @@ def load_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(fh)
     except FileNotFoundError as exc:
         raise ConfigError(f"config file not found: {path}") from exc
-    except (tomllib.TOMLDecodeError, OSError) as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise toml_error(str(path.absolute()), exc) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {getattr(exc, 'strerror', None) or exc}") from exc
+
+
+# Each section's settings, for the refusal of a name that is not a section.
+_SECTION_MODELS: dict[str, type[BaseModel]] = {
+    "server": ServerSettings,
+    "store": StoreSettings,
+    "cluster": ClusterSettings,
+    "auth": AuthSettings,
+    "sandbox": SandboxSettings,
+}
 
 
 def load_settings(
@@ -494,15 +522,17 @@ def load_settings(
     env = os.environ if env is None else env
     config = config or env.get("AGENT_BRIDGE_CONFIG")
     raw: dict[str, Any] = load_toml(Path(config)) if config else {}
-    server_raw = _table(raw.pop("server", {}) or {}, "[server] must be a table")
-    agents_raw = _table(raw.pop("agents", {}) or {}, "[agents] must be a table of profiles")
-    store, cluster, auth = _store(raw, env), _cluster(raw, env), _auth(raw)
-    sandbox = _sandbox(raw, env)
-    if raw:
-        raise ConfigError(f"unknown config sections: {', '.join(sorted(raw))}")
-    server = _server(server_raw, host or env.get("AGENT_BRIDGE_HOST"), _port(port, env), env)
+    src = Sources(str(Path(config).absolute()) if config else None)
+    server_raw = _table(src, raw.pop("server", {}), "[server] must be a table")
+    agents_raw = _table(src, raw.pop("agents", {}), "[agents] must be a table of profiles")
+    store, cluster, auth = _store(src, raw, env), _cluster(src, raw, env), _auth(src, raw)
+    sandbox = _sandbox(src, raw, env)
+    for name, value in sorted(raw.items()):
+        raise unknown_section(src, name, value, {s: m.model_fields for s, m in _SECTION_MODELS.items()})
+    host_from = ("--host", host) if host else ("AGENT_BRIDGE_HOST", env.get("AGENT_BRIDGE_HOST"))
+    server = _server(src, server_raw, host_from, port_given(port, env), env)
     ddir = Path(data_dir or env.get("AGENT_BRIDGE_DATA_DIR") or default_data_dir(env)).expanduser().absolute()
-    agents, default, order = _all_profiles(agents_raw, env, ddir, discover_path=discover_path)
+    agents, default, order, refused = _all_profiles(src, agents_raw, env, ddir, discover_path=discover_path)
     return Settings(
         server=server,
         store=store,
@@ -516,17 +546,19 @@ def load_settings(
         agents=agents,
         default_agent=default,
         default_order=order,
+        refused_profiles=refused,
         config_file=Path(config).absolute() if config else None,
     )
 
 
 def _all_profiles(
-    agents_raw: dict[str, Any], env: Mapping[str, str], ddir: Path, *, discover_path: bool
-) -> tuple[dict[str, AgentProfile], str, list[str]]:
+    src: Sources, agents_raw: dict[str, Any], env: Mapping[str, str], ddir: Path, *, discover_path: bool
+) -> tuple[dict[str, AgentProfile], str, list[str], dict[str, tuple[str, str]]]:
     """Every profile — configured, the AWP variables', found on PATH, the demo — the
-    preferred default (the first configured, else the demo), and who may be the default
-    in order (the configured ones, then the demo; never one found on PATH)."""
-    agents = _profiles(agents_raw)
+    preferred default (the first configured, else the demo), who may be the default in
+    order (the configured ones, then the demo; never one found on PATH), and the profiles
+    whose own settings break a launch rule (Settings.refused_profiles)."""
+    agents = _profiles(src, agents_raw)
     configured = list(agents)
     awp = _awp_profile(env)
     if awp is not None and "awp" not in agents:
@@ -536,132 +568,97 @@ def _all_profiles(
         agents.update(_path_profiles(env, set(agents) | {DEMO_PROFILE}))
     if DEMO_PROFILE not in agents:
         agents[DEMO_PROFILE] = demo_profile(ddir)
+    refused: dict[str, tuple[str, str]] = {}
     for name, prof in agents.items():
-        # Rules a profile can break by itself (remote URLs, relative mcp_config): refused
-        # now rather than at every launch. An unusable executable is only listed.
+        # Rules a profile can break by itself (remote URLs, a relative mcp_config): found
+        # once, here. Such a profile cannot run, like one whose executable is missing: it
+        # is listed with the reason and refused, and the daemon starts (issue #34 item 4).
         try:
             check_profile(prof, spawn_options(prof, None, THREAD_OPTION_KEYS), check_executable=False)
         except LaunchRefused as exc:
-            raise ConfigError(f"agent profile {name!r}: {exc.message}") from exc
-    return agents, configured[0] if configured else DEMO_PROFILE, [*configured, DEMO_PROFILE]
+            awp_vars = name == "awp" and name not in agents_raw
+            refused[name] = (exc.code, profile_refusal(name, exc.code, exc.message, awp=awp_vars))
+    return agents, configured[0] if configured else DEMO_PROFILE, [*configured, DEMO_PROFILE], refused
 
 
-def _table(value: Any, problem: str) -> dict[str, Any]:
+def _table(src: Sources, value: Any, problem: str) -> dict[str, Any]:
+    if value is None:
+        return {}
     if not isinstance(value, dict):
-        raise ConfigError(problem)
+        raise src.error(problem)
     return dict(value)
 
 
-def _port(port: int | None, env: Mapping[str, str]) -> int | None:
-    if port is None and env.get("AGENT_BRIDGE_PORT"):
-        try:
-            return int(env["AGENT_BRIDGE_PORT"])
-        except ValueError as exc:
-            raise ConfigError("AGENT_BRIDGE_PORT must be an integer") from exc
-    return port
+def _section(src: Sources, model: type[_M], section: str, raw: dict[str, Any], table: str = "") -> _M:
+    """``raw`` validated as ``model``; a refusal names the file, ``[section]`` and the key."""
+    try:
+        return model(**raw)
+    except ValidationError as exc:
+        raise src.invalid(exc, model, section, table or f"[{section}]") from exc
 
 
-def _server(server_raw: dict[str, Any], host: str | None, port: int | None, env: Mapping[str, str]) -> ServerSettings:
-    if host:
-        server_raw["host"] = host
+def _server(
+    src: Sources,
+    raw: dict[str, Any],
+    host: tuple[str, str | None],
+    port: tuple[str, int] | None,
+    env: Mapping[str, str],
+) -> ServerSettings:
+    if host[1]:
+        src.put(raw, "server", "host", host[1], host[0])
     if port is not None:
-        server_raw["port"] = port
-    server_raw.update(_server_env_twins(env))
-    try:
-        return ServerSettings(**server_raw)
-    except ValidationError as exc:
-        raise ConfigError(f"[server]: {_errors(exc)}") from exc
+        src.put(raw, "server", "port", port[1], port[0])
+    server_env_twins(src, raw, env)
+    return _section(src, ServerSettings, "server", raw)
 
 
-def _store(config: dict[str, Any], env: Mapping[str, str]) -> StoreSettings:
+def _store(src: Sources, config: dict[str, Any], env: Mapping[str, str]) -> StoreSettings:
     """``[store]`` (taken out of ``config``) with its env twin."""
-    raw = _table(config.pop("store", {}) or {}, "[store] must be a table")
-    if env.get("AGENT_BRIDGE_STORE_URL"):
-        raw["url"] = env["AGENT_BRIDGE_STORE_URL"]
-    if env.get("AGENT_BRIDGE_STORE_WRITER"):
-        raw["writer"] = env["AGENT_BRIDGE_STORE_WRITER"]
-    try:
-        settings = StoreSettings(**raw)
-    except ValidationError as exc:
-        raise ConfigError(f"[store]: {_errors(exc)}") from exc
+    raw = _table(src, config.pop("store", {}), "[store] must be a table")
+    twins(src, raw, "store", env, {"url": "AGENT_BRIDGE_STORE_URL", "writer": "AGENT_BRIDGE_STORE_WRITER"})
+    settings = _section(src, StoreSettings, "store", raw)
     if settings.url is not None:
         from bridge.store.urls import parse
 
-        parse(settings.url)  # a bad URL is a start-up error (shown without its password)
+        try:
+            parse(settings.url)  # a bad URL is a start-up error (shown without its password)
+        except ConfigError as exc:
+            label = src.given.get(("store", "url"))
+            raise (ConfigError(f"{label}: {exc.message}") if label else src.error(exc.message)) from exc
     return settings
 
 
-def _auth(config: dict[str, Any]) -> AuthSettings:
+def _auth(src: Sources, config: dict[str, Any]) -> AuthSettings:
     """``[auth]`` (taken out of ``config``)."""
-    raw = _table(config.pop("auth", {}) or {}, "[auth] must be a table")
-    try:
-        return AuthSettings(**raw)
-    except ValidationError as exc:
-        raise ConfigError(f"[auth]: {_errors(exc)}") from exc
+    return _section(src, AuthSettings, "auth", _table(src, config.pop("auth", {}), "[auth] must be a table"))
 
 
-def _sandbox(config: dict[str, Any], env: Mapping[str, str]) -> SandboxSettings:
+def _sandbox(src: Sources, config: dict[str, Any], env: Mapping[str, str]) -> SandboxSettings:
     """``[sandbox]`` (taken out of ``config``) with its env twin for the mode."""
-    raw = _table(config.pop("sandbox", {}) or {}, "[sandbox] must be a table")
-    if env.get("AGENT_BRIDGE_SANDBOX"):
-        raw["mode"] = env["AGENT_BRIDGE_SANDBOX"]
-    try:
-        return SandboxSettings(**raw)
-    except ValidationError as exc:
-        raise ConfigError(f"[sandbox]: {_errors(exc)}") from exc
+    raw = _table(src, config.pop("sandbox", {}), "[sandbox] must be a table")
+    twins(src, raw, "sandbox", env, {"mode": "AGENT_BRIDGE_SANDBOX"})
+    return _section(src, SandboxSettings, "sandbox", raw)
 
 
-def _cluster(config: dict[str, Any], env: Mapping[str, str]) -> ClusterSettings:
+def _cluster(src: Sources, config: dict[str, Any], env: Mapping[str, str]) -> ClusterSettings:
     """``[cluster]`` (taken out of ``config``) with its env twin."""
-    raw = _table(config.pop("cluster", {}) or {}, "[cluster] must be a table")
-    if env.get("AGENT_BRIDGE_REPLICA_ID"):
-        raw["replica_id"] = env["AGENT_BRIDGE_REPLICA_ID"]
-    if env.get("AGENT_BRIDGE_BUS_URL"):
-        raw["bus_url"] = env["AGENT_BRIDGE_BUS_URL"]
-    try:
-        return ClusterSettings(**raw)
-    except ValidationError as exc:
-        raise ConfigError(f"[cluster]: {_errors(exc)}") from exc
+    raw = _table(src, config.pop("cluster", {}), "[cluster] must be a table")
+    twins(src, raw, "cluster", env, {"replica_id": "AGENT_BRIDGE_REPLICA_ID", "bus_url": "AGENT_BRIDGE_BUS_URL"})
+    return _section(src, ClusterSettings, "cluster", raw)
 
 
-def _profiles(agents_raw: dict[str, Any]) -> dict[str, AgentProfile]:
+def _profiles(src: Sources, agents_raw: dict[str, Any]) -> dict[str, AgentProfile]:
     agents: dict[str, AgentProfile] = {}
     for name, prof in agents_raw.items():
         if not isinstance(prof, dict):
-            raise ConfigError(f"[agents.{name}] must be a table")
-        reserved = {"name", "builtin"} & set(prof)
-        if reserved:
-            raise ConfigError(f"[agents.{name}]: {', '.join(sorted(reserved))} cannot be set")
-        try:
-            agents[name] = AgentProfile(**{**prof, "name": name})
-        except ValidationError as exc:
-            raise ConfigError(f"[agents.{name}]: {_errors(exc)}") from exc
+            raise src.error(f"[agents.{name}] must be a table")
+        for key in sorted({"name", "builtin"} & set(prof)):
+            raise src.error(f"[agents.{name}] {key}: cannot be set (the profile's name is its table's)")
+        agents[name] = _section(src, AgentProfile, "agents", {**prof, "name": name}, f"[agents.{name}]")
     return agents
-
-
-def _server_env_twins(env: Mapping[str, str]) -> dict[str, Any]:
-    """``[server]`` keys a container or unit sets without a config file: replace the TOML
-    value when the variable is set (an empty ``AGENT_BRIDGE_ALLOWED_HOSTS`` clears the list)."""
-    out: dict[str, Any] = {}
-    hosts = env.get("AGENT_BRIDGE_ALLOWED_HOSTS")
-    if hosts is not None:
-        out["allowed_hosts"] = [h.strip() for h in hosts.split(",") if h.strip()]
-    trust = env.get("AGENT_BRIDGE_TRUST_PROXY_HEADERS")
-    if trust is not None:
-        if trust.strip().lower() not in _BOOLS:
-            raise ConfigError(f"AGENT_BRIDGE_TRUST_PROXY_HEADERS must be true or false, not {trust!r}")
-        out["trust_proxy_headers"] = _BOOLS[trust.strip().lower()]
-    return out
-
-
-_BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 
 def _log_format(value: str) -> Literal["json", "console"]:
     if value not in ("json", "console"):
         raise ConfigError(f"log format must be json or console, not {value!r}")
     return value  # type: ignore[return-value]
-
-
-def _errors(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in exc.errors())

@@ -36,12 +36,16 @@ def add_commands(usub: Any, common: Callable[[argparse.ArgumentParser], None]) -
     for sp in (put, listing, unset):
         sp.add_argument("name", help='a user, or "operator" (the daemon\'s own token)')
     for sp in (put, unset):
-        sp.add_argument("profile")
+        sp.add_argument("profile", help="an agent profile of the config")
         sp.add_argument("key", help="an environment variable's name, e.g. ANTHROPIC_API_KEY")
-    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    listing.add_argument("--json", action="store_true", help="print JSON for programs (default: lines for people)")
     for sp in (put, listing, unset):
         common(sp)
-        sp.add_argument("--store-url", help="store URL (env AGENT_BRIDGE_STORE_URL, [store] url)")
+        sp.add_argument(
+            "--store-url",
+            metavar="URL",
+            help="the store (default: AGENT_BRIDGE_STORE_URL, else [store] url, else sqlite:///<data-dir>/bridge.db)",
+        )
 
 
 def read_value(stdin: BinaryIO | None = None) -> str:

@@ -4,6 +4,7 @@ defaults, the AWP launch variables, config errors, the token file, ``--no-auth``
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import itertools
@@ -310,12 +311,12 @@ def test_malformed_awp_variables_are_a_clear_config_error(
         ('[agents.mine]\nexecutable = "/bin/true"\ncolour = "red"\n', ["[agents.mine]", "colour"]),
         ('[agents.mine]\nexecutable = "/bin/true"\nprotocol = "telnet"\n', ["[agents.mine]", "protocol"]),
         ("[agents.mine]\nargs = []\n", ["[agents.mine]", "executable"]),
-        ("[servr]\nport = 1\n", ["unknown config sections", "servr"]),
+        ("[servr]\nport = 1\n", ["[servr]: not a section; did you mean [server]?"]),
         ("server = 5\n", ["[server]", "table"]),
         ('server = "ab"\n', ["[server]", "table"]),
         ("agents = 5\n", ["[agents]", "table"]),
         ("[agents]\nmine = 5\n", ["[agents.mine]", "table"]),
-        ("[server\nport = 1\n", ["cannot read config file"]),
+        ("[server\nport = 1\n", ["line 1, column 8: not valid TOML: expected ']'"]),
     ],
 )
 def test_bad_config_file_is_a_config_error_naming_the_problem(tmp_path: Path, toml: str, words: list[str]) -> None:
@@ -323,6 +324,68 @@ def test_bad_config_file_is_a_config_error_naming_the_problem(tmp_path: Path, to
     with pytest.raises(ConfigError) as exc:
         load_settings(config=str(cfg), env={"HOME": str(tmp_path)}, discover_path=False)
     assert all(w in exc.value.message for w in words), exc.value.message
+    assert exc.value.message.startswith(f"{cfg}: "), exc.value.message  # the file, first
+
+
+@pytest.mark.parametrize(
+    ("toml", "said"),
+    [
+        # Issue #34: "[server]: prot: Extra inputs are not permitted" named neither the
+        # file nor the key meant.
+        ("[server]\nprot = 8000\n", "[server] prot: not a setting; did you mean 'port'?"),
+        ("[store]\nurll = 'x'\n", "[store] urll: not a setting; did you mean 'url'?"),
+        ("[cluster]\nreplica = 'x'\n", "[cluster] replica: not a setting; did you mean 'replica_id'?"),
+        ("[auth]\nmod = 'users'\n", "[auth] mod: not a setting; did you mean 'mode'?"),
+        ("[sandbox]\nextra_reads = []\n", "[sandbox] extra_reads: not a setting; did you mean 'extra_read'?"),
+        (
+            '[agents.mine]\nexecutable = "/bin/true"\nremote_api_optin = true\n',
+            "[agents.mine] remote_api_optin: not a setting; did you mean 'remote_api_opt_in'?",
+        ),
+        ("[server]\nzzz = 1\n", "[server] zzz: not a setting; the settings of [server] are in docs/configuration.md"),
+        # Wrong types, said in TOML's words, never quoting the value (it may be a secret).
+        ('[server]\nport = "eighty"\n', "[server] port: must be a whole number, not text"),
+        ("[server]\nallowed_hosts = 'a.example'\n", "[server] allowed_hosts: must be a list, not text"),
+        (
+            "[server]\ntrust_proxy_headers = 'yes please'\n",
+            "[server] trust_proxy_headers: must be true or false, not text",
+        ),
+        (
+            '[agents.mine]\nexecutable = "/bin/true"\nenv = "sk-secret"\n',
+            "[agents.mine] env: must be a table, not text",
+        ),
+        (
+            '[agents.mine]\nexecutable = "/bin/true"\nenv = { A = 1 }\n',
+            "[agents.mine] env.A: must be text in quotes, not a whole number",
+        ),
+        ("[auth]\nmode = 'user'\n", "[auth] mode: must be one of 'token' or 'users'"),
+        ("[server]\nport = 70000\n", "[server] port: must be at most 65535"),
+        # Names that are not sections: the nearest section, or the section the key is in.
+        ("[agent.x]\nexecutable = '/bin/true'\n", "[agent]: not a section; did you mean [agents]?"),
+        ("port = 1\n", "port: not a section; did you mean port under [server]?"),
+        # TOML syntax: the line and column.
+        ("[server]\nport = = 1\n", "line 2, column 8: not valid TOML: invalid value"),
+    ],
+)
+def test_config_errors_name_the_file_section_key_and_the_nearest_name(tmp_path: Path, toml: str, said: str) -> None:
+    cfg = write(tmp_path / "config.toml", toml)
+    with pytest.raises(ConfigError) as exc:
+        load_settings(config=str(cfg), env={"HOME": str(tmp_path)}, discover_path=False)
+    assert exc.value.message == f"{cfg}: {said}"
+    assert "sk-secret" not in exc.value.message and "Input should" not in exc.value.message
+
+
+def test_a_value_from_an_env_twin_or_a_flag_is_named_by_it_not_by_the_file(tmp_path: Path) -> None:
+    cfg = write(tmp_path / "config.toml", "[server]\nport = 80\n")
+    home = {"HOME": str(tmp_path)}
+    with pytest.raises(ConfigError) as exc:
+        load_settings(config=str(cfg), env={**home, "AGENT_BRIDGE_PORT": "70000"}, discover_path=False)
+    assert exc.value.message == "[server] port (from AGENT_BRIDGE_PORT): must be at most 65535"
+    with pytest.raises(ConfigError) as exc:
+        load_settings(config=str(cfg), port=70000, env=home, discover_path=False)
+    assert exc.value.message == "[server] port (from --port): must be at most 65535"
+    with pytest.raises(ConfigError) as exc:
+        load_settings(env={**home, "AGENT_BRIDGE_SANDBOX": "chroot"}, discover_path=False)
+    assert exc.value.message.startswith("[sandbox] mode (from AGENT_BRIDGE_SANDBOX): must be one of 'auto'")
 
 
 def test_missing_config_file(tmp_path: Path) -> None:
@@ -336,7 +399,7 @@ def test_missing_config_file(tmp_path: Path) -> None:
         ("serve", "[server]\nbogus_key = 1\n", "bogus_key"),
         ("serve", '[agents.mine]\nexecutable = "/bin/true"\ncolour = "red"\n', "colour"),
         ("agents", '[agents.mine]\nexecutable = "/bin/true"\ncolour = "red"\n', "colour"),
-        ("serve", "[server\n", "cannot read config file"),
+        ("serve", "[server\n", "not valid TOML"),
         ("agents", "server = 5\n", "[server] must be a table"),
     ],
 )
@@ -536,6 +599,35 @@ def test_version(tmp_path: Path) -> None:
 def test_no_command_prints_help_and_exits_2(tmp_path: Path) -> None:
     r = run_cli(tmp_path)
     assert r.returncode == 2 and "serve" in r.stdout
+
+
+def every_parser(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    out = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                out += every_parser(sub)
+    return out
+
+
+def test_help_is_plain_text_with_every_default_and_examples(tmp_path: Path) -> None:
+    """Issue #34: ``--help`` showed the module docstring's reST (````serve````), and
+    options without their defaults."""
+    from bridge.cli import _parser
+
+    parsers = every_parser(_parser())
+    assert len(parsers) > 12
+    for parser in parsers:
+        text = parser.format_help()
+        assert "``" not in text and not re.search(r":\w+:`", text), text
+        assert re.search(r"^examples?:\n  agent-bridge ", text, re.M), text  # laid out as written
+        for action in parser._actions:
+            if action.option_strings and action.dest not in ("help", "version"):
+                assert action.help and "(default: " in action.help, (parser.prog, action.option_strings)
+    r = run_cli(tmp_path, "serve", "--help")
+    assert r.returncode == 0 and "``" not in r.stdout
+    assert "(default: AGENT_BRIDGE_PORT, else [server] port, else 8765)" in " ".join(r.stdout.split())
+    assert "  agent-bridge serve --port 0 --data-dir /tmp/bridge-try" in r.stdout
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

@@ -17,7 +17,6 @@ from bridge.api.schema import ModeIn, PermissionIn, PromptIn
 from bridge.api.users import check_owner, current_user
 from bridge.api.views import Shown, shown_to, thread_view
 from bridge.errors import InvalidRequest
-from bridge.process.launch import executable_problem
 from bridge.protocols.events import Record
 from bridge.protocols.jsonline import dumps
 from bridge.sessions.commands import Command, Interrupt
@@ -94,7 +93,7 @@ async def list_agents(request: Request) -> list[dict[str, Any]]:
             "name": name,
             "protocol": p.protocol,
             "model": p.model,
-            "available": (problem := executable_problem(p.executable)) is None,
+            "available": (problem := settings.profile_problem(name)) is None,
             "problem": shown.text(problem) if problem else None,
             "default": name == default,
             "sandbox": settings.confinement().for_profile(p.sandbox).mechanism,

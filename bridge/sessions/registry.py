@@ -257,6 +257,7 @@ class Registry:
         self._refuse_if_draining()
         name = agent or self.settings.default_profile()
         prof = self.profile(name)
+        self.settings.check_runnable(name)  # a launch rule its own settings break (docs/api.md §1.5)
         options = dict(options or {})
         unknown = set(options) - THREAD_OPTION_KEYS
         if unknown:

@@ -10,8 +10,6 @@ import os
 import shutil
 import sqlite3
 import stat
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -418,36 +416,51 @@ async def test_child_env_has_no_daemon_secrets(daemon_factory: Any, tmp_path: Pa
     assert {k: env[k] for k in env if k not in os_part} == profile_env
 
 
-@pytest.mark.parametrize(
-    ("profile", "words"),
-    [
-        ("remote_env", ("remote_api_opt_in", "api.example.com")),
-        ("remote_arg", ("remote_api_opt_in", "api.example.com")),
-        ("http_opt_in", ("plain http", "example.com")),
-    ],
-)
-def test_a_profile_breaking_the_remote_url_rule_stops_the_daemon_at_load(
-    tmp_path: Path, agent_env: dict[str, str], profile: str, words: tuple[str, ...]
+async def test_a_profile_breaking_the_remote_url_rule_is_unusable_and_the_daemon_starts(
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
 ) -> None:
-    # Refused when the profile is loaded (issue #15), not at its first spawn.
-    profiles = {
-        "remote_env": fake_profile("remote_env", {**agent_env, "ANTHROPIC_BASE_URL": "https://api.example.com"}),
-        "remote_arg": fake_profile("remote_arg", agent_env, extra_args=["--api=https://api.example.com/v1"]),
-        "http_opt_in": fake_profile(
-            "http_opt_in", {**agent_env, "ANTHROPIC_BASE_URL": "http://example.com"}, remote_api_opt_in=True
-        ),
-    }
-    cfg = tmp_path / "config.toml"
-    cfg.write_text(config(profiles[profile], fake_profile("good", agent_env)))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_BRIDGE_")}
-    argv = [sys.executable, "-m", "bridge", "serve", "--port", "0", "--no-auth", "--config", str(cfg)]
-    r = subprocess.run(
-        [*argv, "--data-dir", str(tmp_path / "data")], capture_output=True, text=True, timeout=STEP_TIMEOUT, env=env
+    """Issue #34 item 4: such a profile used to stop the daemon at load, while one with a
+    missing executable was only listed. Both are now unusable profiles: listed with the
+    reason and the fix, never the default, refused at thread creation (the rule's code,
+    422), named once in the start-up log without the URL's password or query."""
+    secret_url = "https://agent-user:hunter2@api.example.com/v1?api_key=sk-12345"
+    d = await daemon_factory(
+        config(
+            fake_profile("remote_env", {**agent_env, "ANTHROPIC_BASE_URL": secret_url}),
+            fake_profile("remote_arg", agent_env, extra_args=["--api=https://api.example.com/v1"]),
+            fake_profile("http_opt_in", {**agent_env, "BASE": "http://example.com"}, remote_api_opt_in=True),
+            fake_profile("missing_exe", agent_env, executable="/nonexistent/agent"),
+            fake_profile("good", agent_env),
+        )
     )
-    assert r.returncode == 2, (r.stdout, r.stderr)
-    assert "listening" not in r.stdout
-    assert f"'{profile}'" in r.stderr and all(w in r.stderr for w in words), r.stderr
+    async with d.http() as http:
+        rows = {a["name"]: a for a in (await http.get("/v1/agents")).json()}
+        for name in ("remote_env", "remote_arg"):
+            assert rows[name]["available"] is False and rows[name]["default"] is False
+            assert rows[name]["problem"] == (
+                "remote URL https://api.example.com needs remote_api_opt_in; to let this agent reach that host, "
+                f"set remote_api_opt_in = true in [agents.{name}]"
+            )
+        assert rows["http_opt_in"]["problem"].startswith("plain http to a non-loopback host is refused")
+        assert rows["missing_exe"]["problem"] == "executable not found: /nonexistent/agent"
+        assert rows["good"]["available"] is True and rows["good"]["default"] is True
+        for name, code in [
+            ("remote_env", "remote_url_refused"),
+            ("http_opt_in", "remote_url_refused"),
+            ("missing_exe", "executable_unusable"),
+        ]:
+            r = await http.post("/v1/threads", json={"agent": name})
+            assert r.status_code == 422 and r.json()["error"]["code"] == code, r.text
+            assert rows[name]["problem"] in r.json()["error"]["message"]
+        r = await http.post("/v1/threads", json={})
+        assert r.status_code == 201 and r.json()["agent"] == "good", r.text
     assert starts(tmp_path) == []
+    log = d.stderr_path.read_text()
+    (line,) = [json.loads(ln) for ln in log.splitlines() if "agents.unusable" in ln]
+    assert set(line["profiles"]) == {"remote_env", "remote_arg", "http_opt_in", "missing_exe"}, line
+    assert line["profiles"]["remote_arg"] == rows["remote_arg"]["problem"] and line["default"] == "good"
+    for secret in ("hunter2", "agent-user", "sk-12345", "api_key"):
+        assert secret not in log
 
 
 async def test_remote_https_with_opt_in_and_loopback_urls_are_allowed(

@@ -15,7 +15,7 @@ import pytest
 from conftest import PYTHON
 
 from bridge.config import THREAD_OPTION_KEYS, AgentProfile, load_settings
-from bridge.errors import ConfigError, LaunchRefused
+from bridge.errors import LaunchRefused
 from bridge.launching import check_profile, spawn_options
 from bridge.process.launch import (
     build_launch,
@@ -117,16 +117,26 @@ def test_check_launch_rules_for_thread_creation(tmp_path: Path) -> None:
     check_launch_rules(profile(executable="/no/such/agent"), check_executable=False)
 
 
-def test_a_profile_breaking_the_url_rule_is_refused_at_load(tmp_path: Path) -> None:
+def test_a_profile_breaking_the_url_rule_is_found_at_load_and_cannot_run(tmp_path: Path) -> None:
+    """Found once, at load, with the fix; the profile is unusable, not the daemon (issue
+    #34 item 4): listed, never the default, refused with the rule's code."""
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'[agents.bad]\nexecutable = "{PYTHON}"\nenv = {{ BASE = "wss://evil.example" }}\n')
-    with pytest.raises(ConfigError) as exc:
-        load_settings(config=str(cfg), data_dir=str(tmp_path / "d"), env={}, discover_path=False)
-    assert "'bad'" in exc.value.message and "remote_api_opt_in" in exc.value.message
+    s = load_settings(config=str(cfg), data_dir=str(tmp_path / "d"), env={}, discover_path=False)
+    assert s.profile_problem("bad") == (
+        "remote URL wss://evil.example needs remote_api_opt_in; to let this agent reach that host, "
+        "set remote_api_opt_in = true in [agents.bad]"
+    )
+    assert s.default_profile() == "demo" and s.profile_problem("demo") is None
+    with pytest.raises(LaunchRefused) as refused:
+        s.check_runnable("bad")
+    assert refused.value.code == "remote_url_refused" and refused.value.message.startswith("agent profile 'bad'")
     env = {"AWP_AGENT_CLI_EXECUTABLE": PYTHON, "AWP_AGENT_CLI_ARGS_JSON": '["--api=//evil.example"]'}
-    with pytest.raises(ConfigError) as exc:
-        load_settings(data_dir=str(tmp_path / "d"), env=env, discover_path=False)
-    assert "'awp'" in exc.value.message
+    s = load_settings(data_dir=str(tmp_path / "d"), env=env, discover_path=False)
+    assert "AWP_AGENT_CLI_* variables" in (s.profile_problem("awp") or "")
+    env["AWP_AGENT_CLI_ARGS_JSON"] = '["--api=https://evil.example"]'
+    s = load_settings(data_dir=str(tmp_path / "d"), env=env, discover_path=False)
+    assert (s.profile_problem("awp") or "").endswith("set AWP_AGENT_REMOTE_API_OPT_IN=1")
     # A system prompt that only mentions a URL is fine.
     cfg.write_text(f'[agents.ok]\nexecutable = "{PYTHON}"\nsystem_prompt = "see https://example.com"\n')
     load_settings(config=str(cfg), data_dir=str(tmp_path / "d"), env={}, discover_path=False)

@@ -18,9 +18,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bridge import __version__, user_secrets
 from bridge.api import health, signin
+from bridge.api.auth import WWW_AUTHENTICATE
 from bridge.api.browser_sessions import Sessions
 from bridge.api.context import AppContext, BridgeApp, Running
-from bridge.api.guard import PageHeaders, RequestGuard
+from bridge.api.guard import JsonBodies, PageHeaders, RequestGuard
 from bridge.api.limits import BodyLimit
 from bridge.api.login_codes import LoginCodes
 from bridge.api.schema import plain_error
@@ -31,7 +32,7 @@ from bridge.api.views import shown_message
 from bridge.bus.factory import make_bus
 from bridge.clock import now_iso
 from bridge.config import Settings
-from bridge.errors import BridgeError, ConfigError, Throttled, error_body
+from bridge.errors import BridgeError, ConfigError, Throttled, Unauthorized, error_body
 from bridge.network import is_loopback_host
 from bridge.sessions.cluster import ClusterLink
 from bridge.sessions.native import NativeSessions
@@ -137,6 +138,7 @@ def create_app(
 
     app = BridgeApp(ctx, title="agent-bridge", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     user_secrets.keyring(settings.data_dir)  # a malformed AGENT_BRIDGE_SECRETS_KEY stops the start here
+    app.add_middleware(JsonBodies)  # inside the guard: a foreign Origin is refused first
     app.add_middleware(BodyLimit)
     app.add_middleware(
         RequestGuard,
@@ -153,6 +155,8 @@ def create_app(
     @app.exception_handler(BridgeError)
     async def bridge_error(request: Request, exc: BridgeError) -> JSONResponse:
         headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Throttled) else None
+        if isinstance(exc, Unauthorized):
+            headers = {"WWW-Authenticate": WWW_AUTHENTICATE}
         message = shown_message(request, exc.message)  # never the data dir's path to a non-admin
         return JSONResponse(error_body(exc.code, message), status_code=exc.status, headers=headers)
 

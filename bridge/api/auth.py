@@ -129,9 +129,42 @@ async def require_auth(request: Request) -> User:
     """The dependency of every ``/v1`` REST route; the caller is ``request.state.user``."""
     user = await resolve_user(request)
     if user is None:
-        raise Unauthorized("missing or wrong credentials")
+        raise Unauthorized(how_to_authenticate(request))
     request.state.user = user
     return user
+
+
+# Sent with every 401 (RFC 6750): the scheme the daemon takes. A Bearer challenge never
+# makes a browser show a password dialog, as a Basic one would.
+WWW_AUTHENTICATE = 'Bearer realm="agent-bridge"'
+
+
+def how_to_authenticate(conn: HTTPConnection) -> str:
+    """The 401's message: what was wrong with what this request sent, and how to send the
+    right credential (issue #34 item 5). It names no path or secret of the daemon: only what
+    the caller sent (which it knows) and where an operator finds a token."""
+    ctx = context(conn)
+    websocket = conn.scope["type"] == "websocket"
+    directory = ctx.users
+    if directory is not None and directory.proxy_name(conn.headers, peer_of(conn)) is not None:
+        return "the user your proxy names is not an active user here; ask an operator (agent-bridge users add NAME)"
+    if given_token(conn.headers, websocket=websocket) is not None:
+        what = "the bearer token is wrong"
+    elif COOKIE_NAME in conn.cookies:
+        what = "the browser session has expired or was signed out"
+    else:
+        what = "no credentials were sent"
+    if ctx.settings.auth.mode == "users":
+        credential = "your user token (an operator makes one with `agent-bridge users add NAME`)"
+    else:
+        credential = "the daemon's token (the file <data-dir>/token on its machine, or its AGENT_BRIDGE_TOKEN)"
+    how = "Authorization: Bearer <token>"
+    if websocket:
+        how += " or the subprotocols agent-bridge.v1, bearer.<token>"
+    return (
+        f"{what}: send {credential} as {how}; a browser signs in with the one-time link "
+        "`agent-bridge login-link` prints (docs/security.md)"
+    )
 
 
 def require_admin(conn: HTTPConnection) -> None:

@@ -3,6 +3,8 @@ before routing on every HTTP request and WebSocket upgrade.
 
 * :class:`RequestGuard`: the Host check (DNS rebinding), the Origin check (cross-site
   WebSocket hijacking, CSRF) and CORS for allowlisted origins.
+* :class:`JsonBodies`: which request bodies are read as JSON (a missing or form content
+  type only beside an Authorization header, which no cross-site page can send).
 * :class:`PageHeaders`: the Content-Security-Policy and friends on every HTTP response.
 """
 
@@ -154,6 +156,60 @@ class RequestGuard:
         if headers.get("access-control-request-private-network") == "true":
             out["Access-Control-Allow-Private-Network"] = "true"
         await Response(status_code=204, headers=out)(scope, receive, send)
+
+
+# Content types a body with an Authorization header may have and still be read as JSON:
+# none at all, and what curl -d sends (issue #34 item 5).
+LENIENT_TYPES = frozenset({"", "text/plain", "application/x-www-form-urlencoded"})
+_NOT_JSON = (
+    "the request body was sent as {what}; send it as JSON with content-type: application/json "
+    "(requests with an Authorization header may leave the content type out)"
+)
+
+
+def _media_type(value: str) -> str:
+    return value.split(";", 1)[0].strip().lower()
+
+
+def _is_json(media: str) -> bool:
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+class JsonBodies:
+    """Pure ASGI: which ``/v1`` request bodies are read as JSON (docs/security.md §4).
+
+    A body with ``content-type: application/json`` (or ``…+json``) always is. A body with
+    no content type, ``text/plain`` or ``application/x-www-form-urlencoded`` (curl -d) is
+    read as JSON when the request carries an ``Authorization`` header: a browser sends
+    those three cross-site without a preflight, but never with an Authorization header, so
+    leniency there opens nothing to a foreign page. Any other body of a request without
+    that header (a browser session's cookie, or ``--no-auth``) is refused 415
+    ``unsupported_media_type`` before routing; a cross-site page's form or text post is
+    thus refused twice over (the Origin check, then this), and one whose Origin was
+    stripped still once. Requests without a body pass untouched."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in SAFE_METHODS or not scope["path"].startswith("/v1/"):
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        media = _media_type(headers.get("content-type", ""))
+        has_body = headers.get("content-length", "0").strip() not in ("", "0") or "transfer-encoding" in headers
+        if not has_body or _is_json(media):
+            await self.app(scope, receive, send)
+            return
+        if "authorization" in headers and media in LENIENT_TYPES:
+            scope = dict(scope)
+            raw = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-type"]
+            scope["headers"] = [*raw, (b"content-type", b"application/json")]
+            await self.app(scope, receive, send)
+            return
+        what = media or "no content type"
+        body = error_body("unsupported_media_type", _NOT_JSON.format(what=what))
+        await JSONResponse(body, status_code=415)(scope, receive, send)
 
 
 # The bundled page's policy (issue #6 item 7): no inline script or style, nothing from

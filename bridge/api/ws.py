@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.websockets import WebSocketState
 
-from bridge.api.auth import resolve_user
+from bridge.api.auth import WWW_AUTHENTICATE, how_to_authenticate, resolve_user
 from bridge.api.context import context
 from bridge.api.schema import ModeIn, PermissionFrame, PromptIn, RawIn, frame_error_code, plain_error
 from bridge.api.tokens import SUBPROTOCOL
@@ -57,7 +57,8 @@ async def upgrade_user(ws: WebSocket) -> User | JSONResponse:
         headers = {"Retry-After": str(exc.retry_after_s)}
         return JSONResponse(error_body(exc.code, exc.message), status_code=429, headers=headers)
     if user is None:
-        return JSONResponse(error_body("unauthorized", "missing or wrong credentials"), status_code=401)
+        body = error_body("unauthorized", how_to_authenticate(ws))
+        return JSONResponse(body, status_code=401, headers={"WWW-Authenticate": WWW_AUTHENTICATE})
     return user
 
 

@@ -6,6 +6,7 @@ with a tiny environment, so nothing from the ``bridge`` package can leak into it
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -237,7 +238,7 @@ def test_chat_turn_has_claude_code_shapes(spawn: Callable[..., Agent]) -> None:
     assert init["type"] == "system" and init["subtype"] == "init"
     sid = init["session_id"]
     assert uuid.UUID(sid).version == 4
-    assert init["tools"] == ["ListFiles", "ReadFile"]
+    assert init["tools"] == ["ListFiles", "ReadFile", "Edit", "Bash", "Task"]
     assert init["model"] == "demo"
     assert init["permissionMode"] == "default"
     assert isinstance(init["demo_agent_version"], str)
@@ -518,7 +519,7 @@ def test_flags_and_malformed_input_are_tolerated(spawn: Callable[..., Agent]) ->
     agent.send({"type": "mystery"})
     lines = agent.turn("hi")
     assert lines[0]["permissionMode"] == "plan"
-    assert lines[0]["tools"] == ["ListFiles"]  # ReadFile was disallowed
+    assert lines[0]["tools"] == ["ListFiles", "Edit", "Bash", "Task"]  # ReadFile was disallowed
     assert lines[-1]["subtype"] == "success"
     lines = agent.turn("read alpha.txt")  # a disallowed tool is not used
     assert not any(b["type"] == "tool_use" for b in assistant_blocks(lines))
@@ -582,3 +583,277 @@ def test_session_id_validation(demo: ModuleType) -> None:
     assert demo.valid_session_id("a.b:c-d_e")
     for bad in ("", "../x", "a/b", "a b", "x" * 257, "a\nb"):
         assert not demo.valid_session_id(bad), bad
+
+
+# --------------------------------------------------------------------------- what the page shows
+
+PROMPTS = "--permission-prompt-tool"
+HELLO = 'def greet(name: str) -> str:\n    return f"Hello, {name}!"\n\n\nprint(greet("demo"))\n'
+
+
+def non_stream(lines: list[Json]) -> list[Json]:
+    return [ln for ln in lines if ln["type"] != "stream_event"]
+
+
+def tool_results(lines: list[Json]) -> list[tuple[Json, Json]]:
+    """Each tool_result block with the line that carries it."""
+    return [
+        (b, ln)
+        for ln in lines
+        if ln["type"] == "user"
+        for b in ln["message"]["content"]
+        if b.get("type") == "tool_result"
+    ]
+
+
+def answer(agent: Agent, request: Json, response: Json) -> None:
+    agent.send(
+        {
+            "type": "control_response",
+            "response": {"subtype": "success", "request_id": request["request_id"], "response": response},
+        }
+    )
+
+
+def edit_until_asked(agent: Agent, text: str = "edit hello.py") -> tuple[list[Json], Json]:
+    agent.prompt(text)
+    lines = agent.until(lambda ln: ln["type"] == "control_request")
+    return lines, lines[-1]
+
+
+def test_edit_asks_over_stdio_then_edits_with_a_diff(spawn: Callable[..., Agent], workdir: Path) -> None:
+    (workdir / "hello.py").write_text(HELLO, encoding="utf-8")
+    agent = spawn(PROMPTS, "stdio")
+    before, asked = edit_until_asked(agent)
+    call = next(b for b in assistant_blocks(before) if b["type"] == "tool_use")
+    assert call["name"] == "Edit"
+    assert call["input"] == {
+        "file_path": str(workdir / "hello.py"),
+        "old_string": 'def greet(name: str) -> str:\n    return f"Hello, {name}!"\n',
+        "new_string": 'def greet(name: str) -> str:\n    return f"Hi there, {name}!"\n',
+        "replace_all": False,
+    }
+    assert assistant_blocks(before)[0]["type"] == "thinking"  # it thinks first
+    request = asked["request"]
+    assert request["subtype"] == "can_use_tool" and request["tool_name"] == "Edit"
+    assert request["input"] == call["input"] and request["tool_use_id"] == call["id"]
+    assert request["blocked_path"] == str(workdir / "hello.py")
+    assert (workdir / "hello.py").read_text() == HELLO  # nothing before the answer
+    answer(agent, asked, {"behavior": "allow", "updatedInput": call["input"]})
+    after = agent.until(is_result)
+
+    block, line = tool_results(after)[0]
+    assert block["tool_use_id"] == call["id"] and block["is_error"] is False
+    assert "has been updated" in block["content"]
+    patch = line["tool_use_result"]["structuredPatch"]
+    assert patch == [
+        {
+            "oldStart": 1,
+            "oldLines": 5,
+            "newStart": 1,
+            "newLines": 5,
+            "lines": [
+                " def greet(name: str) -> str:",
+                '-    return f"Hello, {name}!"',
+                '+    return f"Hi there, {name}!"',
+                " ",
+                " ",
+                ' print(greet("demo"))',
+            ],
+        }
+    ]
+    assert (workdir / "hello.py").read_text() == HELLO.replace("Hello", "Hi there")
+    result = after[-1]
+    assert result["subtype"] == "success" and result["permission_denials"] == []
+    assert "card above shows the diff" in result["result"]
+
+
+def test_edit_denied_or_interrupted_changes_nothing(spawn: Callable[..., Agent], workdir: Path) -> None:
+    (workdir / "hello.py").write_text(HELLO, encoding="utf-8")
+    agent = spawn(PROMPTS, "stdio")
+    _, asked = edit_until_asked(agent)
+    answer(agent, asked, {"behavior": "deny", "message": "Not today"})
+    after = agent.until(is_result)
+    block, line = tool_results(after)[0]
+    assert block == {
+        "tool_use_id": asked["request"]["tool_use_id"],
+        "type": "tool_result",
+        "content": "Not today",
+        "is_error": True,
+    }
+    assert line["tool_use_result"] == "Error: Not today"
+    assert after[-1]["permission_denials"] == [
+        {"tool_name": "Edit", "tool_use_id": asked["request"]["tool_use_id"], "tool_input": asked["request"]["input"]}
+    ]
+    assert "unchanged" in after[-1]["result"]
+
+    _, asked = edit_until_asked(agent)
+    agent.interrupt("req_int")
+    after = agent.until(is_result)
+    kinds = [(ln["type"], ln.get("request_id") or ln.get("response", {}).get("request_id")) for ln in after]
+    assert ("control_cancel_request", asked["request_id"]) in kinds
+    block, _ = tool_results(after)[0]
+    assert block["is_error"] is True and "rejected" in block["content"]
+    assert non_stream(after)[-2]["message"]["content"] == [
+        {"type": "text", "text": "[Request interrupted by user for tool use]"}
+    ]
+    assert after[-1]["subtype"] == "error_during_execution" and after[-1]["terminal_reason"] == "aborted_tools"
+    # A late answer to the withdrawn request is ignored.
+    answer(agent, asked, {"behavior": "allow"})
+    assert (workdir / "hello.py").read_text() == HELLO
+    assert agent.turn("hello")[-1]["subtype"] == "success"
+
+
+def test_edit_without_a_way_to_ask_is_refused_unless_the_mode_accepts_edits(
+    spawn: Callable[..., Agent], workdir: Path, tmp_path: Path
+) -> None:
+    (workdir / "hello.py").write_text(HELLO, encoding="utf-8")
+    lines = spawn().turn("edit hello.py")
+    assert not [ln for ln in lines if ln["type"] == "control_request"]
+    block, _ = tool_results(lines)[0]
+    assert block["is_error"] is True and "--permission-prompt-tool stdio" in block["content"]
+    assert (workdir / "hello.py").read_text() == HELLO
+
+    agent = spawn("--permission-mode", "acceptEdits")
+    lines = agent.turn("edit alpha.txt")  # no "Hello": a comment goes on top
+    block, _ = tool_results(lines)[0]
+    assert block["is_error"] is False
+    assert (workdir / "alpha.txt").read_text().startswith("# Edited by the agent-bridge demo agent.\nfirst line")
+    for target in ("../outside.txt", "nosuch.txt", "subdir"):
+        (tmp_path / "outside.txt").write_text("Hello", encoding="utf-8")
+        lines = agent.turn(f"edit {target}")
+        assert not tool_results(lines), target  # not even attempted
+        assert "I can't edit" in lines[-1]["result"]
+    assert (tmp_path / "outside.txt").read_text() == "Hello"
+
+
+def test_an_allowed_edit_is_checked_again_as_the_host_changed_it(spawn: Callable[..., Agent], workdir: Path) -> None:
+    (workdir / "hello.py").write_text(HELLO, encoding="utf-8")
+    agent = spawn(PROMPTS, "stdio")
+    _, asked = edit_until_asked(agent)
+    changed = {**asked["request"]["input"], "new_string": "# the host's text\n"}
+    answer(agent, asked, {"behavior": "allow", "updatedInput": changed})
+    agent.until(is_result)
+    assert (workdir / "hello.py").read_text() == '# the host\'s text\n\n\nprint(greet("demo"))\n'
+    _, asked = edit_until_asked(agent, "edit alpha.txt")
+    outside = {**asked["request"]["input"], "file_path": "/etc/hostname"}
+    answer(agent, asked, {"behavior": "allow", "updatedInput": outside})
+    after = agent.until(is_result)
+    block, _ = tool_results(after)[0]
+    assert block["is_error"] is True and "outside the working directory" in block["content"]
+
+
+def test_run_shows_output_and_exit_status_of_a_fixed_command_set(spawn: Callable[..., Agent], workdir: Path) -> None:
+    agent = spawn()
+    lines = agent.turn("run wc -l alpha.txt")
+    call = next(b for b in assistant_blocks(lines) if b["type"] == "tool_use")
+    assert call["name"] == "Bash" and call["input"]["command"] == "wc -l alpha.txt"
+    block, line = tool_results(lines)[0]
+    assert block["is_error"] is False and block["content"].split() == ["2", "alpha.txt"]
+    assert line["tool_use_result"] == {
+        "stdout": block["content"],
+        "stderr": "",
+        "interrupted": False,
+        "isImage": False,
+        "noOutputExpected": False,
+    }
+    assert "exited with status 0" in lines[-1]["result"]
+
+    lines = agent.turn("run git status")  # not a repository (or no git at all): it fails
+    block, line = tool_results(lines)[0]
+    assert block["is_error"] is True
+    code = int(block["content"].split("\n")[0].removeprefix("Exit code "))
+    assert code in (127, 128) and f"exited with status {code}" in lines[-1]["result"]
+
+    for text in ("run rm -rf .", "run ls; touch pwned", "run wc -l ../x", "run python3 hello.py", "$ sh -c id"):
+        lines = agent.turn(text)
+        assert not tool_results(lines), text
+    assert not (workdir / "pwned").exists()
+
+
+def test_think_and_code_stream_a_thinking_block_and_a_fenced_block(spawn: Callable[..., Agent]) -> None:
+    agent = spawn()
+    lines = agent.turn("think")
+    starts = [e["content_block"]["type"] for e in events(lines, "content_block_start")]
+    assert starts == ["thinking", "text"]
+    deltas = [e["delta"]["type"] for e in events(lines, "content_block_delta")]
+    assert "thinking_delta" in deltas and deltas.index("signature_delta") < deltas.index("text_delta")
+    first, second = assistant_blocks(lines)
+    assert first["type"] == "thinking" and first["thinking"] and first["signature"]
+    assert second["type"] == "text" and lines[-1]["result"] == second["text"]
+    thought = "".join(e["delta"].get("thinking", "") for e in events(lines, "content_block_delta"))
+    assert thought == first["thinking"]
+
+    lines = agent.turn("code")
+    assert "```python\ndef fizzbuzz" in lines[-1]["result"]
+
+
+def test_task_runs_a_sub_agent_whose_lines_carry_the_task_call_id(spawn: Callable[..., Agent]) -> None:
+    agent = spawn()
+    lines = agent.turn("task", timeout=30)
+    task = next(b for b in assistant_blocks(lines) if b["type"] == "tool_use")
+    assert task["name"] == "Task" and task["input"]["subagent_type"] == "general-purpose"
+    parent = task["id"]
+    system = [ln for ln in lines if ln["type"] == "system" and ln["subtype"].startswith("task_")]
+    assert system[0]["subtype"] == "task_started"
+    assert {ln["tool_use_id"] for ln in system if "tool_use_id" in ln} == {parent}
+    progress = [ln for ln in system if ln["subtype"] == "task_progress"]
+    assert [p["summary"] for p in progress] == ["Listing the files", "Reading alpha.txt", "Reading beta.py"]
+    assert [p["usage"]["tool_uses"] for p in progress] == [1, 2, 3]
+    assert all(p["description"] == task["input"]["description"] for p in progress)
+    done = system[-1]
+    assert done["subtype"] == "task_notification" and done["status"] == "completed"
+
+    inner = [ln for ln in lines if ln.get("parent_tool_use_id") == parent]
+    assert inner[0]["type"] == "user" and inner[0]["message"]["content"][0]["text"] == task["input"]["prompt"]
+    assert not [ln for ln in inner if ln["type"] == "stream_event"]  # a sub-agent's messages come whole
+    calls = [ln["message"]["content"][0] for ln in inner if ln["type"] == "assistant"]
+    assert [c["name"] for c in calls if c["type"] == "tool_use"] == ["ListFiles", "ReadFile", "ReadFile"]
+    report = calls[-1]["text"]
+    assert "alpha.txt has 2 lines" in report
+    block, line = next((b, ln) for b, ln in tool_results(lines) if b["tool_use_id"] == parent)
+    assert line["parent_tool_use_id"] is None and block["content"] == [{"type": "text", "text": report}]
+    assert line["tool_use_result"]["status"] == "completed"
+    assert lines[-1]["result"] == f"The sub-agent reports: {report}"
+
+
+def test_an_interrupted_sub_agent_is_stopped(spawn: Callable[..., Agent]) -> None:
+    agent = spawn()
+    agent.prompt("task")
+    agent.until(lambda ln: ln.get("subtype") == "task_progress")
+    agent.interrupt("req_stop")
+    lines = agent.until(is_result)
+    stopped = next(ln for ln in lines if ln.get("subtype") == "task_notification")
+    assert stopped["status"] == "stopped"
+    assert lines[-1]["terminal_reason"] == "aborted_tools"
+    assert agent.turn("hello")[-1]["subtype"] == "success"
+
+
+def test_tour_does_everything_in_one_turn(spawn: Callable[..., Agent], workdir: Path) -> None:
+    (workdir / "hello.py").write_text(HELLO, encoding="utf-8")
+    agent = spawn("--permission-mode", "acceptEdits")
+    lines = agent.turn("tour", timeout=60)
+    blocks = assistant_blocks([ln for ln in lines if ln.get("parent_tool_use_id") is None])
+    assert blocks[0]["type"] == "thinking"
+    assert [b["name"] for b in blocks if b["type"] == "tool_use"] == ["Edit", "Bash", "Task"]
+    assert all(not b["is_error"] for b, ln in tool_results(lines) if ln.get("parent_tool_use_id") is None)
+    assert "Hi there" in (workdir / "hello.py").read_text()
+    assert "```python" in lines[-1]["result"] and lines[-1]["num_turns"] == 5
+
+
+def test_shell_commands_are_a_fixed_list_never_a_shell(demo: ModuleType, workdir: Path) -> None:
+    cwd = str(workdir)
+    assert demo.shell_command(cwd, "") == ("ls -l", ["ls", "-l"])
+    assert demo.shell_command(cwd, "ls -la") == ("ls -la", ["ls", "-la"])
+    assert demo.shell_command(cwd, "wc -l")[1] == ["wc", "-l", "alpha.txt", "beta.py"]
+    assert demo.shell_command(cwd, "git log")[0] == "git log --oneline -5"
+    for text in ("ls -R /", "ls $(id)", "wc -l -", "cat alpha.txt", "git push", "python3 -c 1", "date; id"):
+        with contextlib.suppress(demo.ToolError):
+            assert demo.shell_command(cwd, text) is None, text
+    assert demo.shell_result(0, "", "") == (
+        "(Bash completed with no output)",
+        False,
+        {"stdout": "", "stderr": "", "interrupted": False, "isImage": False, "noOutputExpected": False},
+    )
+    assert demo.shell_result(2, "out", "err")[:2] == ("Exit code 2\nout\nerr", True)
+    assert demo.run_shell(cwd, ["no-such-command-x"])[0] == 127

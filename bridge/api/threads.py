@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
@@ -244,10 +244,14 @@ async def events(
     after: int = Query(0, ge=0, le=MAX_SEQ),
     limit: int = Query(200, ge=1, le=MAX_PAGE),
     wait: float = Query(0, ge=0, le=MAX_WAIT_S, allow_inf_nan=False),
+    until: Literal["event", "turn_end"] = Query("event"),
 ) -> Response:
     conv = await _conv(request, thread_id)
+    if until == "turn_end" and wait > 0:
+        # The long-poll that waits for the reply itself (README "Talk to it").
+        await conv.wait_turns_over(wait)
     page = await conv.journal.read_page(after, limit)
-    if not page and wait > 0:
+    if not page and wait > 0 and until == "event":
         await conv.wait_beyond(after, wait)
         page = await conv.journal.read_page(after, limit)
     # The page may already hold events whose commit has not reached the in-memory counter.

@@ -238,6 +238,29 @@ class Conversation:
         self.last_watched = time.monotonic()
         await self.journal.wait_beyond(seq, timeout)
 
+    async def wait_turns_over(self, timeout: float) -> None:
+        """Return once no turn runs or waits on this thread and the events that ended them
+        are stored, or after ``timeout`` (the long-poll ``until=turn_end``, docs/api.md
+        §4.10). Like :meth:`wait_beyond`, it keeps no idle agent alive."""
+        self.last_watched = time.monotonic()
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while (left := end - loop.time()) > 0:
+            seq = self.journal.last_seq
+            if self._turns_open():
+                await self.journal.wait_beyond(seq, left)
+                continue
+            # The core ends a turn under the lock and commits its turn.ended before letting
+            # go: once the lock is ours, that event is in the transcript.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(end), self._lock:
+                    if not self._turns_open():
+                        return
+
+    def _turns_open(self) -> bool:
+        # The thread row's flag, for a thread whose agent runs on another replica.
+        return self.busy or bool(self.thread.get("turn_active"))
+
     async def set_fields(self, fields: dict[str, Any]) -> None:
         self.require_writable()
         async with self._lock:

@@ -12,10 +12,13 @@ SAMPLES = {
     "README.md": (
         "# Demo workspace\n\n"
         "A few sample files for the demo agent, which runs in this directory.\n"
-        "Ask it to `list files`, or to `read hello.py`.\n"
+        "Ask it to `list files`, to `read hello.py`, to `edit hello.py`, or for a `tour`.\n"
     ),
     "hello.py": 'def greet(name: str) -> str:\n    return f"Hello, {name}!"\n\n\nprint(greet("agent-bridge"))\n',
-    "notes.txt": "Things to try:\n- list files\n- read README.md\n- what did I say?\n- slow\n",
+    "notes.txt": (
+        "Things to try:\n- tour\n- list files\n- read README.md\n- edit hello.py\n- run wc -l\n"
+        "- task\n- code\n- think\n- what did I say?\n- slow\n"
+    ),
 }
 
 

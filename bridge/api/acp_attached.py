@@ -150,7 +150,7 @@ class Attached:
                 await self.record(rec)
             if records:
                 cursor = records[-1].seq
-            if len(records) < page:
+            if not records.more:  # (not a short page: pages also stop at a few MiB)
                 return cursor
 
     async def answer_again(self, rpc_id: jsonrpc.Id, seq: int, page: int) -> None:
@@ -168,7 +168,7 @@ class Attached:
                 if rec.kind == "turn.ended" and rec.data.get("turn_id") == turn_id and self.by_turn.pop(turn_id, None):
                     await self.agent.answer_turn(rpc_id, rec.data)
                     return
-            if len(records) < page:
+            if not records.more:
                 return
             cursor = records[-1].seq
 

@@ -23,8 +23,7 @@ import structlog
 
 from bridge.errors import BridgeError
 from bridge.protocols.codecs import may_have_modes
-from bridge.protocols.envelope import Frames
-from bridge.protocols.events import Record
+from bridge.protocols.envelope import Frames, Page
 from bridge.sessions.commands import Command
 from bridge.sessions.conversation import Conversation
 from bridge.sessions.fanout import Subscriber
@@ -67,7 +66,7 @@ class AcpThread(Protocol):
 
     def unsubscribe(self, sub: Subscriber) -> None: ...
 
-    async def read_page(self, after: int, limit: int) -> list[Record]: ...
+    async def read_page(self, after: int, limit: int) -> Page: ...
 
     async def read_frames(self, after: int, limit: int, *, raw: bool) -> Frames: ...
 
@@ -132,7 +131,7 @@ class ConversationThread:
     def unsubscribe(self, sub: Subscriber) -> None:
         self._conv.unsubscribe(sub)
 
-    async def read_page(self, after: int, limit: int) -> list[Record]:
+    async def read_page(self, after: int, limit: int) -> Page:
         return await self._conv.journal.read_page(after, limit)
 
     async def read_frames(self, after: int, limit: int, *, raw: bool) -> Frames:

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from itertools import repeat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bridge.protocols.jsonline import dumps
+
+if TYPE_CHECKING:
+    from bridge.protocols.events import Record
 
 _SAFE_TS = re.compile(r"[0-9A-Za-z:.+-]*")
 _JSON_STR: dict[str, str] = {}  # source and kind names, already as JSON strings
@@ -47,14 +51,31 @@ class Frames:
     none); ``texts`` holds their frames as UTF-8: every envelope in events mode, the
     relayed agent lines in raw mode (so it may be shorter than ``count``). No
     :class:`Record` is built for a replayed row and no text is decoded: the frames are
-    joined straight from the stored bytes."""
+    joined straight from the stored bytes. ``more`` as for :class:`Page`."""
 
-    __slots__ = ("count", "last", "texts")
+    __slots__ = ("count", "last", "more", "texts")
 
-    def __init__(self, texts: list[bytes], count: int, last: int) -> None:
+    def __init__(self, texts: list[bytes], count: int, last: int, *, more: bool) -> None:
         self.texts = texts
         self.count = count
         self.last = last
+        self.more = more
+
+
+class Page(list["Record"]):
+    """A page of the transcript's records, as a store reads it.
+
+    ``more``: the read stopped at one of its bounds (the count asked for, or the store's
+    byte bound), so events may follow it: read on after its last. False only when the
+    read found the end of the transcript. A page shorter than the count asked for is not
+    the end by itself: a page also stops at a few MiB (issue #34: a replay that took a
+    short page for the end stopped after the first 8 MiB prompt)."""
+
+    __slots__ = ("more",)
+
+    def __init__(self, records: Iterable[Record] = (), *, more: bool = False) -> None:
+        super().__init__(records)
+        self.more = more
 
 
 _SAFE_TS_BYTES = re.compile(rb"[0-9A-Za-z:.+-]*")

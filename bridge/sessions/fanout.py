@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Protocol
 
-from bridge.protocols.envelope import Frames
+from bridge.protocols.envelope import Frames, Page
 from bridge.protocols.events import Record
 
 DEFAULT_BUFFER = 1024
@@ -176,7 +176,7 @@ class Fanout:
 class Transcript(Protocol):
     """Where a subscriber's missed records are read from (a thread's Journal)."""
 
-    async def read_page(self, after: int, limit: int) -> list[Record]: ...
+    async def read_page(self, after: int, limit: int) -> Page: ...
     async def read_frames(self, after: int, limit: int, *, raw: bool) -> Frames: ...
 
 
@@ -264,7 +264,7 @@ class _Cursor:
         self.last = last  # the seq of the newest record this subscriber was sent
 
 
-async def _read(sub: Subscriber, after: int, transcript: Transcript, sink: Sink) -> Frames | list[Record]:
+async def _read(sub: Subscriber, after: int, transcript: Transcript, sink: Sink) -> Frames | Page:
     if sink.replay_frames:
         return await transcript.read_frames(after, REPLAY_PAGE, raw=sub.raw)
     return await transcript.read_page(after, REPLAY_PAGE)
@@ -281,7 +281,7 @@ async def _send_answers(sub: Subscriber, sink: Sink) -> None:
         await sink.send(texts, [])
 
 
-async def _send_page(sub: Subscriber, page: Frames | list[Record], cursor: _Cursor, sink: Sink) -> None:
+async def _send_page(sub: Subscriber, page: Frames | Page, cursor: _Cursor, sink: Sink) -> None:
     """Send one store page, after the answers waiting for the subscriber (once its hold,
     if any, is over)."""
     if sub.held_until:
@@ -301,14 +301,17 @@ async def _send_page(sub: Subscriber, page: Frames | list[Record], cursor: _Curs
 async def _catch_up(sub: Subscriber, cursor: _Cursor, transcript: Transcript, sink: Sink) -> None:
     # The next page is read while this one is sent (issue #8). Every read starts after
     # ``lagging`` was cleared, so whatever it misses (committed after the read) was
-    # published after the clear: it is in the buffer, or ``lagging`` is set again.
+    # published after the clear: it is in the buffer, or ``lagging`` is set again. What a
+    # page stopped short of (its count, or the store's byte bound: ``more``) is read next;
+    # a page that stopped at a few MiB is not the end (issue #34: taking it for the end
+    # left a replay waiting, after the first 8 MiB prompt, for live events that were
+    # already stored).
     sub.lagging = False  # from here on, anything published is also buffered
     pending = asyncio.ensure_future(_read(sub, cursor.last, transcript, sink))
     try:
         while True:
             page = await pending
-            full = (page.count if isinstance(page, Frames) else len(page)) == REPLAY_PAGE
-            if full:
+            if page.more:
                 sub.lagging = False
                 page_last = page.last if isinstance(page, Frames) else page[-1].seq
                 pending = asyncio.ensure_future(_read(sub, page_last, transcript, sink))

@@ -41,7 +41,7 @@ import structlog
 
 from bridge.clock import now_iso
 from bridge.errors import LeaseLost, StoreError
-from bridge.protocols.envelope import Frames
+from bridge.protocols.envelope import Frames, Page
 from bridge.protocols.events import Event, Record
 from bridge.sessions.announce import Announcer
 from bridge.sessions.fanout import Fanout
@@ -461,7 +461,7 @@ class Journal:
             self._moved(records[-1].seq)
             self.fanout.publish(records)
             new += len(records)
-            if len(records) < FOLLOW_PAGE:
+            if not records.more:  # (a short page is not the end: pages stop at PAGE_BYTES)
                 break
         row = await self.store.get_thread(self.id)
         if row is not None:
@@ -471,7 +471,7 @@ class Journal:
             self._wake_polls()
         return new
 
-    async def read_page(self, after: int, limit: int) -> list[Record]:
+    async def read_page(self, after: int, limit: int) -> Page:
         """Records after ``after``, from the store (fanout.Transcript: a subscriber's replay)."""
         return await self.store.read_events(self.id, after, limit)
 
@@ -487,7 +487,7 @@ class Journal:
             while True:
                 page = await self.store.read_events(self.id, comp.last_seq, HISTORY_PAGE, with_raw=False)
                 comp.feed(page)
-                if len(page) < HISTORY_PAGE:
+                if not page.more:
                     break
             self._history = comp if len(comp.items) <= HISTORY_KEEP_ITEMS else None
             return comp.snapshot(), comp.last_seq

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Required, TypedDict, cast
 
 if TYPE_CHECKING:  # annotations only: the SQLite writer process imports this module too
-    from bridge.protocols.envelope import Frames
+    from bridge.protocols.envelope import Frames, Page
     from bridge.protocols.events import Record
 
 
@@ -63,6 +63,7 @@ class ThreadRow(TypedDict, total=False):
 # many bytes of stored data: a page is at most this plus one event, whatever ``limit`` asks
 # (Hardening II #4: 24 events of 8 MiB made one replay take 874 MB). One event can be large:
 # a client prompt of up to 8 MiB is stored as its text and as the line written to the agent.
+# A page shorter than its count is therefore not the end of the transcript: Page.more is.
 PAGE_BYTES = 4 * 1024 * 1024
 
 # A partial update of a thread row: some of its columns (never ``id``).
@@ -108,14 +109,16 @@ class TranscriptStore(Protocol):
         raises :class:`~bridge.errors.LeaseLost` (nothing written) otherwise."""
         ...
 
-    async def read_events(self, thread_id: str, after: int, limit: int, *, with_raw: bool = True) -> list[Record]:
-        """Events after ``after`` in seq order: at most ``limit``, and bounded by PAGE_BYTES.
+    async def read_events(self, thread_id: str, after: int, limit: int, *, with_raw: bool = True) -> Page:
+        """Events after ``after`` in seq order: at most ``limit``, and bounded by PAGE_BYTES
+        (never more than that plus one event loaded); ``Page.more`` says whether to read on.
         ``with_raw=False``: each record's ``raw`` is None (not read: the compacted history
         needs only the data)."""
         ...
 
     async def read_frames(self, thread_id: str, after: int, limit: int, *, raw: bool) -> Frames:
-        """The same page as frames joined from the stored rows (``Frames.count`` rows read)."""
+        """The same page as frames joined from the stored rows (``Frames.count`` rows read,
+        ``Frames.more`` as ``Page.more``)."""
         ...
 
     async def find_client_event(self, thread_id: str, client_id: str) -> int | None: ...

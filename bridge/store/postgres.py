@@ -55,12 +55,11 @@ from psycopg import AsyncConnection
 
 from bridge.clock import now_iso
 from bridge.errors import StoreError
-from bridge.protocols.envelope import CorruptEvent, Frames, checked_envelopes, checked_lines, stored_envelopes
+from bridge.protocols.envelope import CorruptEvent, Frames, Page, checked_envelopes, checked_lines, stored_envelopes
 from bridge.protocols.events import Record
 from bridge.store import pg_schema, rows
 from bridge.store.base import (
     CHANGE_COLUMNS,
-    PAGE_BYTES,
     TOMBSTONE_KEEP,
     TOMBSTONE_MAX_AGE_S,
     StoreListeners,
@@ -128,12 +127,10 @@ _RAW_PAGE = (
     "FOR length(env) - raw_at - 1), convert_to(raw, 'UTF8')) END "
     "FROM events WHERE thread_id = %s AND seq > %s ORDER BY seq LIMIT %s"
 )
-# Each row's envelope when it is of the current version (rows.ENV_SQL), and its size (of
-# what it is rebuilt from, for a row from before the stored envelope).
-_ENVELOPE_PAGE = (
-    f"SELECT seq, {rows.ENV_SQL}, coalesce(length(env), length(data) + coalesce(length(raw), 0)) "  # noqa: S608
-    "FROM events WHERE thread_id = %s AND seq > %s ORDER BY seq LIMIT %s"
-)
+# Each row's envelope when it is of the current version (rows.ENV_SQL).
+_ENVELOPE_PAGE = f"SELECT seq, {rows.ENV_SQL} FROM events WHERE thread_id = %s AND seq > %s ORDER BY seq LIMIT %s"  # noqa: S608
+_PAGE_EXTENT = tuple(map(rows.pg, rows.PAGE_EXTENT))
+_RAW_PAGE_EXTENT = tuple(map(rows.pg, rows.RAW_PAGE_EXTENT))
 # Rows a replay rebuilds from their parts (rows.NOT_CURRENT_SQL), as UTF-8 bytes.
 _REBUILT = (
     "SELECT seq, convert_to(ts, 'UTF8'), convert_to(source, 'UTF8'), convert_to(kind, 'UTF8'), "  # noqa: S608
@@ -420,25 +417,32 @@ class PostgresStore(PgLeases, CommonStore):
             self.appended += len(item.rows)
             item.done.set_result(None)
 
-    async def read_events(self, thread_id: str, after: int, limit: int, *, with_raw: bool = True) -> list[Record]:
+    async def read_events(self, thread_id: str, after: int, limit: int, *, with_raw: bool = True) -> Page:
         sql = _READ_EVENTS if with_raw else _READ_EVENTS_NO_RAW
 
-        async def do(c: AsyncConnection[Any]) -> list[Record]:
+        async def do(c: AsyncConnection[Any]) -> Page:
             async with c.cursor() as cur:
-                await cur.execute(sql, (thread_id, after, limit))
-                found = await _bounded(cur, lambda r: len(r[4]) + len(r[5] or ""))
-            return [
-                Record(seq, ts, source, kind, None, raw, relay, data)
-                for seq, ts, source, kind, data, raw, relay in found
-            ]
+                n, more = await _extent(cur, thread_id, after, limit)
+                if not n:
+                    return Page()
+                await cur.execute(sql, (thread_id, after, n))
+                found = await cur.fetchall()
+            return Page(
+                (Record(seq, ts, src, kind, None, raw, relay, data) for seq, ts, src, kind, data, raw, relay in found),
+                more=more,
+            )
 
-        return cast(list[Record], await self._read(do))
+        return cast(Page, await self._read(do))
 
     async def read_frames(self, thread_id: str, after: int, limit: int, *, raw: bool) -> Frames:
         async def do(c: AsyncConnection[Any]) -> Frames:
             async with c.cursor() as cur:
+                n, more = await _extent(cur, thread_id, after, limit, raw)
+                if not n:
+                    return Frames([], 0, after, more=False)
                 with corrupt_rows(thread_id):
-                    return await (_raw_page if raw else _envelope_page)(cur, thread_id, after, limit)
+                    found = await (_raw_page if raw else _envelope_page)(cur, thread_id, after, n)
+            return Frames(found.texts, found.count, found.last, more=more)
 
         return cast(Frames, await self._read(do))
 
@@ -545,55 +549,54 @@ async def _discard(slot: _Conn) -> None:
             await conn.close()
 
 
-async def _raw_page(cur: Any, thread_id: str, after: int, limit: int) -> Frames:
+async def _extent(cur: Any, thread_id: str, after: int, limit: int, raw: bool = False) -> tuple[int, bool]:
+    """How many rows the page after ``after`` holds and whether events may follow it
+    (rows.PAGE_EXTENT): measured first, so that the page's read, which psycopg's client-side
+    cursor takes whole, loads no more than PAGE_BYTES plus one row (issue #34)."""
+    sizes_sql, extent_sql = _RAW_PAGE_EXTENT if raw else _PAGE_EXTENT
+    await cur.execute(extent_sql, (thread_id, after, limit))
+    count, total = await cur.fetchone()
+    found = rows.page_extent(count, total, limit)
+    if found is None:
+        await cur.execute(sizes_sql, (thread_id, after, limit))
+        sizes = [n for (n,) in await cur.fetchall()]
+        n = rows.page_cut(sizes)
+        found = n, n < len(sizes) or len(sizes) == limit
+    return found
+
+
+async def _raw_page(cur: Any, thread_id: str, after: int, n: int) -> Frames:
     """Raw mode relays the agent's own lines, one per stdout line (``relay``)."""
-    await cur.execute(_RAW_PAGE, (thread_id, after, limit))
-    found: list[tuple[int, bytes | None]] = await _bounded(cur, lambda r: len(r[1] or b""))
-    return Frames(checked_lines(found), len(found), found[-1][0] if found else after)
+    await cur.execute(_RAW_PAGE, (thread_id, after, n))
+    found: list[tuple[int, bytes | None]] = await cur.fetchall()
+    return Frames(checked_lines(found), len(found), found[-1][0] if found else after, more=False)
 
 
-async def _envelope_page(cur: Any, thread_id: str, after: int, limit: int) -> Frames:
+async def _envelope_page(cur: Any, thread_id: str, after: int, n: int) -> Frames:
     """Each row's stored envelope, one column (issue #22); a row without one of the current
     version (from before it, or of another wire version: rows.ENV_SQL) is rebuilt from its
     parts."""
-    await cur.execute(_ENVELOPE_PAGE, (thread_id, after, limit))
-    found: list[tuple[int, bytes | None, int]] = await _bounded(cur, _third)
+    await cur.execute(_ENVELOPE_PAGE, (thread_id, after, n))
+    found: list[tuple[int, bytes | None]] = await cur.fetchall()
     if any(r[1] is None for r in found):
         envs = await _rebuilt(cur, thread_id, found)
     else:
-        envs = [(seq, env) for seq, env, _ in found if env is not None]
-    return Frames(checked_envelopes(envs), len(envs), envs[-1][0] if envs else after)
+        envs = [(seq, env) for seq, env in found if env is not None]
+    return Frames(checked_envelopes(envs), len(envs), envs[-1][0] if envs else after, more=False)
 
 
-async def _rebuilt(cur: Any, thread_id: str, found: list[tuple[int, bytes | None, int]]) -> list[tuple[int, bytes]]:
+async def _rebuilt(cur: Any, thread_id: str, found: list[tuple[int, bytes | None]]) -> list[tuple[int, bytes]]:
     """A page holding rows whose envelope is not sent as stored: theirs built from their
     parts. A row gone meanwhile (its thread was deleted between the reads) fails as
     corrupt."""
-    seqs = [seq for seq, env, _ in found if env is None]
+    seqs = [seq for seq, env in found if env is None]
     await cur.execute(_REBUILT, (thread_id, seqs[0], seqs[-1]))
     old = await cur.fetchall()
     built = dict(zip((r[0] for r in old), stored_envelopes(old), strict=True))
     out: list[tuple[int, bytes]] = []
-    for seq, env, _ in found:
+    for seq, env in found:
         text = env if env is not None else built.get(seq)
         if text is None:  # deleted meanwhile
             raise CorruptEvent(seq)
         out.append((seq, text))
-    return out
-
-
-def _third(row: tuple[Any, ...]) -> Any:
-    return row[2]
-
-
-async def _bounded(cur: Any, size: Callable[[Any], int], max_bytes: int = PAGE_BYTES) -> list[Any]:
-    """The cursor's rows, stopping after the row that brings the page to ``max_bytes``."""
-    out: list[Any] = []
-    total = 0
-    while total < max_bytes and (chunk := await cur.fetchmany(64)):
-        for row in chunk:
-            out.append(row)
-            total += size(row)
-            if total >= max_bytes:
-                break
     return out

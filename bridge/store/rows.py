@@ -11,7 +11,9 @@ Queries are written with ``?`` placeholders; PostgreSQL's store turns them into 
 from __future__ import annotations
 
 import base64
+import bisect
 import functools
+import itertools
 import json
 import time
 from collections.abc import Sequence
@@ -19,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from bridge.errors import InvalidRequest, LeaseLost, StoreError
-from bridge.store.base import ROW_COLUMNS, Change, ChangesPruned, ThreadFields, ThreadRow, UserRow
+from bridge.store.base import PAGE_BYTES, ROW_COLUMNS, Change, ChangesPruned, ThreadFields, ThreadRow, UserRow
 
 # ---------------------------------------------------------------------- rows and columns
 
@@ -214,3 +216,43 @@ NOT_CURRENT_SQL = f"(env IS NULL OR coalesce(wire, {UNMARKED_WIRE}) <> {WIRE_VER
 def pg(statement: str) -> str:
     """A statement of this module with PostgreSQL's placeholders."""
     return statement.replace("?", "%s")
+
+
+# ---------------------------------------------------------------------- transcript pages
+
+# What a page of the transcript is cut by (base.PAGE_BYTES): each row's stored size, its
+# length, not its content, is all that reaches the caller (PostgreSQL reads a TOASTed
+# bytea's length without its content; SQLite, see sqlite_reads.extent). Rows from before
+# the stored envelope are measured by their columns. A raw-mode page counts only the agent
+# lines it relays (its other rows send nothing, and are not loaded by its read).
+_ROW_SIZE = "coalesce(length(env), length(data) + coalesce(length(raw), 0))"
+_RELAYED_SIZE = "CASE WHEN source='agent' AND relay THEN coalesce(length(env)-raw_at-1, length(raw), 0) ELSE 0 END"
+# A page's extent first, so that the page itself is then read with an exact LIMIT and no
+# more than PAGE_BYTES plus one row is ever loaded (issue #34: a read that took rows a
+# chunk at a time before measuring them loaded up to 128 rows of 16 MiB for one page, and
+# PostgreSQL's client-side cursor every row of the LIMIT). The sizes' statement, and an
+# aggregate of it: PostgreSQL asks the aggregate (its index scan reads no row content, so
+# measuring up to ``limit`` rows is cheap) and the sizes only for a page that reaches the
+# bound; SQLite steps through the sizes instead, no further than the bound
+# (sqlite_reads.extent says why).
+_SIZES = "SELECT {} FROM events WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?"
+_EXTENT = (
+    "SELECT count(*), sum(n) FROM (SELECT {} AS n FROM events WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?) AS p"
+)
+# (sizes, extent) of a page of events or envelopes, and of a raw-mode page.
+PAGE_EXTENT = (_SIZES.format(_ROW_SIZE), _EXTENT.format(_ROW_SIZE))
+RAW_PAGE_EXTENT = (_SIZES.format(_RELAYED_SIZE), _EXTENT.format(_RELAYED_SIZE))
+
+
+def page_extent(count: int, total: int | None, limit: int) -> tuple[int, bool] | None:
+    """From the aggregate's answer: (rows the page holds, whether events may follow it), or
+    None when the rows reach the byte bound and their sizes must be read (:func:`page_cut`)."""
+    if not count or (total or 0) < PAGE_BYTES:
+        return count, count == limit
+    return None
+
+
+def page_cut(sizes: Sequence[int], budget: int = PAGE_BYTES) -> int:
+    """How many of these rows a page takes: it stops after the row that brings it to
+    ``budget`` bytes (so it holds at least one row, and at most the budget plus one row)."""
+    return min(bisect.bisect_left(list(itertools.accumulate(sizes)), budget) + 1, len(sizes))

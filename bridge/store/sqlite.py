@@ -60,7 +60,7 @@ import structlog
 
 from bridge.clock import now_iso
 from bridge.errors import StoreError
-from bridge.protocols.envelope import Frames
+from bridge.protocols.envelope import Frames, Page
 from bridge.protocols.events import Record
 from bridge.store import rows
 from bridge.store import sqlite_leases as leases
@@ -576,7 +576,7 @@ class SqliteStore(leases.SqliteLeases, SqliteAccounts, CommonStore):
 
     # ------------------------------------------------------------------ transcript reads
 
-    async def read_events(self, thread_id: str, after: int, limit: int, *, with_raw: bool = True) -> list[Record]:
+    async def read_events(self, thread_id: str, after: int, limit: int, *, with_raw: bool = True) -> Page:
         return await self._read(lambda db: reads.events_page(db, thread_id, after, limit, with_raw))
 
     async def read_frames(self, thread_id: str, after: int, limit: int, *, raw: bool) -> Frames:

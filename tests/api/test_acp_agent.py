@@ -22,7 +22,7 @@ from bridge.api.users import User
 from bridge.config import load_settings
 from bridge.errors import NotFound
 from bridge.protocols import jsonrpc
-from bridge.protocols.envelope import Frames
+from bridge.protocols.envelope import Frames, Page
 from bridge.protocols.events import Record
 from bridge.protocols.jsonline import dumps
 from bridge.protocols.jsonrpc import Notification, Request, Response
@@ -82,8 +82,9 @@ class FakeThread:
         sub.close("unsubscribed")
         self.subs.remove(sub)
 
-    async def read_page(self, after: int, limit: int) -> list[Record]:
-        return [r for r in self.records if r.seq > after][:limit]
+    async def read_page(self, after: int, limit: int) -> Page:
+        page = [r for r in self.records if r.seq > after][:limit]
+        return Page(page, more=len(page) == limit)
 
     async def read_frames(self, after: int, limit: int, *, raw: bool) -> Frames:
         raise AssertionError("the ACP agent reads records")

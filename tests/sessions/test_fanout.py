@@ -7,7 +7,7 @@ import asyncio
 import random
 from collections.abc import Callable
 
-from bridge.protocols.envelope import Frames
+from bridge.protocols.envelope import Frames, Page
 from bridge.protocols.events import Record
 from bridge.sessions.fanout import Fanout, deliver
 
@@ -22,14 +22,14 @@ class Transcript:
     def __init__(self, store: list[Record]) -> None:
         self.store = store
 
-    async def read_page(self, after: int, limit: int) -> list[Record]:
-        await asyncio.sleep(0)
-        return [r for r in self.store if r.seq > after][:limit]
-
-    async def read_frames(self, after: int, limit: int, *, raw: bool) -> Frames:
+    async def read_page(self, after: int, limit: int) -> Page:
         await asyncio.sleep(0)
         page = [r for r in self.store if r.seq > after][:limit]
-        return Frames([str(r.seq).encode() for r in page], len(page), page[-1].seq if page else after)
+        return Page(page, more=len(page) == limit)
+
+    async def read_frames(self, after: int, limit: int, *, raw: bool) -> Frames:
+        page = await self.read_page(after, limit)
+        return Frames([str(r.seq).encode() for r in page], len(page), page[-1].seq if page else after, more=page.more)
 
 
 class Sink:

@@ -19,7 +19,7 @@ from typing import Any
 from bridge.errors import StoreError
 from bridge.process.agent_io import ExitInfo
 from bridge.process.launch import LaunchSpec
-from bridge.protocols.envelope import Frames
+from bridge.protocols.envelope import Frames, Page
 from bridge.protocols.events import Record
 from bridge.protocols.framing import LineTooLong
 from bridge.store.base import SecretRow, StoreListeners
@@ -247,11 +247,12 @@ class MemoryStore:
         if records:
             self.threads[thread_id]["last_seq"] = records[-1].seq
 
-    async def read_events(self, thread_id: str, after: int, limit: int, *, with_raw: bool = True) -> list[Record]:
+    async def read_events(self, thread_id: str, after: int, limit: int, *, with_raw: bool = True) -> Page:
         page = [r for r in self.events.get(thread_id, []) if r.seq > after][:limit]
         if with_raw:
-            return page
-        return [Record(r.seq, r.ts, r.source, r.kind, r.data, None, r.relay) for r in page]
+            return Page(page, more=len(page) == limit)
+        bare = (Record(r.seq, r.ts, r.source, r.kind, r.data, None, r.relay) for r in page)
+        return Page(bare, more=len(page) == limit)
 
     async def read_frames(self, thread_id: str, after: int, limit: int, *, raw: bool) -> Frames:
         page = await self.read_events(thread_id, after, limit)
@@ -260,7 +261,7 @@ class MemoryStore:
             texts = [r.raw.encode() for r in page if r.source == "agent" and r.relay and r.raw is not None]
         else:
             texts = [r.envelope().encode() for r in page]
-        return Frames(texts, len(page), last)
+        return Frames(texts, len(page), last, more=page.more)
 
     async def find_client_event(self, thread_id: str, client_id: str) -> int | None:
         return self.client_ids.get((thread_id, client_id))

@@ -90,14 +90,31 @@ export class TranscriptView {
     this.renderQueued = false;
     this.turnActive = false;
     // Follow the conversation while the reader is at the bottom; stop when they scroll up.
-    // (Tracked on scroll, so adding events never forces a layout.)
+    // (Tracked on scroll, so adding events never forces a layout.) Only a move up lets go:
+    // a scroll event is dispatched a frame after the scroll that caused it, and blocks added
+    // meanwhile (a prompt, a tool card, a reply's first lines: several wrapped lines on a
+    // phone) would otherwise read as the reader having scrolled away.
     this.pinned = true;
+    this.lastTop = 0;
     this.catchUpTo = 0; // the thread's last_seq when it was opened: below it, we replay
     this.lastRender = 0;
     this.catchUpTimer = null;
     this.root.onscroll = () => {
-      this.pinned = this.atBottom();
+      const top = this.root.scrollTop;
+      if (this.atBottom()) this.pinned = true;
+      else if (top < this.lastTop - 1) this.pinned = false;
+      this.lastTop = top;
     };
+    // The view resized (a rotated phone, the composer growing, a panel opened): a reader
+    // who was at the bottom stays there.
+    // (One observer per element: the view of the thread opened before is let go.)
+    if (this.root.followResize) this.root.followResize.disconnect();
+    if (typeof ResizeObserver === "function") {
+      this.root.followResize = new ResizeObserver(() => {
+        if (this.pinned) this.toBottom();
+      });
+      this.root.followResize.observe(this.root);
+    }
     // One listener for every code block's copy button (they are rebuilt as text streams).
     this.root.addEventListener("click", (e) => {
       const button = e.target instanceof Element ? e.target.closest(".code-copy") : null;
@@ -148,8 +165,13 @@ export class TranscriptView {
       this.renderQueued = false;
       this.lastRender = performance.now();
       this.render();
-      if (this.pinned) this.root.scrollTop = this.root.scrollHeight;
+      if (this.pinned) this.toBottom();
     });
+  }
+
+  toBottom() {
+    this.root.scrollTop = this.root.scrollHeight;
+    this.lastTop = this.root.scrollTop;
   }
 
   one(ev) {

@@ -344,18 +344,33 @@ class Settings(BaseModel):
 
     def profile_problem(self, name: str) -> str | None:
         """Why the profile ``name`` cannot run now, or None: a launch rule its settings break
-        (said with the fix), else its executable's problem (checked now)."""
-        refused = self.refused_profiles.get(name)
+        or a sandbox it cannot have (said with the fix), else its executable's problem
+        (checked now)."""
+        refused = self.refused_profiles.get(name) or self._sandbox_refusal(name)
         if refused is not None:
             return refused[1]
         return executable_problem(self.agents[name].executable)
 
     def check_runnable(self, name: str) -> None:
         """Raise LaunchRefused (the rule's code, 422) for a profile whose own settings break
-        a launch rule; an unusable executable is refused by the launch rules themselves."""
-        refused = self.refused_profiles.get(name)
+        a launch rule or ask for a sandbox it cannot have; an unusable executable is refused
+        by the launch rules themselves."""
+        refused = self.refused_profiles.get(name) or self._sandbox_refusal(name)
         if refused is not None:
             raise LaunchRefused(f"agent profile {name!r} cannot run: {refused[1]}", code=refused[0])
+
+    def _sandbox_refusal(self, name: str) -> tuple[str, str] | None:
+        """The profile's own ``sandbox`` that cannot be had: a mechanism this host lacks, or
+        ``"none"`` in users mode without ``[sandbox] mode = "none"`` written down. Its
+        agents would run less confined than asked, so it cannot run (never unconfined)."""
+        mode = self.agents[name].sandbox
+        if mode in ("landlock", "bubblewrap") and (own := self.confinement().for_profile(mode)).mechanism != mode:
+            why = f'[agents.{name}] asks for sandbox = "{mode}", but {own.problem}'
+            return "sandbox_unavailable", f"{why}; install it, or give this profile another sandbox"
+        if mode == "none" and self.auth.mode == "users" and self.sandbox.mode != "none":
+            why = f'users mode: [agents.{name}] has sandbox = "none", so its agents could reach other users\' files'
+            return "sandbox_unavailable", f'{why}; remove it, or write [sandbox] mode = "none" to accept that for all'
+        return None
 
     @property
     def host(self) -> str:
@@ -382,7 +397,10 @@ class Settings(BaseModel):
         return self._confinement
 
     def confine(self, spec: LaunchSpec, profile: AgentProfile) -> LaunchSpec:
-        """``spec`` with the sandbox plan for ``profile``'s agent. Raises LaunchRefused."""
+        """``spec`` with the sandbox plan for ``profile``'s agent. Raises LaunchRefused,
+        also for a profile whose own sandbox cannot be had (every spawn comes here)."""
+        if profile.name in self.agents and (refused := self._sandbox_refusal(profile.name)) is not None:
+            raise LaunchRefused(f"agent profile {profile.name!r} cannot run: {refused[1]}", code=refused[0])
         return confine(
             spec,
             self.confinement().for_profile(profile.sandbox),
@@ -399,27 +417,18 @@ class Settings(BaseModel):
 
 def sandbox_refusal(settings: Settings) -> str | None:
     """Why the daemon may not start with its sandbox settings, or None: a mechanism asked
-    for by name that this host lacks (for the daemon or a profile), or users mode with
-    agents unconfined without ``[sandbox] mode = "none"`` written down."""
+    for by name in ``[sandbox]`` that this host lacks, or users mode with agents
+    unconfined without ``[sandbox] mode = "none"`` written down. (A profile's own
+    ``sandbox`` that cannot be had makes that profile unusable: Settings.profile_problem.)"""
     box = settings.confinement()
     named = settings.sandbox.mode
     if named in ("landlock", "bubblewrap") and box.mechanism != named:
         return f'[sandbox] mode = "{named}", but {box.problem}'
-    for name, prof in settings.agents.items():
-        if (
-            prof.sandbox in ("landlock", "bubblewrap")
-            and (own := box.for_profile(prof.sandbox)).mechanism != prof.sandbox
-        ):
-            return f'agent {name!r} asks for sandbox = "{prof.sandbox}", but {own.problem}'
-    if settings.auth.mode == "users" and settings.sandbox.mode != "none":
-        if not box.confined:
-            return (
-                f"users mode refuses to run agents unconfined ({box.problem}); "
-                "write [sandbox] mode = \"none\" to accept that every user's agent can reach the others'"
-            )
-        loose = [n for n, p in settings.agents.items() if p.sandbox == "none"]
-        if loose:
-            return f'users mode: agent {loose[0]!r} has sandbox = "none"; write [sandbox] mode = "none" to allow it'
+    if settings.auth.mode == "users" and settings.sandbox.mode != "none" and not box.confined:
+        return (
+            f"users mode refuses to run agents unconfined ({box.problem}); "
+            "write [sandbox] mode = \"none\" to accept that every user's agent can reach the others'"
+        )
     return None
 
 

@@ -751,3 +751,41 @@ def test_the_default_profile_is_the_first_configured_one_that_can_run(tmp_path: 
     missing.write_text("#!/bin/sh\n")
     missing.chmod(0o755)
     assert s.default_profile() == "broken"  # installed after start: first again
+
+
+def test_a_profile_asking_for_a_sandbox_the_host_lacks_cannot_run_but_the_daemon_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #34 item 4: one treatment for every profile that cannot run. Such a profile
+    stopped the daemon at start; now it is unusable, said why, and never spawned (not even
+    unconfined)."""
+    from bridge.config import sandbox_refusal
+    from bridge.errors import LaunchRefused
+    from bridge.process import bwrap
+    from bridge.process import sandbox as sb
+    from bridge.process.launch import LaunchSpec
+
+    monkeypatch.setattr(bwrap, "find", lambda: None)  # no bubblewrap on this host
+    sb._for_mode.cache_clear()
+    try:
+        cfg = write(tmp_path / "c.toml", f'[agents.boxed]\nexecutable = "{PYTHON}"\nsandbox = "bubblewrap"\n')
+        s = load_settings(config=str(cfg), data_dir=str(tmp_path / "d"), env={"HOME": str(tmp_path)})
+        assert sandbox_refusal(s) is None  # the daemon starts
+        problem = s.profile_problem("boxed") or ""
+        assert problem.startswith('[agents.boxed] asks for sandbox = "bubblewrap", but '), problem
+        assert problem.endswith("install it, or give this profile another sandbox")
+        assert s.default_profile() == "demo"
+        with pytest.raises(LaunchRefused) as refused:
+            s.check_runnable("boxed")
+        assert refused.value.code == "sandbox_unavailable"
+        with pytest.raises(LaunchRefused):  # every spawn passes here: never run unconfined
+            s.confine(LaunchSpec((PYTHON,), {}, str(tmp_path)), s.agents["boxed"])
+        users = write(
+            tmp_path / "u.toml", f'[auth]\nmode = "users"\n[agents.loose]\nexecutable = "{PYTHON}"\nsandbox = "none"\n'
+        )
+        s = load_settings(config=str(users), data_dir=str(tmp_path / "d"), env={"HOME": str(tmp_path)}, token="t" * 32)
+        if s.confinement().confined:
+            assert sandbox_refusal(s) is None
+            assert 'users mode: [agents.loose] has sandbox = "none"' in (s.profile_problem("loose") or "")
+    finally:
+        sb._for_mode.cache_clear()

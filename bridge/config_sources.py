@@ -105,7 +105,9 @@ class Sources:
         ``model``) in words: one ``[table] key: what is wrong`` per error."""
         hidden = {"name", "builtin"} if section == "agents" else set()
         keys = [k for k in model.model_fields if k not in hidden]
-        said = [self._one(err, section, table, keys) for err in exc.errors()]
+        # A misspelt key first: the "is required" that often comes with it is its echo.
+        errors = sorted(exc.errors(), key=lambda e: e.get("type") != "extra_forbidden")
+        said = [self._one(err, section, table, keys) for err in errors]
         text = "; ".join(words for words, _ in said)
         # The file is named when one of the values refused is the file's.
         from_file = any(label is None for _, label in said)

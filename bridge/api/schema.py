@@ -138,6 +138,10 @@ def plain_error(err: Mapping[str, Any], *, skip: Sequence[str] = ()) -> str:
     ``the request body`` when the body itself is wrong."""
     where = ".".join(str(p) for p in err.get("loc", ()) if p not in skip) or "the request body"
     kind = str(err.get("type", ""))
+    if kind == "json_invalid":
+        # Its location is the character where parsing stopped, not a field.
+        at = next((p for p in err.get("loc", ()) if isinstance(p, int)), None)
+        return "the request body: is not valid JSON" + ("" if at is None else f" (at character {at})")
     template = _PLAIN.get(kind)
     if template is None:
         what = str(err.get("msg", "is invalid"))

@@ -58,7 +58,9 @@ async def test_a_form_that_is_not_json_is_said_to_be_not_json(client: httpx.Asyn
     headers = {**BEARER, "Content-Type": "application/x-www-form-urlencoded"}
     r = await client.post("/v1/threads", content=b"agent=demo", headers=headers)
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request", r.text
-    assert "JSON" in r.json()["error"]["message"] and "Input should" not in r.text
+    assert r.json()["error"]["message"] == "the request body: is not valid JSON (at character 0)"
+    r = await client.post("/v1/threads", content=b'{"agent": "demo"', headers=BEARER)
+    assert r.json()["error"]["message"] == "the request body: is not valid JSON (at character 16)", r.text
     r = await client.post("/v1/threads", content=b"agent=demo", headers={**BEARER, "Content-Type": "image/png"})
     assert r.status_code == 415 and r.json()["error"]["code"] == "unsupported_media_type", r.text
 

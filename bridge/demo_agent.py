@@ -695,6 +695,18 @@ CODE_REPLY = (
     "Ask me to `run python3 --version` to see a shell command, or `edit hello.py` for a diff."
 )
 
+TOUR_THOUGHT = (
+    "A tour: show each kind of output once. An edit (asked for first), a shell command, a sub-agent, then a code block."
+)
+_LANGUAGES = {
+    ".py": "python",
+    ".md": "markdown",
+    ".js": "javascript",
+    ".ts": "typescript",
+    ".sh": "sh",
+    ".toml": "toml",
+}
+
 THINK_TEXT = (
     "The user wants to see a thinking block. A real model reasons here before it answers; "
     "the page folds this into a collapsible \u201cThought\u201d. I'll keep it short and then reply."
@@ -893,7 +905,7 @@ REJECTED = (
     "The user doesn't want to proceed with this tool use. The tool use was rejected: nothing was changed. "
     "Wait for the user to say how to go on."
 )
-SUBAGENT_PROMPT = "List the files in the working directory, read up to three of the text files, and report their sizes."
+SUBAGENT_PROMPT = "List the files in the working directory, read {} of the text files, and report their sizes."
 
 
 class DemoAgent:
@@ -1430,38 +1442,54 @@ class DemoAgent:
         self.say(text(f"The sub-agent reports: {self.subagent(call)}"))
 
     def do_tour(self, _arg: str | None) -> None:
-        """Every kind of output the page shows, in one turn: a thought, an edit that asks
-        first (a diff), a shell command (its exit status), a sub-agent (the Tasks panel),
-        and a fenced code block."""
-        self.say(
-            thought(
-                "A tour: show each kind of output once. An edit (it asks first), a shell "
-                "command, a sub-agent, then a code block."
-            ),
-            text("Welcome to the tour! It shows everything I can do, in one turn."),
-        )
-        lead = self.tour_edit()
+        """Every kind of output the page shows, in one turn, kept short enough for one
+        screen: a thought, an edit that asks first (a diff), a shell command (its exit
+        status), a sub-agent (the Tasks panel), and a fenced code block."""
+        welcome = "Welcome to the tour: one turn that shows each thing the page can draw."
+        edit = self.tour_edit_call()
+        if edit is None:
+            self.say(thought(TOUR_THOUGHT), text(f"{welcome} (There is no text file here I could edit.)"))
+            lead = ""
+        else:
+            name = os.path.basename(str(edit.input["file_path"]))
+            self.say(
+                thought(TOUR_THOUGHT),
+                text(f"{welcome} First, an edit of {name}; I ask before I change it."),
+                tool(edit),
+            )
+            lead = self.edit_step(edit)
         planned = shell_command(self.cwd, "wc -l") if TOOL_BASH in self.tools else None
         if planned is not None:
             call = ToolCall(TOOL_BASH, {"command": planned[0], "description": "Count the lines of each file"})
-            self.say(text(f"{lead} Next, a shell command: how long is each file?"), tool(call))
+            self.say(text(f"{lead} Next, a shell command:"), tool(call))
             lead = self.bash_step(call, planned[1])
         if TOOL_TASK in self.tools:
-            call = self.task_call(None)
-            self.say(text(f"{lead} Now a sub-agent, which you can follow in the Tasks panel."), tool(call))
-            lead = f"The sub-agent reports: {self.subagent(call)}"
-        self.say(text(f"{lead}\n\nLast, a fenced code block. {CODE_REPLY}"))
+            call = self.task_call(None, reads=1)
+            self.say(text(f"{lead} Now a sub-agent; the Tasks panel follows it."), tool(call))
+            lead = f"The sub-agent reports: {self.subagent(call, reads=1)}"
+        self.say(text(f"{lead}\n\nLast, a fenced code block{self.tour_code(edit)}"))
 
-    def tour_edit(self) -> str:
-        """The tour's edit, of hello.py (or the first text file there is); what to say next."""
+    def tour_edit_call(self) -> ToolCall | None:
+        """The tour's edit: of hello.py, or of the first text file there is."""
         if TOOL_EDIT not in self.tools:
-            return "(Edits are disallowed for this session.)"
-        for name in ["hello.py", *sorted(os.listdir(self.cwd))]:
-            with contextlib.suppress(ToolError, OSError):
-                call = ToolCall(TOOL_EDIT, plan_edit(self.cwd, name))
-                self.say(text(f"First, an edit of {name}; I'll ask you before I change it."), tool(call))
-                return self.edit_step(call)
-        return "There is no text file here for me to edit."
+            return None
+        for name in ["hello.py", *_text_files(self.cwd)]:
+            with contextlib.suppress(ToolError):
+                return ToolCall(TOOL_EDIT, plan_edit(self.cwd, name))
+        return None
+
+    def tour_code(self, edit: ToolCall | None) -> str:
+        """The end of the tour's last sentence: the edited file's first lines, fenced."""
+        if edit is None:
+            return f". {CODE_REPLY}"
+        path = str(edit.input["file_path"])
+        try:
+            head = _read_text(path, os.path.basename(path)).splitlines()[:6]
+        except ToolError:
+            return f". {CODE_REPLY}"
+        lang = _LANGUAGES.get(os.path.splitext(path)[1].lower(), "text")
+        body = "\n".join(head)
+        return f": the start of {os.path.basename(path)} as it is now.\n\n```{lang}\n{body}\n```\n\nThat was the tour."
 
     # ---- tool steps: run the call, write its result, return what to say about it
 
@@ -1599,13 +1627,14 @@ class DemoAgent:
 
     # ---- a sub-agent (the Task tool): its lines carry the Task call's id as parent_tool_use_id
 
-    def task_call(self, arg: str | None) -> ToolCall:
-        prompt = f"{SUBAGENT_PROMPT} The user asked: {arg}" if arg else SUBAGENT_PROMPT
+    def task_call(self, arg: str | None, reads: int = 3) -> ToolCall:
+        prompt = SUBAGENT_PROMPT.format("the first" if reads == 1 else "up to three")
+        prompt += f" The user asked: {arg}" if arg else ""
         return ToolCall(
             TOOL_TASK, {"description": "Survey the workspace", "prompt": prompt, "subagent_type": "general-purpose"}
         )
 
-    def subagent(self, call: ToolCall) -> str:
+    def subagent(self, call: ToolCall, reads: int = 3) -> str:
         """Run the Task ``call``'s sub-agent: task_* lines for the host's task table, the
         sub-agent's own messages and tool calls, then the Task's result. Returns its report."""
         description, prompt = str(call.input["description"]), str(call.input["prompt"])
@@ -1627,7 +1656,7 @@ class DemoAgent:
         )
         progress = {"tool_uses": 0}
         try:
-            report = self.subagent_steps(call.id, {**task, "description": description}, progress, started)
+            report = self.subagent_steps(call.id, {**task, "description": description}, progress, started, reads)
         except Interrupted as exc:
             self._system("task_notification", **task, status="stopped", output_file="", summary="Interrupted by user")
             self.tool_result(call, "Interrupted by user", True, None)
@@ -1651,13 +1680,13 @@ class DemoAgent:
         self.tool_result(call, content, False, structured)
         return report
 
-    def subagent_steps(self, parent: str, task: Json, progress: dict[str, int], started: float) -> str:
+    def subagent_steps(self, parent: str, task: Json, progress: dict[str, int], started: float, reads: int) -> str:
         """The sub-agent's work: list the files, read up to three; progress after each."""
         self.sub_say(parent, {"type": "text", "text": "I'll list the files, then read a few of them."})
         listing = ToolCall(TOOL_LIST, {"path": "."})
         found = self.sub_tool(parent, task, progress, started, listing, lambda: self.list_step(listing, parent))
         sizes: list[str] = []
-        for name in _text_files(self.cwd)[:3]:
+        for name in _text_files(self.cwd)[:reads]:
             call = ToolCall(TOOL_READ, {"path": name})
             said = self.sub_tool(
                 parent, task, progress, started, call, lambda c=call, n=name: self.read_step(c, n, parent)

@@ -838,7 +838,8 @@ def test_tour_does_everything_in_one_turn(spawn: Callable[..., Agent], workdir: 
     assert [b["name"] for b in blocks if b["type"] == "tool_use"] == ["Edit", "Bash", "Task"]
     assert all(not b["is_error"] for b, ln in tool_results(lines) if ln.get("parent_tool_use_id") is None)
     assert "Hi there" in (workdir / "hello.py").read_text()
-    assert "```python" in lines[-1]["result"] and lines[-1]["num_turns"] == 5
+    assert "```python\ndef greet(name: str) -> str:" in lines[-1]["result"] and lines[-1]["num_turns"] == 4
+    assert sum(ln.get("subtype") == "task_progress" for ln in lines) == 2  # the files, then one of them
 
 
 def test_shell_commands_are_a_fixed_list_never_a_shell(demo: ModuleType, workdir: Path) -> None:

@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import struct
+import tempfile
 import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,6 +24,8 @@ import pytest_asyncio
 from conftest import DIALECTS, STEP_TIMEOUT, TOKEN, Daemon, _own_agents, agent_log, profile_toml, wait_until
 from playwright.async_api import Browser, BrowserContext, Page, WebSocketRoute, async_playwright, expect
 from test_acp_e2e import acp_profile
+
+from bridge.sessions.samples import SAMPLES
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -219,7 +222,7 @@ async def test_a_full_chat_turn_with_the_demo_agent(web: Session, tmp_path: Path
     await expect(page).to_have_title("Demo chat — agent-bridge")
     await expect(page.locator(".msg.assistant").first).to_contain_text("Hello to you too")
     await expect(page.locator(".turn-end")).to_have_count(1)
-    await expect(page.locator(".turn-end").first).to_contain_text(re.compile(r"Turn complete · \d+ in · \d+ out"))
+    await expect(page.locator(".turn-end").first).to_contain_text(re.compile(r"Done · \d+ in · \d+ out"))
 
     await send(page, "list files")
     card = page.locator(".tool").first

@@ -222,7 +222,7 @@ async def test_a_full_chat_turn_with_the_demo_agent(web: Session, tmp_path: Path
     await expect(page).to_have_title("Demo chat — agent-bridge")
     await expect(page.locator(".msg.assistant").first).to_contain_text("Hello to you too")
     await expect(page.locator(".turn-end")).to_have_count(1)
-    await expect(page.locator(".turn-end").first).to_contain_text(re.compile(r"Done · \d+ in · \d+ out"))
+    await expect(page.locator(".turn-end").first).to_contain_text(re.compile(r"Turn complete · \d+ in · \d+ out"))
 
     await send(page, "list files")
     card = page.locator(".tool").first
@@ -247,7 +247,64 @@ async def test_a_full_chat_turn_with_the_demo_agent(web: Session, tmp_path: Path
     shot = tmp_path / "main.png"
     await page.screenshot(path=str(shot))
     assert shot.stat().st_size > 10_000
-    if os.environ.get("UPDATE_SCREENSHOT") == "1":
+    web.assert_clean()
+
+
+async def test_the_demo_agent_tour_shows_every_feature_for_the_readme_screenshot(web: Session, tmp_path: Path) -> None:
+    """README's screenshot: the demo agent's "tour" — a thought, an edit asked for and shown
+    as a diff, a shell command with its exit status, a sub-agent in the Tasks panel, a code
+    block. ``UPDATE_SCREENSHOT=1`` writes it to docs/screenshot.png, from a project at
+    /tmp/hello-project so no test directory shows in the picture."""
+    update = os.environ.get("UPDATE_SCREENSHOT") == "1"
+    if update:
+        work = Path("/tmp/hello-project")
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir()
+    else:  # a name of the same kind (no test directory in it), never shared with another run
+        work = Path(tempfile.mkdtemp(prefix="hello-project-"))
+    try:
+        await tour_screenshot(web, work, tmp_path, update)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+async def tour_screenshot(web: Session, work: Path, tmp_path: Path, update: bool) -> None:
+    for name, text in SAMPLES.items():
+        (work / name).write_text(text)
+    page = await web.page(viewport={"width": 1280, "height": 1600})  # tall: the whole tour in one picture
+    await page.click("#new-thread")
+    await page.select_option("#new-agent", "demo")
+    await page.fill("#new-cwd", str(work))
+    await page.fill("#new-title", "Hello project")
+    await page.click("#new-create")
+    await expect(page.locator("#conn")).to_have_attribute("data-state", "live")
+
+    await send(page, "tour")
+    dialog = page.locator("#perm-dialog")
+    await expect(dialog).to_be_visible()
+    await expect(dialog.locator("#perm-tool")).to_have_text("Edit")
+    await page.click("#perm-allow")
+    await expect(page.locator(".turn-end")).to_have_count(1, timeout=60_000)
+
+    await expect(page.locator(".msg.thought")).to_have_count(1)
+    await page.locator(".msg.thought summary").click()  # open: the thought's text shows
+    await expect(page.locator(".msg.thought")).to_contain_text("A tour: show each kind of output once.")
+    edit = page.locator(".tool", has=page.locator(".tool-name", has_text=re.compile("^Edit$")))
+    await edit.locator("summary").first.click()
+    await expect(edit.locator(".diff")).to_contain_text("Hi there")
+    bash = page.locator(".tool", has=page.locator(".tool-name", has_text=re.compile("^Bash$")))
+    await expect(bash.locator(".tool-exit")).to_have_text("exit 0")
+    await expect(page.locator(".task")).to_contain_text("Survey the workspace")
+    await expect(page.locator(".task .badge")).to_have_text("completed")
+    await expect(page.locator(".code-copy")).to_have_count(1)
+    assert "Hi there" in (work / "hello.py").read_text()
+    await page.locator("#transcript").evaluate("t => { t.scrollTop = 0; }")  # from the prompt on
+    await expect(page.locator("body")).not_to_contain_text(str(tmp_path))
+    await expect(page.locator("body")).not_to_contain_text("pytest")
+    shot = tmp_path / "tour.png"
+    await page.screenshot(path=str(shot))
+    assert shot.stat().st_size > 10_000
+    if update:
         shutil.copy(shot, ROOT / "docs" / "screenshot.png")
     web.assert_clean()
 

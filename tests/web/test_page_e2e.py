@@ -271,7 +271,7 @@ async def test_the_demo_agent_tour_shows_every_feature_for_the_readme_screenshot
 async def tour_screenshot(web: Session, work: Path, tmp_path: Path, update: bool) -> None:
     for name, text in SAMPLES.items():
         (work / name).write_text(text)
-    page = await web.page(viewport={"width": 1280, "height": 1600})  # tall: the whole tour in one picture
+    page = await web.page(viewport={"width": 1280, "height": 800})
     await page.click("#new-thread")
     await page.select_option("#new-agent", "demo")
     await page.fill("#new-cwd", str(work))
@@ -298,7 +298,10 @@ async def tour_screenshot(web: Session, work: Path, tmp_path: Path, update: bool
     await expect(page.locator(".task .badge")).to_have_text("completed")
     await expect(page.locator(".code-copy")).to_have_count(1)
     assert "Hi there" in (work / "hello.py").read_text()
-    await page.locator("#transcript").evaluate("t => { t.scrollTop = 0; }")  # from the prompt on
+    # As tall as the whole tour needs, so the picture holds all of it, from the prompt on.
+    more = await page.locator("#transcript").evaluate("t => t.scrollHeight - t.clientHeight")
+    await page.set_viewport_size({"width": 1280, "height": min(800 + max(more, 0) + 16, 2000)})
+    await page.locator("#transcript").evaluate("t => { t.scrollTop = 0; }")
     await expect(page.locator("body")).not_to_contain_text(str(tmp_path))
     await expect(page.locator("body")).not_to_contain_text("pytest")
     shot = tmp_path / "tour.png"

@@ -174,9 +174,8 @@ def _tool_rules(value: str) -> list[str]:
     return [m.group(0) for m in re.finditer(r"[^\s,()]+(?:\([^)]*\))?", value)]
 
 
-def parse_args(argv: list[str]) -> Options:
-    """Parse the Claude-Code-like command line; never fails, unknown things are ignored."""
-    opts = Options()
+def _flag_values(argv: list[str]) -> dict[str, str | None]:
+    """The known flags of ``argv`` and their values (None: a flag without one)."""
     values: dict[str, str | None] = {}
     i = 0
     while i < len(argv):
@@ -195,19 +194,22 @@ def parse_args(argv: list[str]) -> Options:
             else:
                 _err(f"flag {arg} needs a value; ignored")
         elif arg in _OPTIONAL_VALUE_FLAGS:
-            if i < len(argv) and not argv[i].startswith("-"):
-                values[arg] = argv[i]
-                i += 1
-            else:
-                values[arg] = None
+            takes = i < len(argv) and not argv[i].startswith("-")
+            values[arg] = argv[i] if takes else None
+            i += int(takes)
         elif arg in _BOOL_FLAGS:
             values[arg] = None
         elif arg.startswith("-") and arg != "-":
             _err(f"ignoring unknown flag {arg!r}")
         else:
             _err(f"ignoring positional argument {arg[:80]!r}")
+    return values
 
-    opts.flags = values
+
+def parse_args(argv: list[str]) -> Options:
+    """Parse the Claude-Code-like command line; never fails, unknown things are ignored."""
+    opts = Options()
+    values = opts.flags = _flag_values(argv)
     if values.get("--model"):
         opts.model = str(values["--model"])
     resume_given = "--resume" in values or "-r" in values
@@ -1577,8 +1579,9 @@ class DemoAgent:
         rules = {r.split("(", 1)[0] for r in self.opts.allowed_tools}
         if self.permission_mode in ("acceptEdits", "bypassPermissions") or call.name in rules:
             return True, call.input, ""
-        if self.permission_mode == "plan":
-            return False, call.input, "plan mode does not change files"
+        if self.permission_mode in ("plan", "dontAsk"):
+            why = "plan mode does not change files" if self.permission_mode == "plan" else "dontAsk mode never asks"
+            return False, call.input, why
         if self.opts.flags.get("--permission-prompt-tool") != "stdio":
             return False, call.input, NO_PROMPTS
         answer = self.ask(call)

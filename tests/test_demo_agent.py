@@ -714,6 +714,12 @@ def test_edit_without_a_way_to_ask_is_refused_unless_the_mode_accepts_edits(
     assert block["is_error"] is True and "--permission-prompt-tool stdio" in block["content"]
     assert (workdir / "hello.py").read_text() == HELLO
 
+    for mode in ("plan", "dontAsk"):  # modes that never ask, even with a way to
+        lines = spawn("--permission-mode", mode, PROMPTS, "stdio").turn("edit hello.py")
+        assert not [ln for ln in lines if ln["type"] == "control_request"], mode
+        assert tool_results(lines)[0][0]["is_error"] is True and mode in lines[-1]["result"]
+    assert (workdir / "hello.py").read_text() == HELLO
+
     agent = spawn("--permission-mode", "acceptEdits")
     lines = agent.turn("edit alpha.txt")  # no "Hello": a comment goes on top
     block, _ = tool_results(lines)[0]

@@ -31,8 +31,19 @@ REPLAY_DEADLINE = 10.0  # silence that counts as a stall: the whole replay takes
 BIG = 3 * 1024 * 1024  # characters: text plus the line written to the agent > PAGE_BYTES
 
 
-async def _transcript_with_a_large_prompt(daemon_factory: Any, tmp_path: Any, agent_env: Any) -> tuple[Daemon, str]:
-    d = await daemon_factory(base_config(tmp_path, agent_env))
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_env(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The daemon's store: the default SQLite file, or a fresh database on the test
+    PostgreSQL server (its pages are measured and read by statements of their own)."""
+    if request.param == "sqlite":
+        return {}
+    return {"AGENT_BRIDGE_STORE_URL": request.getfixturevalue("pg_url"), "AGENT_BRIDGE_REPLICA_ID": "a"}
+
+
+async def _transcript_with_a_large_prompt(
+    daemon_factory: Any, tmp_path: Any, agent_env: Any, store_env: dict[str, str]
+) -> tuple[Daemon, str]:
+    d = await daemon_factory(base_config(tmp_path, agent_env), extra_env=store_env)
     tid = (await new_thread(d, "stream-json"))["id"]
     c = await d.ws(tid)
     await c.turn("x" * BIG)
@@ -75,9 +86,9 @@ async def _sse_ids(d: Daemon, tid: str, last: int) -> list[int]:
 
 
 async def test_a_replay_from_a_fresh_daemon_goes_past_a_prompt_larger_than_a_page(
-    daemon_factory: Any, tmp_path: Any, agent_env: Any
+    daemon_factory: Any, tmp_path: Any, agent_env: Any, store_env: dict[str, str]
 ) -> None:
-    d, tid = await _transcript_with_a_large_prompt(daemon_factory, tmp_path, agent_env)
+    d, tid = await _transcript_with_a_large_prompt(daemon_factory, tmp_path, agent_env, store_env)
     got: dict[str, Any] = {}
     async with d.http() as http:
         last = (await http.get(f"/v1/threads/{tid}")).json()["last_seq"]

@@ -220,27 +220,27 @@ def pg(statement: str) -> str:
 
 # ---------------------------------------------------------------------- transcript pages
 
-# What a page of the transcript is cut by (base.PAGE_BYTES): each row's stored size, its
-# length, not its content, is all that reaches the caller (PostgreSQL reads a TOASTed
-# bytea's length without its content; SQLite, see sqlite_reads.extent). Rows from before
-# the stored envelope are measured by their columns. A raw-mode page counts only the agent
-# lines it relays (its other rows send nothing, and are not loaded by its read).
-_ROW_SIZE = "coalesce(length(env), length(data) + coalesce(length(raw), 0))"
+# What a page of the transcript is cut by (base.PAGE_BYTES): each row's stored size. Only
+# its length reaches the caller, never its content (PostgreSQL reads a TOASTed bytea's
+# length without the value; SQLite: sqlite_reads._chunks). Rows from before the stored
+# envelope are measured by their columns. A raw-mode page counts only the agent lines it
+# relays (its other rows send nothing, and its read does not load them).
+ROW_SIZE = "coalesce(length(env), length(data) + coalesce(length(raw), 0))"
 _RELAYED_SIZE = "CASE WHEN source='agent' AND relay THEN coalesce(length(env)-raw_at-1, length(raw), 0) ELSE 0 END"
-# A page's extent first, so that the page itself is then read with an exact LIMIT and no
-# more than PAGE_BYTES plus one row is ever loaded (issue #34: a read that took rows a
-# chunk at a time before measuring them loaded up to 128 rows of 16 MiB for one page, and
+# A page's extent is measured before the page is read with an exact LIMIT, so that no more
+# than PAGE_BYTES plus one row is ever loaded (issue #34: a read that took rows a chunk at
+# a time before measuring them loaded up to 128 rows of 16 MiB for one page, and
 # PostgreSQL's client-side cursor every row of the LIMIT). The sizes' statement, and an
 # aggregate of it: PostgreSQL asks the aggregate (its index scan reads no row content, so
 # measuring up to ``limit`` rows is cheap) and the sizes only for a page that reaches the
-# bound; SQLite steps through the sizes instead, no further than the bound
-# (sqlite_reads.extent says why).
+# bound; SQLite steps through the sizes, no further than the bound (sqlite_reads.extent;
+# its events-mode replay page measures and reads in one pass).
 _SIZES = "SELECT {} FROM events WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?"
 _EXTENT = (
     "SELECT count(*), sum(n) FROM (SELECT {} AS n FROM events WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?) AS p"
 )
 # (sizes, extent) of a page of events or envelopes, and of a raw-mode page.
-PAGE_EXTENT = (_SIZES.format(_ROW_SIZE), _EXTENT.format(_ROW_SIZE))
+PAGE_EXTENT = (_SIZES.format(ROW_SIZE), _EXTENT.format(ROW_SIZE))
 RAW_PAGE_EXTENT = (_SIZES.format(_RELAYED_SIZE), _EXTENT.format(_RELAYED_SIZE))
 
 

@@ -233,8 +233,8 @@ _RELAYED_SIZE = "CASE WHEN source='agent' AND relay THEN coalesce(length(env)-ra
 # PostgreSQL's client-side cursor every row of the LIMIT). The sizes' statement, and an
 # aggregate of it: PostgreSQL asks the aggregate (its index scan reads no row content, so
 # measuring up to ``limit`` rows is cheap) and the sizes only for a page that reaches the
-# bound; SQLite steps through the sizes, no further than the bound (sqlite_reads.extent;
-# its events-mode replay page measures and reads in one pass).
+# bound. SQLite measures and reads in one pass instead: a row's size comes with it, and its
+# content only when it is small (sqlite_reads._chunks says why).
 _SIZES = "SELECT {} FROM events WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?"
 _EXTENT = (
     "SELECT count(*), sum(n) FROM (SELECT {} AS n FROM events WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?) AS p"

@@ -19,15 +19,25 @@ from bridge.store import sqlite_sql as sql
 from bridge.store.base import PAGE_BYTES
 from bridge.store.rows import ENV_SQL
 
+# A page of records is one pass (see _chunks): each row's columns with its size, its data
+# and raw only when the row is at most _SMALL bytes; a larger row is read alone, only
+# while the page has room for it.
+_SMALL = 64 * 1024  # bytes of a row read with the others; a larger one is read on its own
+_COLUMNS = f"seq,ts,source,kind,{sql.DATA_SQL},{sql.RAW_SQL},relay"
 _READ_EVENTS = (
-    f"SELECT seq,ts,source,kind,{sql.DATA_SQL},{sql.RAW_SQL},relay FROM events"  # noqa: S608
-    " WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?"
+    f"SELECT seq,ts,source,kind,CASE WHEN n<=?1 THEN d END,CASE WHEN n<=?1 THEN r END,relay,n FROM"  # noqa: S608
+    f" (SELECT seq,ts,source,kind,{sql.DATA_SQL} AS d,{sql.RAW_SQL} AS r,relay,{rows.ROW_SIZE} AS n FROM events"
+    " WHERE thread_id=?2 AND seq>?3 ORDER BY seq LIMIT ?4)"
 )
 _READ_EVENTS_NO_RAW = _READ_EVENTS.replace(sql.RAW_SQL, "NULL", 1)
+_READ_ONE = f"SELECT {_COLUMNS} FROM events WHERE thread_id=? AND seq=?"  # noqa: S608
+_READ_ONE_NO_RAW = _READ_ONE.replace(sql.RAW_SQL, "NULL", 1)
 
 
 _FIRST = operator.itemgetter(0)
 _SECOND = operator.itemgetter(1)
+_DATA = operator.itemgetter(4)
+_LAST = operator.itemgetter(-1)
 
 
 def _chunks(cur: sqlite3.Cursor) -> Iterator[list[Any]]:
@@ -44,11 +54,11 @@ def _chunks(cur: sqlite3.Cursor) -> Iterator[list[Any]]:
         size = min(size * 2, 128)
 
 
-def extent(db: sqlite3.Connection, thread_id: str, after: int, limit: int, raw: bool = False) -> tuple[int, bool]:
+def extent(db: sqlite3.Connection, thread_id: str, after: int, limit: int) -> tuple[int, bool]:
     """How many rows the page after ``after`` holds (at most ``limit``, cut at PAGE_BYTES by
-    the rows' stored sizes: rows.PAGE_EXTENT) and whether events may follow it. Only
-    sizes reach Python; the rows' content is loaded by SQLite one row at a time."""
-    cur = db.execute((rows.RAW_PAGE_EXTENT if raw else rows.PAGE_EXTENT)[0], (thread_id, after, limit))
+    the rows' stored sizes: rows.PAGE_EXTENT) and whether events may follow it, for a page
+    read with its parts (``_rebuilt``). Only sizes reach Python."""
+    cur = db.execute(rows.PAGE_EXTENT[0], (thread_id, after, limit))
     n = total = 0
     for chunk in _chunks(cur):
         size = sum(map(_FIRST, chunk))
@@ -63,12 +73,32 @@ def extent(db: sqlite3.Connection, thread_id: str, after: int, limit: int, raw: 
 def events_page(db: sqlite3.Connection, thread_id: str, after: int, limit: int, with_raw: bool) -> Page:
     """Records after ``after``. The stored text is kept as it is: a replay relays it without
     parsing it. (Assembling the whole envelope in SQL instead was measured slower.)"""
-    n, more = extent(db, thread_id, after, limit)
-    if not n:
-        return Page()
-    cur = db.execute(_READ_EVENTS if with_raw else _READ_EVENTS_NO_RAW, (thread_id, after, n))
+    cur = db.execute(_READ_EVENTS if with_raw else _READ_EVENTS_NO_RAW, (_SMALL, thread_id, after, limit))
+    found: list[Any] = []
+    total = 0
+    for chunk in _chunks(cur):
+        size = sum(map(_LAST, chunk))
+        if total + size < PAGE_BYTES and None not in map(_DATA, chunk):
+            found += chunk
+            total += size
+            continue
+        for row in chunk:
+            if row[4] is None:  # a large row, read alone
+                one = db.execute(_READ_ONE if with_raw else _READ_ONE_NO_RAW, (thread_id, row[0])).fetchone()
+                row = (*one, row[7])
+            found.append(row)
+            total += row[7]
+            if total >= PAGE_BYTES:
+                return _records(found, more=True)
+    return _records(found, more=len(found) == limit)
+
+
+def _records(found: list[Any], *, more: bool) -> Page:
     return Page(
-        (Record(seq, ts, source, kind, None, raw, relay == 1, data) for seq, ts, source, kind, data, raw, relay in cur),
+        (
+            Record(seq, ts, source, kind, None, raw, relay == 1, data)
+            for seq, ts, source, kind, data, raw, relay, _ in found
+        ),
         more=more,
     )
 
@@ -84,29 +114,28 @@ def frames_page(db: sqlite3.Connection, thread_id: str, after: int, limit: int, 
         db.text_factory = str
 
 
-def _raw_page(db: sqlite3.Connection, thread_id: str, after: int, limit: int) -> Frames:
-    """Raw mode relays the agent's own lines, one per stdout line (``relay``)."""
-    n, more = extent(db, thread_id, after, limit, raw=True)
-    found: list[tuple[int, bytes | None]] = db.execute(
-        "SELECT seq,CASE WHEN source='agent' AND relay=1 THEN"
-        " coalesce(substr(env,raw_at+1,length(env)-raw_at-1),raw) END FROM events"
-        " WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?",
-        (thread_id, after, n),
-    ).fetchall()
-    return Frames(checked_lines(found), len(found), found[-1][0] if found else after, more=more)
-
-
-# A replay page in events mode is one pass (a second one, to measure the rows first, cost
-# a fifth of the read of a page of small rows): each row's envelope when it is at most
-# _SMALL bytes, else NULL; a larger one is read on its own, only while the page has room
-# for it. So a chunk of rows holds at most 128 x _SMALL bytes of envelopes, and a page
-# PAGE_BYTES plus one row.
-_SMALL = 64 * 1024
+# Raw mode's relayed line of a row and its size; in a page, a line over _SMALL bytes comes
+# as its size (a number) and is read alone, only while the page has room for it.
+_LINE = "coalesce(substr(env,raw_at+1,length(env)-raw_at-1),raw)"
+_LINE_SIZE = "coalesce(length(env)-raw_at-1,length(raw))"
+_RAW_LINES = (
+    f"SELECT seq,CASE WHEN source='agent' AND relay=1 THEN CASE WHEN {_LINE_SIZE}<=? THEN {_LINE}"  # noqa: S608
+    f" ELSE {_LINE_SIZE} END END FROM events WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?"
+)
+_ONE_LINE = f"SELECT {_LINE} FROM events WHERE thread_id=? AND seq=?"  # noqa: S608
+# The same for envelopes: one over _SMALL bytes comes as its size.
 _ENVELOPES = (
-    f"SELECT seq,CASE WHEN length(env)<=? THEN {ENV_SQL} END FROM events"  # noqa: S608
+    f"SELECT seq,CASE WHEN length(env)<=? THEN {ENV_SQL} ELSE length(env) END FROM events"  # noqa: S608
     " WHERE thread_id=? AND seq>? ORDER BY seq LIMIT ?"
 )
 _ONE_ENVELOPE = f"SELECT {ENV_SQL} FROM events WHERE thread_id=? AND seq=?"  # noqa: S608
+
+
+def _raw_page(db: sqlite3.Connection, thread_id: str, after: int, limit: int) -> Frames:
+    """Raw mode relays the agent's own lines, one per stdout line (``relay``); its other
+    rows send nothing (None)."""
+    found, more = _texts(db, (_RAW_LINES, _ONE_LINE), (thread_id, after, limit), none_ok=True) or ([], False)
+    return Frames(checked_lines(found), len(found), found[-1][0] if found else after, more=more)
 
 
 def _envelope_page(db: sqlite3.Connection, thread_id: str, after: int, limit: int) -> Frames:
@@ -120,7 +149,7 @@ def _envelope_page(db: sqlite3.Connection, thread_id: str, after: int, limit: in
         " WHERE thread_id=? AND seq>? AND seq<=? AND env IS NULL LIMIT 1",
         (thread_id, after, after + limit),
     ).fetchone()
-    page = _envelope_rows(db, thread_id, after, limit) if old is None else None
+    page = None if old else _texts(db, (_ENVELOPES, _ONE_ENVELOPE), (thread_id, after, limit), none_ok=False)
     if page is None:
         n, more = extent(db, thread_id, after, limit)
         found = _rebuilt(db, thread_id, after, n) if n else []
@@ -129,18 +158,22 @@ def _envelope_page(db: sqlite3.Connection, thread_id: str, after: int, limit: in
     return Frames(checked_envelopes(found), len(found), found[-1][0] if found else after, more=more)
 
 
-def _envelope_rows(db: sqlite3.Connection, thread_id: str, after: int, limit: int) -> tuple[list[Any], bool] | None:
-    """The page's ``(seq, env)`` rows and whether events may follow it; None at a row with
-    no envelope to send as it is (the page is read again with its parts); CorruptEvent at
-    an envelope that is not bytes. A chunk of envelopes under the bound is taken whole, its
-    sizes summed in C (a NULL or a number fails the sum: that chunk is looked at row by
-    row)."""
-    cur = db.execute(_ENVELOPES, (_SMALL, thread_id, after, limit))
+def _texts(
+    db: sqlite3.Connection, statements: tuple[str, str], page: tuple[str, int, int], *, none_ok: bool
+) -> tuple[list[Any], bool] | None:
+    """A page of ``(seq, text)`` rows read by ``statements`` (the page's, and one row's for
+    a text that came as its size), and whether events may follow it. A row without text
+    is kept (``none_ok``) or ends the read: None (an envelope to build from its parts). A
+    chunk under the bound is taken whole, its sizes summed in C (a number or a NULL where
+    there must be text fails the sum: that chunk is looked at row by row). CorruptEvent
+    at a text that is not bytes."""
+    thread_id, after, limit = page
+    cur = db.execute(statements[0], (_SMALL, thread_id, after, limit))
     found: list[Any] = []
     total = 0
     for chunk in _chunks(cur):
         try:
-            size = sum(map(len, map(_SECOND, chunk)))
+            size = sum(map(len, filter(None, map(_SECOND, chunk)) if none_ok else map(_SECOND, chunk)))
         except TypeError:
             size = PAGE_BYTES
         if total + size < PAGE_BYTES:
@@ -148,16 +181,22 @@ def _envelope_rows(db: sqlite3.Connection, thread_id: str, after: int, limit: in
             total += size
             continue
         for seq, small in chunk:
-            env = small if small is not None else db.execute(_ONE_ENVELOPE, (thread_id, seq)).fetchone()[0]
-            if env is None:  # not of the current version
+            text = small if small is None or small.__class__ is bytes else _one(db, statements[1], thread_id, seq)
+            if text is None and not none_ok:
                 return None
-            if env.__class__ is not bytes:
-                raise CorruptEvent(seq)
-            found.append((seq, env))
-            total += len(env)
+            found.append((seq, text))
+            total += len(text or b"")
             if total >= PAGE_BYTES:
                 return found, True
     return found, len(found) == limit
+
+
+def _one(db: sqlite3.Connection, statement: str, thread_id: str, seq: int) -> bytes | None:
+    """One row's text, read alone (it was too large to come with the page)."""
+    text = db.execute(statement, (thread_id, seq)).fetchone()[0]
+    if text is not None and text.__class__ is not bytes:
+        raise CorruptEvent(seq)
+    return text
 
 
 def _rebuilt(db: sqlite3.Connection, thread_id: str, after: int, n: int) -> list[tuple[int, bytes]]:

@@ -93,3 +93,37 @@ async def test_a_page_read_loads_no_more_than_its_bound(tmp_path: object) -> Non
                 tracemalloc.stop()
             assert page.more
             assert peak < 2 * PAGE_BYTES + 4 * MIB, f"{peak / MIB:.0f} MiB for one page"
+
+
+async def test_large_rows_of_another_wire_version_are_rebuilt_like_small_ones(
+    opened: StoreFactory, store_url: str
+) -> None:
+    """SQLite reads a row over 64 KiB apart from its page; PostgreSQL measures the page
+    first. A large row of another wire version is still never sent as stored."""
+    from test_conformance import execute
+
+    recs = [agent_line(1, 10), prompt(2, 100 * 1024), agent_line(3, 200 * 1024), agent_line(4, 10)]
+    async with opened() as store:
+        await store.create_thread(thread("thr_w"))  # type: ignore[arg-type]
+        await store.append("thr_w", recs, [None] * 4, {})
+        changed = (
+            "CAST(substr(env, 1, 18) || '7' || substr(env, 20) AS BLOB)"
+            if store_url.startswith("sqlite")
+            else "overlay(env PLACING '7'::bytea FROM 19 FOR 1)"
+        )
+        want = [r.envelope().encode() for r in recs]
+        frames = await store.read_frames("thr_w", 0, 1000, raw=False)
+        assert frames.texts == want and not frames.more
+        await execute(
+            store_url,
+            f"UPDATE events SET wire = wire + 1, env = {changed} WHERE thread_id = %s AND seq = 3",
+            ("thr_w",),
+        )
+        stored = await execute(store_url, "SELECT env FROM events WHERE thread_id = %s AND seq = 3", ("thr_w",))
+        assert bytes(stored[0][0]).startswith(b'{"seq":3,"ts":"2027')  # sent as stored, it would differ
+        frames = await store.read_frames("thr_w", 0, 1000, raw=False)
+        assert frames.texts == want and (frames.count, frames.last, frames.more) == (4, 4, False)
+        lines = await store.read_frames("thr_w", 0, 1000, raw=True)
+        assert lines.texts == [r.raw.encode() for r in recs if r.relay and r.raw is not None]
+        page = await store.read_events("thr_w", 0, 1000)
+        assert [(r.seq, r.data_json, r.raw) for r in page] == [(r.seq, r.data_json, r.raw) for r in recs]

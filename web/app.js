@@ -1,7 +1,7 @@
 // agent-bridge web page: the reference client of docs/api.md. Plain ES modules, no build step,
 // nothing fetched from anywhere but the daemon that served it.
 import { Attachments, BODY_SLACK, MAX_BODY_BYTES } from "./attachments.js";
-import { $, el, sizeText } from "./dom.js";
+import { $, THREAD_STATES, el, sizeText, threadState } from "./dom.js";
 import { ApiError, api, setUnauthorizedHandler } from "./net.js";
 import { ThreadStream } from "./stream.js";
 import { SlashMenu, advertised } from "./commands.js";
@@ -11,11 +11,20 @@ import { SecretsPanel } from "./secrets.js";
 import { SHORTCUTS, shortcut } from "./shortcuts.js";
 import { renderTasks } from "./tasks.js";
 import { ThreadList } from "./threads.js";
-import { TranscriptView, pretty, usageText } from "./transcript.js";
+import { TranscriptView, pretty } from "./transcript.js";
 
 const DIAG_LIMIT = 500;
-// How a turn's end status reads in the status line ("cancelled" is an interrupt).
-const TURN_STATUS = { cancelled: "interrupted" };
+// The side panel (tasks, diagnostics, secrets) opens by itself when the thread has tasks,
+// where it has room to sit beside the conversation; elsewhere it waits for its button.
+const SIDE_ROOM = "(min-width: 901px)";
+// An agent's own status words (agent.status, docs/api.md §6.3), as a person would say them.
+const AGENT_DOING = {
+  requesting: "waiting for the model",
+  compacting: "compacting the conversation",
+  retrying: "retrying",
+  requires_action: "waiting for you",
+  idle: null,
+};
 
 function newClientId() {
   const bytes = new Uint8Array(12);
@@ -248,12 +257,18 @@ class App {
     });
     $("#perm-review").addEventListener("click", () => this.showPermission());
     $("#toggle-threads").addEventListener("click", () => this.togglePanel("#sidebar", "#toggle-threads"));
-    $("#toggle-side").addEventListener("click", () => this.togglePanel("#side", "#toggle-side"));
+    $("#toggle-side").addEventListener("click", () => {
+      this.sideAuto = false; // the reader's choice stands until they change it
+      this.togglePanel("#side", "#toggle-side");
+    });
     $("#diag-clear").addEventListener("click", () => {
       $("#diagnostics").replaceChildren();
       this.countDiagnostics();
     });
     window.addEventListener("online", () => this.current && this.current.stream.nudge());
+    // A window narrowed below the room for the side column turns an open panel into a
+    // slide-over: one the page opened by itself closes instead.
+    window.matchMedia(SIDE_ROOM).addEventListener("change", () => this.renderTasks());
     window.addEventListener("hashchange", () => {
       const want = new URLSearchParams(location.hash.slice(1)).get("t");
       if (want && (!this.current || this.current.id !== want)) this.openThread(want);
@@ -294,10 +309,14 @@ class App {
     $("#keys-close").focus();
   }
 
+  setPanel(name, button, open) {
+    document.body.classList.toggle(`show-${name}`, open);
+    $(button).setAttribute("aria-expanded", String(open));
+  }
+
   togglePanel(panel, button) {
     const open = !document.body.classList.contains(`show-${panel.slice(1)}`);
-    document.body.classList.toggle(`show-${panel.slice(1)}`, open);
-    $(button).setAttribute("aria-expanded", String(open));
+    this.setPanel(panel.slice(1), button, open);
     if (open) {
       const first = $(panel).querySelector("button, summary, [tabindex]");
       if (first) first.focus();
@@ -382,14 +401,22 @@ class App {
     $("#t-title").textContent = t.title || "Untitled";
     this.updateTitle();
     $("#t-meta").textContent = `${t.agent}${t.model ? ` · ${t.model}` : ""} · ${t.cwd}`;
-    // Known while the change stream is live; otherwise not pretended.
-    const known = this.list.live;
+    // Known while the change stream is live; otherwise not pretended. The open thread's
+    // own events say sooner than the stream whether a turn runs or a request waits.
+    const key = threadState(t, { live: this.list.live, turnActive: cur.turnActive, pending: cur.pending.size });
+    const [word, meaning] = THREAD_STATES[key];
     const st = $("#t-state");
-    st.textContent = known ? t.state : "unknown";
-    st.className = `badge state-${known ? t.state : "unknown"}`;
-    st.title = known ? "" : "Not known while the page is reconnecting";
-    $("#stop").disabled = !["starting", "running"].includes(t.state);
-    $("#resume").disabled = ["starting", "running", "stopping"].includes(t.state);
+    st.textContent = word;
+    st.className = `badge tstate-${key}`;
+    st.title = meaning;
+    st.dataset.state = key;
+    // Only the action that applies is offered: Stop while the agent runs, Resume (Start,
+    // for a thread never started) while it does not.
+    const running = ["starting", "running"].includes(t.state);
+    $("#stop").hidden = !running;
+    $("#resume").hidden = running || t.state === "stopping";
+    $("#resume").textContent = t.state === "idle" ? "Start" : "Resume";
+    this.updateTurnUi();
   }
 
   onEvents(cur, batch) {
@@ -403,18 +430,20 @@ class App {
         case "turn.started":
           cur.turnActive = true;
           cur.usage = null;
+          threadChanged = true;
           break;
         case "turn.ended":
           cur.turnActive = cur.view.turnActive;
-          cur.lastEnd = d;
           if (ev.seq > cur.view.catchUpTo) this.notifier.turnEnded(cur.thread); // live, not a replay
           threadChanged = true;
           break;
         case "permission.requested":
           cur.pending.set(String(d.request_id), d);
+          threadChanged = true;
           break;
         case "permission.resolved":
           cur.pending.delete(String(d.request_id));
+          threadChanged = true;
           break;
         case "task.updated":
           this.taskUpdated(cur, d);
@@ -470,18 +499,23 @@ class App {
     }, ms);
   }
 
+  // The one status line under the conversation says what is going on now: a turn at work,
+  // or a stopped agent and how to wake it. How each turn ended is said once, at its end in
+  // the conversation; a ready thread needs no line at all.
   updateTurnUi() {
     const cur = this.current;
     const active = !!(cur && cur.turnActive);
     $("#interrupt").disabled = !active;
     const status = $("#turn-status-text");
-    if (!cur) status.textContent = "";
-    else if (active) status.textContent = cur.agentStatus && cur.agentStatus !== "running" ? `Agent is working (${cur.agentStatus})…` : "Agent is working… (Esc to interrupt)";
-    else if (cur.lastEnd) {
-      const u = usageText(cur.lastEnd.usage);
-      status.textContent = `Last turn: ${TURN_STATUS[cur.lastEnd.status] ?? cur.lastEnd.status ?? "ended"}${u ? ` · ${u}` : ""}`;
-    } else status.textContent = "Ready";
+    const stopped = cur && !active && cur.thread.state === "exited" && this.list.live;
+    if (active && status.textContent === "Interrupting…") return;
+    if (active) {
+      const what = cur.agentStatus in AGENT_DOING ? AGENT_DOING[cur.agentStatus] : cur.agentStatus;
+      const doing = what && cur.agentStatus !== "running" ? `Working (${what})…` : "Working…";
+      status.textContent = `${doing} Esc interrupts.`;
+    } else status.textContent = stopped ? "Stopped: your next message starts the agent again, or press Resume." : "";
     $("#turn-status").dataset.active = String(active);
+    $("#turn-status").dataset.shown = String(active || Boolean(stopped));
   }
 
   // ------------------------------------------------------------------ actions
@@ -745,7 +779,18 @@ class App {
   }
 
   renderTasks() {
-    renderTasks($("#tasks"), $("#task-count"), this.current ? [...this.current.tasks.values()] : []);
+    const tasks = this.current ? [...this.current.tasks.values()] : [];
+    renderTasks($("#tasks"), $("#task-count"), tasks);
+    const running = tasks.filter((t) => t.status === "running").length;
+    $("#side-count").textContent = tasks.length ? String(running || tasks.length) : "";
+    // No empty column: the panel opens by itself for a thread with tasks (where it fits
+    // beside the conversation), and closes again for one without, unless the reader
+    // opened or closed it themselves.
+    const want = tasks.length > 0 && window.matchMedia(SIDE_ROOM).matches;
+    if (this.sideAuto !== false && want !== document.body.classList.contains("show-side")) {
+      this.sideAuto = true;
+      this.setPanel("side", "#toggle-side", want);
+    }
   }
 
   // ------------------------------------------------------------------ diagnostics

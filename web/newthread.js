@@ -50,11 +50,24 @@ export class NewThreadDialog {
     const sel = $("#new-agent");
     sel.replaceChildren();
     for (const a of agents) {
-      const o = el("option", null, `${a.name} (${a.protocol}${a.model ? `, ${a.model}` : ""})${a.available ? "" : " — unavailable"}`);
+      const o = el("option", null, `${a.name} (${a.protocol}${a.model ? `, ${a.model}` : ""})${a.available ? "" : " — cannot run"}`);
       o.value = a.name;
       o.disabled = !a.available;
+      if (!a.available && a.problem) o.title = String(a.problem);
       if (a.default && a.available) o.selected = true;
       sel.append(o);
+    }
+    // A profile that cannot run is listed, disabled, and why is said in words under the
+    // menu (GET /v1/agents "problem": a missing executable, a launch rule it breaks, …).
+    const unusable = agents.filter((a) => !a.available);
+    const why = $("#new-unusable");
+    why.replaceChildren();
+    why.hidden = !unusable.length;
+    for (const a of unusable) {
+      const line = el("span", "unusable");
+      line.dataset.agent = a.name;
+      line.append(el("strong", null, a.name), ` cannot run: ${a.problem || "the daemon gives no reason"}`);
+      why.append(line);
     }
     this.modelEdited = false;
     this.fillModel();

@@ -4,7 +4,7 @@
 
 import { ThreadFeed } from "./feed.js";
 import { api } from "./net.js";
-import { ago, el } from "./dom.js";
+import { THREAD_STATES, ago, el, stateBadge, threadState } from "./dom.js";
 
 const LIST_PAGES = 5; // at most this many pages of 200 threads are listed
 const AGO_REFRESH_MS = 60000; // "3 min ago" is re-rendered this often (no request)
@@ -37,14 +37,16 @@ export class ThreadList {
     this.render();
   }
 
-  /** Whether a thread passes the search box (title, agent, folder, state words) and the
-   * state filter ("working": a turn is active). */
+  /** Whether a thread passes the search box (title, agent, folder, model, the state's
+   * word) and the state filter (a key of THREAD_STATES; "working" takes in a turn that
+   * waits for approval). */
   matches(t) {
     const { text, state } = this.filter;
-    if (state === "working" ? !t.turn_active : state && t.state !== state) return false;
+    const key = threadState(t);
+    if (state && key !== state && !(state === "working" && key === "asking")) return false;
     const words = text.toLowerCase().split(/\s+/).filter(Boolean);
-    const hay = `${t.title || "untitled"} ${t.agent} ${t.cwd} ${t.state} ${t.model || ""}`.toLowerCase();
-    return words.every((w) => hay.includes(w));
+    const hay = `${t.title || "untitled"} ${t.agent} ${t.cwd} ${THREAD_STATES[key][0]} ${t.state} ${t.model || ""}`;
+    return words.every((w) => hay.toLowerCase().includes(w));
   }
 
   visible() {
@@ -173,10 +175,7 @@ export class ThreadList {
       const meta = el("span", "t-meta", `${t.agent} · ${t.cwd}`);
       if (this.showOwners) meta.prepend(el("span", "t-owner", `${t.owner || "no owner"} · `));
       const foot = el("span", "t-foot");
-      const shown = this.live ? (t.turn_active ? "working" : t.state) : "unknown";
-      const state = el("span", `badge state-${this.live ? t.state : "unknown"}`, shown);
-      if (!this.live) state.title = "Not known while the page is reconnecting";
-      foot.append(state, el("span", "t-when", ago(t.updated_at)));
+      foot.append(stateBadge(t, { live: this.live }), el("span", "t-when", ago(t.updated_at)));
       b.append(title, meta, foot);
       b.addEventListener("click", () => this.onPick(t.id));
       li.append(b);

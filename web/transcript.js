@@ -231,7 +231,8 @@ export class TranscriptView {
     const box = this.add(el("div", "msg user"));
     box.dataset.seq = ev.seq;
     if (ev.ts) box.title = `Sent ${ev.ts.replace("T", " ").slice(0, 19)} UTC`;
-    const who = el("div", "who", "You");
+    // Who speaks is read out, and shown by the message's look (a bubble on the right).
+    const who = el("div", "who sr-only", "You:");
     const body = el("div", "body plain");
     body.textContent = typeof d.text === "string" ? d.text : pretty(d.content);
     box.append(who, body);
@@ -263,7 +264,7 @@ export class TranscriptView {
         b = { node, body, text: "", channel };
       } else {
         const node = this.add(el("div", "msg assistant"));
-        const who = el("div", "who", "Agent");
+        const who = el("div", "who sr-only", "Agent:");
         const body = el("div", "body md");
         node.append(who, body);
         b = { node, body, text: "", channel };
@@ -366,7 +367,7 @@ export class TranscriptView {
 
   turnEnd(d) {
     const status = String(d.status || "success");
-    const parts = [status === "success" ? "Turn complete" : status === "cancelled" ? "Interrupted" : "Turn failed"];
+    const parts = [status === "success" ? "Done" : status === "cancelled" ? "Interrupted" : "Turn failed"];
     const usage = usageText(d.usage);
     if (usage) parts.push(usage);
     // An interrupted turn says so and nothing more (what the agent said about it is in the

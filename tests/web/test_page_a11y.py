@@ -65,6 +65,11 @@ async def test_no_serious_violation_on_any_screen(web: Session) -> None:
     await expect(page.locator(".turn-end")).to_have_count(2)
     await page.locator(".tool > summary").first.click()  # a tool card, open
     await scan(page, "conversation with a tool card", problems)
+    await page.click("#toggle-side")  # the side panel (closed while there are no tasks), all open
+    for panel in ("#tasks-panel", "#diag-panel", "#secret-panel"):
+        await page.eval_on_selector(panel, "d => { d.open = true; }")
+    await scan(page, "side panel", problems)
+    await page.click("#toggle-side")
 
     for opener, dialog, focused in [
         ("#new-thread", "#new-dialog", "#new-agent"),
@@ -93,7 +98,7 @@ async def test_no_serious_violation_on_any_screen(web: Session) -> None:
     )
     await scan(page, "tool cards of every kind", problems)
     await page.click("#stop")
-    await expect(page.locator("#t-state")).to_have_text("exited")
+    await expect(page.locator("#t-state")).to_have_text("stopped")
     await scan(page, "an exited thread", problems)
 
     await page.fill("#prompt", "/")  # the slash-command menu

@@ -222,7 +222,7 @@ async def test_a_full_chat_turn_with_the_demo_agent(web: Session, tmp_path: Path
     await expect(page).to_have_title("Demo chat — agent-bridge")
     await expect(page.locator(".msg.assistant").first).to_contain_text("Hello to you too")
     await expect(page.locator(".turn-end")).to_have_count(1)
-    await expect(page.locator(".turn-end").first).to_contain_text(re.compile(r"Turn complete · \d+ in · \d+ out"))
+    await expect(page.locator(".turn-end").first).to_contain_text(re.compile(r"Done · \d+ in · \d+ out"))
 
     await send(page, "list files")
     card = page.locator(".tool").first
@@ -236,14 +236,17 @@ async def test_a_full_chat_turn_with_the_demo_agent(web: Session, tmp_path: Path
     await expect(page.locator(".tool")).to_have_count(2)
     await expect(page.locator(".tool").nth(1).locator(".tool-output")).to_contain_text("remember the **milk**")
     await expect(page.locator(".turn-end")).to_have_count(3)
-    await expect(page.locator("#turn-status-text")).to_contain_text("Last turn: success")
+    # How the turn ended is said once, at its end; the status line under the conversation
+    # has nothing to add about a ready thread.
+    await expect(page.locator(".turn-end").last).to_contain_text(re.compile(r"^Done · "))
+    await expect(page.locator("#turn-status-text")).to_have_text("")
     await expect(page.locator("#interrupt")).to_be_disabled()
     # Diagnostics (the process start) are in their own panel, not in the conversation.
     await expect(page.locator("#diagnostics .diag-process-started")).to_have_count(1)
     await expect(page.locator("#transcript")).not_to_contain_text("process started")
 
     # The list follows the thread live: its turn is over (the change stream says so).
-    await expect(item.locator(".badge")).to_have_text("running")
+    await expect(item.locator(".badge")).to_have_text("ready")
     shot = tmp_path / "main.png"
     await page.screenshot(path=str(shot))
     assert shot.stat().st_size > 10_000
@@ -445,7 +448,7 @@ async def test_interrupt_with_the_button_and_with_escape(web: Session) -> None:
     for i in range(2):
         await expect(page.locator(".turn-end").nth(i)).to_have_text(re.compile(r"^Interrupted( · [^·]+)*$"))
     await expect(page.locator("#transcript")).not_to_contain_text("ede_diagnostic")
-    await expect(page.locator("#turn-status-text")).to_contain_text("Last turn: interrupted")
+    await expect(page.locator("#turn-status-text")).to_have_text("")  # said once, at the turn's end
     await expect(page.locator(".msg.user")).to_have_count(2)
     events = await transcript(web, tid)
     ends = [e for e in events if e["kind"] == "turn.ended"]
@@ -592,7 +595,8 @@ async def test_threads_are_listed_newest_first_and_can_be_renamed_stopped_resume
     await expect(page.locator(".turn-end")).to_have_count(1)
     # Activity moves it to the top.
     await expect(items.nth(0)).to_contain_text("older")
-    await expect(page.locator("#t-state")).to_have_text("running")
+    await expect(page.locator("#t-state")).to_have_text("ready")
+    await expect(page.locator("#resume")).to_be_hidden()  # only the action that applies
 
     await page.click("#rename")
     await expect(page.locator("#rename-input")).to_be_focused()
@@ -602,11 +606,13 @@ async def test_threads_are_listed_newest_first_and_can_be_renamed_stopped_resume
     await expect(items.nth(0).locator(".t-title")).to_have_text("renamed <b>safely</b>")
 
     await page.click("#stop")
-    await expect(page.locator("#t-state")).to_have_text("exited")
+    await expect(page.locator("#t-state")).to_have_text("stopped")
+    await expect(page.locator("#turn-status-text")).to_contain_text("your next message starts the agent again")
     await expect(page.locator("#diagnostics .diag-process-exited")).to_contain_text("stopped")
+    await expect(page.locator("#stop")).to_be_hidden()
     await expect(page.locator("#resume")).to_be_enabled()
     await page.click("#resume")
-    await expect(page.locator("#t-state")).to_have_text(re.compile("starting|running"))
+    await expect(page.locator("#t-state")).to_have_text(re.compile("starting…|ready"))
     await send(page, "recall")  # the resumed agent has the conversation
     await expect(page.locator(".msg.assistant .body").last).to_have_text("history: hi")
 
@@ -827,6 +833,7 @@ async def test_diagnostics_sit_in_their_own_collapsed_panel(web: Session) -> Non
     await send(page, "crash")
     await expect(page.locator(".turn-end")).to_have_count(3)
     await expect(page.locator(".turn-end").nth(2)).to_have_attribute("data-status", "error")
+    await page.click("#toggle-side")  # the side panel, closed while the thread has no tasks
     await page.click("#diag-panel summary")
     diags = page.locator("#diagnostics .diag-text")
     for text in (

@@ -35,13 +35,13 @@ async def test_search_and_filter_the_threads_and_move_between_them_by_key(web: S
     await page.fill("#thread-search", "nothing like this")
     await expect(page.locator("#thread-list .empty-list")).to_have_text("No thread matches.")
     await page.fill("#thread-search", "")
-    # By state: one thread running, the others idle.
+    # By state: one thread ready (its agent running), the others not started.
     async with web.d.http() as http:
         assert (await http.post(f"/v1/threads/{c}/messages", json={"text": "hello"})).status_code == 202
-    await page.select_option("#thread-state", "running")
+    await page.select_option("#thread-state", "ready")
     await expect(items).to_have_count(1)
     await expect(items.first).to_have_attribute("data-thread-id", c)
-    await page.select_option("#thread-state", "idle")
+    await page.select_option("#thread-state", "new")
     await expect(items).to_have_count(2)
     await page.select_option("#thread-state", "")
     await expect(items).to_have_count(3)

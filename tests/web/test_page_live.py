@@ -46,7 +46,7 @@ async def test_the_thread_list_follows_the_change_stream_without_polling(web: Se
     async with web.d.http() as http:
         r = await http.post(f"/v1/threads/{tid}/messages", json={"text": "hi"})
         assert r.status_code in (200, 202), r.text
-        await expect(item.locator(".badge")).to_have_text(re.compile("working|running"))
+        await expect(item.locator(".badge")).to_have_text(re.compile("working…|ready"))
         r = await http.patch(f"/v1/threads/{tid}", json={"title": "renamed elsewhere"})
         assert r.status_code == 200, r.text
         await expect(item.locator(".t-title")).to_have_text("renamed elsewhere")
@@ -67,7 +67,7 @@ async def test_a_daemon_restart_under_an_open_page(browser: Browser, tmp_path: P
         await send(page, "hi")
         await expect(page.locator(".msg.assistant .body").last).to_have_text("echo: hi")
         badge = page.locator(f'.thread-item[data-thread-id="{tid}"] .badge')
-        await expect(badge).to_have_text("running")
+        await expect(badge).to_have_text("ready")
         await expect(page.locator("#conn")).to_have_attribute("data-state", "live")
 
         await d.stop()

@@ -42,6 +42,7 @@ async def test_a_user_stores_lists_and_deletes_a_secret_on_the_page(
         await page.fill("#token", tokens["alice"])
         await page.click("#login-form button[type=submit]")
         await expect(page.locator("#whoami")).to_have_text("alice")
+        await page.click("#toggle-side")  # the side panel holds "My secrets"
         await page.click("#secret-panel > summary")
         await expect(page.locator("#secret-empty")).to_be_visible()
         await expect(page.locator("#secret-value")).to_have_attribute("type", "password")

@@ -633,7 +633,8 @@ def _store(src: Sources, config: dict[str, Any], env: Mapping[str, str]) -> Stor
             parse(settings.url)  # a bad URL is a start-up error (shown without its password)
         except ConfigError as exc:
             label = src.given.get(("store", "url"))
-            raise (ConfigError(f"{label}: {exc.message}") if label else src.error(exc.message)) from exc
+            message = f"{label}: {exc.message}" if label else src.error(exc.message).message
+            raise ConfigError(message, code=exc.code) from exc  # invalid_store_url, kept
     return settings
 
 

@@ -249,6 +249,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cmd == "relay":
         asyncio.run(relay(args.port))
         return 0
+    if shutil.which("websocketd") is None:
+        ap.error("websocketd is not on PATH (Debian package websocketd: apt-get install websocketd)")
     out = asyncio.run(measure(args.runs, args.lines, 200))
     print(report(out, args.runs, args.lines, 200))
     if args.json:

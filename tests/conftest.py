@@ -16,6 +16,7 @@ import httpx
 import pytest
 import websockets
 
+from tests.support.redis_server import MISSING as REDIS_MISSING
 from tests.support.redis_server import REDIS_SERVER, RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -327,7 +328,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    # In CI a skipped test is a missing install step, not a pass.
+    # In CI a skipped test is a missing install step (scripts/test's), not a pass.
     if os.environ.get("CI") and _skipped and exitstatus == 0:
         print(f"\nCI: {len(_skipped)} test(s) skipped, which CI does not allow: {_skipped}")
         session.exitstatus = 1
@@ -412,7 +413,7 @@ async def new_thread(d: Daemon, agent: str, **body: Any) -> dict[str, Any]:
 def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     """A real redis-server on a free loopback port, for this test only (tests/bus)."""
     if REDIS_SERVER is None:
-        pytest.skip("redis-server is not installed (Debian package redis-server; .ci/run installs it)")
+        pytest.skip(REDIS_MISSING)
     server = RedisServer(tmp_path / "redis")
     server.start()
     try:
@@ -428,7 +429,7 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
 def postgres() -> Any:
     """One real PostgreSQL server per test process (tests/support/postgres.py), started on
     first use and stopped at the end; skipped, with the reason, where PostgreSQL is not
-    installed (CI=true turns that skip into a failure: .ci/run installs it)."""
+    installed (CI=true turns that skip into a failure: scripts/test installs it)."""
     from tests.support import postgres as pg
 
     reason = pg.missing_reason()

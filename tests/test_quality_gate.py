@@ -39,7 +39,7 @@ def long_module(lines: int = 701) -> str:
 
 def readme_test_command() -> str:
     lines = (ROOT / "README.md").read_text().splitlines()
-    start = lines.index("# 2. install the test extras and run the whole test suite")
+    start = next(n for n, line in enumerate(lines) if line.startswith("# 2. "))
     return lines[start + 1]
 
 

@@ -14,7 +14,7 @@ from conftest import wait_until
 
 from bridge.bus.base import BusUnavailable, Command, CommandRefused, NoReply
 from bridge.bus.redis import RedisBus, redact_url
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import MISSING, REDIS_SERVER, RedisServer
 
 pytestmark = pytest.mark.timeout(60)
 STEP = 10.0
@@ -179,6 +179,8 @@ async def test_redis_down_then_back_is_survived_with_a_resync(pair: Any, redis_s
 
 
 async def test_a_bus_started_while_redis_is_down_connects_when_it_comes_up(tmp_path: Any) -> None:
+    if REDIS_SERVER is None:
+        pytest.skip(MISSING)  # as the redis_server fixture does for its siblings
     server = RedisServer(tmp_path / "redis")  # not started
     bus = RedisBus(server.url, "a")
     rec = Recorder()

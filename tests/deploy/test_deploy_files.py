@@ -26,10 +26,15 @@ BIN = Path(sys.executable).parent
 K8S_VERSION = "1.33.0"  # the Kubernetes release the manifests are validated against
 
 
+# Where each tool comes from: Debian's packages, else the test extras (pip).
+SOURCES = {"systemd-analyze": "Debian package systemd", "caddy": "Debian package caddy"}
+
+
 def tool(name: str) -> str:
     path = shutil.which(name, path=f"{BIN}:/usr/bin:/usr/sbin:/bin")
     if path is None:
-        pytest.skip(f"{name} is not installed")
+        source = SOURCES.get(name, "the test extras: .venv/bin/pip install -e '.[test]'")
+        pytest.skip(f"{name} is not installed ({source}; scripts/test installs it)")
     return path
 
 

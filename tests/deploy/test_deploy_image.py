@@ -26,7 +26,8 @@ STEP_S = 30.0
 pytestmark = [
     pytest.mark.timeout(1800),  # cold: debootstrap, import, build (each bounded below)
     pytest.mark.skipif(
-        any(shutil.which(t) is None for t in imagebuild.TOOLS), reason=f"needs {', '.join(imagebuild.TOOLS)}"
+        any(shutil.which(t) is None for t in imagebuild.TOOLS),
+        reason=f"needs the Debian packages {', '.join(imagebuild.TOOLS)} (scripts/test installs them)",
     ),
 ]
 
@@ -243,6 +244,8 @@ def test_agent_clis_build_argument_adds_node_and_the_cli(image: tuple[imagebuild
         assert uid == str(UID) and node.startswith("v") and claude.rsplit("@", 1)[1] in version, (uid, node, version)
     finally:
         c.close()
+        # 1.2 GB that no other test uses (the rest goes after the run: scripts/test).
+        pm.run("rmi", "--force", tag, check=False, timeout=120)
 
 
 def http_agents(c: Container) -> list[dict[str, Any]]:
@@ -268,6 +271,7 @@ def test_extras_build_argument_adds_the_cluster_clients(image: tuple[imagebuild.
         assert int(libpq) >= 130000 and redis_version[0].isdigit(), (libpq, redis_version)
     finally:
         c.close()
+        pm.run("rmi", "--force", tag, check=False, timeout=120)
     c = Container(pm, {}, {})
     try:
         c.wait_healthy()

@@ -181,7 +181,7 @@ async def test_two_replicas_behind_caddy_serve_websocket_and_sse_and_survive_a_d
 ) -> None:
     caddy = shutil.which("caddy", path="/usr/bin:/usr/sbin:/bin")
     if caddy is None:
-        pytest.skip("caddy is not installed (Debian package caddy; .ci/run installs it)")
+        pytest.skip("caddy is not installed (Debian package caddy; scripts/test installs it)")
     daemons, port = replicas
     upstreams = [d.url.removeprefix("http://") for d in daemons.values()]
     with running_caddy(caddy, tmp_path / "caddy", adapted(caddy, tmp_path, port, upstreams)) as proc:

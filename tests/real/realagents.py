@@ -5,7 +5,7 @@ conftest import ...``, and a second ``conftest.py`` would replace ``tests/confte
 ``sys.modules`` for every module collected after this folder. Test modules here import
 the fixtures they use from this module.
 
-Where the CLIs come from: ``.ci/run`` installs the versions pinned in ``npm-pins.txt``
+Where the CLIs come from: ``scripts/test`` installs the versions pinned in ``npm-pins.txt``
 with ``npm install --prefix "$AGENT_BRIDGE_NPM_CACHE"`` (default
 ``~/.cache/agent-bridge/npm``). A missing or mismatched CLI fails the suite when ``CI`` is
 set and skips it otherwise, with the reason.
@@ -66,9 +66,9 @@ def _installed_version(package: str) -> str | None:
 
 def _unavailable(reason: str) -> None:
     if os.environ.get("CI"):
-        pytest.fail(f"{reason} (CI installs it in .ci/run)", pytrace=False)
+        pytest.fail(f"{reason} (scripts/test installs it)", pytrace=False)
     pytest.skip(
-        f"{reason}; run .ci/run once, or npm install --prefix {npm_cache()} the versions in tests/real/npm-pins.txt"
+        f"{reason}; run scripts/test, or npm install --prefix {npm_cache()} the versions in tests/real/npm-pins.txt"
     )
 
 

@@ -125,9 +125,12 @@ class Postgres:
 
 def missing_reason() -> str | None:
     if pg_bin() is None:
-        return "PostgreSQL is not installed (no initdb in /usr/lib/postgresql/*/bin or on PATH)"
+        return (
+            "PostgreSQL is not installed (Debian package postgresql; scripts/test installs it): "
+            "no initdb in /usr/lib/postgresql/*/bin or on PATH"
+        )
     if os.geteuid() == 0 and shutil.which("setpriv") is None:
-        return "running as root and setpriv (util-linux) is missing: initdb refuses root"
+        return "running as root and setpriv (Debian package util-linux) is missing: initdb refuses root"
     return None
 
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 REDIS_SERVER = shutil.which("redis-server")
+MISSING = "redis-server is not installed (Debian package redis-server; scripts/test installs it)"
 START_TIMEOUT_S = 10.0
 
 
@@ -32,7 +33,7 @@ def _answers_ping(port: int) -> bool:
 class RedisServer:
     def __init__(self, workdir: Path, port: int | None = None):
         if REDIS_SERVER is None:
-            raise RuntimeError("redis-server is not installed (Debian package redis-server; .ci/run installs it)")
+            raise RuntimeError(MISSING)
         self.workdir = workdir
         self.port = port or free_port()
         self.proc: subprocess.Popen[bytes] | None = None

@@ -401,6 +401,7 @@ class App {
     $("#t-title").textContent = t.title || "Untitled";
     this.updateTitle();
     $("#t-meta").textContent = `${t.agent}${t.model ? ` · ${t.model}` : ""} · ${t.cwd}`;
+    $("#t-meta").title = $("#t-meta").textContent;
     // Known while the change stream is live; otherwise not pretended. The open thread's
     // own events say sooner than the stream whether a turn runs or a request waits.
     const key = threadState(t, { live: this.list.live, turnActive: cur.turnActive, pending: cur.pending.size });

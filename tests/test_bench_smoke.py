@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -164,6 +165,23 @@ def test_floor_bench_compares_websocketd_the_python_floor_and_the_bridge(tmp_pat
     assert all(len(v) == 1 and v[0][0] > 0 and v[0][1] >= 0 for v in samples.values()), samples  # (CPU: 10 ms ticks)
     assert "bridge ÷ floor" in proc.stdout
     assert processes_mentioning("bench.floor") == []
+
+
+def test_floor_bench_without_websocketd_says_so_in_one_line(tmp_path: Path) -> None:
+    """No websocketd on PATH: a usage error naming the package, not a traceback."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.floor", "--runs", "1", "--lines", "10"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=50,
+        env={**os.environ, "PATH": str(tmp_path)},
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.splitlines()[-1].endswith(
+        "error: websocketd is not on PATH (Debian package websocketd: apt-get install websocketd)"
+    ), proc.stderr
 
 
 @pytest.mark.timeout(60)

@@ -344,7 +344,8 @@ def test_bad_config_file_is_a_config_error_naming_the_problem(tmp_path: Path, to
         ("[server]\nzzz = 1\n", "[server] zzz: not a setting; the settings of [server] are in docs/configuration.md"),
         (
             '[agents.mine]\nexecutible = "/bin/true"\n',
-            "[agents.mine] executible: not a setting; did you mean 'executable'?; [agents.mine] executable: is required",
+            "[agents.mine] executible: not a setting; did you mean 'executable'?; "
+            "[agents.mine] executable: is required",
         ),
         # Wrong types, said in TOML's words, never quoting the value (it may be a secret).
         ('[server]\nport = "eighty"\n', "[server] port: must be a whole number, not text"),

@@ -9,7 +9,8 @@ lifted. What an agent may do:
 * read, write, create and remove beneath its thread's ``cwd``, its ``HOME`` and a private
   temp dir made for this process (``TMPDIR``), plus ``[sandbox] extra_write``;
 * read and execute the system (``/usr``, ``/bin``, ``/lib*``, ``/etc``, ``/opt``), the agent
-  CLI's install directory, the daemon's own Python (the demo agent runs on it),
+  CLI's install directory, the directory of its interpreter when it is a script
+  (process/interpreter.py), the daemon's own Python (the demo agent runs on it),
   ``/proc`` and ``/sys`` (read only), a few devices, plus ``[sandbox] extra_read``;
 * nothing else: not the data dir (token, database, ``daemon.json``, logs, other threads'
   workspaces, other users' homes), not ``/tmp`` or ``/dev/shm`` (shared with other agents).
@@ -48,7 +49,7 @@ from typing import Literal
 import structlog
 
 from bridge.errors import LaunchRefused
-from bridge.process import bwrap
+from bridge.process import bwrap, interpreter
 from bridge.process.launch import LaunchSpec, within
 
 log = structlog.get_logger(__name__)
@@ -286,6 +287,7 @@ class Sandbox:
             path = arg.split("=", 1)[-1]
             if os.path.isabs(path) and os.path.isfile(path):
                 read += install_dirs(path)
+        read += self._interpreter_dirs(executable, env)
         return Plan(
             mechanism=self.mechanism,
             bwrap=self.bwrap,
@@ -299,6 +301,15 @@ class Sandbox:
 
     def _may_own(self, real: str) -> bool:
         return _may_own(real, self.deny, self.agent_areas, self.allow)
+
+    def _interpreter_dirs(self, executable: str, env: Mapping[str, str]) -> list[str]:
+        """An executable that is a script (``#!/usr/bin/env node``) runs the node on the
+        agent's PATH, which may lie outside the system (nvm's): that node's directory, to
+        read and execute, unless the rules refuse it (deny wins) or it holds a home. Only
+        the executed file's line counts: the kernel reads no other."""
+        homes = [os.path.realpath(h) for h in (env.get("HOME", ""), os.path.expanduser("~")) if os.path.isabs(h)]
+        found = interpreter.interpreter_dirs([executable], env, deny=self.deny, homes=homes)
+        return [d for d in found if not any(within(d, s) for s in SYSTEM_READ)]
 
 
 @functools.lru_cache(maxsize=16)

@@ -121,12 +121,9 @@ async def test_the_profile_found_on_path_works_as_it_is(real: Real) -> None:
     (qwen_dir / ".env").write_text("".join(f"{k}={v}\n" for k, v in real.env().items() if k != "HOME"))
     (qwen_dir / "settings.json").write_text(json.dumps({**SETTINGS, "security": {"auth": {"selectedType": "openai"}}}))
     path = os.pathsep.join([str(bindir), os.path.dirname(node), "/usr/bin", "/bin"])
-    # The script's `#!/usr/bin/env node` finds node on PATH, and the sandbox lets an agent
-    # execute only the system's directories and the CLI's own install: a node installed
-    # elsewhere (nvm, scripts/test's ~/.cache/agent-bridge/node) is granted as a user
-    # would grant it, in [sandbox] extra_read.
-    sandbox = f"[sandbox]\nextra_read = {json.dumps([os.path.dirname(node)])}\n"
-    d = await real.make_daemon(real.config(sandbox), extra_env={"PATH": path, "HOME": str(real.home)})
+    # The script's `#!/usr/bin/env node` finds node on this PATH: the sandbox grants that
+    # node's directory, even outside the system (nvm, scripts/test's ~/.cache/agent-bridge/node).
+    d = await real.make_daemon(real.config(), extra_env={"PATH": path, "HOME": str(real.home)})
     real.daemons.append(d)
     async with d.http() as http:
         agents = {a["name"]: a for a in (await http.get("/v1/agents")).json()}

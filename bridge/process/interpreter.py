@@ -21,6 +21,8 @@ from bridge.process.launch import within
 
 # Linux reads at most this much of a script to find its interpreter line (BINPRM_BUF_SIZE).
 HEAD = 256
+# How many interpreters deep a script is followed (Linux stops at a handful).
+NESTING = 4
 # Directories that hold far more than one program: granting one would open them whole.
 _SHARED = ("/", "/home", "/tmp", "/var/tmp", "/dev/shm", "/run", "/var", "/srv", "/mnt", "/media")  # noqa: S108
 # env's options that take no argument, which may precede the program in ``env -S``.
@@ -120,17 +122,20 @@ def interpreter_dirs(
     scripts: Iterable[str], env: Mapping[str, str], *, deny: Iterable[str], homes: Iterable[str]
 ) -> list[str]:
     """The real directories of the interpreters of ``scripts`` (those that are scripts) for
-    an agent with ``env``, those that may be granted."""
+    an agent with ``env``, those that may be granted. An interpreter that is itself a
+    script is followed too, as the kernel does, to a few levels."""
     out: list[str] = []
     deny, homes = tuple(deny), tuple(homes)
     for script in scripts:
-        real = interpreter(script, env.get("PATH"))
-        if real is None:
-            continue
-        directory = os.path.dirname(real)
-        if grantable(directory, deny=deny, homes=homes):
-            out.append(directory)
+        current = script
+        for _ in range(NESTING):
+            found = interpreter(current, env.get("PATH"))
+            if found is None:
+                break
+            current, directory = found, os.path.dirname(found)
+            if directory not in out and grantable(directory, deny=deny, homes=homes):
+                out.append(directory)
     return out
 
 
-__all__ = ["HEAD", "grantable", "interpreter", "interpreter_dirs"]
+__all__ = ["HEAD", "NESTING", "grantable", "interpreter", "interpreter_dirs"]

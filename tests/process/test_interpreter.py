@@ -78,6 +78,11 @@ def test_a_plan_grants_the_interpreter_on_the_agents_path_read_only(tmp_path: Pa
     plan = box([]).plan(cwd=str(work), env=env, executable=cli)
     assert plan is not None
     assert str(node.parent) in plan.read and str(node.parent) not in plan.write
+    # An interpreter that is a script itself: its own interpreter too.
+    wrapped = script(tmp_path / "wrapper" / "node-wrapper", f"#!{node}")
+    nested = script(tmp_path / "nested" / "cli.js", "#!/usr/bin/env node-wrapper")
+    twice = box([]).plan(cwd=str(work), env={**env, "PATH": os.path.dirname(wrapped)}, executable=nested)
+    assert twice is not None and {str(node.parent), os.path.dirname(wrapped)} <= set(twice.read)
     # The launch env's PATH decides, not the daemon's: without node on it, nothing.
     bare = box([]).plan(cwd=str(work), env={**env, "PATH": "/usr/bin:/bin"}, executable=cli)
     assert bare is not None and str(node.parent) not in bare.read

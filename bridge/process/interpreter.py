@@ -119,18 +119,31 @@ def _user_homes() -> tuple[str, ...]:
 
 
 def interpreter_dirs(
-    scripts: Iterable[str], env: Mapping[str, str], *, deny: Iterable[str], homes: Iterable[str]
+    scripts: Iterable[str],
+    env: Mapping[str, str],
+    *,
+    deny: Iterable[str],
+    homes: Iterable[str],
+    writable: Iterable[str] = (),
 ) -> list[str]:
     """The real directories of the interpreters of ``scripts`` (those that are scripts) for
     an agent with ``env``, those that may be granted. An interpreter that is itself a
-    script is followed too, as the kernel does, to a few levels."""
+    script is followed too, as the kernel does, to a few levels.
+
+    A file in ``writable`` (what the agent may write: its cwd, HOME, extra_write) is
+    never read for its ``#!`` line, nor granted: the agent could have written that line
+    itself, naming any file to have its directory opened at the next start, and what it
+    can write it can already run."""
     out: list[str] = []
     deny, homes = tuple(deny), tuple(homes)
+    writable = tuple(os.path.realpath(w) for w in writable)
     for script in scripts:
         current = script
         for _ in range(NESTING):
+            if any(within(os.path.realpath(current), w) for w in writable):
+                break
             found = interpreter(current, env.get("PATH"))
-            if found is None:
+            if found is None or any(within(found, w) for w in writable):
                 break
             current, directory = found, os.path.dirname(found)
             if directory not in out and grantable(directory, deny=deny, homes=homes):

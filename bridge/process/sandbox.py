@@ -287,7 +287,7 @@ class Sandbox:
             path = arg.split("=", 1)[-1]
             if os.path.isabs(path) and os.path.isfile(path):
                 read += install_dirs(path)
-        read += self._interpreter_dirs(executable, env)
+        read += self._interpreter_dirs(executable, env, write)
         return Plan(
             mechanism=self.mechanism,
             bwrap=self.bwrap,
@@ -302,13 +302,13 @@ class Sandbox:
     def _may_own(self, real: str) -> bool:
         return _may_own(real, self.deny, self.agent_areas, self.allow)
 
-    def _interpreter_dirs(self, executable: str, env: Mapping[str, str]) -> list[str]:
+    def _interpreter_dirs(self, executable: str, env: Mapping[str, str], write: list[str]) -> list[str]:
         """An executable that is a script (``#!/usr/bin/env node``) runs the node on the
         agent's PATH, which may lie outside the system (nvm's): that node's directory, to
         read and execute, unless the rules refuse it (deny wins) or it holds a home. Only
         the executed file's line counts: the kernel reads no other."""
         homes = [os.path.realpath(h) for h in (env.get("HOME", ""), os.path.expanduser("~")) if os.path.isabs(h)]
-        found = interpreter.interpreter_dirs([executable], env, deny=self.deny, homes=homes)
+        found = interpreter.interpreter_dirs([executable], env, deny=self.deny, homes=homes, writable=write)
         return [d for d in found if not any(within(d, s) for s in SYSTEM_READ)]
 
 

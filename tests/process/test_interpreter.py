@@ -112,6 +112,32 @@ def test_an_interpreter_directory_the_rules_refuse_is_not_granted(tmp_path: Path
     assert not it.grantable("/tmp", deny=(), homes=())
 
 
+def test_a_line_the_agent_could_have_written_opens_nothing(tmp_path: Path) -> None:
+    """A hostile agent plants ``node`` in a directory it may write and that is on its PATH
+    (its HOME's bin), as a script whose line names a file elsewhere: the next start must not
+    grant that file's directory. Nor is a line followed in an executable the agent may
+    rewrite (one inside its cwd)."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    secret = tmp_path / "elsewhere" / "secret"
+    secret.parent.mkdir()
+    secret.write_text("not for agents\n")
+    planted = script(home / "bin" / "node", f"#!{secret}")
+    cli = script(tmp_path / "cli" / "cli.js", "#!/usr/bin/env node")
+    env = {"HOME": str(home), "PATH": f"{home / 'bin'}:/usr/bin:/bin"}
+    plan = box([]).plan(cwd=str(work), env=env, executable=cli)
+    assert plan is not None
+    assert str(secret.parent) not in plan.read and os.path.dirname(planted) not in plan.read
+    # The same line in an executable outside what the agent writes is the operator's: followed.
+    outside = script(tmp_path / "operator" / "node", f"#!{secret}")
+    trusted = box([]).plan(cwd=str(work), env={**env, "PATH": f"{Path(outside).parent}:/usr/bin"}, executable=cli)
+    assert trusted is not None and str(secret.parent) in trusted.read
+    # An executable inside the agent's cwd: its line is not read.
+    inside = script(work / "tool.js", "#!/usr/bin/env node")
+    mine = box([]).plan(cwd=str(work), env={**env, "PATH": f"{Path(outside).parent}:/usr/bin"}, executable=inside)
+    assert mine is not None and str(secret.parent) not in mine.read
+
+
 def test_reading_the_line_costs_microseconds(tmp_path: Path) -> None:
     """The cost a spawn pays for it: one open and read of 256 bytes, a PATH walk."""
     node = shutil.which("python3") or sys.executable

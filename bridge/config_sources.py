@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from bridge.errors import ConfigError
+from bridge.errors import BOUND_WORDS, ConfigError
 
 # The sections a config file may have, as written in it.
 SECTIONS = ("server", "agents", "store", "cluster", "auth", "sandbox")
@@ -32,29 +32,15 @@ SHOWN_SECTIONS = "[server], [agents.NAME], [store], [cluster], [auth], [sandbox]
 # pydantic's error types, said as a config's reader would: TOML words (a table, text, a
 # whole number), never the library's phrasing.
 _WORDS: dict[str, str] = {
-    "missing": "is required",
+    **BOUND_WORDS,
     "dict_type": "must be a table",
     "model_type": "must be a table",
     "string_type": "must be text in quotes",
     "int_type": "must be a whole number",
     "int_parsing": "must be a whole number",
-    "int_from_float": "must be a whole number",
     "float_type": "must be a number",
     "float_parsing": "must be a number",
-    "bool_type": "must be true or false",
-    "bool_parsing": "must be true or false",
-    "list_type": "must be a list",
-    "greater_than_equal": "must be at least {ge}",
-    "greater_than": "must be more than {gt}",
-    "less_than_equal": "must be at most {le}",
-    "less_than": "must be less than {lt}",
-    "string_too_short": "must be at least {min_length} character(s) long",
-    "string_too_long": "must be at most {max_length} characters long",
     "string_pattern_mismatch": "must match the pattern {pattern}",
-    "too_short": "must hold at least {min_length} item(s)",
-    "too_long": "must hold at most {max_length} items",
-    "literal_error": "must be one of {expected}",
-    "enum": "must be one of {expected}",
 }
 # Types whose refusal also says what was given instead (its kind, never its value).
 _TYPE_ERRORS = frozenset(k for k in _WORDS if k.endswith(("_type", "_parsing")))

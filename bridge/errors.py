@@ -129,3 +129,24 @@ class Draining(BridgeError):
 
     code = "draining"
     status = 503
+
+
+# pydantic's bound and choice errors in words, shared by the config's refusals
+# (config_sources) and the API's (api/schema): each adds its own words for types.
+BOUND_WORDS: dict[str, str] = {
+    "missing": "is required",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "list_type": "must be a list",
+    "int_from_float": "must be a whole number",
+    "greater_than_equal": "must be at least {ge}",
+    "greater_than": "must be more than {gt}",
+    "less_than_equal": "must be at most {le}",
+    "less_than": "must be less than {lt}",
+    "string_too_short": "must be at least {min_length} character(s) long",
+    "string_too_long": "must be at most {max_length} characters long",
+    "too_short": "must hold at least {min_length} item(s)",
+    "too_long": "must hold at most {max_length} items",
+    "literal_error": "must be one of {expected}",
+    "enum": "must be one of {expected}",
+}

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from bridge.api.content import normalize_prompt
+from bridge.errors import BOUND_WORDS
 from bridge.sessions.commands import BOUNDS, AnswerPermission, Prompt, Raw, SetMode
 
 MAX_CLIENT_ID = BOUNDS.client_id
@@ -106,7 +107,7 @@ class ModeIn(_In):
 # pydantic's error types, said as a person would (issue #34: "Input should be a valid
 # dictionary or object to extract fields from" names a library, not what to send).
 _PLAIN: dict[str, str] = {
-    "missing": "is required",
+    **BOUND_WORDS,
     "extra_forbidden": "is not a field this request takes",
     "dict_type": "must be a JSON object",
     "model_type": "must be a JSON object",
@@ -114,21 +115,7 @@ _PLAIN: dict[str, str] = {
     "string_type": "must be a string",
     "int_type": "must be an integer",
     "int_parsing": "must be an integer",
-    "int_from_float": "must be a whole number",
-    "bool_type": "must be true or false",
-    "bool_parsing": "must be true or false",
-    "list_type": "must be a list",
     "json_invalid": "is not valid JSON",
-    "greater_than_equal": "must be at least {ge}",
-    "greater_than": "must be more than {gt}",
-    "less_than_equal": "must be at most {le}",
-    "less_than": "must be less than {lt}",
-    "string_too_short": "must be at least {min_length} character(s) long",
-    "string_too_long": "must be at most {max_length} characters long",
-    "too_short": "must hold at least {min_length} item(s)",
-    "too_long": "must hold at most {max_length} items",
-    "literal_error": "must be one of {expected}",
-    "enum": "must be one of {expected}",
 }
 
 

@@ -247,8 +247,10 @@ class Relay:
                             await reader
                 return ws
             except InvalidHandshake as exc:
-                if getattr(getattr(exc, "response", None), "status_code", 0) in (401, 403, 404):
-                    raise ConnectionError(f"the daemon refused the connection: {exc}") from None
+                response = getattr(exc, "response", None)
+                if getattr(response, "status_code", 0) in (401, 403, 404):
+                    said = _refusal(getattr(response, "body", None))
+                    raise ConnectionError(f"the daemon refused the connection: {exc}{said}") from None
                 problem: Exception = exc
             except (OSError, TimeoutError, ConnectionClosed) as exc:
                 problem = exc
@@ -348,3 +350,13 @@ def run(url: str | None, token: str | None, agent: str | None, data_dir: Path) -
         print(f"agent-bridge acp: {exc}", file=sys.stderr)
         return 2
     return asyncio.run(_main(target, token))
+
+
+def _refusal(body: object) -> str:
+    """The daemon's own words for a refused upgrade (its ``{"error": {"message"}}`` body,
+    which says how to authenticate), or nothing when the body is not that."""
+    try:
+        message = json.loads(bytes(body))["error"]["message"] if isinstance(body, bytes | bytearray) else None
+    except (ValueError, TypeError, KeyError):
+        return ""
+    return f": {message}" if isinstance(message, str) and message else ""

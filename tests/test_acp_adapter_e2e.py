@@ -88,6 +88,7 @@ async def test_the_relay_says_why_when_the_daemon_refuses_it(daemon: Any, tmp_pa
     )
     _, err = await asyncio.wait_for(proc.communicate(), STEP_TIMEOUT)
     assert proc.returncode == 1 and b"refused" in err and b"401" in err
+    assert b"Authorization: Bearer" in err, err  # the daemon's words on how to authenticate
 
 
 async def test_with_no_url_the_relay_finds_the_local_daemon_and_its_token_file(

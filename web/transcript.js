@@ -4,6 +4,15 @@
 import { renderMarkdown } from "./markdown.js";
 import { ToolCard } from "./toolcards.js";
 
+// permission.resolved's `by` when no client answered, in words (docs/api.md §6.4).
+const RESOLVED_BY = {
+  timeout: "no answer in time",
+  agent: "the agent withdrew it",
+  interrupt: "interrupted",
+  agent_exited: "the agent exited",
+  policy: "by policy",
+};
+
 const MAX_PREVIEW = 20000; // characters of a tool input/output shown before "…"
 const CATCH_UP_RENDER_MS = 400; // while replaying history, render at most this often
 
@@ -204,7 +213,9 @@ export class TranscriptView {
         break;
       case "permission.resolved": {
         const n = this.root.querySelector(`[data-key="perm-${CSS.escape(String(d.request_id))}"]`);
-        const text = `Permission ${d.decision === "allow" ? "allowed" : d.decision === "deny" ? "denied" : d.decision ?? "resolved"}${d.by ? ` (by ${d.by})` : ""}`;
+        // A client's answer (rest, websocket, a client_id…) needs no words; the others say why.
+        const why = RESOLVED_BY[d.by];
+        const text = `Permission ${d.decision === "allow" ? "allowed" : d.decision === "deny" ? "denied" : d.decision ?? "resolved"}${why ? ` (${why})` : ""}`;
         if (n) n.textContent = `${n.textContent} — ${text}`;
         else this.note(text, "perm");
         break;

@@ -387,7 +387,8 @@ async def test_the_permission_dialog_shows_in_every_tab_and_closes_everywhere(we
     for page in (a, b):
         await expect(page.locator("#perm-dialog")).to_be_hidden()
         await expect(page.locator(".msg.assistant .body").last).to_have_text("permission: allow")
-        await expect(page.locator(".note.perm")).to_contain_text("allowed (by rest)")
+        await expect(page.locator(".note.perm")).to_contain_text("Permission allowed")
+        assert "(by rest)" not in (await page.locator(".note.perm").first.text_content() or "")
     # Escape closes the dialog without answering; the banner brings it back.
     await send(a, "ask")
     await expect(a.locator("#perm-dialog")).to_be_visible()

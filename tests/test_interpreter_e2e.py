@@ -35,8 +35,11 @@ def interp_dir() -> Iterator[Path]:
     shutil.rmtree(d, ignore_errors=True)
 
 
-def profile(tmp_path: Path, interp_dir: Path, env: dict[str, str], mode: str) -> str:
-    cli = tmp_path / "cli" / "agent"
+def profile(interp_dir: Path, env: dict[str, str], mode: str) -> str:
+    # The CLI lies outside the test's temp dir, as an installed CLI lies outside what the
+    # agent may write: a script the agent could rewrite is not followed (its line could
+    # name any file).
+    cli = interp_dir / "cli" / "agent"
     cli.parent.mkdir()
     cli.write_text("#!/usr/bin/env -S agentpy -I\n" + BODY)
     cli.chmod(0o755)
@@ -66,9 +69,9 @@ MODES = [
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_a_script_cli_runs_on_an_interpreter_found_on_its_path_outside_the_system(
-    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str], interp_dir: Path, mode: str
+    daemon_factory: Any, agent_env: dict[str, str], interp_dir: Path, mode: str
 ) -> None:
-    d = await daemon_factory(profile(tmp_path, interp_dir, agent_env, mode))
+    d = await daemon_factory(profile(interp_dir, agent_env, mode))
     async with d.http() as http:
         agents = {a["name"]: a for a in (await http.get("/v1/agents")).json()}
     assert agents["script"]["available"] and agents["script"]["sandbox"] == mode, agents["script"]

@@ -4,22 +4,14 @@ stores (tests/store/conftest.py)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from support.stores import StoreFactory, thread
+from support.stores import user_prompt as big
 
-from bridge.protocols.events import Record
 from bridge.store.base import PAGE_BYTES
 
 pytestmark = pytest.mark.timeout(60)
 MIB = 1024 * 1024
-
-
-def big(seq: int, size: int) -> Record:
-    text = "x" * size
-    line = json.dumps({"type": "user", "message": {"content": [{"type": "text", "text": text}]}})
-    return Record(seq, "2026-12-01T00:00:00.000Z", "client", "message", {"role": "user", "text": text}, line, False)
 
 
 async def test_pages_stop_at_the_byte_bound_and_still_cover_every_event_in_order(opened: StoreFactory) -> None:

@@ -10,18 +10,13 @@ import tracemalloc
 
 import pytest
 from support.stores import StoreFactory, thread
+from support.stores import user_prompt as prompt
 
 from bridge.protocols.events import Record
 from bridge.store.base import PAGE_BYTES
 
 pytestmark = pytest.mark.timeout(60)
 MIB = 1024 * 1024
-
-
-def prompt(seq: int, size: int) -> Record:
-    text = "x" * size
-    line = json.dumps({"type": "user", "message": {"content": [{"type": "text", "text": text}]}})
-    return Record(seq, "2026-12-01T00:00:00.000Z", "client", "message", {"role": "user", "text": text}, line, False)
 
 
 def agent_line(seq: int, size: int) -> Record:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -34,6 +35,14 @@ def records(first: int, n: int, ts: str = "2026-11-30T00:00:01.000Z") -> list[Re
     return [
         Record(seq, ts, "agent", "message.delta", {"text": str(seq)}, None, False) for seq in range(first, first + n)
     ]
+
+
+def user_prompt(seq: int, size: int) -> Record:
+    """A prompt of ``size`` characters as stored: its text in the data and again in the
+    stream-json line written to the agent (so it weighs about twice ``size``)."""
+    text = "x" * size
+    line = json.dumps({"type": "user", "message": {"content": [{"type": "text", "text": text}]}})
+    return Record(seq, "2026-12-01T00:00:00.000Z", "client", "message", {"role": "user", "text": text}, line, False)
 
 
 @contextlib.asynccontextmanager

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from conftest import Daemon, _own_agents, wait_until
 from playwright.async_api import Browser, Page, expect
-from test_page_e2e import Session, api_thread, browser, config, send, web
+from test_page_e2e import Session, api_thread, browser, config, send, session_on, web
 
 __all__ = ["browser", "web"]  # fixtures, used by name
 
@@ -120,16 +119,8 @@ async def test_messages_states_and_one_status_line(web: Session) -> None:
 @pytest_asyncio.fixture(loop_scope="module")
 async def broken(browser: Browser, tmp_path: Path, agent_env: dict[str, str]) -> AsyncIterator[Session]:
     cfg = config(agent_env) + f'[agents.broken]\nprotocol = "stream-json"\nexecutable = {json.dumps(MISSING)}\n'
-    d = Daemon(tmp_path, cfg)
-    await d.start()
-    s = Session(d, browser)
-    try:
+    async with session_on(browser, tmp_path, cfg) as s:
         yield s
-    finally:
-        for ctx in s.contexts:
-            await ctx.close()
-        await d.stop()
-        await wait_until(lambda: not _own_agents(tmp_path), what="agents to exit")
 
 
 async def test_the_dialog_says_why_a_profile_cannot_run(broken: Session) -> None:

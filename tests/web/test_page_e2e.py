@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import re
@@ -137,9 +138,11 @@ class Session:
         assert not self.errors, f"errors in the page: {self.errors}"
 
 
-@pytest_asyncio.fixture(loop_scope="module")
-async def web(browser: Browser, tmp_path: Path, agent_env: dict[str, str]) -> AsyncIterator[Session]:
-    d = Daemon(tmp_path, config(agent_env))
+@contextlib.asynccontextmanager
+async def session_on(browser: Browser, tmp_path: Path, cfg: str) -> AsyncIterator[Session]:
+    """A daemon with ``cfg`` and the browser on it; afterwards every page closed, the daemon
+    stopped and its agents gone."""
+    d = Daemon(tmp_path, cfg)
     await d.start()
     s = Session(d, browser)
     try:
@@ -149,6 +152,12 @@ async def web(browser: Browser, tmp_path: Path, agent_env: dict[str, str]) -> As
             await ctx.close()
         await d.stop()
         await wait_until(lambda: not _own_agents(tmp_path), what="agents to exit")
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def web(browser: Browser, tmp_path: Path, agent_env: dict[str, str]) -> AsyncIterator[Session]:
+    async with session_on(browser, tmp_path, config(agent_env)) as s:
+        yield s
 
 
 async def api_thread(s: Session, agent: str, **body: Any) -> str:

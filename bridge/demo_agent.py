@@ -413,10 +413,7 @@ class ToolError(Exception):
 
 def read_file(cwd: str, name: str) -> tuple[str, Json]:
     """Read a text file inside cwd; raise ToolError otherwise."""
-    root = os.path.realpath(cwd)
-    target = os.path.realpath(os.path.join(root, os.path.expanduser(name)))
-    if os.path.commonpath([root, target]) != root:
-        raise ToolError(f"Refusing to read {name}: it is outside the working directory ({root}).")
+    target = inside(cwd, name, verb="read")
     if not os.path.exists(target):
         raise ToolError(f"File does not exist: {name}")
     if not os.path.isfile(target):
@@ -447,12 +444,14 @@ def read_file(cwd: str, name: str) -> tuple[str, Json]:
     return text, structured
 
 
-def inside(cwd: str, name: str) -> str:
-    """The real path of ``name`` (relative to cwd), which must lie inside cwd; else ToolError."""
+def inside(cwd: str, name: str, verb: str = "touch") -> str:
+    """The real path of ``name`` (relative to cwd), which must lie inside cwd; else ToolError
+    ("Refusing to <verb> …")."""
     root = os.path.realpath(cwd)
     target = os.path.realpath(os.path.join(root, os.path.expanduser(name)))
     if os.path.commonpath([root, target]) != root:
-        raise ToolError(f"Refusing to touch {name}: it is outside the working directory.")
+        where = f" ({root})" if verb == "read" else ""
+        raise ToolError(f"Refusing to {verb} {name}: it is outside the working directory{where}.")
     return target
 
 

@@ -37,12 +37,17 @@ def error_json(code: str, message: str) -> bytes:
 class BridgeError(Exception):
     code = "internal_error"
     status = 500
+    # Seconds a client should wait before trying again (HTTP Retry-After), for refusals
+    # that pass by themselves: a store or bus outage, a draining replica, throttling.
+    retry_after_s: int | None = None
 
-    def __init__(self, message: str, *, code: str | None = None) -> None:
+    def __init__(self, message: str, *, code: str | None = None, retry_after_s: int | None = None) -> None:
         super().__init__(message)
         self.message = message
         if code is not None:
             self.code = code
+        if retry_after_s is not None:
+            self.retry_after_s = retry_after_s
 
 
 class ConfigError(BridgeError):
@@ -65,8 +70,7 @@ class Throttled(BridgeError):
     status = 429
 
     def __init__(self, message: str, *, retry_after_s: int) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
+        super().__init__(message, retry_after_s=retry_after_s)
 
 
 class Forbidden(BridgeError):
@@ -102,6 +106,12 @@ class Conflict(BridgeError):
 class StoreError(BridgeError):
     code = "store_error"
     status = 503
+    retry_after_s: int | None = 2  # an outage: the store reconnects by itself
+
+
+# A WebSocket's close code when the store cannot be read (RFC 6455 1013 "Try Again Later"):
+# the thread may well exist; reconnect later with ``after=`` (docs/api.md §5.7).
+STORE_UNAVAILABLE_CLOSE = 1013
 
 
 class LeaseLost(StoreError):
@@ -110,6 +120,7 @@ class LeaseLost(StoreError):
 
     code = "lease_lost"
     status = 409
+    retry_after_s = None
 
 
 class HeldElsewhere(Conflict):

@@ -13,6 +13,10 @@
 
 import { Backoff, daemonUp, untilDaemonUp } from "./net.js";
 
+// Close code 1013 (reason store_unavailable): the daemon's store is down for now.
+const STORE_UNAVAILABLE = 1013;
+const STORE_RETRY_MS = 2000;
+
 const WS_FAILURES_BEFORE_POLLING = 3; // consecutive WebSockets that never opened
 const RETRY_WS_AFTER_MS = 30000; // while polling, try a WebSocket again this often
 const POLL_WAIT_S = 25;
@@ -172,6 +176,13 @@ export class ThreadStream {
       if (e.code === 4404 || e.code === 4410) {
         this.setState("gone");
         this.onGone(e.code === 4410 ? "deleted" : "not_found");
+        return;
+      }
+      if (e.code === STORE_UNAVAILABLE) {
+        // The daemon is up but cannot read the transcript (its notice said why): try
+        // again later, not at once, and not by long-polling (which would be refused too).
+        this.setState("reconnecting");
+        this.timer = setTimeout(() => this.connectWs(), STORE_RETRY_MS);
         return;
       }
       this.wsFailed(opened);

@@ -32,7 +32,7 @@ from bridge.api.views import shown_message
 from bridge.bus.factory import make_bus
 from bridge.clock import now_iso
 from bridge.config import Settings
-from bridge.errors import BridgeError, ConfigError, Throttled, Unauthorized, error_body
+from bridge.errors import BridgeError, ConfigError, Unauthorized, error_body
 from bridge.network import is_loopback_host
 from bridge.sessions.cluster import ClusterLink
 from bridge.sessions.native import NativeSessions
@@ -154,7 +154,7 @@ def create_app(
 
     @app.exception_handler(BridgeError)
     async def bridge_error(request: Request, exc: BridgeError) -> JSONResponse:
-        headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Throttled) else None
+        headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s is not None else None
         if isinstance(exc, Unauthorized):
             headers = {"WWW-Authenticate": WWW_AUTHENTICATE}
         message = shown_message(request, exc.message)  # never the data dir's path to a non-admin

@@ -42,7 +42,7 @@ from bridge.api.users import OPERATOR, User, current_user, visible
 from bridge.api.views import AS_IS, Shown, shown_to, thread_view
 from bridge.api.ws import upgrade_user
 from bridge.api.ws_transport import SEND_TEXTS
-from bridge.errors import InvalidRequest, StoreError
+from bridge.errors import STORE_UNAVAILABLE_CLOSE, InvalidRequest, StoreError
 from bridge.protocols.jsonline import dumps
 from bridge.sessions.changes import ChangeNotifier
 from bridge.sessions.registry import Registry
@@ -150,17 +150,22 @@ async def events(
         try:
             yield "retry: 2000\n\n"
             last_write = time.monotonic()
+            reason: str | None = None
             with streams.held(user, revoked.set):
                 view = shown_to(ctx.settings, user)
-                async for frames in until_set(change_frames(store, notifier, start, user, view), revoked):
-                    if frames:
-                        yield "".join(_sse(f) for f in frames)
-                    elif time.monotonic() - last_write >= SSE_HEARTBEAT_S:
-                        yield ": ping\n\n"
-                    else:
-                        continue
-                    last_write = time.monotonic()
-            reason = "user_revoked" if revoked.is_set() else notifier.close_reason
+                try:
+                    async for frames in until_set(change_frames(store, notifier, start, user, view), revoked):
+                        if frames:
+                            yield "".join(_sse(f) for f in frames)
+                        elif time.monotonic() - last_write >= SSE_HEARTBEAT_S:
+                            yield ": ping\n\n"
+                        else:
+                            continue
+                        last_write = time.monotonic()
+                except StoreError as exc:  # the first read failed: the client reconnects later
+                    log.info("events.store_unavailable", error=exc.message)
+                    reason = "store_unavailable"
+            reason = reason or ("user_revoked" if revoked.is_set() else notifier.close_reason)
             yield f"event: close\ndata: {dumps({'reason': reason})}\n\n"
         finally:
             notifier.detach()
@@ -240,6 +245,8 @@ async def _serve_ws(ws: WebSocket, reg: Registry, since: int | None, user: User,
         done, _ = await asyncio.wait({sender, receiver, stopper}, return_when=asyncio.FIRST_COMPLETED)
         code = 1001 if sender in done and reg.changes.close_reason == "daemon_shutdown" else 1000
         reason = reg.changes.close_reason or ""
+        if sender in done and not sender.cancelled() and isinstance(sender.exception(), StoreError):
+            code, reason = STORE_UNAVAILABLE_CLOSE, "store_unavailable"  # the first read failed: not a normal end
         if revoked.is_set():
             code, reason = 4401, "user_revoked"
     finally:

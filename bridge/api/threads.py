@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any, Literal, TypeVar
 
+import structlog
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
@@ -16,7 +17,7 @@ from bridge.api.context import context
 from bridge.api.schema import ModeIn, PermissionIn, PromptIn
 from bridge.api.users import check_owner, current_user
 from bridge.api.views import Shown, shown_to, thread_view
-from bridge.errors import InvalidRequest
+from bridge.errors import InvalidRequest, StoreError
 from bridge.protocols.events import Record
 from bridge.protocols.jsonline import dumps
 from bridge.sessions.commands import Command, Interrupt
@@ -30,6 +31,7 @@ MAX_SEQ = 2**53  # seqs are SQLite integers; anything larger is not a seq
 A = TypeVar("A")  # a command's answer
 
 
+log = structlog.get_logger("bridge.threads")
 router = APIRouter(prefix="/v1", dependencies=[Depends(require_auth)])
 
 
@@ -278,7 +280,11 @@ async def events_stream(thread_id: str, request: Request, after: int = Query(0, 
 
     async def pump() -> None:
         try:
-            reason = await deliver(sub, after, conv.journal, _SseSink(queue))
+            try:
+                reason = await deliver(sub, after, conv.journal, _SseSink(queue))
+            except StoreError as exc:  # the replay could not read the store: the client reconnects later
+                log.info("sse.store_unavailable", thread_id=thread_id, error=exc.message)
+                reason = "store_unavailable"
             await queue.put(f"event: close\ndata: {dumps({'reason': reason})}\n\n")
         finally:
             await queue.put(None)

@@ -5,6 +5,7 @@ Close codes (docs/api.md §5.7):
   HTTP 401 before the upgrade when unauthorized · 4404 thread not found (or not the caller's)
   4400 bad query parameter · 4410 thread deleted · 4401 the user was revoked
   1012 this replica lost the thread's lease (reconnect, to any replica, with after=)
+  1013 the transcript store cannot be read now (reason ``store_unavailable``; reconnect later)
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from bridge.api.views import shown_to
 from bridge.api.ws_coalesce import coalesce
 from bridge.api.ws_transport import RECEIVE, SEND_TEXTS, Inbox
 from bridge.clock import now_iso
-from bridge.errors import BridgeError, InvalidRequest, Throttled, error_body
+from bridge.errors import STORE_UNAVAILABLE_CLOSE, BridgeError, InvalidRequest, StoreError, Throttled, error_body
 from bridge.protocols.envelope import ephemeral
 from bridge.protocols.events import Record
 from bridge.protocols.jsonline import loads_strict
@@ -84,6 +85,10 @@ async def thread_ws(ws: WebSocket, thread_id: str) -> None:
     try:
         conv = await reg.get(thread_id)
         check_owner(user, thread_id, conv.thread.get("owner"))
+    except StoreError as exc:
+        # Not "no such thread": the store could not say (a database outage).
+        await store_unavailable(ws, exc, notice=mode == "events")
+        return
     except BridgeError as exc:
         await _close_quietly(ws, 4404, exc.code)
         return
@@ -109,6 +114,23 @@ async def _close_quietly(ws: WebSocket, code: int, reason: str) -> None:
     """Close; a client that already left is not an error."""
     with contextlib.suppress(Exception):
         await ws.close(code=code, reason=reason)
+
+
+def store_notice(exc: StoreError) -> str:
+    """The ``notice`` an events-mode client is sent before a close for a store it cannot
+    be served from (raw mode carries the agent's lines only)."""
+    text = f"the transcript store cannot be read ({exc.message}); reconnect later with after="
+    return ephemeral("notice", now_iso(), code="store_unavailable", text=text)
+
+
+async def store_unavailable(ws: WebSocket, exc: StoreError, *, notice: bool) -> None:
+    """A connection the store cannot serve now: a ``notice`` saying why, then close 1013
+    with reason ``store_unavailable``; the client reconnects later with ``after=``."""
+    log.info("ws.store_unavailable", path=ws.url.path, error=exc.message)
+    if notice:
+        with contextlib.suppress(Exception):
+            await ws.send_text(store_notice(exc))
+    await _close_quietly(ws, STORE_UNAVAILABLE_CLOSE, "store_unavailable")
 
 
 class _Session:
@@ -179,7 +201,13 @@ class _Session:
         close_code, reason = 1000, ""
         try:
             done, _ = await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
-            if sender in done and not sender.cancelled() and sender.exception() is None:
+            if sender in done and not sender.cancelled() and isinstance(exc := sender.exception(), StoreError):
+                # The replay or a catch-up could not read the store: say so, never a plain 1000.
+                if not self.raw:
+                    with contextlib.suppress(Exception):
+                        await self._send_texts([store_notice(exc)])
+                close_code, reason = STORE_UNAVAILABLE_CLOSE, "store_unavailable"
+            elif sender in done and not sender.cancelled() and sender.exception() is None:
                 why = sender.result() or ""
                 close_code, reason = CLOSE_CODES.get(why, 1000), why
             elif receiver in done and not receiver.cancelled() and receiver.exception() is None:

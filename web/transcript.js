@@ -11,6 +11,8 @@ const RESOLVED_BY = {
   interrupt: "interrupted",
   agent_exited: "the agent exited",
   policy: "by policy",
+  owner_lost: "the replica running the agent was lost",
+  daemon_stopped: "the daemon stopped",
 };
 
 const MAX_PREVIEW = 20000; // characters of a tool input/output shown before "…"

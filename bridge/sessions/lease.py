@@ -18,13 +18,25 @@ and appends carry no epoch, exactly as before leases existed.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import structlog
 
 from bridge.errors import HeldElsewhere, LeaseLost, NotFound
+from bridge.protocols.events import Event, Record
 from bridge.sessions.journal import Journal
-from bridge.sessions.ownership import TAIL_EVENTS, Ownership, needs_takeover, open_turn, queued_turns, takeover_events
-from bridge.store.base import ThreadRow
+from bridge.sessions.ownership import (
+    LOOKBACK_EVENTS,
+    TAIL_EVENTS,
+    OpenRequests,
+    Ownership,
+    needs_takeover,
+    open_turn,
+    queued_turns,
+    settled_by,
+    takeover_events,
+)
+from bridge.store.base import Store, ThreadRow, TranscriptStore
 
 log = structlog.get_logger("bridge.lease")
 
@@ -34,6 +46,48 @@ Refresh = Callable[[ThreadRow], None]
 
 def _nothing() -> None:
     return None
+
+
+async def _records(store: TranscriptStore, thread_id: str, after: int, upto: int) -> list[Record]:
+    """The records after ``after`` up to ``upto``, whatever the store's page byte bound."""
+    out: list[Record] = []
+    while after < upto:
+        page = await store.read_events(thread_id, after, upto - after, with_raw=False)
+        out += page
+        if not page or not page.more:
+            break
+        after = page[-1].seq
+    return out
+
+
+async def settled_in_transcript(store: Store, thread_id: str, request_id: str) -> str | None:
+    """Who settled ``request_id``, when the transcript's last TAIL_EVENTS say so: a
+    request whose answer this replica's memory never saw (another replica closed a lost
+    owner's books, or ran the agent that asked)."""
+    row = await store.get_thread(thread_id)
+    if row is None:
+        return None
+    last = row.get("last_seq", 0)
+    return settled_by(await _records(store, thread_id, max(0, last - TAIL_EVENTS), last), request_id)
+
+
+async def closing_events(store: TranscriptStore, row: ThreadRow, reason: str) -> tuple[list[Event], dict[str, Any]]:
+    """What closes the books of a life its holder left open (``row`` says a process or a
+    turn was live): read from the transcript's last TAIL_EVENTS, and further back, a page at
+    a time, while the row counts more pending permissions than were found and the life's
+    start is not yet in view (at most LOOKBACK_EVENTS): a request asked long before the
+    tail is still settled."""
+    tid, last = row["id"], row.get("last_seq", 0)
+    start = max(0, last - TAIL_EVENTS)
+    tail = await _records(store, tid, start, last)
+    requests = OpenRequests()
+    requests.feed_back(tail)
+    want = row.get("pending_permissions") or 0
+    while not requests.done and len(requests.open) < want and 0 < start and last - start < LOOKBACK_EVENTS:
+        older = max(0, start - TAIL_EVENTS)
+        requests.feed_back(await _records(store, tid, older, start))
+        start = older
+    return takeover_events(row, reason, open_turn(tail), queued_turns(tail), requests.open)
 
 
 class ThreadLease:
@@ -95,11 +149,11 @@ class ThreadLease:
             self._refresh(fresh)
         if not needs_takeover(fresh):
             return
-        tail = await self.store.read_events(self.id, max(0, fresh["last_seq"] - TAIL_EVENTS), TAIL_EVENTS)
-        turn_id = open_turn(tail)
-        events, fields = takeover_events(fresh, reason, turn_id, queued_turns(tail))
+        events, fields = await closing_events(self.store, fresh, reason)
         await self.journal.commit(events, fields, None, epoch)
-        log.warning("thread.taken_over", thread_id=self.id, epoch=epoch, reason=reason, turn_id=turn_id)
+        ended = [e.data.get("turn_id") for e in events if e.kind == "turn.ended"]
+        cancelled = sum(1 for e in events if e.data.get("decision") == "cancelled")
+        log.warning("thread.taken_over", thread_id=self.id, epoch=epoch, reason=reason, turns=ended, requests=cancelled)
 
     def lose(self) -> bool:
         """Mark the lease lost (the store refused an append for its epoch, or it could not

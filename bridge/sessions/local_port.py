@@ -21,13 +21,14 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
-from bridge.errors import Conflict, InvalidRequest, StoreError
+from bridge.errors import Conflict, InvalidRequest, NotFound, StoreError
 from bridge.protocols.codecs import may_have_modes, stored_content_refusal
 from bridge.sessions.actions import Accepted
 from bridge.sessions.commands import AnswerPermission, Command, Interrupt, Prompt, Raw, SetMode
 from bridge.sessions.conversation import Conversation
 from bridge.sessions.fanout import Subscriber
 from bridge.sessions.journal import SEQ_RETAKES, Renumber
+from bridge.sessions.lease import settled_in_transcript
 from bridge.sessions.modes import MODE_TIMEOUT_S, ModeTimeout, check_mode_id, mode_answer
 
 A = TypeVar("A")  # a command's answer
@@ -115,12 +116,24 @@ class LocalPort:
         """One answer per request: the first wins; later ones are refused (409).
         ``channel``: how it came, recorded as ``permission.resolved``'s ``by``; ``actor``:
         who sent it, recorded as ``by`` in the client event of the answer written."""
-        async with self.conv.journal.lock:
-            data, actions = self.conv.core.answer(
-                request_id, decision, channel=channel, option_id=option_id, message=message, actor=actor
-            )
-            await self.conv.perform(actions)
-            return data
+        try:
+            async with self.conv.journal.lock:
+                data, actions = self.conv.core.answer(
+                    request_id, decision, channel=channel, option_id=option_id, message=message, actor=actor
+                )
+                await self.conv.perform(actions)
+                return data
+        except NotFound as exc:
+            # Unknown here, but the transcript may say it was settled elsewhere (a lost
+            # owner's request, cancelled by whoever closed its books): too late, not unknown.
+            if exc.code != "permission_not_found":
+                raise
+            by = await settled_in_transcript(self.conv.store, self.id, request_id)
+            if by is None:
+                raise
+            raise Conflict(
+                f"permission request {request_id} was already resolved (by {by})", code="already_resolved"
+            ) from None
 
     async def set_mode(self, mode_id: str, *, actor: str | None = None) -> dict[str, Any]:
         """Switch the agent's session mode (sessions/modes.py), starting the agent first

@@ -34,7 +34,16 @@ from bridge.store.base import LeaseStore, ThreadRow
 
 log = structlog.get_logger("bridge.ownership")
 
-__all__ = ["HeldElsewhere", "Ownership", "needs_takeover", "open_turn", "queued_turns", "takeover_events"]
+__all__ = [
+    "HeldElsewhere",
+    "OpenRequests",
+    "Ownership",
+    "needs_takeover",
+    "open_requests",
+    "open_turn",
+    "queued_turns",
+    "takeover_events",
+]
 
 # A thread another replica released between our refused acquire and the lease_of that
 # follows it is tried again this many times before HeldElsewhere.
@@ -43,6 +52,16 @@ ACQUIRE_TRIES = 3
 TAIL_EVENTS = 200
 RETRY_S = 0.2  # a failed renew is tried again this soon (or ttl/10, whichever is less)
 LIVE_STATES = ("starting", "running", "stopping")
+# How far back, at most, the requests a lost life left pending are looked for (pages of
+# TAIL_EVENTS read backwards from the end, stopping at the life's start).
+LOOKBACK_EVENTS = 20 * TAIL_EVENTS
+# An agent process's life begins and ends with these: nothing it asked can be pending
+# across them (its exit resolves what was still pending, docs/api.md §6.4).
+LIFE_BOUNDARY = frozenset({"process.started", "process.exited"})
+# Each kind of request an agent can leave waiting for a client, and the kind that settles
+# it. A request is pending from its event until the settling one with the same request_id.
+REQUEST_KINDS = {"permission.requested": "permission.resolved"}
+SETTLED_BY = {settled: asked for asked, settled in REQUEST_KINDS.items()}
 
 
 def needs_takeover(row: ThreadRow) -> bool:
@@ -80,15 +99,73 @@ def queued_turns(tail: Sequence[Record]) -> list[str]:
     return [t for t in prompted if t not in done]
 
 
+class OpenRequests:
+    """The requests a lost life left pending, found by reading its transcript BACKWARDS, a
+    page at a time (:meth:`feed_back`, newest page first): a request is open when no
+    settling event for it was seen after it. Reading stops being useful (``done``) at the
+    life's start (or the previous life's end): nothing older can still be pending."""
+
+    def __init__(self) -> None:
+        self.open: list[tuple[str, str]] = []  # (kind, request_id), oldest first
+        self.done = False
+        self._settled: set[tuple[str, str]] = set()
+
+    def feed_back(self, page: Sequence[Record]) -> None:
+        """One page, older than every page fed before it."""
+        found: list[tuple[str, str]] = []
+        for rec in reversed(page):
+            if self.done:
+                break
+            if rec.kind in LIFE_BOUNDARY:
+                self.done = True
+                break
+            rid = rec.data.get("request_id") if isinstance(rec.data, dict) else None
+            if not isinstance(rid, str):
+                continue
+            if rec.kind in SETTLED_BY:
+                self._settled.add((SETTLED_BY[rec.kind], rid))
+            elif rec.kind in REQUEST_KINDS and (rec.kind, rid) not in self._settled:
+                self._settled.add((rec.kind, rid))  # asked twice: settled once
+                found.append((rec.kind, rid))
+        self.open[:0] = reversed(found)
+
+
+def open_requests(tail: Sequence[Record]) -> list[tuple[str, str]]:
+    """The requests (kind, request_id) the tail shows asked in its last life and never settled."""
+    scan = OpenRequests()
+    scan.feed_back(tail)
+    return scan.open
+
+
+def settled_by(tail: Sequence[Record], request_id: str) -> str | None:
+    """Who settled ``request_id`` in the tail (a ``permission.resolved``'s ``by``), if it did."""
+    for rec in reversed(tail):
+        if rec.kind in SETTLED_BY and isinstance(rec.data, dict) and rec.data.get("request_id") == request_id:
+            return str(rec.data.get("by") or "unknown")
+    return None
+
+
+def cancelled(kind: str, request_id: str, reason: str) -> Event:
+    """A request of a life that ended, settled as cancelled; ``by`` says why (docs/api.md §6.4)."""
+    return Event("bridge", REQUEST_KINDS[kind], {"request_id": request_id, "decision": "cancelled", "by": reason})
+
+
 def takeover_events(
-    row: ThreadRow, reason: str, turn_id: str | None, queued: Sequence[str] = ()
+    row: ThreadRow,
+    reason: str,
+    turn_id: str | None,
+    queued: Sequence[str] = (),
+    requests: Sequence[tuple[str, str]] = (),
 ) -> tuple[list[Event], dict[str, Any]]:
     """What a new holder appends over a life the old one left open: the process's end,
-    the interrupted turn's one terminal event, and the row made consistent."""
+    the requests it left pending settled as cancelled (by ``reason``), the interrupted
+    turn's one terminal event, and the row made consistent. The order is the one an
+    agent's own exit records (core.process_exited)."""
     last_exit = {"code": None, "signal": None, "reason": reason}
     events = []
     if row.get("state") in LIVE_STATES:
         events.append(Event("bridge", "process.exited", {"pid": row.get("pid"), **last_exit}))
+    events += [cancelled(kind, rid, reason) for kind, rid in requests]
     if row.get("turn_active"):
         data: dict[str, Any] = {"status": "error", "reason": reason, "exit": last_exit}
         data["error"] = (
@@ -102,7 +179,14 @@ def takeover_events(
         for waiting in queued:  # every accepted prompt ends exactly once (docs/api.md §6.2)
             not_started = {**data, "turn_id": waiting, "error": f"not started: {data['error']}"}
             events.append(Event("bridge", "turn.ended", not_started))
-    fields = {"state": "exited", "turn_active": False, "last_exit": last_exit, "pid": None, "pid_start": None}
+    fields = {
+        "state": "exited",
+        "turn_active": False,
+        "last_exit": last_exit,
+        "pid": None,
+        "pid_start": None,
+        "pending_permissions": 0,  # the life that asked is over: nothing waits any more
+    }
     return events, fields
 
 

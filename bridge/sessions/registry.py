@@ -19,16 +19,17 @@ from bridge.process.agent_io import Spawn
 from bridge.process.agent_process import AgentProcess
 from bridge.process.reaper import reap_group
 from bridge.protocols.envelope import ephemeral
-from bridge.protocols.events import Event
 from bridge.sessions.changes import ChangeNotifier
 from bridge.sessions.commands import ThreadPort
 from bridge.sessions.conversation import Conversation
 from bridge.sessions.forwarding import Forwarding
 from bridge.sessions.latency import Latency
+from bridge.sessions.lease import closing_events
 from bridge.sessions.local_port import LocalPort
 from bridge.sessions.ownership import Ownership
 from bridge.sessions.remote import HolderGone, LeaseHolders
 from bridge.sessions.samples import write_demo_samples
+from bridge.sessions.sweep import OrphanSweep, sweep_interval
 from bridge.store.base import Store, ThreadRow
 from bridge.userdirs import check_cwd
 
@@ -58,6 +59,7 @@ class Registry:
             else None
         )
         self._leases: asyncio.Task[None] | None = None
+        self._sweep: asyncio.Task[None] | None = None  # closes what dead replicas left open (sessions/sweep.py)
         self._closing: set[asyncio.Task[None]] = set()  # conversations closed after a lost lease
         # Many replicas (sessions/cluster.py): who holds a thread's lease elsewhere, and who hears of
         # this replica's commits.
@@ -85,6 +87,9 @@ class Registry:
             self._leases = asyncio.create_task(self.ownership.run(), name="lease-renewal")
         await self._recover()
         self._reaper = asyncio.create_task(self._reap_idle(), name="idle-reaper")
+        if self.ownership is not None:
+            sweep = OrphanSweep(self.store, self.ownership, self, every_s=sweep_interval(self.ownership.ttl_s))
+            self._sweep = asyncio.create_task(sweep.run(), name="orphan-sweep")
 
     async def _recover(self) -> None:
         """A previous daemon died with processes or turns in flight: close their books so
@@ -101,24 +106,10 @@ class Registry:
                 if killed:
                     log.warning("agent.orphans_reaped", thread_id=row["id"], pids=killed)
             conv = await self.get(row["id"])
-            last_exit = {"code": None, "signal": None, "reason": "daemon_stopped"}
-            events = []
-            if row["state"] in ("starting", "running", "stopping"):
-                events.append(Event("bridge", "process.exited", {"pid": row.get("pid"), **last_exit}))
-            if row["turn_active"]:
-                events.append(
-                    Event("bridge", "turn.ended", {"status": "error", "error": "the daemon stopped during this turn"})
-                )
-            await conv.emit(
-                events,
-                fields={
-                    "state": "exited",
-                    "turn_active": False,
-                    "last_exit": last_exit,
-                    "pid": None,
-                    "pid_start": None,
-                },
-            )
+            # the same closing events as a takeover's (sessions/lease.py): the turn and the
+            # queued prompts end once each, the pending permissions are cancelled
+            events, fields = await closing_events(self.store, row, "daemon_stopped")
+            await conv.emit(events, fields=fields)
             log.info("thread.recovered", thread_id=row["id"])
 
     async def _recover_leased(self, row: ThreadRow) -> None:
@@ -181,10 +172,11 @@ class Registry:
             conv.fanout.broadcast_side(frame)
 
     async def shutdown(self) -> None:
-        if self._reaper is not None:
-            self._reaper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reaper
+        for task in (self._reaper, self._sweep):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         self.draining = True
         convs = list(self._convs.values())
         await asyncio.gather(*(c.close("daemon_shutdown") for c in convs), return_exceptions=True)

@@ -365,6 +365,13 @@ class LeaseStore(Protocol):
 
     async def lease_of(self, thread_id: str) -> Lease | None: ...
 
+    async def orphaned_threads(self, limit: int) -> list[ThreadRow]:
+        """At most ``limit`` rows that say a process or a turn is live (``state``
+        starting/running/stopping, or ``turn_active``) while no replica holds their lease
+        live (released, expired, or never taken): what a replica that died or was cut off
+        left open, for whoever closes its books (sessions/sweep.py). Longest unheld first."""
+        ...
+
     async def register_replica(self, instance: str, url: str | None) -> None:
         """Announce this replica; refused (StoreError ``replica_id_in_use``) while another
         live process holds the same ``replica_id``."""

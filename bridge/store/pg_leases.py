@@ -14,8 +14,8 @@ from typing import Any, cast
 import psycopg
 from psycopg import AsyncConnection
 
-from bridge.store import pg_schema
-from bridge.store.base import Lease, Replica
+from bridge.store import pg_schema, rows
+from bridge.store.base import Lease, Replica, ThreadRow
 
 RENEW = """
 UPDATE threads t SET lease_expires = clock_timestamp() + make_interval(secs => %s)
@@ -25,6 +25,15 @@ WHERE t.id = mine.id
 RETURNING t.id, t.lease_epoch
 """
 RENEW_ATTEMPTS = 3
+# Rows that say a process or a turn is live while nobody holds their lease. The first
+# condition is the predicate of the partial index threads_live, so the scan reads only
+# live rows (a few per running agent), never the whole table.
+ORPHANED = f"""
+SELECT {rows.COLUMNS_SQL} FROM threads
+WHERE (state IN ('starting', 'running', 'stopping') OR turn_active)
+  AND (lease_owner IS NULL OR lease_expires IS NULL OR lease_expires <= clock_timestamp())
+ORDER BY lease_expires NULLS FIRST, id LIMIT %s
+"""  # noqa: S608
 
 
 class PgLeases:
@@ -98,6 +107,13 @@ class PgLeases:
             return Lease(holder, int(epoch), None if holder is None else float(left), live)
 
         return cast(Lease | None, await self._read(do))  # a read: any reader connection
+
+    async def orphaned_threads(self, limit: int) -> list[ThreadRow]:
+        async def do(c: AsyncConnection[Any]) -> list[ThreadRow]:
+            cur = await c.execute(ORPHANED, (int(limit),))
+            return [rows.thread_row(r) for r in await cur.fetchall()]
+
+        return cast(list[ThreadRow], await self._read(do))
 
     # ------------------------------------------------------------------ replicas
 

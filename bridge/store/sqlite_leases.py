@@ -13,8 +13,8 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from bridge.store.base import Lease, Replica
-from bridge.store.rows import LEASE_LOST, stamp
+from bridge.store.base import Lease, Replica, ThreadRow
+from bridge.store.rows import COLUMNS_SQL, LEASE_LOST, stamp, thread_row
 
 __all__ = ["LEASE_LOST", "OPS", "Fenced", "SqliteLeases", "fence", "fence_of", "stamp"]
 T = TypeVar("T")
@@ -83,6 +83,17 @@ def lease_row(db: sqlite3.Connection, thread_id: str) -> list[Any] | None:
     return None if row is None else list(row)
 
 
+def orphaned_rows(db: sqlite3.Connection, limit: int) -> list[Any]:
+    """Rows that say a process or a turn is live while no lease on them is live (SQLite
+    has no leases in use: one daemon, so this is only for the protocol's sake)."""
+    return db.execute(
+        f"SELECT {COLUMNS_SQL} FROM threads WHERE (state IN ('starting','running','stopping') "  # noqa: S608
+        f"OR turn_active=1) AND (lease_owner IS NULL OR lease_expires IS NULL OR lease_expires <= {NOW}) "
+        "ORDER BY lease_expires, id LIMIT ?",
+        (int(limit),),
+    ).fetchall()
+
+
 def register_replica(db: sqlite3.Connection, replica_id: str, instance: str, url: str | None) -> None:
     db.execute(
         "INSERT INTO replicas (replica_id, instance, url, started_at, heartbeat_at) "  # noqa: S608
@@ -106,7 +117,7 @@ def replica_rows(db: sqlite3.Connection) -> list[Any]:
 
 
 # The writes above, by name (sqlite_sql.OPS): they run where the write connection is.
-OPS = (acquire_lease, renew_leases, release_lease, lease_row, register_replica, heartbeat, replica_rows)
+OPS = (acquire_lease, renew_leases, release_lease, lease_row, orphaned_rows, register_replica, heartbeat, replica_rows)
 
 
 class SqliteLeases:
@@ -133,6 +144,9 @@ class SqliteLeases:
         holder, epoch, left = row
         live = holder is not None and left is not None and left > 0
         return Lease(holder, int(epoch), None if holder is None else float(left), live)
+
+    async def orphaned_threads(self, limit: int) -> list[ThreadRow]:
+        return [thread_row(r) for r in await self._run(orphaned_rows, int(limit))]
 
     async def register_replica(self, instance: str, url: str | None) -> None:
         """The data-dir lock already keeps a second process off this file: recorded only."""

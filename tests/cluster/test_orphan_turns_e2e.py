@@ -3,13 +3,18 @@ D2 and D3): real daemons on one PostgreSQL and one Redis, a 3 s lease.
 
 * SIGKILL the holder mid-turn, three replicas, nobody sends input: within the lease's ttl
   plus the sweep's interval (sessions/sweep.py) the row says exited and no turn active, the
-  transcript has exactly one terminal ``turn.ended`` (reason ``owner_lost``) and one
+  transcript has exactly one terminal ``turn.ended`` (reason ``owner_lost``), one for the
+  prompt that was queued behind it ("not started"), and one
   ``process.exited`` (``owner_lost``) however many replicas swept, nobody holds the lease
   afterwards, and no agent was started for it.
 * A permission request pending at the SIGKILL is settled in the transcript
   (``permission.resolved`` ``cancelled`` by ``owner_lost``, seen live by a client of the
   survivor), the survivor lists none pending and its row counts none, and answering it is
   refused 409 ``already_resolved`` (by owner_lost), not ``permission_not_found``.
+* A holder frozen (SIGSTOP) past its lease: the same, by the sweep; on waking it kills its
+  agent and nothing it writes is kept.
+* A database outage long enough to fence the only replica: once the database is back, the
+  replica's own sweep ends the turn its fence left open, with no input.
 * The same when the survivor takes the thread over for a new prompt (whichever of the
   prompt and the sweep gets the lease first closes the books): the request is settled once,
   before the new turn starts, and the new turn runs."""
@@ -18,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +36,12 @@ from tests.cluster.test_takeover_e2e import (
     Cluster,
     agent_pids,
     metric,
+    post_prompt,
+    readyz,
     start_long_turn,
     take_over,
     transcript,
+    wait_until_async,
 )
 from tests.support.redis_server import RedisServer
 
@@ -88,6 +96,9 @@ async def test_sigkill_mid_turn_nobody_sends_input_the_sweep_ends_the_turn_once(
     tid = (await new_thread(a, "stream-json"))["id"]
     c, turn_id, _native = await start_long_turn(a, tid)
     assert (await thread_row(b, tid))["turn_active"] is True
+    r = await post_prompt(b, tid, "recall", "early")  # forwarded to a, queued behind the turn
+    assert r.status_code == 202 and r.json()["queued"] is True, r.text
+    queued = r.json()["turn_id"]
     await a.stop(signal.SIGKILL)
     seen = [f for f in c.frames if f.get("seq")]
 
@@ -101,7 +112,10 @@ async def test_sigkill_mid_turn_nobody_sends_input_the_sweep_ends_the_turn_once(
     assert len(ends) == 1 and ends[0]["data"]["reason"] == "owner_lost" and ends[0]["data"]["status"] == "error"
     exits = [e for e in stored if e["kind"] == "process.exited" and e["data"]["reason"] == "owner_lost"]
     assert len(exits) == 1 and exits[0]["seq"] < ends[0]["seq"]
-    assert stored[-1]["seq"] == ends[0]["seq"]  # nothing after: the thread waits for its next prompt
+    # the prompt that waited behind it ends too, once, "not started"
+    (never,) = [e for e in stored if e["kind"] == "turn.ended" and e["data"].get("turn_id") == queued]
+    assert never["data"]["reason"] == "owner_lost" and never["data"]["error"].startswith("not started")
+    assert stored[-1]["seq"] == never["seq"]  # nothing after: the thread waits for its next prompt
     # the lease was given back at once, and no agent was started to close the books
     for d in (b, c3):
         assert await metric(d, "agent_bridge_leases_held") == 0
@@ -162,3 +176,68 @@ async def test_a_takeover_by_a_new_prompt_settles_the_pending_permission_first(c
     assert settled[0]["seq"] < started["seq"]
     async with b.http() as http:
         assert (await http.get(f"/v1/threads/{tid}/permissions")).json() == {"permissions": []}
+
+
+async def test_a_frozen_holders_turn_is_ended_by_the_sweep_and_it_is_fenced_on_waking(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    a = await cluster.start("a")
+    b = await cluster.start("b")
+    tid = (await new_thread(a, "stream-json"))["id"]
+    c, turn_id, _native = await start_long_turn(a, tid)
+    old_agent = agent_pids(tmp_path)[-1]
+    assert a.proc is not None
+    a.proc.send_signal(signal.SIGSTOP)
+    try:
+        row, _took = await closed_by_sweep(b, tid)
+        assert row["last_exit"]["reason"] == "owner_lost"
+    finally:
+        a.proc.send_signal(signal.SIGCONT)
+    # a wakes: it knows its lease is gone and kills its agent; nothing it writes is kept
+    await wait_until(lambda: not alive(old_agent), what="the stale holder to kill its agent")
+    stored = await transcript(b, tid)
+    assert [e["seq"] for e in stored] == list(range(1, len(stored) + 1))
+    ends = [e for e in stored if e["kind"] == "turn.ended" and e["data"].get("turn_id") == turn_id]
+    assert len(ends) == 1 and ends[0]["data"]["reason"] == "owner_lost"
+    seen = [f for f in c.frames if f.get("seq")]
+    for f in seen:
+        assert stored[f["seq"] - 1]["kind"] == f["kind"] and stored[f["seq"] - 1]["data"] == f["data"]
+    assert await transcript(a, tid) == stored
+    assert len(agent_pids(tmp_path)) == 1  # the sweep started no agent
+
+
+@pytest.fixture
+def postgres_of_its_own() -> Iterator[Any]:
+    """A PostgreSQL server of this test's own: it is stopped and started again."""
+    from tests.support import postgres
+
+    reason = postgres.missing_reason()
+    if reason:
+        pytest.skip(reason)
+    with postgres.running() as server:
+        yield server
+
+
+async def test_after_a_database_outage_the_fenced_turn_ends_without_input(
+    postgres_of_its_own: Any, redis_server: RedisServer, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
+    own_postgres = postgres_of_its_own
+    cluster = Cluster(tmp_path, own_postgres.create_database("outage"), redis_server.url, agent_env)
+    try:
+        a = await cluster.start("a")
+        tid = (await new_thread(a, "stream-json"))["id"]
+        _c, turn_id, _native = await start_long_turn(a, tid)
+        agent = agent_pids(tmp_path)[-1]
+        await asyncio.to_thread(own_postgres.stop)
+        await wait_until(lambda: not alive(agent), timeout=TTL + STEP_TIMEOUT, what="the agent to be fenced")
+        await asyncio.to_thread(own_postgres.start_server)
+        await wait_until_async(lambda: readyz(a), 200, "readyz to recover")
+        # nobody sends anything: the replica's own sweep closes what its fence left open
+        row, _took = await closed_by_sweep(a, tid)
+        assert row["last_exit"]["reason"] == "owner_lost"
+        stored = await transcript(a, tid)
+        assert [e["seq"] for e in stored] == list(range(1, len(stored) + 1))
+        ends = [e for e in stored if e["kind"] == "turn.ended" and e["data"].get("turn_id") == turn_id]
+        assert len(ends) == 1 and ends[0]["data"]["reason"] == "owner_lost"
+    finally:
+        await cluster.close()

@@ -206,6 +206,9 @@ class Ownership:
         self.margin_s = ttl_s / 5
         self.clock = clock
         self.on_lost = on_lost
+        # Told which leases a statement just extended (their deadline() moved): the fence
+        # watchdog's kill times follow (bridge/process/fence.py).
+        self.on_extended: Callable[[list[str]], None] | None = None
         self._held: dict[str, int] = {}  # thread -> epoch
         self._since: dict[str, float] = {}  # thread -> start of the last statement that extended it
         self._pending: dict[str, int] = {}  # threads being acquired now (count of callers)
@@ -252,6 +255,7 @@ class Ownership:
             if epoch is not None:
                 self._held[thread_id] = epoch
                 self._since[thread_id] = max(started, self._since.get(thread_id, started))
+                self._extended([thread_id])
                 return epoch
             self._forget(thread_id)
             lease = await self.store.lease_of(thread_id)
@@ -309,14 +313,16 @@ class Ownership:
         return True
 
     async def _renewed(self, before: dict[str, int], started: float, renewed: dict[str, int]) -> None:
-        lost = []
+        lost, extended = [], []
         for tid, epoch in before.items():
             if self._held.get(tid) != epoch or tid in self._pending:
                 continue  # released, lost or re-acquired meanwhile: not this renew's business
             if renewed.get(tid) == epoch:
                 self._since[tid] = max(started, self._since.get(tid, started))
+                extended.append(tid)
             else:
                 lost.append(tid)
+        self._extended(extended)
         strays = [(t, e) for t, e in renewed.items() if t not in self._held and t not in self._pending]
         for tid, epoch in strays:
             await self._release(tid, epoch)
@@ -339,6 +345,16 @@ class Ownership:
         log.warning("lease.lost", threads=lost, why=why, replica_id=self.replica_id)
         if self.on_lost is not None:
             self.on_lost(lost)
+
+    def deadline(self, thread_id: str) -> float | None:
+        """When this lease is given up unless extended (on ``clock``): ``ttl - margin``
+        after the start of the last statement that extended it. None when not held."""
+        since = self._since.get(thread_id)
+        return None if since is None else since + self.ttl_s - self.margin_s
+
+    def _extended(self, thread_ids: list[str]) -> None:
+        if thread_ids and self.on_extended is not None:
+            self.on_extended(thread_ids)
 
     def next_deadline(self) -> float | None:
         """When the oldest lease must be given up (on ``clock``), None when none is held."""

@@ -17,11 +17,13 @@ from bridge.ids import new_id
 from bridge.launching import ThreadLaunch, spawn_options
 from bridge.process.agent_io import Spawn
 from bridge.process.agent_process import AgentProcess
+from bridge.process.fence import Fence
 from bridge.process.reaper import reap_group
 from bridge.protocols.envelope import ephemeral
 from bridge.sessions.changes import ChangeNotifier
 from bridge.sessions.commands import ThreadPort
 from bridge.sessions.conversation import Conversation
+from bridge.sessions.fenced import FencedSpawn
 from bridge.sessions.forwarding import Forwarding
 from bridge.sessions.latency import Latency
 from bridge.sessions.lease import closing_events
@@ -58,6 +60,9 @@ class Registry:
             if store.shared
             else None
         )
+        # With leases, every agent is also registered with a watchdog process that kills it
+        # should this daemon be frozen past its lease's deadline (sessions/fenced.py).
+        self.fenced = None if self.ownership is None else FencedSpawn(Fence(), self.ownership, spawn)
         self._leases: asyncio.Task[None] | None = None
         self._sweep: asyncio.Task[None] | None = None  # closes what dead replicas left open (sessions/sweep.py)
         self._closing: set[asyncio.Task[None]] = set()  # conversations closed after a lost lease
@@ -83,6 +88,8 @@ class Registry:
 
     async def start(self) -> None:
         self.store.listeners.add(health=self._on_store_health, change=self.changes.notify)
+        if self.fenced is not None:
+            self.fenced.fence.start()
         if self.ownership is not None:
             self._leases = asyncio.create_task(self.ownership.run(), name="lease-renewal")
         await self._recover()
@@ -181,6 +188,8 @@ class Registry:
         convs = list(self._convs.values())
         await asyncio.gather(*(c.close("daemon_shutdown") for c in convs), return_exceptions=True)
         await asyncio.gather(*self._closing, return_exceptions=True)
+        if self.fenced is not None:  # before the leases go: an agent still registered dies first
+            await self.fenced.fence.close()
         if self._leases is not None:
             self._leases.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -319,7 +328,7 @@ class Registry:
             self.settings,
             self.store,
             can_start=self._check_capacity,
-            spawn=self._spawn,
+            spawn=self._spawn if self.fenced is None else self.fenced.for_thread(row["id"]),
             ownership=self.ownership,
             on_lost=self._conv_lost,
             commits=self.commits,

@@ -53,7 +53,8 @@ input line that is not JSON (``invalid_input_json``) or not a user line
 
 Environment: FAKE_AGENT_LOG (append JSON lines: start argv/env/cwd/pid, every stdin line),
 FAKE_AGENT_STATE (directory for per-session history files), FAKE_IGNORE_SIGTERM=1,
-FAKE_IGNORE_EOF=1 (keep running after stdin closes), FAKE_SHUTDOWN_DELAY_S (seconds to
+FAKE_IGNORE_EOF=1 (keep running after stdin closes), FAKE_HEARTBEAT_S (log
+``{"event":"beat","pid","t"}`` with the wall time at start and every so many seconds), FAKE_SHUTDOWN_DELAY_S (seconds to
 take before exiting on a shutdown line), AWP_REFERENCE_MODEL (awp-jsonl: the model when
 no --model is given, as the reference reads it).
 """
@@ -732,11 +733,22 @@ class Agent:
                 return
 
 
+def heartbeat(every_s: float) -> None:
+    """A write every ``every_s`` while the process lives (the first at once), with the wall
+    time: stands for the agent writing its session files (tests/cluster/test_fence_e2e.py)."""
+    pid = os.getpid()
+    while True:
+        log(event="beat", pid=pid, t=time.time())
+        time.sleep(every_s)
+
+
 def main() -> None:
     if os.environ.get("FAKE_IGNORE_SIGTERM") == "1":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     dialect, own, rest = fake_prefix(sys.argv[1:])
     log(event="start", argv=sys.argv, env=dict(os.environ), cwd=os.getcwd(), pid=os.getpid())
+    if beat := os.environ.get("FAKE_HEARTBEAT_S"):
+        threading.Thread(target=heartbeat, args=(float(beat),), daemon=True).start()
     if "--exit-at-start" in (own if dialect == "awp-jsonl" else sys.argv):
         sys.stderr.write("fake agent: refusing to start\n")
         sys.exit(5)

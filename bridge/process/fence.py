@@ -181,10 +181,13 @@ class Fence:
     def _restarted(self) -> None:
         self._restart = None
         if not self._closing and self._sock is None:
-            if self.pid is not None:  # the old one's exit status, if still unreaped
+            old = self.pid
+            if old is not None:  # the lost one, still unreaped: our child, so its pid is still its own
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(old, signal.SIGKILL)
                 with contextlib.suppress(ChildProcessError):
-                    if os.waitpid(self.pid, os.WNOHANG)[0]:
-                        self._reaped(self.pid)
+                    os.waitpid(old, 0)
+                self._reaped(old)
             self._start()
 
     # ------------------------------------------------------------------ registrations

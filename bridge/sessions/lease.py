@@ -35,6 +35,7 @@ from bridge.sessions.ownership import (
     queued_turns,
     settled_by,
     takeover_events,
+    turn_in_view,
 )
 from bridge.store.base import Store, ThreadRow, TranscriptStore
 
@@ -73,21 +74,30 @@ async def settled_in_transcript(store: Store, thread_id: str, request_id: str) -
 
 async def closing_events(store: TranscriptStore, row: ThreadRow, reason: str) -> tuple[list[Event], dict[str, Any]]:
     """What closes the books of a life its holder left open (``row`` says a process or a
-    turn was live): read from the transcript's last TAIL_EVENTS, and further back, a page at
-    a time, while the row counts more pending permissions than were found and the life's
-    start is not yet in view (at most LOOKBACK_EVENTS): a request asked long before the
-    tail is still settled."""
+    turn was live). Read from the transcript's last TAIL_EVENTS, and further back, a page
+    at a time (at most LOOKBACK_EVENTS), while something the books need is older than
+    what was read: a permission request (the row counts more pending than were found, and
+    the life's start is not yet in view), or the open turn's start and the prompt that
+    started it (a long turn streams far more than TAIL_EVENTS): so the turn ends with its
+    ``turn_id``, and every prompt queued behind it ends too."""
     tid, last = row["id"], row.get("last_seq", 0)
     start = max(0, last - TAIL_EVENTS)
-    tail = await _records(store, tid, start, last)
+    records = await _records(store, tid, start, last)
     requests = OpenRequests()
-    requests.feed_back(tail)
+    requests.feed_back(records)
     want = row.get("pending_permissions") or 0
-    while not requests.done and len(requests.open) < want and 0 < start and last - start < LOOKBACK_EVENTS:
+    turn = bool(row.get("turn_active"))
+    while 0 < start and last - start < LOOKBACK_EVENTS:
+        requests_older = not requests.done and len(requests.open) < want
+        turn_older = turn and not turn_in_view(records, start)
+        if not (requests_older or turn_older):
+            break
         older = max(0, start - TAIL_EVENTS)
-        requests.feed_back(await _records(store, tid, older, start))
+        page = await _records(store, tid, older, start)
+        requests.feed_back(page)
+        records = page + records
         start = older
-    return takeover_events(row, reason, open_turn(tail), queued_turns(tail), requests.open)
+    return takeover_events(row, reason, open_turn(records), queued_turns(records), requests.open)
 
 
 class ThreadLease:

@@ -43,6 +43,7 @@ __all__ = [
     "open_turn",
     "queued_turns",
     "takeover_events",
+    "turn_in_view",
 ]
 
 # A thread another replica released between our refused acquire and the lease_of that
@@ -81,6 +82,18 @@ def open_turn(tail: Sequence[Record]) -> str | None:
         elif rec.kind == "turn.started":
             return None if turn_id in ended else turn_id
     return None
+
+
+def turn_in_view(records: Sequence[Record], after: int) -> bool:
+    """Whether ``records`` (the transcript after seq ``after``, to its end) hold the latest
+    turn's start and the prompt that started it. Then the prompts still queued are in them
+    too: prompts start in the order they were accepted, so each waiting one was accepted
+    after the prompt of the turn that started last."""
+    for rec in reversed(records):
+        if rec.kind == "turn.started":
+            prompt_seq = rec.data.get("prompt_seq") if isinstance(rec.data, dict) else None
+            return not isinstance(prompt_seq, int) or prompt_seq > after
+    return after == 0
 
 
 def queued_turns(tail: Sequence[Record]) -> list[str]:

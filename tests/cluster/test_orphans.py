@@ -94,8 +94,29 @@ async def test_a_request_older_than_the_tail_is_found_by_reading_back() -> None:
     assert [(e.kind, e.data.get("request_id")) for e in events if e.kind == "permission.resolved"] == [
         ("permission.resolved", "p1")
     ]
-    # the row counts none pending: nothing is read beyond the tail (and none is found there)
-    row = await _transcript(store, "u", long, pending_permissions=0)
+    assert await settled_in_transcript(store, "t", "p1") is None  # type: ignore[arg-type]
+
+
+async def test_a_long_turn_ends_with_its_id_and_the_prompt_queued_behind_it_ends_too() -> None:
+    """The open turn's start (and the prompt queued behind it) lie far before the tail: the
+    books are still closed with the turn's id, and the queued prompt ends "not started"."""
+    store = MemoryStore()
+    prompt_1 = Record(2, "2026-12-01T00:00:00.000Z", "client", "message", {"turn_id": "turn_1"}, None, False)
+    prompt_2 = Record(4, "2026-12-01T00:00:00.000Z", "client", "message", {"turn_id": "turn_2"}, None, False)
+    long = [rec(1, "process.started", pid=1), prompt_1, rec(3, "turn.started", turn_id="turn_1", prompt_seq=2)]
+    long += [prompt_2, *(rec(s, "message.delta", text="x") for s in range(5, 5 + 3 * TAIL_EVENTS))]
+    row = await _transcript(store, "t", long, pending_permissions=0)
+    events, _ = await closing_events(store, row, "owner_lost")  # type: ignore[arg-type]
+    ends = [e.data for e in events if e.kind == "turn.ended"]
+    assert [d["turn_id"] for d in ends] == ["turn_1", "turn_2"]
+    assert "not started" not in ends[0]["error"] and ends[1]["error"].startswith("not started")
+
+
+async def test_nothing_is_read_beyond_the_tail_when_nothing_older_is_needed() -> None:
+    store = MemoryStore()
+    long = [rec(1, "process.started", pid=1), rec(2, PERM, request_id="p0")]
+    long += [rec(s, "message.delta", text="x") for s in range(3, 3 + 3 * TAIL_EVENTS)]
+    row = await _transcript(store, "u", long, pending_permissions=0, turn_active=False)
     reads = 0
     real = store.read_events
 
@@ -106,8 +127,7 @@ async def test_a_request_older_than_the_tail_is_found_by_reading_back() -> None:
 
     store.read_events = counted  # type: ignore[method-assign]
     events, _ = await closing_events(store, row, "owner_lost")  # type: ignore[arg-type]
-    assert not [e for e in events if e.kind == "permission.resolved"] and reads == 1
-    assert await settled_in_transcript(store, "t", "p1") is None  # type: ignore[arg-type]
+    assert [e.kind for e in events] == ["process.exited"] and reads == 1
 
 
 def test_the_sweep_interval_scales_on_the_lease() -> None:

@@ -74,6 +74,7 @@ _BUS_METRICS = {
     "bus_dropped": ("counter", "Announcements and commands dropped (bus down, or expired)"),
     "bus_malformed": ("counter", "Messages from the bus that were not well-formed"),
     "bus_reconnects": ("counter", "Reconnections to the bus"),
+    "bus_stalls": ("counter", "Bus subscriptions dropped because Redis stopped answering (a frozen server or path)"),
     "forwarded": ("counter", "Client inputs this replica sent to the replica that runs the thread"),
     "followed_events": ("counter", "Events another replica committed, read from the store for clients here"),
 }

@@ -48,6 +48,12 @@ class NoReply(Exception):
     """A command reached no holder, or its answer did not come back in time."""
 
 
+class NotOnBus(NoReply):
+    """The holder is not reading the bus: it has no heartbeat there, or it did not take the
+    command from its inbox in time (the command was then taken back: it never ran). Whether
+    it is alive is for its lease in the store to say."""
+
+
 def valid_id(value: object) -> bool:
     return isinstance(value, str) and _ID.fullmatch(value) is not None
 

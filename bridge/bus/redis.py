@@ -11,8 +11,18 @@ Keys (``prefix`` defaults to ``agent-bridge:``, so several deployments can share
 
 Redis down is not an error for the daemon: announcements are dropped (readers poll the
 store), :meth:`RedisBus.request` raises :class:`~bridge.bus.base.BusUnavailable`, and the
-loops reconnect with backoff by themselves; on every (re)connection the listener is told
-to resync, since anything announced meanwhile was lost.
+loops reconnect with backoff by themselves; whenever the bus comes back the listener is
+told to resync, since anything announced meanwhile was lost.
+
+A Redis that stops answering without closing its sockets (frozen, or a network path that
+drops packets) is found by timeouts, not by errors: every command gives up after
+:data:`SOCKET_TIMEOUT_S` and is not retried on a timeout (redis-py's default retries a
+timed-out command ten times, which kept a command waiting close to a minute); the
+subscription, which only ever reads, is PINGed when idle and dropped when no answer comes
+(:data:`STALL_S`). redis-py's own pub/sub health check sends a PING but never checks that
+the answer came, and TCP keepalives are answered by the kernel of a stopped process, so
+neither notices a frozen server. Health goes down on any failed command and comes back
+as soon as the subscription is live and a heartbeat write succeeds again.
 """
 
 from __future__ import annotations
@@ -28,6 +38,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 import structlog
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from bridge.bus.base import (
@@ -40,6 +53,7 @@ from bridge.bus.base import (
     Handler,
     Listener,
     NoReply,
+    NotOnBus,
     Reply,
     parse_message,
     valid_id,
@@ -55,6 +69,17 @@ BACKOFF_MAX_S = 2.0
 # clocks of two hosts disagreeing by up to this much.
 CLOCK_SKEW_S = 5.0
 CLOSE_TIMEOUT_S = 1.0  # each step of closing the bus
+CONNECT_TIMEOUT_S = 2.0
+# Any one command's answer: past it the command fails, its connection is dropped, and the
+# bus is down until a heartbeat gets through again.
+SOCKET_TIMEOUT_S = 3.0
+READ_S = 0.5  # the subscription is read in slices this long
+IDLE_PING_S = 1.0  # nothing heard on the subscription this long: PING it
+STALL_S = 2.5  # nothing heard this long (a PING unanswered for 1.5 s): the connection is dropped
+RECHECK_S = 0.5  # while the bus is down, a heartbeat write is tried this often
+# A command not taken from the holder's inbox within this long is withdrawn: a live holder
+# pops its inbox at once, so one that does not is not reading the bus.
+PICKUP_S = 2.0
 
 
 def redact_url(url: str) -> str:
@@ -81,6 +106,10 @@ class _Backoff:
         self.delay = BACKOFF_FIRST_S
 
 
+class SubscriptionStalled(RedisError):
+    """The subscription's connection is open but nothing comes back on it."""
+
+
 class RedisBus:
     def __init__(
         self,
@@ -105,6 +134,8 @@ class RedisBus:
         self._info = dict(info or {})
         self._clock = clock
         self._client: aioredis.Redis | None = None
+        self._sub_client: aioredis.Redis | None = None
+        self._subscribed = False  # the subscription is live (its confirmations came back)
         self._listener: Listener | None = None
         self._handler: Handler | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -120,6 +151,7 @@ class RedisBus:
             "bus_dropped": 0.0,
             "bus_lag_ms": 0.0,
             "bus_reconnects": 0.0,
+            "bus_stalls": 0.0,
         }
 
     # keys
@@ -137,11 +169,24 @@ class RedisBus:
     async def start(self, listener: Listener, handler: Handler) -> None:
         """Starts the loops and returns at once: a Redis that is down now is retried."""
         self._listener, self._handler = listener, handler
-        self._client = aioredis.Redis.from_url(
-            self._url, socket_connect_timeout=2.0, socket_timeout=5.0, health_check_interval=2
-        )
+        # Commands: one immediate retry on a fresh connection when a pooled one turns out
+        # closed (Redis restarted), and a PING before reusing a connection idle for 2 s;
+        # never a retry after a timeout, which only doubles the wait on a frozen server.
+        self._client = self._connect(Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)), 2)
+        # The subscription: no retry at all. redis-py would reconnect and resubscribe
+        # silently, and the listener would never be told to resync.
+        self._sub_client = self._connect(Retry(NoBackoff(), 0), 0)
         for loop in (self._subscribe_loop, self._inbox_loop, self._publish_loop, self._heartbeat_loop):
             self._tasks.append(asyncio.create_task(loop(), name=f"bus.{loop.__name__}"))
+
+    def _connect(self, retry: Retry, health_check_interval: int) -> aioredis.Redis:
+        return aioredis.Redis.from_url(
+            self._url,
+            socket_connect_timeout=CONNECT_TIMEOUT_S,
+            socket_timeout=SOCKET_TIMEOUT_S,
+            health_check_interval=health_check_interval,
+            retry=retry,
+        )
 
     async def close(self) -> None:
         tasks = [*self._tasks, *self._running]
@@ -162,6 +207,10 @@ class RedisBus:
             with contextlib.suppress(RedisError, OSError, TimeoutError):
                 await asyncio.wait_for(self._client.aclose(), CLOSE_TIMEOUT_S)
             self._client = None
+        if self._sub_client is not None:
+            with contextlib.suppress(RedisError, OSError, TimeoutError):
+                await asyncio.wait_for(self._sub_client.aclose(), CLOSE_TIMEOUT_S)
+            self._sub_client = None
         self._set_health(False, "closed")
 
     # wake-ups
@@ -195,26 +244,26 @@ class RedisBus:
                     await pipe.execute()
             except (RedisError, OSError) as exc:
                 self._stats["bus_dropped"] += len(commits) + changes
-                self._set_health(False, f"publish failed: {type(exc).__name__}")
+                self._failed("publish", exc)
 
     # the subscription: wake-ups and replies
     async def _subscribe_loop(self) -> None:
         backoff = _Backoff()
+        channels = (self._commits_channel, self._changes_channel, self._key("reply", self.replica_id))
         while True:
-            pubsub = self._redis().pubsub()
+            assert self._sub_client is not None
+            pubsub = self._sub_client.pubsub()
             try:
-                await pubsub.subscribe(
-                    self._commits_channel, self._changes_channel, self._key("reply", self.replica_id)
-                )
+                await pubsub.subscribe(*channels)
+                await self._confirmed(pubsub, len(channels))
                 await self._connected()
                 backoff.reset()
-                while True:
-                    msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-                    if msg is not None and isinstance(msg.get("data"), bytes):
-                        self._dispatch(msg["data"])
+                await self._listen(pubsub)
             except (RedisError, OSError) as exc:
                 self._set_health(False, f"{type(exc).__name__}: {exc}")
             finally:
+                self._subscribed = False
+                self._answers_lost()
                 # Bounded: closing a subscription whose read was cancelled must never hang
                 # the loop (or close()) on the connection's lock.
                 # (Typed through a variable: redis-py types aclose from 8.2 on, not before.)
@@ -222,6 +271,44 @@ class RedisBus:
                 with contextlib.suppress(RedisError, OSError, TimeoutError):
                     await asyncio.wait_for(aclose(), CLOSE_TIMEOUT_S)
             await asyncio.sleep(backoff.next())
+
+    async def _confirmed(self, pubsub: Any, channels: int) -> None:
+        """Until Redis has confirmed every channel: only then is a message published to
+        them sure to reach us (SUBSCRIBE is sent without waiting for its answer)."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + STALL_S
+        while channels > 0:
+            if loop.time() > end:
+                raise SubscriptionStalled(f"the subscription was not confirmed within {STALL_S:g} s")
+            msg = await pubsub.get_message(timeout=READ_S)
+            if msg is not None and msg.get("type") == "subscribe":
+                channels -= 1
+            elif msg is not None:
+                self._on_message(msg)
+
+    async def _listen(self, pubsub: Any) -> None:
+        """Reads the subscription until it fails or stalls. Anything read (a message, or
+        the answer to our PING) shows the connection is alive."""
+        loop = asyncio.get_running_loop()
+        heard, pinged = loop.time(), False
+        while True:
+            msg = await pubsub.get_message(timeout=READ_S)
+            now = loop.time()
+            if msg is not None:
+                heard, pinged = now, False
+                self._on_message(msg)
+            elif now - heard > STALL_S:
+                self._stats["bus_stalls"] += 1
+                raise SubscriptionStalled(
+                    f"nothing came back on the subscription for {STALL_S:g} s, not even a PING's answer"
+                )
+            elif now - heard > IDLE_PING_S and not pinged:
+                await pubsub.ping()
+                pinged = True
+
+    def _on_message(self, msg: Mapping[str, Any]) -> None:
+        if msg.get("type") == "message" and isinstance(msg.get("data"), bytes):
+            self._dispatch(msg["data"])
 
     async def _connected(self) -> None:
         if self._first_connection:
@@ -231,9 +318,17 @@ class RedisBus:
         else:
             self._stats["bus_reconnects"] += 1
         await self._beat()
+        self._subscribed = True
         self._set_health(True, None)
         assert self._listener is not None
         self._listener.resync()
+
+    def _answers_lost(self) -> None:
+        """The subscription dropped: answers published until it is back are lost, so
+        nobody waits for them."""
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(BusUnavailable("the bus dropped while the answer was awaited"))
 
     def _dispatch(self, data: bytes) -> None:
         msg = parse_message(data)
@@ -274,11 +369,17 @@ class RedisBus:
         data = jsonline.dumps(cmd.to_json())
         if len(data.encode()) > MAX_MESSAGE_BYTES:
             raise ValueError("command too large for the bus")
-        fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        fut: asyncio.Future[Reply] = loop.create_future()
         self._pending[cmd.id] = fut
         try:
             await self._send(replica_id, data, timeout)
-            return await asyncio.wait_for(fut, timeout)
+            if timeout > PICKUP_S:
+                await asyncio.wait({fut}, timeout=PICKUP_S)
+                if not fut.done() and await self._withdraw(replica_id, data):
+                    raise NotOnBus(f"replica {replica_id} did not take the command within {PICKUP_S:g} s")
+            return await asyncio.wait_for(fut, max(0.0, end - loop.time()))
         except TimeoutError as exc:
             raise NoReply(f"replica {replica_id} did not answer within {timeout:g} s") from exc
         finally:
@@ -289,12 +390,22 @@ class RedisBus:
         inbox = self._key("inbox", replica_id)
         try:
             if not await client.exists(self._key("replica", replica_id)):
-                raise NoReply(f"replica {replica_id} is not alive (no heartbeat)")
+                raise NotOnBus(f"replica {replica_id} is not alive on the bus (no heartbeat)")
             async with client.pipeline(transaction=True) as pipe:
                 pipe.rpush(inbox, data)
                 pipe.expire(inbox, max(1, math.ceil(timeout + CLOCK_SKEW_S)))
                 await pipe.execute()
         except (RedisError, OSError) as exc:  # a socket timeout here is the bus failing, not the holder
+            self._failed("send", exc)
+            raise BusUnavailable(f"the bus failed: {type(exc).__name__}") from exc
+
+    async def _withdraw(self, replica_id: str, data: str) -> bool:
+        """Takes a command back from ``replica_id``'s inbox; True when it was still there
+        (so the holder never saw it), False when the holder had already popped it."""
+        try:
+            return bool(await self._redis().lrem(self._key("inbox", replica_id), 1, data))
+        except (RedisError, OSError) as exc:
+            self._failed("withdraw", exc)
             raise BusUnavailable(f"the bus failed: {type(exc).__name__}") from exc
 
     async def _inbox_loop(self) -> None:
@@ -334,14 +445,27 @@ class RedisBus:
             await self._redis().publish(self._key("reply", cmd.sender), jsonline.dumps(reply.to_json()))
         except (RedisError, OSError) as exc:
             log.warning("bus.reply_lost", kind=cmd.kind, sender=cmd.sender, error=type(exc).__name__)
+            self._failed("reply", exc)
 
     # heartbeats
     async def _heartbeat_loop(self) -> None:
+        """Renews the heartbeat, and is the probe that brings the bus back up after a failed
+        command while the subscription stayed live (the subscription loop says so itself
+        after a reconnection). Without a live subscription no heartbeat is written: a
+        replica that cannot hear its inbox's answers is not on the bus."""
         while True:
-            await asyncio.sleep(self._heartbeat_s)
-            if self.healthy:
-                with contextlib.suppress(RedisError, OSError):
-                    await self._beat()
+            await asyncio.sleep(self._heartbeat_s if self.healthy else min(self._heartbeat_s, RECHECK_S))
+            if not self._subscribed:
+                continue
+            try:
+                await self._beat()
+            except (RedisError, OSError) as exc:
+                self._failed("heartbeat", exc)
+                continue
+            if not self.healthy and self._subscribed:
+                self._set_health(True, None)
+                assert self._listener is not None
+                self._listener.resync()  # announcements published while down may be lost
 
     async def _beat(self) -> None:
         info = {**self._info, "replica_id": self.replica_id, "at": self._clock()}
@@ -355,6 +479,7 @@ class RedisBus:
             keys = [k async for k in client.scan_iter(match=self._key("replica", "*"), count=100)]
             values = await client.mget(keys) if keys else []
         except (RedisError, OSError) as exc:
+            self._failed("heartbeat listing", exc)
             raise BusUnavailable(f"the bus failed: {type(exc).__name__}") from exc
         out: dict[str, dict[str, Any]] = {}
         for key, value in zip(keys, values, strict=True):
@@ -371,6 +496,9 @@ class RedisBus:
         if self._client is None:
             raise BusUnavailable("the bus is not started")
         return self._client
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        self._set_health(False, f"{what} failed: {type(exc).__name__}")
 
     def _set_health(self, healthy: bool, reason: str | None) -> None:
         if healthy == self.healthy:

@@ -4,7 +4,8 @@ brings for threads whose lease this replica holds, and the replica's heartbeat i
 * Commits here are announced (thread, last seq); a commit announced by another replica
   wakes this replica's copy of the thread, which reads the new records from the shared
   store and publishes them to its own subscribers (:meth:`Conversation.follow`). Followed
-  threads are also read every second while the bus is down, and every few seconds
+  threads are also read every second while the bus is down (here, or for a replica
+  that holds leases but has no heartbeat on it), and every few seconds
   regardless (an announcement may be dropped), so nothing is lost without the bus.
 * A client's command for a thread another replica runs is forwarded to that replica's
   inbox (sessions/forwarding.py, sessions/remote.py); commands arriving here are run as a
@@ -122,10 +123,15 @@ class ClusterLink:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(FOLLOW_POLL_S)
-            if self.bus.healthy and loop.time() - last_full < FOLLOW_SWEEP_S:
+            followed = self.registry.followed()
+            if not followed:
+                continue
+            # Every second while this replica's bus is down, or another replica that runs
+            # threads is not on it (its announcements reach nobody); else every few seconds.
+            if self.bus.healthy and loop.time() - last_full < FOLLOW_SWEEP_S and not await self.holders.peers_off_bus():
                 continue
             last_full = loop.time()
-            for conv in self.registry.followed():
+            for conv in followed:
                 self._wake(conv)
 
     # commands from other replicas' clients

@@ -24,15 +24,19 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from bridge.bus.base import Bus, BusUnavailable, CommandRefused, NoReply, valid_id
+from bridge.bus.base import Bus, BusUnavailable, CommandRefused, NoReply, NotOnBus, Reply, valid_id
 from bridge.errors import BridgeError
 from bridge.sessions.commands import ThreadPort, from_wire
 from bridge.sessions.fanout import Subscriber
-from bridge.store.base import Store
+from bridge.store.base import Lease, Store
 
 # How long a client's input may wait for the holder's answer: a first prompt there may
 # spawn the agent and run its handshake.
 FORWARD_TIMEOUT_S = 30.0
+RETRY_AFTER_S = 2  # a bus outage: the bus reconnects by itself within seconds of Redis answering
+# Two readings of a lease's expiry more than this apart (beyond what the reads' own
+# durations explain) mean its holder renewed it in between.
+RENEWED_BY_S = 0.05
 
 
 class HolderGone(Exception):
@@ -46,6 +50,48 @@ class ForwardFailed(BridgeError):
 
     code = "owner_unreachable"  # the wire code keeps its historical name (docs/api.md)
     status = 503
+
+
+class _LeaseWatch:
+    """One holder's lease on one thread, read again and again while a forwarded command
+    waits: whether it is still that holder's, and whether the holder renews it (it is alive,
+    whatever the bus says). The expiry is on the database's clock: each reading gives it
+    only within the time the read took, so a renewal is counted only when a reading's
+    earliest possible expiry is past an earlier reading's latest."""
+
+    def __init__(self, store: Store, thread_id: str, holder: str) -> None:
+        self.store = store
+        self.thread_id = thread_id
+        self.holder = holder
+        self.renewed = False
+        self._latest: float | None = None  # the first reading's latest possible expiry (monotonic)
+
+    async def check(self) -> Lease:
+        """The lease, still the holder's and live; :class:`HolderGone` when it is not."""
+        loop = asyncio.get_running_loop()
+        before = loop.time()
+        lease = await self.store.lease_of(self.thread_id)
+        after = loop.time()
+        if lease is None or not lease.live or lease.holder != self.holder:
+            raise HolderGone(self.holder)
+        if lease.expires_in_s is not None:
+            if self._latest is None:
+                self._latest = after + lease.expires_in_s
+            elif before + lease.expires_in_s > self._latest + RENEWED_BY_S:
+                self.renewed = True
+        return lease
+
+    async def until_renewed(self, deadline: float, check_s: float) -> bool:
+        """Read the lease until the holder is seen renewing it (True) or the deadline passes
+        (False); :class:`HolderGone` once it is no longer the holder's."""
+        loop = asyncio.get_running_loop()
+        while not self.renewed and loop.time() < deadline:
+            lease = await self.check()
+            if self.renewed:
+                break
+            left = lease.expires_in_s if lease.expires_in_s is not None else check_s
+            await asyncio.sleep(max(0.05, min(check_s, left + 0.05, deadline - loop.time())))
+        return self.renewed
 
 
 class LeaseHolders:
@@ -70,6 +116,21 @@ class LeaseHolders:
             return None
         return lease.holder
 
+    async def peers_off_bus(self) -> bool:
+        """Whether another replica holds live leases but has no heartbeat on the bus: its
+        commits are announced to nobody, so the threads followed here are read from the
+        store every second, as when this replica's own bus is down. False while the store
+        cannot say (reading it more often would not help)."""
+        try:
+            on_bus = await self.bus.live_replicas()
+        except BusUnavailable:
+            return True
+        try:
+            replicas = await self.store.list_replicas()
+        except BridgeError:
+            return False
+        return any(r.threads > 0 and r.replica_id != self.replica_id and r.replica_id not in on_bus for r in replicas)
+
     async def forward(
         self,
         holder: str,
@@ -88,21 +149,14 @@ class LeaseHolders:
             answer_to.hold(self.timeout_s)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout_s
+        watch = _LeaseWatch(self.store, thread_id, holder)
         request = asyncio.ensure_future(self.bus.request(holder, kind, thread_id, body, self.timeout_s))
         try:
             while not request.done():
                 await asyncio.wait({request}, timeout=self.check_s)
-                if not request.done() and await self.elsewhere(thread_id) != holder:
-                    raise HolderGone(holder)  # it lost the thread while we waited (its answer, if any, is moot)
-            try:
-                reply = request.result()
-            except BusUnavailable as exc:
-                raise ForwardFailed(
-                    f"replica {holder} runs this thread and the bus to it is down; retry later", code="bus_unavailable"
-                ) from exc
-            except NoReply as exc:
-                await self._until_gone(holder, thread_id, deadline)
-                raise ForwardFailed(f"no answer from replica {holder}, which runs this thread: {exc}") from exc
+                if not request.done():
+                    await watch.check()  # it lost the thread while we waited (its answer, if any, is moot)
+            reply = await self._reply(request, watch, deadline)
         finally:
             if not request.done():
                 request.cancel()
@@ -111,9 +165,35 @@ class LeaseHolders:
             raise refusal(reply.body)
         return reply.body
 
+    async def _reply(self, request: asyncio.Future[Reply], watch: _LeaseWatch, deadline: float) -> Reply:
+        holder = watch.holder
+        try:
+            return request.result()
+        except BusUnavailable as exc:
+            raise ForwardFailed(
+                f"replica {holder} runs this thread and the bus to it is down; retry later "
+                "(with the same client_id if the input may already have reached it)",
+                code="bus_unavailable",
+                retry_after_s=RETRY_AFTER_S,
+            ) from exc
+        except NotOnBus as exc:
+            # Not reading the bus: dead (its lease runs out, then the input runs here), or
+            # alive and cut off from Redis (it renews its lease: tell the client now rather
+            # than after the whole timeout).
+            if await watch.until_renewed(deadline, self.check_s):
+                raise ForwardFailed(
+                    f"replica {holder} runs this thread but is not on the bus ({exc}); retry later",
+                    code="bus_unavailable",
+                    retry_after_s=RETRY_AFTER_S,
+                ) from exc
+            raise ForwardFailed(f"no answer from replica {holder}, which runs this thread: {exc}") from exc
+        except NoReply as exc:
+            await self._until_gone(holder, watch.thread_id, deadline)
+            raise ForwardFailed(f"no answer from replica {holder}, which runs this thread: {exc}") from exc
+
     async def _until_gone(self, holder: str, thread_id: str, deadline: float) -> None:
-        """The holder did not answer (no heartbeat, or no reply): wait, until the deadline,
-        for its lease to end — then :class:`HolderGone` — or return (it is alive but silent)."""
+        """The holder did not answer in time: wait, until the deadline, for its lease to
+        end — then :class:`HolderGone` — or return (it is alive but silent)."""
         loop = asyncio.get_running_loop()
         while loop.time() < deadline:
             lease = await self.store.lease_of(thread_id)

@@ -1,10 +1,13 @@
 """The Redis bus between two replicas, against a real redis-server on a free port: wake-ups
 cross, commands reach the holder and their answers come back to the sender, heartbeats
-show who is alive, and Redis going down and coming back is survived with a resync."""
+show who is alive, and Redis going down and coming back — or freezing and thawing — is
+survived with a resync."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -12,8 +15,8 @@ import pytest
 import redis.asyncio as aioredis
 from conftest import wait_until
 
-from bridge.bus.base import BusUnavailable, Command, CommandRefused, NoReply
-from bridge.bus.redis import RedisBus, redact_url
+from bridge.bus.base import BusUnavailable, Command, CommandRefused, NoReply, NotOnBus
+from bridge.bus.redis import PICKUP_S, SOCKET_TIMEOUT_S, STALL_S, RedisBus, redact_url
 from tests.support.redis_server import MISSING, REDIS_SERVER, RedisServer
 
 pytestmark = pytest.mark.timeout(60)
@@ -201,3 +204,61 @@ def test_passwords_in_bus_urls_are_redacted() -> None:
     assert redact_url("redis://redis:6379/0") == "redis://redis:6379/0"
     with pytest.raises(ValueError, match="replica id"):
         RedisBus("redis://x", "bad id with spaces")
+
+
+# A frozen Redis (SIGSTOP): its sockets stay open and nothing comes back. Noticed within a
+# PING's stall bound plus one command's timeout, and over within a few seconds of the thaw.
+NOTICE_S = STALL_S + SOCKET_TIMEOUT_S + 2.0
+RECOVER_S = 5.0
+
+
+async def test_a_frozen_redis_is_noticed_and_the_bus_comes_back_by_itself_after_the_thaw(
+    pair: Any, redis_server: RedisServer
+) -> None:
+    a, _, b, rb = pair
+    await rb.until(lambda: rb.resyncs >= 1, "b's first resync")
+    assert redis_server.proc is not None
+    loop = asyncio.get_running_loop()
+    os.kill(redis_server.proc.pid, signal.SIGSTOP)
+    try:
+        frozen = loop.time()
+        a.announce_commit("thr_1", 1)  # a publish that times out: the first thing to fail
+        await wait_until(lambda: not a.healthy and not b.healthy, NOTICE_S, "both buses to notice the freeze")
+        noticed = loop.time() - frozen
+        with pytest.raises(BusUnavailable):  # at once, not after a command's timeout
+            await asyncio.wait_for(a.request("b", "prompt", "thr_1", {}, timeout=STEP), 0.5)
+        await asyncio.sleep(max(0.0, SOCKET_TIMEOUT_S + 1.0 - (loop.time() - frozen)))  # frozen past any timeout
+        resyncs = rb.resyncs
+    finally:
+        os.kill(redis_server.proc.pid, signal.SIGCONT)
+    thawed = loop.time()
+    await wait_until(lambda: a.healthy and b.healthy, RECOVER_S, "both buses back after the thaw")
+    back = loop.time() - thawed
+    await rb.until(lambda: rb.resyncs > resyncs, "a resync after the thaw")
+    a.announce_commit("thr_1", 2)
+    await rb.until(lambda: ("thr_1", 2) in rb.commits, "wake-ups after the thaw")
+    assert (await a.request("b", "prompt", "thr_1", {}, timeout=STEP)).ok
+    assert (await b.request("a", "prompt", "thr_1", {}, timeout=STEP)).ok
+    assert b.stats()["bus_stalls"] >= 1 and a.stats()["bus_reconnects"] >= 1
+    assert set(await a.live_replicas()) == {"a", "b"}
+    print(f"freeze noticed after {noticed:.2f} s, buses back {back:.2f} s after the thaw")
+
+
+async def test_a_command_its_holder_does_not_take_is_withdrawn_and_never_runs(
+    pair: Any, redis_server: RedisServer
+) -> None:
+    a, _, _, _ = pair
+    raw = aioredis.Redis.from_url(redis_server.url)
+    try:
+        # "ghost" has a heartbeat on the bus but reads no inbox (its link to Redis stalled)
+        await raw.set("agent-bridge:replica:ghost", b'{"replica_id":"ghost"}', px=60_000)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        with pytest.raises(NotOnBus, match="did not take"):
+            await a.request("ghost", "prompt", "thr_1", {"client_id": "c1"}, timeout=STEP)
+        assert loop.time() - start < PICKUP_S + 1.5  # not the whole timeout
+        assert await raw.llen("agent-bridge:inbox:ghost") == 0  # taken back: it can never run late
+        with pytest.raises(NotOnBus, match="no heartbeat"):
+            await a.request("nobody", "prompt", "thr_1", {}, timeout=STEP)
+    finally:
+        await raw.aclose()

@@ -65,7 +65,6 @@ class Fence:
         self._armed: dict[str, tuple[Tracked, float]] = {}  # thread → its agent, the kill time
         self._closing = False
         self._restart: asyncio.TimerHandle | None = None
-        self.kills_armed = 0  # agents registered, for the tests' and operators' curiosity
 
     # ------------------------------------------------------------------ life
 
@@ -198,7 +197,6 @@ class Fence:
         if proc.start_time is None:
             return  # already gone: nothing to kill, nothing its start time could check
         self._armed[thread] = (proc, kill_at)
-        self.kills_armed += 1
         self._send_entry(thread)
 
     def extend(self, thread: str, kill_at: float) -> None:
@@ -212,9 +210,6 @@ class Fence:
         if armed is not None and armed[0] is proc:
             del self._armed[thread]
             self._send({"t": thread})
-
-    def armed(self) -> int:
-        return len(self._armed)
 
     def _send_entry(self, thread: str) -> None:
         proc, kill_at = self._armed[thread]

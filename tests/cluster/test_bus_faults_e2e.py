@@ -107,7 +107,7 @@ async def record_arrivals(c: Client, into: dict[int, float]) -> None:
     """When each transcript event reached the client (the test's clock)."""
     loop = asyncio.get_running_loop()
     while True:
-        f = await c.next(lambda f: f.get("seq") is not None, timeout=60)
+        f = await c.next(lambda f: f.get("seq") is not None, timeout=3600)  # until cancelled
         into.setdefault(f["seq"], loop.time())
 
 

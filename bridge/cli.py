@@ -347,6 +347,7 @@ def serve(
     server = _Server(
         _uvicorn_config(settings, app, unix_socket=listener.uds is not None),
         before_shutdown=lambda: _drain(app.context.registry),
+        on_stop=lambda: _drain_now(app.context),
         parent_pid=parent_pid,
     )
     try:
@@ -362,9 +363,17 @@ def serve(
 
 
 async def _drain(registry: Any) -> None:
-    """SIGTERM: no new threads from now on (503 ``draining``), then every client told."""
+    """SIGTERM: no new work from now on (503 ``draining``) and every agent stopping, its
+    lease let go once its exit is recorded (Registry.drain); then every client told."""
     registry.drain()
     await registry.close_clients("daemon_shutdown")
+
+
+def _drain_now(context: Any) -> None:
+    """The signal itself drains, not the server's next look at it (up to 0.1 s later):
+    a command forwarded here in between would be accepted, then end "not started"."""
+    if context.started:
+        context.registry.drain()
 
 
 # The cyclic collector's first threshold (CPython's default is 700): the echo loop allocates
@@ -502,10 +511,12 @@ class _Server(uvicorn.Server):
         config: uvicorn.Config,
         *,
         before_shutdown: Callable[[], Awaitable[None]],
+        on_stop: Callable[[], None] = lambda: None,
         parent_pid: int | None = None,
     ) -> None:
         super().__init__(config)
         self._before_shutdown = before_shutdown
+        self._on_stop = on_stop  # called at once on SIGTERM/SIGINT, before the server notices
         self._parent_pid = parent_pid
         self._parent: ParentWatch | None = None
 
@@ -543,6 +554,8 @@ class _Server(uvicorn.Server):
         if self.should_exit:
             self.force_exit = True
         self.should_exit = True
+        with contextlib.suppress(Exception):  # never let this stop the shutdown itself
+            self._on_stop()
 
 
 # How long a graceful shutdown waits for clients to take their 1001 / "event: close".

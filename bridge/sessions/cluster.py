@@ -26,6 +26,7 @@ import structlog
 from bridge.bus.base import Bus, Command
 from bridge.errors import BridgeError
 from bridge.sessions.conversation import Conversation
+from bridge.sessions.forwarding import refuse_new_work
 from bridge.sessions.local_port import LocalPort
 from bridge.sessions.registry import Registry
 from bridge.sessions.remote import LeaseHolders, refused, serve
@@ -137,6 +138,8 @@ class ClusterLink:
     # commands from other replicas' clients
     async def run(self, cmd: Command) -> Mapping[str, Any]:
         try:
+            # Draining: no new work; the sender waits for the lease to go and routes it again.
+            refuse_new_work(cmd.kind, self.registry.draining)
             if cmd.kind == "stop":
                 await self.registry.delete(cmd.thread_id, forward=False)
                 return {}

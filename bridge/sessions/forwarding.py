@@ -15,16 +15,27 @@ Races are settled by the lease, not here: a holder that dies before answering
 local start (:class:`~bridge.errors.HeldElsewhere`, raised before anything was done here) gets
 the command forwarded instead. A prompt's ``client_id`` keeps a retry from running twice:
 the holder looks it up in the shared store.
+
+**Draining** (SIGTERM; docs/api.md §1.2 "Leases"): a replica shutting down takes no new work.
+A command that would make its agent do something new (:data:`NEW_WORK`: a prompt, a mode
+switch, a raw write) is refused ``draining`` (503, ``Retry-After``) when it would run
+there — from its own clients (:func:`refuse_new_work`) and from other replicas' (the
+holder's side, sessions/cluster.py). A sender refused so by a draining holder waits, at
+most :func:`handover_wait_s`, for that holder to stop its agent and let the lease go,
+then routes the command again: it runs here (the agent resumed) or on whoever took the
+thread meanwhile. Nothing was recorded by the refusal, so nothing runs twice.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 import structlog
 
-from bridge.errors import HeldElsewhere
-from bridge.sessions.commands import Command, MalformedAnswer, ThreadPort
+from bridge.errors import BridgeError, Draining, HeldElsewhere
+from bridge.sessions.commands import Command, MalformedAnswer, Prompt, Raw, SetMode, ThreadPort
 from bridge.sessions.fanout import Subscriber
 from bridge.sessions.remote import ForwardFailed, HolderGone, LeaseHolders
 
@@ -33,6 +44,30 @@ log = structlog.get_logger("bridge.forwarding")
 A = TypeVar("A")
 
 ROUTE_ATTEMPTS = 3  # holders tried for one command when each dies before answering
+
+# What a draining replica no longer runs: commands that give its agent new work, or start
+# one. Interrupts, permission answers and stops still act on what it runs until it exits.
+NEW_WORK = frozenset({Prompt.KIND, SetMode.KIND, Raw.KIND})
+DRAIN_RETRY_S = 1  # Retry-After for a draining replica's own clients: another replica serves them
+HANDOVER_RETRY_S = 2  # ... for a sender whose draining holder did not let go in time
+HANDOVER_POLL_S = 0.1  # how often a sender looks whether the draining holder let go
+# Beyond stop_grace_s, what a draining holder may take to let a thread go: the SIGKILL that
+# follows the grace (3 s later), recording the exit, releasing the lease.
+HANDOVER_SLACK_S = 5.0
+
+
+def handover_wait_s(stop_grace_s: float) -> float:
+    """How long a sender waits for a draining holder to hand a thread over."""
+    return stop_grace_s + HANDOVER_SLACK_S
+
+
+def refuse_new_work(kind: str, draining: bool) -> None:
+    """Raise ``draining`` for a command of ``kind`` that would run on a draining replica."""
+    if draining and kind in NEW_WORK:
+        raise Draining(
+            "this replica is shutting down and takes no new input; send it to another replica",
+            retry_after_s=DRAIN_RETRY_S,
+        )
 
 
 class LocalThread(ThreadPort, Protocol):
@@ -46,18 +81,46 @@ class LocalThread(ThreadPort, Protocol):
     def touch(self) -> None: ...
 
 
-class Forwarding:
-    """:class:`~bridge.sessions.commands.ThreadPort` for a thread any replica may run."""
+def _never() -> bool:
+    return False
 
-    def __init__(self, local: LocalThread, holders: LeaseHolders) -> None:
+
+class DrainGate:
+    """A single daemon's port (no other replica to forward to): its local port, with new
+    work refused once the daemon drains — a prompt accepted now would only end "not
+    started" when the agent is stopped a moment later."""
+
+    def __init__(self, local: ThreadPort, draining: Callable[[], bool]) -> None:
         self.local = local
-        self.holders = holders
+        self.draining = draining
 
     async def run(self, command: Command[A], *, answer_to: Subscriber | None = None) -> A:
-        if self.local.running:
-            return await self.local.run(command, answer_to=answer_to)
-        if (forwarded := await self._elsewhere(command, answer_to)) is not None:
+        refuse_new_work(command.KIND, self.draining())
+        return await self.local.run(command, answer_to=answer_to)
+
+
+class Forwarding:
+    """:class:`~bridge.sessions.commands.ThreadPort` for a thread any replica may run.
+    ``draining``: whether this replica is shutting down; ``handover_s``: how long a command
+    waits for a draining holder to let the thread go."""
+
+    def __init__(
+        self,
+        local: LocalThread,
+        holders: LeaseHolders,
+        *,
+        draining: Callable[[], bool] = _never,
+        handover_s: float = handover_wait_s(0.0),
+    ) -> None:
+        self.local = local
+        self.holders = holders
+        self.draining = draining
+        self.handover_s = handover_s
+
+    async def run(self, command: Command[A], *, answer_to: Subscriber | None = None) -> A:
+        if not self.local.running and (forwarded := await self._elsewhere(command, answer_to)) is not None:
             return forwarded[0]
+        refuse_new_work(command.KIND, self.draining())  # it would run here
         try:
             return await self.local.run(command, answer_to=answer_to)
         except HeldElsewhere:  # another replica took the lease first: it runs the command
@@ -83,8 +146,30 @@ class Forwarding:
             except HolderGone:  # it died or was cut off before answering: route again
                 log.warning("thread.holder_gone", thread_id=thread_id, holder=holder, kind=kind)
                 continue
+            except BridgeError as exc:
+                if exc.code != Draining.code:
+                    raise  # the holder's own refusal, as a local client would have had it
+                # It is shutting down and refused without acting: once it has let go, route again.
+                log.info("thread.holder_draining", thread_id=thread_id, holder=holder, kind=kind)
+                await self._handed_over(holder)
+                continue
             try:
                 return (command.answer_from_wire(reply),)
             except MalformedAnswer as exc:
                 raise ForwardFailed("the holder's answer is not well-formed") from exc
         raise ForwardFailed("the replica running this thread keeps changing; retry")
+
+    async def _handed_over(self, holder: str) -> None:
+        """Until ``holder`` (draining) no longer holds the thread's live lease: its agent
+        stopped and the lease was let go, or it expired. A 503 ``draining`` after
+        ``handover_s``."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + self.handover_s
+        while await self.holders.elsewhere(self.local.id) == holder:
+            if loop.time() >= end:
+                raise Draining(
+                    f"replica {holder}, which runs this thread, is shutting down and has not handed it over "
+                    f"within {self.handover_s:g} s; retry",
+                    retry_after_s=HANDOVER_RETRY_S,
+                )
+            await asyncio.sleep(HANDOVER_POLL_S)

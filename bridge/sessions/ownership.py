@@ -28,7 +28,7 @@ from typing import Any
 
 import structlog
 
-from bridge.errors import BridgeError, HeldElsewhere, NotFound
+from bridge.errors import BridgeError, Draining, HeldElsewhere, NotFound
 from bridge.protocols.events import Event, Record
 from bridge.store.base import LeaseStore, ThreadRow
 
@@ -228,6 +228,12 @@ class Ownership:
         self.renewals = 0
         self.renew_failures = 0
         self.lost_total = 0
+        self.draining = False  # SIGTERM: no lease is acquired any more (drain)
+
+    def drain(self) -> None:
+        """From now on :meth:`ensure` only confirms leases already held: it raises
+        :class:`~bridge.errors.Draining` for any other."""
+        self.draining = True
 
     # ------------------------------------------------------------------ queries
 
@@ -253,6 +259,10 @@ class Ownership:
         held = self._held.get(thread_id)
         if held is not None and self._fresh(thread_id):
             return held
+        if self.draining and held is None:
+            # SIGTERM: a lease this replica still holds may be confirmed (its agent's exit is
+            # recorded under it), but none is taken: the thread is the next replica's.
+            raise Draining(f"this replica is shutting down and takes no thread's lease (thread {thread_id})")
         self._pending[thread_id] = self._pending.get(thread_id, 0) + 1
         try:
             return await self._acquire(thread_id)

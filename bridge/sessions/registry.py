@@ -24,7 +24,7 @@ from bridge.sessions.changes import ChangeNotifier
 from bridge.sessions.commands import ThreadPort
 from bridge.sessions.conversation import Conversation
 from bridge.sessions.fenced import FencedSpawn
-from bridge.sessions.forwarding import Forwarding
+from bridge.sessions.forwarding import DrainGate, Forwarding, handover_wait_s
 from bridge.sessions.latency import Latency
 from bridge.sessions.lease import closing_events
 from bridge.sessions.local_port import LocalPort
@@ -82,7 +82,10 @@ class Registry:
         single daemon (sessions/local_port.py); among replicas, a port that forwards them
         to the replica running the thread (sessions/forwarding.py)."""
         local = LocalPort(conv)
-        return local if self.holders is None else Forwarding(local, self.holders)
+        if self.holders is None:
+            return DrainGate(local, lambda: self.draining)
+        handover_s = handover_wait_s(self.settings.server.stop_grace_s)
+        return Forwarding(local, self.holders, draining=lambda: self.draining, handover_s=handover_s)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -156,9 +159,28 @@ class Registry:
             raise Draining("this daemon is shutting down and takes no new threads; use another replica")
 
     def drain(self) -> None:
-        """SIGTERM: take no new threads; shutdown() then stops the agents and gives every
-        lease back at once."""
+        """SIGTERM: take no new work from now on — no thread created, no prompt run here,
+        no lease taken, no agent started (503 ``draining``) — and stop every agent now, not
+        after the HTTP server's graceful wait: each lease is let go as soon as its agent's
+        exit is recorded, so another replica can run the thread at once (the hand-over;
+        sessions/forwarding.py). shutdown() waits for these stops."""
+        if self.draining:
+            return
         self.draining = True
+        if self.ownership is not None:
+            self.ownership.drain()
+        for conv in list(self._convs.values()):
+            task = asyncio.create_task(self._retire(conv), name=f"drain-{conv.id}")
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    @staticmethod
+    async def _retire(conv: Conversation) -> None:
+        try:
+            await conv.close("daemon_shutdown")
+            await conv.release_if_idle()  # also a lease taken for an append with no agent
+        except Exception as exc:  # shutdown() goes on; its release_all is the last resort
+            log.warning("thread.drain_failed", thread_id=conv.id, error=type(exc).__name__)
 
     def _on_store_health(self, healthy: bool, error: str | None) -> None:
         """Tell every live client at once: while the store cannot be written, agents are
@@ -218,6 +240,7 @@ class Registry:
         return prof
 
     def _check_capacity(self, conv: Conversation) -> None:
+        self._refuse_if_draining()  # no agent starts after SIGTERM
         others = [c for c in self._convs.values() if (c.running or c.starting) and c is not conv]
         if len(others) >= self.settings.server.max_conversations:
             raise Capacity(f"{len(others)} agents are running (max_conversations); stop one or retry later")

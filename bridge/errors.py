@@ -136,7 +136,8 @@ class HeldElsewhere(Conflict):
 
 
 class Draining(BridgeError):
-    """The daemon is draining (SIGTERM): it takes no new threads."""
+    """The daemon is draining (SIGTERM): it takes no new work (no thread, prompt, lease or
+    agent start); another replica does (sessions/forwarding.py)."""
 
     code = "draining"
     status = 503

@@ -16,13 +16,13 @@ told to resync, since anything announced meanwhile was lost.
 
 A Redis that stops answering without closing its sockets (frozen, or a network path that
 drops packets) is found by timeouts, not by errors: every command gives up after
-:data:`SOCKET_TIMEOUT_S` and is not retried on a timeout (redis-py's default retries a
-timed-out command ten times, which kept a command waiting close to a minute); the
-subscription, which only ever reads, is PINGed when idle and dropped when no answer comes
-(:data:`STALL_S`). redis-py's own pub/sub health check sends a PING but never checks that
-the answer came, and TCP keepalives are answered by the kernel of a stopped process, so
-neither notices a frozen server. Health goes down on any failed command and comes back
-as soon as the subscription is live and a heartbeat write succeeds again.
+:data:`SOCKET_TIMEOUT_S` and is never retried after a timeout; the subscription, which
+only ever reads and whose reads have no timeout, is PINGed when idle and dropped when no
+answer comes (:data:`STALL_S`). redis-py's own pub/sub health check sends a PING but
+never checks that the answer came, and TCP keepalives are answered by the kernel of a
+stopped process, so neither notices a frozen server. Health goes down on any failed
+command and comes back as soon as the subscription is live and a heartbeat write
+succeeds again.
 """
 
 from __future__ import annotations
@@ -171,7 +171,8 @@ class RedisBus:
         self._listener, self._handler = listener, handler
         # Commands: one immediate retry on a fresh connection when a pooled one turns out
         # closed (Redis restarted), and a PING before reusing a connection idle for 2 s;
-        # never a retry after a timeout, which only doubles the wait on a frozen server.
+        # never a retry after a timeout, which would only lengthen the wait on a frozen
+        # server.
         self._client = self._connect(Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)), 2)
         # The subscription: no retry at all. redis-py would reconnect and resubscribe
         # silently, and the listener would never be told to resync.

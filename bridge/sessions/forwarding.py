@@ -7,7 +7,7 @@ replica gets the command in its inbox (sessions/remote.py) and its answer — or
 as the error a local client would have been given — comes back typed; nobody, and it runs
 here (which may start the agent, and take the lease). The registry hands this port out
 when a bus joins the replicas (``Registry.port``); a single daemon's port is the local
-one (sessions/local_port.py).
+one (sessions/local_port.py) behind a :class:`DrainGate`.
 
 Races are settled by the lease, not here: a holder that dies before answering
 (:class:`~bridge.sessions.remote.HolderGone`) is routed around, at most

@@ -141,6 +141,7 @@ class Draining(BridgeError):
 
     code = "draining"
     status = 503
+    retry_after_s = 1  # at once, and the load balancer sends it to another replica
 
 
 # pydantic's bound and choice errors in words, shared by the config's refusals

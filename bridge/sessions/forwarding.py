@@ -48,8 +48,9 @@ ROUTE_ATTEMPTS = 3  # holders tried for one command when each dies before answer
 # What a draining replica no longer runs: commands that give its agent new work, or start
 # one. Interrupts, permission answers and stops still act on what it runs until it exits.
 NEW_WORK = frozenset({Prompt.KIND, SetMode.KIND, Raw.KIND})
-DRAIN_RETRY_S = 1  # Retry-After for a draining replica's own clients: another replica serves them
-HANDOVER_RETRY_S = 2  # ... for a sender whose draining holder did not let go in time
+# Retry-After for a sender whose draining holder did not let go in time (a draining
+# replica's own refusals say 1 s: another replica serves them at once).
+HANDOVER_RETRY_S = 2
 HANDOVER_POLL_S = 0.1  # how often a sender looks whether the draining holder let go
 # Beyond stop_grace_s, what a draining holder may take to let a thread go: the SIGKILL that
 # follows the grace (3 s later), recording the exit, releasing the lease.
@@ -64,10 +65,7 @@ def handover_wait_s(stop_grace_s: float) -> float:
 def refuse_new_work(kind: str, draining: bool) -> None:
     """Raise ``draining`` for a command of ``kind`` that would run on a draining replica."""
     if draining and kind in NEW_WORK:
-        raise Draining(
-            "this replica is shutting down and takes no new input; send it to another replica",
-            retry_after_s=DRAIN_RETRY_S,
-        )
+        raise Draining("this replica is shutting down and takes no new input; send it to another replica")
 
 
 class LocalThread(ThreadPort, Protocol):

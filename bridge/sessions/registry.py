@@ -24,7 +24,7 @@ from bridge.sessions.changes import ChangeNotifier
 from bridge.sessions.commands import ThreadPort
 from bridge.sessions.conversation import Conversation
 from bridge.sessions.fenced import FencedSpawn
-from bridge.sessions.forwarding import DRAIN_RETRY_S, DrainGate, Forwarding, handover_wait_s
+from bridge.sessions.forwarding import DrainGate, Forwarding, handover_wait_s
 from bridge.sessions.latency import Latency
 from bridge.sessions.lease import closing_events
 from bridge.sessions.local_port import LocalPort
@@ -157,8 +157,7 @@ class Registry:
     def _refuse_if_draining(self) -> None:
         if self.draining:
             raise Draining(
-                "this daemon is shutting down: it takes no new thread and starts no agent; use another replica",
-                retry_after_s=DRAIN_RETRY_S,
+                "this daemon is shutting down: it takes no new thread and starts no agent; use another replica"
             )
 
     def drain(self) -> None:

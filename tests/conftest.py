@@ -440,6 +440,19 @@ def postgres() -> Any:
 
 
 @pytest.fixture
+def own_postgres() -> Any:
+    """A PostgreSQL server of this test's own, for a test that stops it (``.stop()``) and
+    starts it again (``.start_server()``) to stand for a database outage."""
+    from tests.support import postgres as pg
+
+    reason = pg.missing_reason()
+    if reason:
+        pytest.skip(reason)
+    with pg.running() as server:
+        yield server
+
+
+@pytest.fixture
 def pg_url(postgres: Any, request: pytest.FixtureRequest) -> str:
     """A fresh, empty database on the test server for this test alone."""
     import re

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,17 +19,6 @@ import websockets
 from conftest import STEP_TIMEOUT, Daemon
 
 pytestmark = pytest.mark.timeout(90)
-
-
-@pytest.fixture
-def own_postgres() -> Iterator[Any]:
-    from tests.support import postgres
-
-    reason = postgres.missing_reason()
-    if reason:
-        pytest.skip(reason)
-    with postgres.running() as server:
-        yield server
 
 
 async def frames_until_close(d: Daemon, path: str) -> tuple[list[dict[str, Any]], int | None, str]:

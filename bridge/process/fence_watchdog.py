@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from bridge.process.reaper import reap_group, start_time
+from bridge.process.reaper import children, reap_group, start_time
 
 READ_BYTES = 65536
 MAX_LINE = 1 << 20  # a line longer than this is dropped: the daemon never sends one
@@ -88,35 +88,20 @@ def parse(line: bytes) -> tuple[str, Agent | None] | None:
     return thread, Agent(pgid, start, float(kill_at), _escaped(msg.get("escaped")))
 
 
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
-                out += [int(x) for x in fh.read().split()]
-        except (OSError, ValueError):
-            continue
-    return out
-
-
 def descendants(pid: int, started: int) -> dict[int, int]:
     """Every live descendant of ``pid`` (if it is still the process that started at
     ``started``), whatever its group or session: pid → start time."""
     if start_time(pid) != started:
         return {}
     found: dict[int, int] = {}
-    todo = _children(pid)
+    todo = children(pid)
     while todo:
         child = todo.pop()
         st = start_time(child)
         if child in found or st is None:
             continue
         found[child] = st
-        todo += _children(child)
+        todo += children(child)
     return found
 
 

@@ -58,6 +58,23 @@ def start_time(pid: int) -> int | None:
     return st[1] if st else None
 
 
+def children(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` (each thread's ``/proc/<pid>/task/<tid>/children``);
+    empty once it is gone."""
+    out: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+                out += [int(x) for x in fh.read().split()]
+        except (OSError, ValueError):
+            continue
+    return out
+
+
 def reap_group(pgid: int, started: int) -> list[int]:
     """SIGKILL every live member of the process group ``pgid`` that a daemon recorded
     with leader start time ``started``. Returns the pids killed."""

@@ -35,7 +35,7 @@ from typing import Protocol
 
 import structlog
 
-from bridge.process.reaper import reap_group
+from bridge.process.reaper import children, reap_group
 
 log = structlog.get_logger("bridge.process")
 
@@ -82,21 +82,6 @@ def _stat(pid: int) -> _Proc | None:
         return None
 
 
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
-                out += [int(x) for x in fh.read().split()]
-        except (OSError, ValueError):
-            continue
-    return out
-
-
 def _walk(roots: list[int]) -> dict[int, _Proc]:
     """Every live descendant of ``roots`` (the roots included), by pid."""
     found: dict[int, _Proc] = {}
@@ -109,7 +94,7 @@ def _walk(roots: list[int]) -> dict[int, _Proc]:
         if st is None:
             continue
         found[pid] = st
-        todo += _children(pid)
+        todo += children(pid)
     return found
 
 
@@ -243,7 +228,7 @@ class Tracker:
         if not self.subreaper:
             return
         agents = {a.proc.pid for a in self._agents.values()}
-        for pid in _children(os.getpid()):
+        for pid in children(os.getpid()):
             if pid not in agents and pid not in self._spared:
                 self._sweep_child(pid)
         self._sweep_unowned(kill_unowned=kill_unowned)

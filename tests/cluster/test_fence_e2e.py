@@ -16,7 +16,6 @@ zero, and the transcript is one consistent sequence whichever replica is asked."
 
 from __future__ import annotations
 
-import asyncio
 import json
 import signal
 import time
@@ -26,20 +25,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import websockets
-from conftest import STEP_TIMEOUT, agent_log, alive, new_thread, wait_until
+from conftest import agent_log, alive, new_thread
 
 from tests.cluster.test_takeover_e2e import (
     RESUME_S,
     TTL,
     Cluster,
     agent_pids,
-    check_consistent,
-    metric,
     recall_on,
+    stale_holder_woke,
     start_long_turn,
     take_over,
-    transcript,
 )
 from tests.support.redis_server import RedisServer
 
@@ -58,8 +54,6 @@ async def cluster(
         yield c
     finally:
         await c.close()
-        starts = [e["pid"] for e in agent_log(tmp_path) if e["event"] == "start"]
-        await wait_until(lambda: not any(alive(p) for p in starts), what="the agents to exit")
 
 
 def beats(tmp: Path, pid: int) -> list[float]:
@@ -111,18 +105,6 @@ async def test_a_frozen_owners_agent_dies_before_the_takeover_starts_another(clu
     assert killed_at - stopped <= TTL - MARGIN / 2 + 0.5
 
     # a wakes up: as without the watchdog, it knows its lease is gone and tells its client
-    notice = await c.next(lambda f: f.get("kind") == "notice" and f["data"].get("code") == "owner_lost")
-    assert notice.get("seq") is None
-    with pytest.raises(websockets.ConnectionClosed) as closed:
-        while True:
-            await asyncio.wait_for(c.conn.recv(), STEP_TIMEOUT)
-    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
-    assert await metric(a, "agent_bridge_leases_held") == 0
-    stored = await transcript(b, tid)
-    seen = [f for f in c.frames if f.get("seq")]
-    assert seen[: len(seen_before)] == seen_before
-    (ended,) = check_consistent(stored, seen, turn_id)
-    assert ended["data"]["reason"] == "owner_lost"
-    assert await transcript(a, tid) == stored
+    await stale_holder_woke(a, b, c, tid, seen_before, turn_id)
     # the new owner's agent was never touched
     assert alive(new_agent)

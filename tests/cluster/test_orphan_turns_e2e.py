@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import STEP_TIMEOUT, Daemon, agent_log, alive, new_thread, profile_toml, wait_until
+from conftest import STEP_TIMEOUT, Daemon, alive, new_thread, profile_toml, wait_until
 
 from tests.cluster.test_takeover_e2e import (
     RESUME_S,
@@ -63,8 +63,6 @@ async def cluster(
         yield c
     finally:
         await c.close()
-        starts = [e["pid"] for e in agent_log(tmp_path) if e["event"] == "start"]
-        await wait_until(lambda: not any(alive(p) for p in starts), what="agents to exit")
 
 
 async def thread_row(d: Daemon, tid: str) -> dict[str, Any]:
@@ -206,22 +204,9 @@ async def test_a_frozen_holders_turn_is_ended_by_the_sweep_and_it_is_fenced_on_w
     assert len(agent_pids(tmp_path)) == 1  # the sweep started no agent
 
 
-@pytest.fixture
-def postgres_of_its_own() -> Iterator[Any]:
-    """A PostgreSQL server of this test's own: it is stopped and started again."""
-    from tests.support import postgres
-
-    reason = postgres.missing_reason()
-    if reason:
-        pytest.skip(reason)
-    with postgres.running() as server:
-        yield server
-
-
 async def test_after_a_database_outage_the_fenced_turn_ends_without_input(
-    postgres_of_its_own: Any, redis_server: RedisServer, tmp_path: Path, agent_env: dict[str, str]
+    own_postgres: Any, redis_server: RedisServer, tmp_path: Path, agent_env: dict[str, str]
 ) -> None:
-    own_postgres = postgres_of_its_own
     cluster = Cluster(tmp_path, own_postgres.create_database("outage"), redis_server.url, agent_env)
     try:
         a = await cluster.start("a")

@@ -65,6 +65,9 @@ class Cluster:
                 with _quiet():
                     d.proc.send_signal(signal.SIGCONT)
                 await d.stop()
+        # and no agent of any replica is left behind (the fake agents log their starts)
+        starts = [e["pid"] for e in agent_log(self.tmp) if e["event"] == "start"]
+        await wait_until(lambda: not any(alive(p) for p in starts), what=f"the agents of {self.tmp} to exit")
 
 
 def _quiet() -> Any:
@@ -82,9 +85,6 @@ async def cluster(
         yield c
     finally:
         await c.close()
-        marker = str(tmp_path / "agent.log")
-        starts = [e["pid"] for e in agent_log(tmp_path) if e["event"] == "start"]
-        await wait_until(lambda: not any(alive(p) for p in starts), what=f"agents of {marker} to exit")
 
 
 async def transcript(d: Daemon, tid: str) -> list[dict[str, Any]]:
@@ -199,6 +199,28 @@ async def test_sigkill_holder_mid_turn_survivor_takes_over_and_resumes(cluster: 
     assert got == [(e["seq"], e["kind"]) for e in stored[: len(got)]] and got[-1][0] >= ended["seq"]
 
 
+async def stale_holder_woke(
+    a: Daemon, b: Daemon, c: Client, tid: str, seen_before: list[dict[str, Any]], turn_id: str
+) -> list[dict[str, Any]]:
+    """``a`` was frozen while ``b`` took the thread over, and runs again: it knows its lease
+    is gone, tells its client (``c``: notice owner_lost, close 1012), holds no lease, and
+    both replicas serve one consistent transcript, which is returned."""
+    notice = await c.next(lambda f: f.get("kind") == "notice" and f["data"].get("code") == "owner_lost")
+    assert notice.get("seq") is None  # a notice, not a transcript event
+    with pytest.raises(websockets.ConnectionClosed) as closed:
+        while True:
+            await asyncio.wait_for(c.conn.recv(), STEP_TIMEOUT)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
+    assert await metric(a, "agent_bridge_leases_held") == 0
+    stored = await transcript(b, tid)
+    seen = [f for f in c.frames if f.get("seq")]
+    assert seen[: len(seen_before)] == seen_before
+    (ended,) = check_consistent(stored, seen, turn_id)
+    assert ended["data"]["reason"] == "owner_lost"
+    assert await transcript(a, tid) == stored  # one transcript whichever replica is asked
+    return stored
+
+
 async def test_sigstop_holder_is_fenced_out_and_stops_its_agent_on_sigcont(cluster: Cluster, tmp_path: Path) -> None:
     a = await cluster.start("a")
     b = await cluster.start("b")
@@ -216,21 +238,7 @@ async def test_sigstop_holder_is_fenced_out_and_stops_its_agent_on_sigcont(clust
         a.proc.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
     # a wakes up: it knows its lease is gone, kills its agent, tells its client and closes it
     await wait_until(lambda: not alive(old_agent), what="the stale holder to kill its agent")
-    notice = await c.next(lambda f: f.get("kind") == "notice" and f["data"].get("code") == "owner_lost")
-    assert notice.get("seq") is None  # a notice, not a transcript event
-    with pytest.raises(websockets.ConnectionClosed) as closed:
-        while True:
-            await asyncio.wait_for(c.conn.recv(), STEP_TIMEOUT)
-    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
-    assert await metric(a, "agent_bridge_leases_held") == 0
-
-    stored = await transcript(b, tid)
-    seen = [f for f in c.frames if f.get("seq")]
-    assert seen[: len(seen_before)] == seen_before
-    (ended,) = check_consistent(stored, seen, turn_id)
-    assert ended["data"]["reason"] == "owner_lost"
-    # one transcript whichever replica is asked
-    assert await transcript(a, tid) == stored
+    await stale_holder_woke(a, b, c, tid, seen_before, turn_id)
     # a serves the thread again, as a follower: its clients' input runs on b, the holder
     r = await post_prompt(a, tid, "hello", "on-a")
     assert r.status_code == 202, r.text
@@ -278,18 +286,6 @@ async def test_a_restarted_replica_leaves_a_thread_another_now_owns(cluster: Clu
     stored = await transcript(a2, tid)
     check_consistent(stored, [], turn_id)
     assert not any(e["data"].get("reason") == "daemon_stopped" for e in stored)
-
-
-@pytest.fixture
-def own_postgres() -> Any:
-    """A PostgreSQL server of this test's own: it is stopped and started again."""
-    from tests.support import postgres
-
-    reason = postgres.missing_reason()
-    if reason:
-        pytest.skip(reason)
-    with postgres.running() as server:
-        yield server
 
 
 async def readyz(d: Daemon) -> int:

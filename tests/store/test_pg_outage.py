@@ -17,15 +17,6 @@ from bridge.errors import StoreError
 pytestmark = pytest.mark.timeout(90)
 
 
-@pytest.fixture
-def own_postgres() -> Any:
-    reason = postgres.missing_reason()
-    if reason:
-        pytest.skip(reason)
-    with postgres.running() as server:
-        yield server
-
-
 async def test_appends_wait_out_an_outage_and_lose_nothing(own_postgres: Any) -> None:
     url = own_postgres.create_database("outage")
     health: list[tuple[bool, str | None]] = []

@@ -216,7 +216,7 @@ async def stop(thread_id: str, request: Request) -> dict[str, Any]:
 @router.get("/threads/{thread_id}/permissions")
 async def list_permissions(thread_id: str, request: Request) -> dict[str, Any]:
     conv = await _conv(request, thread_id)
-    return {"permissions": conv.pending_permissions()}
+    return {"permissions": await conv.waiting_permissions()}
 
 
 @router.post("/threads/{thread_id}/permissions/{request_id}")

@@ -54,7 +54,7 @@ from bridge.sessions.core import ConversationCore
 from bridge.sessions.fanout import Fanout, Subscriber
 from bridge.sessions.journal import Journal
 from bridge.sessions.latency import Latency
-from bridge.sessions.lease import ThreadLease
+from bridge.sessions.lease import ThreadLease, waiting_in_transcript
 from bridge.sessions.owned import Owned
 from bridge.sessions.ownership import Ownership
 from bridge.sessions.routes import Routes
@@ -158,6 +158,14 @@ class Conversation:
 
     def pending_permissions(self) -> list[dict[str, Any]]:
         return self.core.permissions.views()
+
+    async def waiting_permissions(self) -> list[dict[str, Any]]:
+        """The requests that wait for an answer, wherever the agent that asked runs: here,
+        from memory; on another replica (a shared store), as the transcript shows them."""
+        if self._run is not None or not self.store.shared:
+            return self.pending_permissions()
+        row = await self.store.get_thread(self.id)
+        return [] if row is None else await waiting_in_transcript(self.store, row)
 
     # ------------------------------------------------------------------ transcript
 

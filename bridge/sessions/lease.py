@@ -80,13 +80,21 @@ async def closing_events(store: TranscriptStore, row: ThreadRow, reason: str) ->
     the life's start is not yet in view), or the open turn's start and the prompt that
     started it (a long turn streams far more than TAIL_EVENTS): so the turn ends with its
     ``turn_id``, and every prompt queued behind it ends too."""
+    records, requests = await _life_tail(store, row, turn=bool(row.get("turn_active")))
+    return takeover_events(row, reason, open_turn(records), queued_turns(records), requests.open)
+
+
+async def _life_tail(store: TranscriptStore, row: ThreadRow, *, turn: bool) -> tuple[list[Record], OpenRequests]:
+    """The transcript's last TAIL_EVENTS records, and older pages (at most LOOKBACK_EVENTS
+    in all) while the row counts more pending permission requests than were found and the
+    life's start is not yet in view, or (``turn``) while the open turn's start is not; with
+    the requests those records leave open."""
     tid, last = row["id"], row.get("last_seq", 0)
     start = max(0, last - TAIL_EVENTS)
     records = await _records(store, tid, start, last)
     requests = OpenRequests()
     requests.feed_back(records)
     want = row.get("pending_permissions") or 0
-    turn = bool(row.get("turn_active"))
     while 0 < start and last - start < LOOKBACK_EVENTS:
         requests_older = not requests.done and len(requests.open) < want
         turn_older = turn and not turn_in_view(records, start)
@@ -97,7 +105,29 @@ async def closing_events(store: TranscriptStore, row: ThreadRow, reason: str) ->
         requests.feed_back(page)
         records = page + records
         start = older
-    return takeover_events(row, reason, open_turn(records), queued_turns(records), requests.open)
+    return records, requests
+
+
+async def waiting_in_transcript(store: TranscriptStore, row: ThreadRow) -> list[dict[str, Any]]:
+    """The permission requests the transcript shows waiting, as ``GET …/permissions`` lists
+    them: for a replica that does not run the thread's agent (another replica does, and
+    only it holds them in memory)."""
+    if not row.get("pending_permissions"):
+        return []
+    records, requests = await _life_tail(store, row, turn=False)
+    waiting = {rid for kind, rid in requests.open if kind == "permission.requested"}
+    return [
+        {
+            "request_id": rec.data["request_id"],
+            "tool": rec.data.get("tool"),
+            "input": rec.data.get("input") or {},
+            "options": list(rec.data.get("options") or []),
+            "seq": rec.seq,
+            "created_at": rec.ts,
+        }
+        for rec in records
+        if rec.kind == "permission.requested" and isinstance(rec.data, dict) and rec.data.get("request_id") in waiting
+    ]
 
 
 class ThreadLease:

@@ -133,6 +133,9 @@ async def test_a_permission_pending_at_sigkill_is_cancelled_everywhere(cluster: 
     watcher = await b.ws(tid, after=0)  # a client of the survivor, from before the kill
     await watcher.kind("permission.requested")
     assert (await thread_row(b, tid))["pending_permissions"] == 1
+    async with b.http() as http:  # the survivor lists what the owner's agent asks, from the transcript
+        (listed,) = (await http.get(f"/v1/threads/{tid}/permissions")).json()["permissions"]
+    assert listed["request_id"] == rid and listed["seq"] == asked["seq"] and listed["tool"] == asked["data"]["tool"]
     await a.stop(signal.SIGKILL)
 
     row, _took = await closed_by_sweep(b, tid)

@@ -77,6 +77,9 @@ READ_S = 0.5  # the subscription is read in slices this long
 IDLE_PING_S = 1.0  # nothing heard on the subscription this long: PING it
 STALL_S = 2.5  # nothing heard this long (a PING unanswered for 1.5 s): the connection is dropped
 RECHECK_S = 0.5  # while the bus is down, a heartbeat write is tried this often
+# An answer whose publish failed is published again this often, until its sender's deadline:
+# the command ran, and a sender told nothing would wait for the whole timeout.
+REPLY_RETRY_S = 0.25
 # A command not taken from the holder's inbox within this long is withdrawn: a live holder
 # pops its inbox at once, so one that does not is not reading the bus.
 PICKUP_S = 2.0
@@ -442,11 +445,17 @@ class RedisBus:
         except Exception:
             log.exception("bus.command_failed", kind=cmd.kind, thread_id=cmd.thread_id)
             reply = Reply(cmd.id, False, {"code": "internal_error", "message": "the lease holder failed to run it"})
-        try:
-            await self._redis().publish(self._key("reply", cmd.sender), jsonline.dumps(reply.to_json()))
-        except (RedisError, OSError) as exc:
-            log.warning("bus.reply_lost", kind=cmd.kind, sender=cmd.sender, error=type(exc).__name__)
-            self._failed("reply", exc)
+        data = jsonline.dumps(reply.to_json())
+        while True:
+            try:
+                await self._redis().publish(self._key("reply", cmd.sender), data)
+                return
+            except (RedisError, OSError) as exc:
+                self._failed("reply", exc)
+                if self._clock() + REPLY_RETRY_S > cmd.deadline:
+                    log.warning("bus.reply_lost", kind=cmd.kind, sender=cmd.sender, error=type(exc).__name__)
+                    return
+            await asyncio.sleep(REPLY_RETRY_S)
 
     # heartbeats
     async def _heartbeat_loop(self) -> None:

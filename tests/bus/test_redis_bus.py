@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 from conftest import wait_until
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from bridge.bus.base import BusUnavailable, Command, CommandRefused, NoReply, NotOnBus
 from bridge.bus.redis import PICKUP_S, SOCKET_TIMEOUT_S, STALL_S, RedisBus, redact_url
@@ -262,3 +263,21 @@ async def test_a_command_its_holder_does_not_take_is_withdrawn_and_never_runs(
             await a.request("nobody", "prompt", "thr_1", {}, timeout=STEP)
     finally:
         await raw.aclose()
+
+
+async def test_an_answer_whose_publish_failed_is_published_again_before_the_deadline(pair: Any) -> None:
+    a, _, b, _ = pair
+    client = b._client
+    assert client is not None
+    publish = client.publish
+    failed: list[str] = []
+
+    async def flaky(channel: str, data: str) -> int:
+        if ":reply:" in channel and not failed:  # the holder's first answer does not get out
+            failed.append(channel)
+            raise RedisConnectionError("injected: the holder's link dropped")
+        return await publish(channel, data)
+
+    client.publish = flaky  # type: ignore[method-assign]
+    reply = await a.request("b", "prompt", "thr_r", {"text": "hello"}, timeout=STEP)
+    assert failed and reply.ok and reply.body["by"] == "b"  # the command ran once and its answer came

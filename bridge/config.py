@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from bridge.config_capacity import CapacitySettings
 from bridge.config_sources import (
     Sources,
     awp_json,
@@ -95,6 +96,10 @@ class AgentProfile(BaseModel):
     sandbox: Literal["auto", "landlock", "bubblewrap", "none"] | None = None
     sandbox_extra_read: list[str] = Field(default_factory=list, max_length=64)
     sandbox_extra_write: list[str] = Field(default_factory=list, max_length=64)
+    # [capacity]: what one agent of this profile is expected to take before any run of it
+    # was measured, and the most its process tree may take (MiB; None: no limit).
+    memory_estimate_mb: int | None = Field(None, ge=1)
+    memory_limit_mb: int | None = Field(None, ge=1)
 
     @field_validator("sandbox_extra_read", "sandbox_extra_write")
     @classmethod
@@ -318,6 +323,7 @@ class Settings(BaseModel):
     store: StoreSettings = Field(default_factory=lambda: StoreSettings())
     cluster: ClusterSettings = Field(default_factory=lambda: ClusterSettings())
     sandbox: SandboxSettings = Field(default_factory=lambda: SandboxSettings())
+    capacity: CapacitySettings = Field(default_factory=lambda: CapacitySettings())
     data_dir: Path
     token: str | None = None
     no_auth: bool = False
@@ -512,6 +518,7 @@ _SECTION_MODELS: dict[str, type[BaseModel]] = {
     "cluster": ClusterSettings,
     "auth": AuthSettings,
     "sandbox": SandboxSettings,
+    "capacity": CapacitySettings,
 }
 
 
@@ -536,6 +543,9 @@ def load_settings(
     agents_raw = _table(src, raw.pop("agents", {}), "[agents] must be a table of profiles")
     store, cluster, auth = _store(src, raw, env), _cluster(src, raw, env), _auth(src, raw)
     sandbox = _sandbox(src, raw, env)
+    capacity = _section(
+        src, CapacitySettings, "capacity", _table(src, raw.pop("capacity", {}), "[capacity] must be a table")
+    )
     for name, value in sorted(raw.items()):
         raise unknown_section(src, name, value, {s: m.model_fields for s, m in _SECTION_MODELS.items()})
     host_from = ("--host", host) if host else ("AGENT_BRIDGE_HOST", env.get("AGENT_BRIDGE_HOST"))
@@ -548,6 +558,7 @@ def load_settings(
         cluster=cluster,
         auth=auth,
         sandbox=sandbox,
+        capacity=capacity,
         data_dir=ddir,
         token=token or env.get("AGENT_BRIDGE_TOKEN") or None,
         no_auth=no_auth,

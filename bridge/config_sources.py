@@ -26,8 +26,8 @@ from pydantic import BaseModel, ValidationError
 from bridge.errors import BOUND_WORDS, ConfigError
 
 # The sections a config file may have, as written in it.
-SECTIONS = ("server", "agents", "store", "cluster", "auth", "sandbox")
-SHOWN_SECTIONS = "[server], [agents.NAME], [store], [cluster], [auth], [sandbox]"
+SECTIONS = ("server", "agents", "store", "cluster", "auth", "sandbox", "capacity")
+SHOWN_SECTIONS = "[server], [agents.NAME], [store], [cluster], [auth], [sandbox], [capacity]"
 
 # pydantic's error types, said as a config's reader would: TOML words (a table, text, a
 # whole number), never the library's phrasing.

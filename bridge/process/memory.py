@@ -60,7 +60,11 @@ def own_cgroup(self_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path(
     for line in lines:
         if line.startswith("0::"):
             path = root / line[3:].strip().lstrip("/")
-            return path if (path / "cgroup.controllers").exists() else None
+            if (path / "cgroup.controllers").exists():
+                return path
+            # A container that sees the host's path but has its own cgroup mounted at the
+            # root (no cgroup namespace): the root is this process's cgroup.
+            return root if (root / "memory.max").exists() else None
     return None
 
 

@@ -105,6 +105,17 @@ def test_auto_takes_the_lowest_memory_max_up_the_cgroup_tree(tmp_path: Path) -> 
     assert budget_mb("auto", meminfo=info, self_cgroup=self_cg, cgroup_root=root) == 819
 
 
+def test_a_container_without_a_cgroup_namespace_has_its_limit_at_the_root(tmp_path: Path) -> None:
+    root = tmp_path / "cg"
+    root.mkdir()
+    (root / "cgroup.controllers").write_text("memory\n")
+    (root / "memory.max").write_text(str(512 * 1024 * 1024) + "\n")
+    self_cg = tmp_path / "self-cgroup"
+    self_cg.write_text("0::/system.slice/docker-0123.scope\n")  # the host's path, not mounted here
+    info = meminfo(tmp_path, 10 * 1024 * 1024)
+    assert budget_mb("auto", meminfo=info, self_cgroup=self_cg, cgroup_root=root) == 409
+
+
 def test_a_number_is_taken_as_it_is_and_0_is_off(tmp_path: Path) -> None:
     assert budget_mb(300) == 300
     assert budget_mb(0) is None

@@ -454,6 +454,7 @@ def demo_profile(data_dir: Path) -> AgentProfile:
         env={"DEMO_AGENT_STATE_DIR": str(data_dir / "demo-agent")},
         model="demo",
         builtin=True,
+        memory_estimate_mb=32,  # a small Python process (~15 MiB resident), not a CLI's 768
         # Its "edit" and "tour" ask before they change a file: the page shows the prompt.
         permission_prompts=True,
         # Its histories (every demo thread's: it is a demo) are the one part of the data dir

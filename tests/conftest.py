@@ -94,6 +94,9 @@ def profile_toml(
         # The AWP host always passes --model (AWP_AGENT_DEFAULT_MODEL); the strict fake, like the
         # reference adapter, refuses to start without one (model_required).
         fields = {"model": "fake-model", **fields}
+    # What a fake takes (~14 MiB resident, its sandbox included), so that the memory budget
+    # (issue #36) does not count each starting fake at the default for real CLIs (768 MiB).
+    fields = {"memory_estimate_mb": 32, **fields}
     lines = [
         f"[agents.{name}]",
         f'protocol = "{dialect}"',

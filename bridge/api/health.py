@@ -63,7 +63,7 @@ async def metrics(request: Request) -> PlainTextResponse:
         "# TYPE agent_bridge_events_total counter\n"
         f"agent_bridge_events_total {store.appended}\n"
     )
-    body += lease_metrics(reg) + bus_metrics(ctx.bus, ctx.cluster)
+    body += lease_metrics(reg) + bus_metrics(ctx.bus, ctx.cluster) + reg.memory.exposition()
     return PlainTextResponse(body, media_type="text/plain; version=0.0.4")
 
 

@@ -35,6 +35,7 @@ from typing import Protocol
 
 import structlog
 
+from bridge.process.memory import tree_rss
 from bridge.process.reaper import children, reap_group
 
 log = structlog.get_logger("bridge.process")
@@ -66,6 +67,8 @@ class _Agent:
     proc: Tracked
     seen: dict[int, int] = field(default_factory=dict)  # every descendant seen: pid → start
     escaped: dict[int, int] = field(default_factory=dict)  # those outside the agent's group
+    rss: int | None = None  # bytes resident in the whole tree at the last tick (None: not sampled yet)
+    peak: int = 0  # the most seen at any tick
 
 
 def _stat(pid: int) -> _Proc | None:
@@ -286,10 +289,21 @@ class Tracker:
             log.info("agent.escaped_signalled", pid=proc.pid, signal=signal.Signals(sig).name, pids=hit)
         return hit
 
+    def memory(self, pid: int) -> tuple[int | None, int]:
+        """(bytes resident in the tree of the agent ``pid`` at the last tick, or None before
+        the first; the peak seen): its leader, every descendant, the escaped ones included.
+        Read without the lock, which the walk holds for a while in its thread: a dict look-up
+        and two attributes are each read whole, and a sample a tick old is as good."""
+        agent = self._agents.get(pid)
+        return (None, 0) if agent is None else (agent.rss, agent.peak)
+
     def _tick(self) -> bool:
         with self._lock:
             for agent in list(self._agents.values()):
                 self._refresh(agent)
+                # One statm read per process the walk just found (process/memory.py).
+                agent.rss = tree_rss([agent.proc.pid, *agent.seen])
+                agent.peak = max(agent.peak, agent.rss)
             self._sweep_orphans(kill_unowned=not self._agents)
             self._save()
             return bool(self._agents or self._unowned)

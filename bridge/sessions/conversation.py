@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 
 import structlog
@@ -83,7 +83,7 @@ class Conversation:
         settings: Settings,
         store: Store,
         *,
-        can_start: Callable[[Conversation], None],
+        can_start: Callable[[Conversation], Awaitable[None]],
         spawn: Spawn = AgentProcess.spawn,
         announcer: Announcer | None = None,
         ownership: Ownership | None = None,
@@ -140,6 +140,20 @@ class Conversation:
     @property
     def running(self) -> bool:
         return self._run is not None
+
+    @property
+    def agent_pid(self) -> int | None:
+        return None if self._run is None else self._run.pid
+
+    def kill_now(self, reason: str) -> bool:
+        """SIGKILL the agent's whole group now (over its memory limit): its exit gets
+        ``reason``, its turn ends once, the thread stays usable. False if none runs."""
+        run = self._run
+        if run is None:
+            return False
+        self.core.stopping(reason)
+        run.kill()
+        return True
 
     @property
     def turn_active(self) -> bool:
@@ -395,7 +409,7 @@ class Conversation:
             await self.claim()
             resume = self.core.native_session_id
             codec, spec, scrub = await self._launch(profile, resume)
-            self._can_start(self)
+            await self._can_start(self)  # the agents' count and the memory budget (registry)
             await self.set_fields({"state": "starting"})
             try:
                 proc = await self._spawn(spec)

@@ -28,6 +28,7 @@ from bridge.sessions.forwarding import DrainGate, Forwarding, handover_wait_s
 from bridge.sessions.latency import Latency
 from bridge.sessions.lease import closing_events
 from bridge.sessions.local_port import LocalPort
+from bridge.sessions.memory_guard import MemoryGuard
 from bridge.sessions.ownership import Ownership
 from bridge.sessions.remote import HolderGone, LeaseHolders
 from bridge.sessions.samples import write_demo_samples
@@ -70,6 +71,9 @@ class Registry:
         # this replica's commits.
         self.holders: LeaseHolders | None = None
         self.on_committed: Callable[[str, int], None] | None = None
+        # The agents' memory on this host: admission, idle eviction, limits (issue #36).
+        self.memory = MemoryGuard(settings, lambda: list(self._convs.values()))
+        self._memory_watch: asyncio.Task[None] | None = None
 
     def join_cluster(self, holders: LeaseHolders, on_committed: Callable[[str, int], None]) -> None:
         self.holders = holders
@@ -97,6 +101,7 @@ class Registry:
             self._leases = asyncio.create_task(self.ownership.run(), name="lease-renewal")
         await self._recover()
         self._reaper = asyncio.create_task(self._reap_idle(), name="idle-reaper")
+        self._memory_watch = asyncio.create_task(self.memory.run(), name="memory-watch")
         if self.ownership is not None:
             sweep = OrphanSweep(self.store, self.ownership, self, every_s=sweep_interval(self.ownership.ttl_s))
             self._sweep = asyncio.create_task(sweep.run(), name="orphan-sweep")
@@ -203,7 +208,7 @@ class Registry:
             conv.fanout.broadcast_side(frame)
 
     async def shutdown(self) -> None:
-        for task in (self._reaper, self._sweep):
+        for task in (self._reaper, self._sweep, self._memory_watch):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -241,12 +246,13 @@ class Registry:
             raise NotFound(f"no agent profile named {name!r}", code="agent_not_found")
         return prof
 
-    def _check_capacity(self, conv: Conversation) -> None:
+    async def _check_capacity(self, conv: Conversation) -> None:
         self._refuse_if_draining()  # no agent starts after SIGTERM
         others = [c for c in self._convs.values() if (c.running or c.starting) and c is not conv]
         if len(others) >= self.settings.server.max_conversations:
             raise Capacity(f"{len(others)} agents are running (max_conversations); stop one or retry later")
         self._check_user_capacity(conv, others)
+        await self.memory.admit(conv)  # the memory budget: may stop idle agents (sessions/memory_guard.py)
 
     def _check_user_capacity(self, conv: Conversation, others: list[Conversation]) -> None:
         """[auth] max_conversations_per_user: the thread's owner's other running agents."""

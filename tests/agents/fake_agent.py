@@ -27,6 +27,9 @@ Directives are the first word of a prompt:
                      updated/notification, then a duplicate notification
   leak NAME          reply with (and write to stderr) the value of env var NAME
   flood N            write N deltas as fast as possible, then a terminal line
+  alloc N [wait]     keep N more MiB resident (every page written; 1 <= N <= 2048, else an error
+                     reply), then reply "allocated N MiB (T held)"; with "wait", stream
+                     "allocated" and keep the turn open (ignores interrupt) until stdin closes
   spawnchild         start a grandchild (sleeps 300 s, cmdline carries FAKE_AGENT_LOG) and hang
   spawnsetsid [exit] start a grandchild that calls setsid() (leaves the agent's process group
                      and session; sleeps 300 s, cmdline carries FAKE_AGENT_LOG), then hang, or
@@ -75,6 +78,7 @@ from typing import NoReturn
 LOCK = threading.Lock()
 INVALID_INPUT = "\x00invalid"  # an input line the awp-jsonl reader could not take
 INBOX: queue.Queue[dict | None] = queue.Queue()
+HELD: list[bytes] = []  # what "alloc N" keeps resident
 
 
 SLASH_COMMANDS = ["clear", "compact", "context", "review", "security-review"]
@@ -344,6 +348,18 @@ class Agent:
         else:
             extra = f" [{','.join(k for k in kinds if k != 'text')}]" if kinds != ["text"] else ""
             self.reply(f"echo: {text}{extra}")
+
+    def do_alloc(self, text: str) -> None:
+        parts = text.split()
+        wait = parts[2:] == ["wait"]
+        if len(parts) != 2 + wait or not parts[1].isdigit() or not 1 <= int(parts[1]) <= 2048:
+            self.reply("alloc: give one whole number of MiB, 1 to 2048, then optionally 'wait'")
+            return
+        # bytes() of a repeated non-zero byte: every page is written, so all of it is resident
+        HELD.append(b"\x01" * (int(parts[1]) * 1024 * 1024))
+        if wait:
+            self.do_hang("allocated")
+        self.reply(f"allocated {parts[1]} MiB ({sum(len(h) for h in HELD) >> 20} held)")
 
     def do_crash(self, text: str) -> None:
         self.delta("about to crash")

@@ -92,10 +92,10 @@ def measure(rounds: int, batch: int) -> dict[str, float]:
         for _ in range(rounds):
             records = flood_records(seq, batch)
             rows = sql.rows_of(records, [None] * batch)
-            item = sql._Append(THREAD, rows, {}, None, (TS, seq + batch - 1, None))
+            item = sql._Append(THREAD, rows, {}, None, (TS, seq + batch - 1, None, 0))
             seq += batch
             other = sql._Append(THREAD, sql.rows_of(flood_records(seq, batch), [None] * batch), {}, None)
-            other.touch = (TS, seq + batch - 1, None)
+            other.touch = (TS, seq + batch - 1, None, 0)
             msg = ("b", 1, False, [sql.wire_item(item)], 0)
             # Before: the same append as a tuple a row (the records stay alive, as in the
             # daemon, so marshal sees the strings shared and keeps a reference to each).

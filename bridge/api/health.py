@@ -64,7 +64,36 @@ async def metrics(request: Request) -> PlainTextResponse:
         f"agent_bridge_events_total {store.appended}\n"
     )
     body += lease_metrics(reg) + bus_metrics(ctx.bus, ctx.cluster) + reg.memory.exposition()
+    body += await cap_metrics(reg)
     return PlainTextResponse(body, media_type="text/plain; version=0.0.4")
+
+
+async def cap_metrics(reg: Registry) -> str:
+    """[capacity] caps (sessions/caps.py): the threads in the store against max_threads (the
+    count left out while the store cannot be read), creations refused, agents stopped."""
+    caps = reg.caps
+    try:
+        held = await reg.store.count_threads()
+    except BridgeError:
+        threads = ""
+    else:
+        threads = (
+            "# HELP agent_bridge_threads Threads in the store (every replica's).\n"
+            "# TYPE agent_bridge_threads gauge\n"
+            f"agent_bridge_threads {held}\n"
+        )
+    return threads + (
+        "# HELP agent_bridge_max_threads The cap on threads in the store ([capacity] max_threads).\n"
+        "# TYPE agent_bridge_max_threads gauge\n"
+        f"agent_bridge_max_threads {caps.capacity.max_threads}\n"
+        "# HELP agent_bridge_thread_limit_refusals_total Thread creations refused at a cap (thread_limit).\n"
+        "# TYPE agent_bridge_thread_limit_refusals_total counter\n"
+        f"agent_bridge_thread_limit_refusals_total {caps.refused}\n"
+        "# HELP agent_bridge_transcript_full_stops_total Agents stopped because their thread's transcript "
+        "reached max_transcript_mb.\n"
+        "# TYPE agent_bridge_transcript_full_stops_total counter\n"
+        f"agent_bridge_transcript_full_stops_total {caps.transcripts_full}\n"
+    )
 
 
 _BUS_METRICS = {

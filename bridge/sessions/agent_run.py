@@ -57,6 +57,8 @@ class Shell(Protocol):
 
     async def exited(self, run: AgentRun, info: ExitInfo) -> None: ...
 
+    def transcript_full(self) -> list[Action]: ...
+
 
 class AgentRun:
     def __init__(self, proc: AgentIO, shell: Shell, scrub: Scrubber, *, grace_s: float) -> None:
@@ -69,6 +71,7 @@ class AgentRun:
         self._journal, self._lease = shell.journal, shell.lease  # (a conversation's, for good)
         self._scrub = scrub
         self._grace_s = grace_s
+        self._full = False  # the transcript reached its cap: nothing more of the agent's is stored
         reader = asyncio.create_task(self._read_stdout(), name=f"stdout-{shell.id}")
         errs = asyncio.create_task(proc.pump_stderr(self._on_stderr), name=f"stderr-{shell.id}")
         self.watcher = asyncio.create_task(self._watch(reader, errs), name=f"watch-{shell.id}")
@@ -90,8 +93,18 @@ class AgentRun:
             await asyncio.wait({self.watcher}, timeout=wait_s)
 
     async def _on_stderr(self, text: str) -> None:
+        if self._journal.full:  # what follows the cap is dropped, and the agent stopped
+            await self._stop_full()
+            return
         text = self._scrub.text(text)
         await self._shell.emit([Event("agent", "diagnostic", {"stream": "stderr", "text": text})])
+
+    async def _stop_full(self) -> None:
+        """The transcript reached [capacity] max_transcript_mb (issue #36): the agent is
+        stopped at once, once; the output that crossed the cap is stored, none after it."""
+        if not self._full:
+            self._full = True
+            await self._shell.step(self._shell.transcript_full())
 
     async def _read_stdout(self) -> None:
         shell, proc, journal = self._shell, self.proc, self._journal
@@ -111,9 +124,12 @@ class AgentRun:
                     if self._pipelined(actions, len(lines)):
                         emit = cast(Emit, actions[0])
                         await journal.submit(emit.events, shell.emit_fields(emit))
-                        continue
-                    await journal.drain_reader()
-                    await shell.perform(actions)
+                    else:
+                        await journal.drain_reader()
+                        await shell.perform(actions)
+                if journal.full:  # checked once a read is numbered: no read after the cap is
+                    await self._stop_full()
+                    return
             async with lock:
                 await journal.drain_reader()
         except LineTooLong as exc:

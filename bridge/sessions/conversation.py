@@ -50,6 +50,7 @@ from bridge.sessions import acp_fs
 from bridge.sessions.actions import Action, ArmTimer, CancelTimer, Emit, Limits, Route, Serve, Stop, Write
 from bridge.sessions.agent_run import AgentRun
 from bridge.sessions.announce import Announcer
+from bridge.sessions.caps import MIB, Caps, full_text
 from bridge.sessions.core import ConversationCore
 from bridge.sessions.fanout import Fanout, Subscriber
 from bridge.sessions.journal import Journal
@@ -89,6 +90,7 @@ class Conversation:
         ownership: Ownership | None = None,
         on_lost: Callable[[Conversation], None] | None = None,
         commits: Latency | None = None,
+        caps: Caps | None = None,
     ) -> None:
         self.thread = thread
         self.id: str = thread["id"]
@@ -103,7 +105,9 @@ class Conversation:
         self.journal = Journal(
             thread, store, self.fanout, hold=lambda: self.lease.hold(), on_fenced=self.lease_lost,
             on_published=self.touch, spawn=self._owned.spawn, commits=commits,
+            max_bytes=settings.capacity.max_transcript_mb * MIB,
         )  # fmt: skip
+        self._caps = caps
         if announcer is not None:
             self.journal.announcer = announcer
         self._lock = self.journal.lock
@@ -290,6 +294,24 @@ class Conversation:
             await self.store.update_thread(self.id, fields)
             apply_fields(self.thread, fields)
 
+    def require_room(self) -> None:
+        """A thread whose transcript reached [capacity] max_transcript_mb takes no prompt
+        and starts no agent (409 ``transcript_full``); it stays readable."""
+        if self.journal.full:
+            cap = self.settings.capacity.max_transcript_mb
+            raise Conflict(
+                f"this thread's transcript reached its cap ([capacity] max_transcript_mb = {cap}): "
+                "it takes no new prompt; its events and history stay readable: continue in a new thread",
+                code="transcript_full",
+            )
+
+    def transcript_full(self) -> list[Action]:
+        """The agent's output took the transcript to its cap: what stops the agent (once)."""
+        if self._caps is not None:
+            self._caps.transcript_full()
+        log.warning("agent.transcript_full", thread_id=self.id, size=self.journal.size)
+        return self.core.transcript_full(full_text(self.journal.size, self.settings.capacity.max_transcript_mb))
+
     def require_writable(self) -> None:
         """A write that cannot succeed now is refused at once, never queued behind appends
         that wait for the store (a full disk)."""
@@ -407,6 +429,7 @@ class Conversation:
             # reads the row again, so the launch below resumes the session the last holder
             # recorded.
             await self.claim()
+            self.require_room()  # (after the claim: a takeover reads the row again)
             resume = self.core.native_session_id
             codec, spec, scrub = await self._launch(profile, resume)
             await self._can_start(self)  # the agents' count and the memory budget (registry)

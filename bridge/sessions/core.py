@@ -180,6 +180,15 @@ class ConversationCore(AgentOutput):
         text = "the agent closed its stdout but kept running; stopping it"
         return [Emit([Event("bridge", "diagnostic", {"stream": "protocol", "text": text})]), Stop("stdout_closed", 0.0)]
 
+    def transcript_full(self, text: str) -> list[Action]:
+        """The thread's transcript reached [capacity] max_transcript_mb: the agent is
+        stopped at once, its turn ends once with that reason (docs/api.md §6.8)."""
+        self.exit_reason = "transcript_full"
+        return [
+            Emit([Event("bridge", "notice", {"code": "transcript_full", "text": text})]),
+            Stop("transcript_full", 0.0),
+        ]
+
     def line_too_long(self, text: str) -> list[Action]:
         self.exit_reason = "line_too_long"
         return [Emit([Event("bridge", "diagnostic", {"stream": "protocol", "text": text})]), Stop("line_too_long", 0.0)]

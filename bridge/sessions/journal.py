@@ -45,10 +45,9 @@ from bridge.protocols.envelope import Frames, Page
 from bridge.protocols.events import Event, Record
 from bridge.sessions.announce import Announcer
 from bridge.sessions.fanout import Fanout
-from bridge.sessions.history import Compactor, committed
-from bridge.sessions.history_read import HistoryPage, cached_page, read_page
+from bridge.sessions.history import Compactor, Item, committed
 from bridge.sessions.latency import Latency
-from bridge.store.base import Store, ThreadRow, apply_fields
+from bridge.store.base import Store, ThreadRow, apply_fields, transcript_size
 
 log = structlog.get_logger("bridge.journal")
 
@@ -60,7 +59,8 @@ PIPELINE_DEPTH = 3
 # seq is read again and the append numbered after it, at most this many times in a row.
 SEQ_RETAKES = 3
 FOLLOW_PAGE = 1000  # records read a page at a time (another replica's, a retake's search)
-HISTORY_KEEP_ITEMS = 20_000  # a compacted history larger than this is not kept (paged from the store)
+HISTORY_PAGE = 5000
+HISTORY_KEEP_ITEMS = 20_000  # a compacted history larger than this is rebuilt per request
 
 Fields = dict[str, Any]
 Spawn = Callable[[Coroutine[Any, Any, None], str], None]
@@ -81,14 +81,15 @@ class SeqMirror(Protocol):
 
 
 class _Flight:
-    """One submitted emit: its records, the thread fields it writes, its append."""
+    """One submitted emit: its records, the thread fields it writes, its append, its size."""
 
-    __slots__ = ("fields", "records", "task")
+    __slots__ = ("fields", "records", "size", "task")
 
     def __init__(self, records: list[Record], fields: Fields, task: asyncio.Future[None]) -> None:
         self.records = records
         self.fields = fields
         self.task = task
+        self.size = transcript_size(records)
 
     def failure(self) -> BaseException | None:
         return asyncio.CancelledError() if self.task.cancelled() else self.task.exception()
@@ -157,12 +158,14 @@ class Journal:
         on_published: Callable[[], None] = _nothing,
         spawn: Spawn | None = None,
         commits: Latency | None = None,
+        max_bytes: int | None = None,
     ) -> None:
         """``thread``: the row, kept up to date as commits land (the same dict the caller
         reads). ``hold``: the lease's epoch for the next append (None: no leases), called
         before anything is numbered, since taking a thread over appends first.
         ``on_fenced``: the store refused an append for its epoch (the lease is lost).
-        ``spawn``: runs a task the conversation cancels on close (re-committing refused emits)."""
+        ``spawn``: runs a task the conversation cancels on close (re-committing refused emits).
+        ``max_bytes``: what the transcript may hold ([capacity] max_transcript_mb; :attr:`full`)."""
         self.id: str = thread["id"]
         self.thread = thread
         self.store = store
@@ -176,6 +179,7 @@ class Journal:
         self._spawn = spawn or self._spawn_own
         self._own: set[asyncio.Task[None]] = set()
         self._commits = commits
+        self.max_bytes = max_bytes
         self._last = thread["last_seq"]
         self._numbered = self._last
         self._pipe: deque[_Flight] = deque()
@@ -183,9 +187,10 @@ class Journal:
         self._failure: BaseException | None = None  # the first failure in flight, for the reader
         self.lock = Ordered(self)
         self._appended = asyncio.Event()  # replaced on every commit; wakes long-polls
-        # The compacted history so far, kept up to date at commit from the start of a thread
-        # created here (a loaded one's history is paged from the store).
+        # The compacted history so far, kept up to date at commit: from the start for a new
+        # thread, from the first history read for a loaded one.
         self._history: Compactor | None = Compactor() if self._last == 0 else None
+        self._history_lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ state
 
@@ -207,6 +212,17 @@ class Journal:
     def settled(self) -> bool:
         """Nothing in flight and nothing refused waiting to be committed again."""
         return not self._pipe and not self._refused
+
+    @property
+    def size(self) -> int:
+        """What the transcript holds (``transcript_bytes``), with what is in flight."""
+        return self.thread.get("transcript_bytes", 0) + sum(f.size for f in self._pipe)
+
+    @property
+    def full(self) -> bool:
+        """The transcript holds ``max_bytes`` or more (counting what is in flight): the
+        agent is stopped, and nothing of a client's is written (issue #36)."""
+        return self.max_bytes is not None and self.size >= self.max_bytes
 
     @property
     def failure(self) -> BaseException | None:
@@ -304,7 +320,7 @@ class Journal:
         while self._pipe and self._pipe[0].task.done():
             flight = self._pipe.popleft()
             if self._in_order(flight):
-                self._advance(flight.records, flight.fields)
+                self._advance(flight.records, flight.fields, flight.size)
                 ready += flight.records
         if ready:
             try:
@@ -326,6 +342,7 @@ class Journal:
             if self._failure is None and not self._refused:
                 return True
             self._moved(max(self._last, flight.records[-1].seq if flight.records else 0))
+            self.thread["transcript_bytes"] = self.thread.get("transcript_bytes", 0) + flight.size
             self.fanout.resync_all()
         elif self._failure is None and isinstance(failure, StoreError) and not isinstance(failure, LeaseLost):
             self._refused.append(_Refused(flight, failure))  # why: drain finds out
@@ -424,9 +441,11 @@ class Journal:
         self._advance(records, fields)
         self._visible(records)
 
-    def _advance(self, records: list[Record], fields: Fields) -> None:
-        """Committed: the seq and the thread row move on."""
+    def _advance(self, records: list[Record], fields: Fields, size: int | None = None) -> None:
+        """Committed: the seq and the thread row move on (the store counted the same size)."""
         apply_fields(self.thread, fields)
+        grown = transcript_size(records) if size is None else size
+        self.thread["transcript_bytes"] = self.thread.get("transcript_bytes", 0) + grown
         self._moved(records[-1].seq if records else self._last)
 
     def _visible(self, records: list[Record]) -> None:
@@ -478,16 +497,18 @@ class Journal:
         """The same page as the frames a client is sent, joined from the stored rows."""
         return await self.store.read_frames(self.id, after, limit, raw=raw)
 
-    async def history_page(self, before: int | None, limit: int) -> HistoryPage:
-        """A page of the compacted history (sessions/history_read.py): from the compaction
-        kept at commit when it has seen every committed event, else read from the store's
-        last turns. A read never builds a whole thread's compaction: a thread loaded from
-        the store is paged from it."""
-        comp = self._history
-        if comp is not None and comp.last_seq == self._last:
-            return cached_page(comp, before, limit)
-        self._history = None  # behind (another replica appended): paged from the store now
-        return await read_page(self.store, self.id, before, limit)
+    async def history(self) -> tuple[list[Item], int]:
+        """The compacted history (sessions/history.py) and the last seq it covers: what was
+        compacted before is kept, only newer records are read."""
+        async with self._history_lock:
+            comp = self._history or Compactor()
+            while True:
+                page = await self.store.read_events(self.id, comp.last_seq, HISTORY_PAGE, with_raw=False)
+                comp.feed(page)
+                if not page.more:
+                    break
+            self._history = comp if len(comp.items) <= HISTORY_KEEP_ITEMS else None
+            return comp.snapshot(), comp.last_seq
 
     # ------------------------------------------------------------------ tasks
 

@@ -64,6 +64,7 @@ class LocalPort:
         if client_id is not None and (dup := await self._duplicate(client_id)) is not None:
             return dup
         conv.core.check_room()
+        conv.require_room()  # the transcript's cap (409 transcript_full)
         self._refuse_stored(content)  # what the agent said it takes last time
         await conv.ensure_started()
         async with conv.journal.lock:

@@ -20,6 +20,7 @@ from bridge.process.agent_process import AgentProcess
 from bridge.process.fence import Fence
 from bridge.process.reaper import reap_group
 from bridge.protocols.envelope import ephemeral
+from bridge.sessions.caps import Caps
 from bridge.sessions.changes import ChangeNotifier
 from bridge.sessions.commands import ThreadPort
 from bridge.sessions.conversation import Conversation
@@ -71,6 +72,7 @@ class Registry:
         # this replica's commits.
         self.holders: LeaseHolders | None = None
         self.on_committed: Callable[[str, int], None] | None = None
+        self.caps = Caps(settings.capacity, store)  # max_threads, max_transcript_mb (sessions/caps.py)
         # The agents' memory on this host: admission, idle eviction, limits (issue #36).
         self.memory = MemoryGuard(settings, lambda: list(self._convs.values()))
         self._memory_watch: asyncio.Task[None] | None = None
@@ -314,8 +316,6 @@ class Registry:
             model=model,
             native_session_id=native_session_id,
         )
-        if fresh:
-            self._fresh_workspace(tid, prof)
         ts = now_iso()
         row: ThreadRow = {
             "id": tid,
@@ -336,7 +336,10 @@ class Registry:
             "pending_permissions": 0,
             "owner": owner,  # the creating user (users mode); None in token mode
         }
-        await self.store.create_thread(row)
+        async with self.caps.room_for_thread(owner):  # 429 thread_limit: no row, no directory
+            if fresh:
+                self._fresh_workspace(tid, prof)
+            await self.store.create_thread(row)
         conv = self._make(row)
         conv.launch = launch
         log.info("thread.created", thread_id=tid, agent=name)
@@ -363,6 +366,7 @@ class Registry:
             ownership=self.ownership,
             on_lost=self._conv_lost,
             commits=self.commits,
+            caps=self.caps,
         )
         conv.journal.on_committed = self.on_committed
         self._convs[row["id"]] = conv

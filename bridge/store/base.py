@@ -57,6 +57,9 @@ class ThreadRow(TypedDict, total=False):
     pid_start: int | None
     pending_permissions: int  # permission requests waiting for a client's answer
     owner: str | None  # the user who created it ([auth] mode = "users"); None in token mode
+    # What its transcript holds (``transcript_size`` of every event), kept by the appends:
+    # [capacity] max_transcript_mb is checked against it. Private, like the columns below.
+    transcript_bytes: int
 
 
 # A transcript page (read_events, read_frames) stops after the event that brings it to this
@@ -69,6 +72,21 @@ PAGE_BYTES = 4 * 1024 * 1024
 # A partial update of a thread row: some of its columns (never ``id``).
 ThreadFields = Mapping[str, Any]
 THREAD_COLUMNS = frozenset(ThreadRow.__annotations__) - {"id"}
+
+
+# What an event counts for in ``transcript_bytes``: the characters of its data and raw
+# text (about their bytes), plus this much for its envelope and its row, so that a flood of
+# tiny events counts too. A measure, not the exact file size: both stores count it the same
+# way from the records, before they are written, so the cap costs no read.
+EVENT_OVERHEAD = 64
+
+
+def transcript_size(records: Sequence[Record]) -> int:
+    """What ``records`` add to their thread's ``transcript_bytes``."""
+    size = EVENT_OVERHEAD * len(records)
+    for r in records:
+        size += len(r.data_json) + (len(r.raw) if r.raw is not None else 0)
+    return size
 
 
 def apply_fields(row: ThreadRow, fields: ThreadFields) -> None:
@@ -87,6 +105,10 @@ class ThreadStore(Protocol):
 
     async def update_thread(self, thread_id: str, fields: ThreadFields) -> None: ...
     async def delete_thread(self, thread_id: str) -> bool: ...
+    async def count_threads(self, owner: str | None = None) -> int:
+        """Threads in the store ([capacity] max_threads); with ``owner``, that user's."""
+        ...
+
     async def live_threads(self) -> list[ThreadRow]:
         """Rows a previous daemon left with a process or a turn in flight."""
         ...
@@ -122,11 +144,6 @@ class TranscriptStore(Protocol):
         ...
 
     async def find_client_event(self, thread_id: str, client_id: str) -> int | None: ...
-
-    async def turn_starts_before(self, thread_id: str, before: int, limit: int) -> list[int]:
-        """The seqs of the newest ``turn.started`` events before ``before``, newest first,
-        at most ``limit``."""
-        ...
 
 
 class SessionStore(Protocol):
@@ -225,7 +242,7 @@ PUBLIC_THREAD_FIELDS = (
     "owner",
 )
 # A thread row's columns in both stores: those, and the store's own (the agent process, the task table).
-PRIVATE_THREAD_COLUMNS = ("pid", "pid_start", "tasks")
+PRIVATE_THREAD_COLUMNS = ("pid", "pid_start", "tasks", "transcript_bytes")
 ROW_COLUMNS = PUBLIC_THREAD_FIELDS + PRIVATE_THREAD_COLUMNS
 # A write of any of these columns is a change clients see (the thread object less ``id``):
 # it gives the row a new change_seq. Other columns (pid, tasks, …) do not.

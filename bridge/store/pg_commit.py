@@ -29,9 +29,11 @@ _FENCE_TOUCH = """
 UPDATE threads t SET
     last_seq = greatest(t.last_seq, coalesce(v.last_seq, t.last_seq)),
     updated_at = greatest(t.updated_at, coalesce(v.updated_at, t.updated_at)),
-    turn_active = coalesce(v.turn_active, t.turn_active)
-FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::boolean[], %s::text[], %s::bigint[])
-    AS v(id, last_seq, updated_at, turn_active, holder, epoch)
+    turn_active = coalesce(v.turn_active, t.turn_active),
+    transcript_bytes = t.transcript_bytes + v.size,
+    transcript_seq = greatest(t.transcript_seq, coalesce(v.last_seq, t.transcript_seq))
+FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::boolean[], %s::text[], %s::bigint[], %s::bigint[])
+    AS v(id, last_seq, updated_at, turn_active, holder, epoch, size)
 WHERE t.id = v.id AND (v.epoch IS NULL OR (t.lease_owner = v.holder AND t.lease_epoch = v.epoch
     AND t.lease_expires > clock_timestamp()))
 RETURNING t.id
@@ -59,6 +61,7 @@ class Append:
     touch: tuple[str | None, int | None, bool | None]  # updated_at, last_seq, turn_active
     fence: tuple[str, int] | None  # (replica_id, epoch)
     done: asyncio.Future[None]
+    size: int = 0  # what it adds to the thread's transcript_bytes (base.transcript_size)
 
 
 async def commit(conn: AsyncConnection[Any], batch: list[Append], *, retried: bool) -> tuple[dict[int, str], bool]:
@@ -116,11 +119,13 @@ def _fences_agree(items: Any) -> bool:
 
 def _touches(todo: list[tuple[int, Append]]) -> dict[str, list[Any]]:
     """One row of the fence-and-touch statement per thread: [last_seq, updated_at,
-    turn_active, holder, epoch] (the newest of each; the last turn_active; the fence)."""
+    turn_active, holder, epoch, size] (the newest of each; the last turn_active; the fence;
+    the sizes added up)."""
     touches: dict[str, list[Any]] = {}
     for _, item in todo:
         updated_at, last_seq, turn_active = item.touch
-        t = touches.setdefault(item.thread_id, [None, None, None, None, None])
+        t = touches.setdefault(item.thread_id, [None, None, None, None, None, 0])
+        t[5] += item.size
         t[0] = later(t[0], last_seq)
         t[1] = later(t[1], updated_at)
         if turn_active is not None:
@@ -169,7 +174,7 @@ async def _fence_and_touch(
     the appends whose fence failed, and the threads whose row it wrote."""
     # In id order, as a renew locks them (bridge/store/pg_leases.py RENEW): fewer deadlocks.
     touches = dict(sorted(_touches(todo).items()))
-    columns = [[t[k] for t in touches.values()] for k in range(5)]
+    columns = [[t[k] for t in touches.values()] for k in range(6)]
     cur = await conn.execute(_FENCE_TOUCH, [list(touches), *columns])
     passed = {r[0] for r in await cur.fetchall()}
     failed = {i: _lease_lost(item) for i, item in todo if item.fence is not None and item.thread_id not in passed}

@@ -16,6 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from bridge.errors import StoreError
+from bridge.store.base import EVENT_OVERHEAD
+from bridge.store.rows import ROW_SIZE
 
 # pg_advisory_lock(int4, int4) keys: the first says "agent-bridge", the second what for.
 LOCK_CLASS = 0x61620000  # "ab\0\0"
@@ -147,6 +149,17 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE events ADD COLUMN wire smallint;
     """,
+    # 7: what each thread's transcript holds (issue #36, [capacity] max_transcript_mb),
+    # SQLite's migration 12: kept by the append's transaction (pg_commit), existing threads
+    # measured once here by their stored rows (a TOASTed env's length is read without it).
+    f"""
+    ALTER TABLE threads ADD COLUMN transcript_bytes bigint NOT NULL DEFAULT 0;
+    ALTER TABLE threads ADD COLUMN transcript_seq bigint NOT NULL DEFAULT 0;
+    UPDATE threads t SET transcript_bytes = s.bytes, transcript_seq = s.seq
+        FROM (SELECT thread_id, sum({ROW_SIZE} + {EVENT_OVERHEAD}) AS bytes, max(seq) AS seq
+              FROM events GROUP BY thread_id) s
+        WHERE t.id = s.thread_id;
+    """,  # noqa: S608 (constants of the code)
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -65,6 +65,7 @@ from bridge.store.base import (
     StoreListeners,
     ThreadFields,
     ThreadRow,
+    transcript_size,
 )
 from bridge.store.common import CommonStore
 from bridge.store.event_rows import corrupt_rows, event_rows
@@ -369,6 +370,7 @@ class PostgresStore(PgLeases, CommonStore):
             (updated_at, last_seq, turn_active),
             None if epoch is None else (self.replica_id, epoch),
             asyncio.get_running_loop().create_future(),
+            transcript_size(records),
         )
         self._pending.append(item)
         self._idle.clear()

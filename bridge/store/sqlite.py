@@ -68,6 +68,7 @@ from bridge.store import sqlite_reads as reads
 from bridge.store import sqlite_sql as sql
 from bridge.store.base import (
     CHANGE_COLUMNS,
+    EVENT_OVERHEAD,
     TOMBSTONE_KEEP,
     TOMBSTONE_MAX_AGE_S,
     StoreListeners,
@@ -139,8 +140,8 @@ class SqliteStore(leases.SqliteLeases, SqliteAccounts, CommonStore):
         self._checkpoint: asyncio.Task[None] | None = None
         self._pending: list[_Append] = []
         self._generation = 0  # of the batches sent to the writer process (a failed one's retry: the next)
-        # thread → what its row owes: (updated_at, last_seq, turn_active)
-        self._dirty: dict[str, tuple[str | None, int | None, int | None]] = {}
+        # thread → what its row owes: (updated_at, last_seq, turn_active, transcript size)
+        self._dirty: dict[str, tuple[str | None, int | None, int | None, int]] = {}
         self._touch_timer: asyncio.TimerHandle | None = None
         self._wake: asyncio.Event | None = None
         self._writer: asyncio.Task[None] | None = None
@@ -391,7 +392,7 @@ class SqliteStore(leases.SqliteLeases, SqliteAccounts, CommonStore):
             fields["last_seq"] = last_seq  # the row is written anyway
         if self._writer is None or self._wake is None:
             raise StoreError("store is not open")
-        item = _Append(thread_id, rows, fields, None, (updated_at, last_seq, turn_active))
+        item = _Append(thread_id, rows, fields, None, (updated_at, last_seq, turn_active, 0))
         item.fence = leases.fence_of(self.replica_id, epoch)
         loop = asyncio.get_running_loop()
         if not self._pending and _loop_idle(loop):  # (no inline connection: writer = "process")
@@ -448,13 +449,22 @@ class SqliteStore(leases.SqliteLeases, SqliteAccounts, CommonStore):
                     item.done.set_exception(_refusal(failed[i]))
                 continue
             if item.touch is not None and not item.flush:
-                self.appended += sql.row_count(item.rows)
+                count = sql.row_count(item.rows)
+                self.appended += count
                 old = self._dirty.get(item.thread_id)
-                new = item.touch
+                # Its size (base.transcript_size: the text was counted for the batch's cap)
+                # is owed to transcript_bytes like its seq to last_seq.
+                size = sql.text_size(item) + EVENT_OVERHEAD * count
+                new = (*item.touch[:3], size)
                 self._dirty[item.thread_id] = (
                     new
                     if old is None
-                    else (_later(old[0], new[0]), _later(old[1], new[1]), old[2] if new[2] is None else new[2])
+                    else (
+                        _later(old[0], new[0]),
+                        _later(old[1], new[1]),
+                        old[2] if new[2] is None else new[2],
+                        old[3] + size,
+                    )
                 )
                 if self._touch_timer is None:
                     self._touch_timer = asyncio.get_running_loop().call_later(TOUCH_FLUSH_S, self._timed_touches)

@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 from bridge.errors import StoreError
 from bridge.protocols.envelope import json_name, json_ts
 from bridge.store import sqlite_leases as leases
-from bridge.store.base import CHANGE_COLUMNS, TOMBSTONE_KEEP
-from bridge.store.rows import COLUMNS_SQL, WIRE_VERSION
+from bridge.store.base import CHANGE_COLUMNS, EVENT_OVERHEAD, TOMBSTONE_KEEP
+from bridge.store.rows import COLUMNS_SQL, ROW_SIZE, WIRE_VERSION
 
 _MIGRATIONS: list[str] = [
     # 1: threads and their transcripts
@@ -186,6 +186,20 @@ _MIGRATIONS.append(
     """
 )
 
+# 12: what each thread's transcript holds ([capacity] max_transcript_mb) and the seq it counts
+# up to: owed to the row like last_seq, the events after it added at open (``_REPAIR_SIZE``);
+# existing threads measured once here. PostgreSQL's migration 7.
+_MIGRATIONS.append(
+    f"""
+    ALTER TABLE threads ADD COLUMN transcript_bytes INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE threads ADD COLUMN transcript_seq INTEGER NOT NULL DEFAULT 0;
+    UPDATE threads SET
+        transcript_bytes = (SELECT coalesce(sum({ROW_SIZE} + {EVENT_OVERHEAD}), 0) FROM events
+            WHERE thread_id = threads.id),
+        transcript_seq = (SELECT coalesce(max(seq), 0) FROM events WHERE thread_id = threads.id);
+    """  # noqa: S608 (constants of the code)
+)
+
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 # An event's data and raw, from its envelope or (rows from before migration 9) its columns.
@@ -249,10 +263,11 @@ class _Append:
     rows: Rows
     fields: dict[str, Any]  # thread columns written in the same transaction
     done: asyncio.Future[None] | None  # None: nobody waits (a timed flush)
-    # (updated_at, last_seq, turn_active): for an append, what the thread row owes once it
-    # commits; for a flush item (no rows), written with max() for the first two so an older
-    # value never wins (turn_active is only ever written by flush items, in order).
-    touch: tuple[str | None, int | None, int | None] | None = None
+    # (updated_at, last_seq, turn_active, size): for an append, what the thread row owes
+    # once it commits; for a flush item (no rows), written with max() for the first two so
+    # an older value never wins (turn_active is only ever written by flush items, in order),
+    # and ``size`` added to transcript_bytes once (``transcript_seq`` says whether it was).
+    touch: tuple[str | None, int | None, int | None, int] | None = None
     flush: bool = False
     changed: bool = False  # its commit gave the thread row a new change_seq
     fence: tuple[str, int] | None = None  # (replica_id, epoch): the lease this append needs
@@ -305,7 +320,18 @@ def _next_change(db: sqlite3.Connection) -> int:
     return int(db.execute("UPDATE change_log SET latest = latest + 1 RETURNING latest").fetchall()[0][0])
 
 
+# What a killed daemon committed but had not counted (the events after transcript_seq),
+# measured by their stored rows. No change_seq: a private column.
+_REPAIR_SIZE = (
+    f"UPDATE threads SET transcript_bytes = transcript_bytes + (SELECT coalesce(sum({ROW_SIZE} + {EVENT_OVERHEAD}), 0) "  # noqa: S608
+    "FROM events WHERE thread_id = threads.id AND seq > threads.transcript_seq), "
+    "transcript_seq = (SELECT max(seq) FROM events WHERE thread_id = threads.id) "
+    "WHERE transcript_seq < (SELECT max(seq) FROM events WHERE thread_id = threads.id)"
+)
+
+
 def _repair(db: sqlite3.Connection) -> None:
+    db.execute(_REPAIR_SIZE)
     changed: dict[str, None] = {}
     for stmt in _REPAIR:
         changed.update(dict.fromkeys(r[0] for r in db.execute(stmt).fetchall()))
@@ -319,11 +345,15 @@ def _write_item(db: sqlite3.Connection, item: _Append) -> None:
     item.changed = item.flush or not CHANGE_COLUMNS.isdisjoint(item.fields)
     if item.flush:
         assert item.touch is not None
+        updated_at, last_seq, turn_active, size = item.touch
+        # The size is added once: a flush written again (its writer died before it
+        # answered, ``commit_again``) finds transcript_seq already at its seq.
         db.execute(
             "UPDATE threads SET updated_at=max(updated_at, coalesce(?, updated_at)), "
             "last_seq=max(last_seq, coalesce(?, last_seq)), turn_active=coalesce(?, turn_active), "
-            "change_seq=? WHERE id=?",
-            (*item.touch, _next_change(db), item.thread_id),
+            "transcript_bytes=transcript_bytes + CASE WHEN transcript_seq < coalesce(?, 0) THEN ? ELSE 0 END, "
+            "transcript_seq=max(transcript_seq, coalesce(?, 0)), change_seq=? WHERE id=?",
+            (updated_at, last_seq, turn_active, last_seq, size, last_seq, _next_change(db), item.thread_id),
         )
         return
     if item.fence is not None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from bridge.errors import StoreError
+from bridge.store.base import EVENT_OVERHEAD
 from bridge.store.sqlite import SCHEMA_VERSION, SqliteStore
 
 
@@ -94,11 +95,13 @@ async def test_a_database_of_the_previous_version_is_upgraded_with_its_rows(tmp_
         assert await store.acquire_lease("thr_1", "r", 5) == 1
         row = await store.get_thread("thr_1")
         assert row is not None and row["owner"] is None  # a thread from before users: admins only
+        # migration 12 measured its transcript: the one event's data and its row (issue #36)
+        assert row["transcript_bytes"] == len("{}") + EVENT_OVERHEAD
         assert await store.list_users() == []
     finally:
         await store.close()
     db = sqlite3.connect(path)
     try:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 11
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 12
     finally:
         db.close()

@@ -215,6 +215,9 @@ class MemoryStore:
             await self.block_appends.wait()
         self.threads[thread_id].update(fields)
 
+    async def count_threads(self, owner: str | None = None) -> int:
+        return sum(1 for r in self.threads.values() if owner is None or r.get("owner") == owner)
+
     async def delete_thread(self, thread_id: str) -> bool:
         self.events.pop(thread_id, None)
         return self.threads.pop(thread_id, None) is not None
@@ -265,10 +268,6 @@ class MemoryStore:
 
     async def find_client_event(self, thread_id: str, client_id: str) -> int | None:
         return self.client_ids.get((thread_id, client_id))
-
-    async def turn_starts_before(self, thread_id: str, before: int, limit: int) -> list[int]:
-        starts = [r.seq for r in self.events.get(thread_id, []) if r.seq < before and r.kind == "turn.started"]
-        return starts[::-1][:limit]
 
     # browser sessions
     async def load_sessions(self, now: float) -> list[tuple[str, float, str | None]]:

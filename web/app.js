@@ -14,6 +14,8 @@ import { ThreadList } from "./threads.js";
 import { TranscriptView, pretty } from "./transcript.js";
 
 const DIAG_LIMIT = 500;
+// A prompt refused for want of memory (503 memory_budget) is sent again for up to this long.
+const MEMORY_WAIT_MS = 10 * 60 * 1000;
 // The side panel (tasks, diagnostics, secrets) opens by itself when the thread has tasks,
 // where it has room to sit beside the conversation; elsewhere it waits for its button.
 const SIDE_ROOM = "(min-width: 901px)";
@@ -548,11 +550,22 @@ class App {
     };
     // client_id makes the send idempotent: after a network error, the same request is
     // sent again and the daemon answers with the original seq (docs/api.md §4.6).
+    const waitUntil = Date.now() + MEMORY_WAIT_MS;
     for (let attempt = 0; attempt < 4; attempt++) {
       try {
         await api("POST", `/v1/threads/${encodeURIComponent(cur.id)}/messages`, body);
+        if (this.current === cur) $("#send-error").textContent = "";
         return;
       } catch (err) {
+        if (err instanceof ApiError && err.code === "memory_budget" && Date.now() < waitUntil) {
+          // The host's agents fill the memory budget and none is idle: nothing was recorded,
+          // so the same prompt (same client_id) is sent again when the daemon says.
+          const wait = err.retryAfter || 5;
+          if (this.current === cur) $("#send-error").textContent = `Waiting for memory: ${err.message} Trying again in ${wait} s…`;
+          await new Promise((res) => setTimeout(res, wait * 1000));
+          attempt--; // waiting for room is no failure to reach the daemon
+          continue;
+        }
         if (err instanceof ApiError) {
           const why = err.code === "unsupported_content" ? `this agent cannot take these attachments — ${err.message}` : err.message;
           $("#send-error").textContent = `Not sent: ${why}`;

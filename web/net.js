@@ -1,10 +1,11 @@
 // Reaching the daemon: the JSON API, the /healthz probe, and a backoff for reconnecting.
 
 export class ApiError extends Error {
-  constructor(status, code, message) {
+  constructor(status, code, message, retryAfter = null) {
     super(message || code || `HTTP ${status}`);
     this.status = status;
     this.code = code;
+    this.retryAfter = retryAfter; // seconds, from a Retry-After header (503 memory_budget)
   }
 }
 
@@ -31,7 +32,7 @@ export async function api(method, path, body, headers = {}) {
   if (!r.ok) {
     const err = data && data.error ? data.error : {};
     if (r.status === 401 && path !== "/v1/session") onUnauthorized();
-    throw new ApiError(r.status, err.code, err.message);
+    throw new ApiError(r.status, err.code, err.message, Number(r.headers.get("Retry-After")) || null);
   }
   return data;
 }

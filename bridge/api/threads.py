@@ -28,6 +28,8 @@ from bridge.sessions.registry import Registry
 MAX_PAGE = 1000
 MAX_WAIT_S = 60.0
 MAX_SEQ = 2**53  # seqs are SQLite integers; anything larger is not a seq
+MAX_HISTORY = 1000  # history items per page, and the page without a limit (docs/api.md §4.16)
+HISTORY_CHUNK = 100  # a history page's items encoded at a time
 A = TypeVar("A")  # a command's answer
 
 
@@ -232,11 +234,31 @@ async def list_tasks(thread_id: str, request: Request) -> dict[str, Any]:
 
 
 @router.get("/threads/{thread_id}/history")
-async def history(thread_id: str, request: Request) -> Response:
-    """The compacted history (docs/api.md §4.16): messages merged, tools joined."""
+async def history(
+    thread_id: str,
+    request: Request,
+    limit: int = Query(MAX_HISTORY, ge=1, le=MAX_HISTORY),
+    before: int | None = Query(None, ge=1, le=MAX_SEQ),
+) -> Response:
+    """The compacted history (docs/api.md §4.16): messages merged, tools joined; a page of
+    it from its end, ``before`` a seq toward older items."""
     conv = await _conv(request, thread_id)
-    items, last_seq = await conv.journal.history()
-    return Response(dumps({"items": items, "last_seq": last_seq}), media_type="application/json")
+    page = await conv.journal.history_page(before, limit)
+    tail = dumps({"last_seq": page.last_seq, "more": page.more, "before": page.before})
+    if len(page.items) <= HISTORY_CHUNK:
+        body = f'{{"items":{dumps(page.items)},{tail[1:]}'
+        return Response(body, media_type="application/json")
+    return StreamingResponse(_history_body(page.items, tail), media_type="application/json")
+
+
+async def _history_body(items: list[dict[str, Any]], tail: str) -> AsyncIterator[bytes]:
+    """A large page encoded a chunk of items at a time, the event loop free between them."""
+    yield b'{"items":['
+    for i in range(0, len(items), HISTORY_CHUNK):
+        chunk = ",".join(map(dumps, items[i : i + HISTORY_CHUNK]))
+        yield (chunk if i == 0 else "," + chunk).encode()
+        await asyncio.sleep(0)
+    yield f"],{tail[1:]}".encode()
 
 
 @router.get("/threads/{thread_id}/events")

@@ -13,6 +13,13 @@ not as it streamed. PURE: records in, items out; no I/O.
 Each item carries ``from`` and ``to``: the seqs of the first and last records it covers,
 so a client shows the items and continues live from the history's ``last_seq``.
 
+Paging (issue #36): an item never spans a turn start. At each ``turn.started`` the
+compaction forgets the tool calls, permissions, plan and streams of the turns before (an
+update to an earlier turn's tool call that arrives after the next turn started is an item
+of its own), so the items from a turn start on are the same whether the compaction began
+at the thread's first event or at that turn start. A page of the history is therefore
+built from the last turns only (sessions/history_read.py): each compacted on its own.
+
 A loaded conversation keeps its compaction up to date as it commits (:func:`committed`):
 for a thread it created, from its first event, and for one it loaded, from the first
 history read on. A commit that does not follow on from what the compaction has seen (it
@@ -163,6 +170,13 @@ class Compactor:
             return
         self._plan = self._item(rec, type="plan", entries=data.get("entries"))
 
+    def _turn_started(self, _rec: Record, _data: dict[str, Any]) -> None:
+        # A page boundary (see the module's doc): nothing before it is joined with after.
+        self._close_open()
+        self._tools.clear()
+        self._perms.clear()
+        self._plan = None
+
     def _turn_ended(self, rec: Record, data: dict[str, Any]) -> None:
         self._close_open()
         self._plan = None
@@ -171,15 +185,31 @@ class Compactor:
             if data.get(key) is not None:
                 item[key] = data[key]
 
-    def snapshot(self) -> list[Item]:
+    def snapshot(self, start: int = 0, stop: int | None = None) -> list[Item]:
         """The items as they stand (a message still streaming has its text so far): copies,
-        so that later records, fed while the answer is written, do not change them."""
+        so that later records, fed while the answer is written, do not change them.
+        ``start``/``stop``: a slice of them (only those are copied)."""
         return [
             {**{k: v for k, v in item.items() if k != "_parts"}, "text": "".join(item["_parts"])}
             if "_parts" in item
             else dict(item)
-            for item in self.items
+            for item in self.items[start:stop]
         ]
+
+
+def older_than(items: list[Item], before: int | None) -> int:
+    """How many of ``items`` (in ``from`` order, as a compaction makes them) begin before
+    seq ``before`` (all of them when None)."""
+    if before is None:
+        return len(items)
+    lo, hi = 0, len(items)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if items[mid]["from"] < before:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 def committed(comp: Compactor, records: list[Record], keep_items: int) -> Compactor | None:
@@ -201,5 +231,6 @@ _HANDLERS = {
     "permission.requested": Compactor._permission,
     "permission.resolved": Compactor._resolved,
     "plan": Compactor._plan_update,
+    "turn.started": Compactor._turn_started,
     "turn.ended": Compactor._turn_ended,
 }

@@ -45,7 +45,8 @@ from bridge.protocols.envelope import Frames, Page
 from bridge.protocols.events import Event, Record
 from bridge.sessions.announce import Announcer
 from bridge.sessions.fanout import Fanout
-from bridge.sessions.history import Compactor, Item, committed
+from bridge.sessions.history import Compactor, committed
+from bridge.sessions.history_read import HistoryPage, cached_page, read_page
 from bridge.sessions.latency import Latency
 from bridge.store.base import Store, ThreadRow, apply_fields, transcript_size
 
@@ -59,8 +60,7 @@ PIPELINE_DEPTH = 3
 # seq is read again and the append numbered after it, at most this many times in a row.
 SEQ_RETAKES = 3
 FOLLOW_PAGE = 1000  # records read a page at a time (another replica's, a retake's search)
-HISTORY_PAGE = 5000
-HISTORY_KEEP_ITEMS = 20_000  # a compacted history larger than this is rebuilt per request
+HISTORY_KEEP_ITEMS = 20_000  # a compacted history larger than this is not kept (paged from the store)
 
 Fields = dict[str, Any]
 Spawn = Callable[[Coroutine[Any, Any, None], str], None]
@@ -187,10 +187,9 @@ class Journal:
         self._failure: BaseException | None = None  # the first failure in flight, for the reader
         self.lock = Ordered(self)
         self._appended = asyncio.Event()  # replaced on every commit; wakes long-polls
-        # The compacted history so far, kept up to date at commit: from the start for a new
-        # thread, from the first history read for a loaded one.
+        # The compacted history so far, kept up to date at commit from the start of a thread
+        # created here (a loaded one's history is paged from the store).
         self._history: Compactor | None = Compactor() if self._last == 0 else None
-        self._history_lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ state
 
@@ -497,18 +496,16 @@ class Journal:
         """The same page as the frames a client is sent, joined from the stored rows."""
         return await self.store.read_frames(self.id, after, limit, raw=raw)
 
-    async def history(self) -> tuple[list[Item], int]:
-        """The compacted history (sessions/history.py) and the last seq it covers: what was
-        compacted before is kept, only newer records are read."""
-        async with self._history_lock:
-            comp = self._history or Compactor()
-            while True:
-                page = await self.store.read_events(self.id, comp.last_seq, HISTORY_PAGE, with_raw=False)
-                comp.feed(page)
-                if not page.more:
-                    break
-            self._history = comp if len(comp.items) <= HISTORY_KEEP_ITEMS else None
-            return comp.snapshot(), comp.last_seq
+    async def history_page(self, before: int | None, limit: int) -> HistoryPage:
+        """A page of the compacted history (sessions/history_read.py): from the compaction
+        kept at commit when it has seen every committed event, else read from the store's
+        last turns. A read never builds a whole thread's compaction: a thread loaded from
+        the store is paged from it."""
+        comp = self._history
+        if comp is not None and comp.last_seq == self._last:
+            return cached_page(comp, before, limit)
+        self._history = None  # behind (another replica appended): paged from the store now
+        return await read_page(self.store, self.id, before, limit)
 
     # ------------------------------------------------------------------ tasks
 

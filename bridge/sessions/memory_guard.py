@@ -114,6 +114,8 @@ class MemoryGuard:
             self._admitted[conv.id] = time.monotonic()
 
     async def _evict(self, conv: Conversation, for_thread: str) -> None:
+        if conv.busy or conv.pending_permissions():
+            return  # a prompt reached it since the plan: its turn is never cut for another's start
         self.evicted += 1
         log.info("agent.memory_evicted", thread_id=conv.id, for_thread=for_thread)
         text = (

@@ -212,11 +212,17 @@ def refusal(body: Mapping[str, Any]) -> BridgeError:
     )
     if isinstance(status, int) and not isinstance(status, bool) and 400 <= status <= 599:
         err.status = status
+    retry = body.get("retry_after_s")  # a 503 memory_budget's Retry-After, across replicas
+    if isinstance(retry, int) and not isinstance(retry, bool) and 1 <= retry <= 3600:
+        err.retry_after_s = retry
     return err
 
 
 def refused(exc: BridgeError) -> CommandRefused:
-    return CommandRefused({"code": exc.code, "message": exc.message, "status": exc.status})
+    body: dict[str, Any] = {"code": exc.code, "message": exc.message, "status": exc.status}
+    if exc.retry_after_s is not None:
+        body["retry_after_s"] = exc.retry_after_s
+    return CommandRefused(body)
 
 
 async def serve(port: ThreadPort, kind: str, body: Mapping[str, Any]) -> Mapping[str, Any]:

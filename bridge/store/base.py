@@ -145,6 +145,11 @@ class TranscriptStore(Protocol):
 
     async def find_client_event(self, thread_id: str, client_id: str) -> int | None: ...
 
+    async def turn_starts_before(self, thread_id: str, before: int, limit: int) -> list[int]:
+        """The seqs of the newest ``turn.started`` events before ``before``, newest first,
+        at most ``limit``."""
+        ...
+
 
 class SessionStore(Protocol):
     async def load_sessions(self, now: float) -> list[tuple[str, float, str | None]]:

@@ -119,6 +119,9 @@ class CommonStore:
         found = await self._fetch(rows.FIND_CLIENT_EVENT, (thread_id, client_id))
         return int(found[0][0]) if found else None
 
+    async def turn_starts_before(self, thread_id: str, before: int, limit: int) -> list[int]:
+        return [int(r[0]) for r in await self._fetch(rows.TURN_STARTS_BEFORE, (thread_id, before, limit))]
+
     # ------------------------------------------------------------------ users and secrets
 
     async def user_by_token(self, token_hash: str) -> tuple[UserRow, str] | None:

@@ -153,6 +153,11 @@ def list_page(rows: list[ThreadRow], limit: int) -> tuple[list[ThreadRow], str |
 
 GET_THREAD = f"SELECT {COLUMNS_SQL} FROM threads WHERE id = ?"  # noqa: S608
 FIND_CLIENT_EVENT = "SELECT seq FROM events WHERE thread_id = ? AND client_id = ?"
+# The newest turn starts before a seq (the compacted history pages at turn starts,
+# bridge/sessions/history.py): walks the primary key backwards and stops at the last asked.
+TURN_STARTS_BEFORE = (
+    "SELECT seq FROM events WHERE thread_id = ? AND seq < ? AND kind = 'turn.started' ORDER BY seq DESC LIMIT ?"
+)
 _USER_COLS = "name, admin, created_at, revoked_at"
 USER_BY_TOKEN = f"SELECT {_USER_COLS}, token_hash FROM users WHERE token_hash = ? AND revoked_at IS NULL"  # noqa: S608
 GET_USER = f"SELECT {_USER_COLS} FROM users WHERE name = ?"  # noqa: S608

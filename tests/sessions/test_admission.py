@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from bridge.errors import Capacity
 from bridge.process.memory import budget_mb, cgroup_limit_mb, own_cgroup, tree_rss
 from bridge.sessions.admission import DEFAULT_ESTIMATE_MB, Estimates, Running, plan, user_share_mb
+from bridge.sessions.remote import refusal, refused
 
 
 def agent(key: str, mb: float, *, idle: bool = True, at: float = 0.0, user: str | None = None) -> Running:
@@ -126,3 +128,10 @@ def test_a_number_is_taken_as_it_is_and_0_is_off(tmp_path: Path) -> None:
 def test_tree_rss_reads_live_processes_and_ignores_gone_ones() -> None:
     assert tree_rss([os.getpid()]) > 1024 * 1024
     assert tree_rss([2**22 + 12345]) == 0  # above the kernel's pid_max: never a process
+
+
+def test_a_refusal_from_the_replica_running_the_thread_keeps_its_retry_after() -> None:
+    exc = Capacity("no room", code="memory_budget", retry_after_s=5)
+    err = refusal(refused(exc).body)
+    assert (err.code, err.status, err.retry_after_s) == ("memory_budget", 503, 5)
+    assert refusal({"code": "busy", "status": 429, "retry_after_s": True}).retry_after_s is None

@@ -156,7 +156,8 @@ async def test_the_history_is_kept_at_commit(store: SqliteStore) -> None:
     journal = await journal_of(store)
     await journal.emit([Event("client", "message", {"role": "user", "text": "hi", "turn_id": "t1"})])
     await journal.emit(deltas(2))
-    items, last = await journal.history()
+    page = await journal.history_page(None, 1000)
+    items, last = page.items, page.last_seq
     assert last == 3 and [(i["type"], i["text"]) for i in items] == [("message", "hi"), ("message", "d0d1")]
 
 

@@ -269,6 +269,10 @@ class MemoryStore:
     async def find_client_event(self, thread_id: str, client_id: str) -> int | None:
         return self.client_ids.get((thread_id, client_id))
 
+    async def turn_starts_before(self, thread_id: str, before: int, limit: int) -> list[int]:
+        starts = [r.seq for r in self.events.get(thread_id, []) if r.seq < before and r.kind == "turn.started"]
+        return starts[::-1][:limit]
+
     # browser sessions
     async def load_sessions(self, now: float) -> list[tuple[str, float, str | None]]:
         return [(k, v, self.session_users.get(k)) for k, v in self.sessions.items() if v > now]

@@ -4,6 +4,7 @@ import { Attachments, BODY_SLACK, MAX_BODY_BYTES } from "./attachments.js";
 import { $, THREAD_STATES, el, sizeText, threadState } from "./dom.js";
 import { ApiError, api, setUnauthorizedHandler } from "./net.js";
 import { ThreadStream } from "./stream.js";
+import { OlderPages, fetchPage, historyFrom, pageEvents } from "./history.js";
 import { SlashMenu, advertised } from "./commands.js";
 import { NewThreadDialog } from "./newthread.js";
 import { Notifier } from "./notify.js";
@@ -376,6 +377,19 @@ class App {
       onGone: (why) => this.current === cur && this.threadGone(why),
       onUnauthorized: () => this.current === cur && this.showLogin("Your session ended; sign in again."),
     });
+    // A long thread opens from its history's newest page (web/history.js), then goes on live.
+    if ((thread.last_seq || 0) > historyFrom()) {
+      try {
+        const page = await fetchPage(id);
+        if (this.current !== cur) return false;
+        this.onEvents(cur, pageEvents(page));
+        if (thread.turn_active) this.onEvents(cur, [{ seq: page.last_seq, kind: "turn.started", source: "bridge", data: {} }]);
+        cur.stream.lastSeq = page.last_seq;
+        if (page.more) new OlderPages(id, view, page.before, () => this.current === cur);
+      } catch {
+        /* replayed from its first event instead */
+      }
+    }
     cur.stream.start();
     return true;
   }

@@ -156,3 +156,9 @@ async def test_a_flooding_agent_is_stopped_at_the_transcript_cap_and_the_thread_
         assert (await all_events(http, tid))[-1]["seq"] == events[-1]["seq"]  # nothing written
         page = (await http.get("/metrics")).text
         assert metric(page, "agent_bridge_transcript_full_stops_total") == 1
+    # The count is the store's: a restarted daemon refuses the same way.
+    await d.stop()
+    await d.start()
+    async with d.http() as http:
+        r = await http.post(f"/v1/threads/{tid}/messages", json={"text": "after a restart"})
+        assert r.status_code == 409 and r.json()["error"]["code"] == "transcript_full", r.text

@@ -104,3 +104,39 @@ async def test_a_flush_sent_again_counts_once(tmp_path: object) -> None:
         assert tuple(got) == (1234, 7)
     finally:
         db.close()
+
+
+async def test_a_postgresql_database_of_the_previous_version_is_measured_by_migration_7(pg_url: str) -> None:
+    """Migration 7 on rows an older daemon wrote: each thread gets its stored rows' size."""
+    import psycopg
+
+    from bridge.store import pg_schema, urls
+    from bridge.store.postgres import PostgresStore
+
+    async with asyncio.timeout(30):
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+            assert await pg_schema.migrate(conn, pg_schema.MIGRATIONS[:6]) == [1, 2, 3, 4, 5, 6]
+            await conn.execute(
+                "INSERT INTO threads (id, agent, protocol, cwd, state, created_at, updated_at, change_seq) "
+                "VALUES ('thr_1', 'a', 'stream-json', '/tmp', 'idle', 't', 't', 1), "
+                "('thr_2', 'a', 'stream-json', '/tmp', 'idle', 't', 't', 2)"
+            )
+            await conn.execute(
+                "INSERT INTO events (thread_id, seq, ts, source, kind, data, raw) VALUES "
+                "('thr_1', 1, 't', 'client', 'message', '{}', NULL), "
+                "('thr_1', 2, 't', 'agent', 'x', '{\"a\":1}', 'raw')"
+            )
+        store = PostgresStore(urls.parse(pg_url))
+        await store.open()  # applies migration 7
+        try:
+            one, two = await store.get_thread("thr_1"), await store.get_thread("thr_2")
+            assert one is not None and two is not None
+            assert one["transcript_bytes"] == len("{}") + len('{"a":1}') + len("raw") + 2 * EVENT_OVERHEAD
+            assert two["transcript_bytes"] == 0
+            # and the appends carry on from there
+            await store.append("thr_1", records(3, 2, TS), [None] * 2, {"updated_at": TS})
+            again = await store.get_thread("thr_1")
+            assert again is not None
+            assert again["transcript_bytes"] == one["transcript_bytes"] + transcript_size(records(3, 2, TS))
+        finally:
+            await store.close()

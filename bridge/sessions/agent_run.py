@@ -127,7 +127,7 @@ class AgentRun:
                     else:
                         await journal.drain_reader()
                         await shell.perform(actions)
-                if journal.full:  # checked once a read is numbered: no read after the cap is
+                if journal.full:  # once a read is numbered: none is taken after the one that crossed it
                     await self._stop_full()
                     return
             async with lock:

@@ -24,7 +24,7 @@ from bridge.sessions.history import Compactor, Item, older_than
 from bridge.store.base import Store
 
 MAX_SEQ = 2**53
-READ_PAGE = 250  # records per store read: the compaction between two reads is this much (a few ms)
+READ_PAGE = 100  # records per store read: the compaction between two reads is this much (~1 ms)
 PAGE_EVENTS = 20_000  # older turns are added to a page only while it has read fewer events…
 PAGE_BYTES = 8 * 1024 * 1024  # …and fewer bytes of event data than these
 FIRST_TURNS, MOST_TURNS = 8, 256  # turn starts looked up at once: 8, then twice as many each time

@@ -15,15 +15,12 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-import httpx
-
 from bench import run
-from bench.writer_ab import ROWS, echo, flood
+from bench.writer_ab import Samples, alternate, report
 
 SIDES = ("base", "this")
 
@@ -39,44 +36,10 @@ async def start_in(bridge: run.Bridge, tree: Path) -> None:
         run.ROOT = saved
 
 
-async def measure(
-    base: Path, runs: int, lines: int, turns: int, workdir: Path
-) -> dict[str, dict[str, list[list[float]]]]:
+async def measure(base: Path, runs: int, lines: int, turns: int, workdir: Path) -> Samples:
     trees = {"base": base, "this": run.ROOT}
     bridges = {s: run.Bridge(workdir / s, env={"PYTHONPATH": str(trees[s])}) for s in SIDES}
-    samples: dict[str, dict[str, list[list[float]]]] = {s: {k: [] for k, _ in ROWS} for s in SIDES}
-    https: dict[str, httpx.AsyncClient] = {}
-    try:
-        for s, b in bridges.items():
-            await start_in(b, trees[s])
-            https[s] = b.http()
-        tids = {
-            s: {k: await b.new_thread(https[s], "flood" if k.startswith("flood") else "echo") for k, _ in ROWS}
-            for s, b in bridges.items()
-        }
-        for r in range(runs):
-            for s in SIDES if r % 2 == 0 else SIDES[::-1]:
-                b, h, t, out = bridges[s], https[s], tids[s], samples[s]
-                out["flood_raw"].append(await flood(b, h, t["flood_raw"], "raw", lines))
-                out["flood_events"].append(await flood(b, h, t["flood_events"], "events", lines))
-                out["echo_raw"].append(await echo(b, h, t["echo_raw"], "raw", turns))
-                out["echo_events"].append(await echo(b, h, t["echo_events"], "events", turns))
-    finally:
-        for h in https.values():
-            await h.aclose()
-        for b in bridges.values():
-            await b.stop()
-    return samples
-
-
-def report(samples: dict[str, dict[str, list[list[float]]]]) -> str:
-    out = []
-    for key, labels in ROWS:
-        for s in SIDES:
-            rows = samples[s][key]
-            med = [statistics.median(v[i] for v in rows) for i in range(len(labels))] if rows else []
-            out.append(f"{key:13s} {s:5s} " + "  ".join(f"{lab}={x:,.2f}" for lab, x in zip(labels, med, strict=True)))
-    return "\n".join(out)
+    return await alternate(bridges, runs, lines, turns, start=lambda side, b: start_in(b, trees[side]))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

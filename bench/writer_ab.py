@@ -18,7 +18,7 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import httpx
@@ -80,21 +80,36 @@ ROWS = (
 )
 
 
-async def measure(runs: int, lines: int, turns: int, workdir: Path) -> dict[str, dict[str, list[list[float]]]]:
-    bridges = {m: Bridge(workdir / m, env={"AGENT_BRIDGE_STORE_WRITER": m}) for m in MODES}
-    samples: dict[str, dict[str, list[list[float]]]] = {m: {k: [] for k, _ in ROWS} for m in MODES}
+Samples = dict[str, dict[str, list[list[float]]]]  # side → row → one list of figures per run
+
+
+async def _start(_side: str, bridge: Bridge) -> None:
+    await bridge.start()
+
+
+async def alternate(
+    bridges: dict[str, Bridge],
+    runs: int,
+    lines: int,
+    turns: int,
+    start: Callable[[str, Bridge], Awaitable[None]] = _start,
+) -> Samples:
+    """Every row on every side (``start`` starts a side's daemon), the sides' order
+    alternating run by run so that neither always goes first on a warmer machine."""
+    sides = list(bridges)
+    samples: Samples = {s: {k: [] for k, _ in ROWS} for s in sides}
     https: dict[str, httpx.AsyncClient] = {}
     try:
-        for m, b in bridges.items():
-            await b.start()
-            https[m] = b.http()
+        for s, b in bridges.items():
+            await start(s, b)
+            https[s] = b.http()
         tids = {
-            m: {k: await b.new_thread(https[m], "flood" if k.startswith("flood") else "echo") for k, _ in ROWS}
-            for m, b in bridges.items()
+            s: {k: await b.new_thread(https[s], "flood" if k.startswith("flood") else "echo") for k, _ in ROWS}
+            for s, b in bridges.items()
         }
         for r in range(runs):
-            for m in MODES if r % 2 == 0 else MODES[::-1]:
-                b, h, t, out = bridges[m], https[m], tids[m], samples[m]
+            for s in sides if r % 2 == 0 else sides[::-1]:
+                b, h, t, out = bridges[s], https[s], tids[s], samples[s]
                 out["flood_raw"].append(await flood(b, h, t["flood_raw"], "raw", lines))
                 out["flood_events"].append(await flood(b, h, t["flood_events"], "events", lines))
                 out["echo_raw"].append(await echo(b, h, t["echo_raw"], "raw", turns))
@@ -107,13 +122,21 @@ async def measure(runs: int, lines: int, turns: int, workdir: Path) -> dict[str,
     return samples
 
 
-def report(samples: dict[str, dict[str, list[list[float]]]]) -> str:
+async def measure(runs: int, lines: int, turns: int, workdir: Path) -> Samples:
+    bridges = {m: Bridge(workdir / m, env={"AGENT_BRIDGE_STORE_WRITER": m}) for m in MODES}
+    return await alternate(bridges, runs, lines, turns)
+
+
+def report(samples: Samples) -> str:
+    """Each row's medians, a line per side."""
     out = []
+    width = max(len(s) for s in samples)
     for key, labels in ROWS:
-        for m in MODES:
-            rows = samples[m][key]
+        for side, rows_of in samples.items():
+            rows = rows_of[key]
             med = [statistics.median(v[i] for v in rows) for i in range(len(labels))] if rows else []
-            out.append(f"{key:13s} {m:8s} " + "  ".join(f"{lab}={x:,.2f}" for lab, x in zip(labels, med, strict=True)))
+            figures = "  ".join(f"{lab}={x:,.2f}" for lab, x in zip(labels, med, strict=True))
+            out.append(f"{key:13s} {side:{width}s} {figures}")
     return "\n".join(out)
 
 

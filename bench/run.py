@@ -411,6 +411,7 @@ class Bench:
         raw and events mode; and raw mode with ``coalesce=1`` (stream_event lines)."""
         n, size = self.p.lines, self.p.line_bytes
         threads = {name: await self.bridge.new_thread(http, "flood") for name in ("raw", "events", "coalesce")}
+        cpu_line: list[float] = []  # the last flood's relay CPU per line, µs (timed_flood)
 
         def pipe_run(prompt: str) -> float:
             agent = PipeAgent(FLOOD)
@@ -424,15 +425,19 @@ class Bench:
             assert lines == n + 2, lines
             return n / dt
 
-        async def timed_flood(ws: WSClient, warm_up: str, flood: str, mark: bytes) -> tuple[int, float]:
+        async def timed_flood(ws: WSClient, warm_up: str, flood: str, mark: bytes, pid: int) -> tuple[int, float]:
             """A warm-up turn (it starts the agent), then the flood: lines up to ``mark``
-            (a coalesced frame holds several) and the seconds from sending it."""
+            (a coalesced frame holds several) and the seconds from sending it. The relay's
+            own CPU over the flood (process ``pid``, its agent left out: cpu_s counts the
+            process itself, and the bridge's store writer) goes in ``cpu_line``."""
             await ws.send_text(warm_up)
             await until(ws, mark)
+            c0 = cpu_s(pid)
             t0 = time.perf_counter()
             await ws.send_text(flood)
             lines = await until_lines(ws, mark)
             dt = time.perf_counter() - t0
+            cpu_line.append((cpu_s(pid) - c0) / n * 1e6)
             await ws.close()
             return lines, dt
 
@@ -445,16 +450,20 @@ class Bench:
 
             async def websocketd() -> None:
                 ws = await self.wsd_flood.ws()
-                lines, dt = await timed_flood(ws, user_line("flood 1"), user_line(prompt), RESULT_MARK)
+                lines, dt = await timed_flood(
+                    ws, user_line("flood 1"), user_line(prompt), RESULT_MARK, self.wsd_flood.pid
+                )
                 assert lines == n + 2, lines
                 self.add("tput_raw" + suffix, "websocketd", n / dt)
+                self.add("cpu_line_raw" + suffix, "websocketd", cpu_line.pop())
 
             async def bridge_raw(metric: str = "tput_raw" + suffix, thread: str = "raw", q: str = "") -> None:
                 tid = threads[thread]
                 ws = await self.bridge.ws(tid, mode="raw", after=await self.bridge.last_seq(http, tid), query=q)
-                lines, dt = await timed_flood(ws, user_line("flood 1"), user_line(prompt), RESULT_MARK)
+                lines, dt = await timed_flood(ws, user_line("flood 1"), user_line(prompt), RESULT_MARK, self.bridge.pid)
                 assert lines == n + 2, lines
                 self.add(metric, "bridge", n / dt)
+                self.add(metric.replace("tput_", "cpu_line_"), "bridge", cpu_line.pop())
 
             async def bridge_events() -> None:
                 tid = threads["events"]
@@ -464,9 +473,11 @@ class Bench:
                     json.dumps({"op": "prompt", "text": "flood 1"}),
                     json.dumps({"op": "prompt", "text": prompt}),
                     TURN_END_MARK,
+                    self.bridge.pid,
                 )
                 assert lines >= n, lines
                 self.add("tput_events" + suffix, "bridge", n / dt)
+                self.add("cpu_line_events" + suffix, "bridge", cpu_line.pop())
 
             jobs = {"pipe": pipe, "websocketd": websocketd, "bridge": bridge_raw, "bridge_events": bridge_events}
             if shape == "stream_event":
@@ -480,6 +491,9 @@ class Bench:
             ("tput_events", "tput_raw"),
             ("tput_events_asst", "tput_raw_asst"),
             ("tput_raw_coalesce", "tput_raw"),
+            ("cpu_line_events", "cpu_line_raw"),
+            ("cpu_line_events_asst", "cpu_line_raw_asst"),
+            ("cpu_line_raw_coalesce", "cpu_line_raw"),
         ):
             for peer in ("websocketd", "pipe"):
                 if peer in self.samples.get(of, {}):
@@ -762,6 +776,11 @@ ROWS: list[tuple[str, str, str, bool, tuple[str, float] | None]] = [
     ("tput_raw_asst", "1b. throughput, raw mode, assistant lines", "lines/s", True, ("ws", 1.0)),
     ("tput_events_asst", "2b. throughput, events mode + transcript, assistant lines", "lines/s", True, ("ws", 0.7)),
     ("tput_raw_coalesce", "1c. throughput, raw mode, coalesce=1 (websocketd: no coalescing)", "lines/s", True, None),
+    ("cpu_line_raw", "1. daemon CPU per streamed line, raw mode", "µs", False, ("ws", 3.0)),
+    ("cpu_line_events", "2. daemon CPU per streamed line, events mode + transcript", "µs", False, None),
+    ("cpu_line_raw_asst", "1b. daemon CPU per streamed line, raw mode, assistant lines", "µs", False, None),
+    ("cpu_line_events_asst", "2b. daemon CPU per streamed line, events + transcript, assistant", "µs", False, None),
+    ("cpu_line_raw_coalesce", "1c. daemon CPU per streamed line, raw mode, coalesce=1", "µs", False, None),
     ("lat_raw_p50", "3. round trip p50, raw mode", "ms", False, ("ws", 1.5)),
     ("lat_raw_p99", "3. round trip p99, raw mode", "ms", False, ("ws", 2.0)),
     ("lat_events_p50", "3. round trip p50, events mode", "ms", False, ("ws", 1.5)),

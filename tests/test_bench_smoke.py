@@ -28,8 +28,16 @@ def needs_websocketd() -> None:
 
 
 PEERLESS = {"replay"}
-CPU_ROWS = {"conc_cpu_1k_events", "conc_cpu_1k_turns"}  # websocketd has no transcript to replay
+CPU_LINE_ROWS = {
+    "cpu_line_raw",
+    "cpu_line_events",
+    "cpu_line_raw_asst",
+    "cpu_line_events_asst",
+    "cpu_line_raw_coalesce",
+}
+CPU_ROWS = {"conc_cpu_1k_events", "conc_cpu_1k_turns", *CPU_LINE_ROWS}  # websocketd has no transcript to replay
 NO_PIPE = {
+    *CPU_LINE_ROWS,  # the pipe relay is this process: its CPU would include the client's
     "conc_turns_s",
     "conc_events_s",
     "conc_p99",

@@ -12,15 +12,11 @@ Options: ``--runs`` (5), ``--lines`` (50000), ``--turns`` (500), ``--json FILE``
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from bench import run
-from bench.writer_ab import Samples, alternate, report
+from bench.writer_ab import Samples, alternate, run_and_report
 
 SIDES = ("base", "this")
 
@@ -50,15 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--turns", type=int, default=500)
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args(argv)
-    start = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="code-ab-") as tmp:
-        samples = asyncio.run(measure(args.base.resolve(), args.runs, args.lines, args.turns, Path(tmp)))
-    end = os.getloadavg()
-    print(f"medians of {args.runs} runs; load average {start[0]:.2f} at the start, {end[0]:.2f} at the end")
-    print(report(samples))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"load": [start, end], "samples": samples}, indent=1))
-    return 0
+    base = args.base.resolve()
+    return run_and_report(
+        args.runs, "code-ab-", lambda tmp: measure(base, args.runs, args.lines, args.turns, tmp), args.json
+    )
 
 
 if __name__ == "__main__":

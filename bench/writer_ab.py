@@ -18,8 +18,9 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -147,14 +148,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--turns", type=int, default=1000)
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args(argv)
+    return run_and_report(
+        args.runs, "writer-ab-", lambda tmp: measure(args.runs, args.lines, args.turns, tmp), args.json
+    )
+
+
+def run_and_report(
+    runs: int, prefix: str, measure_in: Callable[[Path], Coroutine[Any, Any, Samples]], json_file: str | None
+) -> int:
+    """Measure in a temporary work dir, print the medians with the load average around
+    them, and write every sample to ``json_file`` when one is given."""
     start = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="writer-ab-") as tmp:
-        samples = asyncio.run(measure(args.runs, args.lines, args.turns, Path(tmp)))
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        samples = asyncio.run(measure_in(Path(tmp)))
     end = os.getloadavg()
-    print(f"medians of {args.runs} runs; load average {start[0]:.2f} at the start, {end[0]:.2f} at the end")
+    print(f"medians of {runs} runs; load average {start[0]:.2f} at the start, {end[0]:.2f} at the end")
     print(report(samples))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"load": [start, end], "samples": samples}, indent=1))
+    if json_file:
+        Path(json_file).write_text(json.dumps({"load": [start, end], "samples": samples}, indent=1))
     return 0
 
 

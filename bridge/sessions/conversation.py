@@ -121,6 +121,9 @@ class Conversation:
         self.last_activity = time.monotonic()
         self.last_watched = self.last_activity  # a long-poll's last wait (it is no activity)
         self.deleted = False
+        # The daemon drains (SIGTERM): no prompt is recorded from now on, even one that passed
+        # the port's check just before the signal (sessions/local_port.py, under the lock).
+        self.retiring = False
         self.routes = Routes()  # where the agent's routed answers go (a mode switch, raw mode)
         # How its agent is started (bridge/launching.py): the registry's, checked at creation;
         # made at the first start of a thread loaded from the store.

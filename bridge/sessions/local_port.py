@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
-from bridge.errors import Conflict, InvalidRequest, NotFound, StoreError
+from bridge.errors import Conflict, Draining, InvalidRequest, NotFound, StoreError
 from bridge.protocols.codecs import may_have_modes, stored_content_refusal
 from bridge.sessions.actions import Accepted
 from bridge.sessions.commands import AnswerPermission, Command, Interrupt, Prompt, Raw, SetMode
@@ -71,6 +71,8 @@ class LocalPort:
             # Under the lock: a resent client_id can never race its twin.
             if client_id is not None and (dup := await self._duplicate(client_id)) is not None:
                 return dup
+            if conv.retiring:  # SIGTERM landed after the port's check: refused, never recorded then ended
+                raise Draining("this replica is shutting down and takes no new input; send it to another replica")
             for retake in range(SEQ_RETAKES + 1):
                 acc, actions = conv.core.prompt(content, client_id, actor)
                 try:

@@ -179,6 +179,7 @@ class Registry:
         if self.ownership is not None:
             self.ownership.drain()
         for conv in list(self._convs.values()):
+            conv.retiring = True
             task = asyncio.create_task(self._retire(conv), name=f"drain-{conv.id}")
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)

@@ -15,6 +15,7 @@ from support.memory import MemoryStore, Spawner
 
 from bridge.errors import Draining
 from bridge.sessions.commands import Interrupt, Prompt
+from bridge.sessions.local_port import LocalPort
 from bridge.sessions.ownership import Ownership
 from bridge.sessions.registry import Registry
 from tests.cluster.test_fencing_inprocess import settings
@@ -61,3 +62,20 @@ async def test_a_draining_replica_confirms_its_leases_and_takes_no_other() -> No
     with pytest.raises(Draining):
         await own.ensure("free")
     assert leases.rows["free"][0] is None  # not even tried
+
+
+async def test_a_prompt_past_the_gate_when_the_signal_lands_is_refused_not_recorded(tmp_path: Path) -> None:
+    """The port's draining check passed just before SIGTERM (here: the local port is called
+    directly, as it is right after that check); the prompt reaches the journal's lock after
+    the signal: refused 503 draining, never recorded and then ended "not started"."""
+    store = MemoryStore()
+    reg = Registry(settings(tmp_path), store, spawn=Spawner(echo))  # type: ignore[arg-type]
+    try:
+        conv = await reg.create(agent="fake", cwd=None, model=None, title=None, options=None)
+        await reg.port(conv).run(Prompt(content=prompt("slow")))  # the agent runs a turn
+        reg.drain()
+        with pytest.raises(Draining):
+            await LocalPort(conv).run(Prompt(content=prompt("late"), client_id="in-flight"))
+        assert not any(r.data.get("client_id") == "in-flight" for r in store.events[conv.id])
+    finally:
+        await reg.shutdown()

@@ -12,7 +12,7 @@ import asyncio
 import re
 from typing import Any
 
-from conftest import STEP_TIMEOUT, new_thread, profile_toml
+from conftest import STEP_TIMEOUT, alive, new_thread, profile_toml, wait_until
 
 MIB = 1024 * 1024
 
@@ -106,3 +106,21 @@ async def test_memory_limit_stops_a_greedy_agent_and_the_rest_goes_on(
     assert (await cg.turn("hello"))["data"]["status"] == "success"
     async with d.http() as http:
         assert (await http.get("/readyz")).status_code == 200
+
+
+async def test_memory_hidden_in_an_escaped_child_counts_and_the_child_goes_with_the_agent(
+    daemon_factory: Any, agent_env: dict[str, str]
+) -> None:
+    """A hostile agent hides its memory in a child that left its session and process group
+    (setsid): the sample still counts it, the limit stops the agent, and the child dies too."""
+    d = await daemon_factory(config(agent_env, 0, memory_limit_mb=50))
+    hider = await new_thread(d, "mem")
+    c = await d.ws(hider["id"])
+    end = await c.turn("alloc 80 hide")
+    assert end["data"]["status"] == "success"
+    text = [f for f in c.seen("message") if f["source"] == "agent"][-1]["data"]["text"]
+    child = int(re.fullmatch(r"hidden 80 MiB in (\d+)", text)[1])  # type: ignore[index]
+    exited = await c.kind("process.exited")
+    assert exited["data"]["reason"] == "memory_limit"
+    await wait_until(lambda: not alive(child), what="the hidden child to be killed with the agent")
+    assert (await metrics(d))["memory_limit_stops_total"] == 1

@@ -30,6 +30,8 @@ Directives are the first word of a prompt:
   alloc N [wait]     keep N more MiB resident (every page written; 1 <= N <= 2048, else an error
                      reply), then reply "allocated N MiB (T held)"; with "wait", stream
                      "allocated" and keep the turn open (ignores interrupt) until stdin closes
+  alloc N hide       as a hostile agent hides memory: a child that leaves the agent's session
+                     and process group (setsid) keeps the N MiB; reply "hidden N MiB in <pid>"
   spawnchild         start a grandchild (sleeps 300 s, cmdline carries FAKE_AGENT_LOG) and hang
   spawnsetsid [exit] start a grandchild that calls setsid() (leaves the agent's process group
                      and session; sleeps 300 s, cmdline carries FAKE_AGENT_LOG), then hang, or
@@ -79,6 +81,25 @@ LOCK = threading.Lock()
 INVALID_INPUT = "\x00invalid"  # an input line the awp-jsonl reader could not take
 INBOX: queue.Queue[dict | None] = queue.Queue()
 HELD: list[bytes] = []  # what "alloc N" keeps resident
+
+
+def hide_memory(mib: int) -> int:
+    """A child in a session (and process group) of its own that holds ``mib`` MiB until it
+    is killed; its pid once it holds them."""
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(ready_r)
+        os.setsid()
+        held = b"\x01" * (mib * 1024 * 1024)
+        os.write(ready_w, b"1")
+        while held:
+            time.sleep(3600)
+        os._exit(0)
+    os.close(ready_w)
+    os.read(ready_r, 1)
+    os.close(ready_r)
+    return pid
 
 
 SLASH_COMMANDS = ["clear", "compact", "context", "review", "security-review"]
@@ -351,9 +372,12 @@ class Agent:
 
     def do_alloc(self, text: str) -> None:
         parts = text.split()
-        wait = parts[2:] == ["wait"]
-        if len(parts) != 2 + wait or not parts[1].isdigit() or not 1 <= int(parts[1]) <= 2048:
-            self.reply("alloc: give one whole number of MiB, 1 to 2048, then optionally 'wait'")
+        wait, hide = parts[2:] == ["wait"], parts[2:] == ["hide"]
+        if len(parts) != 2 + (wait or hide) or not parts[1].isdigit() or not 1 <= int(parts[1]) <= 2048:
+            self.reply("alloc: give one whole number of MiB, 1 to 2048, then optionally 'wait' or 'hide'")
+            return
+        if hide:
+            self.reply(f"hidden {parts[1]} MiB in {hide_memory(int(parts[1]))}")
             return
         # bytes() of a repeated non-zero byte: every page is written, so all of it is resident
         HELD.append(b"\x01" * (int(parts[1]) * 1024 * 1024))

@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from bench.run import TURN_END_MARK, Bridge, pct, until
+from bench.run import TURN_END_MARK, Bridge, event_turns, pct, until
 from bridge.protocols.events import Record
 from bridge.store.sqlite import SqliteStore
 
@@ -118,15 +118,7 @@ async def replay_tail(b: Bridge, http: httpx.AsyncClient, tid: str) -> None:
 async def turns(b: Bridge, tid: str, n: int, http: httpx.AsyncClient) -> list[float]:
     ws = await b.ws(tid, after=await b.last_seq(http, tid))
     try:
-        await ws.send_text(json.dumps({"op": "prompt", "text": "warm up"}))
-        await until(ws, TURN_END_MARK)
-        out = []
-        for i in range(n):
-            t0 = time.perf_counter()
-            await ws.send_text(json.dumps({"op": "prompt", "text": f"turn {i}"}))
-            await until(ws, TURN_END_MARK)
-            out.append(time.perf_counter() - t0)
-        return out
+        return await event_turns(ws, n)
     finally:
         await ws.close()
 

@@ -122,6 +122,20 @@ def pct(values: Sequence[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q / 100 * len(s)) - 1))]
 
 
+async def event_turns(ws: WSClient, n: int) -> list[float]:
+    """Events mode: a warm-up prompt, then ``n`` prompts one after another, each timed from
+    sending it to its ``turn.ended`` (seconds)."""
+    await ws.send_text(json.dumps({"op": "prompt", "text": "warm up"}))
+    await until(ws, TURN_END_MARK)
+    times = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        await ws.send_text(json.dumps({"op": "prompt", "text": f"turn {i}"}))
+        await until(ws, TURN_END_MARK)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
 def median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
@@ -548,14 +562,7 @@ class Bench:
 
         async def bridge_events() -> None:
             ws = await self.bridge.ws(ev_thread, after=await self.bridge.last_seq(http, ev_thread))
-            await ws.send_text(json.dumps({"op": "prompt", "text": "warm up"}))
-            await until(ws, TURN_END_MARK)
-            times = []
-            for i in range(turns):
-                t0 = time.perf_counter()
-                await ws.send_text(json.dumps({"op": "prompt", "text": f"turn {i}"}))
-                await until(ws, TURN_END_MARK)
-                times.append(time.perf_counter() - t0)
+            times = await event_turns(ws, turns)
             await ws.close()
             record("lat_events", "bridge", times)
 

@@ -15,6 +15,7 @@ import pytest
 
 from bridge.process.agent_io import ExitInfo
 from bridge.sessions.fenced import FencedSpawn
+from bridge.sessions.ownership import Ownership
 from tests.cluster.test_ownership import TTL, Clock, FakeLeases, make
 
 pytestmark = pytest.mark.timeout(30)
@@ -65,13 +66,19 @@ async def spawned(fenced: FencedSpawn, tid: str, proc: Proc) -> Proc:
     return proc
 
 
-async def test_kill_time_follows_the_lease_and_the_exit_forgets() -> None:
+def fenced_with_a_lease_of(tid: str) -> tuple[Clock, FakeLeases, Ownership, Recorder, FencedSpawn]:
+    """A replica's leases (``tid`` free to take) on a clock of the test's, and its spawn
+    registering agents with a recording fence."""
     clock = Clock()
     leases = FakeLeases(clock)
-    leases.add("thr_a")
+    leases.add(tid)
     own, _lost = make(leases, clock)
     fence = Recorder()
-    fenced = FencedSpawn(fence, own, None)  # type: ignore[arg-type]
+    return clock, leases, own, fence, FencedSpawn(fence, own, None)  # type: ignore[arg-type]
+
+
+async def test_kill_time_follows_the_lease_and_the_exit_forgets() -> None:
+    clock, leases, own, fence, fenced = fenced_with_a_lease_of("thr_a")
     await own.ensure("thr_a")  # acquired at 100: nothing registered yet
     assert fence.calls == []
     proc = await spawned(fenced, "thr_a", Proc(pid=41, pgid=41))
@@ -90,12 +97,7 @@ async def test_kill_time_follows_the_lease_and_the_exit_forgets() -> None:
 
 
 async def test_an_agent_without_a_group_or_without_a_lease_is_not_registered() -> None:
-    clock = Clock()
-    leases = FakeLeases(clock)
-    leases.add("thr_a")
-    own, _lost = make(leases, clock)
-    fence = Recorder()
-    fenced = FencedSpawn(fence, own, None)  # type: ignore[arg-type]
+    _clock, _leases, own, fence, fenced = fenced_with_a_lease_of("thr_a")
     await spawned(fenced, "thr_a", Proc(pid=42, pgid=42))  # no lease held
     await own.ensure("thr_a")
     await spawned(fenced, "thr_a", Proc(pid=43))  # an in-memory agent: no process group

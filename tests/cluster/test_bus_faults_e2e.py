@@ -16,7 +16,6 @@ Every test prints what it measured (pytest -s)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 from collections.abc import AsyncIterator
@@ -111,6 +110,13 @@ async def record_arrivals(c: Client, into: dict[int, float]) -> None:
         into.setdefault(f["seq"], loop.time())
 
 
+async def stop_recording(task: asyncio.Task[None]) -> None:
+    """Cancel a recorder, waiting a bounded time for it to end: a receive cancelled inside
+    the WebSocket library is not waited for forever (the test reads that client next)."""
+    task.cancel()
+    await asyncio.wait({task}, timeout=5)
+
+
 async def refused_fast(b: Daemon, tid: str, client_id: str) -> float:
     """A prompt sent to b for a's thread while the bus cannot carry it: a quick, retryable
     503 ``bus_unavailable``; how long the refusal took."""
@@ -165,17 +171,13 @@ async def settled(
     b: Daemon, tid: str, turn_id: str, watcher: Client, tasks: list[asyncio.Task[None]], on_a: dict[int, float]
 ) -> None:
     """The long turn ends; what b's client saw is the stored transcript, gapless."""
-    tasks[1].cancel()  # b's client is read here from now on
-    with contextlib.suppress(asyncio.CancelledError):
-        await tasks[1]
+    await stop_recording(tasks[1])  # b's client is read here from now on
     # (the recorder may already have read past it)
     seen = [f for f in watcher.frames if f.get("kind") == "turn.ended" and f["data"].get("turn_id") == turn_id]
     ended = seen[0] if seen else await watcher.kind("turn.ended", turn_id=turn_id, timeout=30)
     # a's client is read to the end too (a client with unread frames cannot close cleanly)
     await wait_until(lambda: ended["seq"] in on_a, what="a's client to see the turn end")
-    tasks[0].cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await tasks[0]
+    await stop_recording(tasks[0])
     stored = await transcript(b, tid)
     check_consistent(stored, [f for f in watcher.frames if f.get("seq")], turn_id)
 

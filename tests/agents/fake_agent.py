@@ -19,6 +19,9 @@ Directives are the first word of a prompt:
                      then child-1 done + child-2 running, then the notification
   hang               start a turn and never end it (ignores interrupt)
   stderr             write three stderr lines, then reply
+  stderr flood MB    write MB MiB (1..512) to stderr as fast as the pipe takes it: 200-byte
+                     lines, then one 1 MiB line without a newline, then a newline; reply
+                     "stderr flood done"
   orphan             reply, then write a second terminal line with no turn pending
   recall             reply with every prompt this native session has seen (proves resume)
   ask                (stream-json) send a can_use_tool control_request and wait for the answer
@@ -582,10 +585,26 @@ class Agent:
             log(event="ignored_while_hanging", msg=msg)
 
     def do_stderr(self, text: str) -> None:
+        words = text.split()
+        if words[1:2] == ["flood"]:
+            self._stderr_flood(words[2:])
+            return
         for i in range(3):
             sys.stderr.write(f"diagnostic line {i}\n")
         sys.stderr.flush()
         self.reply("stderr done")
+
+    def _stderr_flood(self, args: list[str]) -> None:
+        if len(args) != 1 or not args[0].isdigit() or not 1 <= int(args[0]) <= 512:
+            self.reply("error: stderr flood wants MB, 1 <= MB <= 512")
+            return
+        line = b"x" * 199 + b"\n"
+        block = line * 5000  # about 1 MiB
+        for _ in range(int(args[0])):
+            sys.stderr.buffer.write(block)
+        sys.stderr.buffer.write(b"y" * (1 << 20) + b"\n")
+        sys.stderr.flush()
+        self.reply("stderr flood done")
 
     def do_orphan(self, text: str) -> None:
         self.reply("first")

@@ -5,9 +5,9 @@ sessions/journal.py ``Journal.full``, and the agent run stops a flooding agent).
 
 Threads are counted in the store, not in memory: on PostgreSQL every replica creates
 threads in the same table, and a deleted thread frees its place at once. The count and the
-creation run under one lock here, so one daemon never goes past the cap; replicas sharing a
-store may each pass the check at the same moment, so together they can go past it by at
-most one thread per replica creating at that moment (docs/api.md §4.5)."""
+creation run under this daemon's lock and the store's creation lock (on PostgreSQL an
+advisory lock every replica takes), so the daemons sharing a store never go past the cap
+together (docs/api.md §4.5)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class Caps:
     async def room_for_thread(self, owner: str | None) -> AsyncIterator[None]:
         """While the caller creates one thread for ``owner`` (None: token mode): refused
         first (429 ``thread_limit``, nothing created) when a cap is reached."""
-        async with self._creating:
+        async with self._creating, self.store.creation_lock():
             await self._check(owner)
             yield
 

@@ -25,6 +25,7 @@ tests/store/test_conformance.py holds every store to the same behaviour.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Required, TypedDict, cast
@@ -107,6 +108,12 @@ class ThreadStore(Protocol):
     async def delete_thread(self, thread_id: str) -> bool: ...
     async def count_threads(self, owner: str | None = None) -> int:
         """Threads in the store ([capacity] max_threads); with ``owner``, that user's."""
+        ...
+
+    def creation_lock(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """Held while a thread is counted against the caps and created: every daemon
+        sharing this store creates one thread at a time, so together they never pass
+        ``max_threads``. A store one daemon owns needs no more than that daemon's own lock."""
         ...
 
     async def live_threads(self) -> list[ThreadRow]:

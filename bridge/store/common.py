@@ -11,7 +11,8 @@ the three primitives and the writes, and runs tests/store/test_conformance.py.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, ClassVar
 
 from bridge.errors import StoreError
@@ -77,6 +78,10 @@ class CommonStore:
 
     def _new_row(self, thread: ThreadRow) -> dict[str, Any]:
         return self._dump({k: thread.get(k) for k in rows.THREAD_COLUMNS if k in thread})
+
+    @contextlib.asynccontextmanager
+    async def creation_lock(self) -> AsyncIterator[None]:
+        yield  # one daemon per SQLite file: sessions/caps.py's lock is enough
 
     async def count_threads(self, owner: str | None = None) -> int:
         # An index alone (the owner's for one user): well under a millisecond for 100,000 rows.

@@ -22,6 +22,7 @@ from bridge.store.rows import ROW_SIZE
 # pg_advisory_lock(int4, int4) keys: the first says "agent-bridge", the second what for.
 LOCK_CLASS = 0x61620000  # "ab\0\0"
 MIGRATE_LOCK = 1
+CREATE_LOCK = 2  # thread creation, counted against [capacity] max_threads (PostgresStore.creation_lock)
 REPLICA_LOCK_CLASS = 0x61620001  # with hashtext(replica_id) as the second key
 SECRETS_LOCK_CLASS = 0x61620002  # with hashtext(user) as the second key: one user's secret writes in turn
 

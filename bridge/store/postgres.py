@@ -86,6 +86,7 @@ CONNECT_TIMEOUT_S = 10
 # statements follow each other at once, so only a stalled process hits it; its batch is
 # then retried on a new connection, where the fence decides.
 IDLE_IN_TRANSACTION_MS = 2000
+CREATION_WAIT_MS = 5000  # creation_lock: the longest wait for another replica's creation
 
 # The connection is gone or the server refuses work for now: retried, never "refused".
 _TRANSIENT = (psycopg.OperationalError, psycopg.InterfaceError)
@@ -162,6 +163,8 @@ class PostgresStore(PgLeases, CommonStore):
         # Renewing leases has a connection of its own: a renew that waits behind other
         # lease traffic (acquires, releases) could miss its deadline and fence the replica.
         self._renewer = _Conn()
+        # Creating a thread holds an advisory lock on a connection of its own (creation_lock).
+        self._creator = _Conn()
         self._replica_locked = False
         self._instance: str | None = None
         self._replica_url: str | None = None
@@ -214,6 +217,30 @@ class PostgresStore(PgLeases, CommonStore):
             raise self._error("store unavailable", exc) from exc
         except psycopg.Error as exc:
             raise StoreError(f"store error: {self.url.scrub(str(exc))}") from exc
+
+    @contextlib.asynccontextmanager
+    async def creation_lock(self) -> AsyncIterator[None]:
+        """Every replica counts and creates threads under one session-level advisory lock,
+        so replicas together never pass [capacity] max_threads. It is held on a connection
+        of its own for the few milliseconds of one creation; a replica that dies holding it
+        loses it with its session, and one that waits more than CREATION_WAIT_MS (another
+        replica frozen while holding it) gets 503 store_unavailable rather than a hang."""
+        try:
+            async with self._use(self._creator) as conn:
+                await conn.execute(f"SET lock_timeout = {CREATION_WAIT_MS}")
+                await conn.execute("SELECT pg_advisory_lock(%s, %s)", (pg_schema.LOCK_CLASS, pg_schema.CREATE_LOCK))
+                try:
+                    yield
+                finally:
+                    await conn.execute(
+                        "SELECT pg_advisory_unlock(%s, %s)", (pg_schema.LOCK_CLASS, pg_schema.CREATE_LOCK)
+                    )
+        except psycopg.errors.LockNotAvailable as exc:  # an OperationalError: caught first
+            raise StoreError(
+                "another replica holds the thread creation lock: try again", code="store_unavailable"
+            ) from exc
+        except _TRANSIENT as exc:
+            raise self._error("store unavailable", exc) from exc
 
     async def _write(self, fn: Callable[[AsyncConnection[Any]], Any]) -> Any:
         return await self._do(self._writer_conn, fn)
@@ -274,7 +301,7 @@ class PostgresStore(PgLeases, CommonStore):
             if not item.done.done():
                 item.done.set_exception(StoreError("store closed before this was written"))
         self._pending.clear()
-        for slot in (self._writer_conn, *self._readers, self._control, self._renewer):
+        for slot in (self._writer_conn, *self._readers, self._control, self._renewer, self._creator):
             await _discard(slot)
         self._replica_locked = False
 

@@ -140,3 +140,32 @@ async def test_a_postgresql_database_of_the_previous_version_is_measured_by_migr
             assert again["transcript_bytes"] == one["transcript_bytes"] + transcript_size(records(3, 2, TS))
         finally:
             await store.close()
+
+
+async def test_replicas_on_one_postgresql_never_pass_max_threads_together(pg_url: str) -> None:
+    """Two replicas (two stores, two Caps) create threads at the same moment: the store's
+    creation lock makes their count-then-create one at a time, so exactly ``max_threads``
+    are made. The window between the count and the row is widened (as a workspace directory
+    being made would) so that without the lock both would pass the check together."""
+    from support.stores import opened_at
+
+    from bridge.config_capacity import CapacitySettings
+    from bridge.errors import Busy
+    from bridge.sessions.caps import Caps
+
+    async def create(caps: Caps, tid: str) -> bool:
+        try:
+            async with caps.room_for_thread(None):
+                await asyncio.sleep(0.02)  # the directory being made, widened
+                await caps.store.create_thread(thread(tid))  # type: ignore[arg-type]
+            return True
+        except Busy as exc:
+            assert exc.code == "thread_limit"
+            return False
+
+    async with asyncio.timeout(60), opened_at(pg_url, "a") as a, opened_at(pg_url, "b") as b:
+        capacity = CapacitySettings(max_threads=5)
+        ca, cb = Caps(capacity, a), Caps(capacity, b)
+        made = await asyncio.gather(*(create(ca if i % 2 else cb, f"thr_{i}") for i in range(16)))
+        assert sum(made) == 5 and await a.count_threads() == 5
+        assert ca.refused + cb.refused == 11

@@ -11,6 +11,7 @@ The agent is driven from the test: what the conversation writes arrives in
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -214,6 +215,10 @@ class MemoryStore:
         if self.block_appends is not None:
             await self.block_appends.wait()
         self.threads[thread_id].update(fields)
+
+    @contextlib.asynccontextmanager
+    async def creation_lock(self) -> AsyncIterator[None]:
+        yield
 
     async def count_threads(self, owner: str | None = None) -> int:
         return sum(1 for r in self.threads.values() if owner is None or r.get("owner") == owner)

@@ -25,11 +25,16 @@ RESPONSES: dict[str, type[BaseModel] | None] = {
     "session/prompt": schema.PromptResponse,
     "session/list": schema.ListSessionsResponse,
     "session/set_mode": schema.SetSessionModeResponse,
+    "session/set_config_option": schema.SetSessionConfigOptionResponse,
+    "session/close": schema.CloseSessionResponse,
+    "session/delete": schema.DeleteSessionResponse,
 }
 INCOMING: dict[str, type[BaseModel]] = {
     "session/update": schema.SessionNotification,
     "session/request_permission": schema.RequestPermissionRequest,
     "$/cancel_request": schema.CancelRequestNotification,
+    "elicitation/create": schema.CreateElicitationRequest,
+    "elicitation/complete": schema.CompleteElicitationNotification,
 }
 
 

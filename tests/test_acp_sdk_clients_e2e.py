@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, Daemon, base_config
+from conftest import ROOT, Daemon, base_config, new_thread
 from support import acp_sdk_client
 from test_acp_e2e import acp_profile
 
@@ -235,3 +235,41 @@ async def test_cancel_ends_a_running_prompt_cancelled(
     ]
     report = await run_plan(client, d, "acp", steps, tmp_path)
     assert report["results"][5]["result"] == {"stopReason": "cancelled"}
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_a_permission_answered_elsewhere_is_withdrawn_with_cancel_request(
+    client: str, daemon_factory: Any, tmp_path: Path, agent_env: Any
+) -> None:
+    """A thread made over REST, resumed by the SDK client, whose permission request is
+    answered on the thread's WebSocket first: the client is sent ``$/cancel_request`` for
+    the request it was asked, which its SDK takes as a valid protocol-level notification."""
+    d = await daemon_factory(config(tmp_path, agent_env))
+    tid = (await new_thread(d, "acp", cwd=str(tmp_path)))["id"]
+    steps = [
+        INIT,
+        req("session/resume", {"sessionId": tid, "cwd": str(tmp_path)}),
+        {
+            "op": "start",
+            "id": "ask",
+            "method": "session/prompt",
+            "params": {"sessionId": tid, "prompt": [{"type": "text", "text": "ask"}]},
+            "answer": {"permission": "never"},
+        },
+        {"op": "finish", "id": "ask"},
+    ]
+
+    async def deny_on_the_websocket() -> None:
+        c = await d.ws(tid)
+        asked = await c.kind("permission.requested")
+        await c.send(op="permission", request_id=asked["data"]["request_id"], decision="deny")
+        resolved = await c.kind("permission.resolved")
+        assert resolved["data"]["by"] == "websocket"
+
+    report, _ = await asyncio.gather(run_plan(client, d, "acp", steps, tmp_path), deny_on_the_websocket())
+    done = report["results"][3]
+    assert done["result"] == {"stopReason": "end_turn"}
+    assert texts(done["updates"]).endswith("permission: reject")
+    asked = [m for m in report["received"] if m.get("method") == "session/request_permission"]
+    cancels = [m for m in report["received"] if m.get("method") == "$/cancel_request"]
+    assert len(asked) == 1 and [m["params"]["requestId"] for m in cancels] == [asked[0]["id"]]

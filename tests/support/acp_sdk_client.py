@@ -35,7 +35,9 @@ class Client:
     def __init__(self, report: dict[str, Any], changed: Callable[[], None]) -> None:
         self.report = report
         self.policy: dict[str, Any] = {"permission": "allow", "elicitation": "decline"}
-        self.held: list[asyncio.Future[None]] = []  # answers held back ("never")
+        # Answers held back ("never"): left unanswered; closing the connection ends them
+        # (an answer released then would race the transport's close).
+        self.held: list[asyncio.Future[None]] = []
         self._changed = changed
 
     async def _held(self) -> None:
@@ -199,9 +201,6 @@ class Runner:
                     for name, dotted in step.get("save", {}).items():
                         self.saved[name] = _dig(out, dotted)
                     self.report["results"].append(out)
-                for f in self.client.held:
-                    if not f.done():
-                        f.set_result(None)
         self.report["received"] = self._received()
         self.report["problems"] = [p for v in self.validators for p in v.problems]
         return self.report

@@ -66,7 +66,11 @@ async def test_acp_chat_turn_handshake_and_agent_info(
     assert started["data"]["resumed"] == "new" and started["data"]["native_session_id"].startswith("acp-")
     init = sent(tmp_path, "initialize")[0]["params"]
     assert init["protocolVersion"] == 1
-    assert init["clientCapabilities"] == {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": False}
+    assert init["clientCapabilities"] == {
+        "fs": {"readTextFile": True, "writeTextFile": True},
+        "terminal": False,
+        "elicitation": {"form": {}, "url": {}},
+    }
     assert init["clientInfo"]["name"] == "agent-bridge"
     new = sent(tmp_path, "session/new")[0]["params"]
     assert new == {"cwd": thread["cwd"], "mcpServers": []}

@@ -24,6 +24,7 @@ from starlette.websockets import WebSocketState
 
 from bridge.api.auth import WWW_AUTHENTICATE, how_to_authenticate, resolve_user
 from bridge.api.context import context
+from bridge.api.elicitations import frame_command as elicitation_frame
 from bridge.api.schema import ModeIn, PermissionFrame, PromptIn, RawIn, frame_error_code, plain_error
 from bridge.api.tokens import SUBPROTOCOL
 from bridge.api.users import User, check_owner
@@ -363,5 +364,6 @@ _OPS: dict[str, _Op] = {
         lambda frame, actor, cid: (body := PermissionFrame.from_frame(frame)).command(body.request_id, actor, cid),
         echo_client_id=False,
     ),
+    "elicitation": _Op(elicitation_frame, echo_client_id=False),
     "set_mode": _Op(lambda frame, actor, _cid: ModeIn.from_frame(frame).command(actor), hold_s=MODE_TIMEOUT_S + 1.0),
 }

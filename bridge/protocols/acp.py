@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bridge.protocols import jsonrpc
+from bridge.protocols.acp_elicit import AcpElicitations
 from bridge.protocols.acp_updates import (
     CLIENT_CAPABILITIES,
     MAX_MODE_TEXT,
@@ -105,6 +106,7 @@ class AcpCodec:
         # permission request_id (str) → the agent's JSON-RPC id, as it sent it
         self._permissions: dict[str, jsonrpc.Id] = {}
         self._tool_names = ToolNames()
+        self._elicit = AcpElicitations()  # elicitation/create requests waiting for an answer
 
     # ------------------------------------------------------------------ requests we send
 
@@ -145,7 +147,7 @@ class AcpCodec:
         for rid in list(self._permissions.values()):
             lines.append(self.encode_result(rid, CANCELLED))
         self._permissions.clear()
-        return lines
+        return lines + self._elicit.cancel_all()
 
     def encode_shutdown(self) -> str | None:
         return None  # ACP has no shutdown method: close stdin, then terminate (docs/api.md §2.7)
@@ -171,6 +173,9 @@ class AcpCodec:
         if decision == "cancel" or option_id is None:
             return self.encode_result(rid, CANCELLED)
         return self.encode_result(rid, {"outcome": {"outcome": "selected", "optionId": option_id}})
+
+    def answer_elicitation(self, request_id: str, action: str, content: dict[str, Any] | None) -> str | None:
+        return self._elicit.answer(request_id, action, content)
 
     def model_args(self, model: str) -> list[str]:
         return []  # an ACP agent chooses its model from its own settings and environment
@@ -455,6 +460,8 @@ class AcpCodec:
         params = _d(req.params)
         if req.method == "session/request_permission":
             self._permission_requested(req.id, params, raw, out)
+        elif req.method == "elicitation/create":
+            self._elicit.requested(req.id, params, self.session_id, raw, out)
         elif req.method in FS_METHODS:
             out.events.append(
                 Event("agent", "agent.other", {"method": req.method, "path": _s(params.get("path"))}, raw)
@@ -488,7 +495,7 @@ class AcpCodec:
         if msg.method == "$/cancel_request" and self._withdrawn(params.get("requestId"), raw, out):
             return
         if msg.method != "session/update":
-            out.events.append(Event("agent", "agent.other", {"method": msg.method}, raw))
+            out.events.append(self._elicit.other(msg.method, params, raw))  # elicitation/complete names its request
             return
         sid = _s(params.get("sessionId"))
         if self._loading and (sid is None or sid == self.resume_id):
@@ -511,7 +518,7 @@ class AcpCodec:
             return False
         key = next((k for k, v in self._permissions.items() if jsonrpc.id_key(v) == jsonrpc.id_key(target)), None)
         if key is None:
-            return False
+            return self._elicit.withdrawn(target, raw, out)  # or one of its elicitations
         rid = self._permissions.pop(key)
         data = {"request_id": key, "decision": "cancelled", "by": "agent"}
         out.events.append(Event("agent", "permission.resolved", data, raw))

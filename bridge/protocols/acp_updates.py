@@ -17,7 +17,13 @@ from bridge.protocols.events import Event
 
 PROTOCOL_VERSION = 1
 # What the bridge implements, and so all it declares (issue #4: never claim more).
-CLIENT_CAPABILITIES: dict[str, Any] = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": False}
+CLIENT_CAPABILITIES: dict[str, Any] = {
+    "fs": {"readTextFile": True, "writeTextFile": True},
+    "terminal": False,
+    # Both modes: every client of a thread can answer a form; a URL is shown, never opened
+    # by the bridge (protocols/acp_elicit.py).
+    "elicitation": {"form": {}, "url": {}},
+}
 
 MAX_TOOL_NAMES = 1024  # tool call ids whose names are remembered for permission requests
 MAX_MODES = 64  # session modes kept from an agent's answer

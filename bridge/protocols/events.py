@@ -31,6 +31,8 @@ KINDS = frozenset(
         "task.updated",
         "permission.requested",
         "permission.resolved",
+        "elicitation.requested",
+        "elicitation.resolved",
         "turn.ended",
         "plan",
         "agent.status",

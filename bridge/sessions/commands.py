@@ -265,7 +265,36 @@ class Raw(Command[int]):
 #
 # with a ``model`` bound in Bounds.
 
-KINDS: dict[str, type[Command[Any]]] = {c.KIND: c for c in (Prompt, Interrupt, AnswerPermission, SetMode, Raw)}
+
+@dataclass(frozen=True, kw_only=True)
+class AnswerElicitation(Command[dict[str, Any]]):
+    """Answer a pending elicitation (sessions/elicitations.py): the first answer wins;
+    ``content`` (an accepted form's values) is checked against the form by the core."""
+
+    KIND = "elicitation"
+    WIRE_NAMES: ClassVar[Mapping[str, str]] = {"actor": "user", "channel": "by"}
+    request_id: str
+    action: str
+    content: dict[str, Any] | None = None
+    channel: str = "websocket"  # as AnswerPermission's: ``elicitation.resolved``'s ``by``
+
+    def check(self) -> None:
+        _text(self.request_id, "request_id", BOUNDS.request_id)
+        _text(self.action, "action", BOUNDS.decision)
+        _text(self.channel, "by", BOUNDS.channel)
+        if self.content is not None and not isinstance(self.content, dict):
+            raise InvalidRequest("content must be a JSON object")
+
+    def answer_to_wire(self, answer: dict[str, Any]) -> dict[str, Any]:
+        return answer
+
+    def answer_from_wire(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(body)
+
+
+KINDS: dict[str, type[Command[Any]]] = {
+    c.KIND: c for c in (Prompt, Interrupt, AnswerPermission, SetMode, Raw, AnswerElicitation)
+}
 
 
 def _seq(value: object) -> TypeGuard[int]:
@@ -310,6 +339,7 @@ class ThreadPort(Protocol):
 __all__ = [
     "BOUNDS",
     "KINDS",
+    "AnswerElicitation",
     "AnswerPermission",
     "Bounds",
     "Command",

@@ -31,6 +31,7 @@ from bridge.errors import Busy, Conflict, InvalidRequest
 from bridge.ids import new_id
 from bridge.protocols.codec import AgentRequest, Codec, ModeSetter, RawRefused
 from bridge.protocols.events import Event, mark_interrupted
+from bridge.sessions import elicitations as elicit
 from bridge.sessions.actions import (
     INTERRUPT_TIMER,
     USER_ENDED,
@@ -44,6 +45,7 @@ from bridge.sessions.actions import (
     Turn,
     Write,
 )
+from bridge.sessions.elicitations import ElicitationTable
 from bridge.sessions.output import AgentOutput
 from bridge.sessions.permissions import PermissionTable, timer_key
 from bridge.sessions.tasks import TaskTable
@@ -106,6 +108,7 @@ class ConversationCore(AgentOutput):
         self.exit_reason: str | None = None
         self.exit_error: tuple[str, str] | None = None  # a failed start: (its reason, the agent's cause)
         self.permissions = PermissionTable()
+        self.elicitations = ElicitationTable()  # the agent's questions to the user (sessions/elicitations.py)
 
     @property
     def busy(self) -> bool:
@@ -151,7 +154,8 @@ class ConversationCore(AgentOutput):
             last_exit["error"] = self.exit_error[1]
         status = "cancelled" if reason in USER_ENDED else "error"
         dropped_ids, dropped = self.permissions.drop_all("agent_exited")
-        events = [Event("bridge", "process.exited", {"pid": pid, **last_exit}), *dropped]
+        asked_timers, asked = elicit.drop_all(self, "agent_exited")
+        events = [Event("bridge", "process.exited", {"pid": pid, **last_exit}), *dropped, *asked]
         if self.active is not None:
             events.append(Event("bridge", "turn.ended", self._ended_by_exit(reason, status, last_exit)))
         for turn in self.queue:
@@ -167,7 +171,7 @@ class ConversationCore(AgentOutput):
                 )
             )
         self.queue.clear()
-        actions: list[Action] = [CancelTimer(timer_key(r)) for r in dropped_ids]
+        actions: list[Action] = [CancelTimer(timer_key(r)) for r in dropped_ids] + asked_timers
         actions += self._end_turn()
         self.codec = None
         fields = {"state": "exited", "turn_active": False, "last_exit": last_exit, "pid": None, "pid_start": None}
@@ -288,6 +292,9 @@ class ConversationCore(AgentOutput):
         if codec.cancel_resolves_permissions:
             ids, dropped = self.permissions.drop_all("interrupt")
             actions += [CancelTimer(timer_key(r)) for r in ids]
+            asked_timers, asked = elicit.drop_all(self, "interrupt")
+            actions += asked_timers
+            dropped += asked
             if dropped:
                 actions.append(Emit(dropped))
         if lines is None:
@@ -380,6 +387,8 @@ class ConversationCore(AgentOutput):
                 Emit([Event("bridge", "notice", {"code": "interrupt_timeout", "text": text})]),
                 Stop("interrupt_timeout"),
             ]
+        if key.startswith(elicit.TIMER_PREFIX):
+            return elicit.timer_fired(self, key)
         rid = key.removeprefix("permission:")
         if not self.permissions.expired(rid, self.clock()):
             return []

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any
 from bridge.process.launch import valid_session_id
 from bridge.protocols.codec import AgentInfo, AgentRequest, Codec, Control, Decoded, Fatal, Ready, RoutedReply
 from bridge.protocols.events import Event, Record, mark_interrupted
+from bridge.sessions import elicitations as elicit
 from bridge.sessions.actions import Action, ArmTimer, CancelTimer, Emit, Limits, Route, Serve, Stop, Turn, Write
+from bridge.sessions.elicitations import ElicitationTable
 from bridge.sessions.permissions import Pending, PermissionTable, timer_key
 
 if TYPE_CHECKING:
@@ -40,6 +42,7 @@ class AgentOutput:
     limits: Limits
     tasks: TaskTable
     permissions: PermissionTable
+    elicitations: ElicitationTable
     clock: Callable[[], float]
     wall_clock: Callable[[], float]
 
@@ -192,7 +195,7 @@ class AgentOutput:
         """Requests are held once stored (``_hold``): the thread row's count, written in the
         same commit, already includes them."""
         if asks:
-            held = {str(out[i].data.get("request_id")) for i in asks}
+            held = {str(out[i].data.get("request_id")) for i in asks if out[i].kind == "permission.requested"}
             fields["pending_permissions"] = self.permissions.count_with(held)
 
     def _hold(self, asks: list[int]) -> Callable[[list[Record]], list[Action]]:
@@ -204,6 +207,9 @@ class AgentOutput:
             timers: list[Action] = []
             for i in asks:
                 rec = records[i]
+                if rec.kind == elicit.REQUESTED:  # held the same way, in its own table
+                    timers.append(elicit.hold(self, rec))
+                    continue
                 data = rec.data
                 self.permissions.hold(
                     Pending(
@@ -228,4 +234,6 @@ _AGENT_HANDLERS: dict[str, _Handler] = {
     "permission.requested": AgentOutput._permission_requested,
     "permission.resolved": AgentOutput._permission_withdrawn,
     "task.updated": AgentOutput._task_updated,
+    elicit.REQUESTED: elicit.on_requested,
+    elicit.RESOLVED: elicit.on_withdrawn,
 }

@@ -61,8 +61,10 @@ LOOKBACK_EVENTS = 20 * TAIL_EVENTS
 LIFE_BOUNDARY = frozenset({"process.started", "process.exited"})
 # Each kind of request an agent can leave waiting for a client, and the kind that settles
 # it. A request is pending from its event until the settling one with the same request_id.
-REQUEST_KINDS = {"permission.requested": "permission.resolved"}
+REQUEST_KINDS = {"permission.requested": "permission.resolved", "elicitation.requested": "elicitation.resolved"}
 SETTLED_BY = {settled: asked for asked, settled in REQUEST_KINDS.items()}
+# How each kind's settling event says "cancelled" (an elicitation's answer is an action).
+CANCELLED = {"permission.requested": {"decision": "cancelled"}, "elicitation.requested": {"action": "cancel"}}
 
 
 def needs_takeover(row: ThreadRow) -> bool:
@@ -160,7 +162,7 @@ def settled_by(tail: Sequence[Record], request_id: str) -> str | None:
 
 def cancelled(kind: str, request_id: str, reason: str) -> Event:
     """A request of a life that ended, settled as cancelled; ``by`` says why (docs/api.md §6.4)."""
-    return Event("bridge", REQUEST_KINDS[kind], {"request_id": request_id, "decision": "cancelled", "by": reason})
+    return Event("bridge", REQUEST_KINDS[kind], {"request_id": request_id, **CANCELLED[kind], "by": reason})
 
 
 def takeover_events(

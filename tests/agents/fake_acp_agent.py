@@ -32,6 +32,10 @@ Directives are the first word of a prompt's text (text blocks concatenated):
   mode <id>          (--modes) the agent switches its own mode: a current_mode_update, then
                      a chunk "mode: <id>" (an unknown id: a chunk "mode: unknown <id>")
   whatmode           a chunk "mode: <the session's current mode id>"
+  elicit [form|url|bad]  elicitation/create (form: ELICIT_FORM; url: a URL; bad: a nested
+                     object the spec forbids), only if the client advertised that mode (else
+                     a chunk "elicit: <mode> not advertised"); waits for the answer, then a
+                     chunk "elicit: <action> <content as JSON>" or "elicit: error <code>"
 Every session/update of a turn is written before the session/prompt response.
 
 Flags: --version N (protocolVersion answered, default 1), --no-load (no loadSession;
@@ -211,6 +215,21 @@ MODES = [
 ]
 
 
+ELICIT_FORM = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "title": "Name", "minLength": 1, "maxLength": 40},
+        "count": {"type": "integer", "minimum": 1, "maximum": 5, "default": 2},
+        "color": {"type": "string", "enum": ["red", "green"]},
+        "agree": {"type": "boolean", "title": "Agree"},
+        "tags": {"type": "array", "items": {"anyOf": [{"const": "a", "title": "A"}, {"const": "b", "title": "B"}]}},
+    },
+    "required": ["name"],
+}
+# A form the specification does not allow: a nested object.
+ELICIT_BAD = {"type": "object", "properties": {"x": {"type": "object", "properties": {}}}}
+
+
 class Agent:
     def __init__(self, argv: list[str]) -> None:
         self.version = int(opt_value(argv, "--version", "1") or "1")
@@ -226,6 +245,7 @@ class Agent:
         self.state_dir = os.environ.get("FAKE_AGENT_STATE")
         self.sessions: dict[str, Session] = {}
         self.lock = threading.Lock()
+        self.client_caps: dict[str, Any] = {}  # initialize's clientCapabilities (elicit checks them)
 
     # -- persistence
     def _path(self, sid: str) -> str | None:
@@ -336,6 +356,8 @@ class Agent:
             clientCapabilities=params.get("clientCapabilities"),
             clientInfo=params.get("clientInfo"),
         )
+        caps = params.get("clientCapabilities")
+        self.client_caps = caps if isinstance(caps, dict) else {}
         session_caps: dict[str, Any] = {"list": {}} if self.list_cap else {}
         if self.resume_cap:
             session_caps["resume"] = {}
@@ -614,6 +636,36 @@ class Agent:
         )
         self.message(s, f"permission: {choice}")
         return "cancelled" if cancelled else "end_turn"
+
+    def do_elicit(self, s: Session, turn: Turn, text: str, kinds: list[str]) -> str:
+        """elicit [form|url|bad]: elicitation/create, only in a mode the client advertised
+        (the specification forbids any other); a chunk says what came back."""
+        mode = (text.split()[1:] or ["form"])[0]
+        cap = (self.client_caps.get("elicitation") or {}).get("url" if mode == "url" else "form")
+        if not isinstance(cap, dict):
+            self.message(s, f"elicit: {mode} not advertised")
+            return "end_turn"
+        params: dict[str, Any] = {"sessionId": s.id, "mode": "url" if mode == "url" else "form"}
+        if mode == "url":
+            params.update(elicitationId="fake-1", url="https://example.com/connect?e=fake-1", message="Sign in")
+        else:
+            params.update(message="Tell me about it", requestedSchema=ELICIT_BAD if mode == "bad" else ELICIT_FORM)
+        _, event, box = OUTGOING.send("elicitation/create", params)
+        while not event.wait(0.05):
+            if turn.cancelled.is_set() and not event.wait(5):
+                diag("client never answered the elicitation after session/cancel")
+                return "cancelled"
+        resp = box[0]
+        result = resp.get("result")
+        if "error" in resp:
+            self.message(s, f"elicit: error {resp['error'].get('code')}")
+        elif not isinstance(result, dict) or result.get("action") not in ("accept", "decline", "cancel"):
+            diag(f"invalid elicitation response {result!r}")  # what the SDK's validation refuses
+            self.message(s, "elicit: invalid response")
+        else:
+            content = result.get("content")
+            self.message(s, f"elicit: {result['action']} {json.dumps(content, sort_keys=True)}")
+        return "cancelled" if turn.cancelled.is_set() else "end_turn"
 
     def _fs_report(self, label: str, resp: dict[str, Any], ok_text: str) -> str:
         if "error" in resp and isinstance(resp["error"], dict):

@@ -597,6 +597,7 @@ def test_initialize_declares_only_what_the_bridge_implements():
     assert obj["params"]["clientCapabilities"] == {
         "fs": {"readTextFile": True, "writeTextFile": True},
         "terminal": False,
+        "elicitation": {"form": {}, "url": {}},
     }
     assert CLIENT_CAPABILITIES == obj["params"]["clientCapabilities"]
     assert obj["params"]["clientInfo"]["name"] == "agent-bridge"
@@ -831,7 +832,7 @@ def test_unknown_agent_request_gets_method_not_found_with_the_same_id(rid):
     assert "result" not in obj
 
 
-@pytest.mark.parametrize("method", ["terminal/create", "elicitation/create", "session/request_permissionX"])
+@pytest.mark.parametrize("method", ["terminal/create", "elicitation/createX", "session/request_permissionX"])
 def test_unimplemented_client_methods_are_method_not_found(method):
     d = ready_codec().decode(enc({"jsonrpc": "2.0", "id": 3, "method": method, "params": {}}))
     [reply] = d.replies

@@ -16,6 +16,7 @@ from bridge.errors import InvalidRequest
 from bridge.sessions.commands import (
     BOUNDS,
     KINDS,
+    AnswerElicitation,
     AnswerPermission,
     Interrupt,
     Prompt,
@@ -125,6 +126,7 @@ def test_every_kind_round_trips_with_its_answer() -> None:
         "permission": AnswerPermission(request_id="r", decision="allow", channel="acp", option_id="o"),
         "mode": SetMode(mode_id="plan"),
         "raw": Raw(message={"method": "x"}),
+        "elicitation": AnswerElicitation(request_id="r", action="accept", content={"a": 1}, channel="acp"),
     }
     assert set(samples) == set(KINDS)  # a new kind gets a sample here
     for command in samples.values():

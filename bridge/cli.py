@@ -31,6 +31,7 @@ from bridge.connections import ConnectionGuard, connection_limit, guarded_protoc
 from bridge.errors import BridgeError
 from bridge.logs import configure_logging
 from bridge.network import is_loopback_host
+from bridge.process.cgroup import AGENT_CGROUPS
 from bridge.process.parent import ParentWatch, alive, quiet_broken_stdio
 from bridge.process.sandbox import harden_daemon, scrub_process
 from bridge.process.subreaper import TRACKER, reap_recorded
@@ -323,6 +324,7 @@ def serve(
     _check_store(settings)
     TRACKER.install(settings.data_dir)
     writer_client.SPAWN_WATCH = TRACKER  # the store's writer process is no orphan
+    AGENT_CGROUPS.setup(settings.capacity.agent_cgroups)  # memory_limit_mb: the kernel's, or sampled
     killed = reap_recorded(settings.data_dir)
     if killed:
         log.warning("agent.orphans_reaped", pids=killed, source="agents_record")
@@ -357,6 +359,7 @@ def serve(
     finally:
         discovery.withdraw(settings.data_dir, os.getpid())
         listener.close()
+        AGENT_CGROUPS.close()
     logging.shutdown()
     datadir.unlock(lock_fd)
     return 0 if server.started else 1

@@ -25,6 +25,11 @@ class CapacitySettings(BaseModel):
     # What one thread's transcript may hold, in MiB; past it the agent is stopped
     # (reason transcript_full) and the thread stays readable.
     max_transcript_mb: int = Field(1024, ge=1)
+    # A profile's memory_limit_mb as the kernel's limit: each such agent in a cgroup of its
+    # own where the daemon may make one (process/cgroup.py), else sampling alone. "auto"
+    # looks under /sys/fs/cgroup, "off" never tries; an absolute path names where the cgroup
+    # file system is mounted instead.
+    agent_cgroups: str = "auto"
 
     @field_validator("memory_budget_mb", mode="before")
     @classmethod
@@ -33,3 +38,10 @@ class CapacitySettings(BaseModel):
         if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
             return value
         raise ValueError("must be 'auto', 0 (off) or a whole number of MiB")
+
+    @field_validator("agent_cgroups")
+    @classmethod
+    def _cgroups(cls, value: str) -> str:
+        if value in ("auto", "off") or value.startswith("/"):
+            return value
+        raise ValueError("must be 'auto', 'off' or the absolute path where the cgroup file system is mounted")

@@ -16,6 +16,7 @@ import httpx
 import pytest
 import websockets
 
+from tests.support.cgroups import left_by
 from tests.support.redis_server import MISSING as REDIS_MISSING
 from tests.support.redis_server import REDIS_SERVER, RedisServer
 
@@ -386,6 +387,9 @@ async def daemon_factory(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
     await wait_until(lambda: not _own_agents(tmp_path), what="agents to exit")
     leftovers = _own_agents(tmp_path)
     assert not leftovers, f"agent processes outlived the test: {leftovers}"
+    # Nor any agent's memory cgroup (process/cgroup.py) of a daemon that stopped cleanly.
+    cgroups = [p for d in started if d.proc is not None and d.proc.returncode == 0 for p in left_by(d.proc.pid)]
+    assert not cgroups, f"agents' cgroups outlived the test: {cgroups}"
 
 
 def _own_agents(tmp_path: Path) -> list[tuple[int, str]]:

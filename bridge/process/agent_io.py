@@ -16,6 +16,9 @@ from bridge.process.launch import LaunchSpec
 class ExitInfo:
     code: int | None
     signal: int | None
+    # Why, where the process itself tells (a kernel OOM kill in the agent's cgroup:
+    # "memory_limit", process/cgroup.py); None: the daemon's own reason, or its code.
+    reason: str | None = None
 
 
 class AgentIO(Protocol):

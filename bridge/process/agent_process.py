@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from bridge.errors import LaunchRefused
 from bridge.process.agent_io import ExitInfo
+from bridge.process.cgroup import AGENT_CGROUPS, AgentCgroup
 from bridge.process.launch import LaunchSpec, exec_path, open_executable
 from bridge.process.reaper import child_setup, start_time
 from bridge.process.sandbox import Confined
@@ -259,6 +260,8 @@ class AgentProcess:
         self.pgid = popen.pid  # start_new_session=True: the child leads its own group
         self.start_time = start_time(popen.pid)
         self.confined: Confined | None = None
+        self.cgroup: AgentCgroup | None = None  # its own, with its memory limit (process/cgroup.py)
+        self._exit_reason: str | None = None
         self._max_line = max_line
         self._stdin_closed = False
 
@@ -268,15 +271,19 @@ class AgentProcess:
         # opened once: what runs is /proc/self/fd/N, the very file that was checked.
         fd = open_executable(spec.argv[0])
         confined: Confined | None = None
+        # Its memory cgroup too, limit set, before the fork: the child only joins it.
+        cgroup = AGENT_CGROUPS.create(spec.memory_limit_mb)
         TRACKER.spawn_started()
         try:
             # The sandbox's rules are made here, in the daemon; the child only applies them.
             confined = Confined(spec.sandbox) if spec.sandbox is not None else None
-            popen = _popen(spec, fd, confined)
+            popen = _popen(spec, fd, confined, cgroup)
         except BaseException as exc:
             TRACKER.spawn_ended(None)
             if confined is not None:
                 confined.cleanup()
+            if cgroup is not None:
+                AGENT_CGROUPS.discard(cgroup)
             if isinstance(exc, (OSError, ValueError, subprocess.SubprocessError)):
                 detail = getattr(exc, "strerror", None) or exc
                 raise LaunchRefused(f"cannot start agent: {detail}", code="spawn_failed") from exc
@@ -286,6 +293,8 @@ class AgentProcess:
                 os.close(fd)
             if confined is not None:
                 confined.close()
+            if cgroup is not None:
+                cgroup.close_fd()
         try:
             agent = await cls._connect(popen, spec, max_line)
         except BaseException:
@@ -293,8 +302,13 @@ class AgentProcess:
             _abandon(popen)
             if confined is not None:
                 confined.cleanup()
+            if cgroup is not None:
+                AGENT_CGROUPS.discard(cgroup)
             raise
         agent.confined = confined
+        if cgroup is not None:
+            agent.cgroup = cgroup
+            AGENT_CGROUPS.attach(agent.pid, cgroup)
         TRACKER.spawn_ended(agent)
         return agent
 
@@ -400,7 +414,11 @@ class AgentProcess:
         await self._exit.done.wait()
         rc = self._exit.returncode
         assert rc is not None
-        return exit_info(rc)
+        if self.cgroup is not None and self._exit_reason is None:  # read once, before its removal
+            self._exit_reason = AGENT_CGROUPS.exit_reason(self.cgroup) or ""
+        info = exit_info(rc)
+        info.reason = self._exit_reason or None
+        return info
 
     def release(self) -> None:
         """Close our ends of the pipes once the process is gone and its output drained."""
@@ -414,6 +432,9 @@ class AgentProcess:
         if self.confined is not None:  # its private temp dir goes with it
             self.confined.cleanup()
             self.confined = None
+        if self.cgroup is not None:  # what is left inside is killed, and the cgroup removed
+            AGENT_CGROUPS.discard(self.cgroup)
+            self.cgroup = None
 
     def signal_group(self, sig: int) -> bool:
         """Signal the whole process group, and every descendant that left it (setsid:
@@ -433,13 +454,18 @@ class AgentProcess:
         return await stop_process(self, grace_s, shutdown_line=shutdown_line)
 
 
-def _popen(spec: LaunchSpec, fd: int | None, confined: Confined | None = None) -> subprocess.Popen[bytes]:
+def _popen(
+    spec: LaunchSpec, fd: int | None, confined: Confined | None = None, cgroup: AgentCgroup | None = None
+) -> subprocess.Popen[bytes]:
     """fork + exec in the event loop's thread, as asyncio's own subprocess support does:
     the exact argv, no shell, the environment given, every other descriptor closed, the
-    agent's umask, its own session and process group, the reaper's child set-up, and the
-    sandbox (process/sandbox.py) applied last before exec."""
+    agent's umask, its own session and process group, its memory cgroup joined first (before
+    a sandbox could forbid the write; bubblewrap then runs inside it), the reaper's child
+    set-up, and the sandbox (process/sandbox.py) applied last before exec."""
     env = dict(spec.env)
     preexec = child_setup()
+    if cgroup is not None:
+        preexec = cgroup.joining(preexec)
     argv, executable = list(spec.argv), spec.argv[0] if fd is None else exec_path(fd)
     if confined is not None:
         env.update(confined.env)

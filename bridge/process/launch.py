@@ -74,6 +74,9 @@ class LaunchSpec:
     cwd: str
     # The agent's confinement (process/sandbox.py); None: it runs unconfined.
     sandbox: Plan | None = None
+    # Its profile's memory_limit_mb: a cgroup of its own where the daemon may make one
+    # (process/cgroup.py); None: no limit.
+    memory_limit_mb: int | None = None
 
 
 def within(path: str, root: str) -> bool:

@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any, cast
 
 import structlog
@@ -418,6 +419,7 @@ class Conversation:
         codec, spec = self.launch.start(resume, {**secrets, **profile.env})
         spec = launch_for_thread(spec, self.settings, self.thread)  # its cwd checked again; the owner's HOME
         spec = self.settings.confine(spec, profile)
+        spec = replace(spec, memory_limit_mb=profile.memory_limit_mb)  # a kernel limit where it can be
         return codec, spec, Scrubber(profile.env, extra=secrets.values())
 
     async def _start(self) -> None:
@@ -476,6 +478,8 @@ class Conversation:
         """``run``'s process exited (its watcher saw it go): the core closes the life's
         books, answers awaited from it fail, and the lease goes back."""
         async with self._lock:
+            if info.reason is not None and self.core.exit_reason is None:
+                self.core.stopping(info.reason)  # the kernel's OOM kill in its cgroup: memory_limit
             actions = self.core.process_exited(run.pid, info.code, info.signal)
             self._run = None
             self.routes.fail_all(lambda: Conflict("the agent process exited before it answered", code="agent_exited"))

@@ -20,6 +20,7 @@ import structlog
 from bridge.clock import now_iso
 from bridge.config import Settings
 from bridge.errors import BridgeError, Capacity
+from bridge.process.cgroup import AGENT_CGROUPS, MODES
 from bridge.process.memory import MIB, budget_mb
 from bridge.process.subreaper import TRACKER
 from bridge.protocols.envelope import ephemeral
@@ -155,12 +156,14 @@ class MemoryGuard:
             seen = self._seen[conv.id] = _Seen(pid, conv.thread["agent"])
         seen.peak = max(seen.peak, peak)
         limit = None if conv.profile is None else conv.profile.memory_limit_mb
-        if rss is None or limit is None or rss <= limit * MIB or seen.killed:
-            return True
-        if conv.kill_now("memory_limit"):
+        if not seen.killed and (by := _over(pid, rss, limit)) is not None and conv.kill_now("memory_limit"):
             seen.killed = True
             self.limit_stops += 1
-            log.warning("agent.memory_limit", thread_id=conv.id, pid=pid, rss_mb=rss // MIB, limit_mb=limit)
+            if (cgroup := AGENT_CGROUPS.of(pid)) is not None:
+                cgroup.stopped = True  # its exit is counted here, not again as the kernel's
+            log.warning(
+                "agent.memory_limit", thread_id=conv.id, pid=pid, rss_mb=(rss or 0) // MIB, limit_mb=limit, by=by
+            )
         return True
 
     def _learn(self, key: str) -> None:
@@ -184,13 +187,19 @@ class MemoryGuard:
             ("memory_refused_total", "counter", "Agent starts refused for want of memory (503 memory_budget)"),
             ("memory_evictions_total", "counter", "Idle agents stopped to make room in the budget"),
             ("memory_limit_stops_total", "counter", "Agents stopped over their profile's memory_limit_mb"),
+            (
+                "memory_oom_kills_total",
+                "counter",
+                "Agents in whose cgroup the kernel's OOM killer struck (memory_limit_mb)",
+            ),
         ]
         values = [
             sum(per_profile.values()),
             0 if self.budget_mb is None else self.budget_mb * MIB,
             self.refused,
             self.evicted,
-            self.limit_stops,
+            self.limit_stops + AGENT_CGROUPS.kernel_stops,  # stopped by the daemon, or ended by the kernel
+            AGENT_CGROUPS.oom_lives,
         ]
         out = [
             f"# HELP agent_bridge_{name} {text}.\n# TYPE agent_bridge_{name} {kind}\nagent_bridge_{name} {value}\n"
@@ -199,4 +208,23 @@ class MemoryGuard:
         name = "agent_bridge_profile_rss_bytes"
         out.append(f"# HELP {name} Resident memory of the agents of each profile.\n# TYPE {name} gauge\n")
         out += [f'{name}{{profile="{prof}"}} {rss}\n' for prof, rss in sorted(per_profile.items())]
+        name = "agent_bridge_memory_limit_mode"
+        out.append(
+            f"# HELP {name} How memory_limit_mb is enforced: 1 for the way in use (a cgroup per agent, "
+            f"v2 or v1, with the sample as a second line; or the sample alone).\n# TYPE {name} gauge\n"
+        )
+        out += [f'{name}{{mode="{mode}"}} {int(mode == AGENT_CGROUPS.mode)}\n' for mode in MODES]
         return "".join(out)
+
+
+def _over(pid: int, rss: int | None, limit_mb: int | None) -> str | None:
+    """Why the agent ``pid`` is over its limit ("sample": its tree's last sample; "kernel":
+    the OOM killer struck in its cgroup), or None. In a cgroup the kernel enforces the
+    limit: past it one of the agent's processes is killed, which the agent may survive; it
+    is stopped then too, as one the sample finds over it (the second line, either way)."""
+    cgroup = AGENT_CGROUPS.of(pid)
+    if cgroup is not None and AGENT_CGROUPS.oom_killed(cgroup):
+        return "kernel"
+    if rss is not None and limit_mb is not None and rss > limit_mb * MIB:
+        return "sample"
+    return None

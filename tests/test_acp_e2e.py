@@ -70,6 +70,7 @@ async def test_acp_chat_turn_handshake_and_agent_info(
         "fs": {"readTextFile": True, "writeTextFile": True},
         "terminal": False,
         "elicitation": {"form": {}, "url": {}},
+        "session": {"configOptions": {"boolean": {}}},
     }
     assert init["clientInfo"]["name"] == "agent-bridge"
     new = sent(tmp_path, "session/new")[0]["params"]

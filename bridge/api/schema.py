@@ -14,11 +14,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from bridge.api.content import normalize_prompt
 from bridge.errors import BOUND_WORDS
-from bridge.sessions.commands import BOUNDS, AnswerPermission, Prompt, Raw, SetMode
+from bridge.sessions.commands import BOUNDS, AnswerPermission, Prompt, Raw, SetConfigOption, SetMode
 
 MAX_CLIENT_ID = BOUNDS.client_id
 
@@ -102,6 +111,24 @@ class ModeIn(_In):
 
     def command(self, actor: str) -> SetMode:
         return SetMode(mode_id=self.mode_id, actor=actor)
+
+
+class ConfigIn(_In):
+    """``POST …/config`` and the ``set_config_option`` frame (docs/api.md §4.21): a select
+    option's value id, or a boolean."""
+
+    config_id: str = Field(..., min_length=1, max_length=BOUNDS.config_id)
+    value: StrictBool | StrictStr  # strict: "true" or "1" is a value id, never a boolean
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, v: bool | str) -> bool | str:
+        if isinstance(v, str) and not 0 < len(v) <= BOUNDS.config_value:
+            raise ValueError(f"must be a boolean or a non-empty string of at most {BOUNDS.config_value} characters")
+        return v
+
+    def command(self, actor: str) -> SetConfigOption:
+        return SetConfigOption(config_id=self.config_id, value=self.value, actor=actor)
 
 
 # pydantic's error types, said as a person would (issue #34: "Input should be a valid

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bridge.api.auth import require_auth
 from bridge.api.context import context
-from bridge.api.schema import ModeIn, PermissionIn, PromptIn
+from bridge.api.schema import ConfigIn, ModeIn, PermissionIn, PromptIn
 from bridge.api.users import check_owner, current_user
 from bridge.api.views import Shown, shown_to, thread_view
 from bridge.errors import InvalidRequest, StoreError
@@ -197,6 +197,13 @@ async def interrupt(thread_id: str, request: Request) -> dict[str, Any]:
 @router.post("/threads/{thread_id}/mode")
 async def set_mode(thread_id: str, body: ModeIn, request: Request) -> dict[str, Any]:
     """The agent's session mode (ACP ``session/set_mode``, docs/api.md §4.19)."""
+    conv = await _conv(request, thread_id)
+    return await _run(request, conv, body.command(_actor(request)))
+
+
+@router.post("/threads/{thread_id}/config")
+async def set_config_option(thread_id: str, body: ConfigIn, request: Request) -> dict[str, Any]:
+    """One of the agent's session config options (ACP ``session/set_config_option``, docs/api.md §4.21)."""
     conv = await _conv(request, thread_id)
     return await _run(request, conv, body.command(_actor(request)))
 

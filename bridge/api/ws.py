@@ -25,7 +25,7 @@ from starlette.websockets import WebSocketState
 from bridge.api.auth import WWW_AUTHENTICATE, how_to_authenticate, resolve_user
 from bridge.api.context import context
 from bridge.api.elicitations import frame_command as elicitation_frame
-from bridge.api.schema import ModeIn, PermissionFrame, PromptIn, RawIn, frame_error_code, plain_error
+from bridge.api.schema import ConfigIn, ModeIn, PermissionFrame, PromptIn, RawIn, frame_error_code, plain_error
 from bridge.api.tokens import SUBPROTOCOL
 from bridge.api.users import User, check_owner
 from bridge.api.views import shown_to
@@ -37,6 +37,7 @@ from bridge.protocols.envelope import ephemeral
 from bridge.protocols.events import Record
 from bridge.protocols.jsonline import loads_strict
 from bridge.sessions.commands import BOUNDS, Command, Interrupt, Raw, ThreadPort
+from bridge.sessions.config_options import CONFIG_TIMEOUT_S
 from bridge.sessions.conversation import Conversation
 from bridge.sessions.fanout import Subscriber, deliver
 from bridge.sessions.modes import MODE_TIMEOUT_S
@@ -366,4 +367,7 @@ _OPS: dict[str, _Op] = {
     ),
     "elicitation": _Op(elicitation_frame, echo_client_id=False),
     "set_mode": _Op(lambda frame, actor, _cid: ModeIn.from_frame(frame).command(actor), hold_s=MODE_TIMEOUT_S + 1.0),
+    "set_config_option": _Op(
+        lambda frame, actor, _cid: ConfigIn.from_frame(frame).command(actor), hold_s=CONFIG_TIMEOUT_S + 1.0
+    ),
 }

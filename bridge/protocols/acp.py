@@ -22,6 +22,7 @@ from typing import Any
 
 from bridge.protocols import jsonrpc
 from bridge.protocols.acp_elicit import AcpElicitations
+from bridge.protocols.acp_state import SessionState, config_changed, model_of, set_config_params
 from bridge.protocols.acp_updates import (
     CLIENT_CAPABILITIES,
     MAX_MODE_TEXT,
@@ -106,6 +107,7 @@ class AcpCodec:
         # permission request_id (str) → the agent's JSON-RPC id, as it sent it
         self._permissions: dict[str, jsonrpc.Id] = {}
         self._tool_names = ToolNames()
+        self._state = SessionState()  # config options, session info, the turn's usage (acp_state.py)
         self._elicit = AcpElicitations()  # elicitation/create requests waiting for an answer
 
     # ------------------------------------------------------------------ requests we send
@@ -190,6 +192,24 @@ class AcpCodec:
             return None
         params = {"sessionId": self.session_id, "modeId": mode_id}
         return self._request("session/set_mode", params, {"route": route, "mode": mode_id})
+
+    @property
+    def config_options(self) -> list[dict[str, Any]] | None:
+        """The session's config options as the agent last said them (None: it has none)."""
+        return self._state.options
+
+    def set_config_option(self, config_id: str, value: str | bool, route: str) -> str | None:
+        """``session/set_config_option`` (``session/set_model`` for the option made from an
+        older agent's ``models``); the answer goes back to ``route`` as a JSON-RPC answer
+        with the full ``configOptions``, or the agent's error as it came. None when the
+        agent reported no config options (or no session yet)."""
+        if self._state.options is None or self.session_id is None:
+            return None
+        method = self._state.config_method(config_id, value)
+        ctx = {"route": route, "config_id": config_id, "value": value}
+        if method == "session/set_model":
+            return self._request(method, {"sessionId": self.session_id, "modelId": value}, ctx)
+        return self._request(method, set_config_params(self.session_id, config_id, value), ctx)
 
     def _mode_now(self, mode: str | None, out: Decoded) -> None:
         """The session's current mode changed (the agent said so, or accepted a
@@ -290,6 +310,8 @@ class AcpCodec:
         elif method == "session/set_mode":
             out.control.append(RoutedReply(ctx["route"], dumps(answer)))
             self._mode_answered(error, ctx, raw, out)
+        elif method in ("session/set_config_option", "session/set_model"):
+            self._config_answered(method, rid, answer, result, ctx, raw, out)
         elif error is not None:
             self._on_error(method, error, raw, out)
         else:
@@ -311,6 +333,27 @@ class AcpCodec:
         mode = str(ctx["mode"])
         out.events.append(Event("agent", "agent.status", {"status": "mode_changed", "mode": mode}, raw))
         self._mode_now(mode, out)
+
+    def _config_answered(
+        self, method: str, rid: Any, answer: dict[str, Any], result: Any, ctx: dict[str, Any], raw: str, out: Decoded
+    ) -> None:
+        """The agent's answer to our ``session/set_config_option`` (or ``set_model``): a
+        refusal goes back as it came; an acceptance as the full list the thread now has."""
+        if "error" in answer:
+            err = _d(answer.get("error")).get("message")
+            out.events.append(Event("agent", "agent.other", {"method": method, "error": err}, raw))
+            out.control.append(RoutedReply(ctx["route"], dumps(answer)))
+            return
+        options = self._state.config_set(_d(result), ctx["config_id"], ctx["value"])
+        out.events.append(config_changed(options, raw))
+        self._publish_info(out)
+        out.control.append(RoutedReply(ctx["route"], dumps(jsonrpc.result(rid, {"configOptions": options}))))
+
+    def _publish_info(self, out: Decoded) -> None:
+        """The thread's agent_info with the session state as it is now."""
+        base = {k: v for k, v in self._info.items() if k not in ("config_options", "session_info")}
+        self._info = {**base, **self._state.agent_info()}
+        out.control.append(AgentInfo(self._info))
 
     def _fail(self, out: Decoded, reason: str, message: str, raw: str | None) -> None:
         out.control.append(Fatal(reason, message))
@@ -402,14 +445,17 @@ class AcpCodec:
         self.session_id = sid
         self.ready = True
         modes = session_modes(result.get("modes"))
+        changed = self._state.opened(result, how)  # its config options (or older models)
         if modes is not None or self.modes is not None:
             self.modes = modes  # a session's modes are the ones its new/load/resume answer gave
             self._info = {k: v for k, v in self._info.items() if k != "modes"}
             if modes is not None:
                 self._info["modes"] = modes
-            out.control.append(AgentInfo(self._info))
+            changed = True
+        if changed:
+            self._publish_info(out)
         out.control.append(Ready())
-        data: dict[str, Any] = {"native_session_id": sid, "model": None, "resumed": how}
+        data: dict[str, Any] = {"native_session_id": sid, "model": model_of(self._state.options), "resumed": how}
         if how == "load":
             data["replayed_updates"] = self._replayed
         out.events.append(Event("agent", "session.started", data, raw))
@@ -444,6 +490,7 @@ class AcpCodec:
     ) -> None:
         self._cancel_sent = False
         data: dict[str, Any] = {"status": status, "stop_reason": stop_reason}
+        usage = self._state.turn_usage(usage)  # with the turn's last usage_update (acp_state.py)
         if usage is not None:
             data["usage"] = usage
         if status == "cancelled":
@@ -507,9 +554,23 @@ class AcpCodec:
         if self.session_id is not None and sid is not None and sid != self.session_id:
             out.events.append(Event("agent", "agent.other", {"session_update": kind, "foreign_session": sid}, raw))
             return
+        if self._kept(kind, update, raw, out):
+            return
         out.events.extend(update_events(kind, update, raw, self._tool_names))
         if kind == "current_mode_update":
             self._mode_now(mode_in(update), out)
+
+    def _kept(self, kind: str, update: dict[str, Any], raw: str, out: Decoded) -> bool:
+        """A usage, session info or config options update (acp_state.py): its events, and
+        agent_info when it changed. False for any other kind."""
+        in_turn = any(m == "session/prompt" for m, _ in self._pending.contexts())
+        kept = self._state.update(kind, update, raw, in_turn)
+        if kept is None:
+            return False
+        out.events.extend(kept[0])
+        if kept[1]:
+            self._publish_info(out)
+        return True
 
     def _withdrawn(self, target: Any, raw: str, out: Decoded) -> bool:
         """The agent withdrew one of its requests (docs/api.md §6.5): a pending permission

@@ -23,6 +23,8 @@ CLIENT_CAPABILITIES: dict[str, Any] = {
     # Both modes: every client of a thread can answer a form; a URL is shown, never opened
     # by the bridge (protocols/acp_elicit.py).
     "elicitation": {"form": {}, "url": {}},
+    # Boolean session config options are kept and set like select ones (acp_state.py).
+    "session": {"configOptions": {"boolean": {}}},
 }
 
 MAX_TOOL_NAMES = 1024  # tool call ids whose names are remembered for permission requests
@@ -176,7 +178,10 @@ def update_events(kind: str, u: dict[str, Any], raw: str, names: ToolNames) -> l
         data = {"text": text, "channel": channel, "message_id": s(u.get("messageId"))}
         return [Event("agent", "message.delta", data, raw)]
     if kind == "user_message_chunk":
-        return [Event("agent", "agent.other", {"session_update": kind, "text": _content_text(u.get("content"))}, raw)]
+        data = {"session_update": kind, "text": _content_text(u.get("content"))}
+        if (mid := s(u.get("messageId"))) is not None:
+            data["message_id"] = mid  # ACP message ids: chunks of one message share one
+        return [Event("agent", "agent.other", data, raw)]
     if kind in ("tool_call", "tool_call_update"):
         names.saw(u)
         return [_tool_event(kind, u, raw)]

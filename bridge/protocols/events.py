@@ -35,6 +35,8 @@ KINDS = frozenset(
         "elicitation.resolved",
         "turn.ended",
         "plan",
+        "usage",  # an ACP agent's context and cost report (usage_update)
+        "session.info",  # an ACP agent's session title / updatedAt (session_info_update)
         "agent.status",
         "tool.progress",
         "hook",

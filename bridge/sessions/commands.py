@@ -62,6 +62,8 @@ class Bounds:
     decision: int = 16  # allow | deny; which one is the core's to check (invalid_decision)
     channel: int = 256  # how a permission answer came: rest, acp, a frame's client_id
     mode_id: int = 256  # an ACP session mode (§4.19)
+    config_id: int = 256  # an ACP session config option's id (§4.21)
+    config_value: int = 256  # …and the id of the value it is set to
     actor: int = 256  # a user's name (64 at most, api/users.py) or "operator"
     # One client message, whatever its transport: a WebSocket frame (§5.3), an ACP JSON-RPC
     # message, a REST body (api/limits.py). The bus carries a little more (bus/base.py).
@@ -226,6 +228,28 @@ class SetMode(Command[dict[str, Any]]):
 
 
 @dataclass(frozen=True, kw_only=True)
+class SetConfigOption(Command[dict[str, Any]]):
+    """Set one of the agent's session config options (ACP ``session/set_config_option``,
+    §4.21): a select option's value id, or a boolean. Answers ``{config_id, value,
+    config_options}`` (the agent's full list after the switch)."""
+
+    KIND = "config"
+    config_id: str
+    value: str | bool
+
+    def check(self) -> None:
+        _text(self.config_id, "config_id", BOUNDS.config_id)
+        if not isinstance(self.value, bool):
+            _text(self.value, "value", BOUNDS.config_value)
+
+    def answer_to_wire(self, answer: dict[str, Any]) -> dict[str, Any]:
+        return answer
+
+    def answer_from_wire(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(body)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Raw(Command[int]):
     """A client's JSON object written to the agent's stdin as the dialect says (§5.3);
     answers the seq that records it. ``routed``: a raw-mode client's frame, whose agent
@@ -293,7 +317,7 @@ class AnswerElicitation(Command[dict[str, Any]]):
 
 
 KINDS: dict[str, type[Command[Any]]] = {
-    c.KIND: c for c in (Prompt, Interrupt, AnswerPermission, SetMode, Raw, AnswerElicitation)
+    c.KIND: c for c in (Prompt, Interrupt, AnswerPermission, SetMode, SetConfigOption, Raw, AnswerElicitation)
 }
 
 
@@ -347,6 +371,7 @@ __all__ = [
     "MalformedAnswer",
     "Prompt",
     "Raw",
+    "SetConfigOption",
     "SetMode",
     "ThreadPort",
     "from_wire",

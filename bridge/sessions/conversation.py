@@ -50,6 +50,7 @@ from bridge.protocols.events import Event, Record
 from bridge.sessions import acp_fs
 from bridge.sessions.actions import Action, ArmTimer, CancelTimer, Emit, Limits, Route, Serve, Stop, Write
 from bridge.sessions.agent_run import AgentRun
+from bridge.sessions.agent_title import with_agent_title
 from bridge.sessions.announce import Announcer
 from bridge.sessions.caps import MIB, Caps, full_text
 from bridge.sessions.core import ConversationCore
@@ -198,8 +199,8 @@ class Conversation:
 
     def emit_fields(self, action: Emit) -> dict[str, Any]:
         """The thread fields an Emit writes, with the pending permissions' count when the
-        core's differs from the row's."""
-        fields = action.fields
+        core's differs from the row's, and the agent's title where it names the thread."""
+        fields = with_agent_title(self.thread, action.fields)  # sessions/agent_title.py
         pending = len(self.core.permissions)
         if "pending_permissions" not in fields and pending != self.thread.get("pending_permissions", 0):
             # An answer, a withdrawal, an interrupt or an exit changed it before this Emit:

@@ -18,7 +18,7 @@ the holder looks it up in the shared store.
 
 **Draining** (SIGTERM; docs/api.md §1.2 "Leases"): a replica shutting down takes no new work.
 A command that would make its agent do something new (:data:`NEW_WORK`: a prompt, a mode
-switch, a raw write) is refused ``draining`` (503, ``Retry-After``) when it would run
+or config switch, a raw write) is refused ``draining`` (503, ``Retry-After``) when it would run
 there — from its own clients (:func:`refuse_new_work`) and from other replicas' (the
 holder's side, sessions/cluster.py). A sender refused so by a draining holder waits, at
 most :func:`handover_wait_s`, for that holder to stop its agent and let the lease go,
@@ -35,7 +35,7 @@ from typing import Protocol, TypeVar
 import structlog
 
 from bridge.errors import BridgeError, Draining, HeldElsewhere
-from bridge.sessions.commands import Command, MalformedAnswer, Prompt, Raw, SetMode, ThreadPort
+from bridge.sessions.commands import Command, MalformedAnswer, Prompt, Raw, SetConfigOption, SetMode, ThreadPort
 from bridge.sessions.fanout import Subscriber
 from bridge.sessions.remote import ForwardFailed, HolderGone, LeaseHolders
 
@@ -47,7 +47,7 @@ ROUTE_ATTEMPTS = 3  # holders tried for one command when each dies before answer
 
 # What a draining replica no longer runs: commands that give its agent new work, or start
 # one. Interrupts, permission answers and stops still act on what it runs until it exits.
-NEW_WORK = frozenset({Prompt.KIND, SetMode.KIND, Raw.KIND})
+NEW_WORK = frozenset({Prompt.KIND, SetMode.KIND, SetConfigOption.KIND, Raw.KIND})
 # Retry-After for a sender whose draining holder did not let go in time (a draining
 # replica's own refusals say 1 s: another replica serves them at once).
 HANDOVER_RETRY_S = 2

@@ -25,6 +25,7 @@ from bridge.errors import Conflict, Draining, InvalidRequest, NotFound, StoreErr
 from bridge.protocols.codecs import may_have_modes, stored_content_refusal
 from bridge.sessions.actions import Accepted
 from bridge.sessions.commands import AnswerElicitation, AnswerPermission, Command, Interrupt, Prompt, Raw, SetMode
+from bridge.sessions.config_port import SetConfigOption, set_config_here
 from bridge.sessions.conversation import Conversation
 from bridge.sessions.elicit_port import answer_here
 from bridge.sessions.fanout import Subscriber
@@ -191,6 +192,7 @@ _LOCAL: dict[type[Command[Any]], _Local] = {
         c.request_id, c.decision, channel=c.channel, option_id=c.option_id, message=c.message, actor=c.actor
     ),
     SetMode: lambda port, c, _to: port.set_mode(c.mode_id, actor=c.actor),
+    SetConfigOption: lambda port, c, _to: set_config_here(port.conv, c),
     AnswerElicitation: lambda port, c, _to: answer_here(port.conv, c),
     Raw: lambda port, c, to: port.write_raw(c.message, to if c.routed else None, actor=c.actor),
 }

@@ -32,6 +32,15 @@ Directives are the first word of a prompt's text (text blocks concatenated):
   mode <id>          (--modes) the agent switches its own mode: a current_mode_update, then
                      a chunk "mode: <id>" (an unknown id: a chunk "mode: unknown <id>")
   whatmode           a chunk "mode: <the session's current mode id>"
+  usage              a chunk, a usage_update {used, size, cost: the session's cumulative cost,
+                     0.25 USD more each time}, and the response's usage (10 in, 5 out, 2
+                     cached, 17 in all)
+  title [text]       a session_info_update {title: text, updatedAt} (no text: title null),
+                     then a chunk "title: <text>"
+  config <id> <val>  (--config-options) the agent sets its own option: a config_option_update
+                     with the full list, then a chunk "config: <id>=<val>" (unknown: a chunk
+                     "config: unknown <id>")
+  whatconfig         a chunk "config: model=<current model> mode=<current mode>"
   elicit [form|url|bad]  elicitation/create (form: ELICIT_FORM; url: a URL; bad: a nested
                      object the spec forbids), only if the client advertised that mode (else
                      a chunk "elicit: <mode> not advertised"); waits for the answer, then a
@@ -52,6 +61,16 @@ claude-agent-acp — an unknown modeId -32603 "Internal error" {details: "Invali
 — modelled on claude-agent-acp, whose handler throws "Invalid Mode" and whose SDK sends a
 thrown error so; no recorded transcript has a refused set_mode — an unknown session -32603
 "Session not found").
+
+--config-options (session/new, load and resume answer ``configOptions``: mode (category
+mode, the same values as --modes), model (category model: fast / deep, grouped), and the
+boolean "brave" only when the client advertised session.configOptions.boolean;
+session/set_config_option {sessionId, configId, value[, type: "boolean"]} answers the full
+list; an unknown configId or value, or a boolean for a select option, -32602 "Invalid
+params" {details}, as the SDK's own validation and the spec's invalid-params rule say),
+--models (the older unstable API, as Gemini CLI 0.61: session/new, load and resume answer
+``models`` {currentModelId, availableModels [{modelId, name, description}]};
+session/set_model {sessionId, modelId} answers {}; an unknown model -32602).
 
 Environment: FAKE_AGENT_LOG (append JSON lines: start argv/env/cwd/pid, every stdin line,
 initialize clientCapabilities/clientInfo, ...), FAKE_AGENT_STATE (directory of per-session
@@ -196,6 +215,7 @@ class Turn:
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         self.cancelled = threading.Event()
+        self.usage: dict[str, Any] | None = None  # the response's usage, when a directive set one
 
 
 class Session:
@@ -206,6 +226,9 @@ class Session:
         self.lock = threading.Lock()  # one turn at a time; later prompts queue
         self.turn: Turn | None = None
         self.mode = "default"
+        self.model = "fast"
+        self.brave = False
+        self.cost = 0.0  # the cumulative cost the usage directive reports
 
 
 MODES = [
@@ -230,6 +253,9 @@ ELICIT_FORM = {
 ELICIT_BAD = {"type": "object", "properties": {"x": {"type": "object", "properties": {}}}}
 
 
+MODELS = [("fast", "Fast"), ("deep", "Deep")]
+
+
 class Agent:
     def __init__(self, argv: list[str]) -> None:
         self.version = int(opt_value(argv, "--version", "1") or "1")
@@ -241,6 +267,8 @@ class Agent:
         self.delay_init = float(opt_value(argv, "--delay-initialize", "0") or "0")
         self.exit_after_init = "--exit-after-initialize" in argv
         self.modes = "--modes" in argv
+        self.config = "--config-options" in argv
+        self.models = "--models" in argv
         self.text_only = "--text-only" in argv  # promptCapabilities: no images, no embedded resources
         self.state_dir = os.environ.get("FAKE_AGENT_STATE")
         self.sessions: dict[str, Session] = {}
@@ -343,6 +371,8 @@ class Agent:
             "session/list": self.session_list,
             "session/prompt": self.session_prompt,
             "session/set_mode": self.session_set_mode if self.modes else None,
+            "session/set_config_option": self.session_set_config_option if self.config else None,
+            "session/set_model": self.session_set_model if self.models else None,
         }.get(method)
         if handler is None:
             fail(rid, METHOD_NOT_FOUND, "Method not found", {"method": method})
@@ -422,9 +452,94 @@ class Agent:
         respond(rid, {"sessionId": sid, **self._modes(s)})
 
     def _modes(self, s: Session) -> dict[str, Any]:
-        if not self.modes:
-            return {}
-        return {"modes": {"currentModeId": s.mode, "availableModes": MODES}}
+        """What a session/new, load or resume answer says of the session's settings."""
+        out: dict[str, Any] = {}
+        if self.modes:
+            out["modes"] = {"currentModeId": s.mode, "availableModes": MODES}
+        if self.config:
+            out["configOptions"] = self._config_options(s)
+        if self.models:
+            out["models"] = {
+                "currentModelId": s.model,
+                "availableModels": [{"modelId": m, "name": n, "description": None} for m, n in MODELS],
+            }
+        return out
+
+    def _boolean_ok(self) -> bool:
+        """Whether the client advertised boolean config options (the spec: never send one
+        otherwise)."""
+        session = self.client_caps.get("session") if isinstance(self.client_caps, dict) else None
+        config = session.get("configOptions") if isinstance(session, dict) else None
+        return isinstance(config, dict) and isinstance(config.get("boolean"), dict)
+
+    def _config_options(self, s: Session) -> list[dict[str, Any]]:
+        options: list[dict[str, Any]] = [
+            {
+                "id": "mode",
+                "name": "Mode",
+                "category": "mode",
+                "type": "select",
+                "currentValue": s.mode,
+                "options": [{"value": m["id"], "name": m["name"]} for m in MODES],
+            },
+            {
+                "id": "model",
+                "name": "Model",
+                "category": "model",
+                "type": "select",
+                "currentValue": s.model,
+                "options": [{"group": "all", "name": "All", "options": [{"value": m, "name": n} for m, n in MODELS]}],
+            },
+        ]
+        if self._boolean_ok():
+            options.append({"id": "brave", "name": "Brave", "type": "boolean", "currentValue": s.brave})
+        return options
+
+    def _set_option(self, s: Session, config_id: str, value: Any, typed_boolean: bool) -> str | None:
+        """Set one option as the SDK's models validate it; the reason it is refused, or None."""
+        if config_id == "brave" and self._boolean_ok():
+            if not typed_boolean or not isinstance(value, bool):
+                return "brave is a boolean option: send type boolean and a boolean value"
+            s.brave = value
+            return None
+        values = {"mode": [m["id"] for m in MODES], "model": [m for m, _ in MODELS]}.get(config_id)
+        if values is None:
+            return f"Unknown config option: {config_id}"
+        if typed_boolean or not isinstance(value, str) or value not in values:
+            return f"Invalid value for config option {config_id}: {value}"
+        if config_id == "mode":
+            s.mode = value
+        else:
+            s.model = value
+        return None
+
+    def session_set_config_option(self, rid: Any, params: dict[str, Any]) -> None:
+        s, _ = self._find(params.get("sessionId"))
+        config_id, value, typ = params.get("configId"), params.get("value"), params.get("type")
+        if not isinstance(config_id, str) or not isinstance(value, (str, bool)) or typ not in (None, "boolean"):
+            fail(rid, INVALID_PARAMS, "Invalid params", {"details": "configId and value are required"})
+            return
+        if s is None:
+            fail(rid, INVALID_PARAMS, "Invalid params", {"details": "Session not found"})
+            return
+        refused = self._set_option(s, config_id, value, typ == "boolean")
+        log(event="set_config_option", sessionId=s.id, configId=config_id, value=value, refused=refused)
+        if refused is not None:
+            fail(rid, INVALID_PARAMS, "Invalid params", {"details": refused})
+            return
+        respond(rid, {"configOptions": self._config_options(s)})
+
+    def session_set_model(self, rid: Any, params: dict[str, Any]) -> None:
+        s, _ = self._find(params.get("sessionId"))
+        model = params.get("modelId")
+        if s is None or not isinstance(model, str):
+            fail(rid, INVALID_PARAMS, "Invalid params", {"details": "sessionId and modelId are required"})
+        elif model not in [m for m, _ in MODELS]:
+            fail(rid, INVALID_PARAMS, "Invalid params", {"details": f"Unknown model: {model}"})
+        else:
+            s.model = model
+            log(event="set_model", sessionId=s.id, modelId=model)
+            respond(rid, {})
 
     def session_set_mode(self, rid: Any, params: dict[str, Any]) -> None:
         s, _ = self._find(params.get("sessionId"))
@@ -530,7 +645,7 @@ class Agent:
                     stop = self.do_echo(s, turn, text, kinds)
                 else:
                     stop = handler(s, turn, text, kinds)
-                respond(rid, {"stopReason": stop})
+                respond(rid, {"stopReason": stop, **({"usage": turn.usage} if turn.usage else {})})
             except Exception as exc:  # a bug in the fake must not look like a hang
                 diag(f"turn failed: {exc!r}")
                 fail(rid, INTERNAL_ERROR, "Internal error", {"details": repr(exc)})
@@ -739,6 +854,35 @@ class Agent:
 
     def do_whatmode(self, s: Session, turn: Turn, text: str, kinds: list[str]) -> str:
         self.message(s, f"mode: {s.mode}")
+        return "end_turn"
+
+    def do_usage(self, s: Session, turn: Turn, text: str, kinds: list[str]) -> str:
+        self.message(s, "counted")
+        s.cost += 0.25
+        cost = {"amount": s.cost, "currency": "USD"}
+        self.update(s.id, {"sessionUpdate": "usage_update", "used": 1200, "size": 200000, "cost": cost})
+        turn.usage = {"inputTokens": 10, "outputTokens": 5, "cachedReadTokens": 2, "totalTokens": 17}
+        return "end_turn"
+
+    def do_title(self, s: Session, turn: Turn, text: str, kinds: list[str]) -> str:
+        title = text.split(maxsplit=1)[1].strip() if len(text.split(maxsplit=1)) > 1 else None
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.update(s.id, {"sessionUpdate": "session_info_update", "title": title, "updatedAt": stamp})
+        self.message(s, f"title: {title}")
+        return "end_turn"
+
+    def do_config(self, s: Session, turn: Turn, text: str, kinds: list[str]) -> str:
+        words = text.split()
+        config_id, value = [*words[1:3], "", ""][:2]
+        if not self.config or self._set_option(s, config_id, value, False) is not None:
+            self.message(s, f"config: unknown {config_id}")
+            return "end_turn"
+        self.update(s.id, {"sessionUpdate": "config_option_update", "configOptions": self._config_options(s)})
+        self.message(s, f"config: {config_id}={value}")
+        return "end_turn"
+
+    def do_whatconfig(self, s: Session, turn: Turn, text: str, kinds: list[str]) -> str:
+        self.message(s, f"config: model={s.model} mode={s.mode}")
         return "end_turn"
 
     def do_twoupdates(self, s: Session, turn: Turn, text: str, kinds: list[str]) -> str:

@@ -335,9 +335,10 @@ def test_main_handshake_session_started_and_ready_only_on_the_session_new_result
     ready = [n for n, d in enumerate(r.decoded) if d.ready]
     assert [r.labels[n] for n in ready] == ["result/session/new"]
     [started] = events_of(r, "session.started")
+    # the model: the current value of the agent's first model-category config option
     assert started.data == {
         "native_session_id": "945856eb-d200-4bd3-bb31-5cc719c11a1a",
-        "model": None,
+        "model": "default",
         "resumed": "new",
     }
     assert r.decoded[0].agent is not None
@@ -414,13 +415,27 @@ def test_main_turn_ends_and_their_stop_reasons():
         # prompt had already ended, so this error is an error, not a cancellation
         ("error", None),
     ]
+    # the prompt answer's tokens under stream-json's names, the context and cost of the
+    # turn's last usage_update (a new session: its first turn's share is the whole cost),
+    # and what the agent sent, unchanged
+    sent = {"inputTokens": 50, "outputTokens": 12, "cachedReadTokens": 0, "cachedWriteTokens": 0, "totalTokens": 62}
     assert ends[0]["usage"] == {
-        "inputTokens": 50,
-        "outputTokens": 12,
-        "cachedReadTokens": 0,
-        "cachedWriteTokens": 0,
-        "totalTokens": 62,
+        "input_tokens": 50,
+        "output_tokens": 12,
+        "cache_read_input_tokens": 0,
+        "cache_creation_input_tokens": 0,
+        "total_tokens": 62,
+        "context": {"used": 62, "size": 1000000},
+        "session_cost": {"amount": 0.00055, "currency": "USD"},
+        "cost": {"amount": 0.00055, "currency": "USD"},
+        "acp": {
+            "usage": sent,
+            "usage_update": {"used": 62, "size": 1000000, "cost": {"amount": 0.00055, "currency": "USD"}},
+        },
     }
+    # every turn's cost is its share of the agent's cumulative cost: they add up to it
+    shares = [e["usage"]["cost"]["amount"] for e in ends if "cost" in e.get("usage", {})]
+    assert sum(shares) == pytest.approx(ends[-2]["usage"]["session_cost"]["amount"])
     assert ends[-1]["error"] == "Internal error (-32603)"
 
 
@@ -445,10 +460,29 @@ def test_main_responses_to_requests_the_codec_never_sends_are_unknown_id_diagnos
 def test_main_other_updates_are_agent_other():
     r = replay("acpmain")
     for label, d in zip(r.labels, r.decoded, strict=True):
-        if label.split("/")[-1] in ("usage_update", "available_commands_update", "config_option_update"):
+        if label.split("/")[-1] == "available_commands_update":
             [ev] = d.events
             assert ev.kind == "agent.other"
             assert ev.data == {"session_update": label.split("/")[-1]}
+
+
+def test_main_usage_and_config_updates_are_events_and_config_options_follow():
+    r = replay("acpmain")
+    for label, d in zip(r.labels, r.decoded, strict=True):
+        if label.endswith("/usage_update"):
+            [ev] = d.events
+            assert ev.kind == "usage" and set(ev.data) <= {"used", "size", "cost"}
+        if label.endswith("/config_option_update"):
+            [ev] = d.events
+            assert ev.kind == "agent.status" and ev.data["status"] == "config_changed"
+            assert d.agent is not None and d.agent["config_options"] == ev.data["config_options"]
+    [first] = [d.agent for d in r.decoded if d.ready]
+    assert first is not None
+    assert [(o["id"], o.get("category"), o["currentValue"]) for o in first["config_options"]] == [
+        ("mode", "mode", "default"),
+        ("model", "model", "default"),
+        ("effort", "thought_level", "default"),
+    ]
 
 
 def test_cancel_while_streaming_ends_the_turn_cancelled():
@@ -470,7 +504,7 @@ def test_load_replays_history_silently_then_starts_the_resumed_session():
     [started] = events_of(r, "session.started")
     assert started.data == {
         "native_session_id": "945856eb-d200-4bd3-bb31-5cc719c11a1a",
-        "model": None,
+        "model": "default",
         "resumed": "load",
         "replayed_updates": 17,
     }
@@ -598,6 +632,7 @@ def test_initialize_declares_only_what_the_bridge_implements():
         "fs": {"readTextFile": True, "writeTextFile": True},
         "terminal": False,
         "elicitation": {"form": {}, "url": {}},
+        "session": {"configOptions": {"boolean": {}}},
     }
     assert CLIENT_CAPABILITIES == obj["params"]["clientCapabilities"]
     assert obj["params"]["clientInfo"]["name"] == "agent-bridge"
@@ -924,6 +959,10 @@ def test_update_mapping():
         "agent.other",
         {"session_update": "user_message_chunk", "text": "me"},
     )
+    assert one(update("user_message_chunk", content={"type": "text", "text": "me"}, messageId="u1")) == (
+        "agent.other",
+        {"session_update": "user_message_chunk", "text": "me", "message_id": "u1"},
+    )
     assert one(
         update("tool_call", toolCallId="t1", title="Read a", kind="read", status="pending", rawInput={"p": 1})
     ) == (
@@ -963,11 +1002,20 @@ def test_update_mapping():
     mode = ("agent.status", {"status": "mode_changed", "mode": "plan"})
     assert one(update("current_mode_update", currentModeId="plan")) == mode
     assert one(update("current_mode_update", modeId="plan")) == mode
+    # a usage or config update without its required fields is not passed on half-read
+    for broken in ("usage_update", "config_option_update"):
+        assert one(update(broken, used=1)) == ("agent.other", {"session_update": broken, "invalid": True})
+    assert one(update("usage_update", used=5, size=9, cost={"amount": 0.5, "currency": "EUR"})) == (
+        "usage",
+        {"used": 5, "size": 9, "cost": {"amount": 0.5, "currency": "EUR"}},
+    )
+    assert one(update("usage_update", used=5, size=9, cost={"amount": "1"})) == ("usage", {"used": 5, "size": 9})
+    assert one(update("session_info_update", title="  Fix the bug ", updatedAt=None, used=1)) == (
+        "session.info",
+        {"title": "Fix the bug", "updated_at": None},
+    )
     for other in (
-        "usage_update",
         "available_commands_update",
-        "config_option_update",
-        "session_info_update",
         "plan_update",
         "compaction_update",
         "_x/new",
@@ -1042,7 +1090,7 @@ def test_prompt_result_maps_to_turn_ended(result, status):
     assert ev.data["status"] == status
     assert ev.data["stop_reason"] == (result or {}).get("stopReason")
     if result and "usage" in result:
-        assert ev.data["usage"] == result["usage"]
+        assert ev.data["usage"] == {"total_tokens": 3, "acp": {"usage": result["usage"]}}
 
 
 def test_prompt_error_is_turn_ended_error_and_auth_required_is_flagged():
@@ -1312,3 +1360,189 @@ def test_current_mode_update_keeps_the_agent_info_current():
     assert codec.decode(update("current_mode_update", currentModeId="plan")).agent is None  # unchanged
     plain = ready_codec()
     assert plain.decode(update("current_mode_update", currentModeId="plan")).agent is None  # no modes reported
+
+
+# ---------------------------------------------------------------- config options, usage, session info
+
+MODEL_OPTION = {
+    "id": "model",
+    "name": "Model",
+    "category": "model",
+    "type": "select",
+    "currentValue": "fast",
+    "options": [{"value": "fast", "name": "Fast"}, {"value": "deep", "name": "Deep", "description": "slow"}],
+}
+BRAVE = {"id": "brave", "name": "Brave", "type": "boolean", "currentValue": False}
+GROUPED = {
+    "id": "effort",
+    "name": "Effort",
+    "category": "_ours",
+    "type": "select",
+    "currentValue": "hi",
+    "options": [{"group": "g", "name": "G", "options": [{"value": "hi", "name": "High"}, {"nope": 1}]}],
+}
+
+
+def configured_codec(result: dict[str, Any], **kw: Any) -> tuple[AcpCodec, AcpDecoded]:
+    codec, d = initialized(**kw)
+    [req] = d.replies
+    return codec, respond(codec, req, {"sessionId": SID, **result})
+
+
+def test_config_options_are_kept_in_agent_info_the_well_formed_part_and_give_the_model():
+    junk = [
+        {"id": "x", "name": "X", "type": "slider", "currentValue": 1},  # an unknown type: ignored
+        {"id": "y", "name": "Y", "type": "select", "currentValue": "zz", "options": [{"value": "a", "name": "A"}]},
+        {"id": "b", "name": "B", "type": "boolean", "currentValue": "yes"},
+        {**MODEL_OPTION, "name": "again"},  # a repeated id: the first one counts
+        "junk",
+    ]
+    codec, d = configured_codec({"configOptions": [MODEL_OPTION, BRAVE, GROUPED, *junk]})
+    grouped = {**GROUPED, "options": [{"group": "g", "name": "G", "options": [{"value": "hi", "name": "High"}]}]}
+    assert codec.config_options == [MODEL_OPTION, BRAVE, grouped]
+    assert d.agent is not None and d.agent["config_options"] == [MODEL_OPTION, BRAVE, grouped]
+    [started] = d.events
+    assert started.data["model"] == "fast"
+    # none reported: no config_options key, no request line
+    codec, d = configured_codec({})
+    assert d.agent is None and codec.config_options is None
+    assert codec.set_config_option("model", "deep", "r") is None
+
+
+def test_set_config_option_is_the_bridges_request_and_the_full_list_goes_back():
+    codec, _ = configured_codec({"configOptions": [MODEL_OPTION, BRAVE]})
+    req = wire(codec.set_config_option("model", "deep", "route-1") or "")
+    assert req["method"] == "session/set_config_option"
+    assert req["params"] == {"sessionId": SID, "configId": "model", "value": "deep"}
+    now = [{**MODEL_OPTION, "currentValue": "deep"}, BRAVE]
+    d = respond(codec, req, {"configOptions": now})
+    [(route, text)] = d.routed
+    assert route == "route-1" and json.loads(text) == {
+        "jsonrpc": "2.0",
+        "id": req["id"],
+        "result": {"configOptions": now},
+    }
+    assert [(e.kind, e.data) for e in d.events] == [
+        ("agent.status", {"status": "config_changed", "config_options": now})
+    ]
+    assert d.agent is not None and d.agent["config_options"] == now
+    # a boolean is sent with its type
+    req = wire(codec.set_config_option("brave", True, "route-2") or "")
+    assert req["params"] == {"sessionId": SID, "configId": "brave", "value": True, "type": "boolean"}
+    d = respond(codec, req, {})  # an answer without the list: the known one, changed
+    assert d.agent is not None and d.agent["config_options"][1]["currentValue"] is True
+
+
+def test_a_refused_set_config_option_changes_nothing_and_its_error_goes_back_as_it_came():
+    codec, _ = configured_codec({"configOptions": [MODEL_OPTION]})
+    req = wire(codec.set_config_option("nope", "x", "route-3") or "")
+    err = {"code": -32602, "message": "Invalid params", "data": {"details": "unknown configId"}}
+    d = respond(codec, req, error=err)
+    [(route, text)] = d.routed
+    assert route == "route-3" and json.loads(text)["error"] == err
+    assert kinds(d) == ["agent.other"] and d.agent is None
+    assert codec.config_options == [MODEL_OPTION]
+
+
+def test_an_older_agents_models_are_a_model_option_set_with_session_set_model():
+    models = {
+        "currentModelId": "gemini-pro",
+        "availableModels": [
+            {"modelId": "gemini-pro", "name": "Pro", "description": None},
+            {"modelId": "gemini-flash", "name": "Flash", "description": "quick"},
+            {"name": "no id"},
+        ],
+    }
+    codec, d = configured_codec({"models": models})
+    option = {
+        "id": "model",
+        "name": "Model",
+        "category": "model",
+        "type": "select",
+        "currentValue": "gemini-pro",
+        "options": [
+            {"value": "gemini-pro", "name": "Pro"},
+            {"value": "gemini-flash", "name": "Flash", "description": "quick"},
+        ],
+    }
+    assert d.agent is not None and d.agent["config_options"] == [option]
+    req = wire(codec.set_config_option("model", "gemini-flash", "route-4") or "")
+    assert req["method"] == "session/set_model"
+    assert req["params"] == {"sessionId": SID, "modelId": "gemini-flash"}
+    d = respond(codec, req, {})
+    [(_, text)] = d.routed
+    assert json.loads(text)["result"]["configOptions"] == [{**option, "currentValue": "gemini-flash"}]
+    # an agent that sends both: its configOptions win
+    codec, d = configured_codec({"models": models, "configOptions": [BRAVE]})
+    assert d.agent is not None and d.agent["config_options"] == [BRAVE]
+    assert wire(codec.set_config_option("model", "x", "r") or "")["method"] == "session/set_config_option"
+
+
+def test_config_option_update_replaces_the_list():
+    codec, _ = configured_codec({"configOptions": [MODEL_OPTION]})
+    now = [{**MODEL_OPTION, "currentValue": "deep"}]
+    d = codec.decode(update("config_option_update", configOptions=now))
+    assert [(e.kind, e.data) for e in d.events] == [
+        ("agent.status", {"status": "config_changed", "config_options": now})
+    ]
+    assert d.events[0].relay and d.agent is not None and d.agent["config_options"] == now
+
+
+def test_session_info_update_is_kept_in_agent_info_and_is_an_event():
+    codec = ready_codec()
+    d = codec.decode(update("session_info_update", title="Refactor", updatedAt="2026-12-06T10:00:00Z"))
+    assert [(e.kind, e.data) for e in d.events] == [
+        ("session.info", {"title": "Refactor", "updated_at": "2026-12-06T10:00:00Z"})
+    ]
+    assert d.agent is not None and d.agent["session_info"] == {"title": "Refactor", "updatedAt": "2026-12-06T10:00:00Z"}
+    d = codec.decode(update("session_info_update", title=None))  # null clears; the rest stays
+    assert d.agent is not None and d.agent["session_info"] == {"title": None, "updatedAt": "2026-12-06T10:00:00Z"}
+    long = codec.decode(update("session_info_update", title="x" * 600))
+    assert long.agent is not None and long.agent["session_info"]["title"] == "x" * 512
+    assert codec.decode(update("session_info_update")).agent is None  # nothing said, nothing changed
+
+
+def turn(codec: AcpCodec, reports: list[dict[str, Any]], usage: Any = None) -> dict[str, Any] | None:
+    p = codec.encode_prompt([{"type": "text", "text": "x"}])
+    for r in reports:
+        codec.decode(update("usage_update", sid=codec.session_id or SID, **r))
+    [ev] = respond(codec, p, {"stopReason": "end_turn", **({"usage": usage} if usage else {})}).events
+    out: dict[str, Any] | None = ev.data.get("usage")
+    return out
+
+
+def usd(amount: float) -> dict[str, Any]:
+    return {"amount": amount, "currency": "USD"}
+
+
+def test_each_turn_carries_its_share_of_the_agents_cumulative_cost():
+    codec = ready_codec()
+    first = turn(codec, [{"used": 10, "size": 100}, {"used": 20, "size": 100, "cost": usd(0.5)}], {"inputTokens": 7})
+    assert first is not None and first["cost"] == usd(0.5) and first["context"] == {"used": 20, "size": 100}
+    assert first["input_tokens"] == 7 and "output_tokens" not in first  # only what was reported
+    # a report between turns (a background task) is an event, counted in the next turn
+    [ev] = codec.decode(update("usage_update", used=25, size=100, cost=usd(0.7))).events
+    assert ev.kind == "usage"
+    second = turn(codec, [{"used": 30, "size": 100, "cost": usd(1.0)}])
+    assert second is not None and second["cost"] == usd(0.5) and second["session_cost"] == usd(1.0)
+    assert turn(codec, []) is None  # nothing reported: no usage
+    # another currency: no share; the next turn counts from there
+    third = turn(codec, [{"used": 1, "size": 100, "cost": {"amount": 2.0, "currency": "EUR"}}])
+    assert third is not None and "cost" not in third and third["session_cost"]["currency"] == "EUR"
+    fourth = turn(codec, [{"used": 1, "size": 100, "cost": {"amount": 2.25, "currency": "EUR"}}])
+    assert fourth is not None and fourth["cost"] == {"amount": 0.25, "currency": "EUR"}
+
+
+def test_a_restored_sessions_first_share_is_unknown_unless_the_agent_reported_before_it():
+    codec, d = initialized({"loadSession": True}, resume_id="old")
+    [load] = d.replies
+    assert respond(codec, load, {}).ready
+    first = turn(codec, [{"used": 1, "size": 9, "cost": usd(3.0)}])
+    assert first is not None and "cost" not in first and first["session_cost"] == usd(3.0)
+    assert (turn(codec, [{"used": 1, "size": 9, "cost": usd(3.5)}]) or {})["cost"] == usd(0.5)
+    # a report before the first turn fixes the base
+    codec, d = initialized({"loadSession": True}, resume_id="old")
+    [load] = d.replies
+    respond(codec, load, {})
+    codec.decode(update("usage_update", sid="old", used=1, size=9, cost=usd(3.0)))
+    assert (turn(codec, [{"used": 1, "size": 9, "cost": usd(3.25)}]) or {})["cost"] == usd(0.25)

@@ -21,6 +21,7 @@ from bridge.sessions.commands import (
     Interrupt,
     Prompt,
     Raw,
+    SetConfigOption,
     SetMode,
     from_wire,
 )
@@ -125,6 +126,7 @@ def test_every_kind_round_trips_with_its_answer() -> None:
         "interrupt": Interrupt(actor="ann"),
         "permission": AnswerPermission(request_id="r", decision="allow", channel="acp", option_id="o"),
         "mode": SetMode(mode_id="plan"),
+        "config": SetConfigOption(config_id="brave", value=True),
         "raw": Raw(message={"method": "x"}),
         "elicitation": AnswerElicitation(request_id="r", action="accept", content={"a": 1}, channel="acp"),
     }

@@ -1,0 +1,116 @@
+"""A thread's session config options (ACP ``session/set_config_option``, docs/api.md §4.3
+and §4.21): what the agent last reported, and its answer to a switch. Pure: no I/O.
+
+The options live in the thread's ``agent_info.config_options`` (the agent's
+``configOptions``, in its order: ``{id, name, description?, category?, type, currentValue,
+options?}``), which the ACP codec keeps up to date — from the agent's
+``session/new``/``load``/``resume`` answer, every ``config_option_update``, and every switch
+it accepted — and which is stored with the thread. An agent that still reports only
+``models`` (set with the unstable ``session/set_model``) has one option of the ``model``
+category made from them, set the same way.
+
+The ``model`` category is the thread's model as its agent sees it: :func:`model_option`
+gives its id, current value and choices, for whoever switches the model of an ACP thread.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from bridge.errors import BridgeError, InvalidRequest
+from bridge.protocols.events import Event
+from bridge.protocols.jsonrpc import INTERNAL_ERROR
+from bridge.sessions.actions import Action, Emit, Write
+
+# A switch waits this long for the agent: its start and handshake when it was not running,
+# then its answer (as a mode switch does).
+CONFIG_TIMEOUT_S = 30.0
+MAX_TEXT = 4096  # characters of the agent's refusal passed on
+
+
+class ConfigRefused(BridgeError):
+    """The agent answered ``session/set_config_option`` with an error (an unknown option
+    or value, say); ``rpc`` is its JSON-RPC error as it gave it, for an ACP client."""
+
+    code = "config_refused"
+    status = 400
+
+    def __init__(self, message: str, rpc: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.rpc = rpc
+
+
+class ConfigTimeout(BridgeError):
+    code = "agent_timeout"
+    status = 504
+
+
+@runtime_checkable
+class ConfigSetter(Protocol):
+    """A dialect whose agent has session config options (ACP): an optional capability of
+    a codec, looked up with ``isinstance``."""
+
+    def set_config_option(self, config_id: str, value: str | bool, route: str) -> str | None:
+        """The line asking the agent to set ``config_id`` to ``value``, its answer routed to
+        ``route``; None when the agent reported no config options."""
+        ...
+
+
+def config_options_of(thread: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """The thread's config options as its agent last reported them, or None (none
+    reported, or the agent has not run yet)."""
+    info = thread.get("agent_info")
+    options = info.get("config_options") if isinstance(info, dict) else None
+    return options if isinstance(options, list) else None
+
+
+def model_option(thread: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The thread's model as its agent reports it: ``{config_id, current, choices}`` from
+    the first option of the ``model`` category (``choices``: ``[{value, name,
+    description?}]``, groups flattened); None when the agent reports none."""
+    for option in config_options_of(thread) or ():
+        if isinstance(option, dict) and option.get("category") == "model" and option.get("type") == "select":
+            choices: list[dict[str, Any]] = []
+            for entry in option.get("options") or ():
+                choices += entry.get("options", []) if "group" in entry else [entry]
+            return {"config_id": option.get("id"), "current": option.get("currentValue"), "choices": choices}
+    return None
+
+
+def config_request(codec: object, config_id: str, value: str | bool, route: str, actor: str | None) -> list[Action]:
+    """What asks the agent to switch (the codec's line, recorded as a ``client.other``
+    ``set_config_option`` event, then written); raises InvalidRequest
+    ``config_not_supported`` when the agent reported no config options."""
+    line = codec.set_config_option(config_id, value, route) if isinstance(codec, ConfigSetter) else None
+    if line is None:
+        raise InvalidRequest("this thread's agent reports no session config options", code="config_not_supported")
+    data: dict[str, Any] = {"op": "set_config_option", "config_id": config_id, "value": value}
+    if actor is not None:
+        data["by"] = actor
+    return [Emit([Event("client", "client.other", data, line)]), Write(line, required=True)]
+
+
+def config_answer(text: str, config_id: str, value: str | bool) -> dict[str, Any]:
+    """The answer to a switch, from the codec's routed reply (a JSON-RPC answer with the
+    full ``configOptions``, or the agent's error as it came); raises
+    :class:`ConfigRefused` with the agent's error."""
+    try:
+        reply = json.loads(text)
+    except ValueError:
+        reply = None
+    if not isinstance(reply, dict):
+        reply = {"error": {"message": "the agent's answer is not JSON"}}
+    error = reply.get("error")
+    if error is None:
+        result = reply.get("result")
+        options = result.get("configOptions") if isinstance(result, dict) else None
+        return {"config_id": config_id, "value": value, "config_options": options if isinstance(options, list) else []}
+    err = error if isinstance(error, dict) else {}
+    code = err["code"] if isinstance(err.get("code"), int) and not isinstance(err["code"], bool) else INTERNAL_ERROR
+    message = err["message"][:MAX_TEXT] if isinstance(err.get("message"), str) else "error"
+    rpc: dict[str, Any] = {"code": code, "message": message}
+    if err.get("data") is not None and len(json.dumps(err["data"])) <= MAX_TEXT:
+        rpc["data"] = err["data"]  # the agent's own detail, when it is small
+    raise ConfigRefused(f"the agent refused {config_id} = {value!r}: {message} ({code})", rpc)

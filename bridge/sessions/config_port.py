@@ -1,0 +1,47 @@
+"""A session config option set on this replica (:class:`SetConfigOption`): the shell side
+of sessions/config_options.py, as local_port.py's ``set_mode`` is for a mode.
+
+The agent is started first when it is not running (as a prompt would start it), the
+switch waits for its session, then for its answer, routed back to this call by the codec.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from bridge.errors import Conflict, InvalidRequest
+from bridge.protocols.codecs import may_have_modes
+from bridge.sessions.commands import SetConfigOption
+from bridge.sessions.config_options import CONFIG_TIMEOUT_S, ConfigTimeout, config_answer, config_request
+from bridge.sessions.conversation import Conversation
+
+
+async def set_config_here(conv: Conversation, c: SetConfigOption) -> dict[str, Any]:
+    """Answers once the agent accepted the switch (its full list of options), else raises
+    its refusal (ConfigRefused), ConfigTimeout, or InvalidRequest ``config_not_supported``."""
+    if conv.profile is not None and not may_have_modes(conv.profile.protocol):
+        # Only ACP agents have session config options (as only they have modes).
+        raise InvalidRequest("this thread's agent has no session config options", code="config_not_supported")
+    conv.require_writable()
+    await conv.ensure_started()
+    route = f"config-{id(conv)}-{time.monotonic_ns()}"
+    try:
+        async with asyncio.timeout(CONFIG_TIMEOUT_S):
+            await conv.until_ready()
+            async with conv.journal.lock:
+                if conv.core.codec is None:
+                    raise Conflict("the agent process is not running", code="agent_exited")
+                reply = conv.routes.expect(route)
+                await conv.perform(config_request(conv.core.codec, c.config_id, c.value, route, c.actor))
+            text = await reply
+    except TimeoutError:
+        what = "session/set_config_option"
+        raise ConfigTimeout(f"the agent did not answer {what} within {CONFIG_TIMEOUT_S:g} s") from None
+    finally:
+        conv.routes.forget(route)
+    return config_answer(text, c.config_id, c.value)
+
+
+__all__ = ["SetConfigOption", "set_config_here"]

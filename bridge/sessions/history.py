@@ -20,6 +20,11 @@ of its own), so the items from a turn start on are the same whether the compacti
 at the thread's first event or at that turn start. A page of the history is therefore
 built from the last turns only (sessions/history_read.py): each compacted on its own.
 
+A turn longer than ``TURN_WINDOW`` events (an agent that streams for hours, or floods) is
+cut the same way every ``TURN_WINDOW`` events from its start: an item that crosses such an
+edge shows as two (a message in two parts, a tool result as an item of its own), and a
+page never reads more than a window or so of one turn.
+
 A loaded conversation keeps its compaction up to date as it commits (:func:`committed`):
 for a thread it created, from its first event, and for one it loaded, from the first
 history read on. A commit that does not follow on from what the compaction has seen (it
@@ -36,15 +41,26 @@ from bridge.protocols.events import Record
 
 Item = dict[str, Any]
 
+TURN_WINDOW = 20_000  # events: within one turn, an edge every this many events (see above)
+
+
+def edge_after(turn_start: int, seq: int) -> int:
+    """The first window edge after ``seq`` in the turn that starts at ``turn_start``."""
+    return turn_start + ((seq - turn_start) // TURN_WINDOW + 1) * TURN_WINDOW
+
 
 class Compactor:
     """Fed a thread's records in seq order (possibly over several calls), keeps the items."""
 
-    __slots__ = ("_open", "_perms", "_plan", "_tools", "items", "last_seq")
+    __slots__ = ("_edge", "_open", "_perms", "_plan", "_tools", "_turn", "items", "last_seq")
 
-    def __init__(self) -> None:
+    def __init__(self, turn_start: int = 0) -> None:
+        """``turn_start``: the seq of the ``turn.started`` the first record fed belongs to
+        (0: before any), so that the window edges fall where a whole compaction puts them."""
         self.items: list[Item] = []
         self.last_seq = 0
+        self._turn = turn_start
+        self._edge = turn_start + TURN_WINDOW
         self._open: dict[str, Item] = {}  # channel → the message being streamed
         self._tools: dict[str, Item] = {}
         self._perms: dict[str, Item] = {}
@@ -57,6 +73,9 @@ class Compactor:
             if seq <= self.last_seq:
                 continue  # seen (a page read twice)
             self.last_seq = seq
+            if seq >= self._edge:
+                self._forget()
+                self._edge = edge_after(self._turn, seq)
             kind = rec.kind
             if kind == "message.delta":
                 # Most of a stream (issue #22): a delta that goes on the message open on its
@@ -170,8 +189,12 @@ class Compactor:
             return
         self._plan = self._item(rec, type="plan", entries=data.get("entries"))
 
-    def _turn_started(self, _rec: Record, _data: dict[str, Any]) -> None:
+    def _turn_started(self, rec: Record, _data: dict[str, Any]) -> None:
         # A page boundary (see the module's doc): nothing before it is joined with after.
+        self._turn, self._edge = rec.seq, rec.seq + TURN_WINDOW
+        self._forget()
+
+    def _forget(self) -> None:
         self._close_open()
         self._tools.clear()
         self._perms.clear()

@@ -11,7 +11,10 @@ item never spans one, so whole turns compact to the items the whole transcript g
 Older turns are added (8 turns, then twice as many each time) until the page has
 ``limit`` items or has read its bound of events or bytes; a turn that crosses a bound is
 kept whole, so an item is never cut in half, and the newest items are kept when there are
-more than ``limit``. Each store read is one bounded page of records on the store's
+more than ``limit``. A turn longer than ``history.TURN_WINDOW`` events is cut at the
+window edges the compaction puts in it (sessions/history.py): they stand for turn starts
+here, so a page of a flooded turn reads a window or two of it, not the whole turn. Each
+store read is one bounded page of records on the store's
 reader, and the compaction between two reads is bounded by it: the event loop is never
 held for longer than one page's work.
 """
@@ -20,7 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bridge.sessions.history import Compactor, Item, older_than
+from bridge.sessions import history
+from bridge.sessions.history import Compactor, Item, edge_after, older_than
 from bridge.store.base import Store
 
 MAX_SEQ = 2**53
@@ -45,19 +49,41 @@ class _Span:
     size: int
 
 
-async def _compact(store: Store, thread_id: str, start: int, end: int | None, cut: int) -> _Span:
-    """The records from ``start`` (a turn start; 0: the first event) up to ``end``, or with
-    ``end`` None up to the first turn start at or after ``cut`` (the end of the turn that
-    holds ``cut - 1``) or the transcript's end, compacted: whole turns, one compaction
-    (the turns' items are the same as compacted one by one)."""
-    comp = Compactor()
-    after = max(start, 1) - 1
+Bound = tuple[int, int]  # (a turn start or window edge, the seq of the turn start it is in)
+
+
+def _bounds(starts: list[int], top: int) -> list[Bound]:
+    """The turn starts found before ``top`` (newest first), each preceded by its turn's
+    window edges that lie before the next newer one (or ``top``), newest first; with no
+    turn start found, the edges from the first event (turn start 0)."""
+    out: list[Bound] = []
+    newer = top
+    for turn in starts or [0]:
+        edge = edge_after(turn, newer - 1) - history.TURN_WINDOW  # the last edge before ``newer``
+        while edge > turn:
+            out.append((edge, turn))
+            edge -= history.TURN_WINDOW
+        out.append((turn, turn))
+        newer = turn
+    return out
+
+
+async def _compact(store: Store, thread_id: str, start: Bound, end: int | None, cut: int, stop_at: int) -> _Span:
+    """The records from ``start`` (a turn start or window edge; 0: the first event) up to
+    ``end``, or with ``end`` None up to the first turn start at or after ``cut`` or
+    ``stop_at`` (the end of the turn, or window, that holds ``cut - 1``) or the
+    transcript's end, compacted: whole turns, one compaction (the turns' items are the
+    same as compacted one by one)."""
+    comp = Compactor(start[1])
+    after = max(start[0], 1) - 1
     events = size = 0
     while end is None or after < end:
         page = await store.read_events(thread_id, after, READ_PAGE if end is None else min(READ_PAGE, end - after))
         stop = len(page)
         if end is None:
-            stop = next((i for i, r in enumerate(page) if r.kind == "turn.started" and r.seq >= cut), stop)
+            stop = next(
+                (i for i, r in enumerate(page) if r.seq >= stop_at or (r.kind == "turn.started" and r.seq >= cut)), stop
+            )
         records = page[:stop] if stop < len(page) else page
         comp.feed(records)
         events += len(records)
@@ -68,17 +94,17 @@ async def _compact(store: Store, thread_id: str, start: int, end: int | None, cu
     return _Span(comp, events, size)
 
 
-def _oldest_within(starts: list[int], cut: int, budget: int) -> int:
-    """Of the turn starts found (newest first), the oldest whose turns up to ``cut`` stay
-    within ``budget`` events (the newest, whatever its size; 0 when none was found: the
+def _oldest_within(bounds: list[Bound], cut: int, budget: int) -> Bound:
+    """Of the bounds found (newest first), the oldest whose span up to ``cut`` stays within
+    ``budget`` events (the newest, whatever its size; (0, 0) when none was found: the
     events before the first turn)."""
-    if not starts:
-        return 0
-    chosen = starts[0]
-    for seq in starts[1:]:
-        if cut - seq > budget:
+    if not bounds:
+        return (0, 0)
+    chosen = bounds[0]
+    for bound in bounds[1:]:
+        if cut - bound[0] > budget:
             break
-        chosen = seq
+        chosen = bound
     return chosen
 
 
@@ -86,13 +112,21 @@ async def read_page(store: Store, thread_id: str, before: int | None, limit: int
     """The newest ``limit`` items that begin before ``before`` (all: None), from the store."""
     items: list[Item] = []
     cut = MAX_SEQ if before is None else before
-    end: int | None = None  # the first span read runs to the end of its last turn
+    top = cut
+    if before is None:  # where the window edges of the newest turn lie: below the last event
+        row = await store.get_thread(thread_id)
+        top = (row.get("last_seq") or 0) + 1 if row is not None else 1
+    end: int | None = None  # the first span read runs to the end of its last turn (or window)
     events = size = last_seq = 0
     start, want = cut, FIRST_TURNS
     while start > 1 and len(items) < limit and events < PAGE_EVENTS and size < PAGE_BYTES:
         starts = await store.turn_starts_before(thread_id, cut, want)
-        start = _oldest_within(starts, cut if end is not None else (starts[0] if starts else 0), PAGE_EVENTS - events)
-        span = await _compact(store, thread_id, start, end, cut)
+        bounds = _bounds(starts, min(cut, top))
+        ref = cut if end is not None else (bounds[0][0] if bounds else 0)
+        chosen = _oldest_within(bounds, ref, PAGE_EVENTS - events)
+        stop_at = edge_after(bounds[0][1], cut - 1) if bounds and end is None and cut < MAX_SEQ else MAX_SEQ
+        span = await _compact(store, thread_id, chosen, end, cut, stop_at)
+        start = chosen[0]
         last_seq = max(last_seq, span.comp.last_seq)
         items[:0] = span.comp.snapshot(0, older_than(span.comp.items, cut))
         events += span.events

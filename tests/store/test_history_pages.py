@@ -184,3 +184,62 @@ async def test_turn_starts_are_found_backwards_and_an_empty_thread_has_no_page(o
         empty = await read_page(store, "thr_e", None, 10)
         assert (empty.items, empty.more, empty.before, empty.last_seq) == ([], False, None, 0)
         assert (await read_page(store, "thr_s", 1, 10)).items == []
+
+
+def long_turn(tools: int) -> list[Record]:
+    """One turn of many events: tool calls whose results come ~30 events later, streamed
+    thoughts and answer text all along (a stream that crosses window edges)."""
+    events: list[Ev] = [("bridge", "process.started", {"pid": 1}), _prompt(1)]
+    events.append(("bridge", "turn.started", {"turn_id": "t1", "prompt_seq": 2}))
+    for n in range(tools):
+        events.append(("agent", "tool.call", {"tool_call_id": f"k{n}", "name": "Bash", "input": {"n": n}}))
+        events += [("agent", "message.delta", {"text": f"{n}.{i} "}) for i in range(7)]
+        if n >= 4:
+            events.append(
+                ("agent", "tool.result", {"tool_call_id": f"k{n - 4}", "output": f"o{n - 4}", "is_error": False})
+            )
+    events.append(("agent", "turn.ended", {"turn_id": "t1", "status": "success"}))
+    events.append(_prompt(2))
+    events += _turn(random.Random(2), 2, False)
+    return [Record(i, TS, src, kind, data, None, False) for i, (src, kind, data) in enumerate(events, 1)]
+
+
+async def test_a_turn_longer_than_a_window_is_paged_at_its_edges_without_reading_all_of_it(
+    opened: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bridge.sessions import history
+
+    monkeypatch.setattr(history, "TURN_WINDOW", 60)
+    monkeypatch.setattr(history_read, "PAGE_EVENTS", 60)  # as at the defaults: a window's worth
+    recs = long_turn(300)  # one turn of ~2700 events: 45 windows
+    full = whole(recs).snapshot()
+    # An edge cuts what crosses it: the answer's text is in several parts, some results
+    # are items of their own (no name), and nothing is lost.
+    texts = [i["text"] for i in full if i["type"] == "message" and i["role"] == "assistant"]
+    assert len(texts) > 40 and "".join(texts).startswith("0.0 0.1 ")
+    assert sum(1 for i in full if i["type"] == "tool" and "name" not in i) > 0
+    async with opened() as store:
+        await stored(store, "thr_w", recs)
+        assert (await store.get_thread("thr_w"))["last_seq"] == len(recs)
+        read = store.read_events
+        counted: list[int] = []
+
+        async def counting(thread_id: str, after: int, limit: int, **kw: Any) -> Any:
+            page = await read(thread_id, after, limit, **kw)
+            counted.append(len(page))
+            return page
+
+        store.read_events = counting
+        for limit in (3, 40):
+            pages: list[list[Item]] = []
+            before: int | None = None
+            while True:
+                counted.clear()
+                page = await read_page(store, "thr_w", before, limit)
+                # A page reads its windows (and at most a read page more), not the ~2700.
+                assert sum(counted) <= 3 * 60 + 2 * history_read.READ_PAGE, (limit, before, sum(counted))
+                pages.append(page.items)
+                if not page.more:
+                    break
+                before = page.before
+            assert [i for p in reversed(pages) for i in p] == full, limit

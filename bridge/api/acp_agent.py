@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import structlog
 
 from bridge import __version__, userdirs
+from bridge.api import acp_elicit
 from bridge.api.acp_attached import META, Attached, meta
 from bridge.api.acp_threads import AcpThread, AcpThreads
 from bridge.api.content import normalize_prompt
@@ -126,6 +127,7 @@ class AcpAgent:
         # our requests to the client: rpc id → (session, permission request id, its data)
         self._outstanding: jsonrpc.Pending[tuple[Attached, str, dict[str, Any]]] = jsonrpc.Pending(first=1)
         self._handling: dict[asyncio.Task[None], jsonrpc.Id] = {}  # task → the request id it answers
+        self.elicitation: frozenset[str] = frozenset()  # the elicitation modes it shows (api/acp_elicit.py)
 
     # ------------------------------------------------------------------ writing
 
@@ -324,6 +326,7 @@ class AcpAgent:
         if not isinstance(params.get("protocolVersion"), int) or isinstance(params.get("protocolVersion"), bool):
             raise RpcError.invalid_params("protocolVersion must be an integer")
         self.initialized = True
+        self.elicitation = acp_elicit.modes(params.get("clientCapabilities"))
         profile = self.settings.agents.get(self.agent or self.settings.default_profile())
         prompts = prompt_capabilities(profile.protocol if profile is not None else "")
         return {

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from bridge.api import acp_elicit
 from bridge.api.acp_threads import AcpThread
 from bridge.errors import BridgeError
 from bridge.protocols import jsonrpc
@@ -51,6 +52,7 @@ class Attached:
         self.by_turn: dict[str, jsonrpc.Id] = {}  # turn_id → the prompt's rpc id
         self.asked: dict[str, jsonrpc.Id] = {}  # permission request id → our rpc id, still unanswered
         self.sent_asks: set[str] = set()  # permission requests ever sent on this attachment
+        self.elicits = acp_elicit.Asked()  # its elicitations (api/acp_elicit.py)
         self.task: asyncio.Task[None] | None = None
         self.replay_frames = False  # fanout.Sink: records, never stored frames
 
@@ -85,6 +87,8 @@ class Attached:
             await self.ask(data)
         elif rec.kind == "permission.resolved":
             await self._resolved(data)
+        elif rec.kind in acp_elicit.KINDS:
+            await acp_elicit.on_record(self, rec)
 
     async def _turn_ended(self, data: dict[str, Any]) -> None:
         turn_id = data.get("turn_id")
@@ -121,6 +125,8 @@ class Attached:
 
     async def answered(self, rid: str, data: dict[str, Any], result: Any, error: RpcError | None) -> None:
         """The client's answer to our ``session/request_permission`` (an error is a denial)."""
+        if acp_elicit.ours(rid):  # or to our elicitation/create
+            return await acp_elicit.answered(self, rid, data, result, error)
         self.asked.pop(rid, None)
         answer = mapping.permission_answer(data, result) if error is None else ("deny", None)
         if answer is None:
@@ -138,6 +144,7 @@ class Attached:
     async def ask_pending(self) -> None:
         for view in self.thread.pending_permissions():
             await self.ask(view)
+        await acp_elicit.ask_pending(self)
 
     # -- the transcript
 

@@ -125,6 +125,10 @@ class ConversationThread:
     def is_pending(self, request_id: str) -> bool:
         return any(view.get("request_id") == request_id for view in self._conv.pending_permissions())
 
+    def pending_elicitations(self) -> list[dict[str, Any]]:
+        """The thread's pending elicitations (api/acp_elicit.py asks them of its clients)."""
+        return self._conv.core.elicitations.views()
+
     def subscribe(self) -> Subscriber:
         return self._conv.subscribe()
 

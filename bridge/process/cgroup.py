@@ -210,18 +210,37 @@ class AgentCgroup:
                 os.close(self.procs_fd)
             self.procs_fd = -1
 
-    def oom_kills(self) -> int:
-        """Processes the kernel's OOM killer killed in this cgroup (0 where unknown)."""
-        name = "memory.events" if self.version == 2 else "memory.oom_control"
+    def _counts(self, name: str) -> dict[str, int]:
         try:
             text = _read(self.path / name)
         except OSError:
+            return {}
+        pairs = (line.partition(" ") for line in text.splitlines())
+        return {key: int(value) for key, _, value in pairs if value.strip().isdigit()}
+
+    def oom_kills(self) -> int:
+        """Processes the kernel's OOM killer killed in this cgroup because it reached its own
+        limit (0 where unknown). The kernel counts a kill in the victim's cgroup whichever
+        limit ran out (the container's, the host's): that counts only once this cgroup has
+        hit its own (v2 ``oom``; v1 a charge that failed there, or its peak at it)."""
+        if self.version == 2:
+            events = self._counts("memory.events")
+            return events.get("oom_kill", 0) if events.get("oom", 0) > 0 else 0
+        kills = self._counts("memory.oom_control").get("oom_kill", 0)
+        return kills if self._reached("memory") or self._reached("memory.memsw") else 0
+
+    def _reached(self, prefix: str) -> bool:
+        """cgroup v1: a charge failed at this cgroup's limit, or its peak reached it (some
+        kernels keep no ``failcnt``; the peak stops at the limit)."""
+        limit = self._number(f"{prefix}.limit_in_bytes")
+        peak = self._number(f"{prefix}.max_usage_in_bytes")
+        return self._number(f"{prefix}.failcnt") > 0 or (limit > 0 and peak >= limit)
+
+    def _number(self, name: str) -> int:
+        try:
+            return int(_read(self.path / name))
+        except (OSError, ValueError):
             return 0
-        for line in text.splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill" and value.strip().isdigit():
-                return int(value)
-        return 0
 
     def kill_rest(self) -> None:
         """SIGKILL whatever is still inside: v2's ``cgroup.kill`` at once where the kernel

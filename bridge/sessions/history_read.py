@@ -108,23 +108,26 @@ def _oldest_within(bounds: list[Bound], cut: int, budget: int) -> Bound:
     return chosen
 
 
+async def _top(store: Store, thread_id: str) -> int:
+    """Just past the thread's last event: the newest turn's window edges lie below it."""
+    row = await store.get_thread(thread_id)
+    return (row.get("last_seq") or 0) + 1 if row is not None else 1
+
+
 async def read_page(store: Store, thread_id: str, before: int | None, limit: int) -> HistoryPage:
     """The newest ``limit`` items that begin before ``before`` (all: None), from the store."""
     items: list[Item] = []
     cut = MAX_SEQ if before is None else before
-    top = cut
-    if before is None:  # where the window edges of the newest turn lie: below the last event
-        row = await store.get_thread(thread_id)
-        top = (row.get("last_seq") or 0) + 1 if row is not None else 1
+    top = cut if before is not None else await _top(store, thread_id)
     end: int | None = None  # the first span read runs to the end of its last turn (or window)
     events = size = last_seq = 0
     start, want = cut, FIRST_TURNS
     while start > 1 and len(items) < limit and events < PAGE_EVENTS and size < PAGE_BYTES:
         starts = await store.turn_starts_before(thread_id, cut, want)
         bounds = _bounds(starts, min(cut, top))
-        ref = cut if end is not None else (bounds[0][0] if bounds else 0)
+        ref = cut if end is not None else bounds[0][0]  # never empty: (0, 0) at least
         chosen = _oldest_within(bounds, ref, PAGE_EVENTS - events)
-        stop_at = edge_after(bounds[0][1], cut - 1) if bounds and end is None and cut < MAX_SEQ else MAX_SEQ
+        stop_at = edge_after(bounds[0][1], cut - 1) if end is None and cut < MAX_SEQ else MAX_SEQ
         span = await _compact(store, thread_id, chosen, end, cut, stop_at)
         start = chosen[0]
         last_seq = max(last_seq, span.comp.last_seq)

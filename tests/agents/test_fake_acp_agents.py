@@ -471,3 +471,59 @@ def test_modes_are_advertised_and_set_mode_is_strict(spawn: Any, tmp_path: Path)
     ]
     load = peer.call("session/load", {"sessionId": sid, "cwd": "/tmp", "mcpServers": []})["result"]
     assert load["modes"]["currentModeId"] == "acceptEdits"
+
+
+def test_config_options_are_strict_as_the_sdk_and_boolean_ones_need_the_capability(spawn: Any) -> None:
+    from acp.schema import NewSessionResponse, SetSessionConfigOptionResponse, UsageUpdate
+
+    plain = spawn()
+    sid = start(plain)
+    assert (
+        plain.call("session/set_config_option", {"sessionId": sid, "configId": "m", "value": "x"})["error"]["code"]
+        == -32601
+    )
+    # a client without boolean support is never sent a boolean option
+    peer = spawn("--config-options")
+    sid = start(peer)
+    listed = peer.call("session/load", {"sessionId": sid, "cwd": "/tmp", "mcpServers": []})["result"]["configOptions"]
+    assert [o["id"] for o in listed] == ["mode", "model"]
+    peer = spawn("--config-options")
+    caps = {"session": {"configOptions": {"boolean": {}}}}
+    peer.call("initialize", {"protocolVersion": 1, "clientCapabilities": caps})
+    new = peer.call("session/new", {"cwd": "/tmp", "mcpServers": []})["result"]
+    NewSessionResponse.model_validate(new)  # the SDK's own model takes it
+    sid = new["sessionId"]
+    assert [(o["id"], o["type"]) for o in new["configOptions"]] == [
+        ("mode", "select"),
+        ("model", "select"),
+        ("brave", "boolean"),
+    ]
+
+    def set_option(**params: Any) -> dict[str, Any]:
+        return peer.call("session/set_config_option", {"sessionId": sid, **params})
+
+    ok = set_option(configId="model", value="deep")["result"]
+    assert SetSessionConfigOptionResponse.model_validate(ok).config_options[1].current_value == "deep"
+    assert (
+        set_option(configId="brave", value=True, type="boolean")["result"]["configOptions"][2]["currentValue"] is True
+    )
+    for bad, details in (
+        ({"configId": "nope", "value": "x"}, "Unknown config option: nope"),
+        ({"configId": "model", "value": "huge"}, "Invalid value for config option model: huge"),
+        ({"configId": "model", "value": True, "type": "boolean"}, "Invalid value for config option model: True"),
+        ({"configId": "brave", "value": True}, "brave is a boolean option: send type boolean and a boolean value"),
+    ):
+        assert set_option(**bad)["error"] == {"code": -32602, "message": "Invalid params", "data": {"details": details}}
+    assert set_option(configId="model")["error"]["code"] == -32602
+    # the usage directive: a usage_update the SDK's model takes, and usage in the answer
+    before, resp = peer.until_response(prompt(peer, sid, "usage"))
+    [usage] = updates(before, "usage_update")
+    UsageUpdate.model_validate(usage)
+    assert resp["result"]["usage"]["totalTokens"] == 17
+    # the older models API: session/set_model
+    old = spawn("--models")
+    sid = start(old)
+    models = old.call("session/load", {"sessionId": sid, "cwd": "/tmp", "mcpServers": []})["result"]["models"]
+    assert models["currentModelId"] == "fast"
+    assert old.call("session/set_model", {"sessionId": sid, "modelId": "deep"})["result"] == {}
+    assert old.call("session/set_model", {"sessionId": sid, "modelId": "huge"})["error"]["code"] == -32602

@@ -104,11 +104,25 @@ def test_cgroup_v2_delegation_moves_the_daemon_into_a_leaf_first(tmp_path: Path,
     assert (own / "cgroup.subtree_control").read_text() == "+memory"
 
 
-def test_an_agents_oom_kills_are_read_from_either_version(tmp_path: Path) -> None:
+def test_an_agents_oom_kills_count_once_it_reached_its_own_limit(tmp_path: Path) -> None:
+    """The kernel counts an OOM kill in the victim's cgroup whichever limit ran out: one the
+    agent's own cgroup never reached (the container's, the host's) is no memory_limit."""
     v2 = tree(tmp_path / "a", {"memory.events": "low 0\nhigh 0\nmax 7\noom 1\noom_kill 2\noom_group_kill 1\n"})
-    v1 = tree(tmp_path / "b", {"memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n"})
+    v1 = tree(
+        tmp_path / "b",
+        {
+            "memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n",
+            "memory.failcnt": "0\n",
+            "memory.limit_in_bytes": "33554432\n",
+            "memory.max_usage_in_bytes": "33554432\n",
+        },
+    )
     assert cg.AgentCgroup(v2, 2).oom_kills() == 2
     assert cg.AgentCgroup(v1, 1).oom_kills() == 1
+    (v2 / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 0\noom_kill 1\noom_group_kill 0\n")
+    (v1 / "memory.max_usage_in_bytes").write_text("20000768\n")
+    assert cg.AgentCgroup(v2, 2).oom_kills() == 0
+    assert cg.AgentCgroup(v1, 1).oom_kills() == 0
     assert cg.AgentCgroup(tmp_path / "gone", 1).oom_kills() == 0
 
 

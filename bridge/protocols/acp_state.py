@@ -295,13 +295,14 @@ class SessionState:
         self.info: dict[str, Any] = {}  # title / updatedAt as the agent last said them
         self.report: dict[str, Any] | None = None  # the turn's last usage_update, read
         self.raw_report: dict[str, Any] | None = None  # …and as the agent sent it
+        self.turn_cost: dict[str, Any] | None = None  # the turn's last reported cost (a report may have none)
         self.costs = CostLedger()
 
     def opened(self, result: dict[str, Any], how: str) -> bool:
         """A session/new|load|resume answer: its options (or, from an agent without
         them, its ``models``) replace the last process's. True when agent_info changes."""
         self.costs.start(how == "new")
-        self.report = self.raw_report = None
+        self.report = self.raw_report = self.turn_cost = None
         options = config_options(result.get("configOptions"))
         self.via_models = False
         if options is None and (options := models_option(result.get("models"))) is not None:
@@ -344,6 +345,7 @@ class SessionState:
                 return [Event("agent", "agent.other", {"session_update": kind, "invalid": True}, raw)], False
             if in_turn:
                 self.report, self.raw_report = report, {k: v for k, v in u.items() if k != "sessionUpdate"}
+                self.turn_cost = report.get("cost", self.turn_cost)
             else:
                 self.costs.outside_turn(report.get("cost"))
             return [Event("agent", "usage", dict(report), raw)], False
@@ -362,9 +364,11 @@ class SessionState:
 
     def turn_usage(self, agent_usage: Any) -> dict[str, Any] | None:
         """The ending turn's usage (:func:`turn_usage`); the next turn starts afresh."""
-        report, raw_report = self.report, self.raw_report
-        self.report = self.raw_report = None
-        share = self.costs.turn_share(report.get("cost") if report else None)
+        report, raw_report, cost = self.report, self.raw_report, self.turn_cost
+        self.report = self.raw_report = self.turn_cost = None
+        if report is not None and cost is not None:
+            report = {**report, "cost": cost}  # a later report without a cost does not hide it
+        share = self.costs.turn_share(cost)
         return turn_usage(agent_usage, report, share, raw_report)
 
 

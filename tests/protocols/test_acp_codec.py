@@ -1546,3 +1546,11 @@ def test_a_restored_sessions_first_share_is_unknown_unless_the_agent_reported_be
     respond(codec, load, {})
     codec.decode(update("usage_update", sid="old", used=1, size=9, cost=usd(3.0)))
     assert (turn(codec, [{"used": 1, "size": 9, "cost": usd(3.25)}]) or {})["cost"] == usd(0.25)
+
+
+def test_a_later_report_without_a_cost_does_not_hide_the_turns_cost():
+    codec = ready_codec()
+    got = turn(codec, [{"used": 5, "size": 100, "cost": usd(0.5)}, {"used": 9, "size": 100}])
+    assert got is not None and got["context"] == {"used": 9, "size": 100}
+    assert got["cost"] == usd(0.5) and got["session_cost"] == usd(0.5)
+    assert got["acp"]["usage_update"] == {"used": 9, "size": 100}  # the last one, as sent

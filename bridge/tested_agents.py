@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 # npm package → the versions tests/real runs (kept equal to tests/real/npm-pins.txt by a test).
 TESTED: dict[str, frozenset[str]] = {
-    "@anthropic-ai/claude-code": frozenset({"2.1.197"}),
-    "@agentclientprotocol/claude-agent-acp": frozenset({"0.49.0"}),
+    "@anthropic-ai/claude-code": frozenset({"2.1.332"}),
+    "@agentclientprotocol/claude-agent-acp": frozenset({"0.101.0"}),
     "@qwen-code/qwen-code": frozenset({"0.24.4"}),
     "@google/gemini-cli": frozenset({"0.61.0"}),
     "opencode-ai": frozenset({"1.18.33"}),

@@ -53,13 +53,13 @@ def test_native_binaries_of_platform_packages_count_for_their_cli(tmp_path: Path
     opencode = package(tmp_path, "opencode-linux-x64", "1.18.30", "bin/opencode")
     v = cli_version(str(opencode))
     assert v is not None and (v.package, v.version, v.tested) == ("opencode-ai", "1.18.30", False)
-    claude = package(tmp_path, "@anthropic-ai/claude-code-linux-arm64", "2.1.197", "claude")
+    claude = package(tmp_path, "@anthropic-ai/claude-code-linux-arm64", "2.1.332", "claude")
     v = cli_version(str(claude))
     assert v is not None and (v.package, v.tested) == ("@anthropic-ai/claude-code", True)
 
 
 def test_a_dist_package_json_without_a_name_is_passed_over(tmp_path: Path) -> None:
-    exe = package(tmp_path, "@agentclientprotocol/claude-agent-acp", "0.49.0", "dist/index.js")
+    exe = package(tmp_path, "@agentclientprotocol/claude-agent-acp", "0.101.0", "dist/index.js")
     write(exe.parent / "package.json", '{"type": "module"}')
     v = cli_version("/usr/bin/node", [str(exe)])
     assert v is not None and v.package == "@agentclientprotocol/claude-agent-acp" and v.tested

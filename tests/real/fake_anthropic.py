@@ -93,6 +93,21 @@ def subagent_tool(body: dict[str, Any]) -> str:
     return next((n for n in ("Agent", "Task") if n in names), "Task")
 
 
+def subagent_input(body: dict[str, Any], tool: str) -> dict[str, Any]:
+    """What a model asking for a sub-agent's answer in this turn passes: newer CLIs offer
+    ``run_in_background`` and start an agent in the background unless told otherwise."""
+    args: dict[str, Any] = {
+        "description": "Count files",
+        "prompt": "SUBTASK: count the files here",
+        "subagent_type": "general-purpose",
+    }
+    for t in body.get("tools") or []:
+        if isinstance(t, dict) and t.get("name") == tool:
+            if "run_in_background" in ((t.get("input_schema") or {}).get("properties") or {}):
+                args["run_in_background"] = False
+    return args
+
+
 def _bash(command: str) -> ToolUse:
     return ToolUse("Bash", {"command": command, "description": "Create a file"})
 
@@ -110,14 +125,7 @@ def default_script(body: dict[str, Any]) -> Reply:
         return Reply(
             [
                 Text(["Delegating."]),
-                ToolUse(
-                    subagent_tool(body),
-                    {
-                        "description": "Count files",
-                        "prompt": "SUBTASK: count the files here",
-                        "subagent_type": "general-purpose",
-                    },
-                ),
+                ToolUse(subagent_tool(body), subagent_input(body, subagent_tool(body))),
             ]
         )
     return scenario(prompt, None, _bash) or Reply([Text(["ok"])])

@@ -165,6 +165,10 @@ def agent_env(fake: FakeAnthropic, home: Path) -> dict[str, str]:
         "DISABLE_TELEMETRY": "1",
         "DISABLE_ERROR_REPORTING": "1",
         "CLAUDE_CODE_MAX_RETRIES": "1",
+        # The fake implements no beta of the Messages API. Without this, newer CLIs ask for
+        # the server-side auto-mode check, take the fake's plain answer as a gateway that
+        # refused it, and say so to the user in the middle of the reply.
+        "CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS": "1",
     }
 
 

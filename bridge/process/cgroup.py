@@ -255,7 +255,7 @@ class AgentCgroup:
             return
         for pid in pids:
             with contextlib.suppress(OSError, ValueError):
-                os.kill(int(pid), signal.SIGKILL)
+                _kill_member(int(pid), self.path.name)
 
     def remove(self) -> bool:
         """Kill what is left and remove the cgroup: True once it is gone."""
@@ -303,7 +303,8 @@ class AgentCgroups:
         if self.place is None:
             log.info("agent.memory_limits", mode=self.mode, why="; ".join(self.why))
             return
-        log.info("agent.memory_limits", mode=self.mode, parent=str(self.place.parent))
+        # (on cgroup v1, why not v2: the way to the better one, for an operator who wants it)
+        log.info("agent.memory_limits", mode=self.mode, parent=str(self.place.parent), why="; ".join(self.why) or None)
         with contextlib.suppress(OSError):
             self._sweep()
 
@@ -410,6 +411,21 @@ def _optional(path: Path, value: str) -> None:
             _write(path, value)
         except OSError as exc:
             log.info("agent.cgroup_setting_refused", path=str(path), error=exc.strerror)
+
+
+def _kill_member(pid: int, name: str) -> None:
+    """SIGKILL ``pid`` if it is still in cgroup ``name``: held by a pidfd while that is
+    checked, so a pid reused since the list was read is never the one signalled."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # no pidfd here: the list was read just now
+        os.kill(pid, signal.SIGKILL)
+        return
+    try:
+        if any(line.endswith(f"/{name}") for line in _read(Path(f"/proc/{pid}/cgroup")).splitlines()):
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+    finally:
+        os.close(fd)
 
 
 def _alive(pid: int) -> bool:

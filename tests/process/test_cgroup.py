@@ -200,3 +200,31 @@ def test_on_this_kernel_cgroup_v2_places_kills_and_removes(tmp_path: Path) -> No
         if path.exists():
             box.kill_rest()
             path.rmdir()
+
+
+def test_on_this_kernel_a_v1_agent_cgroup_is_made_joined_and_emptied_on_removal() -> None:
+    """cgroup v1 has no cgroup.kill: removal kills each process still listed (checked to be
+    inside through a pidfd), then the directory goes. Where no v1 memory cgroup can be made
+    here, an agent's cgroup is not made either."""
+    cgroups = cg.AgentCgroups()
+    memory = cg.parse_self_cgroup(Path("/proc/self/cgroup").read_text())[1] or "/"
+    cgroups.place = cg.Place(1, cg.CGROUP_ROOT / "memory" / memory.lstrip("/"))
+    box = cgroups.create(64)
+    assert (box is not None) == v1_writable()
+    if box is None:
+        return
+    try:
+        assert (box.path / "memory.limit_in_bytes").read_text().strip() == str(64 << 20)
+        child = subprocess.Popen(["sleep", "60"], preexec_fn=box.joining(None))
+        box.close_fd()
+        assert f"{memory.rstrip('/')}/{box.path.name}\n" in Path(f"/proc/{child.pid}/cgroup").read_text()
+        box.kill_rest()
+        assert child.wait(timeout=10) == -9
+        deadline = time.monotonic() + 10
+        while not box.remove():
+            assert time.monotonic() < deadline, "the cgroup was never removable"
+            time.sleep(0.01)
+    finally:
+        if box.path.exists():
+            box.kill_rest()
+            box.path.rmdir()

@@ -6,6 +6,7 @@ import { ApiError, api, setUnauthorizedHandler } from "./net.js";
 import { ThreadStream } from "./stream.js";
 import { OlderPages, fetchPage, historyFrom, pageEvents } from "./history.js";
 import { SlashMenu, advertised } from "./commands.js";
+import { ElicitCard } from "./elicit.js";
 import { NewThreadDialog } from "./newthread.js";
 import { Notifier } from "./notify.js";
 import { SecretsPanel } from "./secrets.js";
@@ -83,6 +84,7 @@ class App {
     });
     this.slash = new SlashMenu($("#prompt"), $("#slash-menu"));
     this.dismissed = new Set(); // permission requests whose dialog the user closed
+    this.elicit = new ElicitCard($("#perm-banner")); // the agent's questions (elicit.js)
     this.forcePolling = new URLSearchParams(location.search).get("transport") === "poll";
     this.att = new Attachments();
   }
@@ -368,6 +370,7 @@ class App {
     this.renderThreadHead();
     this.list.render();
     this.updatePermissionUi();
+    this.elicit.open(cur);
     this.updateTurnUi();
     this.slash.setCommands([]);
     cur.stream = new ThreadStream(id, {
@@ -462,6 +465,10 @@ class App {
           cur.pending.delete(String(d.request_id));
           threadChanged = true;
           break;
+        case "elicitation.requested":
+        case "elicitation.resolved":
+          this.elicit.event(cur, ev);
+          break;
         case "task.updated":
           this.taskUpdated(cur, d);
           break;
@@ -505,6 +512,7 @@ class App {
     // A reload replays the transcript frame by frame: the dialog and the thread list
     // follow the state once things settle, not every request and turn on the way.
     this.soon("perm", 30, () => this.updatePermissionUi());
+    this.soon("elicit", 30, () => this.elicit.render());
   }
 
   soon(key, ms, fn) {

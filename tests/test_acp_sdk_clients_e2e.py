@@ -273,3 +273,33 @@ async def test_a_permission_answered_elsewhere_is_withdrawn_with_cancel_request(
     asked = [m for m in report["received"] if m.get("method") == "session/request_permission"]
     cancels = [m for m in report["received"] if m.get("method") == "$/cancel_request"]
     assert len(asked) == 1 and [m["params"]["requestId"] for m in cancels] == [asked[0]["id"]]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_the_agents_elicitation_reaches_a_client_that_advertised_it(
+    client: str, daemon_factory: Any, tmp_path: Path, agent_env: Any
+) -> None:
+    """The fake ACP agent's ``elicitation/create`` (a form, then a URL) reaches the SDK
+    client that said it shows both; the form's answer and the URL's refusal reach the agent."""
+    d = await daemon_factory(config(tmp_path, agent_env))
+    caps = {"elicitation": {"form": {}, "url": {}}}
+
+    def prompt(text: str) -> dict[str, Any]:
+        return req("session/prompt", {"sessionId": "$sid", "prompt": [{"type": "text", "text": text}]})
+
+    steps = [
+        req("initialize", {"protocolVersion": 1, "clientCapabilities": caps}),
+        req("session/new", {"cwd": str(tmp_path), "mcpServers": []}, save={"sid": "result.sessionId"}),
+        {**prompt("elicit form"), "answer": {"elicitation": {"name": "Ada", "count": 4}}},
+        {**prompt("elicit url"), "answer": {"elicitation": "decline"}},
+    ]
+    report = await run_plan(client, d, "acp", steps, tmp_path)
+    form, url = report["results"][2], report["results"][3]
+    assert form["result"] == {"stopReason": "end_turn"}
+    assert texts(form["updates"]) == 'elicit: accept {"count": 4, "name": "Ada"}'
+    assert url["result"] == {"stopReason": "end_turn"} and texts(url["updates"]).startswith("elicit: decline")
+    asked = [m["params"] for m in report["received"] if m.get("method") == "elicitation/create"]
+    assert [a["mode"] for a in asked] == ["form", "url"]
+    assert asked[0]["requestedSchema"]["required"] == ["name"] and asked[1]["url"].startswith("https://")
+    sid = report["results"][1]["result"]["sessionId"]
+    assert all(a.get("sessionId") == sid for a in asked)

@@ -13,11 +13,11 @@ import acp
 from acp import schema
 from acp.connection import StreamDirection, StreamEvent
 from acp.ws import create_websocket_stream
-from pydantic import BaseModel, ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 STEP = 15.0
 
-RESPONSES: dict[str, type[BaseModel] | None] = {
+RESPONSES: dict[str, Any] = {
     "initialize": schema.InitializeResponse,
     "session/new": schema.NewSessionResponse,
     "session/load": schema.LoadSessionResponse,
@@ -29,7 +29,7 @@ RESPONSES: dict[str, type[BaseModel] | None] = {
     "session/close": schema.CloseSessionResponse,
     "session/delete": schema.DeleteSessionResponse,
 }
-INCOMING: dict[str, type[BaseModel]] = {
+INCOMING: dict[str, Any] = {  # a model, or a union of models (elicitation)
     "session/update": schema.SessionNotification,
     "session/request_permission": schema.RequestPermissionRequest,
     "$/cancel_request": schema.CancelRequestNotification,
@@ -65,7 +65,7 @@ class Validator:
                 if model is None:
                     self.problems.append(f"unexpected method {msg['method']}")
                 else:
-                    model.model_validate(msg.get("params"))
+                    TypeAdapter(model).validate_python(msg.get("params"))
             elif "error" in msg:
                 err = msg["error"]
                 assert isinstance(err.get("code"), int) and isinstance(err.get("message"), str), msg
@@ -74,7 +74,7 @@ class Validator:
                 if model is None:
                     self.problems.append(f"a response to no request of ours: {msg}")
                 else:
-                    model.model_validate(msg.get("result"))
+                    TypeAdapter(model).validate_python(msg.get("result"))
         except (ValidationError, AssertionError) as exc:
             self.problems.append(f"{msg}: {exc}")
 

@@ -22,6 +22,7 @@ import acp
 from acp import schema
 from acp.stdio import spawn_agent_process
 from acp.ws import create_websocket_stream
+from pydantic import TypeAdapter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from support.acp_client import Validator
@@ -70,7 +71,7 @@ class Client:
             await self._held()
             want = "cancel"
         answer = {"action": want} if isinstance(want, str) else {"action": "accept", "content": want}
-        return schema.CreateElicitationResponse.model_validate(answer)
+        return TypeAdapter(schema.CreateElicitationResponse).validate_python(answer)
 
     async def complete_elicitation(self, elicitation_id: str, **kw: Any) -> None:
         pass

@@ -77,6 +77,8 @@ class AgentProfile(BaseModel):
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     model: str | None = None
+    # The models a client may switch its threads to (ACP's ``model`` config option, docs/api.md §11.2).
+    models: list[str] | None = Field(None, max_length=64)
     remote_api_opt_in: bool = False
     permission_mode: PermissionMode | None = None
     allowed_tools: list[str] | None = None
@@ -119,6 +121,14 @@ class AgentProfile(BaseModel):
     def _model_is_an_id(cls, v: str | None) -> str | None:
         if v is not None and (problem := model_problem(v)):
             raise ValueError(f"model {v[:80]!r}: {problem}")
+        return v
+
+    @field_validator("models")
+    @classmethod
+    def _models_are_ids(cls, v: list[str] | None) -> list[str] | None:
+        for model in v or ():
+            if problem := model_problem(model):
+                raise ValueError(f"models: {model[:80]!r}: {problem}")
         return v
 
     @field_validator("protocol_flags")

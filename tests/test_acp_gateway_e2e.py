@@ -353,3 +353,134 @@ async def test_a_stopping_daemon_closes_acp_connections_with_1001(daemon: Any) -
         except websockets.ConnectionClosed as exc:
             assert exc.rcvd is not None and exc.rcvd.code == 1001
         assert await asyncio.wait_for(stopping, STEP_TIMEOUT) == 0
+
+
+async def test_close_stops_the_agent_keeps_the_thread_and_delete_deletes_it(
+    daemon_factory: Any, tmp_path: Path, agent_env: Any
+) -> None:
+    d = await daemon_factory(config(tmp_path, agent_env))
+    s = await started(d)
+    caps = (await s.initialize()).agent_capabilities.session_capabilities
+    assert caps.close is not None and caps.delete is not None
+    sid = (await s.conn.new_session(cwd=str(tmp_path), **{"agent-bridge": {"agent": "stream-json"}})).session_id
+    prompt = asyncio.ensure_future(s.conn.prompt(session_id=sid, prompt=[text_block("slow")]))
+    await s.rec.wait_for(lambda: bool(s.rec.text(sid)), "the first tick")
+    await asyncio.wait_for(s.conn.close_session(session_id=sid), STEP_TIMEOUT)
+    assert (await asyncio.wait_for(prompt, STEP_TIMEOUT)).stop_reason == "cancelled"
+    async with d.http() as http:
+        thread = (await http.get(f"/v1/threads/{sid}")).json()
+    assert thread["state"] == "exited" and thread["last_exit"]["reason"] == "stopped"  # the thread stays
+    await asyncio.wait_for(s.conn.close_session(session_id=sid), STEP_TIMEOUT)  # closed twice: closed
+    # Resumed, the session goes on: its agent starts again at the next prompt.
+    await s.conn.resume_session(cwd=str(tmp_path), session_id=sid)
+    resp = await asyncio.wait_for(s.conn.prompt(session_id=sid, prompt=[text_block("again")]), STEP_TIMEOUT)
+    assert resp.stop_reason == "end_turn"
+
+    other = await started(d)
+    await other.conn.resume_session(cwd=str(tmp_path), session_id=sid)
+    await asyncio.wait_for(s.conn._conn.send_request("session/delete", {"sessionId": sid}), STEP_TIMEOUT)
+    for client in (s, other):  # every attached client is told
+        await client.rec.wait_for(
+            lambda c=client: any(u.get("field_meta") or u.get("_meta") for u in c.rec.of(sid, "session_info_update")),
+            "the deletion",
+        )
+    async with d.http() as http:
+        assert (await http.get(f"/v1/threads/{sid}")).status_code == 404
+    assert sid not in {x.session_id for x in (await s.conn.list_sessions()).sessions}
+    assert await asyncio.wait_for(s.conn._conn.send_request("session/delete", {"sessionId": sid}), STEP_TIMEOUT) == {}
+    await s.close()
+    await other.close()
+
+
+async def test_titles_models_and_message_ids_reach_every_attached_client(
+    daemon_factory: Any, tmp_path: Path, agent_env: Any
+) -> None:
+    modeled = profile_toml("modeled", "stream-json", agent_env, model="fake-model", models=["other-model"])
+    d = await daemon_factory(config(tmp_path, agent_env) + modeled)
+    a, b = await started(d), await started(d)
+    new = await a.conn.new_session(cwd=str(tmp_path), **{"agent-bridge": {"agent": "modeled"}})
+    sid = new.session_id
+    (model,) = new.config_options or []
+    assert model.id == "model" and model.category == "model"
+    await b.conn.resume_session(cwd=str(tmp_path), session_id=sid)
+    for text in ("one", "two"):
+        resp = await asyncio.wait_for(a.conn.prompt(session_id=sid, prompt=[text_block(text)]), STEP_TIMEOUT)
+        assert resp.stop_reason == "end_turn"
+    # A title given over REST: both clients hear it.
+    async with d.http() as http:
+        assert (await http.patch(f"/v1/threads/{sid}", json={"title": "renamed"})).status_code == 200
+    for client in (a, b):
+        await client.rec.wait_for(
+            lambda c=client: [u.get("title") for u in c.rec.of(sid, "session_info_update")] == ["renamed"], "the title"
+        )
+    # The model, set by a: answered whole to a, told to b, recorded on the thread.
+    got = await asyncio.wait_for(
+        a.conn.set_config_option(session_id=sid, config_id="model", value="other-model"), STEP_TIMEOUT
+    )
+    assert [o.current_value for o in got.config_options] == ["other-model"]
+    await b.rec.wait_for(lambda: bool(b.rec.of(sid, "config_option_update")), "the model change")
+    assert not a.rec.of(sid, "config_option_update")
+    async with d.http() as http:
+        assert (await http.get(f"/v1/threads/{sid}")).json()["model"] == "other-model"
+    # Message ids: the same live and on a load, from the start or from the middle.
+    live = [(u["messageId"], u["content"]["text"]) for u in a.rec.of(sid, "agent_message_chunk")]
+    assert len({m for m, _ in live}) == 2 and all(m for m, _ in live)
+    c = await started(d)
+    await asyncio.wait_for(c.conn.load_session(cwd=str(tmp_path), session_id=sid), STEP_TIMEOUT)
+    assert [(u["messageId"], u["content"]["text"]) for u in c.rec.of(sid, "agent_message_chunk")] == live
+    seqs = [
+        m["params"]["_meta"]["agent-bridge"]["seq"]
+        for m in c.validator.received
+        if m.get("method") == "session/update" and m["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+    ]
+    users = [u["messageId"] for u in c.rec.of(sid, "user_message_chunk")]
+    assert len(set(users)) == 2 and not set(users) & {m for m, _ in live}
+    e = await started(d)
+    meta = {"agent-bridge": {"after": seqs[1]}}  # from the middle of the first message
+    await asyncio.wait_for(e.conn.load_session(cwd=str(tmp_path), session_id=sid, **meta), STEP_TIMEOUT)
+    assert [(u["messageId"], u["content"]["text"]) for u in e.rec.of(sid, "agent_message_chunk")] == live[2:]
+    for client in (a, b, c, e):
+        await client.close()
+
+
+async def test_an_acp_agents_config_options_usage_titles_and_message_ids_reach_the_client(
+    daemon_factory: Any, tmp_path: Path, agent_env: Any
+) -> None:
+    from test_acp_e2e import acp_profile
+
+    d = await daemon_factory(base_config(tmp_path, agent_env) + acp_profile("acp", agent_env, "--config-options"))
+    s = await connect(d.ws_url, d.token, "/v1/acp/acp")
+    await s.initialize()
+    new = await s.conn.new_session(cwd=str(tmp_path))
+    sid = new.session_id
+    options = {o.id: o for o in new.config_options or []}
+    assert set(options) == {"mode", "model"} and options["model"].category == "model"  # the agent's own, no boolean
+    got = await asyncio.wait_for(
+        s.conn.set_config_option(session_id=sid, config_id="model", value="deep"), STEP_TIMEOUT
+    )
+    assert {o.id: o.current_value for o in got.config_options}["model"] == "deep"
+    for text in ("whatconfig", "usage", "title Named by the agent", "config mode plan"):
+        resp = await asyncio.wait_for(s.conn.prompt(session_id=sid, prompt=[text_block(text)]), STEP_TIMEOUT)
+        assert resp.stop_reason == "end_turn", text
+    assert "config: model=deep" in s.rec.text(sid)
+    (usage, *_) = s.rec.of(sid, "usage_update")
+    assert usage["used"] == 1200 and usage["size"] == 200000 and usage["cost"]["currency"] == "USD"
+    ids = {u["messageId"] for u in s.rec.of(sid, "agent_message_chunk")}
+    assert all(ids) and not any(i.startswith(sid) for i in ids)  # the agent's own ids
+    await s.rec.wait_for(
+        lambda: [u.get("title") for u in s.rec.of(sid, "session_info_update")] == ["Named by the agent"], "the title"
+    )
+    await s.rec.wait_for(
+        lambda: any(
+            {o["id"]: o["currentValue"] for o in u["configOptions"]}.get("mode") == "plan"
+            for u in s.rec.of(sid, "config_option_update")
+        ),
+        "the agent's own change of mode",
+    )
+    bad = s.conn.set_config_option(session_id=sid, config_id="model", value="nope")
+    try:
+        await asyncio.wait_for(bad, STEP_TIMEOUT)
+        raise AssertionError("an unknown value was taken")
+    except Exception as exc:  # the SDK raises the JSON-RPC error
+        assert getattr(exc, "code", None) == -32602, exc
+    await s.close()

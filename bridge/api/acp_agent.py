@@ -26,6 +26,7 @@ import structlog
 
 from bridge import __version__, userdirs
 from bridge.api import acp_elicit
+from bridge.api import acp_session_ops as ops
 from bridge.api.acp_attached import META, Attached, meta
 from bridge.api.acp_threads import AcpThread, AcpThreads
 from bridge.api.content import normalize_prompt
@@ -37,8 +38,7 @@ from bridge.protocols import jsonrpc
 from bridge.protocols.codecs import prompt_capabilities
 from bridge.protocols.jsonrpc import Invalid, Notification, Request, Response, RpcError
 from bridge.sessions import acp_session as mapping
-from bridge.sessions.commands import BOUNDS, Interrupt, Prompt, SetMode
-from bridge.sessions.modes import ModeRefused
+from bridge.sessions.commands import BOUNDS, Interrupt, Prompt
 from bridge.store.base import ThreadRow
 
 log = structlog.get_logger("bridge.acp_gateway")
@@ -102,13 +102,6 @@ def _session_info(row: ThreadRow, view: Shown) -> dict[str, Any]:
     return info
 
 
-def _with_modes(answer: dict[str, Any], thread: AcpThread) -> dict[str, Any]:
-    """A session/new, load or resume answer, with the session's ``modes`` once its agent
-    has reported them (sessions/modes.py)."""
-    modes = thread.modes()
-    return answer if modes is None else {**answer, "modes": modes}
-
-
 class AcpAgent:
     """One connection's ACP agent: its sessions, the client's requests being handled, and
     the permission requests it was asked and has not answered."""
@@ -127,7 +120,9 @@ class AcpAgent:
         # our requests to the client: rpc id → (session, permission request id, its data)
         self._outstanding: jsonrpc.Pending[tuple[Attached, str, dict[str, Any]]] = jsonrpc.Pending(first=1)
         self._handling: dict[asyncio.Task[None], jsonrpc.Id] = {}  # task → the request id it answers
+        self.booleans = False  # the client takes boolean config options
         self.elicitation: frozenset[str] = frozenset()  # the elicitation modes it shows (api/acp_elicit.py)
+        self.watcher: asyncio.Task[None] | None = None  # the threads' changes (acp_session_ops)
 
     # ------------------------------------------------------------------ writing
 
@@ -163,6 +158,9 @@ class AcpAgent:
         error = str(data["error"]) if isinstance(data.get("error"), str) else "the turn failed"
         extra = {k: data[k] for k in ("status", "error_code") if isinstance(data.get(k), str)}
         await self._error(rpc_id, RpcError.internal(error, extra or None))
+
+    async def answer_cancelled(self, rpc_id: jsonrpc.Id) -> None:
+        await self._result(rpc_id, {"stopReason": "cancelled"})
 
     async def fail_prompts(self, att: Attached, why: str) -> None:
         """The session ended under its prompts (its thread was deleted)."""
@@ -260,12 +258,16 @@ class AcpAgent:
         if why == "daemon_shutdown":
             self.out.close(1001, why)
             return
-        self.sessions.pop(att.thread.id, None)
+        if self.sessions.get(att.thread.id) is att:
+            del self.sessions[att.thread.id]
         att.detach(cancel=False)
+        if why == "deleted":
+            await ops.deleted(self, att)
         await self.fail_prompts(att, why)
 
     async def close(self) -> None:
         """The connection is ending: every task and subscriber ended."""
+        await ops.stop_watching(self)
         for task in list(self._handling):
             task.cancel()
         for att in list(self.sessions.values()):
@@ -301,6 +303,8 @@ class AcpAgent:
 
     async def _attach(self, att: Attached, after: int) -> None:
         self.sessions[att.thread.id] = att
+        ops.start_watching(self)
+        await ops.tell_title(self, att)
         await att.ask_pending()
         att.start(after)
 
@@ -313,7 +317,8 @@ class AcpAgent:
         att = Attached(self, thread)
         self.sessions[thread.id] = att
         try:
-            await self._result(rpc_id, _with_modes(answer, thread))
+            await att.prime(after)  # live from the middle of a message: the id its start had
+            await self._result(rpc_id, ops.session_state(self, att, answer))
         except BaseException:
             self.sessions.pop(thread.id, None)
             att.detach()
@@ -327,6 +332,10 @@ class AcpAgent:
             raise RpcError.invalid_params("protocolVersion must be an integer")
         self.initialized = True
         self.elicitation = acp_elicit.modes(params.get("clientCapabilities"))
+        caps = params.get("clientCapabilities")
+        session = caps.get("session") if isinstance(caps, dict) else None
+        config = session.get("configOptions") if isinstance(session, dict) else None
+        self.booleans = isinstance(config, dict) and isinstance(config.get("boolean"), dict)
         profile = self.settings.agents.get(self.agent or self.settings.default_profile())
         prompts = prompt_capabilities(profile.protocol if profile is not None else "")
         return {
@@ -336,7 +345,7 @@ class AcpAgent:
                 "loadSession": True,
                 "promptCapabilities": prompts,
                 "mcpCapabilities": {"http": False, "sse": False},
-                "sessionCapabilities": {"list": {}, "resume": {}},
+                "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {}},
             },
             "agentInfo": {"name": "agent-bridge", "title": "agent-bridge", "version": __version__},
             "authMethods": [],
@@ -371,12 +380,13 @@ class AcpAgent:
         att = Attached(self, thread)  # subscribed first: nothing committed during the replay is lost
         self.sessions[thread.id] = att
         try:
+            await att.prime(after)
             cursor = await att.replay(after, REPLAY_PAGE)
         except BaseException:
             self.sessions.pop(thread.id, None)
             att.detach()
             raise
-        await self._result(rpc_id, _with_modes({"_meta": {META: {"last_seq": cursor}}}, thread))
+        await self._result(rpc_id, ops.session_state(self, att, {"_meta": {META: {"last_seq": cursor}}}))
         await self._attach(att, cursor)
         return _LATER
 
@@ -410,14 +420,7 @@ class AcpAgent:
         mode_id = params.get("modeId")
         if not isinstance(mode_id, str) or not mode_id:
             raise RpcError.invalid_params("modeId must be a non-empty string")
-        try:
-            await att.thread.run(SetMode(mode_id=mode_id, actor=self.user.name))
-        except ModeRefused as exc:
-            raise RpcError(exc.rpc["code"], exc.rpc["message"], exc.rpc.get("data")) from None
-        except BridgeError as exc:
-            if exc.code == "modes_not_supported":
-                raise RpcError.method_not_found(exc.message, {"code": exc.code}) from None
-            raise
+        await ops.set_mode(att, mode_id, self.user.name)
         return {}
 
     async def _list(self, rpc_id: jsonrpc.Id, params: dict[str, Any]) -> dict[str, Any]:
@@ -448,4 +451,7 @@ _METHODS: dict[str, _Method] = {
     "session/prompt": AcpAgent._prompt,
     "session/list": AcpAgent._list,
     "session/set_mode": AcpAgent._set_mode,
+    "session/set_config_option": ops.set_config_option,
+    "session/close": ops.close,
+    "session/delete": ops.delete,
 }

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger("bridge.acp_gateway")
 
 META = "agent-bridge"  # our key in ACP's _meta
+PRIME_STEP = 64  # records read back at first to find where the message being streamed began
+PRIME_MAX = 16384  # … and at most (a longer message than that gets a new id where the read began)
 
 
 def meta(params: dict[str, Any]) -> dict[str, Any]:
@@ -47,7 +49,11 @@ class Attached:
         self.agent = agent
         self.thread = thread
         self.sub: Subscriber = thread.subscribe()
-        self.mapper = mapping.UpdateMapper()
+        self.mapper = mapping.UpdateMapper(thread.id)
+        # What this client was last told of the thread's title and config options: a change
+        # of the thread (api/acp_session_ops.py's watch) is sent when it differs.
+        self.title: str | None = str(thread.row().get("title") or "") or None
+        self.config: list[dict[str, Any]] | None = None
         self.by_client: dict[str, jsonrpc.Id] = {}  # client_id → the prompt's rpc id
         self.by_turn: dict[str, jsonrpc.Id] = {}  # turn_id → the prompt's rpc id
         self.asked: dict[str, jsonrpc.Id] = {}  # permission request id → our rpc id, still unanswered
@@ -123,6 +129,15 @@ class Attached:
             self.agent.forget(rpc_id)
             await self.agent.notify("$/cancel_request", {"requestId": rpc_id})
 
+    async def withdraw(self) -> None:
+        """Every permission request this client still has is withdrawn (``$/cancel_request``):
+        the session left the connection, or its thread went."""
+        for rid, rpc_id in list(self.asked.items()):
+            self.asked.pop(rid, None)
+            self.agent.forget(rpc_id)
+            await self.agent.notify("$/cancel_request", {"requestId": rpc_id})
+        await acp_elicit.withdraw_all(self)
+
     async def answered(self, rid: str, data: dict[str, Any], result: Any, error: RpcError | None) -> None:
         """The client's answer to our ``session/request_permission`` (an error is a denial)."""
         if acp_elicit.ours(rid):  # or to our elicitation/create
@@ -147,6 +162,33 @@ class Attached:
         await acp_elicit.ask_pending(self)
 
     # -- the transcript
+
+    async def prime(self, before: int) -> None:
+        """The mapper takes in the records from the last one after which nothing earlier
+        matters (acp_session.resets) up to ``before``: a session attached in the middle of
+        a message gives its chunks the message id its start had. Read back in growing
+        windows, at most PRIME_MAX records."""
+        span = PRIME_STEP
+        while before > 0:
+            low = max(0, before - span)
+            records = await self._between(low, before)
+            starts = [i for i, rec in enumerate(records) if mapping.resets(rec)]
+            if starts or low == 0 or span >= PRIME_MAX:
+                self.mapper.prime(records[starts[-1] :] if starts else records)
+                return
+            span *= 4
+
+    async def _between(self, low: int, high: int) -> list[Record]:
+        """The records with ``low < seq <= high``."""
+        out: list[Record] = []
+        cursor = low
+        while cursor < high:
+            page = await self.thread.read_page(cursor, min(high - cursor, PRIME_MAX))
+            out += [r for r in page if r.seq <= high]
+            if not page or not page.more or page[-1].seq >= high:
+                break
+            cursor = page[-1].seq
+        return out
 
     async def replay(self, after: int, page: int) -> int:
         """Every record after ``after`` as updates (session/load); the seq reached."""

@@ -8,7 +8,7 @@ operation, with the same bounds, as one sent over REST — locally or on the rep
 runs the thread. What it reads (the transcript, the pending permission requests, the seq
 it is at, the modes) goes through :class:`AcpThread` and nothing else.
 
-**Where a new operation goes** (fork, set model, an elicitation answer): its command in
+**Where a new operation goes** (fork, an elicitation answer): its command in
 sessions/commands.py, then an ACP method in acp_agent.py's table that builds it and calls
 :meth:`AcpThread.run`; nothing here changes. A new *read* the agent needs is one method on
 :class:`AcpThread` and one line in :class:`ConversationThread`.
@@ -17,11 +17,16 @@ sessions/commands.py, then an ACP method in acp_agent.py's table that builds it 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol, TypeVar
 
 import structlog
 
-from bridge.errors import BridgeError
+from bridge.api.events import change_frames
+from bridge.api.threads import delete_thread_of
+from bridge.api.users import User
+from bridge.errors import BridgeError, LaunchRefused
+from bridge.launching import ThreadLaunch
 from bridge.protocols.codecs import may_have_modes
 from bridge.protocols.envelope import Frames, Page
 from bridge.sessions.commands import Command
@@ -80,6 +85,24 @@ class AcpThread(Protocol):
         it is ready, so that the session/new answer can carry them; never raises."""
         ...
 
+    def row(self) -> Mapping[str, Any]:
+        """The thread as clients see it (§4.3): its title, model, agent_info, …"""
+        ...
+
+    def models(self) -> list[str]:
+        """The models its profile offers: its ``models`` and its ``model``."""
+        ...
+
+    async def stop_agent(self) -> None:
+        """Stop its agent, as ``POST /v1/threads/{id}/stop`` does; the thread stays."""
+        ...
+
+    async def set_model(self, model: str) -> None:
+        """Record ``model`` as the thread's: its agent's next start is given it (an idle
+        agent is stopped now, so that the next prompt starts it again, resuming its
+        session). Raises BridgeError (``invalid_model``, …) for one it could not start with."""
+        ...
+
 
 class AcpThreads(Protocol):
     """The threads an ACP connection can reach."""
@@ -88,6 +111,16 @@ class AcpThreads(Protocol):
 
     async def get(self, thread_id: str) -> AcpThread:
         """Raises BridgeError (``thread_not_found``) when there is none."""
+        ...
+
+    async def delete(self, thread_id: str, user: User) -> None:
+        """Delete the thread as ``DELETE /v1/threads/{id}`` does, with the same rights;
+        raises BridgeError (``thread_not_found``: none, or not ``user``'s)."""
+        ...
+
+    def watch(self) -> AsyncIterator[list[tuple[str, Mapping[str, Any] | None]]]:
+        """The threads that changed from now on, a page at a time: ``(id, the thread as
+        clients see it)``, None for one deleted. Ends when the daemon stops."""
         ...
 
     async def list(self, *, limit: int, cursor: str | None, owner: str | None) -> tuple[list[ThreadRow], str | None]:
@@ -145,6 +178,31 @@ class ConversationThread:
         # Asked of the registry at each command: the thread may have moved to another replica.
         return await self._registry.port(self._conv).run(command)
 
+    def row(self) -> Mapping[str, Any]:
+        return self._conv.thread
+
+    def models(self) -> list[str]:
+        profile = self._conv.profile
+        if profile is None:
+            return []
+        return [*(profile.models or ()), *([profile.model] if profile.model else [])]
+
+    async def stop_agent(self) -> None:
+        await self._conv.stop("stopped")
+
+    async def set_model(self, model: str) -> None:
+        conv = self._conv
+        if conv.profile is None:
+            raise LaunchRefused(
+                f"agent profile {conv.thread['agent']!r} is no longer configured", code="agent_not_found"
+            )
+        # Checked as a new thread's model is (bridge/launching.py), before anything is recorded.
+        launch = ThreadLaunch.checked(conv.profile, conv.core.options, cwd=conv.thread["cwd"], model=model)
+        await conv.set_fields({"model": model})
+        conv.launch = launch
+        if conv.running and not conv.busy:
+            await conv.stop("stopped")
+
     async def start_agent(self, wait_s: float) -> None:
         """An ACP profile's agent is started at session/new, so that the answer carries the
         modes it reports; one that cannot start (or is slow) is left to the first prompt,
@@ -174,6 +232,18 @@ class RegistryThreads:
 
     async def get(self, thread_id: str) -> AcpThread:
         return ConversationThread(await self._registry.get(thread_id), self._registry)
+
+    async def delete(self, thread_id: str, user: User) -> None:
+        await delete_thread_of(self._registry, user, thread_id)
+
+    async def watch(self) -> AsyncIterator[list[tuple[str, Mapping[str, Any] | None]]]:
+        reg = self._registry
+        async for frames in change_frames(reg.store, reg.changes, None):
+            yield [
+                (f["thread"]["id"], None if f["kind"] == "thread.deleted" else f["thread"])
+                for f in frames
+                if "thread" in f
+            ]
 
     async def list(self, *, limit: int, cursor: str | None, owner: str | None) -> tuple[list[ThreadRow], str | None]:
         return await self._registry.list_threads(limit=limit, cursor=cursor, agent=None, owner=owner)

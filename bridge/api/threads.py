@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from bridge.api.auth import require_auth
 from bridge.api.context import context
 from bridge.api.schema import ConfigIn, ModeIn, PermissionIn, PromptIn
-from bridge.api.users import check_owner, current_user
+from bridge.api.users import User, check_owner, current_user
 from bridge.api.views import Shown, shown_to, thread_view
 from bridge.errors import InvalidRequest, StoreError
 from bridge.protocols.events import Record
@@ -173,9 +173,16 @@ async def patch_thread(thread_id: str, body: PatchThread, request: Request) -> d
 
 @router.delete("/threads/{thread_id}", status_code=204)
 async def delete_thread(thread_id: str, request: Request) -> Response:
-    await _conv(request, thread_id)
-    await registry(request).delete(thread_id)
+    await delete_thread_of(registry(request), current_user(request), thread_id)
     return Response(status_code=204)
+
+
+async def delete_thread_of(reg: Registry, user: User, thread_id: str) -> None:
+    """Delete a thread ``user`` may see (users mode: their own, an admin's any; another's
+    is thread_not_found): ``DELETE /v1/threads/{id}`` and ACP's ``session/delete``."""
+    conv = await reg.get(thread_id)
+    check_owner(user, thread_id, conv.thread.get("owner"))
+    await reg.delete(thread_id)
 
 
 @router.post("/threads/{thread_id}/messages", status_code=202)
@@ -377,4 +384,4 @@ def validate_after(value: str | None) -> int:
     return int(value)
 
 
-__all__ = ["router", "validate_after"]
+__all__ = ["delete_thread_of", "router", "validate_after"]

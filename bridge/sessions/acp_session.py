@@ -15,6 +15,7 @@ from typing import Any
 
 from bridge.errors import InvalidRequest
 from bridge.protocols.events import Record
+from bridge.sessions.acp_usage import LastCall, reported, usage_update
 
 STOP_REASONS = frozenset({"end_turn", "max_tokens", "max_turn_requests", "refusal"})
 TOOL_KINDS = frozenset(
@@ -83,50 +84,126 @@ class UpdateMapper:
 
     A stream-json agent streams a message as deltas and then writes it whole; the whole
     message is skipped when its deltas were sent (per channel), and sent as one chunk when
-    they were not (an agent that does not stream)."""
+    they were not (an agent that does not stream).
 
-    def __init__(self) -> None:
+    **Message ids** (``messageId`` on every chunk): a chunk's is the event's own
+    ``message_id`` (an ACP agent's, Claude Code's message id); else, for a streamed chunk,
+    the id of the message being streamed: the one a ``message_start`` named, or, when none
+    did, ``<session>:<seq>`` with the seq of its first chunk; a whole message and a prompt
+    without one: ``<session>:<seq>`` of its record. The
+    message being streamed ends at the next ``message_start``, tool call, tool result and
+    turn end (:func:`resets`), so the id of any chunk follows from the records since the
+    last of those: a session attached in the middle of a message reads them first
+    (:meth:`prime`) and gives the rest of it the id its start had.
+    """
+
+    def __init__(self, session_id: str = "") -> None:
+        self._sid = session_id
         self._streamed: set[str] = set()
+        self._message: str | None = None  # the id of the agent message being streamed
+        self._last = LastCall()  # for the turn's usage_update (stream-json)
+        self._told: dict[str, Any] | None = None  # an ACP agent's last usage_update sent since a reset
+
+    def prime(self, records: list[Record]) -> None:
+        """Take in what came before the first record to deliver, sending nothing."""
+        for rec in records:
+            self.updates(rec, own_prompt=True)
+
+    def _id(self, rec: Record, own: Any) -> str:
+        return own if isinstance(own, str) and own else f"{self._sid}:{rec.seq}"
 
     def updates(self, rec: Record, *, own_prompt: bool) -> list[dict[str, Any]]:
         """The updates for one record. ``own_prompt``: the record is a prompt this very
         ACP client sent (it is not echoed back to it)."""
-        handler = _HANDLERS.get(rec.kind)
-        if handler is None:
+        kind = rec.kind
+        if kind not in _HANDLERS:
             return []
-        if rec.kind == "turn.ended":
-            self._streamed.clear()
+        if kind == "message":
+            return self._message_chunk(rec, own_prompt=own_prompt)
+        if kind == "message.delta":
+            return self._delta(rec)
+        if kind == "message.stream":
+            self._stream(rec)
             return []
-        if rec.kind == "message":
-            return self._message(rec, own_prompt=own_prompt)
-        if rec.kind == "message.delta":
-            channel = "thought" if rec.data.get("channel") == "thought" else "text"
-            self._streamed.add(channel)
-        return handler(rec)
+        if kind == "turn.ended":
+            update = usage_update(rec.data, rec.raw, self._last)
+            told = self._told
+            self._reset()
+            self._last.clear()
+            return [] if update is None or update == told else [update]
+        if resets(rec):
+            self._reset()
+        if kind == "usage":
+            update = reported(rec.data)
+            self._told = update or self._told
+            return [] if update is None else [update]
+        if kind in ("tool.call", "tool.result") and not rec.data.get("update"):
+            self._last.clear()
+        return _HANDLERS[kind](rec)
 
-    def _message(self, rec: Record, *, own_prompt: bool) -> list[dict[str, Any]]:
+    def _reset(self) -> None:
+        self._message = None
+        self._streamed.clear()
+        self._told = None
+
+    def _stream(self, rec: Record) -> None:
+        event = rec.data.get("event")
+        if event == "message_start":
+            mid = rec.data.get("message_id")
+            self._reset()
+            self._message = mid if isinstance(mid, str) and mid else None
+            self._last.clear()
+            self._last.started(rec.raw)
+        elif event == "message_delta":
+            self._last.delta(rec.raw)
+
+    def _delta(self, rec: Record) -> list[dict[str, Any]]:
+        text = rec.data.get("text")
+        if not isinstance(text, str) or not text:
+            return []
+        channel = "thought" if rec.data.get("channel") == "thought" else "text"
+        self._streamed.add(channel)
+        own = rec.data.get("message_id")
+        if isinstance(own, str) and own:
+            self._message = own
+        elif self._message is None:
+            self._message = self._id(rec, None)
+        kind = "agent_thought_chunk" if channel == "thought" else "agent_message_chunk"
+        return [{"sessionUpdate": kind, "content": _text_block(text), "messageId": self._message}]
+
+    def _message_chunk(self, rec: Record, *, own_prompt: bool) -> list[dict[str, Any]]:
         data = rec.data
         text = data.get("text")
         if not isinstance(text, str) or not text:
             return []
         if rec.source == "client":
-            return [] if own_prompt else [{"sessionUpdate": "user_message_chunk", "content": _text_block(text)}]
+            if own_prompt:
+                return []
+            return [
+                {"sessionUpdate": "user_message_chunk", "content": _text_block(text), "messageId": self._id(rec, None)}
+            ]
         if data.get("role") != "assistant":
             return []  # the CLI's own user lines (replay echo, interrupt marker): not the user
+        if self._last.input is None:
+            self._last.started(rec.raw)  # a dialect without stream events: the whole message's usage
         channel = "thought" if data.get("channel") == "thought" else "text"
         if channel in self._streamed:
             self._streamed.discard(channel)
             return []
         kind = "agent_thought_chunk" if channel == "thought" else "agent_message_chunk"
-        return [{"sessionUpdate": kind, "content": _text_block(text)}]
+        mid = self._id(rec, data.get("message_id"))  # a message not streamed is one of its own
+        return [{"sessionUpdate": kind, "content": _text_block(text), "messageId": mid}]
 
 
-def _delta(rec: Record) -> list[dict[str, Any]]:
-    text = rec.data.get("text")
-    if not isinstance(text, str) or not text:
-        return []
-    kind = "agent_thought_chunk" if rec.data.get("channel") == "thought" else "agent_message_chunk"
-    return [{"sessionUpdate": kind, "content": _text_block(text)}]
+def resets(rec: Record) -> bool:
+    """Whether nothing before ``rec`` changes what the mapper sends from it on: a
+    ``message_start``, a tool call (not a patch of one), a tool result, a turn's end."""
+    kind = rec.kind
+    if kind == "message.stream":
+        return rec.data.get("event") == "message_start"
+    if kind == "tool.call":
+        return not rec.data.get("update")
+    return kind in ("tool.result", "turn.ended")
 
 
 def _s(data: dict[str, Any], key: str) -> str | None:
@@ -222,9 +299,11 @@ def _nothing(rec: Record) -> list[dict[str, Any]]:
 
 
 _HANDLERS = {
-    "message": _nothing,  # UpdateMapper._message
-    "turn.ended": _nothing,
-    "message.delta": _delta,
+    "message": _nothing,  # UpdateMapper._message_chunk
+    "turn.ended": _nothing,  # UpdateMapper.updates: usage_update
+    "message.delta": _nothing,  # UpdateMapper._delta
+    "message.stream": _nothing,  # UpdateMapper._stream: message ids and usage
+    "usage": _nothing,  # UpdateMapper.updates: an ACP agent's usage_update
     "tool.call": _tool_call,
     "tool.result": _tool_result,
     "plan": _plan,

@@ -8,11 +8,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from acp import schema
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,7 +28,7 @@ from bridge.protocols.events import Record
 from bridge.protocols.jsonline import dumps
 from bridge.protocols.jsonrpc import Notification, Request, Response
 from bridge.sessions.actions import Accepted
-from bridge.sessions.commands import AnswerPermission, Command, Interrupt, Prompt
+from bridge.sessions.commands import AnswerPermission, Command, Interrupt, Prompt, SetMode
 from bridge.sessions.fanout import Subscriber
 from bridge.store.base import ThreadRow
 
@@ -59,13 +60,17 @@ class FakeThread:
         self.pending: list[dict[str, Any]] = []
         self.commands: list[Command[Any]] = []
         self.subs: list[Subscriber] = []
+        self.fields: dict[str, Any] = {"title": "", "model": "m1", "updated_at": "2026-01-01T00:00:00Z"}
+        self.profile_models: list[str] = []
+        self.stops = 0
 
     @property
     def last_seq(self) -> int:
         return self.records[-1].seq if self.records else 0
 
     def modes(self) -> dict[str, Any] | None:
-        return None
+        info = self.fields.get("agent_info")
+        return info.get("modes") if isinstance(info, dict) else None
 
     def pending_permissions(self) -> list[dict[str, Any]]:
         return list(self.pending)
@@ -99,6 +104,18 @@ class FakeThread:
     async def start_agent(self, wait_s: float) -> None:
         return None
 
+    def row(self) -> dict[str, Any]:
+        return {"id": self.id, **self.fields}
+
+    def models(self) -> list[str]:
+        return list(self.profile_models)
+
+    async def stop_agent(self) -> None:
+        self.stops += 1
+
+    async def set_model(self, model: str) -> None:
+        self.fields["model"] = model
+
     def emit(self, source: str, kind: str, data: dict[str, Any]) -> None:
         rec = Record(self.last_seq + 1, "2026-01-01T00:00:00Z", source, kind, data, None, False)
         self.records.append(rec)
@@ -109,6 +126,26 @@ class FakeThread:
 class FakeThreads:
     def __init__(self) -> None:
         self.threads: dict[str, FakeThread] = {}
+        self.changes: asyncio.Queue[list[tuple[str, dict[str, Any] | None]]] = asyncio.Queue()
+        self.deleted: list[str] = []
+
+    async def delete(self, thread_id: str, user: User) -> None:
+        thread = self.threads.get(thread_id)
+        if thread is None or thread.owner != user.owner:
+            raise NotFound(f"no thread {thread_id}", code="thread_not_found")
+        del self.threads[thread_id]
+        self.deleted.append(thread_id)
+        for sub in list(thread.subs):
+            sub.close("deleted")
+
+    async def watch(self) -> AsyncIterator[list[tuple[str, dict[str, Any] | None]]]:
+        while True:
+            yield await self.changes.get()
+
+    def change(self, thread: FakeThread, **fields: Any) -> None:
+        """A change of the thread's row, as the change log tells it."""
+        thread.fields.update(fields)
+        self.changes.put_nowait([(thread.id, thread.row())])
 
     async def create(self, *, agent: str | None, cwd: str, owner: str | None, admin: bool) -> AcpThread:
         thread = FakeThread(f"thr_{len(self.threads)}", owner)
@@ -205,7 +242,8 @@ def test_a_prompt_is_a_prompt_command_and_is_answered_at_its_turns_end(tmp_path:
         thread.emit("agent", "turn.ended", {"turn_id": "t1", "status": "success", "stop_reason": "end_turn"})
         await settle()
         updates = [m["params"]["update"] for m in out.sent if m.get("method") == "session/update"]
-        assert updates == [{"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hello"}}]
+        chunk = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hello"}}
+        assert updates == [{**chunk, "messageId": f"{sid}:2"}]
         assert out.sent[-1] == {"jsonrpc": V, "id": 2, "result": {"stopReason": "end_turn"}}
         await agent.message({"jsonrpc": V, "method": "session/cancel", "params": {"sessionId": sid}})
         await settle()
@@ -242,13 +280,175 @@ def test_permission_answers_are_commands_and_a_broken_answer_is_a_denial(tmp_pat
     run(tmp_path, body)
 
 
+def updates_of(out: Outbox, sid: str) -> list[dict[str, Any]]:
+    return [
+        m["params"]["update"]
+        for m in out.sent
+        if m.get("method") == "session/update" and m["params"]["sessionId"] == sid
+    ]
+
+
+async def new_session(agent: AcpAgent, out: Outbox, threads: FakeThreads, rid: Any = "new") -> FakeThread:
+    answer = await call(agent, out, rid, "session/new", {"cwd": "/w", "mcpServers": []})
+    return threads.threads[answer["result"]["sessionId"]]
+
+
+def test_initialize_advertises_the_session_methods_there_are(tmp_path: Path) -> None:
+    async def body(agent: AcpAgent, out: Outbox, threads: FakeThreads) -> None:
+        init = await call(agent, out, 0, "initialize", {"protocolVersion": 1})
+        schema.InitializeResponse.model_validate(init["result"])
+        caps = init["result"]["agentCapabilities"]["sessionCapabilities"]
+        assert caps == {"list": {}, "resume": {}, "close": {}, "delete": {}}
+        for method in ("session/close", "session/delete", "session/set_config_option"):
+            assert (await call(agent, out, method, method, {}))["error"]["code"] == jsonrpc.INVALID_PARAMS
+
+    run(tmp_path, body)
+
+
+def test_close_cancels_the_sessions_prompt_withdraws_its_asks_stops_its_agent_and_detaches(tmp_path: Path) -> None:
+    async def body(agent: AcpAgent, out: Outbox, threads: FakeThreads) -> None:
+        await call(agent, out, 0, "initialize", {"protocolVersion": 1})
+        thread = await new_session(agent, out, threads)
+        sid = thread.id
+        prompt = {"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]}
+        await agent.message({"jsonrpc": V, "id": "p", "method": "session/prompt", "params": prompt})
+        thread.pending.append({"request_id": "r1"})
+        thread.emit("agent", "permission.requested", {"request_id": "r1", "tool": "Bash", "input": {}})
+        await settle()
+        (ask,) = [m for m in out.sent if m.get("method") == "session/request_permission"]
+        closed = await call(agent, out, "c", "session/close", {"sessionId": sid})
+        assert closed["result"] == {} and thread.stops == 1
+        assert {"jsonrpc": V, "id": "p", "result": {"stopReason": "cancelled"}} in out.sent
+        assert {"jsonrpc": V, "method": "$/cancel_request", "params": {"requestId": ask["id"]}} in out.sent
+        n = len(out.sent)
+        thread.emit("agent", "message.delta", {"text": "late"})
+        thread.emit("agent", "turn.ended", {"turn_id": "t1", "status": "cancelled"})
+        await settle()
+        assert len(out.sent) == n and not thread.subs  # detached: nothing more of it
+        # Closed twice is closed; a prompt needs the session attached again; an unknown one is -32002.
+        assert (await call(agent, out, "c2", "session/close", {"sessionId": sid}))["result"] == {}
+        assert (await call(agent, out, "p2", "session/prompt", prompt))["error"]["code"] == -32002
+        assert (await call(agent, out, "c3", "session/close", {"sessionId": "thr_nope"}))["error"]["code"] == -32002
+        assert thread.stops == 1
+        await call(agent, out, "r", "session/resume", {"sessionId": sid})  # and it can come back
+
+    run(tmp_path, body)
+
+
+def test_delete_deletes_with_the_callers_rights_and_tells_the_attached_session(tmp_path: Path) -> None:
+    async def body(agent: AcpAgent, out: Outbox, threads: FakeThreads) -> None:
+        await call(agent, out, 0, "initialize", {"protocolVersion": 1})
+        thread = await new_session(agent, out, threads)
+        theirs = FakeThread("thr_bob", owner="bob")
+        threads.threads[theirs.id] = theirs
+        prompt = {"sessionId": thread.id, "prompt": [{"type": "text", "text": "hi"}]}
+        await agent.message({"jsonrpc": V, "id": "p", "method": "session/prompt", "params": prompt})
+        await settle()
+        assert (await call(agent, out, "d", "session/delete", {"sessionId": thread.id}))["result"] == {}
+        await settle()
+        assert threads.deleted == [thread.id]
+        info = updates_of(out, thread.id)[-1]
+        assert info == {"sessionUpdate": "session_info_update", "_meta": {"agent-bridge": {"deleted": True}}}
+        (failed,) = [m for m in out.sent if m.get("id") == "p"]
+        assert failed["error"]["data"] == {"code": "thread_deleted"}
+        # Gone, never there, someone else's: all {} as ACP asks, and bob's thread stays.
+        for sid in (thread.id, "thr_never", theirs.id):
+            assert (await call(agent, out, f"d-{sid}", "session/delete", {"sessionId": sid}))["result"] == {}
+        assert threads.deleted == [thread.id] and theirs.id in threads.threads
+        listed = await call(agent, out, "l", "session/list", {})
+        assert thread.id not in {x["sessionId"] for x in listed["result"]["sessions"]}
+
+    run(tmp_path, body)
+
+
+def test_config_options_model_and_mode_and_the_other_sessions_hear_of_changes(tmp_path: Path) -> None:
+    async def body(agent: AcpAgent, out: Outbox, threads: FakeThreads) -> None:
+        await call(agent, out, 0, "initialize", {"protocolVersion": 1})
+        answer = await call(agent, out, 1, "session/new", {"cwd": "/w", "mcpServers": []})
+        schema.NewSessionResponse.model_validate(answer["result"])
+        sid = answer["result"]["sessionId"]
+        thread = threads.threads[sid]
+        (model,) = answer["result"]["configOptions"]
+        assert model["id"] == "model" and model["currentValue"] == "m1" and model["category"] == "model"
+        thread.profile_models = ["m2"]
+        thread.fields["agent_info"] = {
+            "modes": {"currentModeId": "a", "availableModes": [{"id": "a", "name": "A"}, {"id": "b", "name": "B"}]}
+        }
+        params = {"sessionId": sid, "configId": "model", "value": "m2"}
+        got = await call(agent, out, 2, "session/set_config_option", params)
+        schema.SetSessionConfigOptionResponse.model_validate(got["result"])
+        assert thread.fields["model"] == "m2"
+        assert {o["id"]: o["currentValue"] for o in got["result"]["configOptions"]} == {"mode": "a", "model": "m2"}
+        got = await call(agent, out, 3, "session/set_config_option", {**params, "configId": "mode", "value": "b"})
+        assert thread.commands[-1] == SetMode(mode_id="b", actor="ann")
+        assert {o["id"]: o["currentValue"] for o in got["result"]["configOptions"]} == {"mode": "b", "model": "m2"}
+        for bad in ({**params, "value": "m9"}, {**params, "configId": "nope"}, {**params, "value": True}):
+            assert (await call(agent, out, f"bad-{bad}", "session/set_config_option", bad))["error"]["code"] == -32602
+        # What this client set is not told back to it; a change made elsewhere is.
+        thread.fields["agent_info"]["modes"]["currentModeId"] = "b"
+        threads.change(thread, model="m2")
+        await settle()
+        assert not [u for u in updates_of(out, sid) if u["sessionUpdate"] == "config_option_update"]
+        threads.change(thread, model="m1", title="named elsewhere")
+        await settle()
+        info, config = updates_of(out, sid)[-2:]
+        assert info == {
+            "sessionUpdate": "session_info_update",
+            "title": "named elsewhere",
+            "updatedAt": "2026-01-01T00:00:00Z",
+        }
+        assert config["sessionUpdate"] == "config_option_update"
+        assert {o["id"]: o["currentValue"] for o in config["configOptions"]} == {"mode": "b", "model": "m1"}
+        for update in (info, config):
+            schema.SessionNotification.model_validate({"sessionId": sid, "update": update})
+
+    run(tmp_path, body)
+
+
+def test_a_load_from_the_middle_of_a_message_gives_its_chunks_the_id_its_start_had(tmp_path: Path) -> None:
+    async def body(agent: AcpAgent, out: Outbox, threads: FakeThreads) -> None:
+        await call(agent, out, 0, "initialize", {"protocolVersion": 1})
+        thread = FakeThread("thr_long")
+        threads.threads[thread.id] = thread
+        thread.emit("agent", "tool.result", {"tool_call_id": "t", "output": "x"})
+        for i in range(300):  # longer than the first window read back
+            thread.emit("agent", "message.delta", {"text": f"{i} "})
+        await call(agent, out, 1, "session/load", {"sessionId": thread.id})
+        whole = {u["messageId"] for u in updates_of(out, thread.id) if u["sessionUpdate"] == "agent_message_chunk"}
+        assert whole == {"thr_long:2"}
+        await call(agent, out, 2, "session/close", {"sessionId": thread.id})
+        out.sent.clear()
+        await call(agent, out, 3, "session/load", {"sessionId": thread.id, "_meta": {"agent-bridge": {"after": 250}}})
+        later = [u for u in updates_of(out, thread.id) if u["sessionUpdate"] == "agent_message_chunk"]
+        assert len(later) == 51 and {u["messageId"] for u in later} == {"thr_long:2"}
+
+    run(tmp_path, body)
+
+
+def test_a_turns_usage_is_told_before_its_prompt_is_answered(tmp_path: Path) -> None:
+    async def body(agent: AcpAgent, out: Outbox, threads: FakeThreads) -> None:
+        await call(agent, out, 0, "initialize", {"protocolVersion": 1})
+        thread = await new_session(agent, out, threads)
+        prompt = {"sessionId": thread.id, "prompt": [{"type": "text", "text": "hi"}]}
+        await agent.message({"jsonrpc": V, "id": "p", "method": "session/prompt", "params": prompt})
+        await settle()
+        usage = {"used": 5, "size": 10}
+        thread.emit("agent", "turn.ended", {"turn_id": "t1", "status": "success", "usage": {"context": usage}})
+        await settle()
+        assert out.sent[-2]["params"]["update"] == {"sessionUpdate": "usage_update", **usage}
+        assert out.sent[-1] == {"jsonrpc": V, "id": "p", "result": {"stopReason": "end_turn"}}
+
+    run(tmp_path, body)
+
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=6),
     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3),
     max_leaves=8,
 )
 METHODS = ["initialize", "session/new", "session/load", "session/resume", "session/prompt", "session/list",
-           "session/set_mode", "session/cancel", "x"]  # fmt: skip
+           "session/set_mode", "session/cancel", "session/close", "session/delete", "session/set_config_option",
+           "x"]  # fmt: skip
 messages = st.fixed_dictionaries(
     {"jsonrpc": st.just(V)},
     optional={

@@ -207,22 +207,28 @@ async def test_memory_hidden_in_an_escaped_child_counts_and_the_child_goes_with_
     daemon_factory: Any, agent_env: dict[str, str]
 ) -> None:
     """A hostile agent hides its memory in a child that left its session and process group
-    (setsid): the sample still counts it, the limit stops the agent, and the child dies too."""
+    (setsid): the sample still counts it, the limit stops the agent, and the child dies too.
+    In a cgroup the child cannot even take its 80 MiB: on cgroup v1 the kernel kills it
+    alone (the agent survives that, and is then stopped for it), on cgroup v2 the whole
+    agent with it (memory.oom.group) before the agent can answer."""
     d = await daemon_factory(config(agent_env, 0, memory_limit_mb=50))
+    kernel, mode = await kernel_limits(d), await limit_mode(d)
     hider = await new_thread(d, "mem")
     c = await d.ws(hider["id"])
     end = await c.turn("alloc 80 hide")
-    assert end["data"]["status"] == "success"
-    text = [f for f in c.seen("message") if f["source"] == "agent"][-1]["data"]["text"]
-    child = int(re.fullmatch(r"hidden 80 MiB in (\d+)", text)[1])  # type: ignore[index]
-    exited = await c.kind("process.exited")
+    if mode == "cgroup_v2":
+        assert end["data"]["status"] == "error" and "memory_limit" in end["data"]["error"]
+        [exited] = c.seen("process.exited")
+    else:
+        assert end["data"]["status"] == "success"
+        text = [f for f in c.seen("message") if f["source"] == "agent"][-1]["data"]["text"]
+        child = int(re.fullmatch(r"hidden 80 MiB in (\d+)", text)[1])  # type: ignore[index]
+        exited = await c.kind("process.exited")
+        await wait_until(lambda: not alive(child), what="the hidden child to be killed with the agent")
     assert exited["data"]["reason"] == "memory_limit"
-    await wait_until(lambda: not alive(child), what="the hidden child to be killed with the agent")
     figures = await metrics(d)
     assert figures["memory_limit_stops_total"] == 1
-    # In a cgroup the hidden child cannot even take its 80 MiB: the kernel kills it there
-    # (the agent, which survives that, is then stopped for it); else the sample finds it.
-    assert figures["memory_oom_kills_total"] == int(await kernel_limits(d))
+    assert figures["memory_oom_kills_total"] == int(kernel)
 
 
 async def test_an_agent_in_bubblewrap_is_in_its_cgroup_from_before_bubblewrap_runs(

@@ -280,10 +280,7 @@ class AgentProcess:
             popen = _popen(spec, fd, confined, cgroup)
         except BaseException as exc:
             TRACKER.spawn_ended(None)
-            if confined is not None:
-                confined.cleanup()
-            if cgroup is not None:
-                AGENT_CGROUPS.discard(cgroup)
+            _undo(confined, cgroup)
             if isinstance(exc, (OSError, ValueError, subprocess.SubprocessError)):
                 detail = getattr(exc, "strerror", None) or exc
                 raise LaunchRefused(f"cannot start agent: {detail}", code="spawn_failed") from exc
@@ -300,10 +297,7 @@ class AgentProcess:
         except BaseException:
             TRACKER.spawn_ended(None)
             _abandon(popen)
-            if confined is not None:
-                confined.cleanup()
-            if cgroup is not None:
-                AGENT_CGROUPS.discard(cgroup)
+            _undo(confined, cgroup)
             raise
         agent.confined = confined
         if cgroup is not None:
@@ -489,6 +483,14 @@ def _popen(
         umask=agent_umask(),
         preexec_fn=preexec,
     )
+
+
+def _undo(confined: Confined | None, cgroup: AgentCgroup | None) -> None:
+    """A spawn that failed: its sandbox's temp dir and its cgroup go."""
+    if confined is not None:
+        confined.cleanup()
+    if cgroup is not None:
+        AGENT_CGROUPS.discard(cgroup)
 
 
 def _abandon(popen: subprocess.Popen[bytes]) -> None:

@@ -227,7 +227,7 @@ class AgentCgroup:
             events = self._counts("memory.events")
             return events.get("oom_kill", 0) if events.get("oom", 0) > 0 else 0
         kills = self._counts("memory.oom_control").get("oom_kill", 0)
-        return kills if self._reached("memory") or self._reached("memory.memsw") else 0
+        return kills if kills and (self._reached("memory") or self._reached("memory.memsw")) else 0
 
     def _reached(self, prefix: str) -> bool:
         """cgroup v1: a charge failed at this cgroup's limit, or its peak reached it (some

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import wait_until
 
+from bridge.errors import LaunchRefused
 from bridge.process import cgroup as cg
 from bridge.process.agent_process import AgentProcess
 from bridge.process.launch import LaunchSpec
@@ -228,3 +229,20 @@ def test_on_this_kernel_a_v1_agent_cgroup_is_made_joined_and_emptied_on_removal(
         if box.path.exists():
             box.kill_rest()
             box.path.rmdir()
+
+
+async def test_a_spawn_that_fails_leaves_no_cgroup(tmp_path: Path) -> None:
+    cgroups = cg.AGENT_CGROUPS
+    saved = cgroups.place
+    memory = cg.parse_self_cgroup(Path("/proc/self/cgroup").read_text())[1] or "/"
+    parent = cg.CGROUP_ROOT / "memory" / memory.lstrip("/")
+    cgroups.place = cg.Place(1, parent) if v1_writable() else None
+    try:
+        spec = LaunchSpec(
+            (os.path.realpath(sys.executable), "-c", "pass"), {}, str(tmp_path / "gone"), memory_limit_mb=64
+        )
+        with pytest.raises(LaunchRefused):
+            await AgentProcess.spawn(spec)
+        assert not list(parent.glob(f"agent-{os.getpid()}-*"))
+    finally:
+        cgroups.place = saved

@@ -199,3 +199,33 @@ async def test_no_traffic_leaves_the_machine(real: Real) -> None:
     assert (await c.turn("CHAT hello"))["data"]["status"] == "success"
     await write_allowed(c, real.work / "traced.txt")
     assert_only_peer_is(real.fake, log)
+
+
+async def test_usage_title_message_ids_and_the_model_option_of_acp_2026(real: Real) -> None:
+    """What claude-agent-acp sends of ACP's 2026 additions, as the thread keeps it: its
+    ``usage_update`` in the turn's usage, its ``session_info_update`` as the thread's title,
+    the ``messageId`` of its chunks, and its ``configOptions``, whose ``model`` option
+    switches the model the next turn asks the API for."""
+    d = await real.daemon(real.config(acp_profile(real)))
+    thread = await new_thread(d, "claude-acp", cwd=str(real.work))
+    c = await d.ws(thread["id"])
+    end = await c.turn("CHAT hello there")
+    usage = end["data"]["usage"]
+    assert usage["context"]["used"] > 0 and usage["context"]["size"] >= usage["context"]["used"]
+    assert usage["session_cost"]["currency"] == "USD" and usage["output_tokens"] > 0
+    ids = {f["data"]["message_id"] for f in c.seen("message.delta")}
+    assert len(ids) == 1 and None not in ids  # one model message, one id on all its chunks
+    if not c.seen("session.info"):  # the title may come after the turn's end
+        await c.kind("session.info", timeout=AGENT_TIMEOUT)
+    async with d.http() as http:
+        t = (await http.get(f"/v1/threads/{thread['id']}")).json()
+        assert t["title"] == t["agent_info"]["session_info"]["title"] == "CHAT hello there"
+        [model] = [o for o in t["agent_info"]["config_options"] if o.get("category") == "model"]
+        assert model["currentValue"] == MODEL and "sonnet" in {o["value"] for o in model["options"]}
+        r = await http.post(f"/v1/threads/{thread['id']}/config", json={"config_id": model["id"], "value": "sonnet"})
+        assert r.status_code == 200, r.text
+        [now] = [o for o in r.json()["config_options"] if o["id"] == model["id"]]
+        assert now["currentValue"] == "sonnet"
+    assert (await c.turn("CHAT again"))["data"]["status"] == "success"
+    asked = real.fake.model_requests()[-1].body["model"]
+    assert asked != MODEL and "sonnet" in asked, asked

@@ -36,6 +36,7 @@ __all__ = [
     "test_interrupt_during_a_slow_streamed_reply",
     "test_no_traffic_leaves_the_machine",
     "test_stop_start_resume_carries_the_first_turn_to_the_model",
+    "test_the_agents_model_option_and_usage_are_the_threads",
     "test_the_documented_preset_runs",
 ]
 
@@ -58,6 +59,9 @@ class Agent:
     preset_args: Callable[[Real], list[str]] | None = None  # added after the preset's args
     # Under strace: the agent's own loopback servers, and profile fields to override.
     traced: Callable[[Real], tuple[set[tuple[str, int]], dict[str, Any]]] | None = None
+    # ACP 2026: the agent reports configOptions with a `model` option; it sends usage_update.
+    model_option: bool = False
+    usage_update: bool = False
 
     def profile(self, r: Real, command: tuple[str, list[str]] | None = None, **over: Any) -> str:
         """The profile; ``over`` replaces fields (``args``: those after the command's)."""
@@ -122,6 +126,43 @@ async def test_a_tool_call_asks_permission_allowed_then_denied(real: Real, agent
     assert not denied.exists()
     assert [f["data"]["decision"] for f in c.seen("permission.resolved")] == ["allow", "deny"]
     assert_gapless(c)
+
+
+async def test_the_agents_model_option_and_usage_are_the_threads(real: Real, agent: Agent) -> None:
+    """ACP's session config options and usage as the thread keeps them (docs/api.md §4.3,
+    §4.21, §6.3): the agent's ``model`` option in ``agent_info.config_options``, set over
+    REST with the agent's answer; its ``usage_update`` as the turn's ``context``. A profile
+    whose agent reports none has none, and is refused a switch."""
+    r, a = real, agent
+    d = await r.daemon(r.config(a.profile(r)))
+    thread = await new_thread(d, a.name, cwd=str(r.work))
+    c = await d.ws(thread["id"], after=0)
+    end = await turn(c, "CHAT hello there")
+    assert end["data"]["status"] == "success", end
+    usage = end["data"].get("usage") or {}
+    if a.usage_update:
+        assert 0 < usage["context"]["used"] <= usage["context"]["size"], usage
+        assert c.seen("usage")
+    else:
+        assert "context" not in usage and not c.seen("usage"), usage
+    async with d.http() as http:
+        t = (await http.get(f"/v1/threads/{thread['id']}")).json()
+        options = (t["agent_info"] or {}).get("config_options") or []
+        models = [o for o in options if o.get("category") == "model"]
+        if not a.model_option:
+            assert not models, options
+            r2 = await http.post(f"/v1/threads/{thread['id']}/config", json={"config_id": "model", "value": "x"})
+            assert r2.status_code == 400 and r2.json()["error"]["code"] == "config_not_supported", r2.text
+            return
+        [model] = models
+        values = [o["value"] for o in model["options"] if "value" in o]
+        other = next((v for v in values if v != model["currentValue"]), model["currentValue"])
+        r2 = await http.post(f"/v1/threads/{thread['id']}/config", json={"config_id": model["id"], "value": other})
+        assert r2.status_code == 200, r2.text
+        [now] = [o for o in r2.json()["config_options"] if o["id"] == model["id"]]
+        assert now["currentValue"] == other
+        t = (await http.get(f"/v1/threads/{thread['id']}")).json()
+    assert [o["currentValue"] for o in t["agent_info"]["config_options"] if o["id"] == model["id"]] == [other]
 
 
 async def test_interrupt_during_a_slow_streamed_reply(real: Real, agent: Agent) -> None:

@@ -61,6 +61,8 @@ AGENT = Agent(
     deny_ends="cancelled",  # Codex's only way to refuse a command is "abort", which ends the turn
     # The docs' preset talks to OpenAI itself; the fake's provider overrides come after it.
     preset_args=lambda r: codex_args(f"{r.fake.url}/v1"),
+    model_option=True,
+    usage_update=True,
 )
 
 

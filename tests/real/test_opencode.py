@@ -91,6 +91,7 @@ AGENT = Agent(
     check_permission,
     version=PINS[OPENCODE],
     traced=lambda r: traced_on_a_port_of_ours(),
+    model_option=True,  # no usage_update: its prompt answer's usage only
 )
 
 

@@ -100,6 +100,8 @@ ACP = Agent(
     check_permission,
     version=PINS[QWEN],
     preset_drop=("remote_api_opt_in",),
+    model_option=True,
+    usage_update=True,
 )
 
 

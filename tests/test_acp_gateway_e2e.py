@@ -422,9 +422,19 @@ async def test_titles_models_and_message_ids_reach_every_attached_client(
     assert not a.rec.of(sid, "config_option_update")
     async with d.http() as http:
         assert (await http.get(f"/v1/threads/{sid}")).json()["model"] == "other-model"
+    # The idle agent was stopped: the next prompt starts it with the new model, resuming its session.
+    resp = await asyncio.wait_for(a.conn.prompt(session_id=sid, prompt=[text_block("three")]), STEP_TIMEOUT)
+    assert resp.stop_reason == "end_turn"
+    starts = [
+        e["argv"]
+        for e in map(json.loads, Path(agent_env["FAKE_AGENT_LOG"]).read_text().splitlines())
+        if e.get("event") == "start"
+    ]
+    first, last = " ".join(starts[0]), " ".join(starts[-1])
+    assert "--model=fake-model" in first and "--model=other-model" in last and "--resume" in last, (first, last)
     # Message ids: the same live and on a load, from the start or from the middle.
     live = [(u["messageId"], u["content"]["text"]) for u in a.rec.of(sid, "agent_message_chunk")]
-    assert len({m for m, _ in live}) == 2 and all(m for m, _ in live)
+    assert len({m for m, _ in live}) == 3 and all(m for m, _ in live)
     c = await started(d)
     await asyncio.wait_for(c.conn.load_session(cwd=str(tmp_path), session_id=sid), STEP_TIMEOUT)
     assert [(u["messageId"], u["content"]["text"]) for u in c.rec.of(sid, "agent_message_chunk")] == live
@@ -434,7 +444,7 @@ async def test_titles_models_and_message_ids_reach_every_attached_client(
         if m.get("method") == "session/update" and m["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
     ]
     users = [u["messageId"] for u in c.rec.of(sid, "user_message_chunk")]
-    assert len(set(users)) == 2 and not set(users) & {m for m, _ in live}
+    assert len(set(users)) == 3 and not set(users) & {m for m, _ in live}
     e = await started(d)
     meta = {"agent-bridge": {"after": seqs[1]}}  # from the middle of the first message
     await asyncio.wait_for(e.conn.load_session(cwd=str(tmp_path), session_id=sid, **meta), STEP_TIMEOUT)

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from conftest import new_thread
+from conftest import base_config, new_thread, profile_toml
 from test_acp_e2e import config, reply_text, sent
 
 
@@ -120,3 +120,48 @@ def _agent_stdin(tmp_path: Path) -> list[dict[str, Any]]:
     from conftest import agent_log
 
     return [e for e in agent_log(tmp_path) if e["event"] == "stdin"]
+
+
+def stream_json_config(tmp_path: Path, env: dict[str, str]) -> str:
+    cfg = base_config(tmp_path, env)
+    return cfg + profile_toml("asker", "stream-json", env, permission_prompts=True)
+
+
+async def test_claude_codes_elicitation_is_asked_of_clients_with_prompts_on(
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
+    d = await daemon_factory(stream_json_config(tmp_path, agent_env))
+    thread = await new_thread(d, "asker")
+    c = await d.ws(thread["id"])
+    acc = await c.prompt("elicit")
+    req = await c.kind("elicitation.requested")
+    assert req["data"]["server"] == "gh" and req["data"]["requested_schema"]["required"] == ["repo"]
+    rid = req["data"]["request_id"]
+    await c.send(op="elicitation", request_id=rid, action="accept", content={})
+    refused = await c.next(lambda f: f.get("kind") == "client.rejected")
+    assert refused["data"]["code"] == "invalid_elicitation_content"  # "repo" is required
+    await c.send(op="elicitation", request_id=rid, action="accept", content={"repo": "a/b"})
+    await c.kind("turn.ended", turn_id=acc["data"]["turn_id"])
+    assert 'elicit: accept {"repo": "a/b"}' in reply_text(c)
+    # Withdrawn by the agent on an interrupt (control_cancel_request): cancelled by "agent".
+    acc = await c.prompt("elicit")
+    req = await c.kind("elicitation.requested")  # the next one
+    assert req["data"]["request_id"] != rid
+    await c.send(op="interrupt")
+    await c.kind("turn.ended", turn_id=acc["data"]["turn_id"])
+    resolved = c.seen("elicitation.resolved", request_id=req["data"]["request_id"])
+    assert [(r["data"]["action"], r["data"]["by"]) for r in resolved] == [("cancel", "agent")]
+    await c.close()
+
+
+async def test_claude_codes_elicitation_is_declined_by_policy_without_prompts(
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
+    d = await daemon_factory(base_config(tmp_path, agent_env))
+    c = await d.ws((await new_thread(d, "stream-json"))["id"])
+    end = await c.turn("elicit")
+    assert end["data"]["status"] == "success"
+    assert "elicit: decline null" in reply_text(c)
+    [resolved] = c.seen("elicitation.resolved")
+    assert (resolved["data"]["action"], resolved["data"]["by"]) == ("decline", "policy")
+    await c.close()

@@ -25,6 +25,7 @@ from bridge.protocols import stream_json_map as smap
 from bridge.protocols.codec import AgentRequest, Decoded, RawAnswer
 from bridge.protocols.events import REDACTED, SECRET_KEY_RE, Event, mark_interrupted
 from bridge.protocols.jsonline import dumps, parse_object
+from bridge.protocols.stream_json_elicit import ElicitationAnswers, with_elicitation
 
 PROTOCOL = "stream-json"
 
@@ -171,7 +172,7 @@ def spawn_option_flags(options: Mapping[str, Any], prompt_flags: Sequence[str]) 
 Handler = Callable[["StreamJsonCodec", dict[str, Any], str, Decoded], list[Event]]
 
 
-class StreamJsonCodec:
+class StreamJsonCodec(ElicitationAnswers):
     """Sans-I/O codec for one agent process. Keeps only the little state the dialect needs
     (the streaming content block types, so that a ``tool_use`` block start is recognised).
 
@@ -506,8 +507,6 @@ class StreamJsonCodec:
     def _control_default(sub: str, req: dict[str, Any]) -> dict[str, Any] | None:
         if sub == "hook_callback":
             return {}  # "no opinion": the hook lets the agent continue (docs/api.md §6.4)
-        if sub == "elicitation":
-            return {"action": "decline"}
         if sub == "mcp_message":
             # The bridge hosts no SDK MCP servers: answer the JSON-RPC inside with an error.
             msg = _d(req.get("message"))
@@ -574,7 +573,7 @@ class StreamJsonCodec:
         "user": _user,
         "stream_event": _stream_event,
         "result": _result,
-        "control_request": _control_request,
+        "control_request": with_elicitation(_control_request),  # elicitations: protocols/stream_json_elicit.py
         "control_cancel_request": _control_cancel,
         "control_response": _control_response,
         "rate_limit_event": _rate_limit,

@@ -137,6 +137,7 @@ class _Core(Protocol):
 
     codec: Codec | None
     elicitations: ElicitationTable
+    options: dict[str, Any]
     limits: Limits
     clock: Callable[[], float]
 
@@ -147,9 +148,21 @@ class _Core(Protocol):
 def on_requested(
     core: _Core, ev: Event, out: list[Event], fields: dict[str, Any], after: list[Action], asks: list[int]
 ) -> bool:
-    """An agent's request: held for clients once stored (output.py's ``_hold``)."""
+    """An agent's request: held for clients once stored (output.py's ``_hold``) — unless
+    the profile sends no prompts to clients (a stream-json profile without
+    ``permission_prompts``): then nobody would see it, and it is declined at once (``by:
+    "policy"``), as a permission request is denied, so the agent never waits for it."""
     out.append(ev)
-    asks.append(len(out) - 1)
+    codec = core.codec
+    if codec is None or codec.prompts_to_clients(core.options):
+        asks.append(len(out) - 1)
+        return False
+    rid = str(ev.data.get("request_id"))
+    out.append(Event("bridge", RESOLVED, {"request_id": rid, "action": "decline", "by": "policy"}))
+    line = codec.answer_elicitation(rid, "decline", None) if isinstance(codec, Elicitor) else None
+    if line is not None:
+        out.append(Event("client", "client.other", {"op": "elicitation", "action": "decline"}, line))
+        after.append(Write(line))
     return False
 
 
@@ -164,6 +177,18 @@ def on_withdrawn(
     else:
         ev.kind = "agent.other"
     return False
+
+
+def withdrawn_instead(core: _Core, ev: Event, after: list[Action]) -> bool:
+    """A stream-json agent's ``control_cancel_request`` reads as a permission request's
+    withdrawal (``permission.resolved`` by ``agent``): when it names a pending elicitation
+    instead, it becomes that elicitation's ``cancel``. True if it did."""
+    rid = str(ev.data.get("request_id"))
+    if not core.elicitations.withdraw(rid):
+        return False
+    ev.kind, ev.data = RESOLVED, {"request_id": rid, "action": "cancel", "by": "agent"}
+    after.append(CancelTimer(timer_key(rid)))
+    return True
 
 
 def hold(core: _Core, rec: Record) -> Action:

@@ -174,6 +174,8 @@ class AgentOutput:
         rid = str(ev.data.get("request_id"))
         if self.permissions.withdraw(rid):
             after.append(CancelTimer(timer_key(rid)))
+        elif elicit.withdrawn_instead(self, ev, after):  # the request was an elicitation
+            pass
         else:
             ev.kind = "agent.other"
         return False

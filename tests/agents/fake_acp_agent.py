@@ -780,6 +780,10 @@ class Agent:
         else:
             content = result.get("content")
             self.message(s, f"elicit: {result['action']} {json.dumps(content, sort_keys=True)}")
+            if result["action"] == "cancel":
+                # A client cancels what is pending on session/cancel, which it sends first; the
+                # notification may still be queued behind this answer (read on another thread).
+                turn.cancelled.wait(2)
         return "cancelled" if turn.cancelled.is_set() else "end_turn"
 
     def _fs_report(self, label: str, resp: dict[str, Any], ok_text: str) -> str:

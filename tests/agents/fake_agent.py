@@ -25,6 +25,8 @@ Directives are the first word of a prompt:
   orphan             reply, then write a second terminal line with no turn pending
   recall             reply with every prompt this native session has seen (proves resume)
   ask                (stream-json) send a can_use_tool control_request and wait for the answer
+  elicit             (stream-json) send an elicitation control_request (form: a required
+                     "repo" string) and reply "elicit: <action> <content as JSON>"
   badsession         report a native session id that is not valid
   tasks              a Task tool call with task_started/progress (two workflow snapshots)/
                      updated/notification, then a duplicate notification
@@ -645,6 +647,28 @@ class Agent:
                         "response": {"subtype": "success", "request_id": msg.get("request_id")},
                     }
                 )
+                self.interrupted("aborted_tools", "tool_use")
+                return
+            self.deferred.append(msg)
+
+    def do_elicit(self, text: str) -> None:
+        # As Claude Code asks its host for an MCP server's elicitation; withdrawn on interrupt.
+        rid = str(uuid.uuid4())
+        schema = {"type": "object", "properties": {"repo": {"type": "string"}}, "required": ["repo"]}
+        request = {"subtype": "elicitation", "mcp_server_name": "gh", "message": "Which repo?"}
+        out({"type": "control_request", "request_id": rid, "request": {**request, "requested_schema": schema}})
+        while True:
+            msg = INBOX.get()
+            if msg is None:
+                os._exit(0)
+            if msg.get("type") == "control_response" and msg.get("response", {}).get("request_id") == rid:
+                answer = msg["response"].get("response", {})
+                self.reply(f"elicit: {answer.get('action')} {json.dumps(answer.get('content'), sort_keys=True)}")
+                return
+            if msg.get("type") == "control_request" and msg.get("request", {}).get("subtype") == "interrupt":
+                out({"type": "control_cancel_request", "request_id": rid})
+                ack = {"subtype": "success", "request_id": msg.get("request_id")}
+                out({"type": "control_response", "response": ack})
                 self.interrupted("aborted_tools", "tool_use")
                 return
             self.deferred.append(msg)

@@ -435,7 +435,9 @@ def test_hook_callback_gets_a_success_reply_with_an_empty_response():
     assert_one_success_reply(decoded, obj["request_id"], {})
 
 
-def test_elicitation_is_declined():
+def test_elicitation_is_a_request_for_clients():
+    # Claude Code's elicitation control request (an MCP server asks the user): the same
+    # event an ACP agent's elicitation/create makes; the conversation asks or declines.
     line = json.dumps(
         {
             "type": "control_request",
@@ -450,9 +452,43 @@ def test_elicitation_is_declined():
     )
     decoded = decode_one(line)
     [ev] = decoded.events
-    assert (ev.kind, ev.relay, ev.raw) == ("diagnostic", True, line)
-    assert ev.data == answered_with_default("elicitation", {"action": "decline"})
-    assert_one_success_reply(decoded, "el-1", {"action": "decline"})
+    assert (ev.kind, ev.relay, ev.raw) == ("elicitation.requested", True, line)
+    assert ev.data == {
+        "request_id": "el-1",
+        "mode": "form",
+        "message": "Which repo?",
+        "scope": "session",
+        "server": "gh",
+        "requested_schema": {"type": "object", "properties": {"repo": {"type": "string"}}, "required": []},
+    }
+    assert decoded.replies == []
+    answer = StreamJsonCodec().answer_elicitation("el-1", "accept", {"repo": "a/b"})
+    assert json.loads(answer or "") == {
+        "type": "control_response",
+        "response": {
+            "subtype": "success",
+            "request_id": "el-1",
+            "response": {"action": "accept", "content": {"repo": "a/b"}},
+        },
+    }
+
+
+def test_an_elicitation_the_bridge_cannot_show_is_declined_at_once():
+    line = json.dumps(
+        {
+            "type": "control_request",
+            "request_id": "el-2",
+            "request": {
+                "subtype": "elicitation",
+                "message": "Nested?",
+                "requested_schema": {"type": "object", "properties": {"x": {"type": "object"}}},
+            },
+        }
+    )
+    decoded = decode_one(line)
+    [ev] = decoded.events
+    assert (ev.kind, ev.data["control"]) == ("diagnostic", "elicitation")
+    assert_one_success_reply(decoded, "el-2", {"action": "decline"})
 
 
 @pytest.mark.parametrize("inner_id", [7, 0, "call-3", None], ids=repr)

@@ -69,6 +69,8 @@ function check(schema, value, what) {
 // ------------------------------------------------------------------ the observed stream
 // The transport's stream with both directions watched: what this client sent (to know
 // which method a response answers) and every message received, checked raw.
+const outgoing = []; // every request this client sent, in order: {id, method}
+
 function observed(stream) {
   const sent = new Map();
   const readable = stream.readable.pipeThrough(
@@ -96,7 +98,10 @@ function observed(stream) {
   const writer = stream.writable.getWriter();
   const writable = new WritableStream({
     write(msg) {
-      if ("method" in msg && "id" in msg) sent.set(msg.id, msg.method);
+      if ("method" in msg && "id" in msg) {
+        sent.set(msg.id, msg.method);
+        outgoing.push({ id: msg.id, method: msg.method });
+      }
       return writer.write(msg);
     },
     close() {
@@ -213,9 +218,17 @@ const STEPS = {
   // {"op": "start", "id": "p1", "method": M, "params": P}: a request left running (a
   // prompt to cancel); {"op": "finish", "id": "p1"} waits for its answer.
   async start(conn, step) {
+    const at = outgoing.length; // the request below is the first one sent from here
     const running = conn.agent.request(step.method, substitute(step.params ?? {}));
     running.catch(() => {});
     started.set(step.id, running);
+    sentAt.set(step.id, at);
+    return {};
+  },
+  // {"op": "cancel_request", "id": "p1"}: $/cancel_request for a started request.
+  async cancel_request(conn, step) {
+    const request = outgoing[sentAt.get(step.id)];
+    await conn.agent.notify("$/cancel_request", { requestId: request.id });
     return {};
   },
   async finish(conn, step) {
@@ -233,6 +246,7 @@ const STEPS = {
   },
 };
 const started = new Map();
+const sentAt = new Map(); // a started request's index in outgoing
 
 async function settle(promise, what) {
   try {

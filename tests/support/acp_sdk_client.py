@@ -112,6 +112,7 @@ class Runner:
         self.saved: dict[str, Any] = {}
         self.validators: list[Validator] = []
         self.running: dict[str, asyncio.Future[Any]] = {}
+        self.sent_at: dict[str, tuple[Validator, int]] = {}  # a started request: where it was sent
         self._arrived = asyncio.Event()
         self.client = Client(self.report, self._poke)
 
@@ -165,7 +166,12 @@ class Runner:
             await conn._conn.send_notification(step["method"], params)
             return {}
         if op == "start":
+            self.sent_at[step["id"]] = (self.validators[-1], len(self.validators[-1].sent))
             self.running[step["id"]] = asyncio.ensure_future(conn._conn.send_request(step["method"], params))
+            return {}
+        if op == "cancel_request":  # for a started request, by the JSON-RPC id it went out with
+            validator, at = self.sent_at[step["id"]]
+            await conn._conn.send_notification("$/cancel_request", {"requestId": list(validator.sent)[at]})
             return {}
         if op == "finish":
             return await self._settle(self.running.pop(step["id"]))

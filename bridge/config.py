@@ -64,7 +64,7 @@ KNOWN_CLIS: tuple[tuple[str, str, Protocol], ...] = (
 
 # Keys a thread may override at creation (docs/api.md §1.5, "options").
 THREAD_OPTION_KEYS = frozenset(
-    {"permission_mode", "allowed_tools", "disallowed_tools", "system_prompt", "mcp_config", "permission_prompts"}
+    "permission_mode allowed_tools disallowed_tools system_prompt mcp_config mcp_servers permission_prompts".split()
 )
 
 
@@ -85,6 +85,7 @@ class AgentProfile(BaseModel):
     disallowed_tools: list[str] | None = None
     system_prompt: str | None = None
     mcp_config: str | None = None
+    mcp_servers: list[dict[str, Any]] | None = None  # ACP's shape, checked by bridge/launching.py
     auth_method: str | None = None  # ACP: the authMethods id to authenticate with
     # stream-json: send permission prompts to clients (--permission-prompt-tool stdio);
     # ACP agents always ask clients.

@@ -30,10 +30,12 @@ from bridge.process.launch import (
     check_launch_rules,
     model_problem,
     resume_argv,
+    url_problem,
     valid_session_id,
 )
+from bridge.protocols import mcp_servers
 from bridge.protocols.codec import Codec
-from bridge.protocols.codecs import make_codec
+from bridge.protocols.codecs import make_codec, mcp_config_takes_many, mcp_servers_in_session
 
 
 class Profile(ProfileLike, Protocol):
@@ -52,8 +54,11 @@ def spawn_options(profile: Profile, overrides: Mapping[str, Any] | None, keys: f
     return {**profile.model_dump(include=set(keys)), **(overrides or {})}
 
 
-def codec_for(profile: Profile, *, cwd: str = "/", resume: str | None = None) -> Codec:
-    """A fresh codec of ``profile``'s dialect, for one process run in ``cwd``."""
+def codec_for(
+    profile: Profile, *, cwd: str = "/", resume: str | None = None, options: Mapping[str, Any] | None = None
+) -> Codec:
+    """A fresh codec of ``profile``'s dialect, for one process run in ``cwd``; ``options``:
+    the thread's spawn options, whose MCP servers a dialect may carry in its session."""
     return make_codec(
         profile.protocol,
         cwd=cwd,
@@ -63,7 +68,35 @@ def codec_for(profile: Profile, *, cwd: str = "/", resume: str | None = None) ->
         executable=profile.executable,
         args=profile.args,
         protocol_flags=profile.protocol_flags,
+        mcp_servers=servers_of(options or {}),
     )
+
+
+def servers_of(options: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The thread's MCP servers (``mcp_servers``), read again into their checked form
+    (a stored list is not trusted more than a given one), as a profile's ``mcp_config`` is:
+    LaunchRefused ``bad_mcp_config`` when malformed."""
+    given = options.get("mcp_servers")
+    if not given:
+        return []
+    try:
+        return mcp_servers.parse(given, "mcp_servers")
+    except mcp_servers.McpServersInvalid as exc:
+        raise LaunchRefused(str(exc), code="bad_mcp_config") from None
+
+
+def check_servers(profile: Profile, options: Mapping[str, Any]) -> None:
+    """The remote-URL rule (process/launch.py) on what the MCP servers would make the agent
+    reach: the same opt-in as the agent's own endpoints (``remote_api_opt_in``)."""
+    servers = servers_of(options)
+    problem = url_problem(mcp_servers.endpoints(servers), opt_in=profile.remote_api_opt_in)
+    if problem:
+        raise LaunchRefused(f"mcp_servers: {problem}", code="remote_url_refused")
+    one_file = not mcp_servers_in_session(profile.protocol) and not mcp_config_takes_many(profile.protocol)
+    if servers and one_file and options.get("mcp_config"):
+        raise LaunchRefused(
+            "this agent takes one --mcp-config file: give mcp_config or mcp_servers", code="bad_mcp_config"
+        )
 
 
 def check_profile(
@@ -89,6 +122,7 @@ def check_profile(
             code="model_required",
         )
     mcp = options.get("mcp_config")
+    check_servers(profile, options)
     check_launch_rules(
         profile,
         codec.launch_flags(options),
@@ -131,7 +165,7 @@ class ThreadLaunch:
         dialect needs, or any launch rule its profile and options break (LaunchRefused).
         ``model``: the thread's own, or None for the profile's."""
         launch = cls(profile, options, cwd=cwd, model=model or profile.model)
-        codec = codec_for(profile, cwd=cwd, resume=native_session_id)
+        codec = codec_for(profile, cwd=cwd, resume=native_session_id, options=options)
         if native_session_id is not None:
             try:
                 resume_argv(native_session_id, codec.resume_args)
@@ -155,9 +189,10 @@ class ThreadLaunch:
         codec = (
             ready[1]
             if ready is not None and ready[0] == resume
-            else codec_for(self.profile, cwd=self.cwd, resume=resume)
+            else codec_for(self.profile, cwd=self.cwd, resume=resume, options=self.options)
         )
         profile = self.profile
+        check_servers(profile, self.options)
         spec = build_launch(
             executable=profile.executable,
             args=profile.args,

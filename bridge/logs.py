@@ -3,16 +3,18 @@ the "listening" line). Secrets are redacted by key name before anything is rende
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 import structlog
 
 from bridge.protocols.events import REDACTED
 from bridge.protocols.events import SECRET_KEY_RE as _SECRET_KEY
+from bridge.protocols.trace import log_fields as trace_fields
 
 
 def redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
@@ -96,3 +98,19 @@ def configure_logging(fmt: str = "console", level: int = logging.INFO) -> None:
     for old_filter in [f for f in aio.filters if isinstance(f, RateLimit)]:
         aio.removeFilter(old_filter)
     aio.addFilter(RateLimit())
+
+
+def traced_turn(thread_id: str, turn_id: str | None, trace: Mapping[str, str] | None) -> None:
+    """A prompt carried a trace context (protocols/trace.py): one line joining its turn to
+    the trace (``trace_id``, ``parent_span_id``), so the turn's other lines, which carry
+    ``thread_id`` and ``turn_id``, are found from a trace. Only the checked forms are
+    logged: a malformed traceparent was dropped before it got here."""
+    fields = trace_fields(trace)
+    if fields:
+        structlog.get_logger("bridge.trace").info("turn.traced", thread_id=thread_id, turn_id=turn_id, **fields)
+
+
+def bound_trace(trace: Mapping[str, str] | None) -> contextlib.AbstractContextManager[Any]:
+    """The trace's ids bound to every log line written inside (structlog's context
+    variables: this task's lines and those of tasks it starts)."""
+    return structlog.contextvars.bound_contextvars(**trace_fields(trace))

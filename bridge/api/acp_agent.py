@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import structlog
 
 from bridge import __version__, userdirs
-from bridge.api import acp_elicit
+from bridge.api import acp_elicit, acp_mcp, acp_request_cancel
 from bridge.api import acp_session_ops as ops
 from bridge.api.acp_attached import META, Attached, meta
 from bridge.api.acp_threads import AcpThread, AcpThreads
@@ -34,7 +34,8 @@ from bridge.api.users import User, check_owner
 from bridge.api.views import Shown, shown_to
 from bridge.config import Settings
 from bridge.errors import BridgeError
-from bridge.protocols import jsonrpc
+from bridge.logs import bound_trace
+from bridge.protocols import acp_cancel, jsonrpc, trace
 from bridge.protocols.codecs import prompt_capabilities
 from bridge.protocols.jsonrpc import Invalid, Notification, Request, Response, RpcError
 from bridge.sessions import acp_session as mapping
@@ -208,7 +209,8 @@ class AcpAgent:
 
     async def _handle(self, rpc_id: jsonrpc.Id, method: str, params: Any) -> None:
         try:
-            await self._answer(rpc_id, method, params)
+            with bound_trace(trace.from_meta(params.get("_meta") if isinstance(params, dict) else None)):
+                await self._answer(rpc_id, method, params)  # its log lines carry the client's trace ids
         except (TimeoutError, RuntimeError, OSError) as exc:  # the answer cannot go out
             log.info("acp.request_send_failed", connection_id=self.id, method=method, error=type(exc).__name__)
             self.out.fail()
@@ -236,6 +238,9 @@ class AcpAgent:
 
     async def _notification(self, method: str, params: Any) -> None:
         """Never answered (JSON-RPC 2.0 §4.1). ``session/cancel`` interrupts the turn."""
+        if method == acp_cancel.METHOD:  # the client gives up one of its requests
+            await acp_request_cancel.client_cancelled(self, params)
+            return
         if method != "session/cancel" or not isinstance(params, dict):
             return
         sid = params.get("sessionId")
@@ -344,7 +349,7 @@ class AcpAgent:
             "agentCapabilities": {
                 "loadSession": True,
                 "promptCapabilities": prompts,
-                "mcpCapabilities": {"http": False, "sse": False},
+                "mcpCapabilities": {"http": True, "sse": True},  # remote ones by opt-in (bridge/launching.py)
                 "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {}},
             },
             "agentInfo": {"name": "agent-bridge", "title": "agent-bridge", "version": __version__},
@@ -355,14 +360,13 @@ class AcpAgent:
         cwd = params.get("cwd")
         if not isinstance(cwd, str):
             raise RpcError.invalid_params("cwd must be an absolute path")
-        if not isinstance(params.get("mcpServers", []), list):
-            raise RpcError.invalid_params("mcpServers must be a list")
+        mcp = acp_mcp.create_options(params)  # the client's MCP servers, checked: the thread's option
         agent = meta(params).get("agent")
         if agent is not None and not isinstance(agent, str):
             raise RpcError.invalid_params(f"_meta.{META}.agent must be a profile name")
         self._room_for_session()
         thread = await self.threads.create(
-            agent=agent or self.agent, cwd=cwd, owner=self.user.owner, admin=self.user.admin
+            agent=agent or self.agent, cwd=cwd, owner=self.user.owner, admin=self.user.admin, **mcp
         )
         await thread.start_agent(START_WAIT_S)
         last = thread.last_seq
@@ -373,6 +377,7 @@ class AcpAgent:
     async def _load(self, rpc_id: jsonrpc.Id, params: dict[str, Any]) -> Any:
         """Replays the transcript (from ``_meta.agent-bridge.after``, else the start) as
         updates, then answers; live updates follow the answer."""
+        acp_mcp.servers(params)  # checked as session/new's; the thread keeps the servers it was made with
         thread = await self._existing(params)
         after = meta(params).get("after", 0)
         if not isinstance(after, int) or isinstance(after, bool) or after < 0:
@@ -391,6 +396,7 @@ class AcpAgent:
         return _LATER
 
     async def _resume(self, rpc_id: jsonrpc.Id, params: dict[str, Any]) -> Any:
+        acp_mcp.servers(params)  # checked as session/new's; the thread keeps the servers it was made with
         thread = await self._existing(params)
         last = thread.last_seq
         await self._answer_then_attach(rpc_id, thread, last, {"_meta": {META: {"last_seq": last}}})
@@ -404,7 +410,10 @@ class AcpAgent:
             client_id = f"acp-{uuid.uuid4().hex}"
         att.by_client[client_id] = rpc_id
         try:
-            accepted = await att.thread.run(Prompt(content=blocks, client_id=client_id, actor=self.user.name))
+            traced = trace.from_meta(params.get("_meta"))  # W3C trace context: to the agent, into the logs
+            accepted = await att.thread.run(
+                Prompt(content=blocks, client_id=client_id, actor=self.user.name, trace=traced)
+            )
         except BaseException:
             att.by_client.pop(client_id, None)
             raise

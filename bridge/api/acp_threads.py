@@ -107,7 +107,11 @@ class AcpThread(Protocol):
 class AcpThreads(Protocol):
     """The threads an ACP connection can reach."""
 
-    async def create(self, *, agent: str | None, cwd: str, owner: str | None, admin: bool) -> AcpThread: ...
+    async def create(
+        self, *, agent: str | None, cwd: str, owner: str | None, admin: bool, options: dict[str, Any] | None = None
+    ) -> AcpThread:
+        """A new thread; ``options`` as REST's (docs/api.md §1.5): the client's MCP servers."""
+        ...
 
     async def get(self, thread_id: str) -> AcpThread:
         """Raises BridgeError (``thread_not_found``) when there is none."""
@@ -224,9 +228,11 @@ class RegistryThreads:
     def __init__(self, registry: Registry) -> None:
         self._registry = registry
 
-    async def create(self, *, agent: str | None, cwd: str, owner: str | None, admin: bool) -> AcpThread:
+    async def create(
+        self, *, agent: str | None, cwd: str, owner: str | None, admin: bool, options: dict[str, Any] | None = None
+    ) -> AcpThread:
         conv = await self._registry.create(
-            agent=agent, cwd=cwd, model=None, title=None, options=None, owner=owner, admin=admin
+            agent=agent, cwd=cwd, model=None, title=None, options=options, owner=owner, admin=admin
         )
         return ConversationThread(conv, self._registry)
 

@@ -71,9 +71,9 @@ class PromptIn(_In):
             data = {**data, "content": normalize_prompt(data.get("text"), data.get("content")), "text": None}
         return data
 
-    def command(self, actor: str) -> Prompt:
+    def command(self, actor: str, trace: dict[str, str] | None = None) -> Prompt:
         assert self.content is not None
-        return Prompt(content=self.content, client_id=self.client_id, actor=actor)
+        return Prompt(content=self.content, client_id=self.client_id, actor=actor, trace=trace)
 
 
 class PermissionIn(_In):

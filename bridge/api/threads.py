@@ -18,6 +18,7 @@ from bridge.api.schema import ConfigIn, ModeIn, PermissionIn, PromptIn
 from bridge.api.users import User, check_owner, current_user
 from bridge.api.views import Shown, shown_to, thread_view
 from bridge.errors import InvalidRequest, StoreError
+from bridge.protocols import trace
 from bridge.protocols.events import Record
 from bridge.protocols.jsonline import dumps
 from bridge.sessions.commands import Command, Interrupt
@@ -188,7 +189,9 @@ async def delete_thread_of(reg: Registry, user: User, thread_id: str) -> None:
 @router.post("/threads/{thread_id}/messages", status_code=202)
 async def post_message(thread_id: str, body: PromptIn, request: Request, response: Response) -> dict[str, Any]:
     conv = await _conv(request, thread_id)
-    command = body.command(_actor(request))
+    # W3C trace context headers: carried to the agent and into the logs when well-formed.
+    traced = trace.from_headers(request.headers.getlist("traceparent"), request.headers.getlist("tracestate"))
+    command = body.command(_actor(request), traced)
     acc = await _run(request, conv, command)
     if acc.duplicate:
         response.status_code = 200

@@ -13,6 +13,7 @@ from starlette.requests import HTTPConnection
 from bridge.api.context import context
 from bridge.api.users import User
 from bridge.config import Settings
+from bridge.protocols.mcp_servers import redacted
 from bridge.store.base import PUBLIC_THREAD_FIELDS, ThreadRow
 from bridge.userdirs import hides_paths, shown, shown_text, users_mode
 
@@ -51,9 +52,16 @@ def shown_message(conn: HTTPConnection, text: str) -> str:
     return shown_text(settings, text, admin=False)
 
 
+def _options_shown(options: dict[str, Any]) -> dict[str, Any]:
+    """A thread's options as any answer shows them: MCP servers' env and header values
+    (tokens, keys) replaced, as the agent alone needs them."""
+    servers = options.get("mcp_servers")
+    return {**options, "mcp_servers": redacted(servers)} if isinstance(servers, list) else options
+
+
 def thread_view(row: ThreadRow, view: Shown = AS_IS) -> dict[str, Any]:
     out: dict[str, Any] = {k: row.get(k) for k in PUBLIC_THREAD_FIELDS}
-    out["options"] = row.get("options") or {}
+    out["options"] = _options_shown(row.get("options") or {})
     out["pending_permissions"] = row.get("pending_permissions") or 0
     if view is not AS_IS:
         if isinstance(cwd := out.get("cwd"), str):

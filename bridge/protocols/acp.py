@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bridge.protocols import jsonrpc
+from bridge.protocols import jsonrpc, mcp_servers
 from bridge.protocols.acp_elicit import AcpElicitations
 from bridge.protocols.acp_state import SessionState, config_changed, model_of, set_config_params
 from bridge.protocols.acp_updates import (
@@ -44,6 +44,7 @@ from bridge.protocols.codec import AgentInfo, AgentRequest, Decoded, Fatal, RawR
 from bridge.protocols.events import INTERRUPTED, Event
 from bridge.protocols.jsonline import dumps, parse_object
 from bridge.protocols.jsonrpc import Invalid, Notification, Request, Response, RpcError
+from bridge.protocols.trace import with_trace
 
 PROTOCOL = "acp"
 
@@ -85,8 +86,10 @@ class AcpCodec:
         client_name: str = "agent-bridge",
         client_version: str = "0",
         protocol_flags: Sequence[str] | None = None,
+        mcp_servers: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         self._flags = tuple(protocol_flags or ())
+        self._mcp_servers = list(mcp_servers)  # the thread's, checked (protocols/mcp_servers.py)
         self.cwd = cwd
         self.resume_id = resume_id
         self.auth_method = auth_method
@@ -135,8 +138,9 @@ class AcpCodec:
         """Known after ``initialize``: see :func:`content_refusal`."""
         return content_refusal(content, self.agent_capabilities) if self.ready else None
 
-    def encode_prompt(self, content: list[dict[str, Any]]) -> str:
-        return self._request("session/prompt", {"sessionId": self.session_id, "prompt": to_acp_blocks(content)})
+    def encode_prompt(self, content: list[dict[str, Any]], trace: Mapping[str, str] | None = None) -> str:
+        params = {"sessionId": self.session_id, "prompt": to_acp_blocks(content)}
+        return self._request("session/prompt", with_trace(params, trace))
 
     def interrupt(self) -> list[str] | None:
         """session/cancel, and ``cancelled`` for every pending permission request (docs/api.md §6.5)."""
@@ -418,13 +422,18 @@ class AcpCodec:
         out.replies.append(self._open_session(out))
 
     def _new_session(self) -> str:
-        return self._request("session/new", {"cwd": self.cwd, "mcpServers": []})
+        return self._request("session/new", {"cwd": self.cwd, "mcpServers": self._mcp_for_agent()})
+
+    def _mcp_for_agent(self) -> list[dict[str, Any]]:
+        """The thread's MCP servers this agent said it takes (stdio always; http, sse if its
+        ``mcpCapabilities`` say so): what ``initialize`` told, known before any session."""
+        return mcp_servers.for_acp(self._mcp_servers, _d(self.agent_capabilities.get("mcpCapabilities")))[0]
 
     def _open_session(self, out: Decoded) -> str:
         rid = self.resume_id
         if rid is None:
             return self._new_session()
-        params = {"sessionId": rid, "cwd": self.cwd, "mcpServers": []}
+        params = {"sessionId": rid, "cwd": self.cwd, "mcpServers": self._mcp_for_agent()}
         if self.agent_capabilities.get("loadSession") is True:
             self._loading = True
             self._replayed = 0

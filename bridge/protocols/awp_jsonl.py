@@ -111,7 +111,8 @@ class AwpJsonlCodec(StreamJsonCodec):
     def prompts_to_clients(self, options: Mapping[str, Any]) -> bool:
         return False  # the contract has no permission prompts
 
-    def encode_prompt(self, content: list[dict[str, Any]]) -> str:
+    def encode_prompt(self, content: list[dict[str, Any]], trace: Mapping[str, str] | None = None) -> str:
+        # The AWP contract's user line has no place for a trace context.
         return dumps({"type": "user", "message": {"role": "user", "content": content}})
 
     def encode_interrupt(self) -> str | None:

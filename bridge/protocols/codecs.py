@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bridge.protocols.acp import AcpCodec, content_refusal
@@ -21,6 +21,7 @@ def make_codec(
     executable: str = "",
     args: Sequence[str] = (),
     protocol_flags: Sequence[str] | None = None,
+    mcp_servers: Sequence[Mapping[str, Any]] = (),
 ) -> Codec:
     """``executable`` and ``args``: the profile's, from which a stream-json codec knows
     which CLI it speaks to (its flags, its handshake); ``protocol_flags``: a profile's own."""
@@ -35,8 +36,21 @@ def make_codec(
             auth_method=auth_method,
             client_version=client_version,
             protocol_flags=protocol_flags,
+            mcp_servers=mcp_servers,
         )
     raise ValueError(f"unknown protocol {protocol!r}")
+
+
+def mcp_servers_in_session(protocol: str) -> bool:
+    """Whether the dialect gives a thread's MCP servers to its agent in the session it opens
+    (ACP's ``mcpServers``); the others are given a generated ``--mcp-config`` file."""
+    return protocol == "acp"
+
+
+def mcp_config_takes_many(protocol: str) -> bool:
+    """Whether the dialect's CLIs take several files after one ``--mcp-config`` (Claude
+    Code's flag takes a list; the AWP contract's takes one file)."""
+    return protocol == "stream-json"
 
 
 def stored_content_refusal(protocol: str, agent_info: Any, content: list[dict[str, Any]]) -> str | None:

@@ -586,7 +586,9 @@ class StreamJsonCodec(ElicitationAnswers):
     def refuse_content(self, content: list[dict[str, Any]]) -> str | None:
         return None  # the Messages API takes text, images and documents
 
-    def encode_prompt(self, content: list[dict[str, Any]]) -> str:
+    def encode_prompt(self, content: list[dict[str, Any]], trace: Mapping[str, str] | None = None) -> str:
+        # No per-turn trace channel: Claude Code reads TRACEPARENT from its environment,
+        # once per process (docs/agents.md "Trace context").
         return dumps(
             {
                 "type": "user",

@@ -3,7 +3,7 @@ two share. Pure data: no asyncio, no I/O."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +84,7 @@ class Turn:
     # session id, so before the handshake completes they are encoded when written.
     line: str | None
     actor: str | None = None  # who sent it (a user's name or "operator"), recorded as ``by`` in its client events
+    trace: Mapping[str, str] | None = None  # its W3C trace context, given to the agent with it
 
 
 @dataclass(slots=True)

@@ -65,6 +65,7 @@ class Bounds:
     config_id: int = 256  # an ACP session config option's id (§4.21)
     config_value: int = 256  # …and the id of the value it is set to
     actor: int = 256  # a user's name (64 at most, api/users.py) or "operator"
+    trace: int = 512  # a prompt's traceparent (55) or tracestate (512 at most: protocols/trace.py)
     # One client message, whatever its transport: a WebSocket frame (§5.3), an ACP JSON-RPC
     # message, a REST body (api/limits.py). The bus carries a little more (bus/base.py).
     message_chars: int = 8 * 1024 * 1024
@@ -144,6 +145,9 @@ class Prompt(Command[Accepted]):
     KIND = "prompt"
     content: list[dict[str, Any]]
     client_id: str | None = None
+    # W3C trace context (traceparent[, tracestate]) the surface read and checked
+    # (protocols/trace.py); only its shape is held here, the dialect checks it again.
+    trace: Mapping[str, str] | None = None
 
     def check(self) -> None:
         content = self.content
@@ -153,6 +157,22 @@ class Prompt(Command[Accepted]):
             raise InvalidRequest("every content block must be an object with a type")
         _text(self.client_id, "client_id", BOUNDS.client_id, optional=True)
         _unicode(self.client_id, "client_id")
+        trace = self.trace
+        if trace is not None and (
+            not isinstance(trace, Mapping)
+            or not 0 < len(trace) <= 2
+            or set(trace) - {"traceparent", "tracestate"}
+            or not all(isinstance(v, str) and len(v) <= BOUNDS.trace for v in trace.values())
+        ):
+            raise InvalidRequest("trace must hold traceparent and tracestate strings only")
+
+    def to_wire(self) -> tuple[str, dict[str, Any]]:
+        kind, body = super().to_wire()
+        if body.get("trace") is None:
+            body.pop("trace", None)  # a replica of an older version knows no such field
+        else:
+            body["trace"] = dict(body["trace"])
+        return kind, body
 
     def answer_to_wire(self, answer: Accepted) -> dict[str, Any]:
         return {"seq": answer.seq, "turn_id": answer.turn_id, "duplicate": answer.duplicate, "queued": answer.queued}

@@ -32,6 +32,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, cast
 
 import structlog
@@ -47,7 +48,7 @@ from bridge.process.launch import LaunchSpec
 from bridge.protocols.codec import Codec
 from bridge.protocols.envelope import ephemeral
 from bridge.protocols.events import Event, Record
-from bridge.sessions import acp_fs
+from bridge.sessions import acp_fs, mcp_config
 from bridge.sessions.actions import Action, ArmTimer, CancelTimer, Emit, Limits, Route, Serve, Stop, Write
 from bridge.sessions.agent_run import AgentRun
 from bridge.sessions.agent_title import with_agent_title
@@ -130,6 +131,7 @@ class Conversation:
         # How its agent is started (bridge/launching.py): the registry's, checked at creation;
         # made at the first start of a thread loaded from the store.
         self.launch: ThreadLaunch | None = None
+        self.mcp_file: Path | None = None  # the running agent's generated --mcp-config (sessions/mcp_config.py)
 
     def _new_core(self, thread: ThreadRow) -> ConversationCore:
         """A core for ``thread``'s row, numbering prompts from the journal's seq."""
@@ -419,6 +421,7 @@ class Conversation:
             self.launch = ThreadLaunch(profile, self.core.options, cwd=thread["cwd"], model=thread.get("model"))
         codec, spec = self.launch.start(resume, {**secrets, **profile.env})
         spec = launch_for_thread(spec, self.settings, self.thread)  # its cwd checked again; the owner's HOME
+        spec, self.mcp_file = mcp_config.with_servers(spec, self.id, self.launch.options, profile.protocol)
         spec = self.settings.confine(spec, profile)
         spec = replace(spec, memory_limit_mb=profile.memory_limit_mb)  # a kernel limit where it can be
         return codec, spec, Scrubber(profile.env, extra=secrets.values())
@@ -483,6 +486,7 @@ class Conversation:
                 self.core.stopping(info.reason)  # the kernel's OOM kill in its cgroup: memory_limit
             actions = self.core.process_exited(run.pid, info.code, info.signal)
             self._run = None
+            mcp_config.discard(self.mcp_file)
             self.routes.fail_all(lambda: Conflict("the agent process exited before it answered", code="agent_exited"))
             if not self.lease.lost:  # else its books are closed by the replica that takes it over
                 with contextlib.suppress(LeaseLost):  # lost just now: the same

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from bridge.errors import Busy, Conflict, InvalidRequest
@@ -205,7 +205,11 @@ class ConversationCore(AgentOutput):
             raise Busy(f"a turn is in progress and {len(self.queue)} prompts are queued", code="busy")
 
     def prompt(
-        self, content: list[dict[str, Any]], client_id: str | None, actor: str | None = None
+        self,
+        content: list[dict[str, Any]],
+        client_id: str | None,
+        actor: str | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> tuple[Accepted, list[Action]]:
         """Accept one prompt: written now when nothing is ahead of it (the prompt and its
         turn.started share one transaction), else queued. The returned Accepted's seq is
@@ -218,8 +222,8 @@ class ConversationCore(AgentOutput):
         refusal = codec.refuse_content(content)
         if refusal is not None:
             raise InvalidRequest(refusal, code="unsupported_content")
-        line = codec.encode_prompt(content) if codec.ready else None
-        turn = Turn(new_id("turn"), content, self.last_seq + 1, line, actor)
+        line = codec.encode_prompt(content, trace) if codec.ready else None
+        turn = Turn(new_id("turn"), content, self.last_seq + 1, line, actor, trace)
         message = Event("client", "message", _by(prompt_event_data(content, turn.turn_id, client_id), actor), line)
         acc = Accepted(seq=turn.prompt_seq, turn_id=turn.turn_id, queued=self.busy)
         if acc.queued or line is None:
@@ -265,7 +269,7 @@ class ConversationCore(AgentOutput):
             self.active = turn
             line = turn.line
             if line is None:
-                line = codec.encode_prompt(turn.content)
+                line = codec.encode_prompt(turn.content, turn.trace)
                 data = _by({"op": "prompt", "turn_id": turn.turn_id}, turn.actor)
                 events.append(Event("client", "client.other", data, line))
             actions += [Emit(events, {"turn_active": True}), Write(line)]

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar, cast
 
 from bridge.errors import Conflict, Draining, InvalidRequest, NotFound, StoreError
+from bridge.logs import bound_trace, traced_turn
 from bridge.protocols.codecs import may_have_modes, stored_content_refusal
 from bridge.sessions.actions import Accepted
 from bridge.sessions.commands import AnswerElicitation, AnswerPermission, Command, Interrupt, Prompt, Raw, SetMode
@@ -56,10 +57,29 @@ class LocalPort:
         return cast(A, await handler(self, command, answer_to))
 
     async def submit(
-        self, content: list[dict[str, Any]], client_id: str | None, *, actor: str | None = None
+        self,
+        content: list[dict[str, Any]],
+        client_id: str | None,
+        *,
+        actor: str | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> Accepted:
         """A prompt (:class:`~bridge.sessions.commands.Prompt`). ``actor``: who sent it,
-        recorded as ``by`` in its client events."""
+        recorded as ``by`` in its client events; ``trace``: its W3C trace context, given to
+        the agent with it (if its dialect carries one) and logged."""
+        with bound_trace(trace):
+            acc = await self._submit(content, client_id, actor, trace)
+            if not acc.duplicate:
+                traced_turn(self.id, acc.turn_id, trace)
+            return acc
+
+    async def _submit(
+        self,
+        content: list[dict[str, Any]],
+        client_id: str | None,
+        actor: str | None,
+        trace: Mapping[str, str] | None,
+    ) -> Accepted:
         conv = self.conv
         if not conv.store.healthy:
             raise StoreError("the transcript store cannot be written right now; retry later", code="store_unavailable")
@@ -76,7 +96,7 @@ class LocalPort:
             if conv.retiring:  # SIGTERM landed after the port's check: refused, never recorded then ended
                 raise Draining("this replica is shutting down and takes no new input; send it to another replica")
             for retake in range(SEQ_RETAKES + 1):
-                acc, actions = conv.core.prompt(content, client_id, actor)
+                acc, actions = conv.core.prompt(content, client_id, actor, trace)
                 try:
                     await conv.perform(actions)
                 except Renumber:
@@ -186,7 +206,7 @@ class LocalPort:
 # type (sessions/commands.py) and the method above that performs it.
 _Local = Callable[[LocalPort, Any, "Subscriber | None"], Awaitable[Any]]
 _LOCAL: dict[type[Command[Any]], _Local] = {
-    Prompt: lambda port, c, _to: port.submit(c.content, c.client_id, actor=c.actor),
+    Prompt: lambda port, c, _to: port.submit(c.content, c.client_id, actor=c.actor, trace=c.trace),
     Interrupt: lambda port, c, _to: port.interrupt(actor=c.actor),
     AnswerPermission: lambda port, c, _to: port.answer_permission(
         c.request_id, c.decision, channel=c.channel, option_id=c.option_id, message=c.message, actor=c.actor

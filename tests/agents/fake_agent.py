@@ -149,10 +149,41 @@ def parse_args(argv: list[str]) -> dict[str, str | None]:
         elif a == "--resume":
             opts["resume"] = argv[i + 1]
             i += 1
+        elif a == "--mcp-config" and opts["dialect"] == "stream-json":
+            i = read_mcp_configs(argv, i + 1) - 1
         elif a == "--mcp-config":
             i += 1
         i += 1
     return opts
+
+
+def read_mcp_configs(argv: list[str], i: int) -> int:
+    """Claude Code's ``--mcp-config <configs...>``: every following argument up to the next
+    option is one file (the fake takes no inline JSON), holding an object whose
+    ``mcpServers`` is an object; anything else is its start-up error (stderr, exit 1),
+    before any input is read. The servers read are logged (``mcp_config``). Returns the
+    index after the last file."""
+    files: list[str] = []
+    while i < len(argv) and not argv[i].startswith("-"):
+        files.append(argv[i])
+        i += 1
+    servers: dict[str, object] = {}
+    for path in files:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                config = json.load(fh)
+        except (OSError, ValueError) as exc:
+            sys.stderr.write(f"Error: Invalid MCP configuration:\nMCP config file not readable: {path}: {exc}\n")
+            sys.exit(1)
+        if not isinstance(config, dict) or not isinstance(config.get("mcpServers"), dict):
+            sys.stderr.write("Error: Invalid MCP configuration:\nmcpServers: expected record\n")
+            sys.exit(1)
+        servers.update(config["mcpServers"])
+    if not files:
+        sys.stderr.write("error: option '--mcp-config <configs...>' argument missing\n")
+        sys.exit(1)
+    log(event="mcp_config", files=files, servers=servers, modes=[oct(os.stat(p).st_mode & 0o777) for p in files])
+    return i
 
 
 # -- awp-jsonl: as strict as the AWP reference adapter (awp-agent-cli.mjs, the contract's own

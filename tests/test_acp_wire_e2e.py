@@ -72,6 +72,11 @@ async def test_mcp_servers_and_trace_context_reach_an_acp_agent(
     assert "_meta" not in second["params"]
 
     async with d.http() as http:
+        rest = {"traceparent": TP.replace("-01", "-00"), "tracestate": "rojo=00f067aa0ba902b7"}
+        r = await http.post(f"/v1/threads/{sid}/messages", json={"text": "over rest"}, headers=rest)
+        assert r.status_code == 202, r.text
+        await wait_until(lambda: len(sent(tmp_path, "session/prompt")) == 3, what="the REST prompt at the agent")
+        assert sent(tmp_path, "session/prompt")[2]["params"]["_meta"] == rest
         shown = (await http.get(f"/v1/threads/{sid}")).text
     thread = json.loads(shown)
     assert thread["options"]["mcp_servers"][0]["env"] == [{"name": "API_TOKEN", "value": "[redacted]"}]
@@ -79,7 +84,7 @@ async def test_mcp_servers_and_trace_context_reach_an_acp_agent(
     assert ENV_SECRET not in shown and HEADER_SECRET not in shown
 
     traced = [e for e in daemon_lines(d) if e.get("event") == "turn.traced"]
-    assert [(e["thread_id"], e["trace_id"], e["parent_span_id"]) for e in traced] == [(sid, TP[3:35], TP[36:52])]
+    assert [(e["thread_id"], e["trace_id"], e["parent_span_id"]) for e in traced] == [(sid, TP[3:35], TP[36:52])] * 2
     log_text = d.stderr_path.read_text()
     assert ENV_SECRET not in log_text and HEADER_SECRET not in log_text and TP.upper() not in log_text
     await conn.close()

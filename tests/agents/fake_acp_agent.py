@@ -6,7 +6,8 @@ run as ``python -I fake_acp_agent.py [flags...]``. The bridge is the ACP client.
 Client → agent methods: initialize, authenticate, session/new, session/load,
 session/resume (only with --resume-cap), session/list, session/prompt, session/set_mode
 (only with --modes), and the notification session/cancel. Anything else gets -32601
-(notifications are ignored).
+(notifications are ignored). session/new, load and resume take stdio mcpServers only (it
+advertises no mcpCapabilities): anything else there is -32602.
 
 Directives are the first word of a prompt's text (text blocks concatenated):
   (anything)         "echo: <text>" (plus " [image,...]" for non-text blocks) in three
@@ -141,6 +142,22 @@ def hard_exit(code: int) -> None:
     with LOCK:
         sys.stdout.flush()
     os._exit(code)
+
+
+def mcp_server_ok(server: Any) -> bool:
+    """A stdio McpServer as ACP's schema has it ({name, command, args, env: [{name, value}]});
+    http and sse ones are refused, as this agent advertises no mcpCapabilities."""
+    if not isinstance(server, dict) or "type" in server:
+        return False
+    env = server.get("env")
+    return (
+        isinstance(server.get("name"), str)
+        and isinstance(server.get("command"), str)
+        and isinstance(server.get("args"), list)
+        and all(isinstance(a, str) for a in server["args"])
+        and isinstance(env, list)
+        and all(isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("value"), str) for e in env)
+    )
 
 
 def opt_value(argv: list[str], name: str, default: str | None = None) -> str | None:
@@ -431,8 +448,9 @@ class Agent:
         if not isinstance(cwd, str) or not os.path.isabs(cwd):
             fail(rid, INVALID_PARAMS, "Invalid params", {"details": "cwd must be an absolute path"})
             return False
-        if not isinstance(params.get("mcpServers", []), list):
-            fail(rid, INVALID_PARAMS, "Invalid params", {"details": "mcpServers must be a list"})
+        servers = params.get("mcpServers", [])
+        if not isinstance(servers, list) or not all(mcp_server_ok(s) for s in servers):
+            fail(rid, INVALID_PARAMS, "Invalid params", {"details": "mcpServers must be a list of McpServer"})
             return False
         if need_session and not isinstance(params.get("sessionId"), str):
             fail(rid, INVALID_PARAMS, "Invalid params", {"details": "sessionId must be a string"})

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, Daemon, base_config, new_thread
+from conftest import ROOT, Daemon, agent_log, base_config, new_thread
 from support import acp_sdk_client
 from test_acp_e2e import acp_profile
 
@@ -389,3 +389,43 @@ async def test_the_2026_additions_config_options_usage_message_ids_titles_close_
     assert r[16]["result"] == {}
     async with d.http() as http:
         assert (await http.get(f"/v1/threads/{sid_value}")).status_code == 404
+
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+MCP_STDIO = {"name": "files", "command": "/usr/bin/env", "args": ["--", "mcp-files"], "env": []}
+
+
+def agent_got(tmp_path: Path, method: str) -> list[dict[str, Any]]:
+    """What the fake ACP agent read on its stdin for ``method``."""
+    lines = [json.loads(e["line"]) for e in agent_log(tmp_path) if e.get("event") == "stdin"]
+    return [m for m in lines if m.get("method") == method]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_mcp_servers_trace_context_and_a_prompt_given_up_with_cancel_request(
+    client: str, daemon_factory: Any, tmp_path: Path, agent_env: Any
+) -> None:
+    """The editor's ``mcpServers`` reach the ACP agent's ``session/new``, a prompt's
+    ``_meta`` trace context reaches the agent's ``session/prompt``, and a prompt the client
+    gives up with ``$/cancel_request`` is answered ``cancelled``."""
+    d = await daemon_factory(config(tmp_path, agent_env))
+    meta = {"traceparent": TRACEPARENT, "tracestate": "congo=t61rcWkgMzE"}
+    hello = {"sessionId": "$sid", "prompt": [{"type": "text", "text": "hello"}], "_meta": meta}
+    slow = {"sessionId": "$sid", "prompt": [{"type": "text", "text": "slow"}]}
+    steps = [
+        INIT,
+        req("session/new", {"cwd": str(tmp_path), "mcpServers": [MCP_STDIO]}, save={"sid": "result.sessionId"}),
+        req("session/prompt", hello),
+        {"op": "start", "id": "slow", "method": "session/prompt", "params": slow},
+        {"op": "until", "kind": "agent_message_chunk", "count": 5},  # hello's 3, then slow's ticks
+        {"op": "cancel_request", "id": "slow"},
+        {"op": "finish", "id": "slow"},
+    ]
+    report = await run_plan(client, d, "acp", steps, tmp_path)
+    r = report["results"]
+    assert r[2]["result"] == {"stopReason": "end_turn"}
+    assert r[6]["result"] == {"stopReason": "cancelled"}
+    (opened,) = agent_got(tmp_path, "session/new")
+    assert opened["params"]["mcpServers"] == [MCP_STDIO]
+    first = agent_got(tmp_path, "session/prompt")[0]
+    assert first["params"]["_meta"] == meta

@@ -124,6 +124,7 @@ class AcpAgent:
         self.booleans = False  # the client takes boolean config options
         self.elicitation: frozenset[str] = frozenset()  # the elicitation modes it shows (api/acp_elicit.py)
         self.watcher: asyncio.Task[None] | None = None  # the threads' changes (acp_session_ops)
+        self.watch_ready: asyncio.Future[None] | None = None  # …once it has taken its cursor
 
     # ------------------------------------------------------------------ writing
 
@@ -308,7 +309,6 @@ class AcpAgent:
 
     async def _attach(self, att: Attached, after: int) -> None:
         self.sessions[att.thread.id] = att
-        ops.start_watching(self)
         await ops.tell_title(self, att)
         await att.ask_pending()
         att.start(after)
@@ -319,6 +319,7 @@ class AcpAgent:
         """Subscribed first (nothing committed meanwhile is lost), answered, then the
         session's pending permission requests and its updates: a client learns of the
         session before anything is asked in it."""
+        await ops.watching(self)
         att = Attached(self, thread)
         self.sessions[thread.id] = att
         try:
@@ -382,6 +383,7 @@ class AcpAgent:
         after = meta(params).get("after", 0)
         if not isinstance(after, int) or isinstance(after, bool) or after < 0:
             raise RpcError.invalid_params(f"_meta.{META}.after must be a non-negative integer")
+        await ops.watching(self)
         att = Attached(self, thread)  # subscribed first: nothing committed during the replay is lost
         self.sessions[thread.id] = att
         try:

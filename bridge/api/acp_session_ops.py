@@ -190,10 +190,15 @@ async def deleted(agent: AcpAgent, att: Attached) -> None:
 # ---------------------------------------------------------------------- the threads' changes
 
 
-def start_watching(agent: AcpAgent) -> None:
-    """Once the connection has a session: a task that follows the threads' changes."""
-    if agent.watcher is None:
-        agent.watcher = asyncio.create_task(_watch(agent))
+async def watching(agent: AcpAgent) -> None:
+    """The connection follows its threads' changes from now on: called before a session's
+    answer reads its state (its title, its options), so that nothing committed after that
+    read is missed, however long a replay takes."""
+    if agent.watcher is None or agent.watcher.done():
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        agent.watcher, agent.watch_ready = asyncio.create_task(_watch(agent, ready)), ready
+    if agent.watch_ready is not None:
+        await asyncio.shield(agent.watch_ready)
 
 
 async def stop_watching(agent: AcpAgent) -> None:
@@ -204,9 +209,11 @@ async def stop_watching(agent: AcpAgent) -> None:
             await task
 
 
-async def _watch(agent: AcpAgent) -> None:
+async def _watch(agent: AcpAgent, ready: asyncio.Future[None]) -> None:
     try:
         async for page in agent.threads.watch():
+            if not ready.done():  # the first page comes once the change log's cursor is read
+                ready.set_result(None)
             for thread_id, row in page:
                 att = agent.sessions.get(thread_id)
                 if att is not None and row is not None:
@@ -214,8 +221,11 @@ async def _watch(agent: AcpAgent) -> None:
     except (TimeoutError, RuntimeError, OSError) as exc:  # an update could not go out
         log.info("acp.watch_send_failed", connection_id=agent.id, error=type(exc).__name__)
         agent.out.fail()
-    except BridgeError as exc:  # the store could not be read: titles are no longer followed
+    except BridgeError as exc:  # the store could not be read: the next session's attach tries again
         log.warning("acp.watch_failed", connection_id=agent.id, code=exc.code)
+    finally:
+        if not ready.done():
+            ready.set_result(None)
 
 
 async def changed(agent: AcpAgent, att: Attached, row: Mapping[str, Any]) -> None:

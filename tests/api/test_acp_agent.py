@@ -126,7 +126,7 @@ class FakeThread:
 class FakeThreads:
     def __init__(self) -> None:
         self.threads: dict[str, FakeThread] = {}
-        self.changes: asyncio.Queue[list[tuple[str, dict[str, Any] | None]]] = asyncio.Queue()
+        self.watchers: list[asyncio.Queue[list[tuple[str, dict[str, Any] | None]]]] = []
         self.deleted: list[str] = []
 
     async def delete(self, thread_id: str, user: User) -> None:
@@ -139,13 +139,18 @@ class FakeThreads:
             sub.close("deleted")
 
     async def watch(self) -> AsyncIterator[list[tuple[str, dict[str, Any] | None]]]:
+        # As the change log: the changes after the cursor taken at the first page, none before.
+        mine: asyncio.Queue[list[tuple[str, dict[str, Any] | None]]] = asyncio.Queue()
+        self.watchers.append(mine)
+        yield []
         while True:
-            yield await self.changes.get()
+            yield await mine.get()
 
     def change(self, thread: FakeThread, **fields: Any) -> None:
         """A change of the thread's row, as the change log tells it."""
         thread.fields.update(fields)
-        self.changes.put_nowait([(thread.id, thread.row())])
+        for queue in self.watchers:
+            queue.put_nowait([(thread.id, thread.row())])
 
     async def create(self, *, agent: str | None, cwd: str, owner: str | None, admin: bool) -> AcpThread:
         thread = FakeThread(f"thr_{len(self.threads)}", owner)
@@ -421,6 +426,29 @@ def test_a_load_from_the_middle_of_a_message_gives_its_chunks_the_id_its_start_h
         await call(agent, out, 3, "session/load", {"sessionId": thread.id, "_meta": {"agent-bridge": {"after": 250}}})
         later = [u for u in updates_of(out, thread.id) if u["sessionUpdate"] == "agent_message_chunk"]
         assert len(later) == 51 and {u["messageId"] for u in later} == {"thr_long:2"}
+
+    run(tmp_path, body)
+
+
+def test_a_title_given_while_a_load_replays_reaches_the_loading_client(tmp_path: Path) -> None:
+    class Renamed(FakeThread):
+        fakes: FakeThreads
+
+        async def read_page(self, after: int, limit: int) -> Page:
+            if not self.fields["title"]:  # committed while the replay reads, once
+                self.fakes.change(self, title="named meanwhile")
+            return await super().read_page(after, limit)
+
+    async def body(agent: AcpAgent, out: Outbox, threads: FakeThreads) -> None:
+        await call(agent, out, 0, "initialize", {"protocolVersion": 1})
+        thread = Renamed("thr_r")
+        thread.fakes = threads
+        threads.threads[thread.id] = thread
+        thread.emit("agent", "message.delta", {"text": "x"})
+        await call(agent, out, 1, "session/load", {"sessionId": thread.id})
+        await settle()
+        titles = [u.get("title") for u in updates_of(out, thread.id) if u["sessionUpdate"] == "session_info_update"]
+        assert titles and titles[-1] == "named meanwhile"
 
     run(tmp_path, body)
 

@@ -108,6 +108,17 @@ def subagent_input(body: dict[str, Any], tool: str) -> dict[str, Any]:
     return args
 
 
+# Claude Code's tool for a multiple-choice question to the user (offered by claude-agent-acp
+# to a client that shows form elicitations).
+ASK_USER = "AskUserQuestion"
+QUESTION = {
+    "question": "Which colour should the file be?",
+    "header": "Colour",
+    "options": [{"label": "red", "description": "warm"}, {"label": "green", "description": "cool"}],
+    "multiSelect": False,
+}
+
+
 def _bash(command: str) -> ToolUse:
     return ToolUse("Bash", {"command": command, "description": "Create a file"})
 
@@ -128,6 +139,8 @@ def default_script(body: dict[str, Any]) -> Reply:
                 ToolUse(subagent_tool(body), subagent_input(body, subagent_tool(body))),
             ]
         )
+    if "QUESTION" in prompt and ASK_USER in tool_names(body):
+        return Reply([ToolUse(ASK_USER, {"questions": [QUESTION]})])
     return scenario(prompt, None, _bash) or Reply([Text(["ok"])])
 
 

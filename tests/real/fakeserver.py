@@ -87,6 +87,7 @@ MARKERS = {
     "SLOW": "streams a long reply, one delta every 0.1 s, for about 30 s",
     "DELEGATE": "(Anthropic only) calls the sub-agent tool with a prompt carrying SUBTASK",
     "SUBTASK": "(Anthropic only; the sub-agent's own request) answers with a short text",
+    "QUESTION": "(Anthropic only) asks the user with the AskUserQuestion tool when the CLI offers it",
 }
 CHAT_CHUNKS = ["Hello ", "from ", "the ", "fake ", "model."]
 CHAT_TEXT = "".join(CHAT_CHUNKS)

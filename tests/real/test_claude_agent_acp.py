@@ -11,7 +11,7 @@ import json
 
 import pytest
 from conftest import new_thread, wait_until
-from fake_anthropic import MODEL, block_texts, last_user, tool_results
+from fake_anthropic import MODEL, QUESTION, block_texts, last_user, tool_results
 from realagents import (
     AGENT_TIMEOUT,
     PINS,
@@ -229,3 +229,30 @@ async def test_usage_title_message_ids_and_the_model_option_of_acp_2026(real: Re
     assert (await c.turn("CHAT again"))["data"]["status"] == "success"
     asked = real.fake.model_requests()[-1].body["model"]
     assert asked != MODEL and "sonnet" in asked, asked
+
+
+async def test_a_question_of_the_agent_is_an_elicitation_any_client_answers(real: Real) -> None:
+    """Claude Code's AskUserQuestion tool, which claude-agent-acp turns into an ACP form
+    elicitation for a client that shows forms (the bridge says it does): the thread's
+    ``elicitation.requested``, answered on the WebSocket; the choice reaches the model as
+    the tool's result."""
+    d = await real.daemon(real.config(acp_profile(real)))
+    thread = await new_thread(d, "claude-acp", cwd=str(real.work))
+    c = await d.ws(thread["id"])
+    acc = await c.prompt("QUESTION about the colour")
+    asked = await c.kind("elicitation.requested", timeout=AGENT_TIMEOUT)
+    data = asked["data"]
+    assert data["mode"] == "form" and data["message"] == QUESTION["question"]
+    field = data["requested_schema"]["properties"]["question_0"]
+    assert [o["const"] for o in field["oneOf"]] == ["red", "green"]
+    await c.send(op="elicitation", request_id=data["request_id"], action="accept", content={"question_0": "green"})
+    end = await c.kind("turn.ended", turn_id=acc["data"]["turn_id"], timeout=AGENT_TIMEOUT)
+    assert end["data"]["status"] == "success", end
+    (resolved,) = c.seen("elicitation.resolved", request_id=data["request_id"])
+    assert resolved["data"]["action"] == "accept"
+    answered = [
+        " ".join(block_texts(t.get("content")))
+        for m in real.fake.model_requests()
+        for t in tool_results(last_user(m.body))
+    ]
+    assert any("green" in text for text in answered), answered

@@ -5,11 +5,13 @@ claude-code`` against the loopback fake Messages API (fake_anthropic.py)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
 from acp import text_block
 from conftest import new_thread
+from fake_anthropic import MODEL
 from realagents import AGENT_TIMEOUT, Real, fake_api, real
 from support.acp_client import connect
 from test_claude_code import claude_profile
@@ -70,3 +72,35 @@ async def test_claude_code_over_acp_streams_asks_and_loses_a_race_to_rest(real: 
 async def _threads(d: Any) -> list[dict[str, Any]]:
     async with d.http() as http:
         return list((await http.get("/v1/threads")).json()["threads"])
+
+
+async def test_claude_code_over_acp_reports_usage_message_ids_and_switches_model(real: Real) -> None:
+    """ACP's 2026 additions from a stream-json agent behind the gateway: a ``usage_update``
+    at the turn's end (Claude Code's context and cost), one ``messageId`` on the chunks of
+    its message, and the ``model`` config option made from the profile's ``models``, whose
+    switch makes the next turn ask the API for the new model."""
+    other = "claude-fake-2"
+    d = await real.daemon(real.config(claude_profile(real) + f"models = {json.dumps([MODEL, other])}\n"))
+    s = await connect(d.ws_url, d.token, "/v1/acp/claude")
+    await s.initialize()
+    new = await s.conn.new_session(cwd=str(real.work))
+    sid = new.session_id
+    options = [o.model_dump(by_alias=True, exclude_none=True) for o in new.config_options or []]
+    [model] = [o for o in options if o.get("category") == "model"]
+    assert model["currentValue"] == MODEL and {o["value"] for o in model["options"]} == {MODEL, other}
+    resp = await asyncio.wait_for(s.conn.prompt(session_id=sid, prompt=[text_block("CHAT hello")]), AGENT_TIMEOUT)
+    assert resp.stop_reason == "end_turn"
+    (usage,) = s.rec.of(sid, "usage_update")
+    assert 0 < usage["used"] <= usage["size"] and usage["cost"]["currency"] == "USD", usage
+    ids = {u.get("messageId") for u in s.rec.of(sid, "agent_message_chunk")}
+    assert len(ids) == 1 and None not in ids, ids
+
+    switched = await asyncio.wait_for(
+        s.conn.set_config_option(config_id=model["id"], session_id=sid, value=other), AGENT_TIMEOUT
+    )
+    now = [o.model_dump(by_alias=True) for o in switched.config_options]
+    assert [o["currentValue"] for o in now if o["id"] == model["id"]] == [other]
+    resp = await asyncio.wait_for(s.conn.prompt(session_id=sid, prompt=[text_block("CHAT again")]), AGENT_TIMEOUT)
+    assert resp.stop_reason == "end_turn"
+    assert real.fake.model_requests()[-1].body["model"] == other
+    await s.close()

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bridge.protocols import jsonrpc, mcp_servers
+from bridge.protocols import acp_cancel, jsonrpc, mcp_servers
 from bridge.protocols.acp_elicit import AcpElicitations
 from bridge.protocols.acp_state import SessionState, config_changed, model_of, set_config_params
 from bridge.protocols.acp_updates import (
@@ -196,6 +196,10 @@ class AcpCodec:
             return None
         params = {"sessionId": self.session_id, "modeId": mode_id}
         return self._request("session/set_mode", params, {"route": route, "mode": mode_id})
+
+    def cancel_routed(self, route: str) -> str | None:
+        """``$/cancel_request`` for our switch answered to ``route`` (protocols/acp_cancel.py)."""
+        return acp_cancel.routed_cancel_line(self._pending, route)
 
     @property
     def config_options(self) -> list[dict[str, Any]] | None:

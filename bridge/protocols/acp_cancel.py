@@ -5,7 +5,8 @@ answered, with a result or the error -32800 (request cancelled).
 Pure: the notification's two forms. Where each side acts on it: the gateway
 (api/acp_request_cancel.py: a client's prompt; api/acp_attached.py: a permission request
 answered elsewhere) and the dialect (protocols/acp.py: the agent withdrawing a permission
-request).
+request; the bridge withdrawing a mode or config switch nobody waits for any more,
+:class:`~bridge.protocols.codec.RoutedCancel`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bridge.protocols import jsonrpc
+from bridge.protocols.jsonline import dumps
 
 METHOD = "$/cancel_request"
 
@@ -39,4 +41,11 @@ def cancelled_error(rpc_id: jsonrpc.Id | None) -> dict[str, Any]:
     return jsonrpc.error(rpc_id, jsonrpc.RpcError.cancelled())
 
 
-__all__ = ["METHOD", "cancelled_error", "notice", "target"]
+def routed_cancel_line(pending: jsonrpc.Pending[tuple[str, dict[str, Any]]], route: str) -> str | None:
+    """For a dialect whose pending requests carry their answer's ``route`` in their
+    context: the ``$/cancel_request`` line for the one routed to ``route``."""
+    rid = pending.find(lambda entry: entry[1].get("route") == route)
+    return None if rid is None else dumps(notice(rid))
+
+
+__all__ = ["METHOD", "cancelled_error", "notice", "routed_cancel_line", "target"]

@@ -121,6 +121,18 @@ class ModeSetter(Protocol):
         ...
 
 
+@runtime_checkable
+class RoutedCancel(Protocol):
+    """A dialect that can withdraw a request of its own whose answer was routed to a caller
+    (a mode or config switch) once that caller stopped waiting (ACP ``$/cancel_request``,
+    protocols/acp_cancel.py): an optional capability, looked up with ``isinstance``."""
+
+    def cancel_routed(self, route: str) -> str | None:
+        """The line withdrawing the request answered to ``route``; None when none waits.
+        The request stays known: the agent's answer is still read as it would have been."""
+        ...
+
+
 class Codec(Protocol):
     """One agent process's dialect. Implemented by stream_json.StreamJsonCodec,
     awp_jsonl.AwpJsonlCodec and acp.AcpCodec; made by codecs.make_codec."""

@@ -18,7 +18,7 @@ business (ACP wants an object; the gateway answers anything else "invalid params
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeGuard, TypeVar
 
@@ -296,6 +296,10 @@ class Pending(Generic[T]):
 
     def contexts(self) -> Iterator[T]:
         return (ctx for _, ctx in self._waiting.values())
+
+    def find(self, match: Callable[[T], bool]) -> Id | None:
+        """The id of a request still waiting whose context ``match``es (the oldest), else None."""
+        return next((rid for rid, ctx in self._waiting.values() if match(ctx)), None)
 
     def __len__(self) -> int:
         return len(self._waiting)

@@ -16,6 +16,7 @@ from bridge.protocols.codecs import may_have_modes
 from bridge.sessions.commands import SetConfigOption
 from bridge.sessions.config_options import CONFIG_TIMEOUT_S, ConfigTimeout, config_answer, config_request
 from bridge.sessions.conversation import Conversation
+from bridge.sessions.withdraw import give_up
 
 
 async def set_config_here(conv: Conversation, c: SetConfigOption) -> dict[str, Any]:
@@ -37,6 +38,7 @@ async def set_config_here(conv: Conversation, c: SetConfigOption) -> dict[str, A
                 await conv.perform(config_request(conv.core.codec, c.config_id, c.value, route, c.actor))
             text = await reply
     except TimeoutError:
+        await give_up(conv, route)  # $/cancel_request where the dialect has it (sessions/withdraw.py)
         what = "session/set_config_option"
         raise ConfigTimeout(f"the agent did not answer {what} within {CONFIG_TIMEOUT_S:g} s") from None
     finally:

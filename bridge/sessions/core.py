@@ -29,7 +29,7 @@ from typing import Any
 
 from bridge.errors import Busy, Conflict, InvalidRequest
 from bridge.ids import new_id
-from bridge.protocols.codec import AgentRequest, Codec, ModeSetter, RawRefused
+from bridge.protocols.codec import AgentRequest, Codec, ModeSetter, RawRefused, RoutedCancel
 from bridge.protocols.events import Event, mark_interrupted
 from bridge.sessions import elicitations as elicit
 from bridge.sessions.actions import (
@@ -358,6 +358,16 @@ class ConversationCore(AgentOutput):
             raise InvalidRequest("this thread's agent reports no session modes", code="modes_not_supported")
         event = Event("client", "client.other", _by({"op": "set_mode", "mode_id": mode_id}, actor), line)
         return [Emit([event]), Write(line, required=True)]
+
+    def give_up(self, route: str) -> list[Action]:
+        """The caller stopped waiting for the answer routed to ``route`` (a mode switch that
+        timed out): the dialect withdraws that request where it can (ACP's
+        ``$/cancel_request``), recorded like the request was. Nothing when it cannot."""
+        codec = self.codec
+        line = codec.cancel_routed(route) if isinstance(codec, RoutedCancel) else None
+        if line is None:
+            return []
+        return self._record_and_write([line], {"op": "cancel_request"})
 
     def raw(self, message: dict[str, Any], route: str, actor: str | None = None) -> list[Action]:
         """A client's raw message: a permission answer takes the permission flow (the first

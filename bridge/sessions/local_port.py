@@ -33,6 +33,7 @@ from bridge.sessions.fanout import Subscriber
 from bridge.sessions.journal import SEQ_RETAKES, Renumber
 from bridge.sessions.lease import settled_in_transcript
 from bridge.sessions.modes import MODE_TIMEOUT_S, ModeTimeout, check_mode_id, mode_answer
+from bridge.sessions.withdraw import give_up
 
 A = TypeVar("A")  # a command's answer
 
@@ -178,6 +179,7 @@ class LocalPort:
                     await conv.perform(conv.core.set_mode(mode_id, route, actor))
                 text = await reply
         except TimeoutError:
+            await give_up(conv, route)  # $/cancel_request where the dialect has it (sessions/withdraw.py)
             raise ModeTimeout(f"the agent did not answer session/set_mode within {MODE_TIMEOUT_S:g} s") from None
         finally:
             conv.routes.forget(route)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import websockets
 from conftest import ROOT, Daemon, agent_log, base_config, new_thread
 from support import acp_sdk_client
 from test_acp_e2e import acp_profile
@@ -76,9 +77,16 @@ def transport(d: Daemon, kind: str, agent: str) -> dict[str, Any]:
 
 
 async def run_plan(client: str, d: Daemon, agent: str, steps: list[dict[str, Any]], tmp: Path) -> dict[str, Any]:
-    """The report of ``client`` (``ts-ws``, ``py-stdio``, …) running ``steps``."""
-    lang, kind = client.split("-")
-    plan: dict[str, Any] = {"transport": transport(d, kind, agent), "steps": steps}
+    """The report of ``client`` (``ts-ws``, ``py-stdio``, …) running ``steps``; every
+    message the bridge sent fitted the schema."""
+    report = await run_client(client, transport(d, client.split("-")[1], agent), steps, tmp)
+    assert not report["problems"], report["problems"]
+    return report
+
+
+async def run_client(client: str, where: dict[str, Any], steps: list[dict[str, Any]], tmp: Path) -> dict[str, Any]:
+    lang = client.split("-")[0]
+    plan: dict[str, Any] = {"transport": where, "steps": steps}
     if lang == "py":
         report = await asyncio.wait_for(acp_sdk_client.run(plan), CLIENT_DEADLINE_S)
     else:
@@ -97,7 +105,6 @@ async def run_plan(client: str, d: Daemon, agent: str, steps: list[dict[str, Any
             raise
         report = json.loads(out)
         assert proc.returncode == 0, report.get("failed")
-    assert not report["problems"], report["problems"]
     return dict(report)
 
 
@@ -429,3 +436,35 @@ async def test_mcp_servers_trace_context_and_a_prompt_given_up_with_cancel_reque
     assert opened["params"]["mcpServers"] == [MCP_STDIO]
     first = agent_got(tmp_path, "session/prompt")[0]
     assert first["params"]["_meta"] == meta
+
+
+@pytest.mark.parametrize("client", ["ts-ws", "py-ws"])
+async def test_the_clients_report_what_does_not_fit_the_schema(client: str, tmp_path: Path) -> None:
+    """What makes the tests above strict: a gateway stand-in that answers ``session/new``
+    without a ``sessionId`` and streams a chunk whose content has no text; each SDK client
+    reports both."""
+
+    async def wrong(ws: Any) -> None:
+        async for raw in ws:
+            m = json.loads(raw)
+            if m.get("method") == "initialize":
+                await ws.send(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": {"protocolVersion": 1}}))
+            elif m.get("method") == "session/new":
+                chunk = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text"}}
+                note = {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s", "update": chunk}}
+                await ws.send(json.dumps(note))
+                await ws.send(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": {"session": "s"}}))
+
+    def subprotocol(conn: Any, offered: Any) -> str | None:
+        return "agent-bridge.v1" if "agent-bridge.v1" in offered else None
+
+    async with websockets.serve(wrong, "127.0.0.1", 0, select_subprotocol=subprotocol) as server:
+        port = server.sockets[0].getsockname()[1]
+        where = {"kind": "ws", "url": f"ws://127.0.0.1:{port}", "token": "t"}
+        report = await run_client(
+            client, where, [INIT, req("session/new", {"cwd": str(tmp_path), "mcpServers": []})], tmp_path
+        )
+    problems = report["problems"]
+    assert len(problems) == 2, problems
+    assert any("SessionNotification" in p or "session/update does not fit" in p for p in problems), problems
+    assert any("NewSessionResponse" in p or "the answer to session/new does not fit" in p for p in problems), problems

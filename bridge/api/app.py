@@ -53,7 +53,19 @@ def create_app(
     """``bound_port``: the port actually listened on (``--port 0`` is only resolved once
     the socket is bound); the Host check needs it. Defaults to ``settings.port``.
     ``unix_socket``: the daemon listens on a Unix socket only (``--uds``, §3.3)."""
-    from bridge.api import acp_gateway, cluster, daemon, elicitations, events, me_secrets, threads, web, workspace, ws
+    from bridge.api import (
+        acp_gateway,
+        cluster,
+        daemon,
+        elicitations,
+        events,
+        me_secrets,
+        search,
+        threads,
+        web,
+        workspace,
+        ws,
+    )
 
     if settings.no_auth and not unix_socket and not is_loopback_host(settings.host):
         raise ConfigError("--no-auth is refused unless the bind address is loopback or a Unix socket")
@@ -182,6 +194,7 @@ def create_app(
     app.include_router(me_secrets.router)
     app.include_router(cluster.router)
     app.include_router(threads.router)
+    app.include_router(search.router)
     app.include_router(elicitations.router)
     app.include_router(ws.router)
     app.include_router(acp_gateway.router)

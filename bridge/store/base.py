@@ -157,6 +157,15 @@ class TranscriptStore(Protocol):
         at most ``limit``."""
         ...
 
+    async def search(
+        self, q: str, *, owner: str | None, limit: int, cursor: str | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """Full-text search (bridge/store/search_text.py): the newest matching documents of
+        the threads ``owner`` has (every thread's with None), at most ``limit``, as hits
+        ``{thread, seq, kind, ts, snippet, marks}``, and the next page's cursor.
+        InvalidRequest for a query or cursor that is not valid."""
+        ...
+
 
 class SessionStore(Protocol):
     async def load_sessions(self, now: float) -> list[tuple[str, float, str | None]]:

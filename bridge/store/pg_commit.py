@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 
+from bridge.store import search_pg
 from bridge.store.base import CHANGE_COLUMNS
 from bridge.store.rows import LEASE_LOST, WIRE_VERSION, later
 
@@ -149,6 +150,7 @@ async def _write(conn: AsyncConnection[Any], todo: list[tuple[int, Append]]) -> 
     rows = [r for item in live for r in item.rows]
     if rows:
         await conn.execute(_INSERT, [list(col) for col in zip(*rows, strict=True)])
+        await search_pg.index(conn, rows)  # in this transaction: current at commit
     for item in live:
         if item.fields:
             sets = ",".join(f"{k} = %s" for k in item.fields)

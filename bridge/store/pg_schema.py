@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from bridge.errors import StoreError
+from bridge.store import search_pg
 from bridge.store.base import EVENT_OVERHEAD
 from bridge.store.rows import ROW_SIZE
 
@@ -161,6 +162,9 @@ MIGRATIONS: list[str] = [
               FROM events GROUP BY thread_id) s
         WHERE t.id = s.thread_id;
     """,  # noqa: S608 (constants of the code)
+    # 8: full-text search and archived threads (issue #38, bridge/store/search_pg.py),
+    # SQLite's migration 13.
+    search_pg.MIGRATION,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -57,7 +57,7 @@ from bridge.clock import now_iso
 from bridge.errors import StoreError
 from bridge.protocols.envelope import CorruptEvent, Frames, Page, checked_envelopes, checked_lines, stored_envelopes
 from bridge.protocols.events import Record
-from bridge.store import pg_schema, rows
+from bridge.store import pg_schema, rows, search_pg, search_text
 from bridge.store.base import (
     CHANGE_COLUMNS,
     TOMBSTONE_KEEP,
@@ -345,6 +345,7 @@ class PostgresStore(PgLeases, CommonStore):
         async def do(c: AsyncConnection[Any]) -> bool:
             async with c.transaction():
                 await c.execute("DELETE FROM events WHERE thread_id = %s", (thread_id,))
+                await search_pg.forget(c, thread_id)
                 cur = await c.execute("DELETE FROM threads WHERE id = %s RETURNING owner", (thread_id,))
                 gone = await cur.fetchone()
                 if gone is None:
@@ -474,6 +475,13 @@ class PostgresStore(PgLeases, CommonStore):
             return Frames(found.texts, found.count, found.last, more=more)
 
         return cast(Frames, await self._read(do))
+
+    async def search(
+        self, q: str, *, owner: str | None, limit: int, cursor: str | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        groups, below = search_text.parse_query(q), search_text.decode_cursor(cursor)
+        found = await self._read(lambda c: search_pg.search(c, groups, owner, limit, below))
+        return cast(tuple[list[dict[str, Any]], str | None], found)
 
     # ------------------------------------------------------------------ browser sessions
 

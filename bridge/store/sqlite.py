@@ -62,7 +62,7 @@ from bridge.clock import now_iso
 from bridge.errors import StoreError
 from bridge.protocols.envelope import Frames, Page
 from bridge.protocols.events import Record
-from bridge.store import rows
+from bridge.store import rows, search_sqlite, search_text
 from bridge.store import sqlite_leases as leases
 from bridge.store import sqlite_reads as reads
 from bridge.store import sqlite_sql as sql
@@ -595,3 +595,9 @@ class SqliteStore(leases.SqliteLeases, SqliteAccounts, CommonStore):
                 return reads.frames_page(db, thread_id, after, limit, raw)
 
         return await self._read(do)
+
+    async def search(
+        self, q: str, *, owner: str | None, limit: int, cursor: str | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        query, below = search_text.fts5_query(search_text.parse_query(q)), search_text.decode_cursor(cursor)
+        return await self._read(lambda db: search_sqlite.search(db, query, owner, limit, below))

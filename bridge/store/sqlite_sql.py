@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 from bridge.errors import StoreError
 from bridge.protocols.envelope import json_name, json_ts
+from bridge.store import search_sqlite as search
 from bridge.store import sqlite_leases as leases
 from bridge.store.base import CHANGE_COLUMNS, EVENT_OVERHEAD, TOMBSTONE_KEEP
 from bridge.store.rows import COLUMNS_SQL, ROW_SIZE, WIRE_VERSION
@@ -199,6 +200,8 @@ _MIGRATIONS.append(
         transcript_seq = (SELECT coalesce(max(seq), 0) FROM events WHERE thread_id = threads.id);
     """  # noqa: S608 (constants of the code)
 )
+# 13: full-text search and archived threads (issue #38, search_sqlite.py). PostgreSQL's migration 8.
+_MIGRATIONS.append(search.MIGRATION)
 
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -360,6 +363,7 @@ def _write_item(db: sqlite3.Connection, item: _Append) -> None:
         leases.fence(db, item.thread_id, *item.fence)
     if item.rows:
         _insert(db, _insert_rows(item.thread_id, item.rows))
+        search.index(db, item.thread_id, item.rows)  # in this transaction: current at commit
     if item.fields:
         sets = ",".join(f"{k}=?" for k in item.fields)
         bump = [_next_change(db)] if item.changed else []
@@ -440,8 +444,6 @@ def _commit(db: sqlite3.Connection, batch: list[_Append]) -> dict[int, str]:
 
 
 # ---------------------------------------------------------------------- the connection
-
-
 def connect(path: Path, busy_timeout_ms: int) -> sqlite3.Connection:
     db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     db.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
@@ -533,6 +535,7 @@ def delete_thread(db: sqlite3.Connection, thread_id: str, deleted_at: str, older
     """``older_than`` and ``keep``: which tombstones are pruned (_prune_tombstones)."""
     db.execute("BEGIN IMMEDIATE")
     db.execute("DELETE FROM events WHERE thread_id=?", (thread_id,))
+    search.forget(db, thread_id)
     gone = db.execute("DELETE FROM threads WHERE id=? RETURNING owner", (thread_id,)).fetchall()
     found = bool(gone)
     if found:
@@ -661,8 +664,6 @@ OPS = {
 
 
 # ---------------------------------------------------------------------- appends
-
-
 def item_of(wire: tuple[Any, ...]) -> _Append:
     """An append as shipped to the writer process (``wire_item``): no future."""
     thread_id, rows, fields, touch, flush, fence, size = wire

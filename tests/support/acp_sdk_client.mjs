@@ -302,5 +302,6 @@ try {
   report.failed = String(err?.stack ?? err);
   status = 2;
 }
-process.stdout.write(JSON.stringify(report) + "\n");
-process.exit(status);
+// Exit once the report is written: stdout to a pipe is asynchronous, and exiting at once
+// could cut a long report short.
+process.stdout.write(JSON.stringify(report) + "\n", () => process.exit(status));

@@ -1,0 +1,126 @@
+"""The PostgreSQL store's full-text index (bridge/store/search_text.py says what is
+indexed): ``search_docs`` with each document's text and its ``tsvector`` (``simple``
+configuration: words as written, case folded, no language's stemming, as SQLite's index)
+under a GIN index. Written by the group commit (pg_commit._write) in the batch's
+transaction, in three statements whatever the batch's size: the open streams of the
+batch's threads taken out, the documents inserted, the streams still open put back.
+Words are what FTS5 takes for words (search_text.words: the ``tsvector`` is made of the
+document's letters and digits, accents off), so both stores find the same documents; the
+query is ``phraseto_tsquery`` of each term, joined by the tsquery operators
+(search_text.tsquery_sql); snippets by ``ts_headline`` on the page's documents only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg import AsyncConnection
+
+from bridge.store import search_text as st
+
+# pg_schema.MIGRATIONS: SQLite's migration 13 (search_sqlite.MIGRATION).
+MIGRATION = """
+CREATE TABLE search_docs (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    thread_id text NOT NULL,
+    seq bigint NOT NULL,
+    kind text NOT NULL,
+    ts text NOT NULL,
+    body text NOT NULL,
+    tsv tsvector NOT NULL
+);
+CREATE INDEX search_docs_by_thread ON search_docs (thread_id);
+CREATE INDEX search_docs_fts ON search_docs USING gin (tsv);
+CREATE TABLE search_streams (
+    thread_id text PRIMARY KEY,
+    seq bigint NOT NULL,
+    ts text NOT NULL,
+    channel text NOT NULL,
+    body text NOT NULL
+);
+ALTER TABLE threads ADD COLUMN archived boolean NOT NULL DEFAULT false;
+"""
+
+_TAKE_STREAMS = "DELETE FROM search_streams WHERE thread_id = ANY(%s) RETURNING thread_id, seq, ts, channel, body"
+_INSERT_DOCS = (
+    "INSERT INTO search_docs (thread_id, seq, kind, ts, body, tsv) SELECT t, s, k, ts, b, to_tsvector('simple', w) "
+    "FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[]) AS v(t, s, k, ts, b, w)"
+)
+_PUT_STREAMS = (
+    "INSERT INTO search_streams (thread_id, seq, ts, channel, body) "
+    "SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[], %s::text[])"
+)
+
+
+def _data_json(env: bytes, data_at: int, raw_at: int | None) -> str:
+    """An event's data cut out of its stored envelope (rows.DATA_SQL's offsets)."""
+    end = raw_at - 7 if raw_at is not None else len(env) - 12
+    return env[data_at:end].decode()
+
+
+def _relevant_rows(rows: list[tuple[Any, ...]]) -> dict[str, list[tuple[int, str, str, str, str]]]:
+    """The batch's rows the index looks at, by thread, in order (``event_rows`` tuples)."""
+    out: dict[str, list[tuple[int, str, str, str, str]]] = {}
+    for tid, seq, ts, source, kind, env, data_at, raw_at, *_ in rows:
+        if kind in st.RELEVANT:
+            out.setdefault(tid, []).append((seq, ts, source, kind, _data_json(env, data_at, raw_at)))
+    return out
+
+
+async def index(conn: AsyncConnection[Any], rows: list[tuple[Any, ...]]) -> None:
+    """Index a batch's event rows, in the caller's transaction."""
+    by_thread = _relevant_rows(rows)
+    if not by_thread:
+        return
+    cur = await conn.execute(_TAKE_STREAMS, (list(by_thread),))
+    streams = {r[0]: st.Stream(*r[1:]) for r in await cur.fetchall()}
+    docs: list[tuple[str, int, str, str, str, str]] = []
+    still: list[tuple[str, int, str, str, str]] = []
+    for tid, found in by_thread.items():
+        made, stream = st.index_plan(streams.get(tid), found)
+        docs += [(tid, d.seq, d.kind, d.ts, d.text, st.words(d.text)) for d in made]
+        if stream is not None:
+            still.append((tid, stream.seq, stream.ts, stream.channel, stream.text))
+    if docs:
+        await conn.execute(_INSERT_DOCS, [list(c) for c in zip(*docs, strict=True)])
+    if still:
+        await conn.execute(_PUT_STREAMS, [list(c) for c in zip(*still, strict=True)])
+
+
+async def forget(conn: AsyncConnection[Any], thread_id: str) -> None:
+    """A deleted thread's documents out of the index (in the delete's transaction)."""
+    await conn.execute("DELETE FROM search_docs WHERE thread_id = %s", (thread_id,))
+    await conn.execute("DELETE FROM search_streams WHERE thread_id = %s", (thread_id,))
+
+
+_HEADLINE = (
+    f'StartSel="{st.MARK_START}", StopSel="{st.MARK_END}", MaxWords={st.SNIPPET_TOKENS}, '
+    'MinWords=8, ShortWord=0, MaxFragments=1, FragmentDelimiter=" … "'
+)
+# The newest matching documents below a cursor, of threads ``owner`` may see; the
+# headline is made for the page's documents only.
+_SEARCH = """
+WITH q AS (SELECT {} AS q),
+page AS (
+    SELECT d.id, d.thread_id, d.seq, d.kind, d.ts, d.body FROM search_docs d
+    JOIN threads t ON t.id = d.thread_id, q
+    WHERE d.tsv @@ q.q AND d.id < %s AND (%s::text IS NULL OR t.owner = %s)
+    ORDER BY d.id DESC LIMIT %s
+)
+SELECT page.id, page.thread_id, page.seq, page.kind, page.ts, ts_headline('simple', page.body, q.q, %s)
+FROM page, q ORDER BY page.id DESC
+"""
+
+
+async def search(
+    conn: AsyncConnection[Any], groups: list[list[st.Term]], owner: str | None, limit: int, cursor: int | None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """A page of hits and the next page's cursor (``groups``: search_text.parse_query's).
+    The statement is put together from constant fragments only (search_text.tsquery_sql):
+    every word of the user's is a bound parameter."""
+    expr, params = st.tsquery_sql(groups)
+    below = (1 << 62) if cursor is None else cursor
+    cur = await conn.execute(_SEARCH.format(expr), [*params, below, owner, owner, limit + 1, _HEADLINE])
+    found = await cur.fetchall()
+    hits = [st.hit(tid, seq, kind, ts, snip) for _, tid, seq, kind, ts, snip in found[:limit]]
+    return hits, st.encode_cursor(found[limit - 1][0]) if len(found) > limit else None

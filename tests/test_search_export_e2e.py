@@ -1,7 +1,8 @@
 """Search, export and archive on a real daemon with the fake agent (issue #38 item 4,
-docs/api.md §4.22): ``GET /v1/search`` finds prompts, answers and tool input and
+docs/api.md §4.22, §4.23): ``GET /v1/search`` finds prompts, answers and tool input and
 output as their events commit, refuses bad input with 400s, and shows each user only their
-own threads (both stores)."""
+own threads (both stores); ``GET /v1/threads/{id}/export`` gives the exact transcript as
+JSONL and a readable Markdown document of a thread with tools and a permission."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import STEP_TIMEOUT, Daemon, base_config, new_thread
+from conftest import STEP_TIMEOUT, Daemon, base_config, new_thread, profile_toml
 from test_users_e2e import add_user, bearer, transcript_until
 
 pytestmark = pytest.mark.timeout(90)
@@ -107,3 +108,48 @@ async def test_each_user_searches_only_their_own_threads(
             everyone = await search(http, bearer(tok["root"]), "pangolin")
             assert {h["thread"] for h in everyone} == set(owned.values())
             assert {h["thread"] for h in await search(http, d.headers, "pangolin")} == set(owned.values())
+
+
+async def test_export_as_jsonl_and_markdown(daemon_factory: Callable[..., Any], agent_env: dict[str, str]) -> None:
+    d: Daemon = await daemon_factory(profile_toml("sj", "stream-json", agent_env, permission_prompts=True))
+    tid = (await new_thread(d, "sj", title="Export me"))["id"]
+    c = await d.ws(tid)
+    await c.turn("tool")
+    acc = await c.prompt("ask")
+    assert acc["kind"] == "client.accepted", acc
+    req = await c.kind("permission.requested")
+    await c.send(op="permission", request_id=req["data"]["request_id"], decision="allow")
+    await c.kind("turn.ended", turn_id=acc["data"]["turn_id"])
+    await c.turn("fences ```` inside")
+    async with d.http() as http:
+        events = (await http.get(f"/v1/threads/{tid}/events", params={"limit": 1000})).json()["events"]
+        r = await http.get(f"/v1/threads/{tid}/export", params={"format": "jsonl"})
+        assert r.status_code == 200 and r.headers["content-type"] == "application/x-ndjson"
+        assert r.headers["content-disposition"] == f'attachment; filename="{tid}.jsonl"'
+        assert r.text.endswith("\n") and [json.loads(line) for line in r.text.splitlines()] == events
+        r = await http.get(f"/v1/threads/{tid}/export")  # markdown by default
+        assert r.status_code == 200 and r.headers["content-type"] == "text/markdown; charset=utf-8", r.text
+        md = r.text
+        assert md.startswith(f"# Export me\n\nthread `{tid}` · agent `sj`")
+        order = [
+            "## User",
+            "\ntool\n",
+            "### Tool: Bash (completed)",
+            '"command": "echo hi"',
+            "Output:\n\n```\nhi\n```",
+            "## Assistant",
+            "tool done",
+            "*Turn ended: success*",
+            "\nask\n",
+            "### Permission asked: Bash — allow",
+            '"command": "touch x"',
+            "permission: allow",
+            "echo: fences ```` inside",
+        ]
+        at = [md.find(s) for s in order]
+        assert -1 not in at and at == sorted(at), list(zip(order, at, strict=True))
+        assert md.count("*Turn ended: success*") == 3
+        for params, status in (({"format": "xml"}, 400), ({}, 404)):
+            path = f"/v1/threads/{tid if status == 400 else 'thr_0000000000000000'}/export"
+            r = await http.get(path, params=params)
+            assert r.status_code == status, r.text

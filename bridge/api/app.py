@@ -59,6 +59,7 @@ def create_app(
         daemon,
         elicitations,
         events,
+        export,
         me_secrets,
         search,
         threads,
@@ -195,6 +196,7 @@ def create_app(
     app.include_router(cluster.router)
     app.include_router(threads.router)
     app.include_router(search.router)
+    app.include_router(export.router)
     app.include_router(elicitations.router)
     app.include_router(ws.router)
     app.include_router(acp_gateway.router)

@@ -78,10 +78,12 @@ async def test_mcp_servers_and_trace_context_reach_an_acp_agent(
         await wait_until(lambda: len(sent(tmp_path, "session/prompt")) == 3, what="the REST prompt at the agent")
         assert sent(tmp_path, "session/prompt")[2]["params"]["_meta"] == rest
         shown = (await http.get(f"/v1/threads/{sid}")).text
+        events = (await http.get(f"/v1/threads/{sid}/events?after=0")).text
     thread = json.loads(shown)
     assert thread["options"]["mcp_servers"][0]["env"] == [{"name": "API_TOKEN", "value": "[redacted]"}]
     assert thread["options"]["mcp_servers"][1]["headers"] == [{"name": "Authorization", "value": "[redacted]"}]
     assert ENV_SECRET not in shown and HEADER_SECRET not in shown
+    assert ENV_SECRET not in events and HEADER_SECRET not in events  # nor in what was written to the agent
 
     traced = [e for e in daemon_lines(d) if e.get("event") == "turn.traced"]
     assert [(e["thread_id"], e["trace_id"], e["parent_span_id"]) for e in traced] == [(sid, TP[3:35], TP[36:52])] * 2

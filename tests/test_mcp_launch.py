@@ -14,7 +14,8 @@ from bridge.config import AgentProfile
 from bridge.errors import LaunchRefused
 from bridge.launching import check_servers
 from bridge.process.launch import LaunchSpec
-from bridge.sessions.mcp_config import discard, with_servers
+from bridge.protocols.events import Event
+from bridge.sessions.mcp_config import discard, scrubbed, scrubber, with_servers
 
 STDIO = {"name": "fs", "command": "/usr/bin/mcp-fs", "args": [], "env": [{"name": "T", "value": "secret"}]}
 
@@ -87,3 +88,16 @@ def test_no_file_where_none_is_needed_or_there_is_no_home(tmp_path: Path) -> Non
     assert info.value.code == "bad_mcp_config"
     users_home = tmp_path / "data" / "homes" / "u"  # users mode: the home is in the data dir, and the agent's
     assert with_servers(spec(users_home), "t", {"mcp_servers": [STDIO]}, "stream-json")[1] is not None
+
+
+def test_the_lines_written_to_the_agent_are_stored_without_the_servers_secrets() -> None:
+    scrub = scrubber(
+        {"mcp_servers": [STDIO, {**http("http://127.0.0.1:1/"), "headers": [{"name": "A", "value": "tok-123456"}]}]}
+    )
+    written = Event(
+        "client", "client.other", {"op": "auto_reply"}, '{"env":[{"name":"T","value":"secret"}],"h":"tok-123456"}'
+    )
+    echoed = Event("agent", "message", {"text": "secret"}, '"secret"')  # scrubbed when it was read, not here
+    out = scrubbed([written, echoed], scrub)
+    assert "secret" not in (out[0].raw or "") and "tok-123456" not in (out[0].raw or "") and out[1] is echoed
+    assert scrubber({}) is None and scrubbed([written], None) == [written]

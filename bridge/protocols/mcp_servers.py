@@ -143,6 +143,12 @@ def redacted(servers: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def secret_values(servers: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Every env and header value: what is kept out of the transcript (the lines written
+    to the agent, what the agent writes) as a profile's secrets are."""
+    return [str(p.get("value", "")) for s in servers for key in ("env", "headers") for p in s.get(key, ())]
+
+
 def endpoints(servers: Sequence[Mapping[str, Any]]) -> list[str]:
     """What the launch's remote-URL rule judges: every URL, argument and env value (a
     stdio server's arguments can name a remote endpoint as well as the agent's own can)."""
@@ -201,4 +207,5 @@ __all__ = [
     "kind",
     "parse",
     "redacted",
+    "secret_values",
 ]

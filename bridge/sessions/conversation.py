@@ -132,6 +132,7 @@ class Conversation:
         # made at the first start of a thread loaded from the store.
         self.launch: ThreadLaunch | None = None
         self.mcp_file: Path | None = None  # the running agent's generated --mcp-config (sessions/mcp_config.py)
+        self.mcp_scrub: Scrubber | None = None  # … and what keeps its secrets out of the transcript
 
     def _new_core(self, thread: ThreadRow) -> ConversationCore:
         """A core for ``thread``'s row, numbering prompts from the journal's seq."""
@@ -344,7 +345,8 @@ class Conversation:
         while todo:
             action = todo.pop(0)
             if isinstance(action, Emit):
-                records = await self.journal.emit(action.events, self.emit_fields(action), action.client_ids)
+                events = mcp_config.scrubbed(action.events, self.mcp_scrub)
+                records = await self.journal.emit(events, self.emit_fields(action), action.client_ids)
                 stored += records
                 if action.committed is not None:
                     todo[0:0] = action.committed(records)
@@ -422,9 +424,11 @@ class Conversation:
         codec, spec = self.launch.start(resume, {**secrets, **profile.env})
         spec = launch_for_thread(spec, self.settings, self.thread)  # its cwd checked again; the owner's HOME
         spec, self.mcp_file = mcp_config.with_servers(spec, self.id, self.launch.options, profile.protocol)
+        self.mcp_scrub = mcp_config.scrubber(self.launch.options)  # MCP env and header values
         spec = self.settings.confine(spec, profile)
         spec = replace(spec, memory_limit_mb=profile.memory_limit_mb)  # a kernel limit where it can be
-        return codec, spec, Scrubber(profile.env, extra=secrets.values())
+        mcp_secrets = mcp_config.secrets(self.launch.options)  # the agent may echo its MCP servers' env
+        return codec, spec, Scrubber(profile.env, extra=[*secrets.values(), *mcp_secrets])
 
     async def _start(self) -> None:
         profile = self.profile

@@ -26,7 +26,9 @@ from bridge.errors import LaunchRefused
 from bridge.launching import servers_of
 from bridge.process.launch import LaunchSpec
 from bridge.protocols.codecs import mcp_config_takes_many, mcp_servers_in_session
-from bridge.protocols.mcp_servers import claude_config
+from bridge.protocols.events import Event
+from bridge.protocols.mcp_servers import claude_config, secret_values
+from bridge.sessions.scrub import Scrubber
 
 DIR_NAME = ".agent-bridge-mcp"
 FLAG = "--mcp-config"
@@ -67,6 +69,28 @@ def with_servers(
     return replace(spec, argv=tuple(argv)), path
 
 
+def secrets(options: Mapping[str, Any]) -> list[str]:
+    """The thread's servers' env and header values (protocols/mcp_servers.py)."""
+    return secret_values(servers_of(options))
+
+
+def scrubber(options: Mapping[str, Any]) -> Scrubber | None:
+    """What keeps the servers' env and header values out of the transcript: the lines the
+    bridge writes to the agent (an ACP ``session/new`` carries them) are stored as written,
+    so they are scrubbed as the agent's own lines are (sessions/scrub.py). None when the
+    thread has none."""
+    values = secrets(options)
+    return Scrubber({}, extra=values) if values else None
+
+
+def scrubbed(events: list[Event], scrub: Scrubber | None) -> list[Event]:
+    """``events`` with the raw line of each the bridge wrote (``client`` ones) scrubbed;
+    the agent's own were scrubbed when they were read."""
+    if scrub is None:
+        return events
+    return [replace(e, raw=scrub.text(e.raw)) if e.source == "client" and e.raw else e for e in events]
+
+
 def write_private(path: Path, text: str) -> None:
     """``text`` in ``path`` (0600, its directory 0700), replacing any old file at once: an
     agent starting meanwhile reads the old one or the new one, never a part."""
@@ -90,4 +114,4 @@ def discard(path: Path | None) -> None:
             path.unlink()
 
 
-__all__ = ["DIR_NAME", "config_path", "discard", "with_servers", "write_private"]
+__all__ = ["DIR_NAME", "config_path", "discard", "scrubbed", "scrubber", "secrets", "with_servers", "write_private"]

@@ -1,8 +1,9 @@
 """Search, export and archive on a real daemon with the fake agent (issue #38 item 4,
-docs/api.md §4.22, §4.23): ``GET /v1/search`` finds prompts, answers and tool input and
+docs/api.md §4.22-§4.24): ``GET /v1/search`` finds prompts, answers and tool input and
 output as their events commit, refuses bad input with 400s, and shows each user only their
 own threads (both stores); ``GET /v1/threads/{id}/export`` gives the exact transcript as
-JSONL and a readable Markdown document of a thread with tools and a permission."""
+JSONL and a readable Markdown document of a thread with tools and a permission; an archived
+thread leaves the thread list unless asked for, and comes back when unarchived."""
 
 from __future__ import annotations
 
@@ -153,3 +154,35 @@ async def test_export_as_jsonl_and_markdown(daemon_factory: Callable[..., Any], 
             path = f"/v1/threads/{tid if status == 400 else 'thr_0000000000000000'}/export"
             r = await http.get(path, params=params)
             assert r.status_code == status, r.text
+
+
+async def test_archive_and_unarchive(daemon: Daemon) -> None:
+    kept = (await new_thread(daemon, "stream-json"))["id"]
+    old = (await new_thread(daemon, "stream-json", title="old work"))["id"]
+    c = await daemon.ws(old)
+    await c.turn("ocelot sighting")
+    async with daemon.http() as http:
+
+        async def listed(**params: str) -> list[str]:
+            r = await http.get("/v1/threads", params=params)
+            assert r.status_code == 200, r.text
+            return [t["id"] for t in r.json()["threads"]]
+
+        assert (await http.get(f"/v1/threads/{old}")).json()["archived"] is False
+        r = await http.patch(f"/v1/threads/{old}", json={"archived": True})
+        assert r.status_code == 200 and r.json()["archived"] is True and r.json()["title"] == "old work", r.text
+        assert (await http.get(f"/v1/threads/{old}")).json()["archived"] is True
+        assert await listed() == [kept]
+        assert await listed(archived="1") == [old]
+        assert set(await listed(archived="all")) == {kept, old}
+        # still searched, and still a thread: it takes a prompt like any other
+        assert {h["thread"] for h in await search(http, daemon.headers, "ocelot")} == {old}
+        await c.turn("more")
+        r = await http.patch(f"/v1/threads/{old}", json={"archived": False, "title": "back"})
+        assert r.status_code == 200 and r.json()["archived"] is False and r.json()["title"] == "back", r.text
+        assert set(await listed()) == {kept, old} and await listed(archived="1") == []
+        for body in ({}, {"archived": "maybe"}, {"archived": True, "other": 1}):
+            r = await http.patch(f"/v1/threads/{old}", json=body)
+            assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request", (body, r.text)
+        r = await http.get("/v1/threads", params={"archived": "yes"})
+        assert r.status_code == 400, r.text

@@ -55,7 +55,8 @@ class CreateThread(BaseModel):
 
 class PatchThread(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    title: str = Field(..., max_length=512)
+    title: str | None = Field(None, max_length=512)
+    archived: bool | None = None  # docs/api.md §4.24
 
 
 async def _conv(request: Request, thread_id: str) -> Conversation:
@@ -151,11 +152,13 @@ async def list_threads(
     limit: int = Query(50, ge=1, le=200),
     cursor: str | None = Query(None, max_length=512),
     agent: str | None = Query(None, max_length=128),
+    archived: Literal["0", "1", "all"] = Query("0"),
 ) -> dict[str, Any]:
     reg = registry(request)
     user = current_user(request)
     owner = None if user.admin else user.name
-    rows, next_cursor = await reg.list_threads(limit=limit, cursor=cursor, agent=agent, owner=owner)
+    which = {"0": False, "1": True, "all": None}[archived]  # docs/api.md §4.24
+    rows, next_cursor = await reg.list_threads(limit=limit, cursor=cursor, agent=agent, owner=owner, archived=which)
     shown = _shown(request)
     return {"threads": [thread_view(r, shown) for r in rows], "next_cursor": next_cursor}
 
@@ -167,8 +170,11 @@ async def get_thread(thread_id: str, request: Request) -> dict[str, Any]:
 
 @router.patch("/threads/{thread_id}")
 async def patch_thread(thread_id: str, body: PatchThread, request: Request) -> dict[str, Any]:
+    fields = body.model_dump(exclude_none=True)
+    if not fields:
+        raise InvalidRequest("give title, archived or both", code="invalid_request")
     conv = await _conv(request, thread_id)
-    await conv.set_fields({"title": body.title})
+    await conv.set_fields(fields)
     return _view(request, conv)
 
 

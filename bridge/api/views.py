@@ -63,6 +63,7 @@ def thread_view(row: ThreadRow, view: Shown = AS_IS) -> dict[str, Any]:
     out: dict[str, Any] = {k: row.get(k) for k in PUBLIC_THREAD_FIELDS}
     out["options"] = _options_shown(row.get("options") or {})
     out["pending_permissions"] = row.get("pending_permissions") or 0
+    out["archived"] = bool(row.get("archived"))  # (a row made before it was read back has none)
     if view is not AS_IS:
         if isinstance(cwd := out.get("cwd"), str):
             out["cwd"] = view.path(cwd)

@@ -437,9 +437,12 @@ class Registry:
         return conv.thread if conv is not None else row
 
     async def list_threads(
-        self, *, limit: int, cursor: str | None, agent: str | None, owner: str | None
+        self, *, limit: int, cursor: str | None, agent: str | None, owner: str | None, archived: bool | None = False
     ) -> tuple[list[ThreadRow], str | None]:
         """One page of threads, newest activity first, each as it is now (:meth:`current`):
-        for a surface that lists threads without reaching into the store."""
-        rows, next_cursor = await self.store.list_threads(limit=limit, cursor=cursor, agent=agent, owner=owner)
+        for a surface that lists threads without reaching into the store. Archived threads
+        only when asked for (``archived``: base.ThreadStore.list_threads)."""
+        rows, next_cursor = await self.store.list_threads(
+            limit=limit, cursor=cursor, agent=agent, owner=owner, archived=archived
+        )
         return [self.current(row) for row in rows], next_cursor

@@ -58,6 +58,7 @@ class ThreadRow(TypedDict, total=False):
     pid_start: int | None
     pending_permissions: int  # permission requests waiting for a client's answer
     owner: str | None  # the user who created it ([auth] mode = "users"); None in token mode
+    archived: bool  # hidden from the thread list unless asked for (docs/api.md §4.24)
     # What its transcript holds (``transcript_size`` of every event), kept by the appends:
     # [capacity] max_transcript_mb is checked against it. Private, like the columns below.
     transcript_bytes: int
@@ -99,9 +100,16 @@ class ThreadStore(Protocol):
     async def create_thread(self, thread: ThreadRow) -> None: ...
     async def get_thread(self, thread_id: str) -> ThreadRow | None: ...
     async def list_threads(
-        self, *, limit: int, cursor: str | None, agent: str | None, owner: str | None = None
+        self,
+        *,
+        limit: int,
+        cursor: str | None,
+        agent: str | None,
+        owner: str | None = None,
+        archived: bool | None = False,
     ) -> tuple[list[ThreadRow], str | None]:
-        """Newest activity first; with ``owner``, that user's threads only."""
+        """Newest activity first; with ``owner``, that user's threads only; ``archived``:
+        only the threads not archived (False), only the archived (True), or both (None)."""
         ...
 
     async def update_thread(self, thread_id: str, fields: ThreadFields) -> None: ...
@@ -261,6 +269,7 @@ PUBLIC_THREAD_FIELDS = (
     "options",
     "pending_permissions",
     "owner",
+    "archived",
 )
 # A thread row's columns in both stores: those, and the store's own (the agent process, the task table).
 PRIVATE_THREAD_COLUMNS = ("pid", "pid_start", "tasks", "transcript_bytes")

@@ -97,9 +97,15 @@ class CommonStore:
         return rows.thread_row(found[0]) if found else None
 
     async def list_threads(
-        self, *, limit: int, cursor: str | None, agent: str | None, owner: str | None = None
+        self,
+        *,
+        limit: int,
+        cursor: str | None,
+        agent: str | None,
+        owner: str | None = None,
+        archived: bool | None = False,
     ) -> tuple[list[ThreadRow], str | None]:
-        statement, params = rows.list_query(limit, cursor, agent, owner)
+        statement, params = rows.list_query(limit, cursor, agent, owner, archived)
         await self._rows_settled()  # the order is by updated_at
         return rows.list_page([rows.thread_row(r) for r in await self._fetch(statement, params)], limit)
 

@@ -43,6 +43,7 @@ def thread_row(values: Sequence[Any]) -> ThreadRow:
         if out[col] is not None:
             out[col] = json.loads(out[col])
     out["turn_active"] = bool(out["turn_active"])
+    out["archived"] = bool(out["archived"])
     return cast(ThreadRow, out)
 
 
@@ -57,9 +58,10 @@ def encode_fields(fields: ThreadFields, *, bool_as_int: bool) -> dict[str, Any]:
     for col in JSON_COLUMNS:
         if out.get(col) is not None:
             out[col] = json.dumps(out[col])  # a NUL in JSON is escaped: never refused
-    if "turn_active" in out:
-        active = bool(out["turn_active"])
-        out["turn_active"] = int(active) if bool_as_int else active
+    for flag in ("turn_active", "archived"):
+        if flag in out:
+            on = bool(out[flag])
+            out[flag] = int(on) if bool_as_int else on
     refuse_nul(out)
     return out
 
@@ -122,11 +124,16 @@ def decode_cursor(cursor: str) -> tuple[str, str]:
     raise InvalidRequest("cursor is not valid", code="invalid_cursor")
 
 
-def list_query(limit: int, cursor: str | None, agent: str | None, owner: str | None) -> tuple[str, list[Any]]:
+def list_query(
+    limit: int, cursor: str | None, agent: str | None, owner: str | None, archived: bool | None = False
+) -> tuple[str, list[Any]]:
     """The statement of one page of the thread list (one row more than ``limit``: whether
-    there is a next page) and its parameters."""
+    there is a next page) and its parameters (``archived``: base.ThreadStore.list_threads)."""
     where: list[str] = []
     params: list[Any] = []
+    if archived is not None:
+        where.append("archived = ?")  # (a bool: SQLite's 0/1 as PostgreSQL's boolean)
+        params.append(archived)
     if owner is not None:
         where.append("owner = ?")
         params.append(owner)

@@ -202,11 +202,21 @@ class MemoryStore:
         return dict(row) if row else None
 
     async def list_threads(
-        self, *, limit: int, cursor: str | None, agent: str | None, owner: str | None = None
+        self,
+        *,
+        limit: int,
+        cursor: str | None,
+        agent: str | None,
+        owner: str | None = None,
+        archived: bool | None = False,
     ) -> tuple[list[dict[str, Any]], str | None]:
         rows = sorted(self.threads.values(), key=lambda r: (r["updated_at"], r["id"]), reverse=True)
         rows = [
-            r for r in rows if (agent is None or r["agent"] == agent) and (owner is None or r.get("owner") == owner)
+            r
+            for r in rows
+            if (agent is None or r["agent"] == agent)
+            and (owner is None or r.get("owner") == owner)
+            and (archived is None or bool(r.get("archived")) == archived)
         ]
         return [dict(r) for r in rows[:limit]], None
 

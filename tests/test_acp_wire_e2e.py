@@ -77,6 +77,12 @@ async def test_mcp_servers_and_trace_context_reach_an_acp_agent(
         assert r.status_code == 202, r.text
         await wait_until(lambda: len(sent(tmp_path, "session/prompt")) == 3, what="the REST prompt at the agent")
         assert sent(tmp_path, "session/prompt")[2]["params"]["_meta"] == rest
+    ws = await d.ws(sid)
+    acc = await ws.prompt("over the websocket", traceparent=TP, tracestate="ws=1")
+    assert acc["kind"] == "client.accepted", acc
+    await wait_until(lambda: len(sent(tmp_path, "session/prompt")) == 4, what="the WebSocket prompt at the agent")
+    assert sent(tmp_path, "session/prompt")[3]["params"]["_meta"] == {"traceparent": TP, "tracestate": "ws=1"}
+    async with d.http() as http:
         shown = (await http.get(f"/v1/threads/{sid}")).text
         events = (await http.get(f"/v1/threads/{sid}/events?after=0")).text
     thread = json.loads(shown)
@@ -86,7 +92,7 @@ async def test_mcp_servers_and_trace_context_reach_an_acp_agent(
     assert ENV_SECRET not in events and HEADER_SECRET not in events  # nor in what was written to the agent
 
     traced = [e for e in daemon_lines(d) if e.get("event") == "turn.traced"]
-    assert [(e["thread_id"], e["trace_id"], e["parent_span_id"]) for e in traced] == [(sid, TP[3:35], TP[36:52])] * 2
+    assert [(e["thread_id"], e["trace_id"], e["parent_span_id"]) for e in traced] == [(sid, TP[3:35], TP[36:52])] * 3
     log_text = d.stderr_path.read_text()
     assert ENV_SECRET not in log_text and HEADER_SECRET not in log_text and TP.upper() not in log_text
     await conn.close()

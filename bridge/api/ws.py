@@ -33,6 +33,7 @@ from bridge.api.ws_coalesce import coalesce
 from bridge.api.ws_transport import RECEIVE, SEND_TEXTS, Inbox
 from bridge.clock import now_iso
 from bridge.errors import STORE_UNAVAILABLE_CLOSE, BridgeError, InvalidRequest, StoreError, Throttled, error_body
+from bridge.protocols import trace
 from bridge.protocols.envelope import ephemeral
 from bridge.protocols.events import Record
 from bridge.protocols.jsonline import loads_strict
@@ -358,7 +359,7 @@ class _Op:
 
 
 _OPS: dict[str, _Op] = {
-    "prompt": _Op(lambda frame, actor, _cid: PromptIn.from_frame(frame).command(actor)),
+    "prompt": _Op(lambda frame, actor, _cid: PromptIn.from_frame(frame).command(actor, trace.from_meta(frame))),
     "interrupt": _Op(lambda _frame, actor, _cid: Interrupt(actor=actor)),
     "raw": _Op(lambda frame, actor, _cid: RawIn.from_frame(frame).command(actor)),
     "permission": _Op(

@@ -13,6 +13,7 @@ times are the database's own ``timestamptz``.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bridge.errors import StoreError
@@ -27,7 +28,11 @@ CREATE_LOCK = 2  # thread creation, counted against [capacity] max_threads (Post
 REPLICA_LOCK_CLASS = 0x61620001  # with hashtext(replica_id) as the second key
 SECRETS_LOCK_CLASS = 0x61620002  # with hashtext(user) as the second key: one user's secret writes in turn
 
-MIGRATIONS: list[str] = [
+# A step: its DDL, or a function that runs its statements on the connection (in the step's
+# transaction, like DDL).
+Step = str | Callable[[Any], Awaitable[Any]]
+
+MIGRATIONS: list[Step] = [
     # 1: everything SQLite's migrations 1-6 built: threads (with leases and the replica
     # that recorded the process), transcripts, browser sessions, replicas.
     """
@@ -164,7 +169,7 @@ MIGRATIONS: list[str] = [
     """,  # noqa: S608 (constants of the code)
     # 8: full-text search and archived threads (issue #38, bridge/store/search_pg.py),
     # SQLite's migration 13.
-    search_pg.MIGRATION,
+    search_pg.migrate,  # (DDL, then the events already stored indexed)
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -204,7 +209,7 @@ async def check(conn: Any) -> int:
     return version
 
 
-async def migrate(conn: Any, migrations: list[str] | None = None) -> list[int]:
+async def migrate(conn: Any, migrations: list[Step] | None = None) -> list[int]:
     """Bring the schema up to date on ``conn`` (an autocommit psycopg connection) under the
     migration lock; the versions this call applied (empty: it was up to date)."""
     steps = MIGRATIONS if migrations is None else migrations
@@ -217,7 +222,7 @@ async def migrate(conn: Any, migrations: list[str] | None = None) -> list[int]:
         for number, ddl in enumerate(steps[version:], start=version + 1):
             async with conn.transaction():
                 await conn.execute(_VERSION_TABLE)
-                await conn.execute(ddl)
+                await (ddl(conn) if callable(ddl) else conn.execute(ddl))
                 await conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (number,))
             applied.append(number)
         return applied

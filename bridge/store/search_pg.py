@@ -87,6 +87,35 @@ async def index(conn: AsyncConnection[Any], rows: list[tuple[Any, ...]]) -> None
         await conn.execute(_PUT_STREAMS, [list(c) for c in zip(*still, strict=True)])
 
 
+_BACKFILL_BATCH = 1000  # documents an INSERT
+
+
+async def migrate(conn: AsyncConnection[Any]) -> None:
+    """Migration 8 (pg_schema.MIGRATIONS), in its transaction: the tables, then the events
+    already stored indexed as the appends would have indexed them (search_text.backfill),
+    read through a server-side cursor so a large store is never held in memory."""
+    await conn.execute(MIGRATION)
+    fill = st.Backfill()
+    async with conn.cursor(name="search_backfill") as cur:
+        await cur.execute(
+            "SELECT thread_id, seq, ts, source, kind, CASE WHEN env IS NULL THEN data ELSE "
+            "convert_from(substring(env FROM data_at + 1 FOR coalesce(raw_at - 7, length(env) - 12) - data_at), "
+            "'UTF8') END FROM events WHERE kind = ANY(%s) ORDER BY thread_id, seq",
+            (sorted(st.RELEVANT),),
+        )
+        while chunk := await cur.fetchmany(_BACKFILL_BATCH):
+            docs = [(tid, d.seq, d.kind, d.ts, d.text, st.words(d.text)) for tid, d in fill.feed(chunk)]
+            if docs:
+                await conn.execute(_INSERT_DOCS, [list(c) for c in zip(*docs, strict=True)])
+    streams = [(tid, *_stream_row(stream)) for tid, stream in fill.finish()]
+    if streams:
+        await conn.execute(_PUT_STREAMS, [list(c) for c in zip(*streams, strict=True)])
+
+
+def _stream_row(stream: st.Stream) -> tuple[int, str, str, str]:
+    return stream.seq, stream.ts, stream.channel, stream.text
+
+
 async def forget(conn: AsyncConnection[Any], thread_id: str) -> None:
     """A deleted thread's documents out of the index (in the delete's transaction)."""
     await conn.execute("DELETE FROM search_docs WHERE thread_id = %s", (thread_id,))

@@ -18,7 +18,7 @@ from typing import Any
 
 from bridge.store import search_text as st
 
-# The migration (sqlite_sql._MIGRATIONS). Events committed before it are not indexed.
+# The migration (sqlite_sql._MIGRATIONS).
 MIGRATION = """
     CREATE TABLE search_docs (
         id INTEGER PRIMARY KEY,
@@ -42,6 +42,34 @@ MIGRATION = """
 """
 
 SEQ, TS, SOURCE, KIND, DATA = range(5)  # sqlite_sql.Rows' first columns
+
+
+def after_migration(db: sqlite3.Connection, ddl: str) -> None:
+    """Run by the migrations (sqlite_sql.open_writer) after each step, in its transaction:
+    after this module's, the events already stored are indexed (search_text.backfill), so
+    an upgraded store finds what was said before it."""
+    if ddl is not MIGRATION:
+        return
+    from bridge.store.sqlite_sql import DATA_SQL  # (that module imports this one)
+
+    kinds = ",".join(f"'{k}'" for k in sorted(st.RELEVANT))
+    cur = db.execute(
+        f"SELECT thread_id, seq, ts, source, kind, {DATA_SQL} FROM events "  # noqa: S608 (constants of the code)
+        f"WHERE kind IN ({kinds}) ORDER BY thread_id, seq"
+    )
+    fill = st.Backfill()
+    while chunk := cur.fetchmany(1000):
+        for thread_id, doc in fill.feed(chunk):
+            db.execute(
+                "INSERT INTO search_docs (thread_id, seq, kind, ts, text) VALUES (?,?,?,?,?)",
+                (thread_id, doc.seq, doc.kind, doc.ts, doc.text),
+            )
+    for thread_id, stream in fill.finish():
+        db.execute(
+            "INSERT INTO search_streams (thread_id, seq, ts, channel, text) VALUES (?,?,?,?,?)",
+            (thread_id, stream.seq, stream.ts, stream.channel, stream.text),
+        )
+    db.execute("INSERT INTO search_fts (search_fts) VALUES ('rebuild')")
 
 
 # An append of deltas that go on the thread's open stream (most of an answer's appends): one

@@ -30,6 +30,7 @@ punctuation, or only exclusions) is refused (:class:`~bridge.errors.InvalidReque
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import re
 import unicodedata
@@ -181,6 +182,37 @@ def joined_deltas(sources: list[str], kinds: list[str], datas: list[str]) -> tup
         channel = ch
         texts.append(text)
     return str(channel), _clean("".join(texts))
+
+
+class Backfill:
+    """The documents of a store's existing events, for the migration that makes the index,
+    exactly as the appends would have made them. Fed ``(thread_id, seq, ts, source, kind,
+    data_json)`` rows of the relevant kinds, by thread then seq, in chunks of any size;
+    ``finish`` gives the streams the threads' transcripts end in."""
+
+    def __init__(self) -> None:
+        self._thread: str | None = None
+        self._stream: Stream | None = None
+        self._streams: list[tuple[str, Stream]] = []
+
+    def feed(self, rows: Iterable[tuple[str, int, str, str, str, str]]) -> list[tuple[str, Doc]]:
+        out: list[tuple[str, Doc]] = []
+        for thread_id, group in itertools.groupby(rows, key=lambda r: r[0]):
+            if thread_id != self._thread:
+                self._close()
+                self._thread = thread_id
+            docs, self._stream = index_plan(self._stream, (r[1:] for r in group))
+            out += [(thread_id, d) for d in docs]
+        return out
+
+    def _close(self) -> None:
+        if self._thread is not None and self._stream is not None:
+            self._streams.append((self._thread, self._stream))
+        self._stream = None
+
+    def finish(self) -> list[tuple[str, Stream]]:
+        self._close()
+        return self._streams
 
 
 def relevant(kinds: Iterable[str]) -> bool:

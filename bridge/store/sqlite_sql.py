@@ -200,8 +200,7 @@ _MIGRATIONS.append(
         transcript_seq = (SELECT coalesce(max(seq), 0) FROM events WHERE thread_id = threads.id);
     """  # noqa: S608 (constants of the code)
 )
-# 13: full-text search and archived threads (issue #38, search_sqlite.py). PostgreSQL's migration 8.
-_MIGRATIONS.append(search.MIGRATION)
+_MIGRATIONS.append(search.MIGRATION)  # 13: full-text search, archived threads (issue #38); PostgreSQL's 8
 
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -495,6 +494,7 @@ def open_writer(path: Path, busy_timeout_ms: int) -> sqlite3.Connection:
         db.execute("BEGIN IMMEDIATE")
         for stmt in filter(str.strip, ddl.split(";")):
             db.execute(stmt)
+        search.after_migration(db, ddl)  # (the events stored before the index: indexed once)
         db.execute(f"PRAGMA user_version={i}")
         db.execute("COMMIT")
     db.execute("BEGIN IMMEDIATE")

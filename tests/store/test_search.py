@@ -7,8 +7,10 @@ with a clear error or taken as plain words, never a store error."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from typing import Any
 
+import psycopg
 import pytest
 from support.stores import StoreFactory, thread
 
@@ -144,3 +146,40 @@ async def test_hostile_queries(opened: StoreFactory) -> None:
             with pytest.raises(InvalidRequest) as err:
                 await store.search(q, owner=None, limit=5, cursor=None)
             assert err.value.code == "invalid_query" and why in str(err.value)
+
+
+async def test_an_upgraded_store_indexes_what_it_already_held(opened: StoreFactory, store_url: str) -> None:
+    """The migration that makes the index indexes the events already stored, as the appends
+    would have (a streamed answer joined; one still streaming carried on after)."""
+    async with asyncio.timeout(30):
+        async with opened() as store:
+            await store.create_thread(thread("t1"))  # type: ignore[arg-type]
+            await store.create_thread(thread("t2"))  # type: ignore[arg-type]
+            recs = conversation()
+            await store.append("t1", recs, [None] * len(recs), {})
+            await store.append("t2", [ev(1, "message.delta", text="still stre")], [None], {})
+        await forget_the_index(store_url)
+        async with opened() as store:
+            assert await seqs(store, "staging") == [("t1", 1, "message")]
+            assert await seqs(store, '"rollout of giraffe"') == [("t1", 5, "message.delta")]
+            assert await seqs(store, "zebra") == [("t1", 4, "tool.result"), ("t1", 3, "tool.call")]
+            await store.append("t2", [ev(2, "message.delta", text="aming capybara")], [None], {})
+            await store.append("t2", [ev(3, "turn.ended", turn_id="x", status="success")], [None], {})
+            assert await seqs(store, '"still streaming capybara"') == [("t2", 1, "message.delta")]
+
+
+async def forget_the_index(store_url: str) -> None:
+    """The database as the version before the index left it."""
+    drop = ["DROP TABLE search_docs", "DROP TABLE search_streams", "ALTER TABLE threads DROP COLUMN archived"]
+    if store_url.startswith("sqlite"):
+        db = sqlite3.connect(store_url.removeprefix("sqlite:///"))
+        try:
+            for stmt in ["DROP TABLE search_fts", *drop, "PRAGMA user_version=12"]:
+                db.execute(stmt)
+            db.commit()
+        finally:
+            db.close()
+        return
+    async with await psycopg.AsyncConnection.connect(store_url, autocommit=True) as conn:
+        for stmt in [*drop, "DELETE FROM schema_version WHERE version = 8"]:
+            await conn.execute(stmt)  # type: ignore[arg-type]

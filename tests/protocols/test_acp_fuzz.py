@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bridge.protocols.acp import FS_METHODS, AcpCodec
+from bridge.protocols.acp_elicit import request_key
 from bridge.protocols.codec import Decoded as AcpDecoded
 from bridge.protocols.events import KINDS
 from bridge.protocols.jsonline import parse_object
@@ -534,6 +535,14 @@ def test_every_agent_request_is_answered_or_handed_over_or_pending(rid, method, 
         assert set(codec.pending_permissions()) == before - {str(rid)}
     elif method in FS_METHODS:
         assert [r.id for r in d.requests] == [rid] and not d.replies
+    elif method == "elicitation/create":
+        # A well-formed question waits for a client's answer; anything else is refused
+        # as invalid params (the method is known), never dropped.
+        if answered:
+            assert len(answered) == 1 and answered[0]["error"]["code"] == -32602
+        else:
+            asked = [e for e in d.events if e.kind == "elicitation.requested"]
+            assert len(asked) == 1 and asked[0].data["request_id"] == request_key(rid) and not d.replies
     else:
         assert len(answered) == 1 and answered[0]["error"]["code"] == -32601
 

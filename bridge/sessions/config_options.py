@@ -23,6 +23,7 @@ from bridge.errors import BridgeError, InvalidRequest
 from bridge.protocols.events import Event
 from bridge.protocols.jsonrpc import INTERNAL_ERROR
 from bridge.sessions.actions import Action, Emit, Write
+from bridge.sessions.modes import AgentRefused
 
 # A switch waits this long for the agent: its start and handshake when it was not running,
 # then its answer (as a mode switch does).
@@ -30,16 +31,10 @@ CONFIG_TIMEOUT_S = 30.0
 MAX_TEXT = 4096  # characters of the agent's refusal passed on
 
 
-class ConfigRefused(BridgeError):
-    """The agent answered ``session/set_config_option`` with an error (an unknown option
-    or value, say); ``rpc`` is its JSON-RPC error as it gave it, for an ACP client."""
+class ConfigRefused(AgentRefused):
+    """The agent refused ``session/set_config_option`` (an unknown option or value, say)."""
 
     code = "config_refused"
-    status = 400
-
-    def __init__(self, message: str, rpc: dict[str, Any]) -> None:
-        super().__init__(message)
-        self.rpc = rpc
 
 
 class ConfigTimeout(BridgeError):

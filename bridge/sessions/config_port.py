@@ -7,16 +7,15 @@ switch waits for its session, then for its answer, routed back to this call by t
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 from bridge.errors import Conflict, InvalidRequest
 from bridge.protocols.codecs import may_have_modes
+from bridge.sessions.actions import Action
 from bridge.sessions.commands import SetConfigOption
 from bridge.sessions.config_options import CONFIG_TIMEOUT_S, ConfigTimeout, config_answer, config_request
 from bridge.sessions.conversation import Conversation
-from bridge.sessions.withdraw import give_up
+from bridge.sessions.withdraw import ask_agent
 
 
 async def set_config_here(conv: Conversation, c: SetConfigOption) -> dict[str, Any]:
@@ -25,24 +24,15 @@ async def set_config_here(conv: Conversation, c: SetConfigOption) -> dict[str, A
     if conv.profile is not None and not may_have_modes(conv.profile.protocol):
         # Only ACP agents have session config options (as only they have modes).
         raise InvalidRequest("this thread's agent has no session config options", code="config_not_supported")
-    conv.require_writable()
-    await conv.ensure_started()
-    route = f"config-{id(conv)}-{time.monotonic_ns()}"
-    try:
-        async with asyncio.timeout(CONFIG_TIMEOUT_S):
-            await conv.until_ready()
-            async with conv.journal.lock:
-                if conv.core.codec is None:
-                    raise Conflict("the agent process is not running", code="agent_exited")
-                reply = conv.routes.expect(route)
-                await conv.perform(config_request(conv.core.codec, c.config_id, c.value, route, c.actor))
-            text = await reply
-    except TimeoutError:
-        await give_up(conv, route)  # $/cancel_request where the dialect has it (sessions/withdraw.py)
-        what = "session/set_config_option"
-        raise ConfigTimeout(f"the agent did not answer {what} within {CONFIG_TIMEOUT_S:g} s") from None
-    finally:
-        conv.routes.forget(route)
+
+    def request(route: str) -> list[Action]:
+        if conv.core.codec is None:
+            raise Conflict("the agent process is not running", code="agent_exited")
+        return config_request(conv.core.codec, c.config_id, c.value, route, c.actor)
+
+    text = await ask_agent(
+        conv, request, method="session/set_config_option", timeout_s=CONFIG_TIMEOUT_S, timeout_error=ConfigTimeout
+    )
     return config_answer(text, c.config_id, c.value)
 
 

@@ -16,8 +16,6 @@ and one line in :data:`_LOCAL` naming it.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar, cast
 
@@ -33,7 +31,7 @@ from bridge.sessions.fanout import Subscriber
 from bridge.sessions.journal import SEQ_RETAKES, Renumber
 from bridge.sessions.lease import settled_in_transcript
 from bridge.sessions.modes import MODE_TIMEOUT_S, ModeTimeout, check_mode_id, mode_answer
-from bridge.sessions.withdraw import give_up
+from bridge.sessions.withdraw import ask_agent
 
 A = TypeVar("A")  # a command's answer
 
@@ -168,21 +166,13 @@ class LocalPort:
         check_mode_id(mode_id)
         if conv.profile is not None and not may_have_modes(conv.profile.protocol):
             raise InvalidRequest("this thread's agent has no session modes", code="modes_not_supported")
-        conv.require_writable()
-        await conv.ensure_started()
-        route = f"mode-{id(conv)}-{time.monotonic_ns()}"
-        try:
-            async with asyncio.timeout(MODE_TIMEOUT_S):
-                await conv.until_ready()
-                async with conv.journal.lock:
-                    reply = conv.routes.expect(route)
-                    await conv.perform(conv.core.set_mode(mode_id, route, actor))
-                text = await reply
-        except TimeoutError:
-            await give_up(conv, route)  # $/cancel_request where the dialect has it (sessions/withdraw.py)
-            raise ModeTimeout(f"the agent did not answer session/set_mode within {MODE_TIMEOUT_S:g} s") from None
-        finally:
-            conv.routes.forget(route)
+        text = await ask_agent(
+            conv,
+            lambda route: conv.core.set_mode(mode_id, route, actor),
+            method="session/set_mode",
+            timeout_s=MODE_TIMEOUT_S,
+            timeout_error=ModeTimeout,
+        )
         return mode_answer(text, mode_id)
 
     async def write_raw(

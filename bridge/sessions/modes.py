@@ -24,16 +24,21 @@ MAX_MODE_ID = BOUNDS.mode_id
 MAX_TEXT = 4096  # characters of the agent's refusal passed on
 
 
-class ModeRefused(BridgeError):
-    """The agent answered ``session/set_mode`` with an error (an unknown mode id, say);
-    ``rpc`` is its JSON-RPC error as it gave it, for an ACP client."""
+class AgentRefused(BridgeError):
+    """The agent answered a switch with an error; ``rpc`` is its JSON-RPC error as it gave
+    it, for an ACP client."""
 
-    code = "mode_refused"
     status = 400
 
     def __init__(self, message: str, rpc: dict[str, Any]) -> None:
         super().__init__(message)
         self.rpc = rpc
+
+
+class ModeRefused(AgentRefused):
+    """The agent refused ``session/set_mode`` (an unknown mode id, say)."""
+
+    code = "mode_refused"
 
 
 class ModeTimeout(BridgeError):

@@ -83,6 +83,20 @@ def whole(recs: list[Record]) -> Compactor:
     return comp
 
 
+def count_reads(store: Any) -> list[int]:
+    """From now on, each of the store's event reads appends how many records it gave."""
+    read = store.read_events
+    counted: list[int] = []
+
+    async def counting(thread_id: str, after: int, limit: int, **kw: Any) -> Any:
+        page = await read(thread_id, after, limit, **kw)
+        counted.append(len(page))
+        return page
+
+    store.read_events = counting
+    return counted
+
+
 async def walk(store: Any, tid: str, limit: int) -> list[list[Item]]:
     pages: list[list[Item]] = []
     before: int | None = None
@@ -153,15 +167,7 @@ async def test_the_newest_page_reads_the_last_turns_only(opened: StoreFactory) -
     recs = transcript(5, 200)
     async with opened() as store:
         await stored(store, "thr_n", recs)
-        read = store.read_events
-        counted: list[int] = []
-
-        async def counting(thread_id: str, after: int, limit: int, **kw: Any) -> Any:
-            page = await read(thread_id, after, limit, **kw)
-            counted.append(len(page))
-            return page
-
-        store.read_events = counting
+        counted = count_reads(store)
         page = await read_page(store, "thr_n", None, 5)
         assert page.items == whole(recs).snapshot()[-5:] and page.more
         assert 0 < sum(counted) < len(recs) // 20  # a few turns of 200
@@ -221,15 +227,7 @@ async def test_a_turn_longer_than_a_window_is_paged_at_its_edges_without_reading
     async with opened() as store:
         await stored(store, "thr_w", recs)
         assert (await store.get_thread("thr_w"))["last_seq"] == len(recs)
-        read = store.read_events
-        counted: list[int] = []
-
-        async def counting(thread_id: str, after: int, limit: int, **kw: Any) -> Any:
-            page = await read(thread_id, after, limit, **kw)
-            counted.append(len(page))
-            return page
-
-        store.read_events = counting
+        counted = count_reads(store)
         for limit in (3, 40):
             pages: list[list[Item]] = []
             before: int | None = None

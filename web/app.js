@@ -9,6 +9,7 @@ import { SlashMenu, advertised } from "./commands.js";
 import { ElicitCard } from "./elicit.js";
 import { NewThreadDialog } from "./newthread.js";
 import { Notifier } from "./notify.js";
+import { MessageSearch } from "./search.js";
 import { SecretsPanel } from "./secrets.js";
 import { SHORTCUTS, shortcut } from "./shortcuts.js";
 import { renderTasks } from "./tasks.js";
@@ -236,6 +237,11 @@ class App {
     $("#keys-close").addEventListener("click", () => $("#keys-dialog").close());
     $("#thread-search").addEventListener("input", (e) => this.list.setFilter({ text: e.target.value }));
     $("#thread-state").addEventListener("change", (e) => this.list.setFilter({ state: e.target.value }));
+    this.search = new MessageSearch({
+      title: (id) => (this.list.threads.get(id) || {}).title || "Untitled",
+      onOpen: (id) => this.list.onPick(id),
+    }).bind();
+    $("#archive").addEventListener("click", () => this.toggleArchived());
     document.addEventListener("keydown", (e) => {
       if (shortcut(e, this.shortcuts())) return;
       if (e.key !== "Escape" || document.querySelector("dialog[open]")) return;
@@ -421,6 +427,9 @@ class App {
     this.updateTitle();
     $("#t-meta").textContent = `${t.agent}${t.model ? ` · ${t.model}` : ""} · ${t.cwd}`;
     $("#t-meta").title = $("#t-meta").textContent;
+    $("#archive").textContent = t.archived ? "Unarchive" : "Archive";
+    $("#export").href = `/v1/threads/${encodeURIComponent(t.id)}/export?format=markdown`;
+    $("#export").download = `${t.id}.md`;
     // Known while the change stream is live; otherwise not pretended. The open thread's
     // own events say sooner than the stream whether a turn runs or a request waits.
     const key = threadState(t, { live: this.list.live, turnActive: cur.turnActive, pending: cur.pending.size });
@@ -623,6 +632,20 @@ class App {
       this.list.upsert(cur.thread);
     } catch (err) {
       $("#send-error").textContent = `${action} failed: ${err.message}`;
+    }
+  }
+
+  /** Archive the open thread, or bring it back (docs/api.md §4.24). */
+  async toggleArchived() {
+    const cur = this.current;
+    if (!cur) return;
+    try {
+      const path = `/v1/threads/${encodeURIComponent(cur.id)}`;
+      cur.thread = await api("PATCH", path, { archived: !cur.thread.archived });
+      this.renderThreadHead();
+      this.list.upsert(cur.thread);
+    } catch (err) {
+      $("#send-error").textContent = `archive failed: ${err.message}`;
     }
   }
 

@@ -43,7 +43,9 @@ export class ThreadList {
   matches(t) {
     const { text, state } = this.filter;
     const key = threadState(t);
-    if (state && key !== state && !(state === "working" && key === "asking")) return false;
+    // Archived threads show only under "Archived" (docs/api.md §4.24), and only they do.
+    if ((state === "archived") !== Boolean(t.archived)) return false;
+    if (state && state !== "archived" && key !== state && !(state === "working" && key === "asking")) return false;
     const words = text.toLowerCase().split(/\s+/).filter(Boolean);
     const hay = `${t.title || "untitled"} ${t.agent} ${t.cwd} ${THREAD_STATES[key][0]} ${t.state} ${t.model || ""}`;
     return words.every((w) => hay.toLowerCase().includes(w));
@@ -95,7 +97,7 @@ export class ThreadList {
     const all = [];
     let cursor = null;
     for (let page = 0; page < LIST_PAGES; page++) {
-      const q = new URLSearchParams({ limit: "200" });
+      const q = new URLSearchParams({ limit: "200", archived: "all" }); // (matches() sorts them out)
       if (cursor) q.set("cursor", cursor);
       const res = await api("GET", `/v1/threads?${q}`);
       all.push(...res.threads);

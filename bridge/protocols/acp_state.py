@@ -129,7 +129,9 @@ def config_options(value: Any) -> list[dict[str, Any]] | None:
 def models_option(value: Any) -> list[dict[str, Any]] | None:
     """An older agent's ``models`` (``{currentModelId, availableModels: [{modelId, name,
     description?}]}``, set with ``session/set_model``) as the one config option of the
-    ``model`` category it stands for; None when absent or malformed."""
+    ``model`` category it stands for; None when absent or malformed. A current model the
+    list leaves out (one the user named at launch: Gemini CLI does this) is offered first,
+    so that the thread still shows its model and can switch back to it."""
     src = d(value)
     values = []
     for m in items(src.get("availableModels"))[:MAX_CONFIG_VALUES]:
@@ -137,8 +139,10 @@ def models_option(value: Any) -> list[dict[str, Any]] | None:
         if entry is not None:
             values.append(entry)
     current = _text(src.get("currentModelId"))
-    if current is None or current not in {v["value"] for v in values}:
+    if current is None:
         return None
+    if current not in {v["value"] for v in values}:
+        values = [{"value": current, "name": current}, *values[: MAX_CONFIG_VALUES - 1]]
     option = {
         "id": MODEL_OPTION_ID,
         "name": "Model",

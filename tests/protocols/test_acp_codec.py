@@ -1478,6 +1478,19 @@ def test_an_older_agents_models_are_a_model_option_set_with_session_set_model():
     assert wire(codec.set_config_option("model", "x", "r") or "")["method"] == "session/set_config_option"
 
 
+def test_an_older_agents_current_model_missing_from_its_list_is_offered_first():
+    # Gemini CLI started with --model NAME reports NAME as current without listing it.
+    models = {"currentModelId": "custom-1", "availableModels": [{"modelId": "gemini-pro", "name": "Pro"}]}
+    _, d = configured_codec({"models": models})
+    assert d.agent is not None
+    [option] = d.agent["config_options"]
+    assert option["currentValue"] == "custom-1"
+    assert option["options"] == [{"value": "custom-1", "name": "custom-1"}, {"value": "gemini-pro", "name": "Pro"}]
+    # no current model at all: still nothing to show
+    _, d = configured_codec({"models": {"availableModels": models["availableModels"]}})
+    assert d.agent is None or not d.agent.get("config_options")
+
+
 def test_config_option_update_replaces_the_list():
     codec, _ = configured_codec({"configOptions": [MODEL_OPTION]})
     now = [{**MODEL_OPTION, "currentValue": "deep"}]

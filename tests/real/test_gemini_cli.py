@@ -86,7 +86,7 @@ AGENT = Agent(
     check_permission,
     version=PINS[GEMINI],
     before_restart=next_minute,
-    # Gemini CLI answers the older `models`, but with the fake's model as the current one,
-    # which its list of models does not hold: the bridge makes no `model` option of that.
-    model_option=False,
+    # Gemini CLI answers the older `models`, with the fake's model as the current one, which
+    # its list does not hold: the bridge offers it first, and a switch is session/set_model.
+    model_option=True,
 )

@@ -3,6 +3,7 @@ index adds to an append, and how long a query takes over a large store.
 
     python -m bench.search            # 1,000 threads and a million events (a few minutes)
     python -m bench.search --quick    # a smoke run (seconds); numbers are not meaningful
+    python -m bench.search --pg URL   # the query part on PostgreSQL (an empty database)
 
 * ``append``: the same appends committed through ``sqlite_sql._commit`` (the writer's
   transaction) with the index and without it (``search_sqlite.index`` replaced by a no-op),
@@ -20,6 +21,7 @@ index adds to an append, and how long a query takes over a large store.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import random
 import shutil
@@ -188,6 +190,62 @@ def index_bytes(path: Path) -> dict[str, float]:
     return {"db_mb": total / 2**20, "index_mb": (search or 0) / 2**20}
 
 
+async def pg_run(url: str, threads: int, events: int, runs: int) -> dict[str, Any]:
+    """The query part on PostgreSQL (``--pg URL``, an empty database): the same store built
+    through the store's own appends (batches of 512 events, the index in their
+    transactions), then the same queries through ``store.search``."""
+    from bridge.store.factory import make_store
+
+    store = make_store(url)
+    await store.open()
+    out: dict[str, Any] = {}
+    try:
+        rng = random.Random(2)  # noqa: S311 (reproducible words, not secrets)
+        t0 = time.perf_counter()
+        total = 0
+        for t in range(threads):
+            tid = f"thr_{t:05d}"
+            await store.create_thread(
+                {
+                    "id": tid,
+                    "agent": "a",
+                    "protocol": "p",
+                    "cwd": "/",
+                    "state": "idle",
+                    "created_at": TS,
+                    "updated_at": TS,
+                    "owner": f"user{t % 10}",
+                    "options": {},
+                    "title": "",
+                }
+            )
+            seq = 1
+            while seq <= events:
+                batch: list[Record] = []
+                while len(batch) < 512 and seq <= events:
+                    turn = turn_events(rng, seq)[: events - seq + 1]
+                    if rng.random() < 0.01:  # a rare word now and then, as build() does
+                        turn[0] = Record(
+                            turn[0].seq, TS, "client", "message", {"text": f"{rng.choice(RARE)} sighted"}, None, False
+                        )
+                    batch += turn
+                    seq += len(turn)
+                await store.append(tid, batch, [None] * len(batch), {})
+                total += len(batch)
+        out["build_s"], out["events"] = time.perf_counter() - t0, total
+        for name, q, owner in QUERIES:
+            times = []
+            hits: list[Any] = []
+            for _ in range(runs):
+                t1 = time.perf_counter()
+                hits, _ = await store.search(q, owner=owner, limit=20, cursor=None)
+                times.append((time.perf_counter() - t1) * 1000)
+            out[name] = {"p50_ms": statistics.median(times), "max_ms": max(times), "hits": len(hits)}
+    finally:
+        await store.close()
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.search", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
@@ -196,7 +254,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--queries", type=int, default=15)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--pg", metavar="URL", help="run the query part on this (empty) PostgreSQL database instead")
     args = ap.parse_args(argv)
+    if args.pg:
+        result = asyncio.run(pg_run(args.pg, args.threads, args.events, args.queries))
+        print(f"postgresql: {result['events']} events in {args.threads} threads, built in {result['build_s']:.1f}s")
+        for name, _, _ in QUERIES:
+            r = result[name]
+            print(f"query {name}: p50 {r['p50_ms']:.2f} ms, max {r['max_ms']:.2f} ms, {r['hits']} hits")
+        if args.json:
+            args.json.write_text(json.dumps(result))
+        return 0
     if args.quick:
         args.threads, args.events, args.queries, args.rounds = 20, 200, 3, 1
     work = Path(tempfile.mkdtemp(prefix="bench-search-"))

@@ -38,6 +38,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from bridge.errors import InvalidRequest
 
 MAX_DOC_TEXT = 8 * 1024  # characters of one document (the rest of the event is not indexed)
@@ -116,9 +118,12 @@ def event_text(kind: str, source: str, data: dict[str, Any]) -> str:
 
 def _data(data_json: str) -> dict[str, Any]:
     try:
-        data = json.loads(data_json)
-    except ValueError:
-        return {}
+        data = orjson.loads(data_json)
+    except ValueError:  # orjson.JSONDecodeError is one; it refuses a lone surrogate's escape
+        try:
+            data = json.loads(data_json)
+        except ValueError:
+            return {}
     return data if isinstance(data, dict) else {}
 
 

@@ -183,3 +183,12 @@ async def forget_the_index(store_url: str) -> None:
     async with await psycopg.AsyncConnection.connect(store_url, autocommit=True) as conn:
         for stmt in [*drop, "DELETE FROM schema_version WHERE version = 8"]:
             await conn.execute(stmt)  # type: ignore[arg-type]
+
+
+def test_event_data_with_a_lone_surrogate_escape_is_still_read_for_the_index() -> None:
+    # The fast parser refuses "\ud800"; the index falls back to the standard one, as the
+    # transcript stored it, so such an event is searchable like any other.
+    from bridge.store import search_text
+
+    assert search_text._data('{"text": "a\\ud800b"}') == {"text": "a\ud800b"}
+    assert search_text._data("not json") == {}

@@ -63,6 +63,7 @@ def create_app(
         me_secrets,
         search,
         threads,
+        usage,
         web,
         workspace,
         ws,
@@ -196,6 +197,7 @@ def create_app(
     app.include_router(cluster.router)
     app.include_router(threads.router)
     app.include_router(search.router)
+    app.include_router(usage.router)
     app.include_router(export.router)
     app.include_router(elicitations.router)
     app.include_router(ws.router)

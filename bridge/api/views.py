@@ -14,6 +14,7 @@ from bridge.api.context import context
 from bridge.api.users import User
 from bridge.config import Settings
 from bridge.protocols.mcp_servers import redacted
+from bridge.store import usage
 from bridge.store.base import PUBLIC_THREAD_FIELDS, ThreadRow
 from bridge.userdirs import hides_paths, shown, shown_text, users_mode
 
@@ -64,6 +65,7 @@ def thread_view(row: ThreadRow, view: Shown = AS_IS) -> dict[str, Any]:
     out["options"] = _options_shown(row.get("options") or {})
     out["pending_permissions"] = row.get("pending_permissions") or 0
     out["archived"] = bool(row.get("archived"))  # (a row made before it was read back has none)
+    out["usage"] = usage.shown(row.get("usage"))  # (zeros for a thread no turn has ended in)
     if view is not AS_IS:
         if isinstance(cwd := out.get("cwd"), str):
             out["cwd"] = view.path(cwd)

@@ -201,6 +201,7 @@ class StreamJsonCodec(ElicitationAnswers):
         # The control requests written to the agent and not answered yet: id → subtype, so
         # that an answer names what it answers (agent.reply ``op``). Bounded.
         self._sent: dict[str, str] = {}
+        self._spent = 0.0  # the process's running total when its last turn ended (smap.result_usage)
 
     def launch_flags(self, options: Mapping[str, Any]) -> list[str]:
         return [*self._flags, *spawn_option_flags(options, self._prompt_flags)]
@@ -436,8 +437,9 @@ class StreamJsonCodec(ElicitationAnswers):
         else:
             status = "error"
         data: dict[str, Any] = {"status": status, "stop_reason": _s(obj.get("stop_reason"))}
-        if isinstance(obj.get("usage"), dict):
-            data["usage"] = obj["usage"]
+        usage, self._spent = smap.result_usage(obj, self._spent)
+        if usage is not None:
+            data["usage"] = usage
         internal: list[str] = []
         if is_error:
             data["error"], internal = smap.result_error(obj, sub)

@@ -297,3 +297,19 @@ def user_message(obj: dict[str, Any], content: Any) -> dict[str, Any] | None:
     if _s(obj.get("parent_tool_use_id")):
         data["parent_tool_use_id"] = obj["parent_tool_use_id"]
     return data
+
+
+def result_usage(obj: dict[str, Any], spent: float) -> tuple[dict[str, Any] | None, float]:
+    """A result line's ``usage`` for its ``turn.ended`` (docs/api.md §6.3), and the running
+    total to remember: the CLI's own ``usage`` as it gave it, with ``cost`` and
+    ``session_cost`` when the line gives ``total_cost_usd``, in the shape ACP's turns have.
+    Claude Code gives what the process has spent so far, so the turn's own cost is what that
+    grew by since ``spent`` (the total when the process's previous turn ended; a resumed
+    process counts from zero again). Without a usable total, ``spent`` stays."""
+    usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else None
+    total = obj.get("total_cost_usd")
+    if isinstance(total, bool) or not isinstance(total, (int, float)) or not 0 <= total < float("inf"):
+        return usage, spent
+    share = total - spent if total >= spent else total
+    cost = {"amount": round(share, 10), "currency": "USD"}
+    return {**(usage or {}), "cost": cost, "session_cost": {"amount": float(total), "currency": "USD"}}, float(total)

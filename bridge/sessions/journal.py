@@ -48,6 +48,7 @@ from bridge.sessions.fanout import Fanout
 from bridge.sessions.history import Compactor, committed
 from bridge.sessions.history_read import HistoryPage, cached_page, read_page
 from bridge.sessions.latency import Latency
+from bridge.store import usage
 from bridge.store.base import Store, ThreadRow, apply_fields, transcript_size
 
 log = structlog.get_logger("bridge.journal")
@@ -342,6 +343,7 @@ class Journal:
                 return True
             self._moved(max(self._last, flight.records[-1].seq if flight.records else 0))
             self.thread["transcript_bytes"] = self.thread.get("transcript_bytes", 0) + flight.size
+            self._count_usage(flight.records)
             self.fanout.resync_all()
         elif self._failure is None and isinstance(failure, StoreError) and not isinstance(failure, LeaseLost):
             self._refused.append(_Refused(flight, failure))  # why: drain finds out
@@ -443,9 +445,17 @@ class Journal:
     def _advance(self, records: list[Record], fields: Fields, size: int | None = None) -> None:
         """Committed: the seq and the thread row move on (the store counted the same size)."""
         apply_fields(self.thread, fields)
+        self._count_usage(records)
         grown = transcript_size(records) if size is None else size
         self.thread["transcript_bytes"] = self.thread.get("transcript_bytes", 0) + grown
         self._moved(records[-1].seq if records else self._last)
+
+    def _count_usage(self, records: list[Record]) -> None:
+        """The thread's usage totals with the turns these records end, as the store added
+        them up in the same commit (bridge/store/usage.py)."""
+        for rec in records:
+            if rec.kind == "turn.ended":
+                self.thread["usage"] = usage.add(self.thread.get("usage"), usage.of_turn(rec.data))
 
     def _visible(self, records: list[Record]) -> None:
         self.announcer.committed(records)

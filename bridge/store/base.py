@@ -59,6 +59,7 @@ class ThreadRow(TypedDict, total=False):
     pending_permissions: int  # permission requests waiting for a client's answer
     owner: str | None  # the user who created it ([auth] mode = "users"); None in token mode
     archived: bool  # hidden from the thread list unless asked for (docs/api.md §4.24)
+    usage: dict[str, Any] | None  # what its turns used, added up (bridge/store/usage.py)
     # What its transcript holds (``transcript_size`` of every event), kept by the appends:
     # [capacity] max_transcript_mb is checked against it. Private, like the columns below.
     transcript_bytes: int
@@ -174,6 +175,14 @@ class TranscriptStore(Protocol):
         InvalidRequest for a query or cursor that is not valid."""
         ...
 
+    async def usage_report(
+        self, *, group_by: str, owner: str | None, since: str | None, until: str | None, limit: int
+    ) -> dict[str, Any]:
+        """What the turns ended in ``[since, until)`` (``ts`` text; None: unbounded) used,
+        summed per ``group_by`` (bridge/store/usage.py ``GROUPS``), of ``owner``'s threads
+        (every thread's with None): usage.report's answer."""
+        ...
+
 
 class SessionStore(Protocol):
     async def load_sessions(self, now: float) -> list[tuple[str, float, str | None]]:
@@ -270,6 +279,7 @@ PUBLIC_THREAD_FIELDS = (
     "pending_permissions",
     "owner",
     "archived",
+    "usage",
 )
 # A thread row's columns in both stores: those, and the store's own (the agent process, the task table).
 PRIVATE_THREAD_COLUMNS = ("pid", "pid_start", "tasks", "transcript_bytes")

@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 
-from bridge.store import search_pg
+from bridge.store import search_pg, usage_pg
 from bridge.store.base import CHANGE_COLUMNS
 from bridge.store.rows import LEASE_LOST, WIRE_VERSION, later
 
@@ -151,6 +151,7 @@ async def _write(conn: AsyncConnection[Any], todo: list[tuple[int, Append]]) -> 
     if rows:
         await conn.execute(_INSERT, [list(col) for col in zip(*rows, strict=True)])
         await search_pg.index(conn, rows)  # in this transaction: current at commit
+        await usage_pg.record(conn, rows)
     for item in live:
         if item.fields:
             sets = ",".join(f"{k} = %s" for k in item.fields)

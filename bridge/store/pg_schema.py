@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bridge.errors import StoreError
-from bridge.store import search_pg
+from bridge.store import search_pg, usage_pg
 from bridge.store.base import EVENT_OVERHEAD
 from bridge.store.rows import ROW_SIZE
 
@@ -170,6 +170,8 @@ MIGRATIONS: list[Step] = [
     # 8: full-text search and archived threads (issue #38, bridge/store/search_pg.py),
     # SQLite's migration 13.
     search_pg.migrate,  # (DDL, then the events already stored indexed)
+    # 9: what turns used (issue #38, bridge/store/usage_pg.py), SQLite's migration 14.
+    usage_pg.migrate,  # (DDL, then the turn ends already stored recorded)
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

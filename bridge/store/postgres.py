@@ -57,7 +57,7 @@ from bridge.clock import now_iso
 from bridge.errors import StoreError
 from bridge.protocols.envelope import CorruptEvent, Frames, Page, checked_envelopes, checked_lines, stored_envelopes
 from bridge.protocols.events import Record
-from bridge.store import pg_schema, rows, search_pg, search_text
+from bridge.store import pg_schema, rows, search_pg, search_text, usage, usage_pg
 from bridge.store.base import (
     CHANGE_COLUMNS,
     TOMBSTONE_KEEP,
@@ -346,6 +346,7 @@ class PostgresStore(PgLeases, CommonStore):
             async with c.transaction():
                 await c.execute("DELETE FROM events WHERE thread_id = %s", (thread_id,))
                 await search_pg.forget(c, thread_id)
+                await usage_pg.forget(c, thread_id)
                 cur = await c.execute("DELETE FROM threads WHERE id = %s RETURNING owner", (thread_id,))
                 gone = await cur.fetchone()
                 if gone is None:
@@ -482,6 +483,12 @@ class PostgresStore(PgLeases, CommonStore):
         groups, below = search_text.parse_query(q), search_text.decode_cursor(cursor)
         found = await self._read(lambda c: search_pg.search(c, groups, owner, limit, below))
         return cast(tuple[list[dict[str, Any]], str | None], found)
+
+    async def usage_report(
+        self, *, group_by: str, owner: str | None, since: str | None, until: str | None, limit: int
+    ) -> dict[str, Any]:
+        found = await self._read(lambda c: usage_pg.report(c, group_by, owner, since, until))
+        return usage.report(found, group_by, limit)
 
     # ------------------------------------------------------------------ browser sessions
 

@@ -62,7 +62,7 @@ from bridge.clock import now_iso
 from bridge.errors import StoreError
 from bridge.protocols.envelope import Frames, Page
 from bridge.protocols.events import Record
-from bridge.store import rows, search_sqlite, search_text
+from bridge.store import rows, search_sqlite, search_text, usage, usage_sqlite
 from bridge.store import sqlite_leases as leases
 from bridge.store import sqlite_reads as reads
 from bridge.store import sqlite_sql as sql
@@ -601,3 +601,9 @@ class SqliteStore(leases.SqliteLeases, SqliteAccounts, CommonStore):
     ) -> tuple[list[dict[str, Any]], str | None]:
         query, below = search_text.fts5_query(search_text.parse_query(q)), search_text.decode_cursor(cursor)
         return await self._read(lambda db: search_sqlite.search(db, query, owner, limit, below))
+
+    async def usage_report(
+        self, *, group_by: str, owner: str | None, since: str | None, until: str | None, limit: int
+    ) -> dict[str, Any]:
+        found = await self._read(lambda db: usage_sqlite.report(db, group_by, owner, since, until))
+        return usage.report(found, group_by, limit)

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bridge.clock import now_iso
-from bridge.store import sqlite_sql as sql
+from bridge.store import sqlite_accounts_sql as sql
 
 
 class SqliteAccounts:

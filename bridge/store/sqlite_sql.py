@@ -22,7 +22,9 @@ if TYPE_CHECKING:
 from bridge.errors import StoreError
 from bridge.protocols.envelope import json_name, json_ts
 from bridge.store import search_sqlite as search
+from bridge.store import sqlite_accounts_sql as accounts
 from bridge.store import sqlite_leases as leases
+from bridge.store import usage_sqlite as usage
 from bridge.store.base import CHANGE_COLUMNS, EVENT_OVERHEAD, TOMBSTONE_KEEP
 from bridge.store.rows import COLUMNS_SQL, ROW_SIZE, WIRE_VERSION
 
@@ -201,6 +203,7 @@ _MIGRATIONS.append(
     """  # noqa: S608 (constants of the code)
 )
 _MIGRATIONS.append(search.MIGRATION)  # 13: full-text search, archived threads (issue #38); PostgreSQL's 8
+_MIGRATIONS.append(usage.MIGRATION)  # 14: what turns used (issue #38); PostgreSQL's 9
 
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -363,6 +366,7 @@ def _write_item(db: sqlite3.Connection, item: _Append) -> None:
     if item.rows:
         _insert(db, _insert_rows(item.thread_id, item.rows))
         search.index(db, item.thread_id, item.rows)  # in this transaction: current at commit
+        usage.record(db, item.thread_id, item.rows)
     if item.fields:
         sets = ",".join(f"{k}=?" for k in item.fields)
         bump = [_next_change(db)] if item.changed else []
@@ -495,6 +499,7 @@ def open_writer(path: Path, busy_timeout_ms: int) -> sqlite3.Connection:
         for stmt in filter(str.strip, ddl.split(";")):
             db.execute(stmt)
         search.after_migration(db, ddl)  # (the events stored before the index: indexed once)
+        usage.after_migration(db, ddl)
         db.execute(f"PRAGMA user_version={i}")
         db.execute("COMMIT")
     db.execute("BEGIN IMMEDIATE")
@@ -536,6 +541,7 @@ def delete_thread(db: sqlite3.Connection, thread_id: str, deleted_at: str, older
     db.execute("BEGIN IMMEDIATE")
     db.execute("DELETE FROM events WHERE thread_id=?", (thread_id,))
     search.forget(db, thread_id)
+    usage.forget(db, thread_id)
     gone = db.execute("DELETE FROM threads WHERE id=? RETURNING owner", (thread_id,)).fetchall()
     found = bool(gone)
     if found:
@@ -555,83 +561,6 @@ def live_threads(db: sqlite3.Connection) -> list[Any]:
     ).fetchall()
 
 
-def load_sessions(db: sqlite3.Connection, now: float) -> list[Any]:
-    db.execute("DELETE FROM browser_sessions WHERE expires_at <= ?", (now,))
-    return db.execute("SELECT key, expires_at, user_name FROM browser_sessions ORDER BY expires_at").fetchall()
-
-
-def save_session(db: sqlite3.Connection, key: str, expires_at: float, evicted: list[str], user: str | None) -> None:
-    db.execute("BEGIN IMMEDIATE")
-    db.executemany("DELETE FROM browser_sessions WHERE key = ?", [(k,) for k in evicted])
-    db.execute(
-        "INSERT OR REPLACE INTO browser_sessions (key, expires_at, user_name) VALUES (?, ?, ?)",
-        (key, expires_at, user),
-    )
-    db.execute("COMMIT")
-
-
-def delete_session(db: sqlite3.Connection, key: str) -> None:
-    db.execute("DELETE FROM browser_sessions WHERE key = ?", (key,))
-
-
-def add_user(db: sqlite3.Connection, name: str, token_hash: str, admin: bool, created_at: str) -> bool:
-    cur = db.execute(
-        "INSERT INTO users (name, token_hash, admin, created_at) VALUES (?, ?, ?, ?) "
-        "ON CONFLICT (name) DO UPDATE SET token_hash = excluded.token_hash, admin = excluded.admin, "
-        "revoked_at = NULL WHERE users.revoked_at IS NOT NULL",
-        (name, token_hash, int(admin), created_at),
-    )
-    return cur.rowcount > 0
-
-
-def revoke_user(db: sqlite3.Connection, name: str, revoked_at: str) -> bool:
-    db.execute("BEGIN IMMEDIATE")
-    cur = db.execute(
-        "UPDATE users SET token_hash = NULL, revoked_at = ? WHERE name = ? AND revoked_at IS NULL",
-        (revoked_at, name),
-    )
-    db.execute("DELETE FROM browser_sessions WHERE user_name = ?", (name,))
-    if cur.rowcount > 0:
-        db.execute("DELETE FROM user_secrets WHERE user_name = ?", (name,))
-    db.execute("COMMIT")
-    return cur.rowcount > 0
-
-
-def put_secret(
-    db: sqlite3.Connection,
-    user: str,
-    profile: str,
-    key: str,
-    nonce: bytes,
-    ciphertext: bytes,
-    updated_at: str,
-    max_per_user: int,
-) -> bool:
-    """Store or replace a secret; False (nothing written) when it is new and the user holds
-    ``max_per_user`` already."""
-    db.execute("BEGIN IMMEDIATE")
-    there = db.execute(
-        "SELECT 1 FROM user_secrets WHERE user_name = ? AND profile = ? AND key = ?", (user, profile, key)
-    ).fetchone()
-    held = db.execute("SELECT count(*) FROM user_secrets WHERE user_name = ?", (user,)).fetchone()[0]
-    if there is None and held >= max_per_user:
-        db.execute("ROLLBACK")
-        return False
-    db.execute(
-        "INSERT INTO user_secrets (user_name, profile, key, nonce, ciphertext, updated_at) VALUES (?, ?, ?, ?, ?, ?) "
-        "ON CONFLICT (user_name, profile, key) DO UPDATE SET nonce = excluded.nonce, "
-        "ciphertext = excluded.ciphertext, updated_at = excluded.updated_at",
-        (user, profile, key, nonce, ciphertext, updated_at),
-    )
-    db.execute("COMMIT")
-    return True
-
-
-def delete_secret(db: sqlite3.Connection, user: str, profile: str, key: str) -> bool:
-    cur = db.execute("DELETE FROM user_secrets WHERE user_name = ? AND profile = ? AND key = ?", (user, profile, key))
-    return cur.rowcount > 0
-
-
 def checkpoint(db: sqlite3.Connection) -> list[Any]:
     """PASSIVE: never blocks a writer or a reader; (busy, WAL frames, frames checkpointed)."""
     return list(db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone())
@@ -649,13 +578,7 @@ OPS = {
         update_thread,
         delete_thread,
         live_threads,
-        load_sessions,
-        save_session,
-        delete_session,
-        add_user,
-        revoke_user,
-        put_secret,
-        delete_secret,
+        *accounts.OPS,
         checkpoint,
         execute,
         *leases.OPS,

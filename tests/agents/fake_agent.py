@@ -42,6 +42,9 @@ Directives are the first word of a prompt:
                      and session; sleeps 300 s, cmdline carries FAKE_AGENT_LOG), then hang, or
                      with "exit" exit 3 (the grandchild is orphaned)
 
+Every stream-json result line carries usage (3 tokens in, 5 out) and, as Claude Code's,
+total_cost_usd: what this process has spent so far, 0.125 USD more with each result line.
+
 Flags: --exit-at-start (exit 5 before reading anything).
 
 awp-jsonl (``--dialect awp-jsonl``) is as strict as the AWP reference adapter
@@ -279,6 +282,9 @@ class Agent:
         self.history: list[str] = self._load()
         self.deferred: list[dict] = []
         self.initialized = False  # awp-jsonl: system/init once, after the first accepted input
+        # stream-json: what this process has spent, as Claude Code's total_cost_usd gives it
+        # (a running total of the process: 0.125 USD more with every result line)
+        self.spent = 0.0
 
     def _path(self) -> str | None:
         return os.path.join(self.state_dir, f"{self.session_id}.json") if self.state_dir else None
@@ -348,6 +354,9 @@ class Agent:
             "stop_reason": None if error else "end_turn",
             "uuid": str(uuid.uuid4()),
         }
+        if not self.awp:
+            self.spent += 0.125
+            obj["total_cost_usd"] = self.spent
         if terminal_reason:
             obj["terminal_reason"] = terminal_reason
         if errors is not None:

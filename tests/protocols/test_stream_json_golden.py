@@ -307,9 +307,21 @@ def test_result_success_becomes_turn_ended_success():
     assert ev.kind == "turn.ended"
     assert ev.data["status"] == "success"
     assert ev.data["stop_reason"] == obj["stop_reason"] == "end_turn"
-    assert ev.data["usage"] == obj["usage"]
+    # The CLI's usage as it gave it, with the turn's cost (the first turn of a process: all of it).
+    usd = {"amount": obj["total_cost_usd"], "currency": "USD"}
+    assert ev.data["usage"] == {**obj["usage"], "cost": usd, "session_cost": usd}
     assert ev.data["native_session_id"] == obj["session_id"]
     assert "error" not in ev.data
+
+
+def test_each_turn_end_costs_what_the_process_total_grew_by():
+    # Claude Code's total_cost_usd is the process's running total (0.00055, 0.00165, 0.00165,
+    # 0.0022 in this recording): each turn.ended costs its own share, and the shares add up.
+    lines = agent_lines(TRANSCRIPTS / "full.transcript.jsonl")
+    ends = [e for d in decode_all(lines) for e in d.events if e.kind == "turn.ended"]
+    assert [e.data["usage"]["cost"]["amount"] for e in ends] == [0.00055, 0.0011, 0.0, 0.00055]
+    assert [e.data["usage"]["session_cost"]["amount"] for e in ends] == [0.00055, 0.00165, 0.00165, 0.0022]
+    assert {e.data["usage"]["cost"]["currency"] for e in ends} == {"USD"}
 
 
 def test_success_subtype_with_is_error_is_an_error_turn_end():

@@ -171,6 +171,7 @@ async def test_an_upgraded_store_indexes_what_it_already_held(opened: StoreFacto
 async def forget_the_index(store_url: str) -> None:
     """The database as the version before the index left it."""
     drop = ["DROP TABLE search_docs", "DROP TABLE search_streams", "ALTER TABLE threads DROP COLUMN archived"]
+    drop += ["DROP TABLE turn_usage", "ALTER TABLE threads DROP COLUMN usage"]  # (the migration after it)
     if store_url.startswith("sqlite"):
         db = sqlite3.connect(store_url.removeprefix("sqlite:///"))
         try:
@@ -181,7 +182,7 @@ async def forget_the_index(store_url: str) -> None:
             db.close()
         return
     async with await psycopg.AsyncConnection.connect(store_url, autocommit=True) as conn:
-        for stmt in [*drop, "DELETE FROM schema_version WHERE version = 8"]:
+        for stmt in [*drop, "DELETE FROM schema_version WHERE version >= 8"]:
             await conn.execute(stmt)  # type: ignore[arg-type]
 
 

@@ -136,7 +136,17 @@ async def test_load_after_a_daemon_restart_replays_everything_and_the_next_promp
     await asyncio.wait_for(s2.conn.load_session(cwd=str(tmp_path), session_id=sid), STEP_TIMEOUT)
     assert [u["content"]["text"] for u in s2.rec.of(sid, "user_message_chunk")] == ["first words", "second words"]
     assert s2.rec.text(sid) == before == "echo: first wordsecho: second words"
-    seqs = [m["params"]["_meta"]["agent-bridge"]["seq"] for m in s2.validator.received if m.get("method")]
+    # The thread keeps the title its first prompt gave it (issue #38 item 6), told after
+    # the replay as a change of the thread, without a seq (§11.8).
+    await s2.rec.wait_for(
+        lambda: [u.get("title") for u in s2.rec.of(sid, "session_info_update")] == ["first words"], "the title"
+    )
+    replayed = [m for m in s2.validator.received if m.get("method")]
+    seqs = [
+        m["params"]["_meta"]["agent-bridge"]["seq"]
+        for m in replayed
+        if m["params"]["update"]["sessionUpdate"] != "session_info_update"
+    ]
     assert seqs == sorted(seqs)
     resp = await asyncio.wait_for(s2.conn.prompt(session_id=sid, prompt=[text_block("recall")]), STEP_TIMEOUT)
     assert resp.stop_reason == "end_turn"
@@ -406,12 +416,15 @@ async def test_titles_models_and_message_ids_reach_every_attached_client(
     for text in ("one", "two"):
         resp = await asyncio.wait_for(a.conn.prompt(session_id=sid, prompt=[text_block(text)]), STEP_TIMEOUT)
         assert resp.stop_reason == "end_turn"
-    # A title given over REST: both clients hear it.
+    # The first prompt titled the thread (issue #38 item 6), then a title given over REST:
+    # both clients hear both.
     async with d.http() as http:
+        assert (await http.get(f"/v1/threads/{sid}")).json()["title"] == "one"
         assert (await http.patch(f"/v1/threads/{sid}", json={"title": "renamed"})).status_code == 200
     for client in (a, b):
         await client.rec.wait_for(
-            lambda c=client: [u.get("title") for u in c.rec.of(sid, "session_info_update")] == ["renamed"], "the title"
+            lambda c=client: [u.get("title") for u in c.rec.of(sid, "session_info_update")] == ["one", "renamed"],
+            "the titles",
         )
     # The model, set by a: answered whole to a, told to b, recorded on the thread.
     got = await asyncio.wait_for(
@@ -477,8 +490,10 @@ async def test_an_acp_agents_config_options_usage_titles_and_message_ids_reach_t
     assert usage["used"] == 1200 and usage["size"] == 200000 and usage["cost"]["currency"] == "USD"
     ids = {u["messageId"] for u in s.rec.of(sid, "agent_message_chunk")}
     assert all(ids) and not any(i.startswith(sid) for i in ids)  # the agent's own ids
+    # The first prompt titled the thread; the agent's own title replaced that one (issue #38 item 6).
     await s.rec.wait_for(
-        lambda: [u.get("title") for u in s.rec.of(sid, "session_info_update")] == ["Named by the agent"], "the title"
+        lambda: [u.get("title") for u in s.rec.of(sid, "session_info_update")] == ["whatconfig", "Named by the agent"],
+        "the titles",
     )
     await s.rec.wait_for(
         lambda: any(

@@ -108,6 +108,13 @@ async def list_agents(request: Request) -> list[dict[str, Any]]:
     ]
 
 
+@router.get("/agents/{name}/models")
+async def list_models(name: str, request: Request) -> dict[str, Any]:
+    """The models a profile's threads may run (docs/api.md §4.4): 404 for an unknown one."""
+    user = current_user(request)
+    return await registry(request).models(name, owner=None if user.admin else user.name)
+
+
 @router.post("/threads", status_code=201)
 async def create_thread(body: CreateThread, request: Request) -> dict[str, Any]:
     # An adopted native session is looked for in the HOME the thread's agents get: in users

@@ -16,7 +16,7 @@ gives its id, current value and choices, for whoever switches the model of an AC
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from bridge.errors import BridgeError, InvalidRequest
@@ -109,3 +109,20 @@ def config_answer(text: str, config_id: str, value: str | bool) -> dict[str, Any
     if err.get("data") is not None and len(json.dumps(err["data"])) <= MAX_TEXT:
         rpc["data"] = err["data"]  # the agent's own detail, when it is small
     raise ConfigRefused(f"the agent refused {config_id} = {value!r}: {message} ({code})", rpc)
+
+
+def agent_models(model: str | None, models: Sequence[str], threads: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """What a profile's threads may run (``GET /v1/agents/{name}/models``, docs/api.md
+    §4.4): the models the agent advertised on its newest thread that reported any (its
+    ``model`` option's choices, in its order, with their names), then the profile's
+    ``model`` and ``models`` not among them; ``current``: the profile's ``model``, the one
+    a new thread starts with, when it names one."""
+    listed: dict[str, dict[str, Any]] = {}
+    advertised = next((o for o in map(model_option, threads) if o is not None), None)
+    for choice in advertised["choices"] if advertised else ():
+        value, name = choice.get("value"), choice.get("name")
+        if isinstance(value, str) and value and value not in listed:
+            listed[value] = {"id": value, "name": name} if isinstance(name, str) and name else {"id": value}
+    for value in [model, *models] if model else models:
+        listed.setdefault(value, {"id": value})
+    return {"models": list(listed.values()), **({"current": model} if model else {})}

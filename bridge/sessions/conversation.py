@@ -51,7 +51,7 @@ from bridge.protocols.events import Event, Record
 from bridge.sessions import acp_fs, mcp_config
 from bridge.sessions.actions import Action, ArmTimer, CancelTimer, Emit, Limits, Route, Serve, Stop, Write
 from bridge.sessions.agent_run import AgentRun
-from bridge.sessions.agent_title import with_agent_title
+from bridge.sessions.agent_title import with_titles
 from bridge.sessions.announce import Announcer
 from bridge.sessions.caps import MIB, Caps, full_text
 from bridge.sessions.core import ConversationCore
@@ -133,6 +133,7 @@ class Conversation:
         self.launch: ThreadLaunch | None = None
         self.mcp_file: Path | None = None  # the running agent's generated --mcp-config (sessions/mcp_config.py)
         self.mcp_scrub: Scrubber | None = None  # … and what keeps its secrets out of the transcript
+        self._unmarked_title: str | None = None  # sessions/agent_title.py: with_titles
 
     def _new_core(self, thread: ThreadRow) -> ConversationCore:
         """A core for ``thread``'s row, numbering prompts from the journal's seq."""
@@ -202,8 +203,9 @@ class Conversation:
 
     def emit_fields(self, action: Emit) -> dict[str, Any]:
         """The thread fields an Emit writes, with the pending permissions' count when the
-        core's differs from the row's, and the agent's title where it names the thread."""
-        fields = with_agent_title(self.thread, action.fields)  # sessions/agent_title.py
+        core's differs from the row's, and the title a prompt or the agent gives the thread."""
+        # sessions/agent_title.py; a prompt title waits here for the thread's first agent_info
+        fields, self._unmarked_title = with_titles(self.thread, action.fields, action.events, self._unmarked_title)
         pending = len(self.core.permissions)
         if "pending_permissions" not in fields and pending != self.thread.get("pending_permissions", 0):
             # An answer, a withdrawal, an interrupt or an exit changed it before this Emit:

@@ -23,6 +23,7 @@ from bridge.protocols.envelope import ephemeral
 from bridge.sessions.caps import Caps
 from bridge.sessions.changes import ChangeNotifier
 from bridge.sessions.commands import ThreadPort
+from bridge.sessions.config_options import agent_models
 from bridge.sessions.conversation import Conversation
 from bridge.sessions.fenced import FencedSpawn
 from bridge.sessions.forwarding import DrainGate, Forwarding, handover_wait_s
@@ -248,6 +249,15 @@ class Registry:
         if prof is None:
             raise NotFound(f"no agent profile named {name!r}", code="agent_not_found")
         return prof
+
+    async def models(self, name: str, *, owner: str | None) -> dict[str, Any]:
+        """The models a profile's threads may run (config_options.agent_models): an ACP
+        agent's as it advertised them on the newest of ``owner``'s threads of it (anyone's
+        with None) that reported them, among the 50 most recently active; the profile's own."""
+        prof = self.profile(name)
+        # Only an ACP agent's threads hold config options; the others' rows add nothing.
+        rows, _ = await self.list_threads(limit=50, cursor=None, agent=name, owner=owner, archived=None)
+        return agent_models(prof.model, prof.models or (), rows)
 
     async def _check_capacity(self, conv: Conversation) -> None:
         self._refuse_if_draining()  # no agent starts after SIGTERM

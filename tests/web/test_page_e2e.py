@@ -385,7 +385,7 @@ async def test_the_permission_dialog_shows_in_every_tab_and_closes_everywhere(we
         await expect(dialog).to_be_visible()
         await expect(dialog.locator("#perm-tool")).to_have_text("Bash")
         await expect(dialog.locator("#perm-input")).to_contain_text('"command": "touch x"')
-        await expect(page).to_have_title("(1) Untitled — agent-bridge")  # seen from another tab too
+        await expect(page).to_have_title("(1) ask — agent-bridge")  # seen from another tab too
         # Focus is in the dialog, on the safe choice.
         await expect(page.locator("#perm-deny")).to_be_focused()
     # A tab reloaded meanwhile shows the request again (it is pending in the transcript).

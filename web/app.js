@@ -15,6 +15,7 @@ import { SHORTCUTS, shortcut } from "./shortcuts.js";
 import { renderTasks } from "./tasks.js";
 import { ThreadList } from "./threads.js";
 import { TranscriptView, pretty } from "./transcript.js";
+import { UsageTotal, usageText } from "./usage.js";
 
 const DIAG_LIMIT = 500;
 // A prompt refused for want of memory (503 memory_budget) is sent again for up to this long.
@@ -52,6 +53,7 @@ class App {
     this.threads = [];
     this.agents = [];
     this.current = null; // {id, thread, stream, view, pending: Map, tasks: Map, turnActive}
+    this.usageTotal = new UsageTotal($("#usage-total"));
     this.list = new ThreadList($("#thread-list"), {
       currentId: () => (this.current ? this.current.id : null),
       onPick: (id) => {
@@ -64,14 +66,19 @@ class App {
         this.current.thread = t;
         this.renderThreadHead();
       },
-      onDeleted: (id) => this.current && this.current.id === id && this.threadGone("deleted"),
+      onDeleted: (id) => {
+        this.usageTotal.refresh();
+        if (this.current && this.current.id === id) this.threadGone("deleted");
+      },
       onLive: () => {
+        this.usageTotal.refresh();
         this.renderThreadHead();
         this.updateTitle();
       },
       onUnauthorized: () => this.showLogin("Your session ended; sign in again."),
       onChange: (before, after) => {
         this.notifier.changed(before, after, this.current ? this.current.id : null);
+        if (!before || (before.usage && before.usage.turns) !== (after.usage && after.usage.turns)) this.usageTotal.refresh();
         if ((before && before.pending_permissions) !== after.pending_permissions) this.updateTitle();
       },
     });
@@ -427,6 +434,8 @@ class App {
     this.updateTitle();
     $("#t-meta").textContent = `${t.agent}${t.model ? ` · ${t.model}` : ""} · ${t.cwd}`;
     $("#t-meta").title = $("#t-meta").textContent;
+    $("#t-usage").textContent = usageText(t.usage);
+    $("#t-usage").title = "What this thread's turns used, in all";
     $("#archive").textContent = t.archived ? "Unarchive" : "Archive";
     $("#export").href = `/v1/threads/${encodeURIComponent(t.id)}/export?format=markdown`;
     $("#export").download = `${t.id}.md`;

@@ -72,6 +72,7 @@ async def test_turns_threads_and_the_report_add_up_and_survive_a_restart(
         for params in (
             {"group_by": "model"},
             {"since": "yesterday"},
+            {"since": "0001-01-01T00:00:00+01:00"},  # out of range once in UTC
             {"since": "2026-12-02T00:00:00Z", "until": "2026-12-01T00:00:00Z"},
             {"limit": 0},
             {"limit": 1001},

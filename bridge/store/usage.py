@@ -135,11 +135,12 @@ def since_ts(value: str | None, name: str) -> str | None:
         return None
     try:
         when = datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value)
-    except ValueError:
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)  # a time without a zone is read as UTC
+        when = when.astimezone(UTC)  # (OverflowError for a zone that moves it out of years 1-9999)
+    except (ValueError, OverflowError):
         raise InvalidRequest(f"{name} is not an ISO 8601 time", code="invalid_request") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)  # a time without a zone is read as UTC
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.astimezone(UTC).microsecond // 1000:03d}Z"
+    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
 
 
 def report_query(group_by: str, owner: str | None, since: str | None, until: str | None) -> tuple[str, list[Any]]:

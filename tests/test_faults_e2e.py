@@ -3,13 +3,14 @@ ends exactly once, and no process is left behind."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
-from conftest import DIALECTS, agent_log, alive, base_config, new_thread, profile_toml, wait_until
+from conftest import DIALECTS, STEP_TIMEOUT, agent_log, alive, base_config, new_thread, profile_toml, wait_until
 
 
 async def transcript(d: Any, thread_id: str) -> list[dict[str, Any]]:
@@ -25,10 +26,16 @@ async def transcript(d: Any, thread_id: str) -> list[dict[str, Any]]:
 
 
 async def saw_the_transcript(d: Any, c: Any, thread_id: str) -> list[dict[str, Any]]:
-    """The daemon is ready, and the client was sent every seq once, in order: exactly the
-    stored transcript (returned)."""
+    """The daemon is ready again, and the client was sent every seq once, in order: exactly
+    the stored transcript (returned)."""
     async with d.http() as http:
-        assert (await http.get("/readyz")).status_code == 200
+        # A writer process just started again answers its first ping once its handshake is
+        # done: readiness is waited for (within the step's deadline), not raced.
+        async with asyncio.timeout(STEP_TIMEOUT):
+            while True:
+                if (await http.get("/readyz")).status_code == 200:
+                    break
+                await asyncio.sleep(0.05)  # the next probe
         last = (await http.get(f"/v1/threads/{thread_id}")).json()["last_seq"]
     await c.upto(last)
     assert c.seqs() == list(range(1, last + 1))

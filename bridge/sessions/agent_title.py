@@ -34,6 +34,16 @@ _KEPT = ("session_info", PROMPT_TITLE)  # what a new agent_info carries over fro
 _KINDS = {"image": "Image", "document": "Document"}
 
 
+def _storable(text: str) -> str:
+    """``text`` with any lone surrogate (JSON may carry ``"\\ud800"``, UTF-8 cannot) as U+FFFD:
+    a title is a column of its own, which no store can hold one in."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
 def _shortened(line: str) -> str:
     """``line`` cut at a word boundary to fit :data:`MAX_PROMPT_TITLE` with its ellipsis;
     one long word is cut inside."""
@@ -57,7 +67,7 @@ def _attachments(content: Any) -> str | None:
         return f"{len(blocks)} attachments"
     kind = _KINDS.get(str(blocks[0].get("type")), "Attachment")
     media = blocks[0].get("media_type")
-    return f"{kind} ({media})" if isinstance(media, str) and media else kind
+    return _storable(f"{kind} ({media})") if isinstance(media, str) and media else kind
 
 
 def prompt_title(data: Mapping[str, Any]) -> str | None:
@@ -67,7 +77,7 @@ def prompt_title(data: Mapping[str, Any]) -> str | None:
     text = data.get("text")
     lines = text.splitlines() if isinstance(text, str) else []
     line = next((" ".join(s.split()) for s in lines if s.strip()), "")
-    return _shortened(line) if line else _attachments(data.get("content"))
+    return _storable(_shortened(line)) if line else _attachments(data.get("content"))
 
 
 def _prompt_of(events: Sequence[Event]) -> str | None:
@@ -84,7 +94,7 @@ def _info(value: Any) -> dict[str, Any] | None:
 def _agent_title(info: Any) -> str | None:
     session = info.get("session_info") if isinstance(info, dict) else None
     title = session.get("title") if isinstance(session, dict) else None
-    return title if isinstance(title, str) else None
+    return _storable(title) if isinstance(title, str) else None
 
 
 def _carried(thread: Mapping[str, Any], fields: dict[str, Any], unmarked: str | None) -> dict[str, Any]:

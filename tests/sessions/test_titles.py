@@ -90,3 +90,10 @@ def test_a_title_handed_back_is_taken_by_the_next_prompt() -> None:
     thread = {"protocol": "acp", "title": "", "agent_info": said("Old", prompt_title="first")}
     fields, _ = with_titles(thread, {}, [prompt("second prompt")])
     assert fields["title"] == "second prompt" and fields["agent_info"]["prompt_title"] == "second prompt"
+
+
+def test_a_lone_surrogate_in_a_prompt_or_an_agents_title_is_stored_as_a_replacement_character() -> None:
+    # JSON may carry "\ud800"; no store can hold it in the title column (the prompt itself
+    # is stored as escaped JSON and keeps it).
+    assert prompt_title({"text": "\ud800 fix it"}) == "\ufffd fix it"
+    assert prompt_title({"text": "", "content": [{"type": "image", "media_type": "a\udfff"}]}) == "Image (a\ufffd)"

@@ -66,6 +66,17 @@ def last_user(body: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+def asked_with(fake: Any, text: str) -> Any:
+    """The newest model request whose last user message holds ``text``: that turn's own.
+    The newer CLIs may ask the model again on their own after a turn's request
+    (claude-agent-acp 0.101.0 names its sessions), so the newest request is not always the
+    turn's."""
+    for request in reversed(fake.model_requests()):
+        if any(text in t for t in block_texts(last_user(request.body).get("content") or [])):
+            return request
+    raise AssertionError(f"no model request asked {text!r}")
+
+
 def prompt_text(msg: dict[str, Any]) -> str:
     """The newest prompt in a user message: its last text that is not a ``<system-reminder>``.
     (After an interrupted turn the CLI sends the cancelled prompt and the new one together

@@ -11,7 +11,7 @@ import json
 
 import pytest
 from conftest import new_thread, wait_until
-from fake_anthropic import MODEL, QUESTION, block_texts, last_user, tool_results
+from fake_anthropic import MODEL, QUESTION, asked_with, block_texts, last_user, tool_results
 from realagents import (
     AGENT_TIMEOUT,
     PINS,
@@ -136,7 +136,7 @@ async def test_acp_stop_start_loads_the_session_and_the_model_sees_the_first_tur
         "CHAT remember the word PINEAPPLE",
         "CHAT which word?",
     ]
-    second = real.fake.model_requests()[-1]
+    second = asked_with(real.fake, "which word?")
     texts = [t for m in second.messages for t in block_texts(m["content"])]
     assert any("remember the word PINEAPPLE" in t for t in texts)
     assert "Hello from the fake model." in texts
@@ -227,7 +227,7 @@ async def test_usage_title_message_ids_and_the_model_option_of_acp_2026(real: Re
         [now] = [o for o in r.json()["config_options"] if o["id"] == model["id"]]
         assert now["currentValue"] == "sonnet"
     assert (await c.turn("CHAT again"))["data"]["status"] == "success"
-    asked = real.fake.model_requests()[-1].body["model"]
+    asked = asked_with(real.fake, "CHAT again").body["model"]
     assert asked != MODEL and "sonnet" in asked, asked
 
 

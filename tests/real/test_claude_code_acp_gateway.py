@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from acp import text_block
 from conftest import new_thread
-from fake_anthropic import MODEL
+from fake_anthropic import MODEL, asked_with
 from realagents import AGENT_TIMEOUT, Real, fake_api, real
 from support.acp_client import connect
 from test_claude_code import claude_profile
@@ -102,5 +102,5 @@ async def test_claude_code_over_acp_reports_usage_message_ids_and_switches_model
     assert [o["currentValue"] for o in now if o["id"] == model["id"]] == [other]
     resp = await asyncio.wait_for(s.conn.prompt(session_id=sid, prompt=[text_block("CHAT again")]), AGENT_TIMEOUT)
     assert resp.stop_reason == "end_turn"
-    assert real.fake.model_requests()[-1].body["model"] == other
+    assert asked_with(real.fake, "CHAT again").body["model"] == other
     await s.close()

@@ -21,14 +21,12 @@ from typing import Any, Protocol, runtime_checkable
 
 from bridge.errors import BridgeError, InvalidRequest
 from bridge.protocols.events import Event
-from bridge.protocols.jsonrpc import INTERNAL_ERROR
 from bridge.sessions.actions import Action, Emit, Write
-from bridge.sessions.modes import AgentRefused
+from bridge.sessions.modes import AgentRefused, refusal
 
 # A switch waits this long for the agent: its start and handshake when it was not running,
 # then its answer (as a mode switch does).
 CONFIG_TIMEOUT_S = 30.0
-MAX_TEXT = 4096  # characters of the agent's refusal passed on
 
 
 class ConfigRefused(AgentRefused):
@@ -102,13 +100,8 @@ def config_answer(text: str, config_id: str, value: str | bool) -> dict[str, Any
         result = reply.get("result")
         options = result.get("configOptions") if isinstance(result, dict) else None
         return {"config_id": config_id, "value": value, "config_options": options if isinstance(options, list) else []}
-    err = error if isinstance(error, dict) else {}
-    code = err["code"] if isinstance(err.get("code"), int) and not isinstance(err["code"], bool) else INTERNAL_ERROR
-    message = err["message"][:MAX_TEXT] if isinstance(err.get("message"), str) else "error"
-    rpc: dict[str, Any] = {"code": code, "message": message}
-    if err.get("data") is not None and len(json.dumps(err["data"])) <= MAX_TEXT:
-        rpc["data"] = err["data"]  # the agent's own detail, when it is small
-    raise ConfigRefused(f"the agent refused {config_id} = {value!r}: {message} ({code})", rpc)
+    rpc = refusal(error)
+    raise ConfigRefused(f"the agent refused {config_id} = {value!r}: {rpc['message']} ({rpc['code']})", rpc)
 
 
 def agent_models(model: str | None, models: Sequence[str], threads: Iterable[Mapping[str, Any]]) -> dict[str, Any]:

@@ -70,10 +70,16 @@ def mode_answer(text: str, mode_id: str) -> dict[str, Any]:
     error = reply.get("error") if isinstance(reply, dict) else {"message": "the agent's answer is not JSON"}
     if error is None:
         return {"mode_id": mode_id}
+    rpc = refusal(error)
+    raise ModeRefused(f"the agent refused mode {mode_id!r}: {rpc['message']} ({rpc['code']})", rpc)
+
+
+def refusal(error: Any) -> dict[str, Any]:
+    """An agent's JSON-RPC error answer to a switch, bounded, as an ACP client is given it."""
     err = error if isinstance(error, dict) else {}
     code = err["code"] if isinstance(err.get("code"), int) and not isinstance(err["code"], bool) else INTERNAL_ERROR
     message = err["message"][:MAX_TEXT] if isinstance(err.get("message"), str) else "error"
     rpc: dict[str, Any] = {"code": code, "message": message}
     if err.get("data") is not None and len(json.dumps(err["data"])) <= MAX_TEXT:
         rpc["data"] = err["data"]  # the agent's own detail, when it is small
-    raise ModeRefused(f"the agent refused mode {mode_id!r}: {message} ({code})", rpc)
+    return rpc

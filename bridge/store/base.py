@@ -60,6 +60,8 @@ class ThreadRow(TypedDict, total=False):
     owner: str | None  # the user who created it ([auth] mode = "users"); None in token mode
     archived: bool  # hidden from the thread list unless asked for (docs/api.md §4.24)
     usage: dict[str, Any] | None  # what its turns used, added up (bridge/store/usage.py)
+    forked_from: dict[str, Any] | None  # {"thread", "seq"}: the thread and seq it was forked at
+    worktree: dict[str, Any] | None  # {"repo", "path", "branch", "base"}: its own git worktree
     # What its transcript holds (``transcript_size`` of every event), kept by the appends:
     # [capacity] max_transcript_mb is checked against it. Private, like the columns below.
     transcript_bytes: int
@@ -280,6 +282,8 @@ PUBLIC_THREAD_FIELDS = (
     "owner",
     "archived",
     "usage",
+    "forked_from",
+    "worktree",
 )
 # A thread row's columns in both stores: those, and the store's own (the agent process, the task table).
 PRIVATE_THREAD_COLUMNS = ("pid", "pid_start", "tasks", "transcript_bytes")

@@ -172,6 +172,11 @@ MIGRATIONS: list[Step] = [
     search_pg.migrate,  # (DDL, then the events already stored indexed)
     # 9: what turns used (issue #38, bridge/store/usage_pg.py), SQLite's migration 14.
     usage_pg.migrate,  # (DDL, then the turn ends already stored recorded)
+    # 10: where a fork came from, a thread's own git worktree (issue #38; JSON text), SQLite's 15.
+    """
+    ALTER TABLE threads ADD COLUMN forked_from text;
+    ALTER TABLE threads ADD COLUMN worktree text;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -26,7 +26,7 @@ from bridge.store.base import PAGE_BYTES, ROW_COLUMNS, Change, ChangesPruned, Th
 # ---------------------------------------------------------------------- rows and columns
 
 THREAD_COLUMNS = ROW_COLUMNS  # both stores: the same columns, in the same order
-JSON_COLUMNS = ("last_exit", "options", "agent_info", "usage")  # stored as JSON text
+JSON_COLUMNS = ("last_exit", "options", "agent_info", "usage", "forked_from", "worktree")  # stored as JSON text
 COLUMNS_SQL = ",".join(THREAD_COLUMNS)
 _KNOWN = frozenset(THREAD_COLUMNS)
 

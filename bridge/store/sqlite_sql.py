@@ -204,6 +204,13 @@ _MIGRATIONS.append(
 )
 _MIGRATIONS.append(search.MIGRATION)  # 13: full-text search, archived threads (issue #38); PostgreSQL's 8
 _MIGRATIONS.append(usage.MIGRATION)  # 14: what turns used (issue #38); PostgreSQL's 9
+# 15: where a fork came from, a thread's own git worktree (issue #38; JSON); PostgreSQL's 10.
+_MIGRATIONS.append(
+    """
+    ALTER TABLE threads ADD COLUMN forked_from TEXT;
+    ALTER TABLE threads ADD COLUMN worktree TEXT;
+    """
+)
 
 SCHEMA_VERSION = len(_MIGRATIONS)
 

@@ -140,6 +140,7 @@ async def test_an_upgraded_store_counts_the_turn_ends_it_held(opened: StoreFacto
 async def forget_usage(store_url: str) -> None:
     """The database as the version before usage left it."""
     drop = ["DROP TABLE turn_usage", "ALTER TABLE threads DROP COLUMN usage"]
+    drop += ["ALTER TABLE threads DROP COLUMN forked_from", "ALTER TABLE threads DROP COLUMN worktree"]  # (the next)
     if store_url.startswith("sqlite"):
         db = sqlite3.connect(store_url.removeprefix("sqlite:///"))
         try:
@@ -150,5 +151,5 @@ async def forget_usage(store_url: str) -> None:
             db.close()
         return
     async with await psycopg.AsyncConnection.connect(store_url, autocommit=True) as conn:
-        for stmt in [*drop, "DELETE FROM schema_version WHERE version = 9"]:
+        for stmt in [*drop, "DELETE FROM schema_version WHERE version >= 9"]:
             await conn.execute(stmt)  # type: ignore[arg-type]

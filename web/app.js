@@ -7,6 +7,7 @@ import { ThreadStream } from "./stream.js";
 import { OlderPages, fetchPage, historyFrom, pageEvents } from "./history.js";
 import { SlashMenu, advertised } from "./commands.js";
 import { ElicitCard } from "./elicit.js";
+import { jumpTo } from "./jump.js";
 import { NewThreadDialog } from "./newthread.js";
 import { Notifier } from "./notify.js";
 import { MessageSearch } from "./search.js";
@@ -246,7 +247,7 @@ class App {
     $("#thread-state").addEventListener("change", (e) => this.list.setFilter({ state: e.target.value }));
     this.search = new MessageSearch({
       title: (id) => (this.list.threads.get(id) || {}).title || "Untitled",
-      onOpen: (id) => this.list.onPick(id),
+      onOpen: (id, seq) => this.openAt(id, seq),
     }).bind();
     $("#archive").addEventListener("click", () => this.toggleArchived());
     document.addEventListener("keydown", (e) => {
@@ -401,13 +402,23 @@ class App {
         this.onEvents(cur, pageEvents(page));
         if (thread.turn_active) this.onEvents(cur, [{ seq: page.last_seq, kind: "turn.started", source: "bridge", data: {} }]);
         cur.stream.lastSeq = page.last_seq;
-        if (page.more) new OlderPages(id, view, page.before, () => this.current === cur);
+        cur.shown = page.last_seq;
+        if (page.more) cur.older = new OlderPages(id, view, page.before, () => this.current === cur);
       } catch {
         /* replayed from its first event instead */
       }
     }
     cur.stream.start();
     return true;
+  }
+
+  /** Opens thread `id` (unless it is open) at event `seq`: a search hit (web/jump.js). */
+  async openAt(id, seq) {
+    this.setPanel("sidebar", "#toggle-threads", false); // on a phone, the conversation comes forward
+    if (!(this.current && this.current.id === id) && !(await this.openThread(id))) return;
+    const cur = this.current;
+    const found = await jumpTo({ view: cur.view, older: cur.older, seq, shown: () => cur.shown || 0, isCurrent: () => this.current === cur });
+    if (!found && this.current === cur) $("#send-error").textContent = "That message is not in the conversation any more.";
   }
 
   threadGone(why) {
@@ -459,6 +470,7 @@ class App {
 
   onEvents(cur, batch) {
     cur.view.apply(batch);
+    if (batch.length) cur.shown = Math.max(cur.shown || 0, batch[batch.length - 1].seq || 0);
     let threadChanged = false;
     for (const ev of batch) {
       const commands = advertised(ev);

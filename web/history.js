@@ -26,7 +26,8 @@ const TOOL_KEYS = ["tool_call_id", "name", "input", "title", "kind", "status", "
 
 /** The events that show an item as the view shows the events it was compacted from. */
 export function itemEvents(item) {
-  const ev = (kind, source, data, seq = item.from) => ({ seq, kind, source, data });
+  // `from`: where the item begins, so that the view knows every seq the item covers.
+  const ev = (kind, source, data, seq = item.from) => ({ seq, from: item.from, kind, source, data });
   switch (item.type) {
     case "message":
       if (item.role === "user") {
@@ -74,7 +75,7 @@ export class OlderPages {
     this.view = view;
     this.before = before;
     this.isCurrent = isCurrent;
-    this.loading = false;
+    this.loading = null; // the page being fetched (a promise)
     this.button = el("button", "older-history", "Show older messages");
     this.button.type = "button";
     this.button.onclick = () => this.load();
@@ -85,9 +86,14 @@ export class OlderPages {
     view.root.addEventListener("scroll", this.onScroll, { passive: true });
   }
 
-  async load() {
-    if (this.loading || !this.before) return;
-    this.loading = true;
+  /** The next older page put on top; a load already under way is the one waited for. */
+  load() {
+    if (!this.before) return Promise.resolve();
+    if (!this.loading) this.loading = this.loadPage();
+    return this.loading;
+  }
+
+  async loadPage() {
     this.button.disabled = true;
     try {
       const page = await fetchPage(this.threadId, this.before);
@@ -104,7 +110,7 @@ export class OlderPages {
     } catch {
       /* left as it is: the button tries again */
     } finally {
-      this.loading = false;
+      this.loading = null;
       this.button.disabled = false;
       if (!this.before) {
         this.button.remove();

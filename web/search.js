@@ -2,7 +2,7 @@
 // the words of the thread box, looked for in prompts, answers and tools when asked (the
 // button, or Enter in the box). Each hit names its thread and shows its snippet with the
 // matched words marked; the snippet is built as text, never as markup (it is the agent's
-// or the user's words). A click opens the thread.
+// or the user's words). A click opens the thread at the event found (web/jump.js).
 
 import { api } from "./net.js";
 import { el } from "./dom.js";
@@ -10,7 +10,8 @@ import { el } from "./dom.js";
 const LIMIT = 50;
 
 export class MessageSearch {
-  /** title(id): the thread's title as the list knows it; onOpen(id): open that thread. */
+  /** title(id): the thread's title as the list knows it; onOpen(id, seq): open that thread
+   * at that event. */
   constructor({ title, onOpen }) {
     this.input = document.getElementById("thread-search");
     this.root = document.getElementById("search-results");
@@ -72,7 +73,7 @@ export class MessageSearch {
       b.dataset.threadId = h.thread;
       b.dataset.seq = String(h.seq);
       b.append(el("span", "hit-thread", this.title(h.thread)), snippet(h));
-      b.addEventListener("click", () => this.onOpen(h.thread));
+      b.addEventListener("click", () => this.onOpen(h.thread, h.seq));
       const li = el("li");
       li.append(b);
       this.hits.append(li);

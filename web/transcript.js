@@ -141,17 +141,30 @@ export class TranscriptView {
 
   add(node) {
     this.root.append(node);
+    this.touch(node);
     return node;
+  }
+
+  /** Marks `node` as showing the event being applied: data-seq the first event's seq (an
+   * item of the history starts at its `from`), data-to the last. A search hit's seq is then
+   * found in the conversation (web/jump.js). */
+  touch(node) {
+    const at = this.at;
+    if (!at || !node) return;
+    if (!node.dataset.seq) node.dataset.seq = String(at.from);
+    if (!(Number(node.dataset.to) >= at.seq)) node.dataset.to = String(at.seq);
   }
 
   apply(events) {
     for (const ev of events) {
       try {
+        this.at = typeof ev.seq === "number" ? { seq: ev.seq, from: typeof ev.from === "number" ? ev.from : ev.seq } : null;
         this.one(ev);
       } catch (err) {
         console.warn("event not shown", ev && ev.seq, err);
       }
     }
+    this.at = null;
     // Streamed text is re-rendered at most once a frame, however many deltas arrive; while
     // a reload replays history (seq below catchUpTo) at most every CATCH_UP_RENDER_MS, so a
     // long reply is laid out a few times rather than once per frame.
@@ -218,7 +231,10 @@ export class TranscriptView {
         // A client's answer (rest, websocket, a client_id…) needs no words; the others say why.
         const why = RESOLVED_BY[d.by];
         const text = `Permission ${d.decision === "allow" ? "allowed" : d.decision === "deny" ? "denied" : d.decision ?? "resolved"}${why ? ` (${why})` : ""}`;
-        if (n) n.textContent = `${n.textContent} — ${text}`;
+        if (n) {
+          n.textContent = `${n.textContent} — ${text}`;
+          this.touch(n);
+        }
         else this.note(text, "perm");
         break;
       }
@@ -242,7 +258,6 @@ export class TranscriptView {
   userMessage(ev, d) {
     this.endBlocks();
     const box = this.add(el("div", "msg user"));
-    box.dataset.seq = ev.seq;
     if (ev.ts) box.title = `Sent ${ev.ts.replace("T", " ").slice(0, 19)} UTC`;
     // Who speaks is read out, and shown by the message's look (a bubble on the right).
     const who = el("div", "who sr-only", "You:");
@@ -298,6 +313,7 @@ export class TranscriptView {
       this.endText();
     }
     const b = this.block(channel);
+    this.touch(b.node);
     b.text += d.text;
     b.node.classList.add("streaming");
     this.dirty.add(b);
@@ -311,6 +327,7 @@ export class TranscriptView {
     if (!this.blocks[channel] && this.recent[channel]) this.blocks[channel] = this.recent[channel];
     this.recent[channel] = null;
     const b = this.block(channel);
+    this.touch(b.node);
     b.text = d.text;
     this.dirty.add(b);
     this.render();
@@ -356,6 +373,7 @@ export class TranscriptView {
       this.add(card.node);
       this.tools.set(id, card);
     }
+    this.touch(card.node);
     card.call(d, ev);
     return card;
   }
@@ -363,6 +381,7 @@ export class TranscriptView {
   toolResult(d, ev) {
     const id = String(d.tool_call_id ?? "");
     const card = this.tools.get(id) || this.toolCall({ tool_call_id: id, name: d.name || "tool" });
+    this.touch(card.node);
     card.result(d, ev);
   }
 

@@ -8,6 +8,7 @@ thread row. These are the seams a shared PostgreSQL store plugs into (docs/DESIG
 * :class:`SessionStore` — browser sessions (hashed keys, their expiry and their user).
 * :class:`UserStore` — users and the hashes of their tokens (``[auth] mode = "users"``).
 * :class:`SecretStore` — per-user secrets for agent profiles, as ciphertext only.
+* :class:`PushStore` — users' Web Push subscriptions and each one's last delivery.
 * :class:`ChangeStore` — the server-wide change log of thread rows (``GET /v1/events``):
   every write that changes a row as clients see it gives the row a new ``change_seq``
   from one store-wide counter that increases in commit order; a deleted thread leaves a
@@ -261,6 +262,52 @@ class SecretStore(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class PushRow:
+    """A browser's Web Push subscription (bridge/push/): the push service's endpoint, the
+    browser's P-256 public key and auth secret (base64url, RFC 8291), whose it is, and how
+    its last delivery went (None before the first)."""
+
+    id: str
+    user: str
+    endpoint: str
+    p256dh: str
+    auth: str
+    created_at: str
+    last_at: str | None = None
+    last_outcome: str | None = None
+    last_status: int | None = None
+
+
+class PushStore(Protocol):
+    """Web Push subscriptions, shared by every replica (any replica may deliver)."""
+
+    async def put_push_subscription(self, row: PushRow, *, max_per_user: int) -> str | None:
+        """Store ``row``, or replace the row with its endpoint (which keeps its id; owner and
+        keys are the new ones, the last outcome forgotten). The id stored under, or None
+        when the user already holds ``max_per_user`` other subscriptions (nothing stored)."""
+        ...
+
+    async def list_push_subscriptions(self, user: str) -> list[PushRow]:
+        """The user's subscriptions, oldest first."""
+        ...
+
+    async def get_push_subscription(self, sub_id: str) -> PushRow | None: ...
+
+    async def delete_push_subscription(self, sub_id: str, user: str) -> bool:
+        """False when the user has no subscription with that id."""
+        ...
+
+    async def forget_push_subscription(self, sub_id: str, endpoint: str) -> bool:
+        """Remove a subscription the push service said is gone, unless it was replaced
+        (its endpoint changed) meanwhile."""
+        ...
+
+    async def record_push_outcome(self, sub_id: str, at: str, outcome: str, status: int | None) -> None:
+        """A delivery's outcome (nothing when the subscription is gone meanwhile)."""
+        ...
+
+
 # The thread object clients see (docs/api.md §4.3), in its order; api/views.py shows these.
 PUBLIC_THREAD_FIELDS = (
     "id",
@@ -447,7 +494,9 @@ class LeaseStore(Protocol):
     async def list_replicas(self) -> list[Replica]: ...
 
 
-class Store(ThreadStore, TranscriptStore, SessionStore, UserStore, SecretStore, ChangeStore, LeaseStore, Protocol):
+class Store(
+    ThreadStore, TranscriptStore, SessionStore, UserStore, SecretStore, PushStore, ChangeStore, LeaseStore, Protocol
+):
     @property
     def shared(self) -> bool:
         """Whether other replicas may use this store at once (PostgreSQL): leases, the

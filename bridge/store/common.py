@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any, ClassVar
 
 from bridge.errors import StoreError
-from bridge.store import rows
-from bridge.store.base import Change, SecretRow, StoreListeners, ThreadFields, ThreadRow, UserRow
+from bridge.store import push_sql, rows
+from bridge.store.base import Change, PushRow, SecretRow, StoreListeners, ThreadFields, ThreadRow, UserRow
 
 
 class CommonStore:
@@ -149,3 +149,17 @@ class CommonStore:
     async def list_secrets(self, user: str, profile: str | None = None) -> list[SecretRow]:
         found = await self._fetch(rows.LIST_SECRETS, (user, profile, profile))
         return [SecretRow(r[0], r[1], r[2], bytes(r[3]), bytes(r[4]), r[5]) for r in found]
+
+    # ------------------------------------------------------------------ push subscriptions
+
+    async def list_push_subscriptions(self, user: str) -> list[PushRow]:
+        return [_push_row(r) for r in await self._fetch(push_sql.LIST, (user,))]
+
+    async def get_push_subscription(self, sub_id: str) -> PushRow | None:
+        found = await self._fetch(push_sql.GET, (sub_id,))
+        return _push_row(found[0]) if found else None
+
+
+def _push_row(r: Sequence[Any]) -> PushRow:
+    status = None if r[8] is None else int(r[8])
+    return PushRow(str(r[0]), str(r[1]), str(r[2]), str(r[3]), str(r[4]), str(r[5]), r[6], r[7], status)

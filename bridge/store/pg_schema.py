@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bridge.errors import StoreError
-from bridge.store import search_pg, usage_pg
+from bridge.store import push_sql, search_pg, usage_pg
 from bridge.store.base import EVENT_OVERHEAD
 from bridge.store.rows import ROW_SIZE
 
@@ -27,6 +27,7 @@ MIGRATE_LOCK = 1
 CREATE_LOCK = 2  # thread creation, counted against [capacity] max_threads (PostgresStore.creation_lock)
 REPLICA_LOCK_CLASS = 0x61620001  # with hashtext(replica_id) as the second key
 SECRETS_LOCK_CLASS = 0x61620002  # with hashtext(user) as the second key: one user's secret writes in turn
+PUSH_LOCK_CLASS = 0x61620003  # the same for one user's push subscriptions
 
 # A step: its DDL, or a function that runs its statements on the connection (in the step's
 # transaction, like DDL).
@@ -177,6 +178,8 @@ MIGRATIONS: list[Step] = [
     ALTER TABLE threads ADD COLUMN forked_from text;
     ALTER TABLE threads ADD COLUMN worktree text;
     """,
+    # 11: Web Push subscriptions (issue #39, bridge/store/push_sql.py), SQLite's 16.
+    push_sql.PG_MIGRATION,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

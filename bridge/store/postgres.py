@@ -57,7 +57,7 @@ from bridge.clock import now_iso
 from bridge.errors import StoreError
 from bridge.protocols.envelope import CorruptEvent, Frames, Page, checked_envelopes, checked_lines, stored_envelopes
 from bridge.protocols.events import Record
-from bridge.store import pg_schema, rows, search_pg, search_text, usage, usage_pg
+from bridge.store import pg_schema, push_sql, rows, search_pg, search_text, usage, usage_pg
 from bridge.store.base import (
     CHANGE_COLUMNS,
     TOMBSTONE_KEEP,
@@ -71,6 +71,7 @@ from bridge.store.common import CommonStore
 from bridge.store.event_rows import corrupt_rows, event_rows
 from bridge.store.pg_commit import BUMP, Append, commit
 from bridge.store.pg_leases import PgLeases
+from bridge.store.push_pg import PgPush
 from bridge.store.urls import StoreUrl
 
 T = TypeVar("T")
@@ -149,7 +150,7 @@ class _Conn:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
-class PostgresStore(PgLeases, CommonStore):
+class PostgresStore(PgLeases, PgPush, CommonStore):
     shared: ClassVar[bool] = True
     _BOOL_AS_INT: ClassVar[bool] = False
 
@@ -542,6 +543,7 @@ class PostgresStore(PgLeases, CommonStore):
                 await c.execute("DELETE FROM browser_sessions WHERE user_name = %s", (name,))
                 if cur.rowcount > 0:
                     await c.execute("DELETE FROM user_secrets WHERE user_name = %s", (name,))
+                    await c.execute(rows.pg(push_sql.DROP_USER), (name,))
                 return cur.rowcount > 0
 
         return bool(await self._write(do))

@@ -8,11 +8,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bridge.clock import now_iso
+from bridge.store import push_sql
 from bridge.store import sqlite_accounts_sql as sql
+from bridge.store.base import PushRow
 
 
 class SqliteAccounts:
-    """The writes of the SessionStore, UserStore and SecretStore halves of SqliteStore."""
+    """The writes of the SessionStore, UserStore, SecretStore and PushStore halves of SqliteStore."""
 
     _run: Callable[..., Any]  # SqliteStore._run(op, *args): an op where the write connection is
 
@@ -51,3 +53,19 @@ class SqliteAccounts:
 
     async def delete_secret(self, user: str, profile: str, key: str) -> bool:
         return bool(await self._run(sql.delete_secret, user, profile, key))
+
+    # ------------------------------------------------------------------ push subscriptions
+
+    async def put_push_subscription(self, row: PushRow, *, max_per_user: int) -> str | None:
+        values = [row.id, row.user, row.endpoint, row.p256dh, row.auth, row.created_at]
+        kept = await self._run(push_sql.put_push_subscription, values, max_per_user)
+        return None if kept is None else str(kept)
+
+    async def delete_push_subscription(self, sub_id: str, user: str) -> bool:
+        return bool(await self._run(push_sql.delete_push_subscription, sub_id, user))
+
+    async def forget_push_subscription(self, sub_id: str, endpoint: str) -> bool:
+        return bool(await self._run(push_sql.forget_push_subscription, sub_id, endpoint))
+
+    async def record_push_outcome(self, sub_id: str, at: str, outcome: str, status: int | None) -> None:
+        await self._run(push_sql.record_push_outcome, sub_id, at, outcome, status)

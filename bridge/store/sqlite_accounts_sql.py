@@ -48,6 +48,7 @@ def revoke_user(db: sqlite3.Connection, name: str, revoked_at: str) -> bool:
     db.execute("DELETE FROM browser_sessions WHERE user_name = ?", (name,))
     if cur.rowcount > 0:
         db.execute("DELETE FROM user_secrets WHERE user_name = ?", (name,))
+        db.execute("DELETE FROM push_subscriptions WHERE user_name = ?", (name,))
     db.execute("COMMIT")
     return cur.rowcount > 0
 

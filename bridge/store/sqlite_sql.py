@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 from bridge.errors import StoreError
 from bridge.protocols.envelope import json_name, json_ts
+from bridge.store import push_sql
 from bridge.store import search_sqlite as search
 from bridge.store import sqlite_accounts_sql as accounts
 from bridge.store import sqlite_leases as leases
@@ -211,6 +212,7 @@ _MIGRATIONS.append(
     ALTER TABLE threads ADD COLUMN worktree TEXT;
     """
 )
+_MIGRATIONS.append(push_sql.MIGRATION)  # 16: Web Push subscriptions (issue #39); PostgreSQL's 11
 
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -589,6 +591,7 @@ OPS = {
         checkpoint,
         execute,
         *leases.OPS,
+        *push_sql.OPS,
     )
 }
 

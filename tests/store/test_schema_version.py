@@ -102,6 +102,6 @@ async def test_a_database_of_the_previous_version_is_upgraded_with_its_rows(tmp_
         await store.close()
     db = sqlite3.connect(path)
     try:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 15
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 16
     finally:
         db.close()

@@ -75,7 +75,7 @@ async def test_a_postgres_database_of_the_previous_version_gets_the_secrets_tabl
         assert (await store.get_user("alice")) is not None
     async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
         cur = await conn.execute("SELECT max(version) FROM schema_version")
-        assert (await cur.fetchone()) == (pg_schema.SCHEMA_VERSION,) == (10,)
+        assert (await cur.fetchone()) == (pg_schema.SCHEMA_VERSION,) == (11,)
 
 
 async def test_a_sqlite_file_of_the_previous_version_gets_the_secrets_table(tmp_path: Path) -> None:
@@ -91,5 +91,5 @@ async def test_a_sqlite_file_of_the_previous_version_gets_the_secrets_table(tmp_
         assert await store.put_secret("alice", "p", "K", b"n" * 12, b"c", max_per_user=5)
         assert [r.key for r in await store.list_secrets("alice")] == ["K"]
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone()[0] == sqlite_sql.SCHEMA_VERSION == 15
+    assert db.execute("PRAGMA user_version").fetchone()[0] == sqlite_sql.SCHEMA_VERSION == 16
     db.close()

@@ -155,6 +155,11 @@ def _desktop_commands(sub: Any) -> None:
     status.add_argument("--json", action="store_true", help=JSON_HELP)
     link = sub.add_parser("login-link", help="print a fresh one-time sign-in link for the running daemon")
     link.add_argument("--data-dir", metavar="DIR", help=DATA_DIR_HELP)
+    link.add_argument(
+        "--qr",
+        action="store_true",
+        help="also draw the link as a QR code, for a phone's camera (default: the link only)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -169,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "status":
             return cli_status.status(cli_status.data_dir(args.data_dir), as_json=args.json)
         if args.command == "login-link":
-            return cli_status.login_link(cli_status.data_dir(args.data_dir))
+            return cli_status.login_link(cli_status.data_dir(args.data_dir), qr=args.qr)
         if args.command == "acp":
             from bridge import acp_adapter
 
@@ -339,7 +344,12 @@ def serve(
         if listener.url is not None:
             # The second: a link that logs a browser in once (docs/security.md "One-time
             # link"). The code sits in the fragment, which browsers never send to a server.
-            print(f"open {page_link(listener.scheme, listener.host, listener.port, app.context)}", flush=True)
+            link = page_link(listener.scheme, listener.host, listener.port, app.context)
+            print(f"open {link}", flush=True)
+            # The same link for a phone's camera, on a terminal only: a log file or a pipe
+            # gets the secret once, as the line above (docs/security.md "Pairing a phone").
+            if sys.stdout.isatty():
+                cli_status.print_qr(link, tty=True)
         tune_gc()
 
     token_file = settings.data_dir / "token"

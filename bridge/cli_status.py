@@ -117,8 +117,9 @@ def _duration(seconds: object) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def login_link(data_dir: Path) -> int:
-    """A fresh one-time sign-in link from the running daemon (``POST /v1/login-codes``)."""
+def login_link(data_dir: Path, *, qr: bool = False) -> int:
+    """A fresh one-time sign-in link from the running daemon (``POST /v1/login-codes``);
+    with ``qr``, drawn as a QR code below it too."""
     found = discovery.look(data_dir)
     rec = found.record
     if found.state != "running" or rec is None:
@@ -126,8 +127,7 @@ def login_link(data_dir: Path) -> int:
     if rec.url is None:
         return _fail(f"the daemon listens on the Unix socket {rec.uds} only; no browser can reach it", 2)
     if not rec.auth:
-        print(f"{rec.url}/")
-        return 0
+        return _print_link(f"{rec.url}/", qr=qr)
     try:
         code, body, wait = discovery.exchange(rec, "POST", "/v1/login-codes", token=discovery.token_for(rec))
     except (OSError, http.client.HTTPException) as exc:
@@ -137,8 +137,22 @@ def login_link(data_dir: Path) -> int:
         return _fail(f"the daemon runs (pid {rec.pid}), {discovery.throttled_detail(where, wait)}", 2)
     if code != 201 or not isinstance(body, dict) or not isinstance(body.get("code"), str):
         return _fail(f"the daemon refused the token from {where} ({code}); is it its own?", 2)
-    print(f"{rec.url}/#login={body['code']}")
+    return _print_link(f"{rec.url}/#login={body['code']}", qr=qr)
+
+
+def _print_link(link: str, *, qr: bool) -> int:
+    print(link, flush=True)
+    if qr:
+        print_qr(link, tty=sys.stdout.isatty())
     return 0
+
+
+def print_qr(link: str, *, tty: bool) -> None:
+    """``link`` as a QR code on stdout (bridge/qr.py): coloured for a terminal, plain text
+    when piped; with a blank line before it, so it never touches the link's line."""
+    from bridge import qr  # segno is loaded only by the commands that draw
+
+    print("\n" + "\n".join(qr.terminal_lines(link, colour=qr.wants_colour(tty, os.environ))), flush=True)
 
 
 def _fail(message: str, exit_code: int) -> int:

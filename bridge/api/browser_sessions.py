@@ -75,7 +75,9 @@ class Sessions:
             for key, exp, user in stored:
                 self._expiry[key] = (exp, user)
 
-    async def create(self, user: str | None = None) -> str:
+    async def create(self, user: str | None = None, *, not_after: float | None = None) -> str:
+        """A new session for ``user``, living ``ttl_s`` or until ``not_after`` if sooner (a
+        session signed in by a code another session minted ends with that one)."""
         now = self._clock()
         evicted = [k for k, (exp, _) in self._expiry.items() if exp <= now]
         for key in evicted:
@@ -86,10 +88,22 @@ class Sessions:
             evicted.append(oldest)
         sid = secrets.token_urlsafe(32)
         key = self._key(sid)
-        self._expiry[key] = (now + self.ttl_s, user)
+        expiry = now + self.ttl_s if not_after is None else min(now + self.ttl_s, not_after)
+        self._expiry[key] = (expiry, user)
         if self._store is not None:
-            await self._store.save_session(key, now + self.ttl_s, evicted, user=user)
+            await self._store.save_session(key, expiry, evicted, user=user)
         return sid
+
+    def expiry(self, sid: str | None) -> float | None:
+        """When the live session ``sid`` ends (this daemon's clock), or None if it is not live."""
+        if not self.lookup(sid)[0]:
+            return None
+        return self._expiry[self._key(str(sid))][0]
+
+    def seconds_left(self, sid: str | None) -> float:
+        """How long the session ``sid`` has left (0 when it is not live): its cookie's Max-Age."""
+        end = self.expiry(sid)
+        return 0.0 if end is None else max(0.0, end - self._clock())
 
     def valid(self, sid: str | None) -> bool:
         return self.lookup(sid)[0]

@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from bridge.config_capacity import CapacitySettings
+from bridge.config_push import PushSettings
 from bridge.config_sources import (
     Sources,
     awp_json,
@@ -335,6 +336,7 @@ class Settings(BaseModel):
     cluster: ClusterSettings = Field(default_factory=lambda: ClusterSettings())
     sandbox: SandboxSettings = Field(default_factory=lambda: SandboxSettings())
     capacity: CapacitySettings = Field(default_factory=lambda: CapacitySettings())
+    push: PushSettings = Field(default_factory=lambda: PushSettings())
     data_dir: Path
     token: str | None = None
     no_auth: bool = False
@@ -531,6 +533,7 @@ _SECTION_MODELS: dict[str, type[BaseModel]] = {
     "auth": AuthSettings,
     "sandbox": SandboxSettings,
     "capacity": CapacitySettings,
+    "push": PushSettings,
 }
 
 
@@ -555,9 +558,8 @@ def load_settings(
     agents_raw = _table(src, raw.pop("agents", {}), "[agents] must be a table of profiles")
     store, cluster, auth = _store(src, raw, env), _cluster(src, raw, env), _auth(src, raw)
     sandbox = _sandbox(src, raw, env)
-    capacity = _section(
-        src, CapacitySettings, "capacity", _table(src, raw.pop("capacity", {}), "[capacity] must be a table")
-    )
+    capacity_raw, push_raw = (_table(src, raw.pop(n, {}), f"[{n}] must be a table") for n in ("capacity", "push"))
+    capacity = _section(src, CapacitySettings, "capacity", capacity_raw)
     for name, value in sorted(raw.items()):
         raise unknown_section(src, name, value, {s: m.model_fields for s, m in _SECTION_MODELS.items()})
     host_from = ("--host", host) if host else ("AGENT_BRIDGE_HOST", env.get("AGENT_BRIDGE_HOST"))
@@ -571,6 +573,7 @@ def load_settings(
         auth=auth,
         sandbox=sandbox,
         capacity=capacity,
+        push=_section(src, PushSettings, "push", push_raw),
         data_dir=ddir,
         token=token or env.get("AGENT_BRIDGE_TOKEN") or None,
         no_auth=no_auth,

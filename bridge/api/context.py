@@ -26,6 +26,7 @@ from bridge.api.throttle import Refusals
 from bridge.api.users import Streams, UserDirectory
 from bridge.bus.base import Bus
 from bridge.config import Settings
+from bridge.push.sender import Pusher
 from bridge.sessions.cluster import ClusterLink
 from bridge.sessions.native import NativeSessions
 from bridge.sessions.registry import Registry
@@ -45,6 +46,7 @@ class Running:
     native_sessions: NativeSessions
     started_at: str  # ISO time, as GET /v1/daemon reports it
     started_monotonic: float  # for uptime, immune to clock steps
+    push: Pusher | None = None  # Web Push ([push] enabled)
 
 
 @dataclass(slots=True)

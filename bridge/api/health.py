@@ -65,6 +65,8 @@ async def metrics(request: Request) -> PlainTextResponse:
     )
     body += lease_metrics(reg) + bus_metrics(ctx.bus, ctx.cluster) + reg.memory.exposition()
     body += await cap_metrics(reg)
+    if ctx.running.push is not None:
+        body += ctx.running.push.exposition()
     return PlainTextResponse(body, media_type="text/plain; version=0.0.4")
 
 

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from starlette.websockets import WebSocketState
 
 from bridge.api.auth import WWW_AUTHENTICATE, how_to_authenticate, resolve_user
+from bridge.api.browser_sessions import COOKIE_NAME
 from bridge.api.context import context
 from bridge.api.elicitations import frame_command as elicitation_frame
 from bridge.api.schema import ConfigIn, ModeIn, PermissionFrame, PromptIn, RawIn, frame_error_code, plain_error
@@ -195,7 +196,13 @@ class _Session:
         sub = self.conv.subscribe(raw=self.raw)
         self._sub = sub
         streams = context(self.ws).streams
-        with streams.held(self.user, lambda: sub.close("user_revoked")):
+        pusher = context(self.ws).running.push
+        # A page (the browser session's cookie) with the thread open: its user is told there,
+        # so no push (bridge/push/sender.py).
+        page = pusher is not None and not self.raw and COOKIE_NAME in self.ws.cookies
+        with streams.held(self.user, lambda: sub.close("user_revoked")), contextlib.ExitStack() as watch:
+            if page and pusher is not None:
+                watch.enter_context(pusher.watching(self.user.owner, self.conv.id))
             await self._serve(sub, after)
 
     async def _serve(self, sub: Subscriber, after: int) -> None:

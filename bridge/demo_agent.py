@@ -79,6 +79,7 @@ MAX_LIST_ENTRIES = 50
 MAX_READ_BYTES = 64 * 1024
 MAX_HISTORY = 200
 MAX_HISTORY_FILE_BYTES = 16 * 1024 * 1024
+MAX_ENTRIES = 8  # chain entries kept per turn: --resume-session-at names the kept turn's last
 MAX_LINE_BYTES = 64 * 1024 * 1024
 
 INTERRUPT_MARKER = "[Request interrupted by user]"
@@ -91,6 +92,7 @@ Json = dict[str, Any]
 # unknown flag that does take a value is harmless either way.
 _VALUE_FLAGS = frozenset(
     {
+        "--resume-session-at",
         "--output-format",
         "--input-format",
         "--model",
@@ -160,6 +162,7 @@ class Options:
     resume: str | None = None
     session_id: str | None = None
     fork_session: bool = False
+    resume_at: str | None = None  # --resume-session-at: the chain entry the history ends at
     persist: bool = True
     permission_mode: str = "default"
     system_prompt: str | None = None
@@ -219,6 +222,7 @@ def parse_args(argv: list[str]) -> Options:
     opts.resume = resume or None
     opts.session_id = values.get("--session-id") or None
     opts.fork_session = "--fork-session" in values
+    opts.resume_at = values.get("--resume-session-at")
     opts.persist = "--no-session-persistence" not in values
     if values.get("--permission-mode"):
         opts.permission_mode = str(values["--permission-mode"])
@@ -283,10 +287,16 @@ def load_history(session_id: str) -> list[Json]:
             "prompt": it["prompt"],
             "reply": it.get("reply") if isinstance(it.get("reply"), str) else "",
             **({"interrupted": True} if it.get("interrupted") else {}),
+            **({"entries": _entries(it["entries"])} if isinstance(it.get("entries"), list) else {}),
         }
         for it in items
         if isinstance(it, dict) and isinstance(it.get("prompt"), str)
     ]
+
+
+def _entries(value: list[Any]) -> list[str]:
+    """A turn's chain entries as a saved history holds them: uuids, the last few."""
+    return [u for u in value if isinstance(u, str) and len(u) <= 64][-MAX_ENTRIES:]
 
 
 def save_history(session_id: str, history: list[Json]) -> None:
@@ -895,6 +905,7 @@ class Turn:
     replies: list[str] = field(default_factory=list)
     messages: int = 0
     denials: list[Json] = field(default_factory=list)
+    entries: list[str] = field(default_factory=list)  # the uuids of its chain's lines
 
 
 NO_PROMPTS = (
@@ -935,6 +946,8 @@ class DemoAgent:
         if opts.resume is not None:
             if valid_session_id(opts.resume):
                 self.history = load_history(opts.resume)
+                if opts.resume_at is not None:
+                    self.history = self._cut_at(opts.resume_at)
                 if opts.fork_session:
                     return _uuid()
                 return opts.resume
@@ -947,6 +960,16 @@ class DemoAgent:
                 return opts.session_id
             _err(f"refusing --session-id {opts.session_id[:80]!r}; using a fresh id")
         return _uuid()
+
+    def _cut_at(self, entry: str) -> list[Json]:
+        """--resume-session-at: the history up to and including the turn that wrote
+        ``entry`` (Claude Code keeps its chain up to that entry); an unknown one ends the
+        process as Claude Code's print mode does."""
+        for i, item in enumerate(self.history):
+            if entry in item.get("entries", ()):
+                return self.history[: i + 1]
+        sys.stderr.write(f"No message found with message.uuid of: {entry}\n")
+        sys.exit(1)
 
     def _save(self) -> None:
         if not self.opts.persist:
@@ -1065,6 +1088,9 @@ class DemoAgent:
             obj.setdefault("parent_tool_use_id", None)
         obj["session_id"] = self.session_id
         obj["uuid"] = _uuid()
+        if obj["type"] in ("assistant", "user") and self.turn is not None:
+            # An entry of the session's chain: what --resume-session-at may name.
+            self.turn.entries.append(obj["uuid"])
         return obj
 
     def _stream(self, event: Json, **extra: Any) -> None:
@@ -1341,6 +1367,8 @@ class DemoAgent:
             self.interrupt_requested = False
             self.turns_this_process += 1
             entry: Json = {"prompt": prompt, "reply": "\n\n".join(turn.replies)}
+            if turn.entries:
+                entry["entries"] = turn.entries[-MAX_ENTRIES:]
             if interrupted:
                 entry["interrupted"] = True
             self.history.append(entry)

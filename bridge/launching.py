@@ -36,6 +36,7 @@ from bridge.process.launch import (
 from bridge.protocols import mcp_servers
 from bridge.protocols.codec import Codec
 from bridge.protocols.codecs import make_codec, mcp_config_takes_many, mcp_servers_in_session
+from bridge.protocols.forking import NativeFork, fork_argv
 
 
 class Profile(ProfileLike, Protocol):
@@ -55,10 +56,16 @@ def spawn_options(profile: Profile, overrides: Mapping[str, Any] | None, keys: f
 
 
 def codec_for(
-    profile: Profile, *, cwd: str = "/", resume: str | None = None, options: Mapping[str, Any] | None = None
+    profile: Profile,
+    *,
+    cwd: str = "/",
+    resume: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    fork: bool = False,
 ) -> Codec:
     """A fresh codec of ``profile``'s dialect, for one process run in ``cwd``; ``options``:
-    the thread's spawn options, whose MCP servers a dialect may carry in its session."""
+    the thread's spawn options, whose MCP servers a dialect may carry in its session;
+    ``fork``: ``resume`` is copied into a new session, not reopened (protocols/forking.py)."""
     return make_codec(
         profile.protocol,
         cwd=cwd,
@@ -69,6 +76,7 @@ def codec_for(
         args=profile.args,
         protocol_flags=profile.protocol_flags,
         mcp_servers=servers_of(options or {}),
+        fork=fork,
     )
 
 
@@ -178,25 +186,30 @@ class ThreadLaunch:
         launch._ready = (native_session_id, codec)
         return launch
 
-    def start(self, resume: str | None, env: Mapping[str, str]) -> tuple[Codec, LaunchSpec]:
+    def start(
+        self, resume: str | None, env: Mapping[str, str], fork: NativeFork | None = None
+    ) -> tuple[Codec, LaunchSpec]:
         """The codec and the launch of one process, resuming the agent's session ``resume``
         (if any), with ``env`` on top of the allowed part of the daemon's (its profile's and
-        its owner's secrets). Every rule is checked again on this argv. Raises
-        LaunchRefused."""
+        its owner's secrets). ``fork``: a fork's first process copies ``resume`` (up to
+        ``fork.at``) into a new session instead (protocols/forking.py). Every rule is
+        checked again on this argv. Raises LaunchRefused."""
         if resume is not None and not valid_session_id(resume):
             raise LaunchRefused("native session id is not valid; refusing to pass it on", code="invalid_session_id")
         ready, self._ready = self._ready, None
         codec = (
             ready[1]
-            if ready is not None and ready[0] == resume
-            else codec_for(self.profile, cwd=self.cwd, resume=resume, options=self.options)
+            if ready is not None and ready[0] == resume and fork is None
+            else codec_for(self.profile, cwd=self.cwd, resume=resume, options=self.options, fork=fork is not None)
         )
+        extra = fork_argv(self.profile.protocol, fork.at) if fork is not None else []
         profile = self.profile
         check_servers(profile, self.options)
         spec = build_launch(
             executable=profile.executable,
             args=profile.args,
             protocol_flags=codec.launch_flags(self.options),
+            extra_args=extra,
             profile_env=env,
             cwd=self.cwd,
             model=self.model,

@@ -474,6 +474,28 @@ def test_resume_keeps_session_and_history(spawn: Callable[..., Agent], state_dir
     assert "what did I say?" in lines[-1]["result"]
 
 
+def test_a_fork_at_a_chain_entry_keeps_the_turns_up_to_it(spawn: Callable[..., Agent], state_dir: Path) -> None:
+    first = spawn()
+    turns = [first.turn(f"remember {w}") for w in ("apple", "pear", "plum")]
+    first.close_stdin()
+    assert first.wait() == 0
+    sid = turns[0][0]["session_id"]
+    at = [ln["uuid"] for ln in turns[1] if ln["type"] == "assistant"][-1]  # the second turn's last entry
+
+    fork = spawn(f"--resume={sid}", "--fork-session", f"--resume-session-at={at}")
+    lines = fork.turn("what did I say?")
+    assert lines[0]["session_id"] != sid
+    assert "remember pear" in lines[-1]["result"] and "remember plum" not in lines[-1]["result"]
+    fork.close_stdin()
+    assert fork.wait() == 0
+    source = spawn(f"--resume={sid}")  # untouched
+    assert "remember plum" in source.turn("history")[-1]["result"]
+    source.close_stdin()
+    assert source.wait() == 0
+    unknown = spawn(f"--resume={sid}", "--resume-session-at=0b7c3a52-9d1e-4f60-8a2b-3c4d5e6f7a8b")
+    assert unknown.wait() == 1 and "No message found with message.uuid of: 0b7c3a52" in unknown.stderr
+
+
 def test_invalid_resume_id_is_refused(spawn: Callable[..., Agent], tmp_path: Path, state_dir: Path) -> None:
     sentinel = tmp_path / "x.json"
     sentinel.write_text('{"history": [{"prompt": "NOT MINE"}]}', encoding="utf-8")

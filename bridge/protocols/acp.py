@@ -87,8 +87,12 @@ class AcpCodec:
         client_version: str = "0",
         protocol_flags: Sequence[str] | None = None,
         mcp_servers: Sequence[Mapping[str, Any]] = (),
+        fork: bool = False,
     ) -> None:
         self._flags = tuple(protocol_flags or ())
+        # The session ``resume_id`` names is another thread's, copied (session/fork), not
+        # reopened: a fork's first process (protocols/forking.py).
+        self.fork = fork
         self._mcp_servers = list(mcp_servers)  # the thread's, checked (protocols/mcp_servers.py)
         self.cwd = cwd
         self.resume_id = resume_id
@@ -378,8 +382,8 @@ class AcpCodec:
             offered = [m.get("id") for m in self.auth_methods]
             text = f"the agent needs authentication ({message}); set auth_method in its profile to one of {offered}"
             self._fail(out, "auth_required", text, raw)
-        elif method in ("session/load", "session/resume"):
-            # The old session is gone or cannot be restored: start afresh, and say so.
+        elif method in ("session/load", "session/resume", "session/fork"):
+            # The old session is gone or cannot be restored (or copied): start afresh, and say so.
             out.events.append(Event("agent", "agent.other", {"method": method, "error": message}, raw))
             text = (
                 f"the agent could not restore session {self.resume_id} ({message}); "
@@ -438,6 +442,8 @@ class AcpCodec:
         if rid is None:
             return self._new_session()
         params = {"sessionId": rid, "cwd": self.cwd, "mcpServers": self._mcp_for_agent()}
+        if self.fork:
+            return self._fork_session(params, out)
         if self.agent_capabilities.get("loadSession") is True:
             self._loading = True
             self._replayed = 0
@@ -448,6 +454,14 @@ class AcpCodec:
             "the agent can neither load nor resume sessions; a new session was started and "
             "the earlier conversation is not available to it"
         )
+        out.events.append(Event("bridge", "notice", {"code": "history_not_restored", "text": text}))
+        return self._new_session()
+
+    def _fork_session(self, params: dict[str, Any], out: Decoded) -> str:
+        if isinstance(_d(self.agent_capabilities.get("sessionCapabilities")).get("fork"), dict):
+            return self._request("session/fork", params)
+        # Advertised when the fork was made (its source's capabilities), no longer now.
+        text = "the agent no longer offers session/fork; a new session was started without the earlier conversation"
         out.events.append(Event("bridge", "notice", {"code": "history_not_restored", "text": text}))
         return self._new_session()
 
@@ -482,6 +496,11 @@ class AcpCodec:
 
     def _result_session_resume(self, result: dict[str, Any], raw: str, out: Decoded) -> None:
         self._session_ready(_s(result.get("sessionId")) or self.resume_id, raw, out, "resume", result)
+
+    def _result_session_fork(self, result: dict[str, Any], raw: str, out: Decoded) -> None:
+        # A fork is a new session: never the source's id, whatever the answer says.
+        sid = _s(result.get("sessionId"))
+        self._session_ready(None if sid == self.resume_id else sid, raw, out, "fork", result)
 
     def _result_session_prompt(self, result: dict[str, Any], raw: str, out: Decoded) -> None:
         stop = _s(result.get("stopReason"))

@@ -22,9 +22,12 @@ def make_codec(
     args: Sequence[str] = (),
     protocol_flags: Sequence[str] | None = None,
     mcp_servers: Sequence[Mapping[str, Any]] = (),
+    fork: bool = False,
 ) -> Codec:
     """``executable`` and ``args``: the profile's, from which a stream-json codec knows
-    which CLI it speaks to (its flags, its handshake); ``protocol_flags``: a profile's own."""
+    which CLI it speaks to (its flags, its handshake); ``protocol_flags``: a profile's own.
+    ``fork``: ``resume_id`` is to be copied into a new session where the dialect does that
+    in its handshake (ACP session/fork; the others fork on argv: protocols/forking.py)."""
     if protocol == "stream-json":
         return StreamJsonCodec(executable=executable, args=args, protocol_flags=protocol_flags)
     if protocol == "awp-jsonl":
@@ -37,6 +40,7 @@ def make_codec(
             client_version=client_version,
             protocol_flags=protocol_flags,
             mcp_servers=mcp_servers,
+            fork=fork,
         )
     raise ValueError(f"unknown protocol {protocol!r}")
 

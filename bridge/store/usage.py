@@ -82,6 +82,20 @@ def empty() -> dict[str, Any]:
     return {"turns": 0, **dict.fromkeys(TOKENS, 0), "cost": {}}
 
 
+def copied_upto(forked_from: Any) -> int:
+    """The seqs of a fork's transcript that are its source's copy (``forked_from``, the
+    column's JSON text or None): their ``turn.ended`` events are the source's turns, counted
+    there, so a fork's own usage (and GET /v1/usage) counts only the turns after them
+    (docs/api.md §4.26). 0 for a thread that is no fork."""
+    if isinstance(forked_from, str):
+        try:
+            forked_from = json.loads(forked_from)
+        except ValueError:
+            return 0
+    seq = forked_from.get("seq") if isinstance(forked_from, dict) else None
+    return seq if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0 else 0
+
+
 def add(totals: Any, turn: Turn) -> dict[str, Any]:
     """``totals`` (a thread's, or None for none yet) with one more ended turn."""
     out = shown(totals)

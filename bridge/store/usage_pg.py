@@ -58,17 +58,24 @@ def _data_json(env: bytes, data_at: int, raw_at: int | None) -> str:
     return env[data_at:end].decode()
 
 
-async def _write(conn: AsyncConnection[Any], ended: list[tuple[str, int, str, usage.Turn]]) -> None:
-    """The turn ends (thread, seq, ts, numbers; in order) recorded: rows, then totals."""
+async def _write(
+    conn: AsyncConnection[Any], ended: list[tuple[str, int, str, usage.Turn]], *, forks: bool = True
+) -> None:
+    """The turn ends (thread, seq, ts, numbers; in order) recorded: rows, then totals.
+    ``forks``: a fork's copy of its source's turns is left out (the column exists from
+    migration 10 on; migration 9's back-fill predates every fork)."""
     tids = list(dict.fromkeys(t[0] for t in ended))
-    cur = await conn.execute("SELECT id, owner, agent, usage FROM threads WHERE id = ANY(%s)", (tids,))
+    columns = "id, owner, agent, usage, forked_from" if forks else "id, owner, agent, usage, NULL"
+    cur = await conn.execute(f"SELECT {columns} FROM threads WHERE id = ANY(%s)", (tids,))  # noqa: S608 (constants)
     threads = {r[0]: r[1:] for r in await cur.fetchall()}
     made: list[tuple[Any, ...]] = []
     totals: dict[str, dict[str, Any]] = {}
     for tid, seq, ts, turn in ended:
         if tid not in threads:
             continue
-        owner, agent, kept = threads[tid]
+        owner, agent, kept, forked_from = threads[tid]
+        if seq <= usage.copied_upto(forked_from):
+            continue
         made.append(usage.row(tid, seq, ts, owner, agent, turn))
         totals[tid] = usage.add(totals.get(tid, json.loads(kept) if kept else None), turn)
     if made:
@@ -94,7 +101,7 @@ async def migrate(conn: AsyncConnection[Any]) -> None:
     async with conn.cursor(name="usage_backfill") as cur:
         await cur.execute(_BACKFILL)
         while chunk := await cur.fetchmany(1000):
-            await _write(conn, [(tid, seq, ts, usage.of_json(data)) for tid, seq, ts, data in chunk])
+            await _write(conn, [(tid, seq, ts, usage.of_json(data)) for tid, seq, ts, data in chunk], forks=False)
 
 
 async def forget(conn: AsyncConnection[Any], thread_id: str) -> None:

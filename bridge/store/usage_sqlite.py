@@ -66,19 +66,21 @@ def record(db: sqlite3.Connection, thread_id: str, rows: Any) -> None:
     kinds = rows[KIND]
     if "turn.ended" not in kinds:  # (a C loop: most appends hold none)
         return
-    found = db.execute("SELECT owner, agent, usage FROM threads WHERE id = ?", (thread_id,)).fetchone()
+    found = db.execute("SELECT owner, agent, usage, forked_from FROM threads WHERE id = ?", (thread_id,)).fetchone()
     if found is None:
         return
-    owner, agent, kept = found
+    owner, agent, kept, forked_from = found
+    copied = usage.copied_upto(forked_from)  # a fork's copy of its source's turns
     totals = json.loads(kept) if kept else None
     made = []
     for seq, ts, kind, data in zip(rows[SEQ], rows[TS], kinds, rows[DATA], strict=True):
-        if kind == "turn.ended":
+        if kind == "turn.ended" and seq > copied:
             turn = usage.of_json(data)
             made.append(usage.row(thread_id, seq, ts, owner, agent, turn))
             totals = usage.add(totals, turn)
-    db.executemany(usage.INSERT_ROW, made)
-    db.execute("UPDATE threads SET usage = ? WHERE id = ?", (json.dumps(totals), thread_id))
+    if made:
+        db.executemany(usage.INSERT_ROW, made)
+        db.execute("UPDATE threads SET usage = ? WHERE id = ?", (json.dumps(totals), thread_id))
 
 
 def forget(db: sqlite3.Connection, thread_id: str) -> None:

@@ -4,10 +4,11 @@ object a line) for the test suite, with misbehaviours on demand. Standard librar
 run as ``python -I fake_acp_agent.py [flags...]``. The bridge is the ACP client.
 
 Client → agent methods: initialize, authenticate, session/new, session/load,
-session/resume (only with --resume-cap), session/list, session/prompt, session/set_mode
-(only with --modes), and the notification session/cancel. Anything else gets -32601
-(notifications are ignored). session/new, load and resume take stdio mcpServers only (it
-advertises no mcpCapabilities): anything else there is -32602.
+session/resume (only with --resume-cap), session/fork (only with --fork-cap),
+session/list, session/prompt, session/set_mode (only with --modes), and the notification
+session/cancel. Anything else gets -32601 (notifications are ignored). session/new, load,
+resume and fork take stdio mcpServers only (it advertises no mcpCapabilities): anything
+else there is -32602.
 
 Directives are the first word of a prompt's text (text blocks concatenated):
   (anything)         "echo: <text>" (plus " [image,...]" for non-text blocks) in three
@@ -33,6 +34,7 @@ Directives are the first word of a prompt's text (text blocks concatenated):
   mode <id>          (--modes) the agent switches its own mode: a current_mode_update, then
                      a chunk "mode: <id>" (an unknown id: a chunk "mode: unknown <id>")
   whatmode           a chunk "mode: <the session's current mode id>"
+  recall             a chunk "history: <every earlier prompt of the session, joined by " | ">"
   usage              a chunk, a usage_update {used, size, cost: the session's cumulative cost,
                      0.25 USD more each time}, and the response's usage (10 in, 5 out, 2
                      cached, 17 in all)
@@ -49,7 +51,8 @@ Directives are the first word of a prompt's text (text blocks concatenated):
 Every session/update of a turn is written before the session/prompt response.
 
 Flags: --version N (protocolVersion answered, default 1), --no-load (no loadSession;
-session/load is -32601), --resume-cap (advertise and serve session/resume),
+session/load is -32601), --resume-cap (advertise and serve session/resume), --fork-cap (advertise
+sessionCapabilities.fork and serve session/fork),
 --auth-required (authMethods [fake-key]; session/new, load and resume answer -32000
 until authenticate{methodId:"fake-key"}), --delay-initialize S (answer initialize after
 S seconds, from a timer, so later requests can be answered first), --exit-at-start
@@ -278,6 +281,7 @@ class Agent:
         self.version = int(opt_value(argv, "--version", "1") or "1")
         self.load_cap = "--no-load" not in argv
         self.resume_cap = "--resume-cap" in argv
+        self.fork_cap = "--fork-cap" in argv
         self.list_cap = "--no-list" not in argv
         self.auth_required = "--auth-required" in argv
         self.authed = not self.auth_required
@@ -385,6 +389,7 @@ class Agent:
             "session/new": self.session_new,
             "session/load": self.session_load,
             "session/resume": self.session_resume,
+            "session/fork": self.session_fork,
             "session/list": self.session_list,
             "session/prompt": self.session_prompt,
             "session/set_mode": self.session_set_mode if self.modes else None,
@@ -408,6 +413,8 @@ class Agent:
         session_caps: dict[str, Any] = {"list": {}} if self.list_cap else {}
         if self.resume_cap:
             session_caps["resume"] = {}
+        if self.fork_cap:
+            session_caps["fork"] = {}
         result = {
             "protocolVersion": self.version,
             "agentCapabilities": {
@@ -603,6 +610,31 @@ class Agent:
         s = self._open(sid, params["cwd"], history)
         log(event="session_resume", sessionId=sid)
         respond(rid, self._modes(s))
+
+    def session_fork(self, rid: Any, params: dict[str, Any]) -> None:
+        """ACP's unstable session/fork (ForkSessionRequest: sessionId and cwd required,
+        mcpServers, additionalDirectories and _meta optional, nothing else): the source's
+        history copied into a new session, which is open at once (ForkSessionResponse:
+        sessionId, and the session's settings as session/new gives them)."""
+        if not self.fork_cap:
+            fail(rid, METHOD_NOT_FOUND, "Method not found", {"method": "session/fork"})
+            return
+        unknown = sorted(set(params) - {"sessionId", "cwd", "mcpServers", "additionalDirectories", "_meta"})
+        if unknown:
+            fail(rid, INVALID_PARAMS, "Invalid params", {"details": f"unknown field {unknown[0]}"})
+            return
+        if not self._setup_params_ok(rid, params, need_session=True):
+            return
+        source = params["sessionId"]
+        _, history = self._find(source)
+        if history is None:
+            fail(rid, NOT_FOUND, "Resource not found", {"sessionId": source})
+            return
+        sid = f"acp-{uuid.uuid4().hex}"
+        s = self._open(sid, params["cwd"], [dict(e) for e in history])
+        self._save(s)
+        log(event="session_fork", source=source, sessionId=sid, copied=len(history))
+        respond(rid, {"sessionId": sid, **self._modes(s)})
 
     def session_list(self, rid: Any, params: dict[str, Any]) -> None:
         if not self.list_cap:
@@ -872,6 +904,11 @@ class Agent:
         s.mode = mode
         self.update(s.id, {"sessionUpdate": "current_mode_update", "currentModeId": mode})
         self.message(s, f"mode: {mode}")
+        return "end_turn"
+
+    def do_recall(self, s: Session, turn: Turn, text: str, kinds: list[str]) -> str:
+        said = [str(e.get("text")) for e in s.history[:-1] if e.get("role") == "user"]
+        self.message(s, "history: " + " | ".join(said))
         return "end_turn"
 
     def do_whatmode(self, s: Session, turn: Turn, text: str, kinds: list[str]) -> str:

@@ -45,7 +45,11 @@ Directives are the first word of a prompt:
 Every stream-json result line carries usage (3 tokens in, 5 out) and, as Claude Code's,
 total_cost_usd: what this process has spent so far, 0.125 USD more with each result line.
 
-Flags: --exit-at-start (exit 5 before reading anything).
+Flags: --exit-at-start (exit 5 before reading anything). stream-json takes Claude Code's
+options only (CLAUDE_OPTIONS; another is "error: unknown option '--x'", exit 1), among them
+--fork-session (with --resume: the history under a new session id) and
+--resume-session-at UUID (only with --resume, else "Error: --resume-session-at requires
+--resume", exit 1: the history up to the assistant line that carried UUID).
 
 awp-jsonl (``--dialect awp-jsonl``) is as strict as the AWP reference adapter
 (awp-agent-cli.mjs): after the fake's own prefix (``--dialect awp-jsonl``, then
@@ -132,31 +136,54 @@ def raw_out(data: str) -> None:
         sys.stdout.flush()
 
 
+# Claude Code 2.1.332's options (``claude --help``, plus the hidden ones the bridge or its
+# tests pass): stream-json refuses any other ``--name`` as the real CLI does (commander's
+# "error: unknown option '--x'", exit 1), so a flag the bridge invents fails here too.
+CLAUDE_OPTIONS = frozenset(
+    """add-dir agent agents allow-dangerously-skip-permissions allowedTools allowed-tools
+    append-system-prompt append-system-prompt-file autocompact bare betas brief continue
+    dangerously-skip-permissions debug debug-file disable-slash-commands disallowedTools
+    disallowed-tools effort exclude-dynamic-system-prompt-sections fallback-model file
+    fork-session forward-subagent-text help include-hook-events include-partial-messages
+    input-format json-schema max-budget-usd max-thinking-tokens max-turns mcp-config model
+    name no-session-persistence output-format permission-mode permission-prompt-tool
+    plugin-dir print replay-user-messages resume resume-session-at resume-drops-turn
+    session-id setting-sources settings strict-mcp-config system-prompt system-prompt-file
+    thinking tools verbose version""".split()
+)
+# The fake's own switches: its dialect, a refusal to start, and --api=URL, which stands
+# for an agent's endpoint flag in the launch rules' tests (tests/process/test_launch.py).
+FAKE_OPTIONS = frozenset({"dialect", "exit-at-start", "api"})
+
+
 def parse_args(argv: list[str]) -> dict[str, str | None]:
-    """stream-json: lenient, as before (``--model=M`` or ``--model M``, ``--resume=ID`` or
-    ``--resume ID``, both forms as the real CLIs take them; anything else is ignored)."""
-    opts: dict[str, str | None] = {"dialect": "stream-json", "model": None, "resume": None}
+    """stream-json: ``--model=M`` or ``--model M``, ``--resume=ID`` or ``--resume ID``, both
+    forms as the real CLIs take them; ``--fork-session`` and ``--resume-session-at`` as
+    Claude Code takes them (the second only with a resume: its error otherwise). Other
+    arguments are skipped, an unknown option refused (CLAUDE_OPTIONS)."""
+    opts: dict[str, str | None] = {"dialect": "stream-json", "model": None, "resume": None, "fork": None, "at": None}
     i = 0
     while i < len(argv):
         a = argv[i]
-        if a == "--dialect":
-            opts["dialect"] = argv[i + 1]
+        name, eq, value = a[2:].partition("=")
+        if a.startswith("--") and name not in CLAUDE_OPTIONS | FAKE_OPTIONS:
+            sys.stderr.write(f"error: unknown option '{a.split('=', 1)[0]}'\n")
+            sys.exit(1)
+        if a.startswith("--") and name in ("dialect", "model", "resume", "resume-session-at") and not eq:
+            value = argv[i + 1] if i + 1 < len(argv) else ""
             i += 1
-        elif a == "--model":
-            opts["model"] = argv[i + 1]
-            i += 1
-        elif a.startswith("--model="):
-            opts["model"] = a.split("=", 1)[1]
-        elif a.startswith("--resume="):
-            opts["resume"] = a.split("=", 1)[1]
-        elif a == "--resume":
-            opts["resume"] = argv[i + 1]
-            i += 1
+        if name in ("dialect", "model", "resume") and a.startswith("--"):
+            opts[name] = value
+        elif a == "--resume-session-at" or a.startswith("--resume-session-at="):
+            opts["at"] = value
+        elif a == "--fork-session":
+            opts["fork"] = "1"
         elif a == "--mcp-config" and opts["dialect"] == "stream-json":
             i = read_mcp_configs(argv, i + 1) - 1
-        elif a == "--mcp-config":
-            i += 1
         i += 1
+    if opts["at"] is not None and not opts["resume"]:
+        sys.stderr.write("Error: --resume-session-at requires --resume\n")
+        sys.exit(1)
     return opts
 
 
@@ -280,6 +307,22 @@ class Agent:
         self.session_id = opts["resume"] or f"fake-{uuid.uuid4()}"
         self.state_dir = os.environ.get("FAKE_AGENT_STATE")
         self.history: list[str] = self._load()
+        # Each assistant line's uuid → how many prompts the session held when it was
+        # written: what --resume-session-at cuts the history back to (as Claude Code keeps
+        # the chain up to and including that entry).
+        self.marks: dict[str, int] = self._load_marks()
+        if opts.get("at") is not None:
+            kept = self.marks.get(opts["at"] or "")
+            if kept is None:  # Claude Code's words (print mode), then its exit
+                sys.stderr.write(f"No message found with message.uuid of: {opts['at']}\n")
+                sys.exit(1)
+            self.history = self.history[:kept]
+            self.marks = {u: n for u, n in self.marks.items() if n <= kept}
+        if opts.get("fork") and opts["resume"]:
+            # --fork-session: the history copied under a new session id, the source untouched.
+            self.session_id = f"fake-{uuid.uuid4()}"
+            log(event="forked", source=opts["resume"], at=opts.get("at"), session=self.session_id)
+        self._save()
         self.deferred: list[dict] = []
         self.initialized = False  # awp-jsonl: system/init once, after the first accepted input
         # stream-json: what this process has spent, as Claude Code's total_cost_usd gives it
@@ -296,11 +339,20 @@ class Agent:
                 return json.load(fh)
         return []
 
+    def _load_marks(self) -> dict[str, int]:
+        path = self._path()
+        if path and os.path.exists(path + ".marks"):
+            with open(path + ".marks", encoding="utf-8") as fh:
+                return json.load(fh)
+        return {}
+
     def _save(self) -> None:
         path = self._path()
         if path:
             with open(path, "w", encoding="utf-8") as fh:
                 json.dump(self.history, fh)
+            with open(path + ".marks", "w", encoding="utf-8") as fh:
+                json.dump(self.marks, fh)
 
     # -- output helpers
     def delta(self, text: str) -> None:
@@ -318,6 +370,9 @@ class Agent:
         )
 
     def assistant(self, blocks: list[dict]) -> None:
+        entry = str(uuid.uuid4())
+        self.marks[entry] = len(self.history)
+        self._save()
         out(
             {
                 "type": "assistant",
@@ -330,7 +385,7 @@ class Agent:
                 },
                 "parent_tool_use_id": None,
                 "session_id": self.session_id,
-                "uuid": str(uuid.uuid4()),
+                "uuid": entry,
             }
         )
 

@@ -31,7 +31,7 @@ log = structlog.get_logger("bridge.datadir")
 LOCK_NAME = "daemon.lock"
 # What the daemon itself creates or owns in the data dir, tightened at start.
 PRIVATE_DIRS = ("workspaces", "homes")
-PRIVATE_FILES = ("bridge.db", "bridge.db-wal", "bridge.db-shm", "token", LOCK_NAME, "daemon.json")
+PRIVATE_FILES = ("bridge.db", "bridge.db-wal", "bridge.db-shm", "token", LOCK_NAME, "daemon.json", "vapid.pem")
 
 
 class DataDirLocked(BridgeError):

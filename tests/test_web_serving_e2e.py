@@ -18,7 +18,7 @@ from bridge.cli import page_link
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
-    "frame-ancestors 'none'"
+    "frame-ancestors 'none'; manifest-src 'self'; worker-src 'self'"
 )
 ASSETS = ("app.js", "stream.js", "transcript.js", "markdown.js", "highlight.js", "style.css", "icon.svg")
 

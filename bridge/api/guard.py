@@ -214,11 +214,12 @@ class JsonBodies:
 
 # The bundled page's policy (issue #6 item 7): no inline script or style, nothing from
 # another origin, never framed. It is set on every HTTP response (JSON included, where it
-# costs nothing); the page's own assets are the ones it matters for.
+# costs nothing); the page's own assets are the ones it matters for. The manifest and the
+# service worker (/sw.js) are the page's own too (issue #39), said explicitly.
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
-    "frame-ancestors 'none'"
+    "frame-ancestors 'none'; manifest-src 'self'; worker-src 'self'"
 )
 PAGE_HEADERS = (
     ("content-security-policy", CONTENT_SECURITY_POLICY),

@@ -26,6 +26,7 @@ CONTENT_TYPES = {
     ".png": "image/png",
     ".txt": "text/plain; charset=utf-8",
     ".json": "application/json",
+    ".webmanifest": "application/manifest+json",
 }
 # Unhashed file names: the browser may keep a copy but must revalidate (ETag) each time.
 CACHE = {"Cache-Control": "no-cache"}
@@ -63,6 +64,12 @@ def make_router(root: Path | None = None) -> APIRouter:
     @router.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     async def index() -> Response:
         return serve("index.html")
+
+    @router.api_route("/sw.js", methods=["GET", "HEAD"], include_in_schema=False)
+    async def service_worker() -> Response:
+        # At the root, so that its scope is the whole page (/); a worker under /assets/
+        # could control only /assets/ (docs/web.md "Install and push").
+        return serve("sw.js")
 
     @router.api_route("/assets/{rel:path}", methods=["GET", "HEAD"], include_in_schema=False)
     async def asset(rel: str) -> Response:

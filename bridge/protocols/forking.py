@@ -92,6 +92,11 @@ class NativeFork:
     session: str
     at: str | None = None
 
+    def __post_init__(self) -> None:
+        # Never a fork that would quietly become a plain resume of its source's session.
+        if self.at is not None and not _UUID.fullmatch(self.at):
+            raise ValueError("a fork point must be a chain entry's uuid")
+
     def stored(self) -> dict[str, Any]:
         return {"session": self.session, "at": self.at}
 

@@ -68,3 +68,5 @@ def test_a_pending_fork_holds_only_while_the_thread_resumes_its_sources_session(
     assert pending_fork({**row, "at": None}, "src") == NativeFork("src", None)
     assert pending_fork({**row, "at": "not-a-uuid"}, "src") is None
     assert pending_fork("garbage", "src") is None
+    with pytest.raises(ValueError):  # never a fork that would become a plain resume
+        NativeFork("src", "--x")

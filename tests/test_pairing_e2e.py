@@ -221,3 +221,30 @@ async def test_a_pairing_code_expires_as_a_login_code_does(
     async with httpx.AsyncClient(base_url=d.url) as phone:
         r = await phone.post("/v1/session", json={"code": body["code"]})
     assert r.status_code == 401 and "set-cookie" not in r.headers
+
+
+async def test_in_users_mode_a_user_pairs_only_as_themselves_and_a_revoked_users_code_fails(
+    daemon_factory: Any, tmp_path: Path, agent_env: dict[str, str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'data' / 'bridge.db'}"
+    cfg = base_config(tmp_path, agent_env) + f'\n[auth]\nmode = "users"\n\n[store]\nurl = "{url}"\n'
+    d = await daemon_factory(cfg)
+    tokens = {}
+    for name in ("alice", "bob"):
+        rc, out, err = await bridge_cli("users", "add", name, "--store-url", url)
+        assert rc == 0, err
+        tokens[name] = out.strip()
+    codes = {}
+    for name, token in tokens.items():
+        async with httpx.AsyncClient(base_url=d.url) as browser:
+            assert (await browser.post("/v1/session", headers={"Authorization": f"Bearer {token}"})).status_code == 204
+            r = await browser.post("/v1/me/pairing")
+            assert r.status_code == 201, r.text
+            codes[name] = r.json()["code"]
+    async with httpx.AsyncClient(base_url=d.url) as phone:
+        assert (await phone.post("/v1/session", json={"code": codes["alice"]})).status_code == 204
+        assert (await phone.get("/v1/me")).json()["name"] == "alice"
+    rc, _, err = await bridge_cli("users", "revoke", "bob", "--store-url", url)
+    assert rc == 0, err
+    async with httpx.AsyncClient(base_url=d.url) as phone:
+        assert (await phone.post("/v1/session", json={"code": codes["bob"]})).status_code == 401

@@ -209,20 +209,20 @@ class Pusher:
         for attempt in range(1, rules.ATTEMPTS + 1):
             retry_after: str | None = None
             try:
-                answer = await self._client.post(sub.endpoint, content=body, headers=headers)
+                # Streamed and never read: a push service's answer body is not ours to hold.
+                async with self._client.stream("POST", sub.endpoint, content=body, headers=headers) as answer:
+                    status, retry_after = answer.status_code, answer.headers.get("retry-after")
             except EndpointRefused:
                 return "blocked", None, attempt
             except httpx.HTTPError:
                 status = None
             else:
-                status = answer.status_code
                 if 200 <= status < 300:
                     return "delivered", status, attempt
                 if status in (404, 410):
                     return "gone", status, attempt
                 if status != 429 and status < 500:
                     return "refused", status, attempt
-                retry_after = answer.headers.get("retry-after")
             if attempt < rules.ATTEMPTS:
                 self.counts["retried"] += 1
                 await asyncio.sleep(rules.retry_delay(attempt, retry_after))

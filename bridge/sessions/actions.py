@@ -59,6 +59,8 @@ class Route:
 class Stop:
     reason: str
     grace_s: float | None = None  # None: the configured grace
+    # A model switch's stop: the prompts still queued once it exited start the next process.
+    resume_queue: bool = False
 
 
 Action = Emit | Write | ArmTimer | CancelTimer | Serve | Route | Stop

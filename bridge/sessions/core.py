@@ -45,6 +45,7 @@ from bridge.sessions.actions import (
     Turn,
     Write,
 )
+from bridge.sessions.config_options import config_request, model_option
 from bridge.sessions.elicitations import ElicitationTable
 from bridge.sessions.output import AgentOutput
 from bridge.sessions.permissions import PermissionTable, timer_key
@@ -52,6 +53,9 @@ from bridge.sessions.tasks import TaskTable
 
 # Exits the bridge caused to carry out a client's interrupt (core.interrupt, the interrupt timer).
 INTERRUPT_EXITS = frozenset({"interrupted", "interrupt_timeout"})
+# The exit of an agent restarted on another model (switch_model): its queued prompts wait
+# for the next process instead of ending "not started".
+MODEL_CHANGED = "model_changed"
 
 
 def _by(data: dict[str, Any], actor: str | None) -> dict[str, Any]:
@@ -109,6 +113,13 @@ class ConversationCore(AgentOutput):
         self.exit_error: tuple[str, str] | None = None  # a failed start: (its reason, the agent's cause)
         self.permissions = PermissionTable()
         self.elicitations = ElicitationTable()  # the agent's questions to the user (sessions/elicitations.py)
+        # A model switch waits for the turn boundary: no prompt is written to this process
+        # any more, and once no turn is active it is stopped (switch_model).
+        self.switching = False
+        # The thread's model, which an agent with a model option is held to at each session
+        # start (_keep_model; the shell sets it from the row); checked once per process.
+        self.model: str | None = None
+        self.model_kept = False
 
     @property
     def busy(self) -> bool:
@@ -118,6 +129,7 @@ class ConversationCore(AgentOutput):
 
     def process_started(self, codec: Codec, pid: int, pid_start: int | None, resume: str | None) -> list[Action]:
         self.codec, self.exit_reason, self.exit_error, self.interrupting = codec, None, None, False
+        self.model_kept = False
         actions: list[Action] = [
             Emit(
                 [Event("bridge", "process.started", {"pid": pid, "resume": resume})],
@@ -126,7 +138,9 @@ class ConversationCore(AgentOutput):
         ]
         # ACP: initialize; the rest of the handshake follows the agent's replies.
         actions += self._record_and_write(codec.start(), {"op": "handshake"})
-        return actions
+        # Prompts carried over a model switch go now if the dialect needs no handshake
+        # (else at its Ready).
+        return actions + self.pump()
 
     def stopping(self, reason: str) -> None:
         """The shell is stopping the process: the exit gets this reason."""
@@ -158,7 +172,8 @@ class ConversationCore(AgentOutput):
         events = [Event("bridge", "process.exited", {"pid": pid, **last_exit}), *dropped, *asked]
         if self.active is not None:
             events.append(Event("bridge", "turn.ended", self._ended_by_exit(reason, status, last_exit)))
-        for turn in self.queue:
+        carried = reason == MODEL_CHANGED and self.active is None
+        for turn in () if carried else self.queue:
             events.append(
                 Event(
                     "bridge",
@@ -170,10 +185,14 @@ class ConversationCore(AgentOutput):
                     },
                 )
             )
-        self.queue.clear()
+        if carried:
+            for turn in self.queue:  # encoded again by the next process's codec
+                turn.line = None
+        else:
+            self.queue.clear()
         actions: list[Action] = [CancelTimer(timer_key(r)) for r in dropped_ids] + asked_timers
         actions += self._end_turn()
-        self.codec = None
+        self.codec, self.switching = None, False
         fields = {"state": "exited", "turn_active": False, "last_exit": last_exit, "pid": None, "pid_start": None}
         actions.append(Emit(events, fields))
         return actions
@@ -225,7 +244,7 @@ class ConversationCore(AgentOutput):
         line = codec.encode_prompt(content, trace) if codec.ready else None
         turn = Turn(new_id("turn"), content, self.last_seq + 1, line, actor, trace)
         message = Event("client", "message", _by(prompt_event_data(content, turn.turn_id, client_id), actor), line)
-        acc = Accepted(seq=turn.prompt_seq, turn_id=turn.turn_id, queued=self.busy)
+        acc = Accepted(seq=turn.prompt_seq, turn_id=turn.turn_id, queued=self.busy or self.switching)
         if acc.queued or line is None:
             self.queue.append(turn)
             return acc, [Emit([message], client_ids=[client_id]), *self.pump()]
@@ -246,6 +265,8 @@ class ConversationCore(AgentOutput):
         # After a failed start (a Fatal) nothing more is written: the process is stopping, and
         # the prompts still queued end "not started" once it has exited.
         codec = self.codec if self.exit_error is None else None
+        if self.switching and codec is not None:
+            return self._switch_now()
         while self.active is None and self.queue and codec is not None and codec.ready:
             turn = self.queue.popleft()
             events = [Event("bridge", "turn.started", {"turn_id": turn.turn_id, "prompt_seq": turn.prompt_seq})]
@@ -274,6 +295,65 @@ class ConversationCore(AgentOutput):
                 events.append(Event("client", "client.other", data, line))
             actions += [Emit(events, {"turn_active": True}), Write(line)]
         return actions
+
+    # ------------------------------------------------------------------ model switch
+
+    def switch_model(
+        self, model: str | None, previous: str | None, actor: str | None, *, restart: bool = True
+    ) -> list[Action]:
+        """The thread's model is now ``model`` (its launch already says so): recorded with a
+        ``notice`` ``model_changed`` in the thread's row. ``restart``: a running agent is
+        restarted on it at the turn boundary — stopped now when no turn is active, else once
+        the active one ends; prompts sent meanwhile wait and go to the new process (which
+        resumes the session: the conversation is kept). Without it the agent switched by
+        itself (an ACP config option)."""
+        self.model = model
+        restart = restart and self.codec is not None and self.exit_reason is None
+        text = f"the model is now {model or 'the agent default'}"
+        if restart:
+            text += "; the agent restarts on it after the running turn" if self.active else "; the agent restarts on it"
+        data = _by({"code": MODEL_CHANGED, "text": text, "model": model, "previous": previous}, actor)
+        actions: list[Action] = [Emit([Event("bridge", "notice", data)], {"model": model})]
+        if restart:
+            self.switching = True
+            actions += self.pump()
+        return actions
+
+    def _keep_model(self, info: dict[str, Any]) -> list[Action]:
+        """A new session's agent_info: an agent whose ``model`` option offers the thread's
+        model but runs another (an ACP agent restarted after a switch goes back to its
+        own default on ``session/load``) is set to it again, once per process, before any
+        prompt is written. Its answer goes nowhere but the transcript (route "")."""
+        model = self.model
+        option = model_option({"agent_info": info}) if model and not self.model_kept else None
+        if option is None or model is None or self.codec is None:
+            return []
+        self.model_kept = True
+        offered = any(c.get("value") == model for c in option["choices"])
+        if not offered or option["current"] == model or not isinstance(option["config_id"], str):
+            return []
+        try:
+            return config_request(self.codec, option["config_id"], model, "", None)
+        except InvalidRequest:  # no session yet to set it on
+            self.model_kept = False
+            return []
+
+    def _switch_now(self) -> list[Action]:
+        """Stop the process for the model switch once no turn is active (only once)."""
+        if self.active is not None or self.exit_reason is not None:
+            return []
+        self.exit_reason = MODEL_CHANGED
+        return [Stop(MODEL_CHANGED, resume_queue=True)]
+
+    def queue_not_started(self, why: str) -> list[Action]:
+        """The prompts carried over a model switch could not go (the new process did not
+        start): each ends ``not started``, once."""
+        ended = [
+            Event("bridge", "turn.ended", {"turn_id": t.turn_id, "status": "error", "error": f"not started: {why}"})
+            for t in self.queue
+        ]
+        self.queue.clear()
+        return [Emit(ended)] if ended else []
 
     def _end_turn(self) -> list[Action]:
         was = self.interrupting

@@ -52,6 +52,9 @@ class AgentOutput:
     def _end_turn(self) -> list[Action]:
         raise NotImplementedError
 
+    def _keep_model(self, info: dict[str, Any]) -> list[Action]:
+        raise NotImplementedError
+
     def agent_output(self, decoded: Sequence[Decoded]) -> list[Action]:
         """Everything one read of stdout brought: one Emit, then what it implies."""
         out: list[Event] = []
@@ -86,6 +89,7 @@ class AgentOutput:
             return True  # queued prompts may go now
         if isinstance(item, AgentInfo):
             fields["agent_info"] = item.info
+            after += self._keep_model(item.info)
         elif isinstance(item, AgentRequest):
             after.append(Serve(item))
         elif isinstance(item, RoutedReply):

@@ -210,3 +210,39 @@ def test_an_exit_after_a_failed_start_ends_the_turn_with_the_agents_reason_whate
     ended = turn_end(core.process_exited(1, 1, None))
     assert ended["status"] == "error" and ended["error"] == "unsupported_argument:--bogus"
     assert ended["error_code"] == "startup_error" and ended["exit"]["error"] == "unsupported_argument:--bogus"
+
+
+def test_a_model_switch_stops_at_the_turn_boundary_and_carries_the_prompts_sent_meanwhile() -> None:
+    core, _ = make()
+    core.limits = Limits(max_pending_prompts=3)
+    commit(core, core.prompt(prompt("one"), None)[1])
+    out = commit(core, core.switch_model("m2", "m1", "ann"))
+    assert out == [("emit", ["notice"])]  # the running turn goes on: no stop yet
+    acc, actions = core.prompt(prompt("two"), None)
+    assert acc.queued and not [a for a in commit(core, actions) if isinstance(a, Write)]  # not for the old process
+    out = decode(core, {"type": "result", "subtype": "success", "is_error": False, "result": "done"})
+    assert [a for a in out if isinstance(a, Write)] == []
+    [stop] = [a for a in out if isinstance(a, Stop)]
+    assert stop.reason == "model_changed" and stop.resume_queue
+    assert commit(core, core.switch_model("m3", "m2", None))[1:] == []  # one stop, however many switches
+    # Its exit ends nothing queued: "two" waits for the next process, encoded by its codec.
+    out = commit(core, core.process_exited(1, 0, None))
+    assert out == [("emit", ["process.exited"])] and [t.line for t in core.queue] == [None]
+    out = commit(core, core.process_started(make_codec("stream-json"), 2, 2, "sess"))
+    assert out[0] == ("emit", ["process.started"]) and ("emit", ["turn.started", "client.other"]) in out
+    assert isinstance(out[-1], Write) and core.active is not None and not core.switching
+
+
+def test_an_idle_switch_stops_now_and_a_failed_restart_ends_what_waited() -> None:
+    core, _ = make()
+    actions = core.switch_model("m2", None, None)
+    assert isinstance(actions[0], Emit) and actions[0].fields == {"model": "m2"}
+    assert [a.reason for a in actions if isinstance(a, Stop)] == ["model_changed"]
+    acc, queued = core.prompt(prompt("late"), None)  # sent while it stops
+    commit(core, queued)
+    assert acc.queued and len(core.queue) == 1
+    commit(core, core.process_exited(1, 0, None))
+    assert commit(core, core.queue_not_started("the agent could not start again (x)")) == [("emit", ["turn.ended"])]
+    assert not core.queue and not core.busy
+    # With no process, the switch is only recorded: the next start uses the new launch.
+    assert [type(a) for a in core.switch_model("m3", "m2", None)] == [Emit]

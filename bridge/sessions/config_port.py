@@ -13,7 +13,13 @@ from bridge.errors import Conflict, InvalidRequest
 from bridge.protocols.codecs import may_have_modes
 from bridge.sessions.actions import Action
 from bridge.sessions.commands import SetConfigOption
-from bridge.sessions.config_options import CONFIG_TIMEOUT_S, ConfigTimeout, config_answer, config_request
+from bridge.sessions.config_options import (
+    CONFIG_TIMEOUT_S,
+    ConfigTimeout,
+    config_answer,
+    config_request,
+    model_option,
+)
 from bridge.sessions.conversation import Conversation
 from bridge.sessions.withdraw import ask_agent
 
@@ -33,7 +39,21 @@ async def set_config_here(conv: Conversation, c: SetConfigOption) -> dict[str, A
     text = await ask_agent(
         conv, request, method="session/set_config_option", timeout_s=CONFIG_TIMEOUT_S, timeout_error=ConfigTimeout
     )
-    return config_answer(text, c.config_id, c.value)
+    answer = config_answer(text, c.config_id, c.value)
+    await _record_model(conv, c)
+    return answer
+
+
+async def _record_model(conv: Conversation, c: SetConfigOption) -> None:
+    """The agent took a value of its ``model`` option: that is the thread's model now
+    (its ``model``, a ``notice`` ``model_changed``), which a restarted agent is set to
+    again (core._keep_model) — however the switch was asked (§4.5 ``PATCH``, §4.21)."""
+    option = model_option(conv.thread)
+    previous = conv.thread.get("model")
+    if option is None or option["config_id"] != c.config_id or not isinstance(c.value, str) or c.value == previous:
+        return
+    async with conv.journal.lock:
+        await conv.perform(conv.core.switch_model(c.value, previous, c.actor, restart=False))
 
 
 __all__ = ["SetConfigOption", "set_config_here"]

@@ -64,8 +64,10 @@ class Bounds:
     mode_id: int = 256  # an ACP session mode (§4.19)
     config_id: int = 256  # an ACP session config option's id (§4.21)
     config_value: int = 256  # …and the id of the value it is set to
+    model: int = 256  # a thread's model (§4.5; the launch rules allow 200, api/threads.py's schema 256)
     actor: int = 256  # a user's name (64 at most, api/users.py) or "operator"
     trace: int = 512  # a prompt's traceparent (55) or tracestate (512 at most: protocols/trace.py)
+    seq: int = 2**53  # a seq a client names (a fork's after_seq, §4.26): SQLite integers, JSON-exact
     # One client message, whatever its transport: a WebSocket frame (§5.3), an ACP JSON-RPC
     # message, a REST body (api/limits.py). The bus carries a little more (bus/base.py).
     message_chars: int = 8 * 1024 * 1024
@@ -298,16 +300,61 @@ class Raw(Command[int]):
         return seq
 
 
-# The next operations (fork, set model, elicitation answers) go above this line, each as
-# the ones above: a frozen ``Command[Answer]`` subclass with its KIND, fields, ``check``
-# and answer codecs, then a line in KINDS below. For instance
-#
-#     @dataclass(frozen=True, kw_only=True)
-#     class SetModel(Command[dict[str, Any]]):
-#         KIND = "model"
-#         model: str
-#
-# with a ``model`` bound in Bounds.
+@dataclass(frozen=True, kw_only=True)
+class SetModel(Command[dict[str, Any]]):
+    """Switch the thread's model, the conversation kept (docs/api.md §4.5 ``PATCH``):
+    stream-json and awp-jsonl restart the agent with it at a turn boundary, resuming its
+    session; ACP sets the agent's ``model`` config option (sessions/model_port.py).
+    Answers ``{model, previous, applies}``; ``applies`` is ``now`` (nothing was running
+    or the agent took it at once), ``after_turn`` (the running turn ends first) or
+    ``unchanged``."""
+
+    KIND = "model"
+    model: str
+
+    def check(self) -> None:
+        _text(self.model, "model", BOUNDS.model)
+        _unicode(self.model, "model")
+
+    def answer_to_wire(self, answer: dict[str, Any]) -> dict[str, Any]:
+        return answer
+
+    def answer_from_wire(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        if not isinstance(body.get("model"), str):
+            raise MalformedAnswer("the holder's answer to a model switch has no model")
+        return dict(body)
+
+
+# The next operations (fork, …) go above this line, each as the ones above: a frozen
+# ``Command[Answer]`` subclass with its KIND, fields, ``check`` and answer codecs, then a
+# line in KINDS below.
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForkPoint(Command[dict[str, Any]]):
+    """Where a fork of the thread would begin (§4.26), asked where the thread runs (its
+    turn and its session are known there): the turn boundary at or before ``after_seq``
+    (None: the end). Answers ``{"seq", "session", "at"}``: the last seq the fork takes, the
+    agent session it copies and the chain entry it stops at (sessions/fork.py); the fork
+    itself is made by the caller."""
+
+    KIND = "fork_point"
+    after_seq: int | None = None
+
+    def check(self) -> None:
+        seq = self.after_seq
+        if seq is not None and (not _seq(seq) or seq > BOUNDS.seq):
+            raise InvalidRequest(f"after_seq must be an integer from 0 to {BOUNDS.seq}")
+
+    def answer_to_wire(self, answer: dict[str, Any]) -> dict[str, Any]:
+        return answer
+
+    def answer_from_wire(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        seq, session, at = body.get("seq"), body.get("session"), body.get("at")
+        texts = all(v is None or isinstance(v, str) for v in (session, at))
+        if not _seq(seq) or not texts:
+            raise MalformedAnswer("the holder's fork point is malformed")
+        return {"seq": seq, "session": session, "at": at}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -337,7 +384,18 @@ class AnswerElicitation(Command[dict[str, Any]]):
 
 
 KINDS: dict[str, type[Command[Any]]] = {
-    c.KIND: c for c in (Prompt, Interrupt, AnswerPermission, SetMode, SetConfigOption, Raw, AnswerElicitation)
+    c.KIND: c
+    for c in (
+        Prompt,
+        Interrupt,
+        AnswerPermission,
+        SetMode,
+        SetConfigOption,
+        SetModel,
+        Raw,
+        AnswerElicitation,
+        ForkPoint,
+    )
 }
 
 
@@ -387,12 +445,14 @@ __all__ = [
     "AnswerPermission",
     "Bounds",
     "Command",
+    "ForkPoint",
     "Interrupt",
     "MalformedAnswer",
     "Prompt",
     "Raw",
     "SetConfigOption",
     "SetMode",
+    "SetModel",
     "ThreadPort",
     "from_wire",
 ]

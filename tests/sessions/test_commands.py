@@ -18,11 +18,14 @@ from bridge.sessions.commands import (
     KINDS,
     AnswerElicitation,
     AnswerPermission,
+    ForkPoint,
     Interrupt,
+    MalformedAnswer,
     Prompt,
     Raw,
     SetConfigOption,
     SetMode,
+    SetModel,
     from_wire,
 )
 
@@ -127,8 +130,10 @@ def test_every_kind_round_trips_with_its_answer() -> None:
         "permission": AnswerPermission(request_id="r", decision="allow", channel="acp", option_id="o"),
         "mode": SetMode(mode_id="plan"),
         "config": SetConfigOption(config_id="brave", value=True),
+        "model": SetModel(model="claude-fake-2", actor="ann"),
         "raw": Raw(message={"method": "x"}),
         "elicitation": AnswerElicitation(request_id="r", action="accept", content={"a": 1}, channel="acp"),
+        "fork_point": ForkPoint(after_seq=7, actor="ann"),
     }
     assert set(samples) == set(KINDS)  # a new kind gets a sample here
     for command in samples.values():
@@ -163,3 +168,16 @@ def test_whatever_another_replica_sends_is_a_valid_command_or_invalid_request(ki
         return
     command.check()
     assert from_wire(*command.to_wire()) == command
+
+
+def test_a_fork_point_is_a_seq_and_its_answer_is_read_strictly() -> None:
+    assert from_wire("fork_point", {}) == ForkPoint()
+    for bad in (-1, 2**53 + 1, True, "3", 1.5):
+        with pytest.raises(InvalidRequest):
+            ForkPoint(after_seq=bad)  # type: ignore[arg-type]
+    point = ForkPoint()
+    answer = {"seq": 4, "session": "s", "at": None}
+    assert point.answer_from_wire(point.answer_to_wire(answer)) == answer
+    for bad_answer in ({}, {"seq": -1}, {"seq": 4, "session": 5}, {"seq": 4, "at": ["x"]}):
+        with pytest.raises(MalformedAnswer):
+            point.answer_from_wire(bad_answer)

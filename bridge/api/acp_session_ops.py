@@ -24,7 +24,7 @@ from bridge.errors import BridgeError
 from bridge.protocols import jsonrpc
 from bridge.protocols.jsonrpc import RpcError
 from bridge.sessions import acp_config
-from bridge.sessions.commands import SetConfigOption, SetMode
+from bridge.sessions.commands import SetConfigOption, SetMode, SetModel
 from bridge.sessions.config_options import ConfigRefused
 from bridge.sessions.modes import ModeRefused
 
@@ -82,9 +82,10 @@ def _config_params(params: dict[str, Any]) -> tuple[str, str | bool]:
 
 
 async def set_config_option(agent: AcpAgent, rpc_id: jsonrpc.Id, params: dict[str, Any]) -> dict[str, Any]:
-    """``session/set_config_option``: ``mode`` through ``session/set_mode``, ``model`` on
-    the thread (its agent restarted with it), the agent's own options by the agent; answers
-    every option with its value now, and the session's other clients hear of it."""
+    """``session/set_config_option``: ``mode`` through ``session/set_mode``, a ``model``
+    (the bridge's, or the agent's own option of that category) as the thread's model switch
+    (:class:`SetModel`, as ``PATCH`` does it), the agent's other options by the agent;
+    answers every option with its value now, and the session's other clients hear of it."""
     att = _attached(agent, params)
     config_id, value = _config_params(params)
     thread = att.thread
@@ -99,8 +100,8 @@ async def set_config_option(agent: AcpAgent, rpc_id: jsonrpc.Id, params: dict[st
     try:
         if owner == acp_config.MODE:
             await set_mode(att, str(value), agent.user.name)
-        elif owner == acp_config.MODEL:
-            await thread.set_model(str(value))
+        elif owner == acp_config.MODEL or (isinstance(value, str) and _is_model(options, config_id)):
+            await _set_model(att, str(value), agent.user.name)
         else:
             row = await _set_agent_option(att, config_id, value, agent.user.name)
     except BaseException:
@@ -108,6 +109,19 @@ async def set_config_option(agent: AcpAgent, rpc_id: jsonrpc.Id, params: dict[st
         raise
     att.config = acp_config.with_value(options_of(agent, thread, row), config_id, value)
     return {"configOptions": att.config}
+
+
+def _is_model(options: list[dict[str, Any]], config_id: str) -> bool:
+    return any(o["id"] == config_id and o.get("category") == acp_config.MODEL for o in options)
+
+
+async def _set_model(att: Attached, model: str, actor: str) -> None:
+    """The thread's model switch (sessions/model_port.py); an agent's refusal of its own
+    option as it gave it."""
+    try:
+        await att.thread.run(SetModel(model=model, actor=actor))
+    except ConfigRefused as exc:
+        raise RpcError(exc.rpc["code"], exc.rpc["message"], exc.rpc.get("data")) from None
 
 
 async def _set_agent_option(att: Attached, config_id: str, value: str | bool, actor: str) -> Mapping[str, Any]:

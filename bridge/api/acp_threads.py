@@ -8,7 +8,8 @@ operation, with the same bounds, as one sent over REST — locally or on the rep
 runs the thread. What it reads (the transcript, the pending permission requests, the seq
 it is at, the modes) goes through :class:`AcpThread` and nothing else.
 
-**Where a new operation goes** (fork, an elicitation answer): its command in
+**Where a new operation goes** (fork, an elicitation answer; a model switch is
+:class:`~bridge.sessions.commands.SetModel`): its command in
 sessions/commands.py, then an ACP method in acp_agent.py's table that builds it and calls
 :meth:`AcpThread.run`; nothing here changes. A new *read* the agent needs is one method on
 :class:`AcpThread` and one line in :class:`ConversationThread`.
@@ -25,8 +26,7 @@ import structlog
 from bridge.api.events import change_frames
 from bridge.api.threads import delete_thread_of
 from bridge.api.users import User
-from bridge.errors import BridgeError, LaunchRefused
-from bridge.launching import ThreadLaunch
+from bridge.errors import BridgeError
 from bridge.protocols.codecs import may_have_modes
 from bridge.protocols.envelope import Frames, Page
 from bridge.sessions.commands import Command
@@ -95,12 +95,6 @@ class AcpThread(Protocol):
 
     async def stop_agent(self) -> None:
         """Stop its agent, as ``POST /v1/threads/{id}/stop`` does; the thread stays."""
-        ...
-
-    async def set_model(self, model: str) -> None:
-        """Record ``model`` as the thread's: its agent's next start is given it (an idle
-        agent is stopped now, so that the next prompt starts it again, resuming its
-        session). Raises BridgeError (``invalid_model``, …) for one it could not start with."""
         ...
 
 
@@ -193,19 +187,6 @@ class ConversationThread:
 
     async def stop_agent(self) -> None:
         await self._conv.stop("stopped")
-
-    async def set_model(self, model: str) -> None:
-        conv = self._conv
-        if conv.profile is None:
-            raise LaunchRefused(
-                f"agent profile {conv.thread['agent']!r} is no longer configured", code="agent_not_found"
-            )
-        # Checked as a new thread's model is (bridge/launching.py), before anything is recorded.
-        launch = ThreadLaunch.checked(conv.profile, conv.core.options, cwd=conv.thread["cwd"], model=model)
-        await conv.set_fields({"model": model})
-        conv.launch = launch
-        if conv.running and not conv.busy:
-            await conv.stop("stopped")
 
     async def start_agent(self, wait_s: float) -> None:
         """An ACP profile's agent is started at session/new, so that the answer carries the

@@ -48,7 +48,8 @@ from bridge.process.launch import LaunchSpec
 from bridge.protocols.codec import Codec
 from bridge.protocols.envelope import ephemeral
 from bridge.protocols.events import Event, Record
-from bridge.sessions import acp_fs, mcp_config
+from bridge.protocols.forking import pending_fork
+from bridge.sessions import acp_fs, mcp_config, worktree_ops
 from bridge.sessions.actions import Action, ArmTimer, CancelTimer, Emit, Limits, Route, Serve, Stop, Write
 from bridge.sessions.agent_run import AgentRun
 from bridge.sessions.agent_title import with_titles
@@ -145,6 +146,7 @@ class Conversation:
             limits=Limits(srv.max_pending_prompts, srv.interrupt_timeout_s, srv.permission_timeout_s, srv.stop_grace_s),
             tasks=TaskTable.from_json(saved) if (saved := thread.get("tasks")) else None,
         )
+        core.model = thread.get("model")  # what an agent's model option is held to (core._keep_model)
         self.journal.mirror = core
         return core
 
@@ -265,7 +267,8 @@ class Conversation:
         """After the agent exited: the lease goes back at once (unless a new start is
         already under way), so any replica may run the thread next."""
         async with self._lock:
-            if self._run is None and not self.starting:
+            # (Prompts carried over a model switch wait for the next process here.)
+            if self._run is None and not self.starting and not self.core.queue:
                 await self.lease.release()
 
     async def wait_beyond(self, seq: int, timeout: float) -> None:
@@ -373,13 +376,43 @@ class Conversation:
         if isinstance(action, Route):
             self.routes.deliver(action.route, action.text, self.core.last_seq)
         elif isinstance(action, Stop):
-            self.stop_soon(action.reason, grace_s=action.grace_s)
+            if action.resume_queue:
+                self._owned.spawn(self._restart(action.reason), "restart")
+            else:
+                self.stop_soon(action.reason, grace_s=action.grace_s)
         return []
 
     def stop_soon(self, reason: str, *, grace_s: float | None = None) -> None:
         """Stop the process in a task of the conversation's own (it must not wait for
         ``_life`` where it is asked: under ``_lock``, or in the registry's reaper)."""
         self._owned.spawn(self.stop(reason, grace_s=grace_s), "stop")
+
+    async def _restart(self, reason: str) -> None:
+        """A model switch at its turn boundary: the agent stopped, then started again (on
+        the thread's launch, resuming its session) when prompts wait for it; if it cannot
+        start, they end "not started" with why."""
+        await self.stop(reason)
+        if not self.core.queue or self.deleted:
+            await self.release_if_idle()
+            return
+        try:
+            await self.ensure_started()
+        except BridgeError as exc:
+            log.info("agent.restart_failed", thread_id=self.id, code=exc.code)
+            with contextlib.suppress(BridgeError):
+                async with self._lock:
+                    await self.perform(self.core.queue_not_started(f"the agent could not start again ({exc.message})"))
+            await self.release_if_idle()
+
+    async def switch_model(self, launch: ThreadLaunch, actions: Callable[[], list[Action]]) -> None:
+        """Give the thread a new launch (its new model) and perform what the core says of
+        it, between two lives of the agent: a start under way finishes first, so the
+        process that runs after this either was started with ``launch`` or is told to
+        stop for it."""
+        self.require_writable()
+        async with self._life, self._lock:
+            self.launch = launch
+            await self.perform(actions())
 
     async def _write(self, action: Write) -> None:
         run = self._run
@@ -423,11 +456,14 @@ class Conversation:
         if self.launch is None:
             thread = self.thread
             self.launch = ThreadLaunch(profile, self.core.options, cwd=thread["cwd"], model=thread.get("model"))
-        codec, spec = self.launch.start(resume, {**secrets, **profile.env})
+        # A fork's first process copies its source's session (protocols/forking.py).
+        fork = pending_fork(self.thread.get("forked_from"), resume)
+        codec, spec = self.launch.start(resume, {**secrets, **profile.env}, fork)
         spec = launch_for_thread(spec, self.settings, self.thread)  # its cwd checked again; the owner's HOME
         spec, self.mcp_file = mcp_config.with_servers(spec, self.id, self.launch.options, profile.protocol)
         self.mcp_scrub = mcp_config.scrubber(self.launch.options)  # MCP env and header values
-        spec = self.settings.confine(spec, profile)
+        # A thread's own worktree: its agent's git also writes the repository's objects and its branch.
+        spec = self.settings.confine(spec, worktree_ops.granted(profile, self.thread.get("worktree")))
         spec = replace(spec, memory_limit_mb=profile.memory_limit_mb)  # a kernel limit where it can be
         mcp_secrets = mcp_config.secrets(self.launch.options)  # the agent may echo its MCP servers' env
         return codec, spec, Scrubber(profile.env, extra=[*secrets.values(), *mcp_secrets])

@@ -35,7 +35,16 @@ from typing import Protocol, TypeVar
 import structlog
 
 from bridge.errors import BridgeError, Draining, HeldElsewhere
-from bridge.sessions.commands import Command, MalformedAnswer, Prompt, Raw, SetConfigOption, SetMode, ThreadPort
+from bridge.sessions.commands import (
+    Command,
+    MalformedAnswer,
+    Prompt,
+    Raw,
+    SetConfigOption,
+    SetMode,
+    SetModel,
+    ThreadPort,
+)
 from bridge.sessions.fanout import Subscriber
 from bridge.sessions.remote import ForwardFailed, HolderGone, LeaseHolders
 
@@ -46,8 +55,9 @@ A = TypeVar("A")
 ROUTE_ATTEMPTS = 3  # holders tried for one command when each dies before answering
 
 # What a draining replica no longer runs: commands that give its agent new work, or start
-# one. Interrupts, permission answers and stops still act on what it runs until it exits.
-NEW_WORK = frozenset({Prompt.KIND, SetMode.KIND, SetConfigOption.KIND, Raw.KIND})
+# one (a model switch restarts it). Interrupts, permission answers and stops still act on
+# what it runs until it exits.
+NEW_WORK = frozenset({Prompt.KIND, SetMode.KIND, SetConfigOption.KIND, SetModel.KIND, Raw.KIND})
 # Retry-After for a sender whose draining holder did not let go in time (a draining
 # replica's own refusals say 1 s: another replica serves them at once).
 HANDOVER_RETRY_S = 2

@@ -23,13 +23,24 @@ from bridge.errors import Conflict, Draining, InvalidRequest, NotFound, StoreErr
 from bridge.logs import bound_trace, traced_turn
 from bridge.protocols.codecs import may_have_modes, stored_content_refusal
 from bridge.sessions.actions import Accepted
-from bridge.sessions.commands import AnswerElicitation, AnswerPermission, Command, Interrupt, Prompt, Raw, SetMode
+from bridge.sessions.commands import (
+    AnswerElicitation,
+    AnswerPermission,
+    Command,
+    ForkPoint,
+    Interrupt,
+    Prompt,
+    Raw,
+    SetMode,
+)
 from bridge.sessions.config_port import SetConfigOption, set_config_here
 from bridge.sessions.conversation import Conversation
 from bridge.sessions.elicit_port import answer_here
 from bridge.sessions.fanout import Subscriber
+from bridge.sessions.fork import fork_point_here
 from bridge.sessions.journal import SEQ_RETAKES, Renumber
 from bridge.sessions.lease import settled_in_transcript
+from bridge.sessions.model_port import SetModel, set_model_here
 from bridge.sessions.modes import MODE_TIMEOUT_S, ModeTimeout, check_mode_id, mode_answer
 from bridge.sessions.withdraw import ask_agent
 
@@ -205,6 +216,8 @@ _LOCAL: dict[type[Command[Any]], _Local] = {
     ),
     SetMode: lambda port, c, _to: port.set_mode(c.mode_id, actor=c.actor),
     SetConfigOption: lambda port, c, _to: set_config_here(port.conv, c),
+    SetModel: lambda port, c, _to: set_model_here(port.conv, c),
     AnswerElicitation: lambda port, c, _to: answer_here(port.conv, c),
     Raw: lambda port, c, to: port.write_raw(c.message, to if c.routed else None, actor=c.actor),
+    ForkPoint: lambda port, c, _to: fork_point_here(port.conv, c),
 }

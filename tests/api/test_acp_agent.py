@@ -28,7 +28,7 @@ from bridge.protocols.events import Record
 from bridge.protocols.jsonline import dumps
 from bridge.protocols.jsonrpc import Notification, Request, Response
 from bridge.sessions.actions import Accepted
-from bridge.sessions.commands import AnswerPermission, Command, Interrupt, Prompt, SetMode
+from bridge.sessions.commands import AnswerPermission, Command, Interrupt, Prompt, SetMode, SetModel
 from bridge.sessions.fanout import Subscriber
 from bridge.store.base import ThreadRow
 
@@ -99,6 +99,9 @@ class FakeThread:
         if isinstance(command, Prompt):
             self.emit("client", "message", {"text": "hi", "client_id": command.client_id, "turn_id": "t1"})
             return Accepted(seq=self.last_seq, turn_id="t1")
+        if isinstance(command, SetModel):  # the thread's model switch, as sessions/model_port.py records it
+            self.fields["model"] = command.model
+            return {"model": command.model}
         return None
 
     async def start_agent(self, wait_s: float) -> None:
@@ -112,9 +115,6 @@ class FakeThread:
 
     async def stop_agent(self) -> None:
         self.stops += 1
-
-    async def set_model(self, model: str) -> None:
-        self.fields["model"] = model
 
     def emit(self, source: str, kind: str, data: dict[str, Any]) -> None:
         rec = Record(self.last_seq + 1, "2026-01-01T00:00:00Z", source, kind, data, None, False)
@@ -382,7 +382,7 @@ def test_config_options_model_and_mode_and_the_other_sessions_hear_of_changes(tm
         params = {"sessionId": sid, "configId": "model", "value": "m2"}
         got = await call(agent, out, 2, "session/set_config_option", params)
         schema.SetSessionConfigOptionResponse.model_validate(got["result"])
-        assert thread.fields["model"] == "m2"
+        assert thread.fields["model"] == "m2" and thread.commands[-1] == SetModel(model="m2", actor="ann")
         assert {o["id"]: o["currentValue"] for o in got["result"]["configOptions"]} == {"mode": "a", "model": "m2"}
         got = await call(agent, out, 3, "session/set_config_option", {**params, "configId": "mode", "value": "b"})
         assert thread.commands[-1] == SetMode(mode_id="b", actor="ann")

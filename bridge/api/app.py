@@ -34,6 +34,7 @@ from bridge.clock import now_iso
 from bridge.config import Settings
 from bridge.errors import BridgeError, ConfigError, Unauthorized, error_body
 from bridge.network import is_loopback_host
+from bridge.push.sender import Pusher
 from bridge.sessions.cluster import ClusterLink
 from bridge.sessions.native import NativeSessions
 from bridge.sessions.registry import Registry
@@ -55,12 +56,15 @@ def create_app(
     ``unix_socket``: the daemon listens on a Unix socket only (``--uds``, §3.3)."""
     from bridge.api import (
         acp_gateway,
+        changes,
         cluster,
         daemon,
         elicitations,
         events,
         export,
+        fork,
         me_secrets,
+        push,
         search,
         threads,
         usage,
@@ -103,6 +107,9 @@ def create_app(
             users = UserDirectory(store, settings.auth)
             watcher = asyncio.create_task(watch_revocations(store, ctx.streams, sessions.drop_user), name="revocations")
         registry = Registry(settings, store)
+        pusher = Pusher(store, settings.push, settings.data_dir) if settings.push.enabled else None
+        if pusher is not None:
+            registry.on_records = pusher.committed
         await registry.start()
         bus = make_bus(settings.cluster.bus_url, settings.cluster.replica_id, {"version": __version__})
         link = ClusterLink(
@@ -125,6 +132,7 @@ def create_app(
                 native_sessions=NativeSessions(settings),
                 started_at=now_iso(),
                 started_monotonic=time.monotonic(),
+                push=pusher,
             )
         )
         log.info(
@@ -146,6 +154,8 @@ def create_app(
                 with contextlib.suppress(asyncio.CancelledError):
                     await watcher
             await registry.shutdown()
+            if pusher is not None:
+                await pusher.close()
             await link.close()
             await store.close()
             log.info("daemon.stopped")
@@ -194,8 +204,11 @@ def create_app(
     app.include_router(signin.router)
     app.include_router(daemon.router)
     app.include_router(me_secrets.router)
+    app.include_router(push.router)
     app.include_router(cluster.router)
     app.include_router(threads.router)
+    app.include_router(changes.router)
+    app.include_router(fork.router)
     app.include_router(search.router)
     app.include_router(usage.router)
     app.include_router(export.router)

@@ -66,9 +66,13 @@ def thread_view(row: ThreadRow, view: Shown = AS_IS) -> dict[str, Any]:
     out["pending_permissions"] = row.get("pending_permissions") or 0
     out["archived"] = bool(row.get("archived"))  # (a row made before it was read back has none)
     out["usage"] = usage.shown(row.get("usage"))  # (zeros for a thread no turn has ended in)
+    if isinstance(fork := row.get("forked_from"), dict):  # (the native fork it keeps is the agent's)
+        out["forked_from"] = {"thread": fork.get("thread"), "seq": fork.get("seq")}
     if view is not AS_IS:
         if isinstance(cwd := out.get("cwd"), str):
             out["cwd"] = view.path(cwd)
+        if isinstance(wt := out.get("worktree"), dict):  # (its workspace lies in the data dir)
+            out["worktree"] = {k: view.path(v) if k in ("repo", "path", "git_dir") else v for k, v in wt.items()}
         last_exit = out.get("last_exit")
         if isinstance(last_exit, dict) and isinstance(last_exit.get("error"), str):
             out["last_exit"] = {**last_exit, "error": view.text(last_exit["error"])}

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
@@ -20,12 +21,15 @@ from bridge.process.agent_process import AgentProcess
 from bridge.process.fence import Fence
 from bridge.process.reaper import reap_group
 from bridge.protocols.envelope import ephemeral
+from bridge.sessions import worktree_ops
+from bridge.sessions.announce import Also, Listener
 from bridge.sessions.caps import Caps
 from bridge.sessions.changes import ChangeNotifier
 from bridge.sessions.commands import ThreadPort
 from bridge.sessions.config_options import agent_models
 from bridge.sessions.conversation import Conversation
 from bridge.sessions.fenced import FencedSpawn
+from bridge.sessions.fork import Fork
 from bridge.sessions.forwarding import DrainGate, Forwarding, handover_wait_s
 from bridge.sessions.latency import Latency
 from bridge.sessions.lease import closing_events
@@ -73,6 +77,8 @@ class Registry:
         # this replica's commits.
         self.holders: LeaseHolders | None = None
         self.on_committed: Callable[[str, int], None] | None = None
+        # Told of every commit of a thread run here, with its row (bridge/push: Web Push).
+        self.on_records: Listener | None = None
         self.caps = Caps(settings.capacity, store)  # max_threads, max_transcript_mb (sessions/caps.py)
         # The agents' memory on this host: admission, idle eviction, limits (issue #36).
         self.memory = MemoryGuard(settings, lambda: list(self._convs.values()))
@@ -298,6 +304,9 @@ class Registry:
         native_session_id: str | None = None,
         owner: str | None = None,
         admin: bool = False,
+        fork: Fork | None = None,
+        worktree: bool = False,
+        base: str | None = None,
     ) -> Conversation:
         self._refuse_if_draining()
         name = agent or self.settings.default_profile()
@@ -317,6 +326,8 @@ class Registry:
             cwd = str(self.settings.data_dir / "workspaces" / tid)  # made once the thread is accepted
         else:  # kept as its real path: what was checked is where the agent runs (bridge/userdirs.py)
             cwd = await self.allowed_cwd(cwd, owner=owner, admin=admin)
+        planned = await self._plan_worktree(tid, cwd if worktree and not fresh else None, worktree, base, owner, admin)
+        cwd = planned.cwd if planned is not None else cwd
         # Every launch rule that depends on the profile and this thread: one that could
         # never be spawned is refused now, not at its first prompt. Its codec starts the
         # thread's first process (bridge/launching.py).
@@ -347,14 +358,65 @@ class Registry:
             "pending_permissions": 0,
             "owner": owner,  # the creating user (users mode); None in token mode
         }
-        async with self.caps.room_for_thread(owner):  # 429 thread_limit: no row, no directory
+        if fork is not None:
+            row["forked_from"], row["agent_info"] = fork.fields()
+        # 429 thread_limit: no row, no directory; its own worktree made last, removed on a failure
+        async with self.caps.room_for_thread(owner), worktree_ops.made(planned) as made:
+            row["worktree"] = made
             if fresh:
                 self._fresh_workspace(tid, prof)
             await self.store.create_thread(row)
+            if fork is not None:  # before anything can load the thread (sessions/fork.py)
+                row["last_seq"] = await self._copied(fork, tid)
         conv = self._make(row)
         conv.launch = launch
         log.info("thread.created", thread_id=tid, agent=name)
         return conv
+
+    async def _copied(self, fork: Fork, tid: str) -> int:
+        """A fork's transcript copied; a copy that fails takes the half-made fork with it."""
+        try:
+            return await fork.copy(self.store, tid)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.store.delete_thread(tid)
+            raise
+
+    async def fork(
+        self, source: Conversation, point: Mapping[str, Any], *, title: str | None, owner: str | None, admin: bool
+    ) -> Conversation:
+        """A new thread forked from ``source`` at ``point`` (the ForkPoint command's answer):
+        the same agent, cwd, model and options, owned by the caller, its transcript the
+        source's up to ``point["seq"]`` (docs/api.md §4.26)."""
+        thread = source.thread
+        return await self.create(
+            agent=thread["agent"],
+            cwd=thread["cwd"],
+            model=thread.get("model"),
+            title=thread.get("title") if title is None else title,
+            options=thread.get("options"),
+            native_session_id=point["session"],
+            owner=owner,
+            admin=admin,
+            fork=Fork(source.id, point["seq"], point["session"], point["at"], thread.get("agent_info")),
+        )
+
+    async def _plan_worktree(
+        self, tid: str, cwd: str | None, wanted: bool, base: str | None, owner: str | None, admin: bool
+    ) -> worktree_ops.Planned | None:
+        """A thread's own git worktree (docs/api.md §4.27), checked, in its workspace."""
+        if not wanted:
+            if base is not None:
+                raise InvalidRequest("base goes with worktree: true", code="invalid_request")
+            return None
+        if cwd is None:
+            raise InvalidRequest("a worktree needs a cwd inside a git repository", code="not_a_git_repository")
+
+        async def allowed(path: str) -> str:
+            return await self.allowed_cwd(path, owner=owner, admin=admin)
+
+        path = str(self.settings.data_dir / "workspaces" / tid)
+        return await worktree_ops.plan(cwd, base, tid, os.path.realpath(path), allowed)
 
     async def allowed_cwd(self, cwd: str, *, owner: str | None, admin: bool) -> str:
         """The real path of ``cwd`` if a caller whose threads record ``owner`` may run an
@@ -380,6 +442,8 @@ class Registry:
             caps=self.caps,
         )
         conv.journal.on_committed = self.on_committed
+        if self.on_records is not None:
+            conv.journal.announcer = Also(conv.journal.announcer, conv.thread, self.on_records)
         self._convs[row["id"]] = conv
         return conv
 
@@ -417,6 +481,7 @@ class Registry:
                 with contextlib.suppress(HolderGone):  # it died meanwhile: nothing runs there now
                     await self.holders.forward(holder, "stop", thread_id, {"reason": "deleted"})
         await conv.close("deleted")
+        await worktree_ops.on_delete(conv.thread.get("worktree"), thread_id)  # its branch stays
         await self.store.delete_thread(thread_id)
         self._convs.pop(thread_id, None)
         if self.ownership is not None:

@@ -34,6 +34,7 @@ export class PushControl {
     } catch {
       return; // no worker: the page works without one
     }
+    if (!this.reg) return; // a browser that blocks workers may resolve with nothing
     navigator.serviceWorker.addEventListener("message", (e) => {
       if (e.data && e.data.type === "open-thread" && typeof e.data.thread_id === "string") this.onOpen(e.data.thread_id);
     });

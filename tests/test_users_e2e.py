@@ -145,6 +145,7 @@ def thread_routes(tid: str) -> list[tuple[str, str, dict[str, Any] | None]]:
     return [
         ("GET", base, None),
         ("PATCH", base, {"title": "mine now"}),
+        ("PATCH", base, {"model": "their-model"}),  # a model switch (issue #38 item 2)
         ("POST", f"{base}/messages", {"text": "hello from someone else"}),
         ("POST", f"{base}/interrupt", None),
         ("POST", f"{base}/resume", None),

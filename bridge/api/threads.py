@@ -21,7 +21,7 @@ from bridge.errors import InvalidRequest, StoreError
 from bridge.protocols import trace
 from bridge.protocols.events import Record
 from bridge.protocols.jsonline import dumps
-from bridge.sessions.commands import Command, Interrupt
+from bridge.sessions.commands import Command, Interrupt, SetModel
 from bridge.sessions.conversation import Conversation
 from bridge.sessions.fanout import deliver
 from bridge.sessions.registry import Registry
@@ -51,12 +51,17 @@ class CreateThread(BaseModel):
     options: dict[str, Any] | None = None
     # An agent session started elsewhere, adopted: the first prompt resumes it.
     native_session_id: str | None = Field(None, max_length=1024)
+    # Its own git worktree of the repository holding cwd, from base (docs/api.md §4.27).
+    worktree: bool = False
+    base: str | None = Field(None, max_length=256)
 
 
 class PatchThread(BaseModel):
     model_config = ConfigDict(extra="forbid")
     title: str | None = Field(None, max_length=512)
     archived: bool | None = None  # docs/api.md §4.24
+    # The next turn's model, the conversation kept (sessions/model_port.py).
+    model: str | None = Field(None, min_length=1, max_length=256)
 
 
 async def _conv(request: Request, thread_id: str) -> Conversation:
@@ -129,6 +134,8 @@ async def create_thread(body: CreateThread, request: Request) -> dict[str, Any]:
         native_session_id=body.native_session_id,
         owner=user.owner,
         admin=user.admin,
+        worktree=body.worktree,
+        base=body.base,
     )
     return _view(request, conv)
 
@@ -179,9 +186,17 @@ async def get_thread(thread_id: str, request: Request) -> dict[str, Any]:
 async def patch_thread(thread_id: str, body: PatchThread, request: Request) -> dict[str, Any]:
     fields = body.model_dump(exclude_none=True)
     if not fields:
-        raise InvalidRequest("give title, archived or both", code="invalid_request")
+        raise InvalidRequest("give title, archived, model or more of them", code="invalid_request")
     conv = await _conv(request, thread_id)
-    await conv.set_fields(fields)
+    if (model := fields.pop("model", None)) is not None:  # first: a refused model changes nothing
+        await _run(request, conv, SetModel(model=model, actor=_actor(request)))
+    if fields:
+        await conv.set_fields(fields)
+    if model is not None and conv.thread.get("model") != model:
+        # Switched by the replica that runs the thread: its row says so, this copy not yet.
+        row = await conv.store.get_thread(thread_id)
+        if row is not None:
+            return thread_view(row, _shown(request))
     return _view(request, conv)
 
 

@@ -1,5 +1,6 @@
 // Line diffs for the tool cards: what an Edit / MultiEdit / Write (or an ACP `diff`
-// content item) changes, as a unified diff with line numbers. Pure functions and DOM.
+// content item) changes, as a unified diff with line numbers; and git's own unified diff
+// (a worktree's changes, changes.js) read into the same rows. Pure functions and DOM.
 
 import { el } from "./dom.js";
 
@@ -124,21 +125,76 @@ export function renderChanges(changes) {
   for (const c of changes) {
     const added = c.ops.filter((x) => x.op === "+").length;
     const removed = c.ops.filter((x) => x.op === "-").length;
-    const head = el("div", "diff-file", `${c.path || "file"}${c.created ? " (new file)" : ""}`);
-    head.append(el("span", "diff-stat", ` +${added} −${removed}`));
-    box.append(head);
-    const parts = hunks(c.ops);
-    if (!parts.length) box.append(el("div", "diff-same", "(no change)"));
-    for (const h of parts) {
-      const pre = el("pre", "diff-hunk");
-      pre.tabIndex = 0; // it may scroll: reachable by keyboard
-      for (const x of h) {
-        const row = el("span", `diff-line diff-${x.op === "+" ? "add" : x.op === "-" ? "del" : "ctx"}`);
-        row.append(el("span", "ln", x.o ? String(x.o) : ""), el("span", "ln", x.n ? String(x.n) : ""), el("span", "sign", x.op), el("span", "code", x.text));
-        pre.append(row, "\n");
-      }
-      box.append(pre);
-    }
+    renderFile(box, { path: c.path, note: c.created ? "new file" : "", added, removed, parts: hunks(c.ops) });
   }
   return box;
+}
+
+/** One file of a diff into `box`: its header (path, what happened to it, +added −removed)
+ * and its hunks (lists of {op, text, o, n}); `empty` is said when it has none. */
+export function renderFile(box, { path, note = "", added, removed, parts, empty = "(no change)" }) {
+  const head = el("div", "diff-file", `${path || "file"}${note ? ` (${note})` : ""}`);
+  head.append(el("span", "diff-stat", ` +${added ?? "?"} −${removed ?? "?"}`));
+  box.append(head);
+  if (!parts.length) box.append(el("div", "diff-same", empty));
+  for (const h of parts) {
+    const pre = el("pre", "diff-hunk");
+    pre.tabIndex = 0; // it may scroll: reachable by keyboard
+    for (const x of h) {
+      const row = el("span", `diff-line diff-${x.op === "+" ? "add" : x.op === "-" ? "del" : "ctx"}`);
+      row.append(el("span", "ln", x.o ? String(x.o) : ""), el("span", "ln", x.n ? String(x.n) : ""), el("span", "sign", x.op), el("span", "code", x.text));
+      pre.append(row, "\n");
+    }
+    box.append(pre);
+  }
+  return head;
+}
+
+const HUNK = /^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@/;
+
+/** git's unified diff text (`diff --git` sections) as files: [{path, note, added, removed,
+ * parts}], `parts` the hunks with each line's old and new line number, as renderFile takes
+ * them. Text only: nothing in it is ever markup. A section cut short (a diff bounded by the
+ * daemon) keeps the lines it has. */
+export function parseUnified(text) {
+  const files = [];
+  let file = null;
+  let hunk = null;
+  let o = 0;
+  let n = 0;
+  for (const line of String(text || "").split("\n")) {
+    if (line.startsWith("diff --git ")) {
+      const m = / b\/(.*)$/.exec(line);
+      file = { path: m ? m[1] : line.slice(11), note: "", added: 0, removed: 0, parts: [], binary: false };
+      files.push(file);
+      hunk = null;
+    } else if (!file) {
+      continue;
+    } else if (!hunk && line.startsWith("+++ ")) {
+      if (line !== "+++ /dev/null") file.path = line.slice(4).replace(/^b\//, "");
+    } else if (!hunk && line.startsWith("--- ")) {
+      continue;
+    } else if (!hunk && line.startsWith("new file mode")) {
+      file.note = "new file";
+    } else if (!hunk && line.startsWith("deleted file mode")) {
+      file.note = "deleted";
+    } else if (!hunk && line.startsWith("Binary files ")) {
+      file.binary = true;
+      file.note = file.note ? `${file.note}, binary` : "binary";
+    } else if (HUNK.test(line)) {
+      const m = HUNK.exec(line);
+      o = Number(m[1]);
+      n = Number(m[2]);
+      hunk = [];
+      file.parts.push(hunk);
+    } else if (hunk && (line.startsWith("+") || line.startsWith("-") || line.startsWith(" "))) {
+      const op = line[0];
+      hunk.push({ op, text: line.slice(1), o: op === "+" ? 0 : o, n: op === "-" ? 0 : n });
+      if (op !== "+") o++;
+      if (op !== "-") n++;
+      if (op === "+") file.added++;
+      if (op === "-") file.removed++;
+    }
+  }
+  return files;
 }

@@ -32,7 +32,9 @@ export async function api(method, path, body, headers = {}) {
   if (!r.ok) {
     const err = data && data.error ? data.error : {};
     if (r.status === 401 && path !== "/v1/session") onUnauthorized();
-    throw new ApiError(r.status, err.code, err.message, Number(r.headers.get("Retry-After")) || null);
+    const error = new ApiError(r.status, err.code, err.message, Number(r.headers.get("Retry-After")) || null);
+    error.details = err; // the whole error object: some name more (a merge conflict's files)
+    throw error;
   }
   return data;
 }

@@ -307,22 +307,19 @@ class Agent:
         self.session_id = opts["resume"] or f"fake-{uuid.uuid4()}"
         self.state_dir = os.environ.get("FAKE_AGENT_STATE")
         self.history: list[str] = self._load()
-        # Each assistant line's uuid → how many prompts the session held when it was
-        # written: what --resume-session-at cuts the history back to (as Claude Code keeps
-        # the chain up to and including that entry).
-        self.marks: dict[str, int] = self._load_marks()
+        self.entries = 0  # assistant lines written in this turn (their uuids: entry_uuid)
         if opts.get("at") is not None:
-            kept = self.marks.get(opts["at"] or "")
+            kept = self._turn_of(opts["at"] or "")
             if kept is None:  # Claude Code's words (print mode), then its exit
                 sys.stderr.write(f"No message found with message.uuid of: {opts['at']}\n")
                 sys.exit(1)
             self.history = self.history[:kept]
-            self.marks = {u: n for u, n in self.marks.items() if n <= kept}
         if opts.get("fork") and opts["resume"]:
             # --fork-session: the history copied under a new session id, the source untouched.
             self.session_id = f"fake-{uuid.uuid4()}"
             log(event="forked", source=opts["resume"], at=opts.get("at"), session=self.session_id)
-        self._save()
+        if opts.get("fork") or opts.get("at") is not None:
+            self._save()
         self.deferred: list[dict] = []
         self.initialized = False  # awp-jsonl: system/init once, after the first accepted input
         # stream-json: what this process has spent, as Claude Code's total_cost_usd gives it
@@ -339,20 +336,27 @@ class Agent:
                 return json.load(fh)
         return []
 
-    def _load_marks(self) -> dict[str, int]:
-        path = self._path()
-        if path and os.path.exists(path + ".marks"):
-            with open(path + ".marks", encoding="utf-8") as fh:
-                return json.load(fh)
-        return {}
+    def entry_uuid(self, prompts: int, k: int) -> str:
+        """The uuid of the k-th assistant line of the turn that brought the session to
+        ``prompts`` prompts: derived (the session id's own uuid, its last group replaced),
+        not stored, so that --resume-session-at finds the turn with no file written while
+        a turn runs, and made as fast as uuid4 (a pause between a reply's deltas and its
+        message would change what one read of the bridge holds, which other tests see)."""
+        base = self.session_id[-36:] if len(self.session_id) >= 36 else "00000000-0000-4000-8000-000000000000"
+        return f"{base[:24]}{prompts % 0x1000000:06x}{k % 0x1000000:06x}"
+
+    def _turn_of(self, entry: str) -> int | None:
+        """How many prompts the session held when ``entry`` was written (None: unknown)."""
+        for n in range(1, len(self.history) + 1):
+            if any(self.entry_uuid(n, k) == entry for k in range(64)):
+                return n
+        return None
 
     def _save(self) -> None:
         path = self._path()
         if path:
             with open(path, "w", encoding="utf-8") as fh:
                 json.dump(self.history, fh)
-            with open(path + ".marks", "w", encoding="utf-8") as fh:
-                json.dump(self.marks, fh)
 
     # -- output helpers
     def delta(self, text: str) -> None:
@@ -370,9 +374,8 @@ class Agent:
         )
 
     def assistant(self, blocks: list[dict]) -> None:
-        entry = str(uuid.uuid4())
-        self.marks[entry] = len(self.history)
-        self._save()
+        entry = self.entry_uuid(len(self.history), self.entries)
+        self.entries += 1
         out(
             {
                 "type": "assistant",
@@ -447,6 +450,7 @@ class Agent:
         word = (text.split() or [""])[0].lower()
         self.history.append(text)
         self._save()
+        self.entries = 0
         sid = "not a valid id!" if word == "badsession" else self.session_id
         if not (self.awp and self.initialized):
             self.initialized = True

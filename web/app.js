@@ -1,15 +1,21 @@
 // agent-bridge web page: the reference client of docs/api.md. Plain ES modules, no build step,
 // nothing fetched from anywhere but the daemon that served it.
 import { Attachments, BODY_SLACK, MAX_BODY_BYTES } from "./attachments.js";
+import { ChangesPanel } from "./changes.js";
 import { $, THREAD_STATES, el, sizeText, threadState } from "./dom.js";
 import { ApiError, api, setUnauthorizedHandler } from "./net.js";
 import { ThreadStream } from "./stream.js";
 import { OlderPages, fetchPage, historyFrom, pageEvents } from "./history.js";
 import { SlashMenu, advertised } from "./commands.js";
 import { ElicitCard } from "./elicit.js";
+import { Forks } from "./fork.js";
 import { jumpTo } from "./jump.js";
 import { NewThreadDialog } from "./newthread.js";
 import { Notifier } from "./notify.js";
+import { PairDialog } from "./pair.js";
+import { followVisualViewport } from "./phone.js";
+import { PushControl } from "./push.js";
+import { ModelPicker } from "./models.js";
 import { MessageSearch } from "./search.js";
 import { SecretsPanel } from "./secrets.js";
 import { SHORTCUTS, shortcut } from "./shortcuts.js";
@@ -84,6 +90,7 @@ class App {
       },
     });
     this.notifier = new Notifier($("#notify"), { onOpen: (id) => this.openThread(id) });
+    this.push = new PushControl($("#push"), { onOpen: (id) => this.openThread(id) });
     this.newThread = new NewThreadDialog({
       onCreated: async (t) => {
         this.list.upsert(t);
@@ -92,6 +99,8 @@ class App {
       },
     });
     this.slash = new SlashMenu($("#prompt"), $("#slash-menu"));
+    this.models = new ModelPicker({ onThread: (t) => this.threadChangedHere(t) });
+    this.changes = new ChangesPanel();
     this.dismissed = new Set(); // permission requests whose dialog the user closed
     this.elicit = new ElicitCard($("#perm-banner")); // the agent's questions (elicit.js)
     this.forcePolling = new URLSearchParams(location.search).get("transport") === "poll";
@@ -170,6 +179,7 @@ class App {
     this.newThread.setAdopting(true);
     (this.secrets ||= new SecretsPanel()).setAgents(this.agents);
     this.list.start();
+    this.push.start(); // (not awaited: the worker and the push check never hold the page up)
     const want = new URLSearchParams(location.hash.slice(1)).get("t");
     if (want && !(await this.openThread(want))) this.setHash(null);
   }
@@ -183,6 +193,8 @@ class App {
       if (token) this.login(token);
     });
     $("#logout").addEventListener("click", () => this.logout());
+    this.pair = new PairDialog().bind(); // "Sign in another device" (pair.js)
+    followVisualViewport($("#prompt")); // the composer above a phone's keyboard (phone.js)
     $("#new-thread").addEventListener("click", () => this.newThread.open(this.agents));
     $("#rename").addEventListener("click", () => this.openRename());
     $("#rename-form").addEventListener("submit", (e) => {
@@ -250,6 +262,13 @@ class App {
       onOpen: (id, seq) => this.openAt(id, seq),
     }).bind();
     $("#archive").addEventListener("click", () => this.toggleArchived());
+    this.forks = new Forks({
+      current: () => this.current,
+      onForked: (t, prompt) => this.openFork(t, prompt),
+      say: (text) => {
+        $("#send-error").textContent = text;
+      },
+    }).bind($("#transcript"));
     document.addEventListener("keydown", (e) => {
       if (shortcut(e, this.shortcuts())) return;
       if (e.key !== "Escape" || document.querySelector("dialog[open]")) return;
@@ -382,6 +401,8 @@ class App {
     this.countDiagnostics();
     this.renderTasks();
     this.renderThreadHead();
+    this.models.open(thread);
+    this.changes.open(thread);
     this.list.render();
     this.updatePermissionUi();
     this.elicit.open(cur);
@@ -410,6 +431,23 @@ class App {
     }
     cur.stream.start();
     return true;
+  }
+
+  /** Thread `t` as the daemon answered an operation on it (a model switch, say). */
+  threadChangedHere(t) {
+    if (this.current && this.current.id === t.id) {
+      this.current.thread = t;
+      this.renderThreadHead();
+    }
+    this.list.upsert(t);
+  }
+
+  /** A fork made from a message (web/fork.js): opened, a prompt it was made before in its box. */
+  async openFork(t, prompt) {
+    this.list.upsert(t);
+    if (!(await this.openThread(t.id))) return;
+    if (prompt) $("#prompt").value = prompt;
+    $("#prompt").focus();
   }
 
   /** Opens thread `id` (unless it is open) at event `seq`: a search hit (web/jump.js). */
@@ -448,6 +486,15 @@ class App {
     $("#t-usage").textContent = usageText(t.usage);
     $("#t-usage").title = "What this thread's turns used, in all";
     $("#archive").textContent = t.archived ? "Unarchive" : "Archive";
+    const from = t.forked_from && typeof t.forked_from.thread === "string" ? t.forked_from : null;
+    $("#t-fork").hidden = !from;
+    $("#t-fork").textContent = "";
+    if (from) {
+      $("#t-fork").textContent = `Forked from “${(this.list.threads.get(from.thread) || {}).title || from.thread}”`;
+      $("#t-fork").href = `#t=${encodeURIComponent(from.thread)}`;
+    }
+    this.models.update(t);
+    this.changes.update(t);
     $("#export").href = `/v1/threads/${encodeURIComponent(t.id)}/export?format=markdown`;
     $("#export").download = `${t.id}.md`;
     // Known while the change stream is live; otherwise not pretended. The open thread's
@@ -484,7 +531,11 @@ class App {
           break;
         case "turn.ended":
           cur.turnActive = cur.view.turnActive;
-          if (ev.seq > cur.view.catchUpTo) this.notifier.turnEnded(cur.thread); // live, not a replay
+          if (ev.seq > cur.view.catchUpTo) {
+            // live, not a replay
+            this.notifier.turnEnded(cur.thread);
+            this.changes.turnEnded();
+          }
           threadChanged = true;
           break;
         case "permission.requested":

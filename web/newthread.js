@@ -1,6 +1,7 @@
 // The new-thread dialog: agent profile, model (the profile's default, editable), working
 // directory (typed, or browsed within the daemon's workspace roots: GET /v1/workspace/dirs,
-// docs/api.md §4.17), "resume an existing session" (§4.13) and a title.
+// docs/api.md §4.17), a git worktree of its own (§4.27), "resume an existing session"
+// (§4.13) and a title.
 
 import { $, ago, el } from "./dom.js";
 import { api } from "./net.js";
@@ -27,6 +28,9 @@ export class NewThreadDialog {
       this.modelEdited = true;
     });
     $("#new-cwd").addEventListener("change", () => this.loadNativeSessions());
+    $("#new-worktree").addEventListener("change", (e) => {
+      $("#new-base-box").hidden = !e.target.checked;
+    });
     $("#new-session-more").addEventListener("click", () => this.loadNativeSessions(this.nativeCursor));
     $("#new-browse").addEventListener("click", () => {
       const box = $("#new-dirs-box");
@@ -225,6 +229,12 @@ export class NewThreadDialog {
     if (cwd) body.cwd = cwd;
     if (title) body.title = title;
     if (model && model !== ((p && p.model) || "")) body.model = model;
+    // Its own git worktree (docs/api.md §4.27): the Changes panel (changes.js) then offers it.
+    if ($("#new-worktree").checked) {
+      body.worktree = true;
+      const base = $("#new-base").value.trim();
+      if (base) body.base = base;
+    }
     const pick = $("#new-session");
     if (pick.value) {
       body.native_session_id = pick.value;
@@ -239,6 +249,9 @@ export class NewThreadDialog {
     }
     $("#new-dialog").close();
     $("#new-title").value = "";
+    $("#new-worktree").checked = false;
+    $("#new-base").value = "";
+    $("#new-base-box").hidden = true;
     await this.onCreated(t);
   }
 }

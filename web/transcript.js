@@ -90,6 +90,19 @@ async function copyCode(button) {
   }
 }
 
+// Every message can be forked from (web/fork.js answers the button's click): a prompt
+// forks the conversation before it, a reply the conversation to the end of its turn.
+function forkButton(what) {
+  const b = el("button", "msg-fork small", "Fork");
+  b.type = "button";
+  b.setAttribute("aria-label", what === "user" ? "Fork before this message" : "Fork after this reply's turn");
+  b.title =
+    what === "user"
+      ? "A new thread with the conversation before this message, the message in its box to edit"
+      : "A new thread with the conversation up to the end of this reply's turn";
+  return b;
+}
+
 export class TranscriptView {
   constructor(container) {
     this.root = container;
@@ -279,6 +292,7 @@ export class TranscriptView {
         box.append(list);
       }
     }
+    box.append(forkButton("user"));
   }
 
   block(channel) {
@@ -294,7 +308,7 @@ export class TranscriptView {
         const node = this.add(el("div", "msg assistant"));
         const who = el("div", "who sr-only", "Agent:");
         const body = el("div", "body md");
-        node.append(who, body);
+        node.append(who, body, forkButton("reply"));
         b = { node, body, text: "", channel };
       }
       this.blocks[channel] = b;

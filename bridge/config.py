@@ -551,9 +551,7 @@ def load_settings(
 ) -> Settings:
     """Build Settings from flags (highest), env twins, the TOML file and defaults."""
     env = os.environ if env is None else env
-    config = config or env.get("AGENT_BRIDGE_CONFIG")
-    raw: dict[str, Any] = load_toml(Path(config)) if config else {}
-    src = Sources(str(Path(config).absolute()) if config else None)
+    raw, src, config_file = _config_file(config or env.get("AGENT_BRIDGE_CONFIG"))
     server_raw = _table(src, raw.pop("server", {}), "[server] must be a table")
     agents_raw = _table(src, raw.pop("agents", {}), "[agents] must be a table of profiles")
     store, cluster, auth = _store(src, raw, env), _cluster(src, raw, env), _auth(src, raw)
@@ -582,8 +580,15 @@ def load_settings(
         default_agent=default,
         default_order=order,
         refused_profiles=refused,
-        config_file=Path(config).absolute() if config else None,
+        config_file=config_file,
     )
+
+
+def _config_file(config: str | None) -> tuple[dict[str, Any], Sources, Path | None]:
+    """The TOML file's tables (none without a file), where settings came from, its path."""
+    if not config:
+        return {}, Sources(None), None
+    return load_toml(Path(config)), Sources(str(Path(config).absolute())), Path(config).absolute()
 
 
 def _all_profiles(

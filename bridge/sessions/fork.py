@@ -31,6 +31,7 @@ from bridge.protocols.events import Record
 from bridge.protocols.forking import NativeFork, chain_entry, fork_way
 from bridge.sessions.commands import ForkPoint
 from bridge.sessions.conversation import Conversation
+from bridge.sessions.worktree import Worktree
 from bridge.store.base import Store
 
 PAGE = 1000  # events read or copied at a time (each page bounded by the store's PAGE_BYTES too)
@@ -110,13 +111,15 @@ async def _read(store: Store, thread_id: str, after: int, upto: int) -> list[Rec
 class Fork:
     """A fork being made (the registry's ``create``): its source, the last seq it takes,
     the agent session its first process copies (and up to which chain entry), the
-    source's agent_info (what its agent said it takes, until the fork's own says)."""
+    source's agent_info (what its agent said it takes, until the fork's own says) and
+    the source's own worktree, if it has one (the fork's is made from its branch)."""
 
     source: str
     seq: int
     session: str | None
     at: str | None
     agent_info: Any
+    worktree: Worktree | None = None  # the source's own worktree: the fork gets one from its branch
 
     def __post_init__(self) -> None:
         if self.session is not None:

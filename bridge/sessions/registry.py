@@ -13,7 +13,7 @@ import structlog
 
 from bridge.clock import now_iso
 from bridge.config import DEMO_PROFILE, THREAD_OPTION_KEYS, AgentProfile, Settings
-from bridge.errors import Busy, Capacity, Draining, HeldElsewhere, InvalidRequest, NotFound
+from bridge.errors import Busy, Capacity, Conflict, Draining, HeldElsewhere, InvalidRequest, NotFound
 from bridge.ids import new_id
 from bridge.launching import ThreadLaunch, spawn_options
 from bridge.process.agent_io import Spawn
@@ -21,6 +21,7 @@ from bridge.process.agent_process import AgentProcess
 from bridge.process.fence import Fence
 from bridge.process.reaper import reap_group
 from bridge.protocols.envelope import ephemeral
+from bridge.sessions import worktree as worktree_rules
 from bridge.sessions import worktree_ops
 from bridge.sessions.announce import Also, Listener
 from bridge.sessions.caps import Caps
@@ -326,7 +327,8 @@ class Registry:
             cwd = str(self.settings.data_dir / "workspaces" / tid)  # made once the thread is accepted
         else:  # kept as its real path: what was checked is where the agent runs (bridge/userdirs.py)
             cwd = await self.allowed_cwd(cwd, owner=owner, admin=admin)
-        planned = await self._plan_worktree(tid, cwd if worktree and not fresh else None, worktree, base, owner, admin)
+        source_wt = fork.worktree if fork is not None else None
+        planned = await self._plan_worktree(tid, None if fresh else cwd, worktree, base, owner, admin, source_wt)
         cwd = planned.cwd if planned is not None else cwd
         # Every launch rule that depends on the profile and this thread: one that could
         # never be spawned is refused now, not at its first prompt. Its codec starts the
@@ -387,8 +389,15 @@ class Registry:
     ) -> Conversation:
         """A new thread forked from ``source`` at ``point`` (the ForkPoint command's answer):
         the same agent, cwd, model and options, owned by the caller, its transcript the
-        source's up to ``point["seq"]`` (docs/api.md §4.26)."""
+        source's up to ``point["seq"]`` (docs/api.md §4.26). A source with its own worktree
+        gives the fork one of its own, from the source's branch (409 ``worktree_discarded``
+        when the source's was discarded: there is nothing to make it from)."""
         thread = source.thread
+        wt = worktree_rules.from_json(thread.get("worktree"))
+        if wt is not None and wt.discarded:
+            raise Conflict(
+                "the source's worktree was discarded: a fork has nothing to start from", code="worktree_discarded"
+            )
         return await self.create(
             agent=thread["agent"],
             cwd=thread["cwd"],
@@ -398,25 +407,35 @@ class Registry:
             native_session_id=point["session"],
             owner=owner,
             admin=admin,
-            fork=Fork(source.id, point["seq"], point["session"], point["at"], thread.get("agent_info")),
+            fork=Fork(source.id, point["seq"], point["session"], point["at"], thread.get("agent_info"), wt),
         )
 
     async def _plan_worktree(
-        self, tid: str, cwd: str | None, wanted: bool, base: str | None, owner: str | None, admin: bool
+        self,
+        tid: str,
+        cwd: str | None,
+        wanted: bool,
+        base: str | None,
+        owner: str | None,
+        admin: bool,
+        source: worktree_rules.Worktree | None = None,
     ) -> worktree_ops.Planned | None:
-        """A thread's own git worktree (docs/api.md §4.27), checked, in its workspace."""
+        """A thread's own git worktree (docs/api.md §4.27), checked, in its workspace; a
+        fork's (``source``: its source's worktree) from the source's branch."""
+
+        async def allowed(path: str) -> str:
+            return await self.allowed_cwd(path, owner=owner, admin=admin)
+
+        path = os.path.realpath(self.settings.data_dir / "workspaces" / tid)
+        if source is not None and cwd is not None:
+            return await worktree_ops.plan_fork(source, tid, path, cwd, allowed)
         if not wanted:
             if base is not None:
                 raise InvalidRequest("base goes with worktree: true", code="invalid_request")
             return None
         if cwd is None:
             raise InvalidRequest("a worktree needs a cwd inside a git repository", code="not_a_git_repository")
-
-        async def allowed(path: str) -> str:
-            return await self.allowed_cwd(path, owner=owner, admin=admin)
-
-        path = str(self.settings.data_dir / "workspaces" / tid)
-        return await worktree_ops.plan(cwd, base, tid, os.path.realpath(path), allowed)
+        return await worktree_ops.plan(cwd, base, tid, path, allowed)
 
     async def allowed_cwd(self, cwd: str, *, owner: str | None, admin: bool) -> str:
         """The real path of ``cwd`` if a caller whose threads record ``owner`` may run an

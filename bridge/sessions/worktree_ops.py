@@ -179,6 +179,7 @@ class Planned:
     worktree: Worktree
     cwd: str
     drivers: tuple[tuple[str, str], ...]
+    start: str | None = None  # the commit it is checked out at, when not its base_commit (a fork's)
 
 
 async def plan(
@@ -211,20 +212,50 @@ async def plan(
     return Planned(wt, os.path.normpath(os.path.join(path, rel)), await _drivers(git_dir, git_dir))
 
 
+async def plan_fork(
+    source: Worktree, thread_id: str, path: str, source_cwd: str, allowed: Callable[[str], Awaitable[str]]
+) -> Planned:
+    """A fork's own worktree (docs/api.md §4.26): at ``path`` on agent-bridge/<thread id>,
+    checked out at the commit the source's branch holds now, with the source's base and
+    base commit (its changes are read against the same base, the source's commits among
+    them); its cwd has the place in it the source's has in the source's. What the source
+    has not committed stays there: its agent may be writing those files this moment, and
+    a commit is the one state of them that is whole. The repository is checked again for
+    the caller, as :func:`plan` checks it. 409 ``branch_missing`` when the source's branch
+    is gone."""
+    for p in (source.repo, source.git_dir):
+        await allowed(p)
+    repo = await repo_for(source)
+    tip = await repo.oid(source.ref)
+    if tip is None:
+        raise Conflict(f"the source's branch {source.branch} is gone", code="branch_missing")
+    rel = os.path.relpath(os.path.realpath(source_cwd), source.path)
+    if rel.startswith(".."):  # (a cwd the source's row holds outside its worktree: its top)
+        rel = "."
+    wt = replace(source, path=path, branch=rules.branch_for(thread_id), discarded=False)
+    return Planned(wt, os.path.normpath(os.path.join(path, rel)), repo.drivers, start=tip)
+
+
 async def make(planned: Planned) -> Worktree:
     """``git worktree add`` of a planned worktree, checked to be where it was asked for."""
     wt = planned.worktree
     repo = Repo(wt.git_dir, git_dir=wt.git_dir, drivers=planned.drivers)
+    start = planned.start or wt.base_commit
     res = await repo.run(
-        "worktree", "add", "--quiet", "--no-track", "-b", wt.branch, "--end-of-options", wt.path, wt.base_commit
+        "worktree", "add", "--quiet", "--no-track", "-b", wt.branch, "--end-of-options", wt.path, start
     )
     if not res.ok:
+        # git makes the branch before it checks the files out, and leaves it when the
+        # checkout fails: it is this new thread's name, so it goes too (and whatever of the
+        # worktree git left).
+        with contextlib.suppress(Exception):
+            await remove(wt, keep_branch=False)
         raise InvalidRequest(f"git worktree add failed: {res.err}", code="worktree_failed")
     if not _points_back(wt):
         await remove(wt, keep_branch=False)
         raise GitError("git made the worktree somewhere other than expected")
     os.makedirs(planned.cwd, exist_ok=True)  # a directory the base commit does not hold
-    log.info("worktree.created", branch=wt.branch, base=wt.base_commit)
+    log.info("worktree.created", branch=wt.branch, base=wt.base_commit, start=start)
     return wt
 
 
@@ -527,5 +558,6 @@ __all__ = [
     "merge",
     "on_delete",
     "plan",
+    "plan_fork",
     "remove",
 ]

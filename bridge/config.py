@@ -22,7 +22,7 @@ import sys
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
@@ -39,6 +39,8 @@ from bridge.config_sources import (
     twins,
     unknown_section,
 )
+from bridge.config_sources import section as _section
+from bridge.config_sources import table as _table
 from bridge.errors import ConfigError, LaunchRefused
 from bridge.launching import check_profile, spawn_options
 from bridge.network import parse_host_port, parse_origin
@@ -46,7 +48,6 @@ from bridge.process.launch import LaunchSpec, executable_problem, model_problem
 from bridge.process.sandbox import Sandbox, SandboxConfig, confine
 from bridge.process.sandbox import resolve as resolve_sandbox
 
-_M = TypeVar("_M", bound=BaseModel)
 Protocol = Literal["stream-json", "awp-jsonl", "acp"]
 PermissionMode = Literal["default", "acceptEdits", "plan", "bypassPermissions", "dontAsk"]
 
@@ -619,22 +620,6 @@ def _all_profiles(
             awp_vars = name == "awp" and name not in agents_raw
             refused[name] = (exc.code, profile_refusal(name, exc.code, exc.message, awp=awp_vars))
     return agents, configured[0] if configured else DEMO_PROFILE, [*configured, DEMO_PROFILE], refused
-
-
-def _table(src: Sources, value: Any, problem: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise src.error(problem)
-    return dict(value)
-
-
-def _section(src: Sources, model: type[_M], section: str, raw: dict[str, Any], table: str = "") -> _M:
-    """``raw`` validated as ``model``; a refusal names the file, ``[section]`` and the key."""
-    try:
-        return model(**raw)
-    except ValidationError as exc:
-        raise src.invalid(exc, model, section, table or f"[{section}]") from exc
 
 
 def _server(

@@ -19,7 +19,7 @@ import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -245,3 +245,23 @@ def profile_refusal(name: str, code: str, message: str, *, awp: bool) -> str:
     else:
         fix = f"change {table}"
     return redacted(f"{message}; {fix}")
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def table(src: Sources, value: Any, problem: str) -> dict[str, Any]:
+    """A TOML table of the config (nothing: empty); ``problem`` when it is not a table."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise src.error(problem)
+    return dict(value)
+
+
+def section(src: Sources, model: type[_M], name: str, raw: dict[str, Any], table: str = "") -> _M:
+    """``raw`` validated as ``model``; a refusal names the file, ``[name]`` and the key."""
+    try:
+        return model(**raw)
+    except ValidationError as exc:
+        raise src.invalid(exc, model, name, table or f"[{name}]") from exc

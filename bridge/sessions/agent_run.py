@@ -7,7 +7,8 @@ what its exit means; an :class:`AgentRun` only moves the process's output into t
 and the journal while it lives. It sees its conversation through :class:`Shell`, the few
 things a run needs of it, so this module does not import the conversation.
 
-The reader is the daemon's hot path: a read of stdout is scrubbed, decoded and fed to the
+The reader is the daemon's hot path: a read of stdout is scrubbed, decoded (a secret split
+across two deltas redacted whole, sessions/delta_scrub.py) and fed to the
 core under the journal's bare lock (``Ordered.undrained``); output alone in a burst is
 handed to :meth:`~bridge.sessions.journal.Journal.submit` without waiting for its commit,
 anything else waits for the pipeline to drain and is performed by the conversation.
@@ -24,10 +25,12 @@ from typing import Any, Protocol, cast
 import structlog
 
 from bridge.process.agent_io import AgentIO, ExitInfo
+from bridge.protocols.codec import Decoded
 from bridge.protocols.events import Event, Record
 from bridge.protocols.framing import LineTooLong
 from bridge.sessions.actions import Action, Emit
 from bridge.sessions.core import ConversationCore
+from bridge.sessions.delta_scrub import DeltaScrub
 from bridge.sessions.journal import PIPELINE_MIN_LINES, Journal
 from bridge.sessions.lease import ThreadLease
 from bridge.sessions.scrub import Scrubber
@@ -107,7 +110,7 @@ class AgentRun:
             await self._shell.step(self._shell.transcript_full())
 
     async def _read_stdout(self) -> None:
-        shell, proc, journal = self._shell, self.proc, self._journal
+        shell, proc, journal, deltas = self._shell, self.proc, self._journal, DeltaScrub(self._scrub)
         lock = journal.lock.undrained
         journal.clear_failure()  # (a previous life's reader may have been cancelled before it saw one)
         try:
@@ -120,7 +123,10 @@ class AgentRun:
                     codec = core.codec
                     if codec is None:
                         return
-                    actions = core.agent_output(codec.decode_many(lines))
+                    decoded = codec.decode_many(lines)
+                    if deltas.active:  # (only a life with secrets pays for this)
+                        decoded = deltas.decoded(decoded)
+                    actions = core.agent_output(decoded)
                     if self._pipelined(actions, len(lines)):
                         emit = cast(Emit, actions[0])
                         await journal.submit(emit.events, shell.emit_fields(emit))
@@ -132,6 +138,9 @@ class AgentRun:
                     return
             async with lock:
                 await journal.drain_reader()
+                # The end of a stream that might have begun a secret, held until now.
+                if (held := deltas.flush()) and shell.core.codec is not None:
+                    await shell.perform(shell.core.agent_output([Decoded(events=held)]))
         except LineTooLong as exc:
             log.warning("agent.line_too_long", thread_id=shell.id, pid=proc.pid)
             await shell.step(shell.core.line_too_long(str(exc)))

@@ -1,7 +1,8 @@
 """The values of a profile's secret-looking environment variables, and of the thread
 owner's own secrets (bridge/user_secrets.py, whatever their names), never reach the
 transcript: every agent line and stderr line is scrubbed of them before it is stored
-(docs/api.md §6.9). Pure."""
+(docs/api.md §6.9). A secret the agent streams across two deltas is caught by
+sessions/delta_scrub.py. Pure."""
 
 from __future__ import annotations
 
@@ -23,6 +24,11 @@ class Scrubber:
         # Longest first: a secret that holds another is redacted whole.
         self._secrets = sorted(values | written, key=len, reverse=True)
         self._bytes = [(v.encode(), REDACTED.encode()) for v in self._secrets]
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """Every form redacted, longest first."""
+        return tuple(self._secrets)
 
     def lines(self, lines: list[bytes]) -> list[bytes]:
         if not self._bytes:

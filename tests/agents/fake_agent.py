@@ -31,6 +31,9 @@ Directives are the first word of a prompt:
   tasks              a Task tool call with task_started/progress (two workflow snapshots)/
                      updated/notification, then a duplicate notification
   leak NAME          reply with (and write to stderr) the value of env var NAME
+  splitleak NAME     stream the value of env var NAME split across two deltas (each line
+                     written and flushed, 0.3 s apart, so they reach the bridge in two reads),
+                     then the whole message and the result, as Claude Code streams a reply
   flood N            write N deltas as fast as possible, then a terminal line
   alloc N [wait]     keep N more MiB resident (every page written; 1 <= N <= 2048, else an error
                      reply), then reply "allocated N MiB (T held)"; with "wait", stream
@@ -844,6 +847,16 @@ class Agent:
         sys.stderr.write(f"my secret is {value}\n")
         sys.stderr.flush()
         self.reply(f"the value of {name} is {value}")
+
+    def do_splitleak(self, text: str) -> None:
+        name = ([*text.split(), "", ""])[1]
+        value = os.environ.get(name, "")
+        half = len(value) // 2
+        self.delta(f"the value of {name} is {value[:half]}")
+        time.sleep(0.3)  # a model's pause between two stream events
+        self.delta(f"{value[half:]}, keep it")
+        self.assistant([{"type": "text", "text": f"the value of {name} is {value}, keep it"}])
+        self.result(f"the value of {name} is {value}, keep it")
 
     def do_flood(self, text: str) -> None:
         parts = text.split()

@@ -1,0 +1,112 @@
+"""Secrets that cross the boundary between two streamed deltas (docs/api.md §6.9).
+
+:class:`~bridge.sessions.scrub.Scrubber` redacts each agent line on its own, but an agent
+streams its reply as many ``message.delta`` lines: a secret whose first half ends one
+delta and whose rest starts the next is in neither line whole, yet a client that joins
+the deltas, and the search index that joins them into one document, would hold it whole.
+
+:class:`DeltaScrub` keeps, per channel, the end of a delta's text that could be the start
+of a secret (a proper prefix of one: usually nothing, at most a few characters) and puts
+it in front of the next delta of that channel, where the joined text is scrubbed again.
+What is held is given back, as a delta of its own, before any other event of the agent
+and when its stdout ends: so no text the conversation stores or sends ever ends in part
+of a secret, and no secret is ever whole across two of them. A held prefix that turns out
+not to start a secret comes out unchanged, only one delta later. Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from bridge.protocols.codec import Decoded
+from bridge.protocols.events import Event
+from bridge.sessions.scrub import Scrubber
+
+DELTA = "message.delta"
+PROBE = 3  # (a secret is at least scrub.MIN_SECRET_LEN long)
+
+
+class DeltaScrub:
+    def __init__(self, scrub: Scrubber) -> None:
+        self._scrub = scrub
+        # Every form the scrubber redacts (plain and JSON-escaped: a reply may quote JSON).
+        # A delta's end is searched for the first PROBE characters of each (rarely found in
+        # ordinary text, so a reply costs a few str.find calls), and its last few
+        # characters looked up among the secrets' shorter beginnings.
+        by_probe: dict[str, list[str]] = {}
+        for secret in scrub.secrets:
+            by_probe.setdefault(secret[:PROBE], []).append(secret)
+        self._by_probe = {p: tuple(v) for p, v in by_probe.items()}
+        self._short = [frozenset(s[:n] for s in scrub.secrets) for n in range(PROBE)]  # [n]: n characters
+        self._window = max((len(s) for s in scrub.secrets), default=1) - 1
+        # channel -> (the text held back, the data of the delta it ended: a flush keeps its fields)
+        self._held: dict[str, tuple[str, dict[str, Any]]] = {}
+
+    @property
+    def active(self) -> bool:
+        """False when there is no secret to look for: the caller may skip this entirely."""
+        return bool(self._by_probe)
+
+    def decoded(self, decoded: list[Decoded]) -> list[Decoded]:
+        """A read's decoded lines, their events passed through :meth:`events`."""
+        for d in decoded:
+            if d.events:
+                d.events = self.events(d.events)
+        return decoded
+
+    def events(self, events: list[Event]) -> list[Event]:
+        """One line's (or one read's) events, with the deltas' text moved as above."""
+        out: list[Event] = []
+        for ev in events:
+            if ev.kind == DELTA and ev.source == "agent":
+                out.append(self._delta(ev))
+            else:
+                if self._held:
+                    out += self.flush()
+                out.append(ev)
+        return out
+
+    def flush(self) -> list[Event]:
+        """What is held, as deltas of their channels (the agent's next event or its exit)."""
+        held, self._held = self._held, {}
+        return [Event("agent", DELTA, {**data, "text": text}) for text, data in held.values()]
+
+    def _delta(self, ev: Event) -> Event:
+        data = ev.data
+        text = data.get("text")
+        if not isinstance(text, str):
+            return ev
+        channel = data.get("channel")
+        key = channel if isinstance(channel, str) else "text"
+        held = self._held.pop(key, None)
+        joined = text if held is None else self._scrub.text(held[0] + text)
+        cut = self.hold_at(joined)
+        if cut < len(joined):
+            self._held[key] = (joined[cut:], data)
+            joined = joined[:cut]
+        if joined == text:
+            return ev
+        return replace(ev, data={**data, "text": joined})
+
+    def hold_at(self, text: str) -> int:
+        """Where the longest end of ``text`` that is a proper prefix of a secret begins;
+        ``len(text)`` when no end of it is."""
+        n = len(text)
+        start, best = max(0, n - self._window), n
+        for probe, secrets in self._by_probe.items():
+            # Only a start left of the best so far would hold more.
+            pos = text.find(probe, start, best + PROBE - 1)
+            while pos != -1:
+                tail = text[pos:]
+                if any(len(s) > len(tail) and s.startswith(tail) for s in secrets):
+                    best = pos
+                    break
+                pos = text.find(probe, pos + 1, best + PROBE - 1)
+        if best < n:
+            return best
+        # Ends shorter than a probe: the longest first.
+        for k in range(min(PROBE - 1, n), 0, -1):
+            if text[-k:] in self._short[k]:
+                return n - k
+        return n

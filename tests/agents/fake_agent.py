@@ -33,7 +33,8 @@ Directives are the first word of a prompt:
   leak NAME          reply with (and write to stderr) the value of env var NAME
   splitleak NAME     stream the value of env var NAME split across two deltas (each line
                      written and flushed, 0.3 s apart, so they reach the bridge in two reads),
-                     then the whole message and the result, as Claude Code streams a reply
+                     then the whole message and the result, as Claude Code streams a reply;
+                     "splitleak NAME hold" keeps the turn open after the deltas until interrupted
   flood N            write N deltas as fast as possible, then a terminal line
   alloc N [wait]     keep N more MiB resident (every page written; 1 <= N <= 2048, else an error
                      reply), then reply "allocated N MiB (T held)"; with "wait", stream
@@ -855,8 +856,20 @@ class Agent:
         self.delta(f"the value of {name} is {value[:half]}")
         time.sleep(0.3)  # a model's pause between two stream events
         self.delta(f"{value[half:]}, keep it")
-        self.assistant([{"type": "text", "text": f"the value of {name} is {value}, keep it"}])
-        self.result(f"the value of {name} is {value}, keep it")
+        said = f"the value of {name} is {value}, keep it"
+        if text.split()[2:3] == ["hold"]:  # the stream stays open until an interrupt
+            while (msg := INBOX.get()) is not None:
+                req = msg.get("request", {}) if msg.get("type") == "control_request" else {}
+                if req.get("subtype") == "interrupt":
+                    rid = msg.get("request_id")
+                    out({"type": "control_response", "response": {"subtype": "success", "request_id": rid}})
+                    self.assistant([{"type": "text", "text": said}])
+                    self.interrupted("aborted_streaming")
+                    return
+                self.deferred.append(msg)
+            os._exit(0)
+        self.assistant([{"type": "text", "text": said}])
+        self.result(said)
 
     def do_flood(self, text: str) -> None:
         parts = text.split()

@@ -16,7 +16,7 @@ not to start a secret comes out unchanged, only one delta later. Pure.
 
 from __future__ import annotations
 
-from dataclasses import replace
+import re
 from typing import Any
 
 from bridge.protocols.codec import Decoded
@@ -24,21 +24,23 @@ from bridge.protocols.events import Event
 from bridge.sessions.scrub import Scrubber
 
 DELTA = "message.delta"
-PROBE = 3  # (a secret is at least scrub.MIN_SECRET_LEN long)
+PROBE = 3  # (hold_at looks up shorter ends itself; a secret is at least scrub.MIN_SECRET_LEN long)
 
 
 class DeltaScrub:
     def __init__(self, scrub: Scrubber) -> None:
         self._scrub = scrub
         # Every form the scrubber redacts (plain and JSON-escaped: a reply may quote JSON).
-        # A delta's end is searched for the first PROBE characters of each (rarely found in
-        # ordinary text, so a reply costs a few str.find calls), and its last few
-        # characters looked up among the secrets' shorter beginnings.
+        # A delta's end is searched (one regular expression, in C) for the first PROBE
+        # characters of any of them, rarely found in ordinary text; its last one or two
+        # characters are looked up among the secrets' shorter beginnings.
         by_probe: dict[str, list[str]] = {}
         for secret in scrub.secrets:
             by_probe.setdefault(secret[:PROBE], []).append(secret)
         self._by_probe = {p: tuple(v) for p, v in by_probe.items()}
-        self._short = [frozenset(s[:n] for s in scrub.secrets) for n in range(PROBE)]  # [n]: n characters
+        self._probes = re.compile("|".join(map(re.escape, by_probe)), re.DOTALL) if by_probe else None
+        self._short1 = frozenset(s[:1] for s in scrub.secrets)
+        self._short2 = frozenset(s[:2] for s in scrub.secrets)
         self._window = max((len(s) for s in scrub.secrets), default=1) - 1
         # channel -> (the text held back, the data of the delta it ended: a flush keeps its fields)
         self._held: dict[str, tuple[str, dict[str, Any]]] = {}
@@ -77,36 +79,39 @@ class DeltaScrub:
         text = data.get("text")
         if not isinstance(text, str):
             return ev
-        channel = data.get("channel")
-        key = channel if isinstance(channel, str) else "text"
-        held = self._held.pop(key, None)
-        joined = text if held is None else self._scrub.text(held[0] + text)
+        joined = text
+        if self._held and (held := self._held.pop(_channel(data), None)) is not None:
+            joined = self._scrub.text(held[0] + text)
         cut = self.hold_at(joined)
         if cut < len(joined):
-            self._held[key] = (joined[cut:], data)
+            self._held[_channel(data)] = (joined[cut:], data)
             joined = joined[:cut]
         if joined == text:
             return ev
-        return replace(ev, data={**data, "text": joined})
+        return Event(ev.source, ev.kind, {**data, "text": joined}, ev.raw, ev.relay)
 
     def hold_at(self, text: str) -> int:
         """Where the longest end of ``text`` that is a proper prefix of a secret begins;
         ``len(text)`` when no end of it is."""
         n = len(text)
-        start, best = max(0, n - self._window), n
-        for probe, secrets in self._by_probe.items():
-            # Only a start left of the best so far would hold more.
-            pos = text.find(probe, start, best + PROBE - 1)
-            while pos != -1:
-                tail = text[pos:]
-                if any(len(s) > len(tail) and s.startswith(tail) for s in secrets):
-                    best = pos
-                    break
-                pos = text.find(probe, pos + 1, best + PROBE - 1)
-        if best < n:
-            return best
-        # Ends shorter than a probe: the longest first.
-        for k in range(min(PROBE - 1, n), 0, -1):
-            if text[-k:] in self._short[k]:
-                return n - k
+        if (probes := self._probes) is None:
+            return n
+        start = n - self._window
+        # Left to right: the first start that begins a secret is the longest end.
+        m = probes.search(text, start if start > 0 else 0)
+        while m is not None:
+            pos = m.start()
+            tail = text[pos:]
+            if any(len(s) > len(tail) and s.startswith(tail) for s in self._by_probe[m.group()]):
+                return pos
+            m = probes.search(text, pos + 1)
+        if text[-2:] in self._short2 and n >= 2:
+            return n - 2
+        if text[-1:] in self._short1 and n >= 1:
+            return n - 1
         return n
+
+
+def _channel(data: dict[str, Any]) -> str:
+    channel = data.get("channel")
+    return channel if isinstance(channel, str) else "text"

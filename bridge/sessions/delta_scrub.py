@@ -6,7 +6,8 @@ delta and whose rest starts the next is in neither line whole, yet a client that
 the deltas, and the search index that joins them into one document, would hold it whole.
 
 :class:`DeltaScrub` keeps, per channel, the end of a delta's text that could be the start
-of a secret (a proper prefix of one: usually nothing, at most a few characters) and puts
+of a secret (a proper prefix of one: usually nothing or a character or two, at most one
+character less than the longest secret) and puts
 it in front of the next delta of that channel, where the joined text is scrubbed again.
 What is held is given back, as a delta of its own, before any other event of the agent
 and when its stdout ends: so no text the conversation stores or sends ever ends in part

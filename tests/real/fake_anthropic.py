@@ -71,10 +71,16 @@ def asked_with(fake: Any, text: str) -> Any:
     The newer CLIs may ask the model again on their own after a turn's request
     (claude-agent-acp 0.101.0 names its sessions), so the newest request is not always the
     turn's."""
-    for request in reversed(fake.model_requests()):
-        if any(text in t for t in block_texts(last_user(request.body).get("content") or [])):
-            return request
-    raise AssertionError(f"no model request asked {text!r}")
+    asked = [
+        r for r in fake.model_requests() if any(text in t for t in block_texts(last_user(r.body).get("content") or []))
+    ]
+    # A side request of the CLI's own (naming the session) may quote the prompt as its last
+    # user message too, with no tools and none of the conversation: the turn's request is the
+    # one that offers the agent its tools.
+    turns = [r for r in asked if r.body.get("tools")]
+    if not asked:
+        raise AssertionError(f"no model request asked {text!r}")
+    return (turns or asked)[-1]
 
 
 def prompt_text(msg: dict[str, Any]) -> str:

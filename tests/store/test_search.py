@@ -173,6 +173,7 @@ async def forget_the_index(store_url: str) -> None:
     drop = ["DROP TABLE search_docs", "DROP TABLE search_streams", "ALTER TABLE threads DROP COLUMN archived"]
     drop += ["DROP TABLE turn_usage", "ALTER TABLE threads DROP COLUMN usage"]  # (the migration after it)
     drop += ["ALTER TABLE threads DROP COLUMN forked_from", "ALTER TABLE threads DROP COLUMN worktree"]  # (and after)
+    drop += ["DROP TABLE push_subscriptions"]
     if store_url.startswith("sqlite"):
         db = sqlite3.connect(store_url.removeprefix("sqlite:///"))
         try:

@@ -141,6 +141,7 @@ async def forget_usage(store_url: str) -> None:
     """The database as the version before usage left it."""
     drop = ["DROP TABLE turn_usage", "ALTER TABLE threads DROP COLUMN usage"]
     drop += ["ALTER TABLE threads DROP COLUMN forked_from", "ALTER TABLE threads DROP COLUMN worktree"]  # (the next)
+    drop += ["DROP TABLE push_subscriptions"]
     if store_url.startswith("sqlite"):
         db = sqlite3.connect(store_url.removeprefix("sqlite:///"))
         try:

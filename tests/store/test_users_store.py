@@ -92,4 +92,4 @@ async def test_a_postgres_database_of_the_previous_version_gets_users_and_owners
         assert await store.add_user("alice", "h", admin=False)
     async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
         cur = await conn.execute("SELECT max(version) FROM schema_version")
-        assert (await cur.fetchone()) == (pg_schema.SCHEMA_VERSION,) == (10,)
+        assert (await cur.fetchone()) == (pg_schema.SCHEMA_VERSION,) == (11,)

@@ -395,9 +395,10 @@ async def test_the_2026_additions_config_options_usage_message_ids_titles_close_
     # Closing stopped the agent; the prompt after the load started it again on its own
     # default model, and the bridge set it back to the thread's model before the prompt
     # (docs/api.md §4.21: a model the agent took is the thread's, kept across restarts).
+    # (The config_option_update for that comes from the change log, unordered with the
+    # prompt's own updates: it may land in this step or the next, so only the agent's
+    # answer is checked here; tests/test_model_switch_e2e.py checks the thread's row.)
     assert texts(r[13]["updates"]) == "config: model=deep mode=default"
-    told = [u["update"] for u in r[13]["updates"] if u["update"]["sessionUpdate"] == "config_option_update"]
-    assert not told or by_id(told[-1]["configOptions"])["model"]["currentValue"] == "deep"
     assert r[14]["result"] == {}
     assert sid_value not in {s["sessionId"] for s in r[15]["result"]["sessions"]}
     assert r[16]["result"] == {}

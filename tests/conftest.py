@@ -489,6 +489,15 @@ def store_url(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -
 
 
 @pytest.fixture
+def daemon_store(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """A daemon's store of each kind: SQLite in its data dir (``tmp_path/data``), else the
+    suite's PostgreSQL."""
+    if store_kind == "sqlite":
+        return f"sqlite:///{tmp_path / 'data' / 'bridge.db'}"
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
 def opened(store_url: str) -> Any:
     """``async with opened(replica_id="a") as store``: a store on the test's database,
     opened, and closed afterwards; two of them are two replicas on one database."""

@@ -33,13 +33,6 @@ def config(env: dict[str, str], store: str = "", *, sj: bool = True) -> str:
     )
 
 
-@pytest.fixture
-def daemon_store(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    if store_kind == "sqlite":
-        return f"sqlite:///{tmp_path / 'data' / 'bridge.db'}"
-    return str(request.getfixturevalue("pg_url"))
-
-
 async def fork(d: Daemon, tid: str, status: int = 201, **body: Any) -> dict[str, Any]:
     async with d.http() as http:
         r = await http.post(f"/v1/threads/{tid}/fork", json=body)

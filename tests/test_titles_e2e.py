@@ -8,7 +8,6 @@ ACP agent advertised."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,13 +28,6 @@ def config(env: dict[str, str], store: str = "") -> str:
         + acp_profile("plain", env)
         + (f"\n[store]\nurl = {json.dumps(store)}\n" if store else "")
     )
-
-
-@pytest.fixture
-def daemon_store(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    if store_kind == "sqlite":
-        return f"sqlite:///{tmp_path / 'data' / 'bridge.db'}"
-    return str(request.getfixturevalue("pg_url"))
 
 
 async def test_a_thread_is_named_by_its_first_prompt_and_keeps_a_users_title_across_a_restart(
